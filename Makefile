@@ -1,0 +1,134 @@
+# Ephemeral - build, test and set-up.
+#
+#   make                 build/ephemerald, build/ephemeral, build/ephemeral-init
+#   make test            unit tests, then black-box tests against the real server and sandbox
+#   make SANITIZE=address,undefined test
+#   make demo            the seed example end to end on the embedded defaults
+#   make image           the sandbox image (cached outside the clone)
+#   make bench           benchmarks side by side with bubblewrap and gVisor
+#   make lint / format / fuzz
+
+CC ?= cc
+BUILD ?= build
+SANITIZE ?=
+Q ?= @
+
+PKGS := libmicrohttpd jansson libcurl libseccomp libsodium sqlite3
+WARN := -Wall -Wextra -Werror -Wshadow -Wmissing-prototypes -Wstrict-prototypes -Wformat=2 \
+        -Wvla -Wno-unused-parameter -Wno-missing-field-initializers -Wno-format-truncation
+BASE_CFLAGS := -std=gnu11 -g -O2 -D_GNU_SOURCE -Isrc -fstack-protector-strong -fPIE \
+        -D_FORTIFY_SOURCE=2 $(WARN)
+ifneq ($(SANITIZE),)
+BASE_CFLAGS := $(filter-out -O2 -D_FORTIFY_SOURCE=2,$(BASE_CFLAGS)) -O1 \
+        -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all
+SAN_LDFLAGS := -fsanitize=$(SANITIZE)
+endif
+PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+CFLAGS_ALL := $(BASE_CFLAGS) $(PKG_CFLAGS) $(CFLAGS)
+LDFLAGS_ALL := -pie -Wl,-z,relro,-z,now $(SAN_LDFLAGS) $(LDFLAGS)
+LIBS := $(PKG_LIBS) -lpthread -lm
+
+# The guest agent is static and never sanitized: it runs alone inside the sandbox.
+INIT_CFLAGS := -std=gnu11 -g -O2 -D_GNU_SOURCE -Isrc -static $(WARN) $(CFLAGS)
+
+OBJ := $(BUILD)/obj
+COMMON_SRC := $(wildcard src/common/*.c)
+SHARED_GUEST_SRC := src/guest/protocol.c
+DAEMON_LIB_SRC := $(COMMON_SRC) $(SHARED_GUEST_SRC) \
+        $(wildcard src/store/*.c src/ledger/*.c src/run/*.c src/agent/*.c src/sandbox/*.c \
+                   src/sandbox/namespaces/*.c src/broker/*.c src/api/*.c) \
+        $(filter-out src/daemon/main.c,$(wildcard src/daemon/*.c))
+CLI_SRC := $(wildcard src/cli/*.c)
+INIT_SRC := $(wildcard src/guest/*.c)
+
+DAEMON_LIB_OBJ := $(DAEMON_LIB_SRC:%.c=$(OBJ)/%.o)
+CLI_OBJ := $(CLI_SRC:%.c=$(OBJ)/%.o) $(COMMON_SRC:%.c=$(OBJ)/%.o)
+INIT_OBJ := $(INIT_SRC:%.c=$(BUILD)/init-obj/%.o)
+
+UNIT_SRC := $(wildcard tests/unit/test_*.c)
+UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
+FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
+
+BINS := $(BUILD)/ephemerald $(BUILD)/ephemeral $(BUILD)/ephemeral-init
+
+.PHONY: all deps test unit blackbox demo image bench lint format fuzz clean
+all: deps $(BINS)
+
+# Installs missing Debian packages (quiet when everything is there).
+deps:
+	$(Q)scripts/setup-deps.sh build
+
+# Relink and recompile when the flags change (SANITIZE=... and back).
+$(BUILD)/.flags: FORCE
+	$(Q)mkdir -p $(BUILD)
+	$(Q)echo '$(CC) $(CFLAGS_ALL) $(LDFLAGS_ALL)' | cmp -s - $@ || echo '$(CC) $(CFLAGS_ALL) $(LDFLAGS_ALL)' > $@
+FORCE:
+
+$(OBJ)/%.o: %.c $(BUILD)/.flags
+	$(Q)mkdir -p $(dir $@)
+	@echo "  CC      $<"
+	$(Q)$(CC) $(CFLAGS_ALL) -MMD -MP -c $< -o $@
+
+$(BUILD)/init-obj/%.o: %.c $(BUILD)/.flags
+	$(Q)mkdir -p $(dir $@)
+	@echo "  CC init $<"
+	$(Q)$(CC) $(INIT_CFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/ephemerald: $(OBJ)/src/daemon/main.o $(DAEMON_LIB_OBJ)
+	@echo "  LD      $@"
+	$(Q)$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS)
+
+$(BUILD)/ephemeral: $(CLI_OBJ)
+	@echo "  LD      $@"
+	$(Q)$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS)
+
+$(BUILD)/ephemeral-init: $(INIT_OBJ)
+	@echo "  LD      $@"
+	$(Q)$(CC) $(INIT_CFLAGS) -o $@ $^
+
+$(BUILD)/tests/%: tests/unit/%.c $(DAEMON_LIB_OBJ) $(BUILD)/.flags
+	$(Q)mkdir -p $(dir $@)
+	@echo "  TEST    $@"
+	$(Q)$(CC) $(CFLAGS_ALL) -Itests $(LDFLAGS_ALL) -o $@ $< $(DAEMON_LIB_OBJ) $(LIBS) -lcmocka
+
+# The client's unit tests link the client's objects instead of the server's.
+CLI_LIB_OBJ := $(filter-out $(OBJ)/src/cli/main.o,$(CLI_OBJ))
+$(BUILD)/tests/test_cli_%: tests/unit/test_cli_%.c $(CLI_LIB_OBJ) $(BUILD)/.flags
+	$(Q)mkdir -p $(dir $@)
+	@echo "  TEST    $@"
+	$(Q)$(CC) $(CFLAGS_ALL) -Itests $(LDFLAGS_ALL) -o $@ $< $(CLI_LIB_OBJ) $(LIBS) -lcmocka
+
+test: all image $(UNIT_BIN)
+	$(Q)scripts/setup-deps.sh test
+	$(Q)tests/run.sh $(BUILD)
+
+unit: all $(UNIT_BIN)
+	$(Q)tests/run.sh --unit-only $(BUILD)
+
+blackbox: all image
+	$(Q)tests/run.sh --blackbox-only $(BUILD)
+
+image: all
+	$(Q)$(BUILD)/ephemerald image build
+
+demo: all image
+	$(Q)scripts/demo.sh $(BUILD)
+
+bench: all image
+	$(Q)scripts/setup-deps.sh bench
+	$(Q)bench/run.sh $(BUILD)
+
+lint: deps
+	$(Q)scripts/lint.sh
+
+format:
+	$(Q)clang-format -i $$(git ls-files 'src/*.c' 'src/*.h' 'tests/*.c' 'tests/*.h' 'bench/*.c')
+
+fuzz: deps
+	$(Q)tests/fuzz/run.sh
+
+clean:
+	rm -rf $(BUILD)
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

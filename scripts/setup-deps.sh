@@ -1,0 +1,37 @@
+#!/bin/sh
+# Installs the Debian packages a step needs when they are missing: idempotent, and silent when
+# everything is already there. Usage: setup-deps.sh build|test|bench|lint
+set -eu
+
+build="build-essential pkg-config libmicrohttpd-dev libjansson-dev libcurl4-openssl-dev
+       libseccomp-dev libsodium-dev libsqlite3-dev libcmocka-dev mmdebstrap debootstrap"
+test="$build curl jq uuid-runtime sqlite3 python3 iproute2 procps util-linux"
+bench="$test bubblewrap runsc"
+lint="$build cppcheck clang-format clang-tidy"
+
+case "${1:-build}" in
+build) want=$build ;;
+test) want=$test ;;
+bench) want=$bench ;;
+lint) want=$lint ;;
+*) echo "usage: $0 build|test|bench|lint" >&2; exit 2 ;;
+esac
+
+missing=""
+for p in $want; do
+    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
+        missing="$missing $p"
+    fi
+done
+[ -z "$missing" ] && exit 0
+
+echo "setup: installing$missing" >&2
+if [ "$(id -u)" -ne 0 ]; then
+    SUDO=sudo
+else
+    SUDO=
+fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq >/dev/null
+# shellcheck disable=SC2086
+$SUDO apt-get install -y -qq --no-install-recommends $missing >/dev/null

@@ -1,0 +1,654 @@
+/*
+ * http_client.c - POST with caps, deadline, cancellation, retries; and the SSE line parser.
+ *
+ * The transfer runs on a curl multi handle polled in slices of at most POLL_SLICE_MS, so a cancel
+ * flag or a deadline is noticed within that slice even when the server sends nothing (an xferinfo
+ * callback alone is called only about once a second on an idle connection).
+ */
+#include "agent/http_client.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include <curl/curl.h>
+#include <jansson.h>
+
+#include "common/clock.h"
+#include "common/error.h"
+#include "common/id.h"
+#include "common/log.h"
+
+#define POLL_SLICE_MS 20
+#define DEFAULT_ATTEMPTS 4
+#define BACKOFF_BASE_MS 500
+#define BACKOFF_MAX_MS 8000
+#define RETRY_AFTER_MAX_MS 20000
+#define CONNECT_TIMEOUT_MS 30000
+#define ERROR_MESSAGE_MAX 200
+
+/* ---- global init ---- */
+
+static pthread_once_t http_once = PTHREAD_ONCE_INIT;
+static int http_init_rc;
+
+static void http_global_init_once(void)
+{
+    http_init_rc = curl_global_init(CURL_GLOBAL_DEFAULT) == CURLE_OK ? 0 : -EIO;
+}
+
+int eph_http_global_init(void)
+{
+    pthread_once(&http_once, http_global_init_once);
+    return http_init_rc;
+}
+
+/* ---- SSE ---- */
+
+void eph_sse_init(struct eph_sse *s, size_t line_max, eph_sse_event_fn on_event, void *ctx)
+{
+    memset(s, 0, sizeof(*s));
+    eph_buf_init(&s->line, line_max);
+    eph_buf_init(&s->data, line_max);
+    s->on_event = on_event;
+    s->ctx = ctx;
+}
+
+void eph_sse_release(struct eph_sse *s)
+{
+    eph_buf_release(&s->line);
+    eph_buf_release(&s->data);
+}
+
+static int sse_dispatch(struct eph_sse *s)
+{
+    int rc = 0;
+    if (s->have_data)
+        rc = s->on_event(s->ctx, s->event, s->data.data ? s->data.data : "", s->data.len);
+    eph_buf_reset(&s->data);
+    s->have_data = false;
+    s->event[0] = '\0';
+    return rc;
+}
+
+/* One complete line, without its line end. */
+static int sse_line(struct eph_sse *s, const char *line, size_t n)
+{
+    if (n == 0)
+        return sse_dispatch(s);
+    if (line[0] == ':')
+        return 0; /* comment, e.g. a keep-alive */
+    const char *colon = memchr(line, ':', n);
+    size_t flen = colon ? (size_t)(colon - line) : n;
+    const char *val = colon ? colon + 1 : line + n;
+    size_t vlen = colon ? n - flen - 1 : 0;
+    if (vlen && val[0] == ' ') {
+        val++;
+        vlen--;
+    }
+    if (flen == 4 && memcmp(line, "data", 4) == 0) {
+        int rc = 0;
+        if (s->have_data)
+            rc = eph_buf_append(&s->data, "\n", 1);
+        if (!rc)
+            rc = eph_buf_append(&s->data, val, vlen);
+        if (rc)
+            return rc;
+        s->have_data = true;
+    } else if (flen == 5 && memcmp(line, "event", 5) == 0) {
+        size_t k = vlen < sizeof(s->event) - 1 ? vlen : sizeof(s->event) - 1;
+        memcpy(s->event, val, k);
+        s->event[k] = '\0';
+    }
+    /* "id" and "retry" mean nothing to a single POST answer; unknown fields are ignored. */
+    return 0;
+}
+
+int eph_sse_feed(struct eph_sse *s, const char *p, size_t n)
+{
+    size_t i = 0;
+    if (s->last_cr && n && p[0] == '\n')
+        i = 1;
+    s->last_cr = false;
+    while (i < n) {
+        size_t start = i;
+        while (i < n && p[i] != '\n' && p[i] != '\r')
+            i++;
+        if (i > start) {
+            int rc = eph_buf_append(&s->line, p + start, i - start);
+            if (rc)
+                return rc;
+        }
+        if (i == n)
+            break; /* the line continues in the next chunk */
+        if (p[i] == '\r') {
+            if (i + 1 < n && p[i + 1] == '\n')
+                i++;
+            else if (i + 1 == n)
+                s->last_cr = true;
+        }
+        i++;
+        int rc = sse_line(s, s->line.data ? s->line.data : "", s->line.len);
+        eph_buf_reset(&s->line);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+int eph_sse_finish(struct eph_sse *s)
+{
+    if (s->line.len) {
+        int rc = sse_line(s, s->line.data, s->line.len);
+        eph_buf_reset(&s->line);
+        if (rc)
+            return rc;
+    }
+    return sse_dispatch(s);
+}
+
+/* ---- helpers ---- */
+
+char *eph_http_join_url(const char *base, const char *path)
+{
+    size_t blen = strlen(base);
+    while (blen && base[blen - 1] == '/')
+        blen--;
+    while (*path == '/')
+        path++;
+    size_t plen = strlen(path);
+    char *out = malloc(blen + 1 + plen + 1);
+    if (!out)
+        return NULL;
+    memcpy(out, base, blen);
+    out[blen] = '/';
+    memcpy(out + blen + 1, path, plen + 1);
+    return out;
+}
+
+/* Copies s into out (the message sink), dropping control characters and the secret. */
+static void sanitise(const char *s, size_t n, const char *secret, char *out, size_t outlen)
+{
+    size_t slen = secret ? strlen(secret) : 0;
+    size_t cap = outlen - 1 < ERROR_MESSAGE_MAX ? outlen - 1 : ERROR_MESSAGE_MAX;
+    size_t o = 0;
+    bool space = true; /* collapses runs of whitespace and drops leading ones */
+    for (size_t i = 0; i < n && o < cap;) {
+        if (slen >= 4 && n - i >= slen && memcmp(s + i, secret, slen) == 0) {
+            static const char red[] = "[redacted]";
+            if (o + sizeof(red) - 1 > cap)
+                break;
+            memcpy(out + o, red, sizeof(red) - 1);
+            o += sizeof(red) - 1;
+            i += slen;
+            space = false;
+            continue;
+        }
+        unsigned char c = (unsigned char)s[i++];
+        if (c < 0x20 || c == 0x7f) {
+            if (!space)
+                out[o++] = ' ';
+            space = true;
+            continue;
+        }
+        space = c == ' ';
+        if (space && o && out[o - 1] == ' ')
+            continue;
+        out[o++] = (char)c;
+    }
+    /* Do not end in the middle of a UTF-8 sequence: back up to the last lead byte and check that
+     * its sequence is complete. */
+    if (o) {
+        size_t k = o;
+        while (k > 0 && ((unsigned char)out[k - 1] & 0xc0) == 0x80)
+            k--;
+        if (k > 0 && ((unsigned char)out[k - 1] & 0x80)) {
+            unsigned char lead = (unsigned char)out[k - 1];
+            size_t want = lead >= 0xf0 ? 4 : lead >= 0xe0 ? 3 : lead >= 0xc0 ? 2 : 1;
+            if (o - (k - 1) < want)
+                o = k - 1;
+        }
+    }
+    while (o && out[o - 1] == ' ')
+        o--;
+    out[o] = '\0';
+}
+
+void eph_http_error_message(const char *body, size_t len, const char *secret, char *out,
+                            size_t outlen)
+{
+    if (!outlen)
+        return;
+    out[0] = '\0';
+    if (!body || !len)
+        return;
+    json_error_t jerr;
+    json_t *root = json_loadb(body, len, 0, &jerr);
+    const char *msg = NULL;
+    if (json_is_object(root)) {
+        json_t *e = json_object_get(root, "error");
+        if (json_is_object(e))
+            msg = json_string_value(json_object_get(e, "message"));
+        else if (json_is_string(e))
+            msg = json_string_value(e);
+        if (!msg)
+            msg = json_string_value(json_object_get(root, "message"));
+        if (!msg)
+            msg = json_string_value(json_object_get(root, "detail"));
+    }
+    if (msg)
+        sanitise(msg, strlen(msg), secret, out, outlen);
+    else
+        sanitise(body, len, secret, out, outlen);
+    json_decref(root);
+}
+
+/* ---- one attempt ---- */
+
+struct attempt {
+    const struct eph_http_request *req;
+    CURL *easy;
+    struct eph_http_response *resp;
+    struct eph_sse sse;
+    bool decided; /* the body's destination (SSE or buffer) is chosen at its first byte */
+    size_t received;
+    int rc;       /* why a callback aborted the transfer */
+    char why[160];
+};
+
+static bool cancelled(const struct eph_http_request *req)
+{
+    return req->cancel && atomic_load(req->cancel);
+}
+
+static bool past_deadline(const struct eph_http_request *req)
+{
+    return req->deadline_ns && eph_clock_mono_ns() >= req->deadline_ns;
+}
+
+static size_t on_write(char *p, size_t size, size_t nmemb, void *userdata)
+{
+    struct attempt *a = userdata;
+    size_t n = size * nmemb;
+    if (a->rc)
+        return 0;
+    if (n > a->req->max_body || a->received > a->req->max_body - n) {
+        a->rc = -EMSGSIZE;
+        snprintf(a->why, sizeof(a->why), "response too large (over %zu bytes)", a->req->max_body);
+        return 0;
+    }
+    a->received += n;
+    if (!a->decided) {
+        long status = 0;
+        char *ctype = NULL;
+        curl_easy_getinfo(a->easy, CURLINFO_RESPONSE_CODE, &status);
+        curl_easy_getinfo(a->easy, CURLINFO_CONTENT_TYPE, &ctype);
+        a->resp->status = status;
+        a->resp->streamed = a->req->on_event && status >= 200 && status < 300 && ctype &&
+                            strncasecmp(ctype, "text/event-stream", 17) == 0;
+        a->decided = true;
+    }
+    int rc;
+    if (a->resp->streamed) {
+        rc = eph_sse_feed(&a->sse, p, n);
+        if (rc == -EMSGSIZE)
+            snprintf(a->why, sizeof(a->why), "response too large (event line over %zu bytes)",
+                     a->req->sse_line_max);
+    } else {
+        rc = eph_buf_append(&a->resp->body, p, n);
+    }
+    if (rc) {
+        a->rc = rc;
+        return 0;
+    }
+    return n;
+}
+
+/* Parses Retry-After (seconds or an HTTP date) and OpenAI's retry-after-ms. */
+static size_t on_header(char *p, size_t size, size_t nmemb, void *userdata)
+{
+    struct attempt *a = userdata;
+    size_t n = size * nmemb;
+    char line[256];
+    if (n >= 5 && memcmp(p, "HTTP/", 5) == 0) {
+        a->resp->retry_after_ms = 0; /* a new answer (after a 100 Continue, say) */
+        return n;
+    }
+    if (n >= sizeof(line))
+        return n;
+    memcpy(line, p, n);
+    line[n] = '\0';
+    char *colon = strchr(line, ':');
+    if (!colon)
+        return n;
+    *colon = '\0';
+    char *val = colon + 1;
+    while (*val == ' ' || *val == '\t')
+        val++;
+    val[strcspn(val, "\r\n")] = '\0';
+    if (strcasecmp(line, "retry-after-ms") == 0) {
+        char *end;
+        unsigned long long ms = strtoull(val, &end, 10);
+        if (end != val && *val != '-')
+            a->resp->retry_after_ms = ms > RETRY_AFTER_MAX_MS ? RETRY_AFTER_MAX_MS : ms;
+    } else if (strcasecmp(line, "retry-after") == 0 && a->resp->retry_after_ms == 0) {
+        char *end;
+        unsigned long long secs = strtoull(val, &end, 10);
+        if (end != val && *end == '\0' && *val != '-') {
+            a->resp->retry_after_ms =
+                secs > RETRY_AFTER_MAX_MS / 1000 ? RETRY_AFTER_MAX_MS : secs * 1000;
+        } else {
+            time_t when = curl_getdate(val, NULL);
+            time_t now = time(NULL);
+            if (when != -1 && when > now) {
+                unsigned long long d = (unsigned long long)(when - now);
+                a->resp->retry_after_ms =
+                    d > RETRY_AFTER_MAX_MS / 1000 ? RETRY_AFTER_MAX_MS : d * 1000;
+            }
+        }
+    }
+    return n;
+}
+
+/* Called by libcurl during long operations inside curl_multi_perform (TLS handshakes, big
+ * writes); the poll loop below covers idle waits. */
+static int on_xferinfo(void *userdata, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
+                       curl_off_t ulnow)
+{
+    struct attempt *a = userdata;
+    return cancelled(a->req) || past_deadline(a->req);
+}
+
+static bool curl_transient(CURLcode c)
+{
+    switch (c) {
+    case CURLE_UNSUPPORTED_PROTOCOL:
+    case CURLE_URL_MALFORMAT:
+    case CURLE_NOT_BUILT_IN:
+    case CURLE_OUT_OF_MEMORY:
+    case CURLE_PEER_FAILED_VERIFICATION:
+    case CURLE_SSL_CACERT_BADFILE:
+    case CURLE_SSL_CERTPROBLEM:
+    case CURLE_BAD_FUNCTION_ARGUMENT:
+    case CURLE_TOO_MANY_REDIRECTS:
+    case CURLE_LOGIN_DENIED:
+        return false;
+    default:
+        return true;
+    }
+}
+
+static uint64_t remaining_ms(const struct eph_http_request *req)
+{
+    if (!req->deadline_ns)
+        return UINT64_MAX;
+    uint64_t now = eph_clock_mono_ns();
+    return now >= req->deadline_ns ? 0 : (req->deadline_ns - now) / 1000000u;
+}
+
+/* One attempt. 0 when an answer came back (resp->status says which); a negative errno otherwise,
+ * with *transient telling whether another attempt may succeed. */
+static int http_attempt(const struct eph_http_request *req, struct curl_slist *headers,
+                        struct eph_http_response *resp, bool *transient, char *err, size_t errlen)
+{
+    struct attempt a = {.req = req, .resp = resp};
+    char curl_err[CURL_ERROR_SIZE] = "";
+    int rc = 0;
+    *transient = false;
+    resp->status = 0;
+    resp->streamed = false;
+    eph_buf_reset(&resp->body);
+    eph_sse_init(&a.sse, req->sse_line_max ? req->sse_line_max : (1u << 20), req->on_event,
+                 req->ctx);
+
+    CURLM *multi = curl_multi_init();
+    a.easy = curl_easy_init();
+    if (!multi || !a.easy) {
+        rc = -ENOMEM;
+        snprintf(err, errlen, "%s: cannot create an http handle", req->what);
+        goto out;
+    }
+    uint64_t left = remaining_ms(req);
+    uint64_t limit = req->attempt_timeout_ms ? req->attempt_timeout_ms : UINT64_MAX;
+    if (left != UINT64_MAX && left + 1000 < limit)
+        limit = left + 1000; /* a backstop: the loop below enforces the deadline itself */
+    CURL *e = a.easy;
+    curl_easy_setopt(e, CURLOPT_URL, req->url);
+    curl_easy_setopt(e, CURLOPT_POST, 1L);
+    curl_easy_setopt(e, CURLOPT_POSTFIELDS, req->body);
+    curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)req->body_len);
+    curl_easy_setopt(e, CURLOPT_HTTPHEADER, headers);
+    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_write);
+    curl_easy_setopt(e, CURLOPT_WRITEDATA, &a);
+    curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
+    curl_easy_setopt(e, CURLOPT_HEADERDATA, &a);
+    curl_easy_setopt(e, CURLOPT_NOPROGRESS, 0L);
+    curl_easy_setopt(e, CURLOPT_XFERINFOFUNCTION, on_xferinfo);
+    curl_easy_setopt(e, CURLOPT_XFERINFODATA, &a);
+    curl_easy_setopt(e, CURLOPT_ERRORBUFFER, curl_err);
+    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L); /* threads: no SIGALRM for DNS timeouts */
+    curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 0L); /* a POST is never redirected silently */
+    curl_easy_setopt(e, CURLOPT_USERAGENT, "ephemeral/1");
+    curl_easy_setopt(e, CURLOPT_ACCEPT_ENCODING, ""); /* gzip etc.; the cap counts decoded bytes */
+    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS,
+                     (long)(limit < CONNECT_TIMEOUT_MS ? limit : CONNECT_TIMEOUT_MS));
+    if (limit != UINT64_MAX)
+        curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)(limit > LONG_MAX ? LONG_MAX : limit));
+#if LIBCURL_VERSION_NUM >= 0x075500
+    curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
+#else
+    curl_easy_setopt(e, CURLOPT_PROTOCOLS, (long)(CURLPROTO_HTTP | CURLPROTO_HTTPS));
+#endif
+    curl_multi_add_handle(multi, e);
+
+    CURLcode result = CURLE_OK;
+    bool done = false;
+    while (!done) {
+        int running = 0;
+        CURLMcode mc = curl_multi_perform(multi, &running);
+        if (mc != CURLM_OK) {
+            rc = -EIO;
+            *transient = true;
+            snprintf(err, errlen, "%s: %s", req->what, curl_multi_strerror(mc));
+            goto out_remove;
+        }
+        CURLMsg *msg;
+        int queued;
+        while ((msg = curl_multi_info_read(multi, &queued))) {
+            if (msg->msg == CURLMSG_DONE) {
+                result = msg->data.result;
+                done = true;
+            }
+        }
+        if (done)
+            break;
+        if (cancelled(req)) {
+            rc = -ECANCELED;
+            snprintf(err, errlen, "%s: call cancelled", req->what);
+            goto out_remove;
+        }
+        uint64_t rem = remaining_ms(req);
+        if (rem == 0) {
+            rc = -ETIMEDOUT;
+            snprintf(err, errlen, "%s: deadline passed during the call", req->what);
+            goto out_remove;
+        }
+        curl_multi_poll(multi, NULL, 0, (int)(rem < POLL_SLICE_MS ? rem : POLL_SLICE_MS), NULL);
+    }
+
+    if (a.rc) {
+        rc = a.rc;
+        if (a.why[0])
+            snprintf(err, errlen, "%s: %s", req->what, a.why);
+        else if (req->event_error && req->event_error[0])
+            snprintf(err, errlen, "%s", req->event_error);
+        else
+            snprintf(err, errlen, "%s: %s", req->what, eph_strerror(rc));
+        /* -EAGAIN from on_event: the stream carried a transient error (an overloaded event in
+         * the middle of a 200 answer); another attempt may succeed. */
+        if (rc == -EAGAIN) {
+            rc = -EIO;
+            *transient = true;
+        }
+    } else if (result == CURLE_ABORTED_BY_CALLBACK && cancelled(req)) {
+        rc = -ECANCELED;
+        snprintf(err, errlen, "%s: call cancelled", req->what);
+    } else if ((result == CURLE_ABORTED_BY_CALLBACK || result == CURLE_OPERATION_TIMEDOUT) &&
+               past_deadline(req)) {
+        rc = -ETIMEDOUT;
+        snprintf(err, errlen, "%s: deadline passed during the call", req->what);
+    } else if (result != CURLE_OK) {
+        rc = -EIO;
+        *transient = curl_transient(result);
+        snprintf(err, errlen, "%s: %s", req->what, curl_err[0] ? curl_err : curl_easy_strerror(result));
+    } else {
+        long status = 0;
+        curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &status);
+        resp->status = status;
+        if (resp->streamed) {
+            rc = eph_sse_finish(&a.sse);
+            if (rc == -EMSGSIZE)
+                snprintf(err, errlen, "%s: response too large (event line over %zu bytes)",
+                         req->what, req->sse_line_max);
+        }
+    }
+
+out_remove:
+    curl_multi_remove_handle(multi, e);
+out:
+    if (a.easy)
+        curl_easy_cleanup(a.easy);
+    if (multi)
+        curl_multi_cleanup(multi);
+    eph_sse_release(&a.sse);
+    return rc;
+}
+
+/* ---- retries ---- */
+
+static bool status_retryable(long status)
+{
+    return status == 429 || status == 408 || (status >= 500 && status <= 599);
+}
+
+/* Exponential backoff with "equal jitter": between half and all of base * 2^(attempt-1), capped;
+ * Retry-After, when the server sent one, wins when it is longer. */
+static uint64_t backoff_ms(unsigned attempt, uint64_t retry_after_ms)
+{
+    uint64_t d = BACKOFF_BASE_MS;
+    for (unsigned i = 1; i < attempt && d < BACKOFF_MAX_MS; i++)
+        d *= 2;
+    if (d > BACKOFF_MAX_MS)
+        d = BACKOFF_MAX_MS;
+    uint32_t r = 0;
+    if (eph_random_bytes(&r, sizeof(r)) != 0)
+        r = (uint32_t)eph_clock_mono_ns();
+    d = d / 2 + r % (d / 2 + 1);
+    if (retry_after_ms > d)
+        d = retry_after_ms > RETRY_AFTER_MAX_MS ? RETRY_AFTER_MAX_MS : retry_after_ms;
+    return d;
+}
+
+/* Sleeps ms in short slices, returning -ECANCELED as soon as the flag turns true. The caller
+ * made sure the sleep ends before the deadline. */
+static int sleep_cancellable(uint64_t ms, const atomic_bool *cancel)
+{
+    uint64_t end = eph_clock_mono_ns() + ms * 1000000u;
+    for (;;) {
+        if (cancel && atomic_load(cancel))
+            return -ECANCELED;
+        uint64_t now = eph_clock_mono_ns();
+        if (now >= end)
+            return 0;
+        uint64_t slice = end - now;
+        if (slice > (uint64_t)POLL_SLICE_MS * 1000000u)
+            slice = (uint64_t)POLL_SLICE_MS * 1000000u;
+        struct timespec ts = {.tv_sec = 0, .tv_nsec = (long)slice};
+        nanosleep(&ts, NULL); /* EINTR: the loop recomputes what is left */
+    }
+}
+
+int eph_http_post(const struct eph_http_request *req, struct eph_http_response *resp, char *err,
+                  size_t errlen)
+{
+    memset(resp, 0, sizeof(*resp));
+    eph_buf_init(&resp->body, req->max_body);
+    if (errlen)
+        err[0] = '\0';
+    int rc = eph_http_global_init();
+    if (rc) {
+        snprintf(err, errlen, "%s: cannot initialise libcurl", req->what);
+        return rc;
+    }
+
+    struct curl_slist *headers = NULL;
+    for (const char *const *h = req->headers; h && *h; h++) {
+        struct curl_slist *n = curl_slist_append(headers, *h);
+        if (!n) {
+            curl_slist_free_all(headers);
+            snprintf(err, errlen, "%s: out of memory", req->what);
+            return -ENOMEM;
+        }
+        headers = n;
+    }
+
+    unsigned max = req->max_attempts ? req->max_attempts : DEFAULT_ATTEMPTS;
+    for (unsigned attempt = 1;; attempt++) {
+        if (cancelled(req)) {
+            rc = -ECANCELED;
+            snprintf(err, errlen, "%s: call cancelled", req->what);
+            break;
+        }
+        if (past_deadline(req)) {
+            rc = -ETIMEDOUT;
+            snprintf(err, errlen, "%s: deadline passed before the call", req->what);
+            break;
+        }
+        if (req->on_attempt)
+            req->on_attempt(req->ctx, attempt);
+        resp->attempts = attempt;
+        bool transient = false;
+        err[0] = '\0';
+        rc = http_attempt(req, headers, resp, &transient, err, errlen);
+        bool retry = rc ? transient : status_retryable(resp->status);
+        if (!retry || attempt >= max)
+            break;
+
+        uint64_t wait = backoff_ms(attempt, rc ? 0 : resp->retry_after_ms);
+        if (req->deadline_ns && eph_clock_mono_ns() + wait * 1000000u >= req->deadline_ns) {
+            /* Waiting would end past the deadline: report what went wrong now rather than a
+             * timeout, since that is the real reason the call failed. */
+            EPH_DEBUG("model", "%s: no time left to retry after attempt %u", req->what, attempt);
+            break;
+        }
+        if (rc)
+            EPH_INFO("model", "%s; attempt %u of %u, retrying in %llu ms",
+                     err[0] ? err : eph_strerror(rc), attempt, max, (unsigned long long)wait);
+        else
+            EPH_INFO("model", "%s: http %ld; attempt %u of %u, retrying in %llu ms", req->what,
+                     resp->status, attempt, max, (unsigned long long)wait);
+        int src = sleep_cancellable(wait, req->cancel);
+        if (src) {
+            rc = src;
+            snprintf(err, errlen, "%s: call cancelled", req->what);
+            break;
+        }
+    }
+    curl_slist_free_all(headers);
+    if (rc == -EIO && resp->attempts > 1) {
+        size_t len = strlen(err);
+        snprintf(err + len, errlen - len, " (after %u attempts)", resp->attempts);
+    }
+    return rc;
+}
+
+void eph_http_response_release(struct eph_http_response *resp)
+{
+    eph_buf_release(&resp->body);
+}

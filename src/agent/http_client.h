@@ -1,0 +1,118 @@
+/*
+ * http_client.h - the small libcurl wrapper the model providers call: POST a JSON body, get the
+ * answer back, within a deadline, abandoning the call at once when a cancel flag turns true, with
+ * retries and backoff on 429, 5xx and network errors.
+ *
+ * Everything that comes back is capped: the body at max_body bytes (-EMSGSIZE, "response too
+ * large"), each Server-Sent Events line at sse_line_max bytes. A 2xx answer with the content type
+ * text/event-stream is fed to an SSE parser when the caller asked for streaming; any other answer
+ * (errors included) is collected whole into the result's body, so the provider can read the
+ * provider's error message or fall back to a plain JSON answer from a server that ignored
+ * "stream": true.
+ *
+ * Threads: every call uses its own curl easy and multi handles, so calls on any number of threads
+ * are independent. libcurl's global state must be set up once: eph_http_global_init() does it
+ * (idempotent, thread-safe through pthread_once); main() should call it before starting threads,
+ * and the providers' open() calls it again to be safe.
+ */
+#ifndef EPH_HTTP_CLIENT_H
+#define EPH_HTTP_CLIENT_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/buf.h"
+
+/* curl_global_init(CURL_GLOBAL_DEFAULT), once. 0 or -EIO. */
+int eph_http_global_init(void) __attribute__((warn_unused_result));
+
+/*
+ * Server-Sent Events parser (the WHATWG event-stream format): lines end with LF, CRLF or CR; a
+ * blank line dispatches the event; "data:" lines are joined with LF; comments (":...") and unknown
+ * fields are ignored. A line longer than line_max fails with -EMSGSIZE, and so does an event whose
+ * data grows past line_max. An event without data is not dispatched.
+ */
+typedef int (*eph_sse_event_fn)(void *ctx, const char *event, const char *data, size_t len);
+
+struct eph_sse {
+    struct eph_buf line;
+    struct eph_buf data;
+    char event[64]; /* the event's name, truncated (names are short words) */
+    bool have_data;
+    bool last_cr; /* the previous chunk ended with CR: a leading LF belongs to that line end */
+    eph_sse_event_fn on_event;
+    void *ctx;
+};
+
+void eph_sse_init(struct eph_sse *s, size_t line_max, eph_sse_event_fn on_event, void *ctx);
+/* 0, -EMSGSIZE, -ENOMEM, or the first non-zero value on_event returned (parsing stops there). */
+int eph_sse_feed(struct eph_sse *s, const char *p, size_t n) __attribute__((warn_unused_result));
+/* At the end of the stream: a last line without its line end and a last event without its blank
+ * line are still delivered (servers that drop the final blank line are common). */
+int eph_sse_finish(struct eph_sse *s) __attribute__((warn_unused_result));
+void eph_sse_release(struct eph_sse *s);
+
+struct eph_http_request {
+    const char *what;            /* "openai": the prefix of error messages */
+    const char *url;
+    const char *const *headers;  /* NULL-terminated "Name: value" lines; may be NULL */
+    const char *body;
+    size_t body_len;
+    uint64_t deadline_ns;        /* CLOCK_MONOTONIC; 0 for none */
+    uint32_t attempt_timeout_ms; /* per attempt; 0 for none (the deadline still applies) */
+    const atomic_bool *cancel;   /* may be NULL */
+    size_t max_body;             /* cap on the bytes received per attempt */
+    unsigned max_attempts;       /* 0 means the default, 4 */
+    /* Streaming: when on_event is set, a 2xx text/event-stream answer goes through an SSE parser
+     * with lines capped at sse_line_max, and on_event sees each event. */
+    eph_sse_event_fn on_event;
+    size_t sse_line_max;
+    /* Where on_event leaves a message when it fails (NULL or "" for none): used in err. */
+    const char *event_error;
+    /* Called before every attempt, so a provider can drop what a failed attempt had assembled. */
+    void (*on_attempt)(void *ctx, unsigned attempt);
+    void *ctx;
+    /* A secret (the API key) that must never appear in an error message; may be NULL. */
+    const char *secret;
+};
+
+struct eph_http_response {
+    long status;                 /* HTTP status of the last attempt, 0 when none came back */
+    bool streamed;               /* the body went to on_event, not to body */
+    struct eph_buf body;         /* the body when not streamed; release with eph_http_response_release */
+    unsigned attempts;           /* attempts made */
+    uint64_t retry_after_ms;     /* the last Retry-After (or retry-after-ms) seen, 0 when none */
+};
+
+/*
+ * POSTs the request, retrying on 429, 408, 5xx and transient network errors with exponential
+ * backoff and jitter (0.5 s, 1 s, 2 s... each between half and all of that, Retry-After honoured up
+ * to 20 s), never sleeping past the deadline, at most max_attempts attempts.
+ *
+ * Returns 0 when an answer came back, whatever its status (the caller reads resp->status; after
+ * the last retry the answer is the last 429 or 5xx). Otherwise a negative errno with a message in
+ * err: -ETIMEDOUT (deadline), -ECANCELED, -EMSGSIZE (over max_body or an SSE line over its cap),
+ * -EIO (network error after the retries, or a non-retryable one such as a bad URL), -ENOMEM, or
+ * what on_event returned. resp is initialised here; release it even on error.
+ */
+int eph_http_post(const struct eph_http_request *req, struct eph_http_response *resp, char *err,
+                  size_t errlen) __attribute__((warn_unused_result));
+
+void eph_http_response_release(struct eph_http_response *resp);
+
+/*
+ * The provider's error message from an error body, for people: error.message (OpenAI, Anthropic,
+ * most compatible servers), error (a string), message or detail; else the body's text. Control
+ * characters become spaces, the secret (when not NULL and at least 4 bytes) becomes "[redacted]",
+ * and the result is cut at 200 bytes on a UTF-8 boundary. out is always NUL-terminated.
+ */
+#define EPH_HTTP_ERROR_MAX 201 /* a buffer for eph_http_error_message, terminator included */
+void eph_http_error_message(const char *body, size_t len, const char *secret, char *out,
+                            size_t outlen);
+
+/* base + "/" + path, without doubling the slash; NULL on -ENOMEM. free() it. */
+char *eph_http_join_url(const char *base, const char *path);
+
+#endif

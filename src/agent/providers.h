@@ -1,0 +1,64 @@
+/*
+ * providers.h - the model providers eph_model_provider() knows (model.c holds the table), and the
+ * pieces the two HTTP providers (openai.c, anthropic.c) share.
+ */
+#ifndef EPH_PROVIDERS_H
+#define EPH_PROVIDERS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "agent/model.h"
+
+extern const struct eph_model_ops eph_model_openai_ops;    /* openai.c */
+extern const struct eph_model_ops eph_model_anthropic_ops; /* anthropic.c */
+extern const struct eph_model_ops eph_model_replay_ops;    /* replay.c */
+
+/*
+ * Streaming (SSE) instead of one JSON answer, for an openai or anthropic model; off by default,
+ * since it is what every OpenAI-compatible server handles (older llama.cpp and Ollama refuse or
+ * mangle tools with "stream": true). Call it before the model is shared between threads. 0, or
+ * -EINVAL for a model of another provider.
+ */
+int eph_model_set_stream(struct eph_model *m, bool stream);
+
+/* What an HTTP provider's model holds. base comes first: ops get &base and cast back. */
+struct eph_http_model {
+    struct eph_model base;
+    char *url;          /* base_url + the provider's path */
+    char *key;          /* the API key, or NULL (no api_key_env, or the variable is unset) */
+    bool key_missing;   /* api_key_env names a variable that is unset or empty */
+    char *upstream;     /* the model name sent on the wire */
+    uint32_t timeout_ms; /* per attempt */
+    bool stream;
+};
+
+/* Fills m from cfg: url = (cfg->base_url or default_base) + path; the key read from the
+ * environment once (never logged); upstream = cfg->upstream_model, else the id, after its last
+ * '/' when strip_prefix. 0, -EINVAL (bad base_url), -ENOMEM; a message in err. */
+int eph_http_model_init(struct eph_http_model *m, const struct eph_model_ops *ops,
+                        const struct eph_model_config *cfg, const char *default_base,
+                        const char *path, bool strip_prefix, char *err, size_t errlen)
+    __attribute__((warn_unused_result));
+/* Frees what init allocated; the key is wiped first. */
+void eph_http_model_release(struct eph_http_model *m);
+
+/* The max_tokens to send: the request's, never above the model's max_output_tokens; the model's
+ * when the request says 0; 1024 when neither says. */
+uint32_t eph_model_max_tokens(const struct eph_model_config *cfg,
+                              const struct eph_model_request *req);
+
+/* How many tool calls the assistant messages of the conversation hold: made-up ids continue from
+ * there ("call_<n>"), so they stay unique within a conversation. */
+unsigned eph_model_count_calls(const json_t *messages);
+
+/* A token count from a usage field: a non-negative integer (or an integral real), else 0. */
+uint64_t eph_model_json_tokens(const json_t *v);
+
+/* Appends a tool call to r (copies). id NULL or "" gets "call_<n>"; name NULL becomes "";
+ * arguments NULL becomes "{}". 0, -EMSGSIZE past EPH_MODEL_MAX_CALLS, -ENOMEM. */
+#define EPH_MODEL_MAX_CALLS 128
+int eph_model_add_call(struct eph_model_response *r, const char *id, const char *name,
+                       const char *arguments, unsigned n) __attribute__((warn_unused_result));
+
+#endif

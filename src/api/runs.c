@@ -1,0 +1,754 @@
+/*
+ * runs.c - /v1/runs: create (validation, idempotency, reservation), get (long poll), list,
+ * events (JSON and Server-Sent Events), cancel.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <microhttpd.h>
+#include <sodium.h>
+
+#include "api/api.h"
+#include "common/clock.h"
+#include "common/id.h"
+#include "common/log.h"
+#include "common/money.h"
+#include "common/text.h"
+#include "run/live.h"
+
+#define PROMPT_MAX (64u << 10)
+#define FILES_MAX 100
+#define FILES_BYTES_MAX (10u << 20)
+#define METADATA_PAIRS_MAX 16
+#define WAIT_MAX 600
+#define SSE_KEEPALIVE_NS (15ull * 1000000000u)
+
+/* ---- validation ---- */
+
+struct create_req {
+    const char *prompt;
+    const char *model;
+    bool shell, web, zdr;
+    json_t *connections; /* borrowed */
+    json_t *files;       /* new: normalised to {path, content_base64} */
+    json_t *metadata;    /* borrowed */
+    unsigned timeout;
+    int64_t max_cost;
+};
+
+#define BAD(param, ...)                                                                            \
+    eph_api_reply_error(req, 400, "invalid_request_error", "invalid_parameter", param, __VA_ARGS__)
+
+static bool want_bool(struct eph_api_req *req, json_t *body, const char *name, bool *out)
+{
+    json_t *v = json_object_get(body, name);
+    if (!v)
+        return true;
+    if (!json_is_boolean(v)) {
+        BAD(name, "'%s' must be a boolean", name);
+        return false;
+    }
+    *out = json_is_true(v);
+    return true;
+}
+
+static char *b64_encode(const unsigned char *data, size_t n)
+{
+    size_t len = sodium_base64_ENCODED_LEN(n, sodium_base64_VARIANT_ORIGINAL);
+    char *out = malloc(len);
+    if (out)
+        sodium_bin2base64(out, len, data, n, sodium_base64_VARIANT_ORIGINAL);
+    return out;
+}
+
+static bool check_files(struct eph_api_req *req, json_t *files, json_t **out)
+{
+    if (!json_is_array(files)) {
+        BAD("files", "'files' must be an array");
+        return false;
+    }
+    if (json_array_size(files) > FILES_MAX) {
+        BAD("files", "at most %d files", FILES_MAX);
+        return false;
+    }
+    json_t *norm = json_array();
+    size_t total = 0, i;
+    json_t *f;
+    char param[32];
+    json_array_foreach(files, i, f)
+    {
+        snprintf(param, sizeof(param), "files[%zu]", i);
+        if (!json_is_object(f)) {
+            BAD(param, "each file must be an object with 'path' and 'content'");
+            goto fail;
+        }
+        const char *key;
+        json_t *v;
+        json_object_foreach(f, key, v)
+        {
+            if (strcmp(key, "path") && strcmp(key, "content") && strcmp(key, "content_base64")) {
+                snprintf(param, sizeof(param), "files[%zu].%.12s", i, key);
+                BAD(param, "unknown field '%s' in a file", key);
+                goto fail;
+            }
+        }
+        json_t *path = json_object_get(f, "path");
+        json_t *content = json_object_get(f, "content");
+        json_t *b64 = json_object_get(f, "content_base64");
+        if (!json_is_string(path) ||
+            !eph_text_safe_relpath(json_string_value(path), json_string_length(path))) {
+            snprintf(param, sizeof(param), "files[%zu].path", i);
+            BAD(param, "a file path must be relative, inside the scratch directory, without "
+                       "'..' or NUL");
+            goto fail;
+        }
+        if ((content != NULL) == (b64 != NULL) || (content && !json_is_string(content)) ||
+            (b64 && !json_is_string(b64))) {
+            BAD(param, "a file needs exactly one of 'content' (string) or 'content_base64'");
+            goto fail;
+        }
+        char *encoded;
+        size_t size;
+        if (content) {
+            size = json_string_length(content);
+            encoded = b64_encode((const unsigned char *)json_string_value(content), size);
+        } else {
+            const char *s = json_string_value(b64);
+            size_t slen = json_string_length(b64);
+            unsigned char *bin = malloc(slen / 4 * 3 + 3);
+            if (!bin || sodium_base642bin(bin, slen / 4 * 3 + 3, s, slen, NULL, &size, NULL,
+                                          sodium_base64_VARIANT_ORIGINAL)) {
+                free(bin);
+                snprintf(param, sizeof(param), "files[%zu].content_base64", i);
+                BAD(param, "'content_base64' is not valid base64");
+                goto fail;
+            }
+            free(bin);
+            encoded = strdup(s);
+        }
+        total += size;
+        if (total > FILES_BYTES_MAX) {
+            free(encoded);
+            BAD("files", "files total over 10 MiB");
+            goto fail;
+        }
+        json_array_append_new(norm, json_pack("{s:O, s:s, s:I}", "path", path, "content_base64",
+                                              encoded ? encoded : "", "size", (json_int_t)size));
+        free(encoded);
+    }
+    *out = norm;
+    return true;
+fail:
+    json_decref(norm);
+    return false;
+}
+
+static bool check_metadata(struct eph_api_req *req, json_t *md)
+{
+    if (!json_is_object(md)) {
+        BAD("metadata", "'metadata' must be an object of strings");
+        return false;
+    }
+    if (json_object_size(md) > METADATA_PAIRS_MAX) {
+        BAD("metadata", "at most %d metadata pairs", METADATA_PAIRS_MAX);
+        return false;
+    }
+    const char *k;
+    json_t *v;
+    json_object_foreach(md, k, v)
+    {
+        if (strlen(k) == 0 || strlen(k) > 64) {
+            BAD("metadata", "metadata keys must be 1 to 64 bytes");
+            return false;
+        }
+        if (!json_is_string(v) || json_string_length(v) > 512) {
+            BAD("metadata", "metadata values must be strings of at most 512 bytes");
+            return false;
+        }
+    }
+    return true;
+}
+
+/* Validates the body; on failure answers 400 and returns false. */
+static bool validate_create(struct eph_api_req *req, json_t *body, struct create_req *c)
+{
+    static const char *const known[] = {"prompt",    "model",           "shell",
+                                        "web",       "connections",     "files",
+                                        "timeout_seconds", "max_cost_micros", "zero_data_retention",
+                                        "metadata",  NULL};
+    const struct eph_config *cfg = req->svc->cfg;
+    memset(c, 0, sizeof(*c));
+    c->shell = true;
+    c->timeout = 120;
+    const char *key;
+    json_t *v;
+    json_object_foreach(body, key, v)
+    {
+        bool ok = false;
+        for (const char *const *k = known; *k; k++)
+            ok |= strcmp(*k, key) == 0;
+        if (!ok) {
+            char shown[80];
+            snprintf(shown, sizeof(shown), "%.64s", key);
+            BAD(shown, "unknown field '%s'", shown);
+            return false;
+        }
+    }
+    json_t *prompt = json_object_get(body, "prompt");
+    if (!prompt) {
+        eph_api_reply_error(req, 400, "invalid_request_error", "missing_parameter", "prompt",
+                            "'prompt' is required");
+        return false;
+    }
+    if (!json_is_string(prompt) || json_string_length(prompt) == 0 ||
+        json_string_length(prompt) > PROMPT_MAX ||
+        strlen(json_string_value(prompt)) != json_string_length(prompt)) {
+        BAD("prompt", "'prompt' must be a string of 1 byte to 64 KiB, without NUL");
+        return false;
+    }
+    c->prompt = json_string_value(prompt);
+    json_t *model = json_object_get(body, "model");
+    if (model) {
+        if (!json_is_string(model) || !eph_config_model(cfg, json_string_value(model))) {
+            BAD("model", "'model' must be one of the configured models");
+            return false;
+        }
+        c->model = json_string_value(model);
+    } else {
+        c->model = cfg->default_model;
+    }
+    if (!want_bool(req, body, "shell", &c->shell) || !want_bool(req, body, "web", &c->web) ||
+        !want_bool(req, body, "zero_data_retention", &c->zdr))
+        return false;
+    json_t *conns = json_object_get(body, "connections");
+    if (conns) {
+        if (!json_is_array(conns)) {
+            BAD("connections", "'connections' must be an array of connection names");
+            return false;
+        }
+        size_t i;
+        json_t *n;
+        json_array_foreach(conns, i, n)
+        {
+            if (!json_is_string(n)) {
+                BAD("connections", "'connections' must be an array of connection names");
+                return false;
+            }
+            /* Connections are stored by the broker issue; until then no name is known. */
+            BAD("connections", "unknown connection '%.64s'", json_string_value(n));
+            return false;
+        }
+        c->connections = conns;
+    }
+    json_t *files = json_object_get(body, "files");
+    if (files && !check_files(req, files, &c->files))
+        return false;
+    json_t *t = json_object_get(body, "timeout_seconds");
+    if (t) {
+        unsigned max = cfg->max_timeout_seconds < 3600 ? cfg->max_timeout_seconds : 3600;
+        if (!json_is_integer(t) || json_integer_value(t) < 1 || json_integer_value(t) > max) {
+            json_decref(c->files);
+            c->files = NULL;
+            BAD("timeout_seconds", "'timeout_seconds' must be an integer from 1 to %u", max);
+            return false;
+        }
+        c->timeout = (unsigned)json_integer_value(t);
+    }
+    json_t *mc = json_object_get(body, "max_cost_micros");
+    if (!mc) {
+        json_decref(c->files);
+        c->files = NULL;
+        eph_api_reply_error(req, 400, "invalid_request_error", "missing_parameter",
+                            "max_cost_micros", "'max_cost_micros' is required");
+        return false;
+    }
+    if (!json_is_integer(mc) || json_integer_value(mc) <= 0) {
+        json_decref(c->files);
+        c->files = NULL;
+        BAD("max_cost_micros", "'max_cost_micros' must be a positive integer");
+        return false;
+    }
+    c->max_cost = json_integer_value(mc);
+    json_t *md = json_object_get(body, "metadata");
+    if (md && !check_metadata(req, md)) {
+        json_decref(c->files);
+        c->files = NULL;
+        return false;
+    }
+    c->metadata = md;
+    return true;
+}
+
+/* The run object as the API shows it: from the store, plus a ZDR result held for waiters. */
+static json_t *run_json(struct eph_api_req *req, const struct eph_run *r, struct eph_live *live)
+{
+    json_t *o = eph_run_to_json(r, req->svc->cfg->retention_days);
+    if (r->zdr && live) {
+        char *res = eph_live_zdr_result(live);
+        if (res)
+            json_object_set_new(o, "result", json_string(res));
+        free(res);
+    }
+    return o;
+}
+
+static bool is_printable_ascii(const char *s)
+{
+    for (; *s; s++)
+        if (*s < 0x20 || *s > 0x7e)
+            return false;
+    return true;
+}
+
+/* Waits up to wait seconds for the run to settle, holding a live reference when it is live. */
+static struct eph_live *wait_for_run(const char *id, unsigned wait)
+{
+    struct eph_live *live = eph_live_get(id);
+    if (live && wait)
+        eph_live_wait_closed(live, eph_clock_mono_ns() + (uint64_t)wait * 1000000000u);
+    return live;
+}
+
+int eph_api_runs_create(struct eph_api_req *req)
+{
+    struct eph_service *svc = req->svc;
+    struct eph_store *st = svc->store;
+    if (atomic_load(&svc->shutting_down))
+        return eph_api_reply_error(req, 503, "api_error", "shutting_down", NULL,
+                                   "the server is shutting down");
+    const char *ct = eph_api_header(req, "Content-Type");
+    if (ct && strncasecmp(ct, "application/json", 16) != 0)
+        return eph_api_reply_error(req, 400, "invalid_request_error", "invalid_content_type",
+                                   NULL, "the body must be application/json");
+    json_error_t je;
+    json_t *body = json_loadb(req->body.data ? req->body.data : "", req->body.len,
+                              JSON_REJECT_DUPLICATES, &je);
+    if (!body || !json_is_object(body)) {
+        json_decref(body);
+        return eph_api_reply_error(req, 400, "invalid_request_error", "invalid_json", NULL,
+                                   "the body must be a JSON object: %s",
+                                   body ? "not an object" : je.text);
+    }
+    struct create_req c;
+    if (!validate_create(req, body, &c)) {
+        json_decref(body);
+        return MHD_YES;
+    }
+
+    const char *idem = eph_api_header(req, "Idempotency-Key");
+    char req_hash[65] = "";
+    if (idem) {
+        if (strlen(idem) == 0 || strlen(idem) > 255 || !is_printable_ascii(idem)) {
+            json_decref(body);
+            json_decref(c.files);
+            return eph_api_reply_error(req, 400, "invalid_request_error", "invalid_parameter",
+                                       "Idempotency-Key",
+                                       "'Idempotency-Key' must be 1 to 255 printable ASCII "
+                                       "characters");
+        }
+        char *canon = json_dumps(body, JSON_COMPACT | JSON_SORT_KEYS);
+        struct eph_buf b;
+        eph_buf_init(&b, (size_t)-1 / 2);
+        int brc = eph_buf_appendf(&b, "%s %s\n%s", req->method, req->path, canon ? canon : "");
+        free(canon);
+        if (brc) {
+            eph_buf_release(&b);
+            json_decref(body);
+            json_decref(c.files);
+            return eph_api_reply_error(req, 500, "api_error", "internal_error", NULL,
+                                       "out of memory");
+        }
+        eph_sha256_hex(b.data, b.len, req_hash);
+        eph_buf_release(&b);
+        struct eph_idem prev = {0};
+        int rc = st->ops->idem_begin(st, req->org_id, idem, req_hash, eph_clock_real_ms(), &prev);
+        if (rc == -EEXIST) {
+            json_decref(body);
+            json_decref(c.files);
+            if (strcmp(prev.request_hash, req_hash) != 0) {
+                free(prev.response_body);
+                return eph_api_reply_error(req, 422, "idempotency_error", "idempotency_key_reused",
+                                           "Idempotency-Key",
+                                           "this idempotency key was used with a different "
+                                           "request");
+            }
+            if (prev.status_code == 0) {
+                free(prev.response_body);
+                return eph_api_reply_error(req, 409, "idempotency_error",
+                                           "idempotency_key_in_use", "Idempotency-Key",
+                                           "a request with this idempotency key is still in "
+                                           "progress");
+            }
+            json_t *stored = json_loads(prev.response_body ? prev.response_body : "", 0, NULL);
+            free(prev.response_body);
+            /* Replay the stored answer, refreshed with the run's current state. */
+            const char *rid = json_string_value(json_object_get(stored, "id"));
+            struct eph_run r;
+            if (rid && st->ops->run_get(st, rid, req->org_id, &r) == 0) {
+                json_decref(stored);
+                stored = eph_run_to_json(&r, svc->cfg->retention_days);
+                eph_run_release(&r);
+            }
+            return eph_api_reply_json(req, 200, stored, "Idempotent-Replayed", "true");
+        }
+        if (rc) {
+            json_decref(body);
+            json_decref(c.files);
+            return eph_api_reply_error(req, 503, "api_error", "store_unavailable", NULL,
+                                       "the store is unavailable");
+        }
+    }
+
+    struct eph_run r;
+    eph_run_init(&r);
+    int rc = eph_id_hex("run_", 16, r.id, sizeof(r.id));
+    snprintf(r.org_id, sizeof(r.org_id), "%s", req->org_id);
+    r.status = EPH_RUN_QUEUED;
+    r.model = strdup(c.model);
+    r.zdr = c.zdr;
+    r.prompt = c.zdr ? NULL : strdup(c.prompt);
+    r.files = c.zdr ? NULL : json_incref(c.files);
+    r.connections = c.connections ? json_incref(c.connections) : json_array();
+    r.metadata = c.metadata ? json_incref(c.metadata) : json_object();
+    r.shell = c.shell;
+    r.web = c.web;
+    r.timeout_seconds = c.timeout;
+    r.created_at_ms = eph_clock_real_ms();
+    r.cost.reserved_micros = c.max_cost;
+
+    char money[EPH_MONEY_FMT_MAX];
+    struct eph_event first = {.seq = 1, .t_ms = 0, .at_ms = r.created_at_ms};
+    snprintf(first.source, sizeof(first.source), "queue");
+    snprintf(first.type, sizeof(first.type), "run.queued");
+    if (asprintf(&first.message, "budget of %s reserved", eph_money_format(c.max_cost, money)) <
+        0)
+        first.message = NULL;
+    first.data = json_pack("{s:I}", "reserved_micros", (json_int_t)c.max_cost);
+
+    if (!rc)
+        rc = st->ops->run_insert(st, &r, &first);
+    eph_event_release(&first);
+    if (rc) {
+        if (idem)
+            st->ops->idem_abandon(st, req->org_id, idem);
+        eph_run_release(&r);
+        json_decref(body);
+        json_decref(c.files);
+        if (rc == -EDQUOT) {
+            struct eph_balance b = {0};
+            st->ops->balance(st, req->org_id, &b);
+            char avail[EPH_MONEY_FMT_MAX];
+            return eph_api_reply_error(req, 402, "insufficient_balance_error",
+                                       "insufficient_balance", "max_cost_micros",
+                                       "max_cost_micros %s is more than the available balance %s",
+                                       eph_money_format(c.max_cost, money),
+                                       eph_money_format(b.available_micros, avail));
+        }
+        return eph_api_reply_error(req, 503, "api_error", "store_unavailable", NULL,
+                                   "the run could not be stored");
+    }
+
+    /* The prompt of a zero-data-retention run lives only in this process, on the live entry's
+     * worker, never in the store: the worker reads it from here. */
+    int lrc = eph_live_register(r.id, r.created_at_ms, 1);
+    if (!lrc && c.zdr)
+        lrc = eph_live_set_prompt(r.id, c.prompt, c.files);
+    if (lrc || eph_scheduler_submit(r.id))
+        EPH_ERROR("api", "run %s: cannot queue: out of memory", r.id);
+    EPH_INFO("api", "run %s queued (org %s, budget %s)", r.id, r.org_id, money);
+
+    json_t *obj = eph_run_to_json(&r, svc->cfg->retention_days);
+    if (idem) {
+        char *text = json_dumps(obj, JSON_COMPACT);
+        if (text)
+            st->ops->idem_complete(st, req->org_id, idem, 201, text);
+        free(text);
+    }
+    unsigned wait = eph_api_prefer_wait(req, WAIT_MAX);
+    if (wait) {
+        struct eph_live *live = wait_for_run(r.id, wait);
+        struct eph_run now;
+        if (st->ops->run_get(st, r.id, req->org_id, &now) == 0) {
+            json_decref(obj);
+            obj = run_json(req, &now, live);
+            eph_run_release(&now);
+        }
+        eph_live_put(live);
+    }
+    json_decref(body);
+    json_decref(c.files);
+    char location[64];
+    snprintf(location, sizeof(location), "/v1/runs/%s", r.id);
+    eph_run_release(&r);
+    return eph_api_reply_json(req, 201, obj, "Location", location);
+}
+
+static int not_found(struct eph_api_req *req, const char *id)
+{
+    char shown[64];
+    snprintf(shown, sizeof(shown), "%.40s", id);
+    return eph_api_reply_error(req, 404, "not_found_error", "run_not_found", NULL,
+                               "no such run '%s'", shown);
+}
+
+int eph_api_runs_get(struct eph_api_req *req, const char *id)
+{
+    struct eph_store *st = req->svc->store;
+    struct eph_run r;
+    if (!eph_id_is_run(id))
+        return not_found(req, id);
+    int rc = st->ops->run_get(st, id, req->org_id, &r);
+    if (rc == -ENOENT)
+        return not_found(req, id);
+    if (rc)
+        return eph_api_reply_error(req, 503, "api_error", "store_unavailable", NULL,
+                                   "the store is unavailable");
+    unsigned wait = eph_api_prefer_wait(req, WAIT_MAX);
+    struct eph_live *live = NULL;
+    if (!eph_run_status_terminal(r.status) || r.zdr) {
+        live = wait_for_run(id, eph_run_status_terminal(r.status) ? 0 : wait);
+        if (live) {
+            eph_run_release(&r);
+            if ((rc = st->ops->run_get(st, id, req->org_id, &r))) {
+                eph_live_put(live);
+                return eph_api_reply_error(req, 503, "api_error", "store_unavailable", NULL,
+                                           "the store is unavailable");
+            }
+        }
+    }
+    json_t *o = run_json(req, &r, live);
+    eph_live_put(live);
+    eph_run_release(&r);
+    return eph_api_reply_json(req, 200, o, NULL, NULL);
+}
+
+struct list_ctx {
+    json_t *data;
+    unsigned retention;
+};
+
+static int list_cb(const struct eph_run *r, void *ctx)
+{
+    struct list_ctx *l = ctx;
+    json_array_append_new(l->data, eph_run_to_json(r, l->retention));
+    return 0;
+}
+
+int eph_api_runs_list(struct eph_api_req *req)
+{
+    struct eph_store *st = req->svc->store;
+    unsigned limit = 20;
+    const char *ls = eph_api_query(req, "limit");
+    if (ls) {
+        char *end;
+        unsigned long n = strtoul(ls, &end, 10);
+        if (*end || end == ls || n < 1 || n > 100)
+            return BAD("limit", "'limit' must be an integer from 1 to 100");
+        limit = (unsigned)n;
+    }
+    const char *after = eph_api_query(req, "after");
+    if (after && !eph_id_is_run(after))
+        return BAD("after", "'after' must be a run id");
+    const char *status = eph_api_query(req, "status");
+    enum eph_run_status s;
+    if (status && eph_run_status_parse(status, &s))
+        return BAD("status", "unknown status '%.32s'", status);
+    struct list_ctx l = {json_array(), req->svc->cfg->retention_days};
+    bool more = false;
+    int rc = st->ops->run_list(st, req->org_id, limit, after, status, list_cb, &l, &more);
+    if (rc) {
+        json_decref(l.data);
+        return eph_api_reply_error(req, 503, "api_error", "store_unavailable", NULL,
+                                   "the store is unavailable");
+    }
+    return eph_api_reply_json(req, 200,
+                              json_pack("{s:s, s:o, s:b}", "object", "list", "data", l.data,
+                                        "has_more", more),
+                              NULL, NULL);
+}
+
+/* ---- events ---- */
+
+static int events_cb(const struct eph_event *e, void *ctx)
+{
+    json_array_append_new((json_t *)ctx, eph_event_to_json(e));
+    return 0;
+}
+
+struct sse {
+    struct eph_service *svc;
+    char id[EPH_RUN_ID_LEN + 1];
+    struct eph_live *live;     /* NULL once the run is settled */
+    uint64_t last_seq;         /* last event sent */
+    bool done;                 /* the final event was sent */
+    struct eph_buf pending;    /* bytes not yet handed to the server */
+    size_t pending_off;
+};
+
+static int sse_event_cb(const struct eph_event *e, void *ctx)
+{
+    struct sse *s = ctx;
+    json_t *o = eph_event_to_json(e);
+    char *text = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(10));
+    json_decref(o);
+    int rc = text ? eph_buf_appendf(&s->pending, "id: %llu\nevent: %s\ndata: %s\n\n",
+                                    (unsigned long long)e->seq, e->type, text)
+                  : -ENOMEM;
+    free(text);
+    s->last_seq = e->seq;
+    if (strcmp(e->type, "worker.destroyed") == 0)
+        s->done = true;
+    return rc;
+}
+
+/* Refills the pending buffer: stored events after last_seq, else a wait for new ones, else a
+ * keep-alive comment. Returns false at the end of the stream. */
+static bool sse_fill(struct sse *s)
+{
+    struct eph_store *st = s->svc->store;
+    for (;;) {
+        if (s->done)
+            return false;
+        eph_buf_reset(&s->pending);
+        s->pending_off = 0;
+        if (st->ops->events_list(st, s->id, s->last_seq, 64, sse_event_cb, s))
+            return false;
+        if (s->pending.len)
+            return true;
+        if (!s->live) {
+            /* Not live and nothing new: the run is settled (or was never ours to follow). */
+            return false;
+        }
+        bool closed;
+        uint64_t seq =
+            eph_live_wait(s->live, s->last_seq, eph_clock_mono_ns() + SSE_KEEPALIVE_NS, &closed);
+        if (seq > s->last_seq)
+            continue;
+        if (closed) {
+            eph_live_put(s->live);
+            s->live = NULL;
+            continue;
+        }
+        if (atomic_load(&s->svc->shutting_down))
+            return false;
+        if (eph_buf_appends(&s->pending, ": keep-alive\n\n"))
+            return false;
+        return true;
+    }
+}
+
+static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    struct sse *s = cls;
+    if (s->pending_off >= s->pending.len && !sse_fill(s))
+        return MHD_CONTENT_READER_END_OF_STREAM;
+    size_t n = s->pending.len - s->pending_off;
+    if (n > max)
+        n = max;
+    memcpy(buf, s->pending.data + s->pending_off, n);
+    s->pending_off += n;
+    return (ssize_t)n;
+}
+
+static void sse_free(void *cls)
+{
+    struct sse *s = cls;
+    eph_live_put(s->live);
+    eph_buf_release(&s->pending);
+    free(s);
+}
+
+int eph_api_runs_events(struct eph_api_req *req, const char *id)
+{
+    struct eph_store *st = req->svc->store;
+    struct eph_run r;
+    if (!eph_id_is_run(id))
+        return not_found(req, id);
+    int rc = st->ops->run_get(st, id, req->org_id, &r);
+    if (rc == -ENOENT)
+        return not_found(req, id);
+    if (rc)
+        return eph_api_reply_error(req, 503, "api_error", "store_unavailable", NULL,
+                                   "the store is unavailable");
+    eph_run_release(&r);
+
+    uint64_t after = 0;
+    const char *a = eph_api_query(req, "after");
+    const char *last = eph_api_header(req, "Last-Event-ID");
+    const char *from = last ? last : a;
+    if (from) {
+        char *end;
+        unsigned long long n = strtoull(from, &end, 10);
+        if (*end || end == from)
+            return BAD(last ? "Last-Event-ID" : "after", "must be an event sequence number");
+        after = n;
+    }
+    const char *accept = eph_api_header(req, "Accept");
+    if (!accept || !strstr(accept, "text/event-stream")) {
+        json_t *data = json_array();
+        if (st->ops->events_list(st, id, after, 0, events_cb, data)) {
+            json_decref(data);
+            return eph_api_reply_error(req, 503, "api_error", "store_unavailable", NULL,
+                                       "the store is unavailable");
+        }
+        return eph_api_reply_json(req, 200, json_pack("{s:s, s:o}", "object", "list", "data", data),
+                                  NULL, NULL);
+    }
+    struct sse *s = calloc(1, sizeof(*s));
+    if (!s)
+        return MHD_NO;
+    s->svc = req->svc;
+    snprintf(s->id, sizeof(s->id), "%s", id);
+    s->last_seq = after;
+    /* Take the live reference before reading the store, so that no event falls between. */
+    s->live = eph_live_get(id);
+    eph_buf_init(&s->pending, 1u << 20);
+    struct MHD_Response *resp =
+        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, sse_read, s, sse_free);
+    if (!resp) {
+        sse_free(s);
+        return MHD_NO;
+    }
+    MHD_add_response_header(resp, "Content-Type", "text/event-stream");
+    MHD_add_response_header(resp, "Cache-Control", "no-store");
+    MHD_add_response_header(resp, "X-Accel-Buffering", "no");
+    rc = MHD_queue_response(req->conn, 200, resp);
+    MHD_destroy_response(resp);
+    req->answered = true;
+    return rc;
+}
+
+int eph_api_runs_cancel(struct eph_api_req *req, const char *id)
+{
+    struct eph_store *st = req->svc->store;
+    struct eph_run r;
+    if (!eph_id_is_run(id))
+        return not_found(req, id);
+    int rc = st->ops->run_get(st, id, req->org_id, &r);
+    if (rc == -ENOENT)
+        return not_found(req, id);
+    if (rc)
+        return eph_api_reply_error(req, 503, "api_error", "store_unavailable", NULL,
+                                   "the store is unavailable");
+    struct eph_live *live = NULL;
+    if (!eph_run_status_terminal(r.status)) {
+        live = eph_live_get(id);
+        if (live) {
+            eph_live_cancel(live);
+            /* Cancelling is prompt: wait briefly so the answer usually shows the final state. */
+            eph_live_wait_closed(live, eph_clock_mono_ns() + 5ull * 1000000000u);
+        }
+        eph_run_release(&r);
+        if ((rc = st->ops->run_get(st, id, req->org_id, &r))) {
+            eph_live_put(live);
+            return eph_api_reply_error(req, 503, "api_error", "store_unavailable", NULL,
+                                       "the store is unavailable");
+        }
+    }
+    json_t *o = run_json(req, &r, live);
+    eph_live_put(live);
+    eph_run_release(&r);
+    return eph_api_reply_json(req, 200, o, NULL, NULL);
+}

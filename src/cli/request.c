@@ -1,0 +1,486 @@
+#include "cli/request.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <sodium.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cli/http.h"
+#include "common/buf.h"
+#include "common/id.h"
+#include "common/money.h"
+
+enum opt_id {
+    OPT_PROMPT,
+    OPT_SHELL,
+    OPT_NO_SHELL,
+    OPT_WEB,
+    OPT_NO_WEB,
+    OPT_TIMEOUT,
+    OPT_BUDGET,
+    OPT_MAX_COST,
+    OPT_MODEL,
+    OPT_FILE,
+    OPT_CONNECTION,
+    OPT_ZDR,
+    OPT_IDEMPOTENCY_KEY,
+    OPT_DETACH,
+    OPT_JSON,
+};
+
+static const struct {
+    const char *name;
+    bool has_arg;
+    enum opt_id id;
+} options[] = {
+    {"--prompt", true, OPT_PROMPT},
+    {"--shell", false, OPT_SHELL},
+    {"--no-shell", false, OPT_NO_SHELL},
+    {"--web", false, OPT_WEB},
+    {"--no-web", false, OPT_NO_WEB},
+    {"--timeout", true, OPT_TIMEOUT},
+    {"--budget", true, OPT_BUDGET},
+    {"--max-cost-micros", true, OPT_MAX_COST},
+    {"--model", true, OPT_MODEL},
+    {"--file", true, OPT_FILE},
+    {"--connection", true, OPT_CONNECTION},
+    {"--zdr", false, OPT_ZDR},
+    {"--idempotency-key", true, OPT_IDEMPOTENCY_KEY},
+    {"--detach", false, OPT_DETACH},
+    {"--json", false, OPT_JSON},
+};
+
+static int fail(char *err, size_t errlen, int rc, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int fail(char *err, size_t errlen, int rc, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+    return rc;
+}
+
+/* A decimal integer in [min, max], nothing else: no sign, no spaces, no suffix. */
+static bool parse_integer(const char *s, long long min, long long max, long long *out)
+{
+    if (!s || *s < '0' || *s > '9')
+        return false;
+    errno = 0;
+    char *end;
+    long long v = strtoll(s, &end, 10);
+    if (errno || *end || v < min || v > max)
+        return false;
+    *out = v;
+    return true;
+}
+
+static bool key_ok(const char *k)
+{
+    size_t n = strlen(k);
+    if (n < 1 || n > EPH_CLI_IDEMPOTENCY_KEY_MAX)
+        return false;
+    for (; *k; k++)
+        if (*k < 0x20 || *k > 0x7e)
+            return false;
+    return true;
+}
+
+int eph_cli_run_parse(int argc, char **argv, struct eph_cli_run_opts *o, char *err, size_t errlen)
+{
+    memset(o, 0, sizeof(*o));
+    o->shell = -1;
+    o->web = -1;
+    o->timeout_seconds = -1;
+    o->max_cost_micros = -1;
+    /* Never more entries than arguments, so argc bounds both lists. */
+    o->files = calloc((size_t)argc + 1, sizeof(*o->files));
+    o->connections = calloc((size_t)argc + 1, sizeof(*o->connections));
+    if (!o->files || !o->connections)
+        return fail(err, errlen, -ENOMEM, "out of memory");
+    bool budget_given = false, max_cost_given = false, positional_only = false;
+
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (positional_only || a[0] != '-' || strcmp(a, "-") == 0) {
+            if (o->request_path)
+                return fail(err, errlen, -EINVAL, "unexpected argument '%.200s'", a);
+            o->request_path = a;
+            continue;
+        }
+        if (strcmp(a, "--") == 0) {
+            positional_only = true;
+            continue;
+        }
+        /* "--name=value" or "--name value". */
+        const char *eq = strchr(a, '=');
+        size_t nlen = eq ? (size_t)(eq - a) : strlen(a);
+        size_t k;
+        size_t nopts = sizeof(options) / sizeof(options[0]);
+        for (k = 0; k < nopts; k++)
+            if (strlen(options[k].name) == nlen && strncmp(options[k].name, a, nlen) == 0)
+                break;
+        if (k == nopts)
+            return fail(err, errlen, -EINVAL, "unknown option '%.*s'",
+                        (int)(nlen > 100 ? 100 : nlen), a);
+        const char *name = options[k].name;
+        const char *v = NULL;
+        if (options[k].has_arg) {
+            if (eq)
+                v = eq + 1;
+            else if (i + 1 < argc)
+                v = argv[++i];
+            else
+                return fail(err, errlen, -EINVAL, "option '%s' needs a value", name);
+        } else if (eq) {
+            return fail(err, errlen, -EINVAL, "option '%s' takes no value", name);
+        }
+        long long n;
+        switch (options[k].id) {
+        case OPT_PROMPT:
+            if (!*v)
+                return fail(err, errlen, -EINVAL, "--prompt must not be empty");
+            o->prompt = v;
+            break;
+        case OPT_SHELL:
+        case OPT_NO_SHELL:
+            o->shell = options[k].id == OPT_SHELL;
+            break;
+        case OPT_WEB:
+        case OPT_NO_WEB:
+            o->web = options[k].id == OPT_WEB;
+            break;
+        case OPT_TIMEOUT:
+            if (!parse_integer(v, 1, EPH_CLI_TIMEOUT_MAX, &n))
+                return fail(err, errlen, -EINVAL,
+                            "--timeout must be a whole number of seconds from 1 to %d, not '%.40s'",
+                            EPH_CLI_TIMEOUT_MAX, v);
+            o->timeout_seconds = (long)n;
+            break;
+        case OPT_BUDGET: {
+            int64_t micros;
+            if (eph_money_parse_dollars(v, &micros) || micros <= 0)
+                return fail(err, errlen, -EINVAL,
+                            "--budget must be a positive amount in dollars like 0.04, not '%.40s'",
+                            v);
+            o->max_cost_micros = micros;
+            budget_given = true;
+            break;
+        }
+        case OPT_MAX_COST:
+            if (!parse_integer(v, 1, INT64_MAX, &n))
+                return fail(err, errlen, -EINVAL,
+                            "--max-cost-micros must be a positive whole number, not '%.40s'", v);
+            o->max_cost_micros = n;
+            max_cost_given = true;
+            break;
+        case OPT_MODEL:
+            if (!*v)
+                return fail(err, errlen, -EINVAL, "--model must not be empty");
+            o->model = v;
+            break;
+        case OPT_FILE:
+            if (!*v || *v == ':')
+                return fail(err, errlen, -EINVAL, "--file needs LOCAL[:PATH], not '%.200s'", v);
+            o->files[o->nfiles++] = v;
+            break;
+        case OPT_CONNECTION:
+            if (!*v)
+                return fail(err, errlen, -EINVAL, "--connection must not be empty");
+            o->connections[o->nconnections++] = v;
+            break;
+        case OPT_ZDR:
+            o->zdr = true;
+            break;
+        case OPT_IDEMPOTENCY_KEY:
+            if (!key_ok(v))
+                return fail(err, errlen, -EINVAL,
+                            "--idempotency-key must be 1 to %d printable ascii characters",
+                            EPH_CLI_IDEMPOTENCY_KEY_MAX);
+            o->idempotency_key = v;
+            break;
+        case OPT_DETACH:
+            o->detach = true;
+            break;
+        case OPT_JSON:
+            o->json = true;
+            break;
+        }
+    }
+    if (budget_given && max_cost_given)
+        return fail(err, errlen, -EINVAL, "give --budget or --max-cost-micros, not both");
+    if (o->nfiles > EPH_CLI_FILES_MAX)
+        return fail(err, errlen, -EINVAL, "at most %d files per run", EPH_CLI_FILES_MAX);
+    return 0;
+}
+
+void eph_cli_run_opts_release(struct eph_cli_run_opts *o)
+{
+    free(o->files);
+    free(o->connections);
+    o->files = NULL;
+    o->connections = NULL;
+}
+
+bool eph_cli_file_path_ok(const char *path)
+{
+    if (!path || !*path || path[0] == '/')
+        return false;
+    /* Every component: not empty, not "." alone at the end, and never "..". */
+    const char *p = path;
+    while (*p) {
+        const char *slash = strchr(p, '/');
+        size_t n = slash ? (size_t)(slash - p) : strlen(p);
+        if (n == 0 || (n == 2 && p[0] == '.' && p[1] == '.') || (n == 1 && p[0] == '.'))
+            return false;
+        if (!slash)
+            break;
+        p = slash + 1;
+        if (!*p)
+            return false; /* a trailing slash names a directory, not a file */
+    }
+    return true;
+}
+
+/* Reads all of f into b (capped); -EMSGSIZE past the cap, -EIO on a read error. */
+static int read_stream(FILE *f, struct eph_buf *b)
+{
+    char chunk[65536];
+    size_t n;
+    while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0) {
+        int rc = eph_buf_append(b, chunk, n);
+        if (rc)
+            return rc;
+    }
+    return ferror(f) ? -EIO : 0;
+}
+
+/* Opens a regular file for reading: a FIFO or a device would read forever or mean a mistake. */
+static int open_regular(const char *path, FILE **out, off_t *size)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0)
+        return -errno;
+    struct stat st;
+    if (fstat(fd, &st) < 0) {
+        int rc = -errno;
+        close(fd);
+        return rc;
+    }
+    if (S_ISDIR(st.st_mode)) {
+        close(fd);
+        return -EISDIR;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return -EINVAL;
+    }
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        int rc = -errno;
+        close(fd);
+        return rc;
+    }
+    *out = f;
+    *size = st.st_size;
+    return 0;
+}
+
+static int read_request(const char *path, FILE *stdin_f, json_t **out, char *err, size_t errlen)
+{
+    struct eph_buf b;
+    eph_buf_init(&b, EPH_CLI_BODY_MAX);
+    int rc;
+    const char *shown = strcmp(path, "-") == 0 ? "standard input" : path;
+    if (strcmp(path, "-") == 0) {
+        rc = read_stream(stdin_f, &b);
+    } else {
+        FILE *f;
+        off_t size;
+        rc = open_regular(path, &f, &size);
+        if (rc) {
+            eph_buf_release(&b);
+            return fail(err, errlen, rc, "cannot read '%.200s': %s", path,
+                        rc == -EINVAL ? "not a regular file" : strerror(-rc));
+        }
+        rc = read_stream(f, &b);
+        fclose(f);
+    }
+    if (rc) {
+        eph_buf_release(&b);
+        if (rc == -EMSGSIZE)
+            return fail(err, errlen, rc, "request '%.200s' is too large (over %zu MiB)", shown,
+                        EPH_CLI_BODY_MAX >> 20);
+        return fail(err, errlen, rc, "cannot read '%.200s': %s", shown, strerror(-rc));
+    }
+    json_error_t jerr;
+    /* Duplicate keys are refused: which "shell" would the server believe? */
+    json_t *j = json_loadb(b.data ? b.data : "", b.len, JSON_REJECT_DUPLICATES, &jerr);
+    eph_buf_release(&b);
+    if (!j)
+        return fail(err, errlen, -EINVAL, "'%.200s' is not valid json: line %d: %s", shown,
+                    jerr.line, jerr.text);
+    if (!json_is_object(j)) {
+        json_decref(j);
+        return fail(err, errlen, -EINVAL, "'%.200s' must hold a json object", shown);
+    }
+    *out = j;
+    return 0;
+}
+
+/* One --file: {"path": PATH, "content_base64": …}. *total counts the bytes read so far. */
+static int read_file_arg(const char *arg, size_t *total, json_t **out, char *err, size_t errlen)
+{
+    char local[PATH_MAX];
+    const char *colon = strchr(arg, ':');
+    size_t llen = colon ? (size_t)(colon - arg) : strlen(arg);
+    if (llen >= sizeof(local))
+        return fail(err, errlen, -EINVAL, "--file path too long");
+    memcpy(local, arg, llen);
+    local[llen] = '\0';
+    const char *path;
+    if (colon) {
+        path = colon + 1;
+    } else {
+        const char *slash = strrchr(local, '/');
+        path = slash ? slash + 1 : local;
+    }
+    if (!eph_cli_file_path_ok(path))
+        return fail(err, errlen, -EINVAL,
+                    "--file '%.200s': the path in the run must be relative, without '..' (give "
+                    "LOCAL:PATH)",
+                    arg);
+    FILE *f;
+    off_t size;
+    int rc = open_regular(local, &f, &size);
+    if (rc)
+        return fail(err, errlen, rc, "cannot read '%.200s': %s", local,
+                    rc == -EINVAL ? "not a regular file" : strerror(-rc));
+    struct eph_buf b;
+    /* The cap is what the run may still take, so a big file fails before it is all in memory. */
+    eph_buf_init(&b, EPH_CLI_FILES_BYTES_MAX - *total);
+    rc = (size_t)size > EPH_CLI_FILES_BYTES_MAX - *total ? -EMSGSIZE : read_stream(f, &b);
+    fclose(f);
+    if (rc) {
+        eph_buf_release(&b);
+        if (rc == -EMSGSIZE)
+            return fail(err, errlen, rc, "files are too large: over %zu MiB in all",
+                        EPH_CLI_FILES_BYTES_MAX >> 20);
+        return fail(err, errlen, rc, "cannot read '%.200s': %s", local, strerror(-rc));
+    }
+    *total += b.len;
+    size_t elen = sodium_base64_ENCODED_LEN(b.len, sodium_base64_VARIANT_ORIGINAL);
+    char *enc = malloc(elen);
+    if (!enc) {
+        eph_buf_release(&b);
+        return fail(err, errlen, -ENOMEM, "out of memory");
+    }
+    sodium_bin2base64(enc, elen, (const unsigned char *)(b.data ? b.data : ""), b.len,
+                      sodium_base64_VARIANT_ORIGINAL);
+    eph_buf_release(&b);
+    json_t *o = json_pack("{s:s, s:s}", "path", path, "content_base64", enc);
+    free(enc);
+    if (!o)
+        return fail(err, errlen, -EINVAL, "--file '%.200s': the path is not valid utf-8", arg);
+    *out = o;
+    return 0;
+}
+
+static int set(json_t *body, const char *key, json_t *value, char *err, size_t errlen)
+{
+    if (!value || json_object_set_new(body, key, value))
+        return fail(err, errlen, -EINVAL, "'%s' is not valid utf-8", key);
+    return 0;
+}
+
+int eph_cli_run_body(const struct eph_cli_run_opts *o, FILE *stdin_f, json_t **out, char *err,
+                     size_t errlen)
+{
+    json_t *body = NULL;
+    int rc = 0;
+    if (o->request_path) {
+        rc = read_request(o->request_path, stdin_f, &body, err, errlen);
+        if (rc)
+            return rc;
+    } else {
+        body = json_object();
+        if (!body)
+            return fail(err, errlen, -ENOMEM, "out of memory");
+    }
+    if (o->prompt)
+        rc = set(body, "prompt", json_string(o->prompt), err, errlen);
+    if (!rc && o->shell >= 0)
+        rc = set(body, "shell", json_boolean(o->shell), err, errlen);
+    if (!rc && o->web >= 0)
+        rc = set(body, "web", json_boolean(o->web), err, errlen);
+    if (!rc && o->timeout_seconds > 0)
+        rc = set(body, "timeout_seconds", json_integer(o->timeout_seconds), err, errlen);
+    if (!rc && o->max_cost_micros > 0)
+        rc = set(body, "max_cost_micros", json_integer(o->max_cost_micros), err, errlen);
+    if (!rc && o->model)
+        rc = set(body, "model", json_string(o->model), err, errlen);
+    if (!rc && o->zdr)
+        rc = set(body, "zero_data_retention", json_true(), err, errlen);
+    if (!rc && o->nconnections) {
+        json_t *a = json_array();
+        for (size_t i = 0; a && i < o->nconnections; i++) {
+            json_t *s = json_string(o->connections[i]);
+            if (!s || json_array_append_new(a, s)) {
+                json_decref(a);
+                a = NULL;
+            }
+        }
+        rc = set(body, "connections", a, err, errlen);
+    }
+    if (!rc && o->nfiles) {
+        json_t *a = json_array();
+        if (!a)
+            rc = fail(err, errlen, -ENOMEM, "out of memory");
+        size_t total = 0;
+        for (size_t i = 0; !rc && i < o->nfiles; i++) {
+            json_t *f = NULL;
+            rc = read_file_arg(o->files[i], &total, &f, err, errlen);
+            if (!rc && json_array_append_new(a, f))
+                rc = fail(err, errlen, -ENOMEM, "out of memory");
+        }
+        if (rc)
+            json_decref(a);
+        else
+            rc = set(body, "files", a, err, errlen);
+    }
+    if (!rc) {
+        const char *prompt = json_string_value(json_object_get(body, "prompt"));
+        if (!prompt || !*prompt)
+            rc = fail(err, errlen, -EINVAL,
+                      "a prompt is required: give --prompt TEXT or a request file with one");
+        else if (!json_object_get(body, "max_cost_micros"))
+            rc = fail(err, errlen, -EINVAL,
+                      "a budget is required: give --budget DOLLARS, --max-cost-micros N or "
+                      "max_cost_micros in the request file");
+    }
+    if (rc) {
+        json_decref(body);
+        return rc;
+    }
+    *out = body;
+    return 0;
+}
+
+int eph_cli_idempotency_key(char out[37])
+{
+    unsigned char r[16];
+    int rc = eph_random_bytes(r, sizeof(r));
+    if (rc)
+        return rc;
+    r[6] = (unsigned char)((r[6] & 0x0f) | 0x40); /* version 4 */
+    r[8] = (unsigned char)((r[8] & 0x3f) | 0x80); /* RFC 4122 variant */
+    snprintf(out, 37, "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", r[0],
+             r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10], r[11], r[12], r[13],
+             r[14], r[15]);
+    return 0;
+}

@@ -1,0 +1,543 @@
+/*
+ * run.c - `ephemeral run`, `watch` and `replay`: create a run, follow its timeline live, show a
+ * finished one again.
+ *
+ * The timeline is read from the event stream (GET /v1/runs/{id}/events, text/event-stream). A
+ * stream that drops before the final event (worker.destroyed) is resumed with Last-Event-ID, and
+ * events already printed are never printed twice (seq only grows). A server without the stream
+ * answers with the JSON list instead, which is then polled with ?after=SEQ.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli/cli.h"
+#include "cli/render.h"
+#include "cli/request.h"
+#include "cli/sse.h"
+#include "common/clock.h"
+#include "common/error.h"
+#include "common/id.h"
+
+/* One SSE line or event is one timeline event: 1 MiB is far above any the server sends (shell
+ * output in data is capped at 16 KiB per stream) and far below trouble. */
+#define SSE_LINE_MAX ((size_t)1 << 20)
+#define SSE_EVENT_MAX ((size_t)1 << 20)
+/* Keep-alives come every 15 s: three missed ones mean the connection is gone. */
+#define STREAM_IDLE_S 45L
+/* Reconnections in a row that bring nothing new before giving up. */
+#define STREAM_RETRIES 8
+/* A long poll for the final state; the request timeout leaves room above it. */
+#define WAIT_S 60
+/* How long to keep waiting for a run to finish: above the longest time limit the API allows. */
+#define FINAL_DEADLINE_S (3600 + 600)
+/* Replay never sleeps longer than this between two events, whatever their t says. */
+#define REPLAY_GAP_MAX_MS 60000L
+
+#define FOLLOW_DONE 1 /* a callback's "stop, the final event is here" (positive: not an error) */
+
+void eph_cli_sleep_ms(long ms)
+{
+    if (ms <= 0)
+        return;
+    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+        ;
+}
+
+int eph_cli_fetch_run(struct eph_cli_http *h, const char *id, int wait_s, json_t **run)
+{
+    char path[128], prefer[32];
+    snprintf(path, sizeof(path), "/v1/runs/%s", id);
+    snprintf(prefer, sizeof(prefer), "Prefer: wait=%d", wait_s);
+    const char *hdrs[] = {prefer, NULL};
+    struct eph_cli_request rq = {
+        .method = "GET",
+        .path = path,
+        .headers = wait_s > 0 ? hdrs : NULL,
+        .timeout_s = wait_s > 0 ? wait_s + 15 : 0,
+    };
+    struct eph_cli_response resp;
+    eph_cli_response_init(&resp);
+    int rc = eph_cli_http_do(h, &rq, &resp);
+    if (rc == 0 && resp.status != 200)
+        rc = (int)resp.status;
+    else if (rc == 0 && !json_is_object(resp.json))
+        rc = -EPROTO;
+    if (rc == -EPROTO)
+        fprintf(stderr, "ephemeral: %s answered with something that is not a run\n", h->shown_url);
+    else if (rc)
+        eph_cli_http_report(h, &resp, rc);
+    else
+        *run = json_incref(resp.json);
+    eph_cli_response_release(&resp);
+    return rc;
+}
+
+/* Waits until the run is in a terminal status. 0 and the run, or an error already reported. */
+static int wait_final(struct eph_cli_http *h, const char *id, json_t **out)
+{
+    uint64_t deadline = eph_clock_mono_ns() + (uint64_t)FINAL_DEADLINE_S * 1000000000u;
+    int failures = 0;
+    for (;;) {
+        uint64_t start = eph_clock_mono_ns();
+        json_t *run = NULL;
+        int rc = eph_cli_fetch_run(h, id, WAIT_S, &run);
+        if (rc == 0) {
+            failures = 0;
+            const char *status = json_string_value(json_object_get(run, "status"));
+            if (eph_cli_status_exit(status) >= 0) {
+                *out = run;
+                return 0;
+            }
+            json_decref(run);
+        } else if (!eph_cli_http_transient(rc) || ++failures > 3) {
+            return rc;
+        }
+        if (eph_clock_mono_ns() > deadline) {
+            fprintf(stderr, "ephemeral: gave up waiting for %s to finish\n", id);
+            return -ETIMEDOUT;
+        }
+        /* A server that ignores Prefer: wait answers at once: do not spin on it. */
+        if (eph_clock_mono_ns() - start < 1000000000u)
+            eph_cli_sleep_ms(failures ? 1000L << failures : 1000);
+    }
+}
+
+struct follow {
+    struct eph_cli_http *h;
+    struct eph_cli_render *r;
+    struct eph_cli_sse sse;
+    const char *id;
+    bool warned;
+};
+
+static void warn_malformed(struct follow *f)
+{
+    if (!f->warned)
+        fputs("ephemeral: skipped an event that is not a json object\n", stderr);
+    f->warned = true;
+}
+
+static int on_sse_event(void *arg, const struct eph_cli_sse_event *ev)
+{
+    struct follow *f = arg;
+    if (eph_cli_render_event_json(f->r, ev->data, ev->data_len))
+        warn_malformed(f);
+    return f->r->final_seen ? FOLLOW_DONE : 0;
+}
+
+static int on_stream_chunk(void *arg, const char *data, size_t n)
+{
+    struct follow *f = arg;
+    return eph_cli_sse_feed(&f->sse, data, n);
+}
+
+/* Renders the events of a JSON list answer. -EPROTO when it is not one. */
+static int render_list(struct follow *f, const json_t *list, bool *has_more)
+{
+    json_t *data = json_object_get(list, "data");
+    if (!json_is_array(data))
+        return -EPROTO;
+    size_t i;
+    json_t *ev;
+    json_array_foreach(data, i, ev)
+    {
+        if (eph_cli_render_event(f->r, ev))
+            warn_malformed(f);
+    }
+    *has_more = json_is_true(json_object_get(list, "has_more"));
+    return 0;
+}
+
+/* True when the run is finished: a stream or list that ends without the final event then has
+ * nothing more to give. */
+static bool run_is_over(struct follow *f)
+{
+    json_t *run = NULL;
+    if (eph_cli_fetch_run(f->h, f->id, 0, &run))
+        return false;
+    bool over = eph_cli_status_exit(json_string_value(json_object_get(run, "status"))) >= 0;
+    json_decref(run);
+    return over;
+}
+
+/* The fallback for a server without the event stream: poll the JSON list. first is its first
+ * answer. */
+static int follow_poll(struct follow *f, const json_t *first)
+{
+    bool more = false;
+    if (render_list(f, first, &more)) {
+        fprintf(stderr, "ephemeral: %s answered with something that is not a list of events\n",
+                f->h->shown_url);
+        return -EPROTO;
+    }
+    int idle = 0, failures = 0;
+    while (!f->r->final_seen) {
+        if (!more)
+            eph_cli_sleep_ms(1000);
+        char path[160];
+        if (f->r->last_seq >= 0)
+            snprintf(path, sizeof(path), "/v1/runs/%s/events?after=%lld", f->id,
+                     (long long)f->r->last_seq);
+        else
+            snprintf(path, sizeof(path), "/v1/runs/%s/events", f->id);
+        struct eph_cli_request rq = {.method = "GET", .path = path};
+        struct eph_cli_response resp;
+        eph_cli_response_init(&resp);
+        size_t before = f->r->printed;
+        int rc = eph_cli_http_do(f->h, &rq, &resp);
+        if (rc < 0 && !eph_cli_http_transient(rc))
+            eph_cli_http_report(f->h, NULL, rc);
+        if (rc == 0 && resp.status == 200) {
+            rc = render_list(f, resp.json, &more);
+            if (rc)
+                fprintf(stderr,
+                        "ephemeral: %s answered with something that is not a list of "
+                        "events\n",
+                        f->h->shown_url);
+        } else if (rc == 0) {
+            eph_cli_http_report(f->h, &resp, rc);
+            rc = (int)resp.status;
+        }
+        eph_cli_response_release(&resp);
+        if (eph_cli_http_transient(rc) && ++failures <= STREAM_RETRIES) {
+            more = false;
+            continue;
+        }
+        if (rc) {
+            if (eph_cli_http_transient(rc))
+                eph_cli_http_report(f->h, NULL, rc); /* the others are reported above */
+            return rc;
+        }
+        failures = 0;
+        idle = f->r->printed > before ? 0 : idle + 1;
+        if (idle >= 3 && !more && run_is_over(f))
+            return 0; /* finished without a final event: the timeline is all there is */
+    }
+    return 0;
+}
+
+/* Prints the timeline of run id as it happens, until its final event. 0 or an error already
+ * reported on stderr. */
+static int follow_events(struct eph_cli_http *h, struct eph_cli_render *r, const char *id)
+{
+    struct follow f = {.h = h, .r = r, .id = id};
+    eph_cli_sse_init(&f.sse, SSE_LINE_MAX, SSE_EVENT_MAX, on_sse_event, &f);
+    char path[128];
+    snprintf(path, sizeof(path), "/v1/runs/%s/events", id);
+    int failures = 0, rc = 0;
+    for (;;) {
+        char last[48];
+        const char *hdrs[4] = {"Accept: text/event-stream", "Cache-Control: no-cache", NULL, NULL};
+        if (r->last_seq >= 0) {
+            snprintf(last, sizeof(last), "Last-Event-ID: %lld", (long long)r->last_seq);
+            hdrs[2] = last;
+        }
+        struct eph_cli_stream st = {
+            .path = path,
+            .headers = hdrs,
+            .content_type = "text/event-stream",
+            .idle_timeout_s = STREAM_IDLE_S,
+            .on_chunk = on_stream_chunk,
+            .arg = &f,
+        };
+        struct eph_cli_response resp;
+        eph_cli_response_init(&resp);
+        eph_cli_sse_reset(&f.sse);
+        size_t before = r->printed;
+        rc = eph_cli_http_stream(h, &st, &resp);
+        if (rc == FOLLOW_DONE || r->final_seen) {
+            eph_cli_response_release(&resp);
+            rc = 0;
+            break;
+        }
+        if (rc == 0 && !resp.streamed) {
+            /* Not a stream: the JSON list of an older server, or an error. */
+            if (resp.status == 200 && json_is_object(resp.json))
+                rc = follow_poll(&f, resp.json);
+            else {
+                eph_cli_http_report(h, &resp, 0);
+                rc = resp.status ? (int)resp.status : -EPROTO;
+            }
+            eph_cli_response_release(&resp);
+            break;
+        }
+        bool streamed = resp.streamed;
+        eph_cli_response_release(&resp);
+        if (rc == -EMSGSIZE && streamed) {
+            /* Our SSE cap, not the body cap: the server sent a line or event too long to be
+             * one of ours. Reconnecting might skip past it; count it as a failure. */
+            fprintf(stderr, "ephemeral: an event on the stream of %s is too large; resuming\n", id);
+        } else if (rc < 0 && !eph_cli_http_transient(rc)) {
+            eph_cli_http_report(h, NULL, rc);
+            break;
+        }
+        failures = r->printed > before ? 0 : failures + 1;
+        if (failures > STREAM_RETRIES) {
+            fprintf(stderr, "ephemeral: lost the event stream of %s%s%s\n", id,
+                    h->error[0] ? ": " : "", h->error);
+            rc = rc ? rc : -ECONNRESET;
+            break;
+        }
+        /* The stream ended cleanly without the final event, twice with nothing new: if the run
+         * is over, its timeline simply has no final event. */
+        if (rc == 0 && failures >= 2 && run_is_over(&f))
+            break;
+        long backoff = f.sse.retry_ms >= 0 ? f.sse.retry_ms : 250L << (failures < 5 ? failures : 5);
+        eph_cli_sleep_ms(backoff > 30000 ? 30000 : backoff);
+    }
+    eph_cli_sse_release(&f.sse);
+    return rc;
+}
+
+static void print_json(const json_t *j)
+{
+    char *s = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    if (s) {
+        puts(s);
+        free(s);
+    }
+    fflush(stdout);
+}
+
+/* Follows a run to its end and prints the timeline, result and cost; the exit status. */
+static int show_live(struct eph_cli_http *h, const json_t *run, const char *id)
+{
+    struct eph_cli_render r;
+    eph_cli_render_init(&r, stdout, eph_cli_color_wanted(stdout));
+    eph_cli_render_header(&r, run);
+    /* A timeline cut short is reported on stderr, but the run's own outcome decides the exit
+     * status: it may well have completed. */
+    (void)follow_events(h, &r, id);
+    json_t *final = NULL;
+    if (wait_final(h, id, &final))
+        return EPH_CLI_EXIT_ERROR;
+    eph_cli_render_result(&r, final);
+    const char *status = json_string_value(json_object_get(final, "status"));
+    int code = eph_cli_status_exit(status) == 0 ? EPH_CLI_EXIT_OK : EPH_CLI_EXIT_RUN_FAILED;
+    json_decref(final);
+    return code;
+}
+
+int eph_cli_run(int argc, char **argv)
+{
+    struct eph_cli_run_opts o;
+    char err[512] = "";
+    int rc = eph_cli_run_parse(argc, argv, &o, err, sizeof(err));
+    if (rc) {
+        eph_cli_run_opts_release(&o);
+        return eph_cli_usage_error("run", "%s", err);
+    }
+    json_t *body = NULL;
+    rc = eph_cli_run_body(&o, stdin, &body, err, sizeof(err));
+    if (rc) {
+        eph_cli_run_opts_release(&o);
+        return rc == -EINVAL ? eph_cli_usage_error("run", "%s", err)
+                             : (fprintf(stderr, "ephemeral: %s\n", err), EPH_CLI_EXIT_ERROR);
+    }
+    char *text = json_dumps(body, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    json_decref(body);
+    struct eph_cli_http h;
+    if (!text || eph_cli_http_init(&h)) {
+        free(text);
+        eph_cli_run_opts_release(&o);
+        return EPH_CLI_EXIT_ERROR;
+    }
+
+    /* A key of our own when none is given, so that the one retry below cannot create a second
+     * run: the server answers it with the first one. */
+    char keybuf[37];
+    const char *key = o.idempotency_key;
+    if (!key) {
+        if (eph_cli_idempotency_key(keybuf)) {
+            fputs("ephemeral: cannot get random bytes for an idempotency key\n", stderr);
+            free(text);
+            eph_cli_http_release(&h);
+            eph_cli_run_opts_release(&o);
+            return EPH_CLI_EXIT_ERROR;
+        }
+        key = keybuf;
+    }
+    char keyhdr[EPH_CLI_IDEMPOTENCY_KEY_MAX + 32];
+    snprintf(keyhdr, sizeof(keyhdr), "Idempotency-Key: %s", key);
+    const char *hdrs[] = {keyhdr, NULL};
+    struct eph_cli_request rq = {
+        .method = "POST",
+        .path = "/v1/runs",
+        .body = text,
+        .body_len = strlen(text),
+        .headers = hdrs,
+    };
+    struct eph_cli_response resp;
+    eph_cli_response_init(&resp);
+    rc = eph_cli_http_do(&h, &rq, &resp);
+    if (eph_cli_http_transient(rc)) {
+        fprintf(stderr, "ephemeral: %s; retrying once\n", h.error);
+        eph_cli_sleep_ms(1000);
+        rc = eph_cli_http_do(&h, &rq, &resp);
+    }
+    free(text);
+    int code = EPH_CLI_EXIT_ERROR;
+    const char *id = NULL;
+    if (rc == 0 && (resp.status == 200 || resp.status == 201)) {
+        id = json_string_value(json_object_get(resp.json, "id"));
+        if (!id || !eph_id_is_run(id)) {
+            fprintf(stderr, "ephemeral: %s answered without a run id\n", h.shown_url);
+            id = NULL;
+        }
+    } else {
+        eph_cli_http_report(&h, &resp, rc);
+    }
+    if (id && o.detach) {
+        if (o.json)
+            print_json(resp.json);
+        else
+            printf("%s\n", id);
+        code = EPH_CLI_EXIT_OK;
+    } else if (id && o.json) {
+        json_t *final = NULL;
+        if (wait_final(&h, id, &final) == 0) {
+            print_json(final);
+            const char *status = json_string_value(json_object_get(final, "status"));
+            code = eph_cli_status_exit(status) == 0 ? EPH_CLI_EXIT_OK : EPH_CLI_EXIT_RUN_FAILED;
+            json_decref(final);
+        }
+    } else if (id) {
+        code = show_live(&h, resp.json, id);
+    }
+    eph_cli_response_release(&resp);
+    eph_cli_http_release(&h);
+    eph_cli_run_opts_release(&o);
+    return code;
+}
+
+/* Parses "CMD RUN_ID" (and --help); NULL after printing a usage error. */
+static const char *single_run_id(int argc, char **argv, int *code)
+{
+    if (argc == 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
+        eph_cli_usage(stdout, argv[0]);
+        *code = EPH_CLI_EXIT_OK;
+        return NULL;
+    }
+    if (argc < 2) {
+        *code = eph_cli_usage_error(argv[0], "a run id is required");
+        return NULL;
+    }
+    if (argc > 2) {
+        *code = eph_cli_usage_error(argv[0], "unexpected argument '%.200s'", argv[2]);
+        return NULL;
+    }
+    if (eph_cli_check_run_id(argv[0], argv[1])) {
+        *code = EPH_CLI_EXIT_ERROR;
+        return NULL;
+    }
+    return argv[1];
+}
+
+int eph_cli_watch(int argc, char **argv)
+{
+    int code = EPH_CLI_EXIT_ERROR;
+    const char *id = single_run_id(argc, argv, &code);
+    if (!id)
+        return code;
+    struct eph_cli_http h;
+    if (eph_cli_http_init(&h))
+        return EPH_CLI_EXIT_ERROR;
+    json_t *run = NULL;
+    if (eph_cli_fetch_run(&h, id, 0, &run) == 0) {
+        code = show_live(&h, run, id);
+        json_decref(run);
+    }
+    eph_cli_http_release(&h);
+    return code;
+}
+
+/* Every event of a run, following has_more pages. 0 and a new array, or an error reported. */
+static int fetch_all_events(struct eph_cli_http *h, const char *id, json_t **out)
+{
+    json_t *all = json_array();
+    if (!all)
+        return -ENOMEM;
+    long long after = -1;
+    for (int page = 0; page < 10000; page++) {
+        char path[160];
+        if (after >= 0)
+            snprintf(path, sizeof(path), "/v1/runs/%s/events?after=%lld", id, after);
+        else
+            snprintf(path, sizeof(path), "/v1/runs/%s/events", id);
+        struct eph_cli_request rq = {.method = "GET", .path = path};
+        struct eph_cli_response resp;
+        eph_cli_response_init(&resp);
+        int rc = eph_cli_http_do(h, &rq, &resp);
+        json_t *data = json_object_get(resp.json, "data");
+        if (rc || resp.status != 200 || !json_is_array(data)) {
+            if (rc == 0 && resp.status == 200)
+                fprintf(stderr,
+                        "ephemeral: %s answered with something that is not a list of "
+                        "events\n",
+                        h->shown_url);
+            else
+                eph_cli_http_report(h, &resp, rc);
+            eph_cli_response_release(&resp);
+            json_decref(all);
+            return rc ? rc : -EPROTO;
+        }
+        json_array_extend(all, data);
+        bool more = json_is_true(json_object_get(resp.json, "has_more"));
+        json_t *lastev = json_array_get(data, json_array_size(data) - 1);
+        json_t *seq = json_object_get(lastev, "seq");
+        eph_cli_response_release(&resp);
+        /* Only go on while the pages move forward: a server repeating itself cannot loop us. */
+        if (!more || !json_is_integer(seq) || json_integer_value(seq) <= after)
+            break;
+        after = json_integer_value(seq);
+    }
+    *out = all;
+    return 0;
+}
+
+int eph_cli_replay(int argc, char **argv)
+{
+    int code = EPH_CLI_EXIT_ERROR;
+    const char *id = single_run_id(argc, argv, &code);
+    if (!id)
+        return code;
+    struct eph_cli_http h;
+    if (eph_cli_http_init(&h))
+        return EPH_CLI_EXIT_ERROR;
+    json_t *run = NULL, *events = NULL;
+    if (eph_cli_fetch_run(&h, id, 0, &run) == 0 && fetch_all_events(&h, id, &events) == 0) {
+        struct eph_cli_render r;
+        eph_cli_render_init(&r, stdout, eph_cli_color_wanted(stdout));
+        eph_cli_render_header(&r, run);
+        double prev = 0;
+        bool warned = false;
+        size_t i;
+        json_t *ev;
+        json_array_foreach(events, i, ev)
+        {
+            /* The original timing: wait for each event as long as it came after the one before. */
+            double t = json_number_value(json_object_get(ev, "t"));
+            if (isfinite(t) && t > prev) {
+                double gap = (t - prev) * 1000.0;
+                eph_cli_sleep_ms(gap > REPLAY_GAP_MAX_MS ? REPLAY_GAP_MAX_MS : (long)gap);
+                prev = t;
+            }
+            if (eph_cli_render_event(&r, ev) && !warned) {
+                fputs("ephemeral: skipped an event that is not a json object\n", stderr);
+                warned = true;
+            }
+        }
+        eph_cli_render_result(&r, run);
+        code = EPH_CLI_EXIT_OK;
+    }
+    json_decref(run);
+    json_decref(events);
+    eph_cli_http_release(&h);
+    return code;
+}

@@ -1,0 +1,461 @@
+/*
+ * runs.c - `ephemeral get`, `list`, `cancel` and `balance`: one request each, shown as text (or
+ * the JSON as the server sent it, with --json).
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "cli/render.h"
+#include "common/money.h"
+
+#define LABEL_W 13
+
+static const char *str(const json_t *o, const char *key)
+{
+    return json_string_value(json_object_get(o, key));
+}
+
+/* The integer at o.key, or -1. */
+static int64_t num(const json_t *o, const char *key)
+{
+    json_t *v = json_object_get(o, key);
+    return json_is_integer(v) ? (int64_t)json_integer_value(v) : -1;
+}
+
+static void print_json(const json_t *j)
+{
+    char *s = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    if (s)
+        puts(s);
+    free(s);
+}
+
+/* "Label        " then the value, made safe for the terminal. */
+static void field(const char *label, const char *value)
+{
+    printf("%-*s", LABEL_W, label);
+    eph_cli_render_text(stdout, value ? value : "-", false, 2000);
+    fputc('\n', stdout);
+}
+
+static const char *on_off(const json_t *o, const char *key)
+{
+    json_t *v = json_object_get(o, key);
+    return json_is_boolean(v) ? (json_is_true(v) ? "on" : "off") : "-";
+}
+
+/* A list of strings (or of objects with a path) as "a, b, c", or "none". */
+static void names(const json_t *arr, char *out, size_t outlen)
+{
+    size_t o = 0, i;
+    json_t *v;
+    out[0] = '\0';
+    json_array_foreach(arr, i, v)
+    {
+        const char *s = json_is_string(v) ? json_string_value(v) : str(v, "path");
+        int n = snprintf(out + o, outlen - o, "%s%s", i ? ", " : "", s ? s : "?");
+        if (n < 0 || (size_t)n >= outlen - o) {
+            snprintf(out + (outlen > 4 ? outlen - 4 : 0), 4, "…");
+            return;
+        }
+        o += (size_t)n;
+    }
+    if (o == 0)
+        snprintf(out, outlen, "none");
+}
+
+static void money(char *out, size_t outlen, int64_t micros)
+{
+    char m[EPH_MONEY_FMT_MAX];
+    snprintf(out, outlen, "%s", micros < 0 ? "-" : eph_money_format(micros, m));
+}
+
+/* The time from a to b, both API timestamps, or "" when either is missing. */
+static void span(const char *a, const char *b, char *out, size_t outlen)
+{
+    int64_t ta, tb;
+    out[0] = '\0';
+    if (eph_cli_time_parse(a, &ta) == 0 && eph_cli_time_parse(b, &tb) == 0)
+        eph_cli_format_duration(tb - ta, out, outlen);
+}
+
+static void print_run(const json_t *run, bool color)
+{
+    char buf[1024], a[64];
+    const char *status = str(run, "status");
+    const char *label = eph_cli_status_label(status);
+    if (color)
+        fputs("\033[1m", stdout);
+    eph_cli_render_text(stdout, str(run, "id"), false, 64);
+    if (color)
+        fputs("\033[0m", stdout);
+    fputs(" · ", stdout);
+    eph_cli_render_text(stdout, label ? label : status ? status : "?", false, 64);
+    fputs("\n\n", stdout);
+
+    field("Model", str(run, "model"));
+    field("Created", str(run, "created_at"));
+    field("Started", str(run, "started_at"));
+    const char *finished = str(run, "finished_at");
+    span(str(run, "created_at"), finished, a, sizeof(a));
+    if (finished && a[0])
+        snprintf(buf, sizeof(buf), "%s (%s after creation)", finished, a);
+    else
+        snprintf(buf, sizeof(buf), "%s", finished ? finished : "-");
+    field("Finished", buf);
+
+    json_t *sb = json_object_get(run, "sandbox");
+    if (json_is_object(sb)) {
+        snprintf(buf, sizeof(buf), "%s · %lld vCPU · %lld MiB",
+                 str(sb, "backend") ? str(sb, "backend") : "?", (long long)num(sb, "vcpus"),
+                 (long long)num(sb, "memory_mib"));
+        field("Sandbox", buf);
+    }
+
+    json_t *p = json_object_get(run, "permissions");
+    if (json_is_object(p)) {
+        field("Shell", on_off(p, "shell"));
+        field("Web", on_off(p, "web"));
+        names(json_object_get(p, "connections"), buf, sizeof(buf));
+        field("Connections", buf);
+        names(json_object_get(p, "files"), buf, sizeof(buf));
+        field("Files", buf);
+        snprintf(buf, sizeof(buf), "%s", on_off(p, "zero_data_retention"));
+        field("Zero data", buf);
+        snprintf(buf, sizeof(buf), "%lld s", (long long)num(p, "timeout_seconds"));
+        field("Time limit", buf);
+        money(a, sizeof(a), num(p, "max_cost_micros"));
+        snprintf(buf, sizeof(buf), "%s, hard limit", a);
+        field("Budget", buf);
+    }
+
+    json_t *u = json_object_get(run, "usage");
+    if (json_is_object(u)) {
+        char t1[32], t2[32], t3[32];
+        snprintf(buf, sizeof(buf),
+                 "%lld model calls · %s tokens (%s in, %s out) · %lld shell commands · %lld web "
+                 "requests · %lld connection requests",
+                 (long long)num(u, "model_calls"),
+                 eph_format_thousands(
+                     (uint64_t)(num(u, "total_tokens") < 0 ? 0 : num(u, "total_tokens")), t1),
+                 eph_format_thousands(
+                     (uint64_t)(num(u, "input_tokens") < 0 ? 0 : num(u, "input_tokens")), t2),
+                 eph_format_thousands(
+                     (uint64_t)(num(u, "output_tokens") < 0 ? 0 : num(u, "output_tokens")), t3),
+                 (long long)num(u, "shell_commands"), (long long)num(u, "web_requests"),
+                 (long long)num(u, "connection_requests"));
+        field("Usage", buf);
+    }
+
+    json_t *cost = json_object_get(run, "cost");
+    if (json_is_object(cost)) {
+        int64_t charged = num(cost, "charged_micros"), reserved = num(cost, "reserved_micros");
+        char bar[400], b[64], c[64];
+        money(a, sizeof(a), charged);
+        money(b, sizeof(b), reserved);
+        money(c, sizeof(c), num(cost, "released_micros"));
+        eph_cli_render_cost_bar(charged, reserved, 20, bar, sizeof(bar));
+        printf("%-*s%s %s of %s charged · %s released\n", LABEL_W, "Cost", bar, a, b, c);
+        if (eph_cli_render_cost_line(run, buf, sizeof(buf)) == 0)
+            printf("%-*s%s\n", LABEL_W, "", buf);
+    }
+
+    json_t *ret = json_object_get(run, "retention");
+    if (json_is_object(ret) && num(ret, "log_kept_days") >= 0) {
+        const char *exp = str(ret, "expires_at");
+        snprintf(buf, sizeof(buf), "log kept %lld days%s%s", (long long)num(ret, "log_kept_days"),
+                 exp ? ", until " : "", exp ? exp : "");
+        field("Retention", buf);
+    }
+
+    json_t *err = json_object_get(run, "error");
+    if (json_is_object(err)) {
+        snprintf(buf, sizeof(buf), "%s%s%s", str(err, "message") ? str(err, "message") : "",
+                 str(err, "code") ? " · " : "", str(err, "code") ? str(err, "code") : "");
+        field("Error", buf);
+    }
+
+    json_t *md = json_object_get(run, "metadata");
+    if (json_is_object(md) && json_object_size(md)) {
+        const char *k;
+        json_t *v;
+        size_t o = 0;
+        buf[0] = '\0';
+        json_object_foreach(md, k, v)
+        {
+            int n = snprintf(buf + o, sizeof(buf) - o, "%s%s=%s", o ? ", " : "", k,
+                             json_is_string(v) ? json_string_value(v) : "?");
+            if (n < 0 || (size_t)n >= sizeof(buf) - o)
+                break;
+            o += (size_t)n;
+        }
+        field("Metadata", buf);
+    }
+
+    const char *result = str(run, "result");
+    if (result && *result) {
+        fputs("\n", stdout);
+        eph_cli_render_text(stdout, result, true, 0);
+        if (result[strlen(result) - 1] != '\n')
+            fputc('\n', stdout);
+    }
+}
+
+/* Parses "CMD [RUN_ID] [--json]" style arguments shared by get and balance. */
+static int parse_simple(int argc, char **argv, bool want_id, const char **id, bool *json, int *code)
+{
+    *id = NULL;
+    *json = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--json") == 0) {
+            *json = true;
+        } else if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            eph_cli_usage(stdout, argv[0]);
+            *code = EPH_CLI_EXIT_OK;
+            return -1;
+        } else if (a[0] == '-') {
+            *code = eph_cli_usage_error(argv[0], "unknown option '%.100s'", a);
+            return -1;
+        } else if (want_id && !*id) {
+            *id = a;
+        } else {
+            *code = eph_cli_usage_error(argv[0], "unexpected argument '%.200s'", a);
+            return -1;
+        }
+    }
+    if (want_id && !*id) {
+        *code = eph_cli_usage_error(argv[0], "a run id is required");
+        return -1;
+    }
+    if (want_id && eph_cli_check_run_id(argv[0], *id)) {
+        *code = EPH_CLI_EXIT_ERROR;
+        return -1;
+    }
+    return 0;
+}
+
+int eph_cli_get(int argc, char **argv)
+{
+    const char *id;
+    bool json;
+    int code = EPH_CLI_EXIT_ERROR;
+    if (parse_simple(argc, argv, true, &id, &json, &code))
+        return code;
+    struct eph_cli_http h;
+    if (eph_cli_http_init(&h))
+        return EPH_CLI_EXIT_ERROR;
+    json_t *run = NULL;
+    if (eph_cli_fetch_run(&h, id, 0, &run) == 0) {
+        if (json)
+            print_json(run);
+        else
+            print_run(run, eph_cli_color_wanted(stdout));
+        code = EPH_CLI_EXIT_OK;
+        json_decref(run);
+    }
+    eph_cli_http_release(&h);
+    return code;
+}
+
+static const char *const statuses[] = {"queued", "starting",  "running",   "completed",
+                                       "failed", "timed_out", "cancelled", "budget_exhausted"};
+
+/* One GET whose 200 answer is a JSON object. 0 and *out (a new reference), or reported. */
+static int get_object(struct eph_cli_http *h, const char *path, json_t **out)
+{
+    struct eph_cli_request rq = {.method = "GET", .path = path};
+    struct eph_cli_response resp;
+    eph_cli_response_init(&resp);
+    int rc = eph_cli_http_do(h, &rq, &resp);
+    if (rc == 0 && resp.status == 200 && json_is_object(resp.json)) {
+        *out = json_incref(resp.json);
+    } else if (rc == 0 && resp.status == 200) {
+        fprintf(stderr, "ephemeral: %s answered with something that is not json\n", h->shown_url);
+        rc = -EPROTO;
+    } else {
+        eph_cli_http_report(h, &resp, rc);
+        rc = rc ? rc : (int)resp.status;
+    }
+    eph_cli_response_release(&resp);
+    return rc;
+}
+
+int eph_cli_list(int argc, char **argv)
+{
+    long limit = 20;
+    const char *status = NULL;
+    bool json = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = NULL;
+        if (strcmp(a, "--json") == 0) {
+            json = true;
+            continue;
+        }
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            eph_cli_usage(stdout, "list");
+            return EPH_CLI_EXIT_OK;
+        }
+        bool is_limit = strncmp(a, "--limit", 7) == 0 && (a[7] == '\0' || a[7] == '=');
+        bool is_status = strncmp(a, "--status", 8) == 0 && (a[8] == '\0' || a[8] == '=');
+        if (!is_limit && !is_status)
+            return eph_cli_usage_error(
+                "list", a[0] == '-' ? "unknown option '%.100s'" : "unexpected argument '%.100s'",
+                a);
+        const char *eq = strchr(a, '=');
+        if (eq)
+            v = eq + 1;
+        else if (i + 1 < argc)
+            v = argv[++i];
+        else
+            return eph_cli_usage_error("list", "option '%s' needs a value",
+                                       is_limit ? "--limit" : "--status");
+        if (is_limit) {
+            char *end;
+            errno = 0;
+            limit = strtol(v, &end, 10);
+            if (errno || *end || v[0] < '0' || v[0] > '9' || limit < 1 || limit > 100)
+                return eph_cli_usage_error("list", "--limit must be from 1 to 100, not '%.40s'", v);
+        } else {
+            size_t k, n = sizeof(statuses) / sizeof(statuses[0]);
+            for (k = 0; k < n && strcmp(v, statuses[k]) != 0; k++)
+                ;
+            if (k == n)
+                return eph_cli_usage_error(
+                    "list",
+                    "--status must be queued, starting, running, completed, failed, timed_out, "
+                    "budget_exhausted or cancelled, not '%.40s'",
+                    v);
+            status = statuses[k];
+        }
+    }
+    struct eph_cli_http h;
+    if (eph_cli_http_init(&h))
+        return EPH_CLI_EXIT_ERROR;
+    char path[128];
+    snprintf(path, sizeof(path), "/v1/runs?limit=%ld%s%s", limit, status ? "&status=" : "",
+             status ? status : "");
+    json_t *list = NULL;
+    int code = EPH_CLI_EXIT_ERROR;
+    if (get_object(&h, path, &list) == 0) {
+        json_t *data = json_object_get(list, "data");
+        if (!json_is_array(data)) {
+            fprintf(stderr, "ephemeral: %s answered with something that is not a list of runs\n",
+                    h.shown_url);
+        } else if (json) {
+            print_json(list);
+            code = EPH_CLI_EXIT_OK;
+        } else {
+            printf("%-36s  %-16s  %-19s  %10s  %s\n", "ID", "STATUS", "CREATED (UTC)", "DURATION",
+                   "CHARGED");
+            size_t i;
+            json_t *run;
+            json_array_foreach(data, i, run)
+            {
+                char created[20] = "-", dur[32], charged[EPH_MONEY_FMT_MAX];
+                const char *c = str(run, "created_at");
+                if (c && strlen(c) >= 19) {
+                    memcpy(created, c, 19);
+                    created[19] = '\0';
+                    created[10] = ' ';
+                }
+                span(c, str(run, "finished_at"), dur, sizeof(dur));
+                money(charged, sizeof(charged),
+                      num(json_object_get(run, "cost"), "charged_micros"));
+                /* Padding is computed on what is printed, so print each column made safe. */
+                char id[40], st[20];
+                snprintf(id, sizeof(id), "%s", str(run, "id") ? str(run, "id") : "?");
+                snprintf(st, sizeof(st), "%s", str(run, "status") ? str(run, "status") : "?");
+                for (char *q = id; *q; q++)
+                    if (*q < 0x21 || *q > 0x7e)
+                        *q = '?';
+                for (char *q = st; *q; q++)
+                    if (*q < 0x21 || *q > 0x7e)
+                        *q = '?';
+                for (char *q = created; *q; q++)
+                    if (*q < 0x20 || *q > 0x7e)
+                        *q = '?';
+                printf("%-36s  %-16s  %-19s  %10s  %s\n", id, st, created, dur[0] ? dur : "-",
+                       charged);
+            }
+            if (json_array_size(data) == 0)
+                puts("(no runs)");
+            else if (json_is_true(json_object_get(list, "has_more")))
+                printf("(more runs: ephemeral list --limit %ld shows up to %ld)\n", limit, limit);
+            code = EPH_CLI_EXIT_OK;
+        }
+        json_decref(list);
+    }
+    eph_cli_http_release(&h);
+    return code;
+}
+
+int eph_cli_cancel(int argc, char **argv)
+{
+    const char *id;
+    bool json;
+    int code = EPH_CLI_EXIT_ERROR;
+    if (parse_simple(argc, argv, true, &id, &json, &code))
+        return code;
+    struct eph_cli_http h;
+    if (eph_cli_http_init(&h))
+        return EPH_CLI_EXIT_ERROR;
+    char path[128];
+    snprintf(path, sizeof(path), "/v1/runs/%s/cancel", id);
+    struct eph_cli_request rq = {.method = "POST", .path = path};
+    struct eph_cli_response resp;
+    eph_cli_response_init(&resp);
+    int rc = eph_cli_http_do(&h, &rq, &resp);
+    if (rc == 0 && (resp.status == 200 || resp.status == 202) && json_is_object(resp.json)) {
+        if (json) {
+            print_json(resp.json);
+        } else {
+            const char *status = str(resp.json, "status");
+            printf("%s ", id);
+            eph_cli_render_text(stdout, status ? status : "?", false, 64);
+            fputc('\n', stdout);
+        }
+        code = EPH_CLI_EXIT_OK;
+    } else if (rc == 0 && (resp.status == 200 || resp.status == 202)) {
+        fprintf(stderr, "ephemeral: %s answered with something that is not a run\n", h.shown_url);
+    } else {
+        eph_cli_http_report(&h, &resp, rc);
+    }
+    eph_cli_response_release(&resp);
+    eph_cli_http_release(&h);
+    return code;
+}
+
+int eph_cli_balance(int argc, char **argv)
+{
+    const char *id;
+    bool json;
+    int code = EPH_CLI_EXIT_ERROR;
+    if (parse_simple(argc, argv, false, &id, &json, &code))
+        return code;
+    struct eph_cli_http h;
+    if (eph_cli_http_init(&h))
+        return EPH_CLI_EXIT_ERROR;
+    json_t *b = NULL;
+    if (get_object(&h, "/v1/balance", &b) == 0) {
+        if (json) {
+            print_json(b);
+        } else {
+            char m[64];
+            money(m, sizeof(m), num(b, "balance_micros"));
+            printf("%-11s%s\n", "Balance", m);
+            money(m, sizeof(m), num(b, "reserved_micros"));
+            printf("%-11s%s\n", "Reserved", m);
+            money(m, sizeof(m), num(b, "available_micros"));
+            printf("%-11s%s\n", "Available", m);
+        }
+        code = EPH_CLI_EXIT_OK;
+        json_decref(b);
+    }
+    eph_cli_http_release(&h);
+    return code;
+}

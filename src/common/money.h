@@ -1,0 +1,35 @@
+/*
+ * money.h - integer micro-dollar arithmetic (1 USD = 1 000 000 micros) and its display form.
+ *
+ * No floating point anywhere in cost arithmetic. Every operation that could overflow checks and
+ * fails with -EOVERFLOW rather than wrap.
+ */
+#ifndef EPH_MONEY_H
+#define EPH_MONEY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define EPH_MONEY_FMT_MAX 32
+
+/* "$0.04", "$0.00353", "$0.00": dollars, up to 5 decimals, trailing zeros trimmed, at least 2
+ * decimals. Amounts with a sixth decimal are rounded half up at the fifth. Negative amounts get a
+ * leading "-". Returns out. */
+char *eph_money_format(int64_t micros, char out[EPH_MONEY_FMT_MAX]);
+
+/* Parses "0.04", "$1", "12.5" into micros (at most 6 decimals). 0 or -EINVAL / -EOVERFLOW. */
+int eph_money_parse_dollars(const char *s, int64_t *out);
+
+/* The cost numerator of tokens at a price in micros per million tokens, tokens x price; add the
+ * numerators of one call and divide once with eph_money_ceil_mtok(). -EOVERFLOW on overflow. */
+int eph_money_mtok_numerator(uint64_t tokens, uint64_t micros_per_mtok, uint64_t *out);
+/* ceil(numerator / 1 000 000). */
+uint64_t eph_money_ceil_mtok(uint64_t numerator);
+
+/* Compute cost: ceil(ns x micros_per_second / 1e9), saturating at UINT64_MAX. */
+uint64_t eph_money_compute_cost(uint64_t ns, uint64_t micros_per_second);
+
+/* 1234567 -> "1,234,567" (for token counts in messages). Returns out. */
+char *eph_format_thousands(uint64_t n, char out[32]);
+
+#endif

@@ -1,0 +1,101 @@
+#include "common/text.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Length of the valid UTF-8 sequence at s (at most n bytes), or 0 when invalid. */
+static size_t utf8_seq(const unsigned char *s, size_t n)
+{
+    if (s[0] < 0x80)
+        return s[0] ? 1 : 0;
+    size_t len;
+    uint32_t cp;
+    if ((s[0] & 0xe0) == 0xc0) {
+        len = 2;
+        cp = s[0] & 0x1f;
+    } else if ((s[0] & 0xf0) == 0xe0) {
+        len = 3;
+        cp = s[0] & 0x0f;
+    } else if ((s[0] & 0xf8) == 0xf0) {
+        len = 4;
+        cp = s[0] & 0x07;
+    } else {
+        return 0;
+    }
+    if (len > n)
+        return 0;
+    for (size_t i = 1; i < len; i++) {
+        if ((s[i] & 0xc0) != 0x80)
+            return 0;
+        cp = (cp << 6) | (s[i] & 0x3f);
+    }
+    /* Overlong forms, surrogates and values past U+10FFFF are invalid. */
+    if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) ||
+        (cp >= 0xd800 && cp <= 0xdfff) || cp > 0x10ffff)
+        return 0;
+    return len;
+}
+
+char *eph_text_utf8_sanitize(const char *s, size_t n)
+{
+    /* Worst case: every byte becomes the 3-byte replacement character. */
+    if (n > (SIZE_MAX - 1) / 3)
+        return NULL;
+    char *out = malloc(n * 3 + 1);
+    if (!out)
+        return NULL;
+    const unsigned char *p = (const unsigned char *)s;
+    size_t o = 0;
+    for (size_t i = 0; i < n;) {
+        size_t len = utf8_seq(p + i, n - i);
+        if (len) {
+            memcpy(out + o, p + i, len);
+            o += len;
+            i += len;
+        } else {
+            memcpy(out + o, "\xef\xbf\xbd", 3);
+            o += 3;
+            i++;
+        }
+    }
+    out[o] = '\0';
+    return out;
+}
+
+char *eph_text_cut(const char *s, size_t max_chars)
+{
+    size_t i = 0, chars = 0;
+    while (s[i] && chars < max_chars) {
+        i++;
+        while (((unsigned char)s[i] & 0xc0) == 0x80)
+            i++;
+        chars++;
+    }
+    bool cut = s[i] != '\0';
+    char *out = malloc(i + (cut ? 4 : 1));
+    if (!out)
+        return NULL;
+    memcpy(out, s, i);
+    if (cut)
+        memcpy(out + i, "\xe2\x80\xa6", 3), i += 3;
+    out[i] = '\0';
+    return out;
+}
+
+bool eph_text_safe_relpath(const char *s, size_t n)
+{
+    if (n == 0 || n > 4096 || strlen(s) != n || s[0] == '/')
+        return false;
+    const char *p = s;
+    while (*p) {
+        const char *slash = strchr(p, '/');
+        size_t len = slash ? (size_t)(slash - p) : strlen(p);
+        if (len == 2 && p[0] == '.' && p[1] == '.')
+            return false;
+        if (!slash)
+            break;
+        p = slash + 1;
+    }
+    return true;
+}

@@ -1,0 +1,20 @@
+/*
+ * commands.h - the subcommands of ephemerald. Each takes the arguments after its name (argv[0] is
+ * the subcommand's name) and returns the process exit status.
+ */
+#ifndef EPH_COMMANDS_H
+#define EPH_COMMANDS_H
+
+int eph_cmd_serve(int argc, char **argv);
+int eph_cmd_admin(int argc, char **argv);
+int eph_cmd_image(int argc, char **argv);
+/* ephemerald sandbox run [--backend B] [--memory-mib N] [--pids N] [--timeout S] [--json] -- CMD */
+int eph_cmd_sandbox(int argc, char **argv);
+
+/* Path of the ephemeral-init binary: $EPHEMERAL_INIT, else beside /proc/self/exe. Returns a static
+ * buffer. */
+const char *eph_default_init_path(void);
+/* Default image directory: $EPHEMERAL_IMAGE, else "var/images/default". */
+const char *eph_default_image_path(void);
+
+#endif

@@ -1,0 +1,392 @@
+#include "daemon/config.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon/commands.h"
+
+int eph_config_set(char **field, const char *value)
+{
+    char *v = value ? strdup(value) : NULL;
+    if (value && !v)
+        return -ENOMEM;
+    free(*field);
+    *field = v;
+    return 0;
+}
+
+static void model_release(struct eph_model_config *m)
+{
+    free(m->id);
+    free(m->provider);
+    free(m->base_url);
+    free(m->api_key_env);
+    free(m->transcripts);
+    free(m->upstream_model);
+}
+
+int eph_config_defaults(struct eph_config *cfg)
+{
+    memset(cfg, 0, sizeof(*cfg));
+    cfg->listen = strdup("127.0.0.1:8080");
+    cfg->db = strdup("var/ephemeral.db");
+    cfg->log_format = strdup("text");
+    cfg->log_level = strdup("info");
+    cfg->retention_days = 30;
+    cfg->max_concurrent_runs = 64;
+    cfg->max_queued_per_org = 1000;
+    cfg->max_timeout_seconds = 3600;
+    cfg->max_body_bytes = 16u << 20;
+    cfg->turn_limit = 30;
+    cfg->shutdown_grace_seconds = 30;
+    cfg->sandbox.backend = strdup("auto");
+    cfg->sandbox.image = strdup(eph_default_image_path());
+    cfg->sandbox.init_path = strdup(eph_default_init_path());
+    eph_sandbox_limits_default(&cfg->sandbox.limits);
+    cfg->sandbox.command_timeout_seconds = 60;
+    cfg->sandbox.output_cap_bytes = 16384;
+    cfg->prices.compute_micros_per_second = 240;
+    cfg->prices.web_micros_per_request = 100;
+    cfg->prices.web_micros_per_mib = 50;
+    cfg->default_model = strdup("openai/gpt-6-luna");
+    cfg->models = calloc(1, sizeof(*cfg->models));
+    if (!cfg->listen || !cfg->db || !cfg->log_format || !cfg->log_level || !cfg->sandbox.backend ||
+        !cfg->sandbox.image || !cfg->sandbox.init_path || !cfg->default_model || !cfg->models)
+        return -ENOMEM;
+    cfg->nmodels = 1;
+    struct eph_model_config *m = &cfg->models[0];
+    m->id = strdup("openai/gpt-6-luna");
+    m->provider = strdup("replay");
+    m->transcripts = strdup("examples");
+    m->input_micros_per_mtok = 50000;
+    m->output_micros_per_mtok = 200000;
+    m->max_output_tokens = 1024;
+    m->timeout_seconds = 120;
+    if (!m->id || !m->provider || !m->transcripts)
+        return -ENOMEM;
+    return 0;
+}
+
+void eph_config_release(struct eph_config *cfg)
+{
+    free(cfg->listen);
+    free(cfg->db);
+    free(cfg->log_format);
+    free(cfg->log_level);
+    free(cfg->sandbox.backend);
+    free(cfg->sandbox.image);
+    free(cfg->sandbox.init_path);
+    free(cfg->default_model);
+    for (size_t i = 0; i < cfg->nmodels; i++)
+        model_release(&cfg->models[i]);
+    free(cfg->models);
+    memset(cfg, 0, sizeof(*cfg));
+}
+
+const struct eph_model_config *eph_config_model(const struct eph_config *cfg, const char *id)
+{
+    for (size_t i = 0; i < cfg->nmodels; i++)
+        if (strcmp(cfg->models[i].id, id) == 0)
+            return &cfg->models[i];
+    return NULL;
+}
+
+/* Reading the file: every key is looked up in a table; a key not in the table is an error. */
+
+enum kind { K_STR, K_UINT, K_U64, K_SIZE };
+struct key {
+    const char *name;
+    enum kind kind;
+    size_t off;
+    uint64_t max;
+};
+
+#define KS(n, f) {n, K_STR, offsetof(struct eph_config, f), 0}
+#define KU(n, f, m) {n, K_UINT, offsetof(struct eph_config, f), m}
+#define KL(n, f, m) {n, K_U64, offsetof(struct eph_config, f), m}
+#define KZ(n, f, m) {n, K_SIZE, offsetof(struct eph_config, f), m}
+
+static const struct key top_keys[] = {
+    KS("listen", listen),
+    KS("db", db),
+    KS("log_format", log_format),
+    KS("log_level", log_level),
+    KU("retention_days", retention_days, 36500),
+    KU("max_concurrent_runs", max_concurrent_runs, 4096),
+    KU("max_queued_runs_per_org", max_queued_per_org, 1000000),
+    KU("max_timeout_seconds", max_timeout_seconds, 86400),
+    KZ("max_body_bytes", max_body_bytes, 1u << 30),
+    KU("turn_limit", turn_limit, 1000),
+    KU("shutdown_grace_seconds", shutdown_grace_seconds, 3600),
+    KS("default_model", default_model),
+    {NULL, K_STR, 0, 0},
+};
+
+static const struct key sandbox_keys[] = {
+    KS("backend", sandbox.backend),
+    KS("image", sandbox.image),
+    KS("init_path", sandbox.init_path),
+    KU("vcpus", sandbox.limits.vcpus, 64),
+    KU("memory_mib", sandbox.limits.memory_mib, 1u << 20),
+    KU("pids", sandbox.limits.pids, 1u << 20),
+    KU("disk_mib", sandbox.limits.disk_mib, 1u << 20),
+    KU("nofile", sandbox.limits.nofile, 1u << 20),
+    KU("command_timeout_seconds", sandbox.command_timeout_seconds, 86400),
+    KU("output_cap_bytes", sandbox.output_cap_bytes, 1u << 24),
+    {NULL, K_STR, 0, 0},
+};
+
+static const struct key price_keys[] = {
+    KL("compute_micros_per_second", prices.compute_micros_per_second, 1000000000),
+    KL("web_micros_per_request", prices.web_micros_per_request, 1000000000),
+    KL("web_micros_per_mib", prices.web_micros_per_mib, 1000000000),
+    {NULL, K_STR, 0, 0},
+};
+
+static int set_key(void *base, const struct key *k, json_t *v, const char *where, char *err,
+                   size_t errlen)
+{
+    char *p = (char *)base + k->off;
+    if (k->kind == K_STR) {
+        if (!json_is_string(v)) {
+            snprintf(err, errlen, "config: '%s%s' must be a string", where, k->name);
+            return -EINVAL;
+        }
+        return eph_config_set((char **)p, json_string_value(v));
+    }
+    if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+        (uint64_t)json_integer_value(v) > k->max) {
+        snprintf(err, errlen, "config: '%s%s' must be an integer from 0 to %llu", where, k->name,
+                 (unsigned long long)k->max);
+        return -EINVAL;
+    }
+    uint64_t n = (uint64_t)json_integer_value(v);
+    if (k->kind == K_UINT)
+        *(unsigned *)p = (unsigned)n;
+    else if (k->kind == K_U64)
+        *(uint64_t *)p = n;
+    else
+        *(size_t *)p = (size_t)n;
+    return 0;
+}
+
+static int load_object(void *base, const struct key *keys, json_t *obj, const char *where,
+                       const char *const *skip, char *err, size_t errlen)
+{
+    const char *name;
+    json_t *v;
+    json_object_foreach(obj, name, v)
+    {
+        bool skipped = false;
+        for (const char *const *s = skip; s && *s; s++)
+            if (strcmp(*s, name) == 0)
+                skipped = true;
+        if (skipped)
+            continue;
+        const struct key *k;
+        for (k = keys; k->name; k++)
+            if (strcmp(k->name, name) == 0)
+                break;
+        if (!k->name) {
+            snprintf(err, errlen, "config: unknown key '%s%s'", where, name);
+            return -EINVAL;
+        }
+        int rc = set_key(base, k, v, where, err, errlen);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+static int load_model(struct eph_model_config *m, json_t *o, char *err, size_t errlen)
+{
+    static const char *const strs[] = {"id", "provider", "base_url", "api_key_env", "transcripts",
+                                       "upstream_model"};
+    char **fields[] = {&m->id, &m->provider, &m->base_url, &m->api_key_env, &m->transcripts,
+                       &m->upstream_model};
+    static const char *const nums[] = {"input_micros_per_mtok", "output_micros_per_mtok",
+                                       "cached_input_micros_per_mtok"};
+    uint64_t *nfields[] = {&m->input_micros_per_mtok, &m->output_micros_per_mtok,
+                           &m->cached_input_micros_per_mtok};
+    m->max_output_tokens = 1024;
+    m->timeout_seconds = 120;
+    const char *name;
+    json_t *v;
+    json_object_foreach(o, name, v)
+    {
+        bool known = false;
+        for (size_t i = 0; i < sizeof(strs) / sizeof(strs[0]); i++) {
+            if (strcmp(name, strs[i]) == 0) {
+                if (!json_is_string(v)) {
+                    snprintf(err, errlen, "config: models[].%s must be a string", name);
+                    return -EINVAL;
+                }
+                if (eph_config_set(fields[i], json_string_value(v)))
+                    return -ENOMEM;
+                known = true;
+            }
+        }
+        for (size_t i = 0; i < sizeof(nums) / sizeof(nums[0]); i++) {
+            if (strcmp(name, nums[i]) == 0) {
+                if (!json_is_integer(v) || json_integer_value(v) < 0) {
+                    snprintf(err, errlen, "config: models[].%s must be a non-negative integer",
+                             name);
+                    return -EINVAL;
+                }
+                *nfields[i] = (uint64_t)json_integer_value(v);
+                known = true;
+            }
+        }
+        if (strcmp(name, "max_output_tokens") == 0 || strcmp(name, "timeout_seconds") == 0) {
+            if (!json_is_integer(v) || json_integer_value(v) < 1 ||
+                json_integer_value(v) > 1000000) {
+                snprintf(err, errlen, "config: models[].%s must be an integer from 1 to 1000000",
+                         name);
+                return -EINVAL;
+            }
+            if (name[0] == 'm')
+                m->max_output_tokens = (uint32_t)json_integer_value(v);
+            else
+                m->timeout_seconds = (uint32_t)json_integer_value(v);
+            known = true;
+        }
+        if (!known) {
+            snprintf(err, errlen, "config: unknown key 'models[].%s'", name);
+            return -EINVAL;
+        }
+    }
+    if (!m->id || !m->provider) {
+        snprintf(err, errlen, "config: every model needs 'id' and 'provider'");
+        return -EINVAL;
+    }
+    if (!eph_model_provider(m->provider)) {
+        snprintf(err, errlen, "config: model '%s' has unknown provider '%s'", m->id, m->provider);
+        return -EINVAL;
+    }
+    if (!m->cached_input_micros_per_mtok)
+        m->cached_input_micros_per_mtok = m->input_micros_per_mtok;
+    return 0;
+}
+
+int eph_config_load_file(struct eph_config *cfg, const char *path, char *err, size_t errlen)
+{
+    json_error_t je;
+    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+    if (!root) {
+        snprintf(err, errlen, "config: %s:%d: %s", path, je.line, je.text);
+        return -EINVAL;
+    }
+    int rc = -EINVAL;
+    if (!json_is_object(root)) {
+        snprintf(err, errlen, "config: %s: the top level must be an object", path);
+        goto out;
+    }
+    static const char *const nested[] = {"sandbox", "prices", "models", NULL};
+    if ((rc = load_object(cfg, top_keys, root, "", nested, err, errlen)))
+        goto out;
+    json_t *sb = json_object_get(root, "sandbox");
+    if (sb && (!json_is_object(sb) ||
+               (rc = load_object(cfg, sandbox_keys, sb, "sandbox.", NULL, err, errlen)))) {
+        if (!rc)
+            snprintf(err, errlen, "config: 'sandbox' must be an object");
+        rc = -EINVAL;
+        goto out;
+    }
+    json_t *pr = json_object_get(root, "prices");
+    if (pr && (!json_is_object(pr) ||
+               (rc = load_object(cfg, price_keys, pr, "prices.", NULL, err, errlen)))) {
+        if (!rc)
+            snprintf(err, errlen, "config: 'prices' must be an object");
+        rc = -EINVAL;
+        goto out;
+    }
+    json_t *models = json_object_get(root, "models");
+    if (models) {
+        if (!json_is_array(models) || json_array_size(models) == 0) {
+            snprintf(err, errlen, "config: 'models' must be a non-empty array");
+            rc = -EINVAL;
+            goto out;
+        }
+        size_t n = json_array_size(models);
+        struct eph_model_config *ms = calloc(n, sizeof(*ms));
+        if (!ms) {
+            rc = -ENOMEM;
+            goto out;
+        }
+        for (size_t i = 0; i < n; i++) {
+            json_t *o = json_array_get(models, i);
+            if (!json_is_object(o)) {
+                snprintf(err, errlen, "config: models[%zu] must be an object", i);
+                rc = -EINVAL;
+            } else {
+                rc = load_model(&ms[i], o, err, errlen);
+            }
+            if (rc) {
+                for (size_t j = 0; j <= i; j++)
+                    model_release(&ms[j]);
+                free(ms);
+                goto out;
+            }
+        }
+        for (size_t i = 0; i < cfg->nmodels; i++)
+            model_release(&cfg->models[i]);
+        free(cfg->models);
+        cfg->models = ms;
+        cfg->nmodels = n;
+    }
+    if (!eph_config_model(cfg, cfg->default_model)) {
+        snprintf(err, errlen, "config: default_model '%s' is not one of the models",
+                 cfg->default_model);
+        rc = -EINVAL;
+        goto out;
+    }
+    rc = 0;
+out:
+    json_decref(root);
+    return rc;
+}
+
+static int env_uint(const char *name, unsigned *out, unsigned max, char *err, size_t errlen)
+{
+    const char *v = getenv(name);
+    if (!v || !*v)
+        return 0;
+    char *end;
+    errno = 0;
+    unsigned long n = strtoul(v, &end, 10);
+    if (errno || *end || n > max) {
+        snprintf(err, errlen, "%s must be an integer from 0 to %u", name, max);
+        return -EINVAL;
+    }
+    *out = (unsigned)n;
+    return 0;
+}
+
+int eph_config_load_env(struct eph_config *cfg, char *err, size_t errlen)
+{
+    static const struct {
+        const char *env;
+        size_t off;
+    } strs[] = {
+        {"EPHEMERALD_LISTEN", offsetof(struct eph_config, listen)},
+        {"EPHEMERALD_DB", offsetof(struct eph_config, db)},
+        {"EPHEMERALD_SANDBOX", offsetof(struct eph_config, sandbox.backend)},
+        {"EPHEMERALD_IMAGE", offsetof(struct eph_config, sandbox.image)},
+        {"EPHEMERALD_LOG_FORMAT", offsetof(struct eph_config, log_format)},
+        {"EPHEMERALD_LOG_LEVEL", offsetof(struct eph_config, log_level)},
+        {"EPHEMERALD_DEFAULT_MODEL", offsetof(struct eph_config, default_model)},
+    };
+    for (size_t i = 0; i < sizeof(strs) / sizeof(strs[0]); i++) {
+        const char *v = getenv(strs[i].env);
+        if (v && *v && eph_config_set((char **)((char *)cfg + strs[i].off), v))
+            return -ENOMEM;
+    }
+    int rc = env_uint("EPHEMERALD_MAX_CONCURRENT_RUNS", &cfg->max_concurrent_runs, 4096, err,
+                      errlen);
+    if (!rc)
+        rc = env_uint("EPHEMERALD_RETENTION_DAYS", &cfg->retention_days, 36500, err, errlen);
+    return rc;
+}

@@ -1,0 +1,335 @@
+/*
+ * image.c - `ephemerald image build`: the sandbox's root file system.
+ *
+ * The image is Debian (the host's release) with sh, coreutils, python3, curl and ca-certificates,
+ * and a user worker with uid 1000, built by mmdebstrap from the machine's own apt sources (the
+ * repository names no mirror). It is cached outside the clone, under a key that hashes the recipe
+ * and the apt sources: a changed recipe builds a new image, an unchanged one is reused at once.
+ * The image directory the server uses (var/images/default) is a symbolic link to the cached one.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "common/buf.h"
+#include "common/id.h"
+#include "common/log.h"
+#include "daemon/commands.h"
+
+/* The recipe: every word of it goes into the cache key. Changing it rebuilds the image. */
+#define RECIPE_VERSION "3"
+static const char *const recipe_packages = "python3,curl,ca-certificates";
+static const char *const recipe_hooks[] = {
+    /* The worker of SPEC 6.1: uid and gid 1000, home in /home/worker. */
+    "chroot \"$1\" groupadd --gid 1000 worker",
+    "chroot \"$1\" useradd --uid 1000 --gid 1000 --create-home --shell /bin/sh worker",
+    /* No resolver configuration: inside a sandbox without network, names do not resolve. */
+    "rm -f \"$1/etc/resolv.conf\" \"$1/etc/hostname\"",
+    /* Mount points the jail uses. */
+    "mkdir -p \"$1/proc\" \"$1/dev\" \"$1/tmp\" \"$1/sys\"",
+};
+static const char *const recipe_dpkg_opts[] = {
+    "path-exclude=/usr/share/doc/*",
+    "path-exclude=/usr/share/man/*",
+    "path-exclude=/usr/share/info/*",
+    "path-exclude=/usr/share/locale/*",
+};
+
+const char *eph_default_init_path(void)
+{
+    static char path[PATH_MAX];
+    const char *env = getenv("EPHEMERAL_INIT");
+    if (env && *env)
+        return env;
+    ssize_t n = readlink("/proc/self/exe", path, sizeof(path) - 32);
+    if (n <= 0)
+        return "ephemeral-init";
+    path[n] = '\0';
+    char *slash = strrchr(path, '/');
+    snprintf(slash ? slash + 1 : path, 32, "ephemeral-init");
+    return path;
+}
+
+const char *eph_default_image_path(void)
+{
+    const char *env = getenv("EPHEMERAL_IMAGE");
+    return env && *env ? env : "var/images/default";
+}
+
+static const char *cache_root(void)
+{
+    static char path[PATH_MAX];
+    const char *env = getenv("EPHEMERAL_CACHE_DIR");
+    if (env && *env)
+        return env;
+    if (geteuid() == 0)
+        return "/var/cache/ephemeral";
+    const char *xdg = getenv("XDG_CACHE_HOME");
+    const char *home = getenv("HOME");
+    if (xdg && *xdg)
+        snprintf(path, sizeof(path), "%s/ephemeral", xdg);
+    else
+        snprintf(path, sizeof(path), "%s/.cache/ephemeral", home ? home : "/tmp");
+    return path;
+}
+
+static int read_file_into(const char *path, struct eph_buf *b)
+{
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return -errno;
+    char chunk[4096];
+    size_t n;
+    int rc = 0;
+    while (!rc && (n = fread(chunk, 1, sizeof(chunk), f)) > 0)
+        rc = eph_buf_append(b, chunk, n);
+    fclose(f);
+    return rc;
+}
+
+static bool ends_with(const char *s, const char *suffix)
+{
+    size_t a = strlen(s), b = strlen(suffix);
+    return a >= b && strcmp(s + a - b, suffix) == 0;
+}
+
+/* The machine's apt source files, in a stable order. */
+static int apt_sources(char ***out, size_t *n)
+{
+    *out = NULL;
+    *n = 0;
+    struct stat sb;
+    if (stat("/etc/apt/sources.list", &sb) == 0 && sb.st_size > 0) {
+        *out = calloc(1, sizeof(char *));
+        (*out)[(*n)++] = strdup("/etc/apt/sources.list");
+    }
+    struct dirent **ents;
+    int m = scandir("/etc/apt/sources.list.d", &ents, NULL, alphasort);
+    for (int i = 0; i < m; i++) {
+        const char *name = ents[i]->d_name;
+        if (ends_with(name, ".list") || ends_with(name, ".sources")) {
+            char **p = realloc(*out, (*n + 1) * sizeof(char *));
+            if (p) {
+                *out = p;
+                if (asprintf(&p[*n], "/etc/apt/sources.list.d/%s", name) >= 0)
+                    (*n)++;
+            }
+        }
+        free(ents[i]);
+    }
+    if (m > 0)
+        free(ents);
+    return *n ? 0 : -ENOENT;
+}
+
+static int host_codename(char *out, size_t len)
+{
+    FILE *f = fopen("/etc/os-release", "re");
+    if (!f)
+        return -errno;
+    char line[256];
+    int rc = -ENOENT;
+    while (fgets(line, sizeof(line), f)) {
+        if (strncmp(line, "VERSION_CODENAME=", 17) == 0) {
+            char *v = line + 17;
+            v[strcspn(v, "\"\n")] = '\0';
+            if (*v == '"')
+                v++;
+            snprintf(out, len, "%s", v);
+            rc = *v ? 0 : -ENOENT;
+        }
+    }
+    fclose(f);
+    return rc;
+}
+
+static int mkdir_p(const char *path)
+{
+    char tmp[PATH_MAX];
+    snprintf(tmp, sizeof(tmp), "%s", path);
+    for (char *p = tmp + 1; *p; p++) {
+        if (*p == '/') {
+            *p = '\0';
+            if (mkdir(tmp, 0755) && errno != EEXIST)
+                return -errno;
+            *p = '/';
+        }
+    }
+    if (mkdir(tmp, 0755) && errno != EEXIST)
+        return -errno;
+    return 0;
+}
+
+static int run_command(char *const argv[])
+{
+    pid_t pid = fork();
+    if (pid < 0)
+        return -errno;
+    if (pid == 0) {
+        execvp(argv[0], argv);
+        fprintf(stderr, "ephemerald: cannot run %s: %s\n", argv[0], strerror(errno));
+        _exit(127);
+    }
+    int status;
+    while (waitpid(pid, &status, 0) < 0)
+        if (errno != EINTR)
+            return -errno;
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -EIO;
+}
+
+/* Points link at target, replacing an older link. */
+static int point_link(const char *link, const char *target)
+{
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof(dir), "%s", link);
+    char *slash = strrchr(dir, '/');
+    if (slash) {
+        *slash = '\0';
+        int rc = mkdir_p(dir);
+        if (rc)
+            return rc;
+    }
+    char tmp[PATH_MAX];
+    snprintf(tmp, sizeof(tmp), "%s.new", link);
+    unlink(tmp);
+    if (symlink(target, tmp))
+        return -errno;
+    if (rename(tmp, link)) {
+        int e = -errno;
+        unlink(tmp);
+        return e;
+    }
+    return 0;
+}
+
+static int image_build(const char *dir, bool quiet)
+{
+    char codename[64];
+    if (host_codename(codename, sizeof(codename))) {
+        fprintf(stderr, "ephemerald: cannot tell the host's Debian release from /etc/os-release\n");
+        return 1;
+    }
+    char **sources;
+    size_t nsources;
+    if (apt_sources(&sources, &nsources)) {
+        fprintf(stderr, "ephemerald: this machine has no apt sources to build the image from\n");
+        return 1;
+    }
+    /* The key: recipe, release, and the sources' contents. */
+    struct eph_buf key;
+    eph_buf_init(&key, 1u << 20);
+    int rc = eph_buf_appendf(&key, "recipe %s\nsuite %s\npackages %s\n", RECIPE_VERSION, codename,
+                             recipe_packages);
+    for (size_t i = 0; !rc && i < sizeof(recipe_hooks) / sizeof(recipe_hooks[0]); i++)
+        rc = eph_buf_appendf(&key, "hook %s\n", recipe_hooks[i]);
+    for (size_t i = 0; !rc && i < sizeof(recipe_dpkg_opts) / sizeof(recipe_dpkg_opts[0]); i++)
+        rc = eph_buf_appendf(&key, "dpkg %s\n", recipe_dpkg_opts[i]);
+    for (size_t i = 0; !rc && i < nsources; i++)
+        rc = read_file_into(sources[i], &key);
+    if (rc) {
+        fprintf(stderr, "ephemerald: cannot read the apt sources: %s\n", strerror(-rc));
+        return 1;
+    }
+    char hash[65];
+    eph_sha256_hex(key.data, key.len, hash);
+    eph_buf_release(&key);
+    hash[16] = '\0';
+
+    char base[PATH_MAX], rootfs[PATH_MAX], tmp[PATH_MAX], marker[PATH_MAX];
+    snprintf(base, sizeof(base), "%s/images/%s", cache_root(), hash);
+    snprintf(rootfs, sizeof(rootfs), "%s/rootfs", base);
+    snprintf(marker, sizeof(marker), "%s/complete", base);
+    snprintf(tmp, sizeof(tmp), "%s/rootfs.tmp", base);
+    struct stat sb;
+    if (stat(marker, &sb) != 0) {
+        if ((rc = mkdir_p(base))) {
+            fprintf(stderr, "ephemerald: cannot create '%s': %s\n", base, strerror(-rc));
+            return 1;
+        }
+        /* A half-built image of an interrupted build is removed first. */
+        char *rm[] = {"rm", "-rf", "--one-file-system", tmp, rootfs, NULL};
+        run_command(rm);
+        fprintf(stderr, "image: building %s (Debian %s) with mmdebstrap, about a minute\n", hash,
+                codename);
+        char *argv[64];
+        char hooks[sizeof(recipe_hooks) / sizeof(recipe_hooks[0])][512];
+        char dpkg[sizeof(recipe_dpkg_opts) / sizeof(recipe_dpkg_opts[0])][256];
+        char include[256];
+        int a = 0;
+        argv[a++] = "mmdebstrap";
+        argv[a++] = "--variant=minbase";
+        argv[a++] = "--mode=root";
+        argv[a++] = "--format=directory";
+        argv[a++] = quiet ? "--quiet" : "--verbose";
+        snprintf(include, sizeof(include), "--include=%s", recipe_packages);
+        argv[a++] = include;
+        for (size_t i = 0; i < sizeof(recipe_dpkg_opts) / sizeof(recipe_dpkg_opts[0]); i++) {
+            snprintf(dpkg[i], sizeof(dpkg[i]), "--dpkgopt=%s", recipe_dpkg_opts[i]);
+            argv[a++] = dpkg[i];
+        }
+        for (size_t i = 0; i < sizeof(recipe_hooks) / sizeof(recipe_hooks[0]); i++) {
+            snprintf(hooks[i], sizeof(hooks[i]), "--customize-hook=%s", recipe_hooks[i]);
+            argv[a++] = hooks[i];
+        }
+        argv[a++] = codename;
+        argv[a++] = tmp;
+        for (size_t i = 0; i < nsources && a < 62; i++)
+            argv[a++] = sources[i];
+        argv[a] = NULL;
+        if ((rc = run_command(argv))) {
+            fprintf(stderr, "ephemerald: mmdebstrap failed; the image was not built\n");
+            return 1;
+        }
+        if (rename(tmp, rootfs)) {
+            fprintf(stderr, "ephemerald: cannot move the image into place: %s\n",
+                    strerror(errno));
+            return 1;
+        }
+        int fd = open(marker, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        if (fd >= 0) {
+            dprintf(fd, "%s\n", hash);
+            close(fd);
+        }
+        fprintf(stderr, "image: built %s\n", rootfs);
+    }
+    for (size_t i = 0; i < nsources; i++)
+        free(sources[i]);
+    free(sources);
+    if ((rc = point_link(dir, rootfs))) {
+        fprintf(stderr, "ephemerald: cannot point '%s' at the image: %s\n", dir, strerror(-rc));
+        return 1;
+    }
+    return 0;
+}
+
+int eph_cmd_image(int argc, char **argv)
+{
+    if (argc < 2 || strcmp(argv[1], "build") != 0) {
+        fprintf(stderr, "usage: ephemerald image build [--dir DIR] [--verbose]\n");
+        return 2;
+    }
+    const char *dir = eph_default_image_path();
+    bool quiet = true;
+    for (int i = 2; i < argc; i++) {
+        if (strcmp(argv[i], "--dir") == 0 && i + 1 < argc)
+            dir = argv[++i];
+        else if (strcmp(argv[i], "--verbose") == 0)
+            quiet = false;
+        else {
+            fprintf(stderr, "ephemerald image build: unknown argument '%s'\n", argv[i]);
+            return 2;
+        }
+    }
+    if (geteuid() != 0) {
+        fprintf(stderr, "ephemerald image build: must run as root (mmdebstrap --mode=root)\n");
+        return 1;
+    }
+    return image_build(dir, quiet);
+}

@@ -1,0 +1,212 @@
+/*
+ * serve.c - `ephemerald serve`: start-up, the background reaper, and graceful shutdown.
+ *
+ * Start-up order: configuration, store (migrations), sandbox backend (probed and logged), orphan
+ * clean-up, models, recovery of what a dead server left, the worker pool, then the listener. On
+ * SIGTERM or SIGINT: refuse new runs (503), let running ones finish for the grace period, cancel
+ * and settle the rest, destroy every sandbox, stop.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include <curl/curl.h>
+#include <sodium.h>
+
+#include "api/api.h"
+#include "common/clock.h"
+#include "common/error.h"
+#include "common/log.h"
+#include "daemon/commands.h"
+#include "daemon/options.h"
+#include "run/live.h"
+#include "run/service.h"
+
+static pthread_mutex_t reaper_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t reaper_cond = PTHREAD_COND_INITIALIZER;
+static bool reaper_stop;
+
+/* Purges expired run logs and idempotency keys once a minute. */
+static void *reaper_main(void *arg)
+{
+    struct eph_service *svc = arg;
+    for (;;) {
+        unsigned purged = 0;
+        int64_t now = eph_clock_real_ms();
+        int rc = svc->store->ops->purge_logs(svc->store, now, &purged);
+        if (rc)
+            EPH_WARN("reaper", "purging expired logs failed: %s", eph_strerror(rc));
+        else if (purged)
+            EPH_INFO("reaper", "purged the logs of %u runs past retention", purged);
+        svc->store->ops->idem_expire(svc->store, now - 24 * 3600 * 1000);
+
+        pthread_mutex_lock(&reaper_lock);
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        const char *iv = getenv("EPHEMERALD_REAPER_INTERVAL_MS");
+        long ms = iv ? strtol(iv, NULL, 10) : 60000;
+        if (ms < 10)
+            ms = 10;
+        ts.tv_sec += ms / 1000;
+        ts.tv_nsec += (ms % 1000) * 1000000;
+        if (ts.tv_nsec >= 1000000000) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000;
+        }
+        while (!reaper_stop)
+            if (pthread_cond_timedwait(&reaper_cond, &reaper_lock, &ts) == ETIMEDOUT)
+                break;
+        bool stop = reaper_stop;
+        pthread_mutex_unlock(&reaper_lock);
+        if (stop)
+            return NULL;
+    }
+}
+
+static void ensure_parent_dir(const char *path)
+{
+    if (strstr(path, "://"))
+        return;
+    char dir[4096];
+    snprintf(dir, sizeof(dir), "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (!slash)
+        return;
+    *slash = '\0';
+    for (char *p = dir + 1; *p; p++) {
+        if (*p == '/') {
+            *p = '\0';
+            mkdir(dir, 0700);
+            *p = '/';
+        }
+    }
+    mkdir(dir, 0700);
+}
+
+int eph_cmd_serve(int argc, char **argv)
+{
+    struct eph_config cfg;
+    struct eph_service svc;
+    memset(&svc, 0, sizeof(svc));
+    int status = 1;
+    char err[512];
+    struct eph_api *api = NULL;
+    pthread_t reaper;
+    bool reaper_started = false, scheduler_started = false;
+
+    if (eph_options_load(&cfg, argc, argv, 1, NULL, NULL)) {
+        eph_config_release(&cfg);
+        return 2;
+    }
+    svc.cfg = &cfg;
+    atomic_init(&svc.shutting_down, false);
+
+    /* Signals are taken by sigwait in this thread only; every thread started later inherits the
+     * mask. A peer closing a socket must not kill the server. */
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGTERM);
+    sigaddset(&sigs, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    if (sodium_init() < 0 || curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK ||
+        eph_live_init()) {
+        EPH_ERROR("serve", "cannot initialise the libraries");
+        goto out;
+    }
+    ensure_parent_dir(cfg.db);
+    int rc = eph_store_open(cfg.db, &svc.store, err, sizeof(err));
+    if (rc) {
+        EPH_ERROR("serve", "%s", err);
+        goto out;
+    }
+
+    svc.sandbox_cfg.backend = cfg.sandbox.backend;
+    svc.sandbox_cfg.image = cfg.sandbox.image;
+    svc.sandbox_cfg.init_path = cfg.sandbox.init_path;
+    svc.sandbox_cfg.limits = cfg.sandbox.limits;
+    rc = eph_sandbox_choose(&svc.sandbox_cfg, &svc.sandbox_ops, err, sizeof(err));
+    if (rc) {
+        EPH_ERROR("serve", "no usable sandbox backend: %s", err);
+        goto out;
+    }
+    EPH_INFO("serve", "sandbox backend: %s (asked for %s)", svc.sandbox_ops->name,
+             cfg.sandbox.backend);
+    int orphans = eph_sandbox_cleanup_orphans();
+    if (orphans > 0)
+        EPH_WARN("serve", "removed %d sandboxes left by a dead server", orphans);
+
+    svc.models = calloc(cfg.nmodels, sizeof(*svc.models));
+    if (!svc.models)
+        goto out;
+    for (size_t i = 0; i < cfg.nmodels; i++) {
+        const struct eph_model_ops *ops = eph_model_provider(cfg.models[i].provider);
+        if (!ops) {
+            EPH_ERROR("serve", "model '%s': unknown provider '%s'", cfg.models[i].id,
+                      cfg.models[i].provider);
+            goto out;
+        }
+        err[0] = '\0';
+        rc = ops->open(&cfg.models[i], &svc.models[i], err, sizeof(err));
+        if (rc) {
+            /* A model that cannot open fails its runs; the others still serve. */
+            EPH_WARN("serve", "model '%s' is unavailable: %s", cfg.models[i].id, err);
+            svc.models[i] = NULL;
+        }
+    }
+
+    unsigned lost = 0, requeued = 0;
+    if ((rc = eph_scheduler_start(&svc))) {
+        EPH_ERROR("serve", "cannot start the worker pool: %s", eph_strerror(rc));
+        goto out;
+    }
+    scheduler_started = true;
+    if ((rc = eph_recovery_run(&svc, &lost, &requeued)))
+        EPH_ERROR("serve", "recovery failed: %s", eph_strerror(rc));
+    if (lost || requeued)
+        EPH_WARN("serve", "recovery: %u runs of a dead server settled as worker_lost, %u queued "
+                          "runs resumed",
+                 lost, requeued);
+
+    if (pthread_create(&reaper, NULL, reaper_main, &svc) == 0)
+        reaper_started = true;
+
+    if ((rc = eph_api_start(&svc, &api, err, sizeof(err)))) {
+        EPH_ERROR("serve", "%s", err);
+        goto out;
+    }
+    EPH_INFO("serve", "listening on http://%s (%u workers)", cfg.listen, cfg.max_concurrent_runs);
+
+    int sig = 0;
+    sigwait(&sigs, &sig);
+    EPH_INFO("serve", "signal %d: shutting down (grace %u s)", sig, cfg.shutdown_grace_seconds);
+    status = 0;
+out:
+    atomic_store(&svc.shutting_down, true);
+    if (scheduler_started)
+        eph_scheduler_stop(cfg.shutdown_grace_seconds);
+    eph_api_stop(api);
+    if (reaper_started) {
+        pthread_mutex_lock(&reaper_lock);
+        reaper_stop = true;
+        pthread_cond_broadcast(&reaper_cond);
+        pthread_mutex_unlock(&reaper_lock);
+        pthread_join(reaper, NULL);
+    }
+    for (size_t i = 0; svc.models && i < cfg.nmodels; i++)
+        if (svc.models[i])
+            svc.models[i]->ops->free(svc.models[i]);
+    free(svc.models);
+    if (svc.store)
+        svc.store->ops->close(svc.store);
+    eph_config_release(&cfg);
+    curl_global_cleanup();
+    EPH_INFO("serve", "stopped");
+    return status;
+}

@@ -1,0 +1,546 @@
+/*
+ * init.c - ephemeral-init, the sandbox's PID 1 and the guest end of the protocol.
+ *
+ *   ephemeral-init SCRATCH_DIR HOME_DIR      (the channel is fd 3)
+ *
+ * It is started by the jail as worker (uid 1000) with no capabilities, no_new_privs and seccomp
+ * already in force, and it is static and unsanitized so that it needs nothing from the image. It
+ * serves one request at a time from the channel: exec (runs /bin/sh -c as a new process group in
+ * the scratch directory with a clean environment, streams capped output, kills the group at the
+ * timeout), write_file, read_file, ping, shutdown. As PID 1 it reaps every orphan.
+ *
+ * Nothing it reads is trusted: malformed frames get an error reply and are skipped, and the loop
+ * goes on. When the channel closes, the host is gone: init kills everything and exits, which ends
+ * the PID namespace.
+ *
+ * Signals: the kernel drops signals sent to a namespace's init from inside unless init handles
+ * them, so `kill -9 1` from a command does nothing. SIGCHLD is blocked and read from a signalfd.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "guest/protocol.h"
+
+#define CHANNEL_FD 3
+/* After the shell exits, how long init keeps reading output still held open by a background
+ * process before it reports: the command is over, its stragglers do not get to stall the caller. */
+#define DRAIN_GRACE_MS 250
+#define DEFAULT_PATH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+static uint8_t rx_payload[EPH_PROTO_MAX_PAYLOAD];
+static uint8_t rx_raw[EPH_PROTO_CHUNK];
+static uint8_t tx[EPH_PROTO_HEADER_SIZE + EPH_PROTO_CHUNK + 64];
+static uint8_t tx_small[EPH_PROTO_HEADER_SIZE + EPH_PROTO_MAX_ERROR_MSG + 64];
+static struct eph_proto_decoder dec;
+static const char *scratch_dir;
+static const char *home_dir;
+static int sig_fd = -1;
+static bool channel_broken;
+
+static uint64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static uint64_t mono_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+/* Kills every process init may signal (everything in the sandbox but itself) and exits: the PID
+ * namespace dies with its init. */
+static void __attribute__((noreturn)) die_all(int status)
+{
+    kill(-1, SIGKILL);
+    while (waitpid(-1, NULL, 0) > 0 || errno == EINTR)
+        ;
+    _exit(status);
+}
+
+static void send_all(const uint8_t *p, size_t n)
+{
+    if (channel_broken)
+        return;
+    while (n) {
+        ssize_t w = send(CHANNEL_FD, p, n, MSG_NOSIGNAL);
+        if (w < 0 && errno == ENOTSOCK)
+            w = write(CHANNEL_FD, p, n);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EAGAIN) {
+                struct pollfd pfd = {.fd = CHANNEL_FD, .events = POLLOUT};
+                poll(&pfd, 1, -1);
+                continue;
+            }
+            /* The host is gone: nothing left to serve. */
+            channel_broken = true;
+            die_all(0);
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+}
+
+static void reply_error(uint32_t id, int err, const char *msg)
+{
+    int len = eph_proto_error_encode(tx_small, sizeof(tx_small), id, err, msg);
+    if (len > 0)
+        send_all(tx_small, (size_t)len);
+}
+
+static void reply_empty(uint8_t type, uint32_t id, const void *payload, size_t plen)
+{
+    int len = eph_proto_raw_encode(tx_small, sizeof(tx_small), type, 0, id, payload, plen);
+    if (len > 0)
+        send_all(tx_small, (size_t)len);
+}
+
+/* Reaps every child that has exited; reports the status of `want` if it was among them. */
+static bool reap(pid_t want, int *status)
+{
+    bool found = false;
+    struct signalfd_siginfo si;
+    while (read(sig_fd, &si, sizeof(si)) == (ssize_t)sizeof(si))
+        ;
+    for (;;) {
+        int st;
+        pid_t p = waitpid(-1, &st, WNOHANG);
+        if (p < 0 && errno == EINTR)
+            continue;
+        if (p <= 0)
+            break;
+        if (p == want) {
+            *status = st;
+            found = true;
+        }
+    }
+    return found;
+}
+
+/* ---- exec ------------------------------------------------------------------------------- */
+
+struct stream {
+    int fd;
+    uint8_t type;
+    uint64_t cap;
+    uint64_t sent;
+    uint64_t total;
+};
+
+/* Reads what is available on one pipe: counts it all, forwards only what fits under the cap.
+ * Returns false at EOF (or on an error, which ends the stream the same way). */
+static bool stream_pump(struct stream *s, uint32_t id)
+{
+    for (int rounds = 0; rounds < 16; rounds++) {
+        ssize_t n = read(s->fd, tx + EPH_PROTO_HEADER_SIZE, EPH_PROTO_CHUNK);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && errno == EAGAIN)
+            return true;
+        if (n <= 0)
+            return false;
+        s->total += (uint64_t)n;
+        uint64_t room = s->cap > s->sent ? s->cap - s->sent : 0;
+        size_t fwd = (uint64_t)n < room ? (size_t)n : (size_t)room;
+        if (fwd) {
+            eph_proto_header_encode(tx, s->type, 0, id, (uint32_t)fwd);
+            send_all(tx, EPH_PROTO_HEADER_SIZE + fwd);
+            s->sent += fwd;
+        }
+    }
+    return true;
+}
+
+/* Builds the command's environment: the fixed base, then the request's entries, each replacing a
+ * base entry of the same name. */
+static int build_env(const struct eph_proto_exec *ex, const char **envp, size_t max)
+{
+    static char home[EPH_PROTO_MAX_PATH + 8];
+    snprintf(home, sizeof(home), "HOME=%s", home_dir);
+    const char *base[] = {home, "PATH=" DEFAULT_PATH, "LANG=C.UTF-8", "TMPDIR=/tmp"};
+    size_t n = 0;
+    for (size_t i = 0; i < sizeof(base) / sizeof(base[0]); i++)
+        envp[n++] = base[i];
+    for (uint32_t i = 0; i < ex->env_count && n + 1 < max; i++) {
+        const char *e = ex->env[i];
+        size_t klen = (size_t)(strchr(e, '=') - e) + 1;
+        bool replaced = false;
+        for (size_t j = 0; j < n; j++) {
+            if (strncmp(envp[j], e, klen) == 0) {
+                envp[j] = e;
+                replaced = true;
+                break;
+            }
+        }
+        if (!replaced)
+            envp[n++] = e;
+    }
+    envp[n] = NULL;
+    return 0;
+}
+
+static void __attribute__((noreturn)) exec_child(const struct eph_proto_exec *ex,
+                                                const char *const *envp, int out_w, int err_w)
+{
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    signal(SIGPIPE, SIG_DFL);
+    setpgid(0, 0);
+    umask(022);
+    int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (null >= 0)
+        dup2(null, 0);
+    dup2(out_w, 1);
+    dup2(err_w, 2);
+    const char *cwd = ex->cwd[0] ? ex->cwd : scratch_dir;
+    if (chdir(cwd) != 0) {
+        dprintf(2, "ephemeral-init: cannot enter '%s': %s\n", cwd, strerror(errno));
+        _exit(126);
+    }
+    char *argv[] = {"sh", "-c", (char *)ex->command, NULL};
+    execve("/bin/sh", argv, (char *const *)envp);
+    dprintf(2, "ephemeral-init: cannot run /bin/sh: %s\n", strerror(errno));
+    _exit(127);
+}
+
+static void do_exec(uint32_t id, const uint8_t *payload, size_t len)
+{
+    static struct eph_proto_exec ex;
+    static const char *envp[EPH_PROTO_MAX_ENV + 8];
+    int out[2] = {-1, -1}, err[2] = {-1, -1};
+
+    int rc = eph_proto_exec_decode(payload, len, &ex);
+    if (rc) {
+        reply_error(id, rc, "malformed exec request");
+        return;
+    }
+    build_env(&ex, envp, sizeof(envp) / sizeof(envp[0]));
+    if (pipe2(out, O_CLOEXEC) || pipe2(err, O_CLOEXEC)) {
+        reply_error(id, -errno, "pipe failed");
+        goto out;
+    }
+    uint64_t t0 = mono_us();
+    pid_t pid = fork();
+    if (pid < 0) {
+        reply_error(id, -errno, "fork failed");
+        goto out;
+    }
+    if (pid == 0)
+        exec_child(&ex, envp, out[1], err[1]);
+    setpgid(pid, pid); /* both sides set it, so the kill below cannot race the child's setpgid */
+    close(out[1]);
+    close(err[1]);
+    out[1] = err[1] = -1;
+    fcntl(out[0], F_SETFL, O_NONBLOCK);
+    fcntl(err[0], F_SETFL, O_NONBLOCK);
+
+    struct stream so = {out[0], EPH_PROTO_EXEC_STDOUT, ex.stdout_cap, 0, 0};
+    struct stream se = {err[0], EPH_PROTO_EXEC_STDERR, ex.stderr_cap, 0, 0};
+    bool out_open = true, err_open = true, exited = false, timed_out = false;
+    int status = 0;
+    uint64_t start = mono_ms();
+    uint64_t deadline = ex.timeout_ms ? start + ex.timeout_ms : 0;
+    uint64_t drain_until = 0;
+
+    while (!exited || ((out_open || err_open) && mono_ms() < drain_until)) {
+        struct pollfd pfd[4] = {
+            {.fd = out_open ? out[0] : -1, .events = POLLIN},
+            {.fd = err_open ? err[0] : -1, .events = POLLIN},
+            {.fd = sig_fd, .events = POLLIN},
+            /* events 0: only hangup and error, so pending requests do not spin the loop. */
+            {.fd = CHANNEL_FD, .events = 0},
+        };
+        int wait_ms = -1;
+        uint64_t now = mono_ms();
+        uint64_t until = exited ? drain_until : (timed_out ? 0 : deadline);
+        if (until)
+            wait_ms = until > now ? (int)(until - now) : 0;
+        int n = poll(pfd, 4, wait_ms);
+        if (n < 0 && errno != EINTR)
+            break;
+        if (pfd[3].revents & (POLLHUP | POLLERR))
+            die_all(0);
+        if (pfd[0].revents)
+            out_open = stream_pump(&so, id);
+        if (pfd[1].revents)
+            err_open = stream_pump(&se, id);
+        if (pfd[2].revents && reap(pid, &status)) {
+            exited = true;
+            drain_until = mono_ms() + DRAIN_GRACE_MS;
+        }
+        if (!exited && !timed_out && deadline && mono_ms() >= deadline) {
+            timed_out = true;
+            kill(-pid, SIGKILL);
+            kill(pid, SIGKILL);
+        }
+    }
+    /* What is left in the pipes now belongs to no one: read what is there, then stop. */
+    if (out_open)
+        stream_pump(&so, id);
+    if (err_open)
+        stream_pump(&se, id);
+
+    struct eph_proto_exit e = {0};
+    e.duration_us = mono_us() - t0;
+    if (WIFSIGNALED(status))
+        e.signal = (uint32_t)WTERMSIG(status);
+    else
+        e.exit_code = WEXITSTATUS(status);
+    e.flags = (timed_out ? EPH_PROTO_EXIT_TIMED_OUT : 0) |
+              (so.total > so.sent ? EPH_PROTO_EXIT_STDOUT_TRUNCATED : 0) |
+              (se.total > se.sent ? EPH_PROTO_EXIT_STDERR_TRUNCATED : 0);
+    e.stdout_total = so.total;
+    e.stderr_total = se.total;
+    int flen = eph_proto_exit_encode(tx_small, sizeof(tx_small), id, &e);
+    if (flen > 0)
+        send_all(tx_small, (size_t)flen);
+out:
+    for (int i = 0; i < 2; i++) {
+        if (out[i] >= 0)
+            close(out[i]);
+        if (err[i] >= 0)
+            close(err[i]);
+    }
+}
+
+/* ---- files ------------------------------------------------------------------------------ */
+
+/* Opens path component by component under the scratch directory (or / for an absolute path),
+ * refusing symlinks at every step, so a link planted by a command cannot redirect the write.
+ * The path was already checked for "..". Creates missing parents when asked. */
+static int open_beneath(const char *path, int flags, mode_t mode, bool mkparents)
+{
+    char buf[EPH_PROTO_MAX_PATH + 1];
+    size_t n = strlen(path);
+    if (n > EPH_PROTO_MAX_PATH)
+        return -ENAMETOOLONG;
+    memcpy(buf, path, n + 1);
+    char *p = buf;
+    int dfd = open(*p == '/' ? "/" : scratch_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0)
+        return -errno;
+    if (*p == '/')
+        p++;
+    for (;;) {
+        char *slash = strchr(p, '/');
+        if (!slash) {
+            int fd = openat(dfd, p, flags | O_NOFOLLOW | O_CLOEXEC, mode);
+            int e = errno;
+            close(dfd);
+            return fd < 0 ? -e : fd;
+        }
+        *slash = '\0';
+        if (mkparents && mkdirat(dfd, p, 0755) != 0 && errno != EEXIST) {
+            int e = errno;
+            close(dfd);
+            return -e;
+        }
+        int nfd = openat(dfd, p, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        int e = errno;
+        close(dfd);
+        if (nfd < 0)
+            return -e;
+        dfd = nfd;
+        p = slash + 1;
+    }
+}
+
+static void do_write_file(uint32_t id, const uint8_t *payload, size_t len)
+{
+    struct eph_proto_write_file wf;
+    if (eph_proto_write_file_decode(payload, len, &wf)) {
+        reply_error(id, -EPROTO, "malformed write_file request");
+        return;
+    }
+    int flags = O_WRONLY | O_CREAT | ((wf.flags & EPH_PROTO_WRITE_APPEND) ? O_APPEND : O_TRUNC);
+    int fd = open_beneath(wf.path, flags, (mode_t)(wf.mode & 0777), true);
+    if (fd < 0) {
+        reply_error(id, fd, "cannot open the file");
+        return;
+    }
+    /* Creation used the umask; an explicit mode is what the caller asked for. */
+    if (!(wf.flags & EPH_PROTO_WRITE_APPEND))
+        fchmod(fd, (mode_t)(wf.mode & 0777));
+    size_t off = 0;
+    while (off < wf.len) {
+        ssize_t w = write(fd, wf.data + off, wf.len - off);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0) {
+            int e = w < 0 ? errno : EIO;
+            close(fd);
+            reply_error(id, -e, "cannot write the file");
+            return;
+        }
+        off += (size_t)w;
+    }
+    if (close(fd) != 0) {
+        reply_error(id, -errno, "cannot write the file");
+        return;
+    }
+    reply_empty(EPH_PROTO_OK, id, NULL, 0);
+}
+
+static void do_read_file(uint32_t id, const uint8_t *payload, size_t len)
+{
+    struct eph_proto_read_file rf;
+    if (eph_proto_read_file_decode(payload, len, &rf)) {
+        reply_error(id, -EPROTO, "malformed read_file request");
+        return;
+    }
+    int fd = open_beneath(rf.path, O_RDONLY | O_NONBLOCK, 0, false);
+    if (fd < 0) {
+        reply_error(id, fd, "cannot open the file");
+        return;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        reply_error(id, -EINVAL, "not a regular file");
+        return;
+    }
+    if ((uint64_t)st.st_size > rf.cap) {
+        close(fd);
+        reply_error(id, -EMSGSIZE, "the file is larger than the cap");
+        return;
+    }
+    uint64_t total = 0;
+    for (;;) {
+        ssize_t n = read(fd, tx + EPH_PROTO_HEADER_SIZE, EPH_PROTO_CHUNK);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            int e = errno;
+            close(fd);
+            reply_error(id, -e, "cannot read the file");
+            return;
+        }
+        if (n == 0)
+            break;
+        /* The file may grow while it is read: the cap holds for what is sent, not what stat saw. */
+        if (total + (uint64_t)n > rf.cap) {
+            close(fd);
+            reply_error(id, -EMSGSIZE, "the file is larger than the cap");
+            return;
+        }
+        total += (uint64_t)n;
+        eph_proto_header_encode(tx, EPH_PROTO_FILE_DATA, 0, id, (uint32_t)n);
+        send_all(tx, EPH_PROTO_HEADER_SIZE + (size_t)n);
+    }
+    close(fd);
+    uint8_t sz[8];
+    for (int i = 0; i < 8; i++)
+        sz[i] = (uint8_t)(total >> (8 * i));
+    reply_empty(EPH_PROTO_FILE_END, id, sz, sizeof(sz));
+}
+
+/* ---- main loop -------------------------------------------------------------------------- */
+
+static void dispatch(const struct eph_proto_frame *f)
+{
+    switch (f->hdr.type) {
+    case EPH_PROTO_PING:
+        reply_empty(EPH_PROTO_PONG, f->hdr.id, f->payload, f->hdr.length);
+        break;
+    case EPH_PROTO_EXEC:
+        do_exec(f->hdr.id, f->payload, f->hdr.length);
+        break;
+    case EPH_PROTO_WRITE_FILE:
+        do_write_file(f->hdr.id, f->payload, f->hdr.length);
+        break;
+    case EPH_PROTO_READ_FILE:
+        do_read_file(f->hdr.id, f->payload, f->hdr.length);
+        break;
+    case EPH_PROTO_SHUTDOWN:
+        kill(-1, SIGKILL);
+        reap(0, NULL);
+        reply_empty(EPH_PROTO_OK, f->hdr.id, NULL, 0);
+        die_all(0);
+    default:
+        reply_error(f->hdr.id, -EPROTO, "unexpected frame type");
+        break;
+    }
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 3 || argv[1][0] != '/' || argv[2][0] != '/') {
+        dprintf(2, "usage: ephemeral-init SCRATCH_DIR HOME_DIR (channel on fd 3)\n");
+        return 2;
+    }
+    scratch_dir = argv[1];
+    home_dir = argv[2];
+    /* Commands run as the same uid as init: keep them out of init's memory and fds. */
+    prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+    if (fcntl(CHANNEL_FD, F_SETFD, FD_CLOEXEC) != 0)
+        return 2;
+    signal(SIGPIPE, SIG_IGN);
+    sigset_t chld;
+    sigemptyset(&chld);
+    sigaddset(&chld, SIGCHLD);
+    sigprocmask(SIG_BLOCK, &chld, NULL);
+    sig_fd = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
+    if (sig_fd < 0)
+        return 2;
+    if (chdir(scratch_dir) != 0)
+        return 2;
+    eph_proto_decoder_init(&dec, EPH_PROTO_FROM_HOST, rx_payload, sizeof(rx_payload));
+
+    int hl = eph_proto_hello_encode(tx_small, sizeof(tx_small), (uint32_t)getpid());
+    if (hl > 0)
+        send_all(tx_small, (size_t)hl);
+
+    for (;;) {
+        struct pollfd pfd[2] = {{.fd = CHANNEL_FD, .events = POLLIN}, {.fd = sig_fd, .events = POLLIN}};
+        if (poll(pfd, 2, -1) < 0) {
+            if (errno == EINTR)
+                continue;
+            die_all(1);
+        }
+        if (pfd[1].revents)
+            reap(0, NULL);
+        if (!pfd[0].revents)
+            continue;
+        ssize_t n = read(CHANNEL_FD, rx_raw, sizeof(rx_raw));
+        if (n < 0 && (errno == EINTR || errno == EAGAIN))
+            continue;
+        if (n <= 0)
+            die_all(0); /* the host closed the channel */
+        size_t off = 0;
+        while (off < (size_t)n) {
+            struct eph_proto_frame f;
+            size_t used = 0;
+            int rc = eph_proto_decode(&dec, rx_raw + off, (size_t)n - off, &used, &f);
+            off += used;
+            if (rc < 0) {
+                /* The stream is out of step: say so once, drop what was read and start over on
+                 * the next read, rather than die on garbage. */
+                reply_error(0, rc, "bad frame");
+                eph_proto_decoder_reset(&dec);
+                break;
+            }
+            if (rc == 1)
+                dispatch(&f);
+        }
+    }
+}

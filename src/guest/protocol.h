@@ -1,0 +1,244 @@
+/*
+ * protocol.h - the framed, versioned protocol between the worker (host side) and ephemeral-init
+ * (the sandbox's PID 1). Compiled into both the daemon and the static init: pure C, libc only, no
+ * allocation.
+ *
+ * A frame is a 16-byte header followed by a payload (docs/PROTOCOL.md has the table):
+ *
+ *   off size field
+ *     0    2 magic      'E' 'G'
+ *     2    1 version    EPH_PROTO_VERSION
+ *     3    1 type       enum eph_proto_type
+ *     4    2 flags      per type; unknown bits must be zero
+ *     6    2 reserved   must be zero
+ *     8    4 id         request id; a reply carries the id of its request
+ *    12    4 length     payload bytes, at most the type's cap (never above EPH_PROTO_MAX_PAYLOAD)
+ *
+ * Integers are little-endian on the wire. Strings inside payloads are a u32 length followed by
+ * that many bytes, the last of which is a NUL and no other is (so a parsed string can be used in
+ * place as a C string).
+ *
+ * Everything that arrives is hostile: the decoder rejects bad magic or version, unknown types,
+ * types that may not travel in that direction, non-zero reserved bits, lengths above the cap of
+ * their type, and a stream that ends mid-frame. Payload parsers check every length against the
+ * bytes present. Errors are -EPROTO (malformed) or -EMSGSIZE (over a cap).
+ */
+#ifndef EPH_GUEST_PROTOCOL_H
+#define EPH_GUEST_PROTOCOL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define EPH_PROTO_MAGIC0 'E'
+#define EPH_PROTO_MAGIC1 'G'
+#define EPH_PROTO_VERSION 1
+#define EPH_PROTO_HEADER_SIZE 16
+/* The hard cap on any payload; types have smaller caps where they can. */
+#define EPH_PROTO_MAX_PAYLOAD (1024u * 1024u)
+/* Output and file data travel in chunks of at most this many bytes. */
+#define EPH_PROTO_CHUNK 65536u
+/* Caps inside payloads. */
+#define EPH_PROTO_MAX_ENV 256
+#define EPH_PROTO_MAX_PATH 4096
+#define EPH_PROTO_MAX_ERROR_MSG 1024
+#define EPH_PROTO_MAX_PING 64
+/* The largest file data one write_file frame carries (callers split bigger files). */
+#define EPH_PROTO_MAX_WRITE_DATA (EPH_PROTO_MAX_PAYLOAD - 12 - EPH_PROTO_MAX_PATH)
+
+enum eph_proto_type {
+    EPH_PROTO_HELLO = 0x01,       /* guest -> host, id 0, once at start: u32 version, u32 pid */
+    EPH_PROTO_PING = 0x02,        /* host -> guest: up to 64 opaque bytes */
+    EPH_PROTO_PONG = 0x03,        /* guest -> host: the ping's bytes */
+    EPH_PROTO_OK = 0x04,          /* guest -> host: empty; write_file and shutdown succeeded */
+    EPH_PROTO_ERROR = 0x05,       /* guest -> host: i32 errno (positive), string message */
+    EPH_PROTO_EXEC = 0x10,        /* host -> guest: struct eph_proto_exec */
+    EPH_PROTO_EXEC_STDOUT = 0x11, /* guest -> host: raw bytes, at most EPH_PROTO_CHUNK */
+    EPH_PROTO_EXEC_STDERR = 0x12, /* guest -> host: raw bytes, at most EPH_PROTO_CHUNK */
+    EPH_PROTO_EXEC_EXIT = 0x13,   /* guest -> host: struct eph_proto_exit (36 bytes) */
+    EPH_PROTO_WRITE_FILE = 0x20,  /* host -> guest: struct eph_proto_write_file */
+    EPH_PROTO_READ_FILE = 0x21,   /* host -> guest: u64 cap, string path */
+    EPH_PROTO_FILE_DATA = 0x22,   /* guest -> host: raw bytes, at most EPH_PROTO_CHUNK */
+    EPH_PROTO_FILE_END = 0x23,    /* guest -> host: u64 size: the file was sent whole */
+    EPH_PROTO_SHUTDOWN = 0x30,    /* host -> guest: empty; the guest kills everything, says OK */
+    /* 0x40-0x4f are reserved for the broker tunnel (connect, data, close): not yet defined. */
+};
+
+/* Which side may send a type; the decoder of each side rejects the other's. */
+enum eph_proto_dir { EPH_PROTO_FROM_HOST = 1, EPH_PROTO_FROM_GUEST = 2 };
+
+/* Flags. */
+#define EPH_PROTO_EXIT_TIMED_OUT 0x1u
+#define EPH_PROTO_EXIT_STDOUT_TRUNCATED 0x2u
+#define EPH_PROTO_EXIT_STDERR_TRUNCATED 0x4u
+#define EPH_PROTO_WRITE_APPEND 0x1u /* append instead of create-or-truncate */
+
+struct eph_proto_header {
+    uint8_t type;
+    uint16_t flags;
+    uint32_t id;
+    uint32_t length;
+};
+
+/* A decoded frame. payload points into the decoder's buffer and is valid until the next call. */
+struct eph_proto_frame {
+    struct eph_proto_header hdr;
+    const uint8_t *payload;
+};
+
+/* The incremental decoder: feed it whatever bytes arrived, in any split, and take frames out.
+ * It never allocates: buf (cap bytes, at least the largest payload accepted) belongs to the caller
+ * and outlives the decoder. */
+struct eph_proto_decoder {
+    enum eph_proto_dir from; /* the direction of the frames this decoder accepts */
+    uint8_t hdr[EPH_PROTO_HEADER_SIZE];
+    size_t hdr_have;
+    struct eph_proto_header cur;
+    uint8_t *buf;
+    size_t cap;
+    size_t have;
+    int error; /* sticky: once a stream is broken it stays broken */
+};
+
+void eph_proto_decoder_init(struct eph_proto_decoder *d, enum eph_proto_dir from, uint8_t *buf,
+                            size_t cap);
+/* Forgets any partial frame and the sticky error (for a side that resynchronises after garbage). */
+void eph_proto_decoder_reset(struct eph_proto_decoder *d);
+/* Consumes bytes from data[0..n) and stops after the first complete frame. Returns 1 with *frame
+ * filled (valid until the next call), 0 when all n bytes were consumed without completing a
+ * frame, or a negative error (sticky). *used is set to the bytes consumed in every case. */
+int eph_proto_decode(struct eph_proto_decoder *d, const void *data, size_t n, size_t *used,
+                     struct eph_proto_frame *frame) __attribute__((warn_unused_result));
+/* At end of stream: 0 when no frame was cut short, else -EPROTO. */
+int eph_proto_decoder_finish(const struct eph_proto_decoder *d);
+
+/* The largest payload a type may carry, or 0 when the type is unknown. */
+uint32_t eph_proto_type_cap(uint8_t type);
+/* The direction a type travels in, or 0 when unknown. */
+int eph_proto_type_dir(uint8_t type);
+const char *eph_proto_type_name(uint8_t type);
+/* Checks a header against the rules above (magic, version, type, direction, flags, length). */
+int eph_proto_header_parse(const uint8_t raw[EPH_PROTO_HEADER_SIZE], enum eph_proto_dir from,
+                           struct eph_proto_header *out) __attribute__((warn_unused_result));
+void eph_proto_header_encode(uint8_t out[EPH_PROTO_HEADER_SIZE], uint8_t type, uint16_t flags,
+                             uint32_t id, uint32_t length);
+
+/* A bounded writer for building a whole frame (header + payload) into a caller's buffer. The
+ * first error sticks and every later put is a no-op, so callers check once at the end. */
+struct eph_proto_writer {
+    uint8_t *buf;
+    size_t cap;
+    size_t len;
+    int error;
+};
+
+void eph_proto_writer_init(struct eph_proto_writer *w, uint8_t *buf, size_t cap);
+void eph_proto_put_u32(struct eph_proto_writer *w, uint32_t v);
+void eph_proto_put_u64(struct eph_proto_writer *w, uint64_t v);
+void eph_proto_put_bytes(struct eph_proto_writer *w, const void *p, size_t n);
+/* A string field: s must not contain NUL (it cannot); max bounds strlen(s). */
+void eph_proto_put_string(struct eph_proto_writer *w, const char *s, size_t max);
+/* Writes the header over the first 16 bytes of the writer (payload = everything after them) and
+ * returns the frame's total length, or a negative error. */
+int eph_proto_writer_finish(struct eph_proto_writer *w, uint8_t type, uint16_t flags, uint32_t id)
+    __attribute__((warn_unused_result));
+
+/* A bounded reader over one payload. */
+struct eph_proto_reader {
+    const uint8_t *p;
+    size_t len;
+    size_t off;
+    int error;
+};
+
+void eph_proto_reader_init(struct eph_proto_reader *r, const uint8_t *p, size_t len);
+uint32_t eph_proto_get_u32(struct eph_proto_reader *r);
+uint64_t eph_proto_get_u64(struct eph_proto_reader *r);
+/* A string field of at most max bytes (excluding the NUL); returns it in place, or NULL. */
+const char *eph_proto_get_string(struct eph_proto_reader *r, size_t max);
+/* 0 when everything parsed and every byte was used, else -EPROTO. */
+int eph_proto_reader_done(const struct eph_proto_reader *r);
+
+/* ---- Typed payloads ---------------------------------------------------------------------- */
+
+struct eph_proto_exec {
+    uint32_t timeout_ms;
+    uint32_t stdout_cap;
+    uint32_t stderr_cap;
+    const char *command;         /* /bin/sh -c command */
+    const char *cwd;             /* "" = the scratch directory */
+    uint32_t env_count;          /* at most EPH_PROTO_MAX_ENV */
+    const char *env[EPH_PROTO_MAX_ENV]; /* "K=V", K non-empty */
+};
+
+/* Builds a whole exec frame into buf; returns its length or a negative error (-EMSGSIZE when it
+ * does not fit the caps). env may be NULL; it is NULL-terminated. */
+int eph_proto_exec_encode(uint8_t *buf, size_t cap, uint32_t id, uint32_t timeout_ms,
+                          uint32_t stdout_cap, uint32_t stderr_cap, const char *command,
+                          const char *cwd, const char *const *env)
+    __attribute__((warn_unused_result));
+/* Parses an exec payload; strings point into payload. */
+int eph_proto_exec_decode(const uint8_t *payload, size_t len, struct eph_proto_exec *out)
+    __attribute__((warn_unused_result));
+
+struct eph_proto_exit {
+    int32_t exit_code;
+    uint32_t signal;
+    uint32_t flags; /* EPH_PROTO_EXIT_* */
+    uint64_t duration_us;
+    uint64_t stdout_total;
+    uint64_t stderr_total;
+};
+
+#define EPH_PROTO_EXIT_SIZE 36
+int eph_proto_exit_encode(uint8_t *buf, size_t cap, uint32_t id, const struct eph_proto_exit *e)
+    __attribute__((warn_unused_result));
+int eph_proto_exit_decode(const uint8_t *payload, size_t len, struct eph_proto_exit *out)
+    __attribute__((warn_unused_result));
+
+struct eph_proto_write_file {
+    uint32_t mode;  /* permission bits, masked to 0777 by the guest */
+    uint32_t flags; /* EPH_PROTO_WRITE_* */
+    const char *path;
+    const uint8_t *data;
+    size_t len;
+};
+
+int eph_proto_write_file_encode(uint8_t *buf, size_t cap, uint32_t id, const char *path,
+                                uint32_t mode, uint32_t flags, const void *data, size_t len)
+    __attribute__((warn_unused_result));
+int eph_proto_write_file_decode(const uint8_t *payload, size_t len,
+                                struct eph_proto_write_file *out)
+    __attribute__((warn_unused_result));
+
+struct eph_proto_read_file {
+    uint64_t cap;
+    const char *path;
+};
+
+int eph_proto_read_file_encode(uint8_t *buf, size_t cap, uint32_t id, const char *path,
+                               uint64_t max) __attribute__((warn_unused_result));
+int eph_proto_read_file_decode(const uint8_t *payload, size_t len, struct eph_proto_read_file *out)
+    __attribute__((warn_unused_result));
+
+/* error: the errno travels positive on the wire and comes back as a negative errno. */
+int eph_proto_error_encode(uint8_t *buf, size_t cap, uint32_t id, int err, const char *msg)
+    __attribute__((warn_unused_result));
+int eph_proto_error_decode(const uint8_t *payload, size_t len, int *err, const char **msg)
+    __attribute__((warn_unused_result));
+
+/* hello */
+int eph_proto_hello_encode(uint8_t *buf, size_t cap, uint32_t pid)
+    __attribute__((warn_unused_result));
+int eph_proto_hello_decode(const uint8_t *payload, size_t len, uint32_t *version, uint32_t *pid)
+    __attribute__((warn_unused_result));
+
+/* A frame with a raw payload (ping, pong, chunks, file data, ok, shutdown, file end...). */
+int eph_proto_raw_encode(uint8_t *buf, size_t cap, uint8_t type, uint16_t flags, uint32_t id,
+                         const void *payload, size_t len) __attribute__((warn_unused_result));
+
+/* Validates a path for write_file/read_file: non-empty, at most EPH_PROTO_MAX_PATH bytes, no
+ * "..", no empty components except a leading "/" (absolute = inside the sandbox). */
+int eph_proto_path_check(const char *path) __attribute__((warn_unused_result));
+
+#endif

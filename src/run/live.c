@@ -1,0 +1,296 @@
+#include "run/live.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <sodium.h>
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "sandbox/sandbox.h"
+
+struct eph_live {
+    char id[EPH_RUN_ID_LEN + 1];
+    int64_t created_at_ms;
+    uint64_t last_seq;
+    bool closed;
+    atomic_bool cancel;
+    struct eph_sandbox *sb;
+    char *zdr_result;
+    char *zdr_prompt;
+    json_t *zdr_files;
+    unsigned refs;
+    bool registered;
+    struct eph_live *next;
+};
+
+/* One lock and one condition for all live runs: waiters re-check their own run when woken. Simple
+ * and correct at the scale of one node's concurrent runs. */
+static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t live_cond;
+static struct eph_live *live_head;
+static unsigned live_n;
+
+int eph_live_init(void)
+{
+    pthread_condattr_t a;
+    pthread_condattr_init(&a);
+    pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+    int rc = pthread_cond_init(&live_cond, &a);
+    pthread_condattr_destroy(&a);
+    return -rc;
+}
+
+int eph_live_register(const char *run_id, int64_t created_at_ms, uint64_t last_seq)
+{
+    struct eph_live *l = calloc(1, sizeof(*l));
+    if (!l)
+        return -ENOMEM;
+    snprintf(l->id, sizeof(l->id), "%s", run_id);
+    l->created_at_ms = created_at_ms;
+    l->last_seq = last_seq;
+    l->refs = 1; /* the registry's */
+    l->registered = true;
+    atomic_init(&l->cancel, false);
+    pthread_mutex_lock(&live_lock);
+    l->next = live_head;
+    live_head = l;
+    live_n++;
+    pthread_mutex_unlock(&live_lock);
+    return 0;
+}
+
+struct eph_live *eph_live_get(const char *run_id)
+{
+    pthread_mutex_lock(&live_lock);
+    struct eph_live *l;
+    for (l = live_head; l; l = l->next)
+        if (strcmp(l->id, run_id) == 0)
+            break;
+    if (l)
+        l->refs++;
+    pthread_mutex_unlock(&live_lock);
+    return l;
+}
+
+static void live_free(struct eph_live *l)
+{
+    if (l->zdr_prompt)
+        sodium_memzero(l->zdr_prompt, strlen(l->zdr_prompt));
+    free(l->zdr_prompt);
+    json_decref(l->zdr_files);
+    free(l->zdr_result);
+    free(l);
+}
+
+void eph_live_put(struct eph_live *l)
+{
+    if (!l)
+        return;
+    pthread_mutex_lock(&live_lock);
+    bool last = --l->refs == 0;
+    pthread_mutex_unlock(&live_lock);
+    if (last)
+        live_free(l);
+}
+
+const char *eph_live_id(const struct eph_live *l)
+{
+    return l->id;
+}
+
+static void fill_event(struct eph_live *l, struct eph_event *e, const char *source,
+                       const char *type, json_t *data, const char *fmt, va_list ap)
+{
+    memset(e, 0, sizeof(*e));
+    e->at_ms = eph_clock_real_ms();
+    e->t_ms = e->at_ms - l->created_at_ms;
+    if (e->t_ms < 0)
+        e->t_ms = 0;
+    snprintf(e->source, sizeof(e->source), "%s", source);
+    snprintf(e->type, sizeof(e->type), "%s", type);
+    if (vasprintf(&e->message, fmt, ap) < 0)
+        e->message = NULL;
+    e->data = data ? data : json_object();
+}
+
+void eph_live_prepare(struct eph_live *l, struct eph_event *e, const char *source,
+                      const char *type, json_t *data, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fill_event(l, e, source, type, data, fmt, ap);
+    va_end(ap);
+    pthread_mutex_lock(&live_lock);
+    e->seq = ++l->last_seq;
+    pthread_mutex_unlock(&live_lock);
+}
+
+int eph_live_emit(struct eph_live *l, struct eph_store *st, const char *source, const char *type,
+                  json_t *data, const char *fmt, ...)
+{
+    struct eph_event e;
+    va_list ap;
+    va_start(ap, fmt);
+    fill_event(l, &e, source, type, data, fmt, ap);
+    va_end(ap);
+    /* Numbering and storing under one lock keeps the stored order the numbered order. */
+    pthread_mutex_lock(&live_lock);
+    e.seq = l->last_seq + 1;
+    int rc = st->ops->event_append(st, l->id, &e);
+    if (!rc) {
+        l->last_seq = e.seq;
+        pthread_cond_broadcast(&live_cond);
+    }
+    pthread_mutex_unlock(&live_lock);
+    if (rc)
+        EPH_ERROR("timeline", "run %s: cannot store event %s: %s", l->id, type, strerror(-rc));
+    eph_event_release(&e);
+    return rc;
+}
+
+void eph_live_close(struct eph_live *l, uint64_t last_seq, char *zdr_result)
+{
+    pthread_mutex_lock(&live_lock);
+    l->last_seq = last_seq;
+    l->closed = true;
+    free(l->zdr_result);
+    l->zdr_result = zdr_result;
+    bool drop = false;
+    if (l->registered) {
+        for (struct eph_live **pp = &live_head; *pp; pp = &(*pp)->next) {
+            if (*pp == l) {
+                *pp = l->next;
+                live_n--;
+                break;
+            }
+        }
+        l->registered = false;
+        drop = --l->refs == 0;
+    }
+    pthread_cond_broadcast(&live_cond);
+    pthread_mutex_unlock(&live_lock);
+    if (drop)
+        live_free(l);
+}
+
+uint64_t eph_live_wait(struct eph_live *l, uint64_t after_seq, uint64_t deadline_ns, bool *closed)
+{
+    struct timespec ts;
+    eph_clock_timespec(deadline_ns, &ts);
+    pthread_mutex_lock(&live_lock);
+    while (l->last_seq <= after_seq && !l->closed && eph_clock_mono_ns() < deadline_ns)
+        if (pthread_cond_timedwait(&live_cond, &live_lock, &ts) == ETIMEDOUT)
+            break;
+    uint64_t seq = l->last_seq;
+    *closed = l->closed;
+    pthread_mutex_unlock(&live_lock);
+    return seq;
+}
+
+bool eph_live_wait_closed(struct eph_live *l, uint64_t deadline_ns)
+{
+    struct timespec ts;
+    eph_clock_timespec(deadline_ns, &ts);
+    pthread_mutex_lock(&live_lock);
+    while (!l->closed && eph_clock_mono_ns() < deadline_ns)
+        if (pthread_cond_timedwait(&live_cond, &live_lock, &ts) == ETIMEDOUT)
+            break;
+    bool closed = l->closed;
+    pthread_mutex_unlock(&live_lock);
+    return closed;
+}
+
+void eph_live_cancel(struct eph_live *l)
+{
+    atomic_store(&l->cancel, true);
+    pthread_mutex_lock(&live_lock);
+    if (l->sb)
+        l->sb->ops->interrupt(l->sb);
+    pthread_cond_broadcast(&live_cond);
+    pthread_mutex_unlock(&live_lock);
+}
+
+const atomic_bool *eph_live_cancel_flag(struct eph_live *l)
+{
+    return &l->cancel;
+}
+
+bool eph_live_cancelled(struct eph_live *l)
+{
+    return atomic_load(&l->cancel);
+}
+
+void eph_live_attach_sandbox(struct eph_live *l, struct eph_sandbox *sb)
+{
+    pthread_mutex_lock(&live_lock);
+    l->sb = sb;
+    bool cancelled = atomic_load(&l->cancel);
+    if (sb && cancelled)
+        sb->ops->interrupt(sb);
+    pthread_mutex_unlock(&live_lock);
+}
+
+char *eph_live_zdr_result(struct eph_live *l)
+{
+    pthread_mutex_lock(&live_lock);
+    char *r = l->zdr_result ? strdup(l->zdr_result) : NULL;
+    pthread_mutex_unlock(&live_lock);
+    return r;
+}
+
+void eph_live_cancel_all(void)
+{
+    pthread_mutex_lock(&live_lock);
+    for (struct eph_live *l = live_head; l; l = l->next) {
+        atomic_store(&l->cancel, true);
+        if (l->sb)
+            l->sb->ops->interrupt(l->sb);
+    }
+    pthread_cond_broadcast(&live_cond);
+    pthread_mutex_unlock(&live_lock);
+}
+
+unsigned eph_live_count(void)
+{
+    pthread_mutex_lock(&live_lock);
+    unsigned n = live_n;
+    pthread_mutex_unlock(&live_lock);
+    return n;
+}
+
+int eph_live_set_prompt(const char *run_id, const char *prompt, json_t *files)
+{
+    struct eph_live *l = eph_live_get(run_id);
+    if (!l)
+        return -ENOENT;
+    char *p = strdup(prompt);
+    if (!p) {
+        eph_live_put(l);
+        return -ENOMEM;
+    }
+    pthread_mutex_lock(&live_lock);
+    free(l->zdr_prompt);
+    l->zdr_prompt = p;
+    json_decref(l->zdr_files);
+    l->zdr_files = files ? json_incref(files) : NULL;
+    pthread_mutex_unlock(&live_lock);
+    eph_live_put(l);
+    return 0;
+}
+
+char *eph_live_take_prompt(struct eph_live *l, json_t **files)
+{
+    pthread_mutex_lock(&live_lock);
+    char *p = l->zdr_prompt;
+    *files = l->zdr_files;
+    l->zdr_prompt = NULL;
+    l->zdr_files = NULL;
+    pthread_mutex_unlock(&live_lock);
+    return p;
+}

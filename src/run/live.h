@@ -1,0 +1,73 @@
+/*
+ * live.h - the runs this process is working on, and their timelines as they grow.
+ *
+ * A live run is registered when it is created (or re-queued at start-up) and closed when it is
+ * settled. Its entry carries the next event number, the cancel flag, the sandbox to interrupt, and
+ * (zero data retention only) the result, kept in memory for the clients waiting on the run. Event
+ * writers append through eph_live_emit(), which stores the event and wakes every waiter; readers
+ * (SSE streams, long polls) wait on the entry without holding a lock.
+ *
+ * Ownership: eph_live_get() returns a reference that the caller gives back with eph_live_put().
+ */
+#ifndef EPH_LIVE_H
+#define EPH_LIVE_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "store/store.h"
+
+struct eph_sandbox;
+struct eph_live;
+
+int eph_live_init(void);
+/* Registers a run; its first event (seq 1) is already stored. */
+int eph_live_register(const char *run_id, int64_t created_at_ms, uint64_t last_seq);
+struct eph_live *eph_live_get(const char *run_id);
+void eph_live_put(struct eph_live *l);
+const char *eph_live_id(const struct eph_live *l);
+
+/* Appends an event (stealing data, which may be NULL) and wakes the waiters. */
+int eph_live_emit(struct eph_live *l, struct eph_store *st, const char *source, const char *type,
+                  json_t *data, const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+/* Fills an event with the next number and the current time without storing it (for the events
+ * that the settlement transaction writes). Steals data. */
+void eph_live_prepare(struct eph_live *l, struct eph_event *e, const char *source,
+                      const char *type, json_t *data, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
+/* The run is settled: publish the last sequence number and wake everyone. The entry leaves the
+ * registry; references still held stay valid. A ZDR result (may be NULL) is handed over and kept
+ * for waiters for a short while. */
+void eph_live_close(struct eph_live *l, uint64_t last_seq, char *zdr_result);
+
+/* Waits until an event after after_seq exists or the run closed or deadline_ns passes
+ * (CLOCK_MONOTONIC). Returns the last sequence number; *closed set when the run is settled. */
+uint64_t eph_live_wait(struct eph_live *l, uint64_t after_seq, uint64_t deadline_ns, bool *closed);
+/* Waits until the run is settled or the deadline passes. True when settled. */
+bool eph_live_wait_closed(struct eph_live *l, uint64_t deadline_ns);
+
+/* Cancellation: sets the flag and interrupts the sandbox if one is attached. */
+void eph_live_cancel(struct eph_live *l);
+const atomic_bool *eph_live_cancel_flag(struct eph_live *l);
+bool eph_live_cancelled(struct eph_live *l);
+/* Attaches (or with NULL detaches) the run's sandbox, so that cancel can interrupt it. */
+void eph_live_attach_sandbox(struct eph_live *l, struct eph_sandbox *sb);
+
+/* The result of a zero-data-retention run, for a client that waited on it: a copy (free()) or
+ * NULL. */
+char *eph_live_zdr_result(struct eph_live *l);
+
+/* Zero data retention: the prompt and files never reach the store; the API hands them to the
+ * live entry, and the worker takes them (once). take returns NULL when none is held; the caller
+ * frees the prompt and decrefs *files. */
+int eph_live_set_prompt(const char *run_id, const char *prompt, json_t *files);
+char *eph_live_take_prompt(struct eph_live *l, json_t **files);
+
+/* Cancels every live run (shutdown). */
+void eph_live_cancel_all(void);
+unsigned eph_live_count(void);
+
+#endif

@@ -1,0 +1,159 @@
+/*
+ * scheduler.c - the bounded worker pool: a FIFO of queued run ids and max_concurrent_runs threads
+ * that take from it. Runs are durable in the store; the queue is only the order in which this
+ * process works on them, rebuilt from the store at start-up.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "run/live.h"
+#include "run/service.h"
+
+struct qitem {
+    char id[EPH_RUN_ID_LEN + 1];
+    struct qitem *next;
+};
+
+static pthread_mutex_t q_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t q_cond = PTHREAD_COND_INITIALIZER;
+static pthread_cond_t q_idle = PTHREAD_COND_INITIALIZER;
+static struct qitem *q_head, *q_tail;
+static unsigned q_depth, q_running;
+static bool q_stopping;
+static pthread_t *workers;
+static unsigned nworkers;
+static struct eph_service *q_svc;
+
+static void *worker_main(void *arg)
+{
+    (void)arg;
+    for (;;) {
+        pthread_mutex_lock(&q_lock);
+        while (!q_head && !q_stopping)
+            pthread_cond_wait(&q_cond, &q_lock);
+        if (q_stopping) {
+            pthread_mutex_unlock(&q_lock);
+            return NULL;
+        }
+        struct qitem *it = q_head;
+        q_head = it->next;
+        if (!q_head)
+            q_tail = NULL;
+        q_depth--;
+        q_running++;
+        pthread_mutex_unlock(&q_lock);
+
+        eph_worker_run(q_svc, it->id);
+        free(it);
+
+        pthread_mutex_lock(&q_lock);
+        q_running--;
+        pthread_cond_broadcast(&q_idle);
+        pthread_mutex_unlock(&q_lock);
+    }
+}
+
+int eph_scheduler_start(struct eph_service *svc)
+{
+    q_svc = svc;
+    unsigned n = svc->cfg->max_concurrent_runs ? svc->cfg->max_concurrent_runs : 1;
+    workers = calloc(n, sizeof(*workers));
+    if (!workers)
+        return -ENOMEM;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, 1u << 20);
+    for (unsigned i = 0; i < n; i++) {
+        int rc = pthread_create(&workers[i], &attr, worker_main, NULL);
+        if (rc) {
+            pthread_attr_destroy(&attr);
+            EPH_ERROR("scheduler", "cannot start worker %u: %s", i, strerror(rc));
+            return -rc;
+        }
+        nworkers++;
+    }
+    pthread_attr_destroy(&attr);
+    return 0;
+}
+
+int eph_scheduler_submit(const char *run_id)
+{
+    struct qitem *it = calloc(1, sizeof(*it));
+    if (!it)
+        return -ENOMEM;
+    snprintf(it->id, sizeof(it->id), "%s", run_id);
+    pthread_mutex_lock(&q_lock);
+    if (q_tail)
+        q_tail->next = it;
+    else
+        q_head = it;
+    q_tail = it;
+    q_depth++;
+    pthread_cond_signal(&q_cond);
+    pthread_mutex_unlock(&q_lock);
+    return 0;
+}
+
+unsigned eph_scheduler_queue_depth(void)
+{
+    pthread_mutex_lock(&q_lock);
+    unsigned n = q_depth;
+    pthread_mutex_unlock(&q_lock);
+    return n;
+}
+
+unsigned eph_scheduler_running(void)
+{
+    pthread_mutex_lock(&q_lock);
+    unsigned n = q_running;
+    pthread_mutex_unlock(&q_lock);
+    return n;
+}
+
+void eph_scheduler_stop(unsigned grace_seconds)
+{
+    uint64_t deadline = eph_clock_mono_ns() + (uint64_t)grace_seconds * 1000000000u;
+    pthread_mutex_lock(&q_lock);
+    /* Queued runs stay queued in the store; drop them from this process's queue. */
+    while (q_head) {
+        struct qitem *it = q_head;
+        q_head = it->next;
+        free(it);
+    }
+    q_tail = NULL;
+    q_depth = 0;
+    pthread_mutex_unlock(&q_lock);
+
+    pthread_mutex_lock(&q_lock);
+    /* q_idle uses the real-time clock: wait in short slices against the monotonic deadline. */
+    while (q_running && eph_clock_mono_ns() < deadline) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 100000000;
+        if (ts.tv_nsec >= 1000000000) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000;
+        }
+        pthread_cond_timedwait(&q_idle, &q_lock, &ts);
+    }
+    unsigned still = q_running;
+    pthread_mutex_unlock(&q_lock);
+    if (still) {
+        EPH_WARN("scheduler", "grace period over: cancelling %u running runs", still);
+        eph_live_cancel_all();
+    }
+    pthread_mutex_lock(&q_lock);
+    q_stopping = true;
+    pthread_cond_broadcast(&q_cond);
+    pthread_mutex_unlock(&q_lock);
+    for (unsigned i = 0; i < nworkers; i++)
+        pthread_join(workers[i], NULL);
+    free(workers);
+    workers = NULL;
+    nworkers = 0;
+}

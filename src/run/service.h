@@ -1,0 +1,45 @@
+/*
+ * service.h - what the server's parts share: configuration, store, sandbox backend, models, and
+ * the worker pool that runs queued runs.
+ */
+#ifndef EPH_SERVICE_H
+#define EPH_SERVICE_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#include "agent/model.h"
+#include "daemon/config.h"
+#include "sandbox/sandbox.h"
+#include "store/store.h"
+
+struct eph_service {
+    struct eph_config *cfg;
+    struct eph_store *store;
+    const struct eph_sandbox_ops *sandbox_ops; /* the backend chosen at start-up */
+    struct eph_sandbox_config sandbox_cfg;
+    struct eph_model **models;                 /* opened, parallel to cfg->models */
+    atomic_bool shutting_down;
+};
+
+struct eph_model *eph_service_model(struct eph_service *svc, const char *id);
+
+/* The worker pool (scheduler.c). start: spawns cfg->max_concurrent_runs workers. */
+int eph_scheduler_start(struct eph_service *svc);
+/* Queues a run that is registered live and stored as queued. */
+int eph_scheduler_submit(const char *run_id);
+/* Runs waiting for a worker. */
+unsigned eph_scheduler_queue_depth(void);
+unsigned eph_scheduler_running(void);
+/* Stops taking new runs, lets running ones finish for up to grace_seconds, then cancels them,
+ * and joins every worker. Queued runs stay queued in the store for the next start. */
+void eph_scheduler_stop(unsigned grace_seconds);
+
+/* Start-up recovery: runs a dead server left starting or running are finished as failed
+ * (worker_lost) and settled for what was measured; queued runs are registered and queued. */
+int eph_recovery_run(struct eph_service *svc, unsigned *lost, unsigned *requeued);
+
+/* One run, start to settlement (worker.c). */
+void eph_worker_run(struct eph_service *svc, const char *run_id);
+
+#endif

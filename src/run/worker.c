@@ -1,0 +1,371 @@
+/*
+ * worker.c - one run, from the queue to settlement.
+ *
+ *   queued -> starting: the sandbox is created (compute starts accruing)
+ *   starting -> running: sandbox.ready, worker.started, the request's files placed
+ *   the agent loop, until a result or a stop
+ *   the sandbox destroyed (sandbox.destroyed), compute stops
+ *   settlement: the terminal status, the ledger's charge and release, and the closing events
+ *   (run.<status>, worker.destroyed) in one transaction
+ *
+ * The budget's compute deadline bounds everything the run waits on, so the sandbox is destroyed no
+ * later than the instant compute would exhaust the reservation.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <sodium.h>
+
+#include "agent/agent.h"
+#include "common/clock.h"
+#include "common/error.h"
+#include "common/log.h"
+#include "common/money.h"
+#include "ledger/budget.h"
+#include "run/live.h"
+#include "run/service.h"
+
+struct eph_model *eph_service_model(struct eph_service *svc, const char *id)
+{
+    for (size_t i = 0; i < svc->cfg->nmodels; i++)
+        if (strcmp(svc->cfg->models[i].id, id) == 0)
+            return svc->models[i];
+    return NULL;
+}
+
+static const char *run_event_type(enum eph_run_status st)
+{
+    switch (st) {
+    case EPH_RUN_COMPLETED:
+        return "run.completed";
+    case EPH_RUN_TIMED_OUT:
+        return "run.timed_out";
+    case EPH_RUN_BUDGET_EXHAUSTED:
+        return "run.budget_exhausted";
+    case EPH_RUN_CANCELLED:
+        return "run.cancelled";
+    default:
+        return "run.failed";
+    }
+}
+
+/* Writes the terminal transaction and closes the live entry (may be NULL). r carries status,
+ * error, result and cost (model/web/compute); charged and released are computed here. */
+static int settle(struct eph_service *svc, struct eph_live *live, struct eph_run *r,
+                  uint64_t last_seq_if_not_live)
+{
+    struct eph_cost *c = &r->cost;
+    /* The hard limit, enforced once more where the money is written. */
+    if (c->model_micros + c->web_micros > c->reserved_micros) {
+        EPH_WARN("worker", "run %s: model and web charges capped at the reservation", r->id);
+        if (c->model_micros > c->reserved_micros)
+            c->model_micros = c->reserved_micros;
+        c->web_micros = c->reserved_micros - c->model_micros < c->web_micros
+                            ? c->reserved_micros - c->model_micros
+                            : c->web_micros;
+    }
+    if (c->compute_micros > c->reserved_micros - c->model_micros - c->web_micros)
+        c->compute_micros = c->reserved_micros - c->model_micros - c->web_micros;
+    c->charged_micros = c->model_micros + c->web_micros + c->compute_micros;
+    c->released_micros = c->reserved_micros - c->charged_micros;
+    r->finished_at_ms = eph_clock_real_ms();
+    if (!r->zdr)
+        r->log_expires_at_ms =
+            r->finished_at_ms + (int64_t)svc->cfg->retention_days * 86400 * 1000;
+
+    char tok[32], charged[EPH_MONEY_FMT_MAX], released[EPH_MONEY_FMT_MAX];
+    eph_format_thousands(r->usage.input_tokens + r->usage.output_tokens, tok);
+    eph_money_format(c->charged_micros, charged);
+    eph_money_format(c->released_micros, released);
+    struct eph_event ev[2];
+    json_t *run_data = json_pack("{s:s}", "status", eph_run_status_name(r->status));
+    if (r->error_code)
+        json_object_set_new(run_data, "error",
+                            json_pack("{s:s, s:s}", "code", r->error_code, "message",
+                                      r->error_message ? r->error_message : ""));
+    json_t *money = json_pack("{s:I, s:I, s:I}", "reserved_micros", (json_int_t)c->reserved_micros,
+                              "charged_micros", (json_int_t)c->charged_micros, "released_micros",
+                              (json_int_t)c->released_micros);
+    const char *calls = r->usage.model_calls == 1 ? "model call" : "model calls";
+    if (live) {
+        if (r->error_message && r->status != EPH_RUN_COMPLETED && !r->zdr)
+            eph_live_prepare(live, &ev[0], "run", run_event_type(r->status), run_data,
+                             "%llu %s, %s tokens · %s", (unsigned long long)r->usage.model_calls,
+                             calls, tok, r->error_message);
+        else
+            eph_live_prepare(live, &ev[0], "run", run_event_type(r->status), run_data,
+                             "%llu %s, %s tokens", (unsigned long long)r->usage.model_calls, calls,
+                             tok);
+        eph_live_prepare(live, &ev[1], "worker", "worker.destroyed", money, "%s charged, %s released",
+                         charged, released);
+    } else {
+        /* Recovery: no live entry; number the events after what is stored. */
+        for (int i = 0; i < 2; i++) {
+            memset(&ev[i], 0, sizeof(ev[i]));
+            ev[i].seq = last_seq_if_not_live + 1 + (uint64_t)i;
+            ev[i].at_ms = eph_clock_real_ms();
+            ev[i].t_ms = ev[i].at_ms - r->created_at_ms;
+        }
+        snprintf(ev[0].source, sizeof(ev[0].source), "run");
+        snprintf(ev[0].type, sizeof(ev[0].type), "%s", run_event_type(r->status));
+        ev[0].data = run_data;
+        if (asprintf(&ev[0].message, "%llu %s, %s tokens · %s",
+                     (unsigned long long)r->usage.model_calls, calls, tok,
+                     r->error_message ? r->error_message : "") < 0)
+            ev[0].message = NULL;
+        snprintf(ev[1].source, sizeof(ev[1].source), "worker");
+        snprintf(ev[1].type, sizeof(ev[1].type), "worker.destroyed");
+        ev[1].data = money;
+        if (asprintf(&ev[1].message, "%s charged, %s released", charged, released) < 0)
+            ev[1].message = NULL;
+    }
+    struct eph_run_final fin = {.run = r, .events = ev, .nevents = 2};
+    int rc = svc->store->ops->run_finish(svc->store, &fin);
+    if (rc)
+        EPH_ERROR("worker", "run %s: cannot settle: %s", r->id, eph_strerror(rc));
+    else
+        EPH_INFO("worker", "run %s %s: %s charged, %s released", r->id,
+                 eph_run_status_name(r->status), charged, released);
+    uint64_t last = ev[1].seq;
+    eph_event_release(&ev[0]);
+    eph_event_release(&ev[1]);
+    if (live) {
+        char *zdr_result = r->zdr && r->result ? strdup(r->result) : NULL;
+        eph_live_close(live, rc ? last - 2 : last, zdr_result);
+    }
+    return rc;
+}
+
+static void fail_run(struct eph_run *r, enum eph_run_status st, const char *code, const char *msg)
+{
+    r->status = st;
+    if (eph_run_set_error(r, st == EPH_RUN_CANCELLED ? "invalid_request_error" : "api_error", code,
+                          msg))
+        EPH_ERROR("worker", "run %s: out of memory", r->id);
+}
+
+/* The request's files, placed in the scratch directory before the first turn. */
+static int place_files(struct eph_sandbox *sb, const struct eph_run *r, char *err, size_t errlen)
+{
+    size_t i;
+    json_t *f;
+    json_array_foreach(r->files, i, f)
+    {
+        const char *path = json_string_value(json_object_get(f, "path"));
+        const char *b64 = json_string_value(json_object_get(f, "content_base64"));
+        if (!path || !b64)
+            continue;
+        size_t b64len = strlen(b64);
+        size_t cap = b64len / 4 * 3 + 3;
+        unsigned char *bin = malloc(cap ? cap : 1);
+        if (!bin)
+            return -ENOMEM;
+        size_t len = 0;
+        if (sodium_base642bin(bin, cap, b64, b64len, NULL, &len, NULL,
+                              sodium_base64_VARIANT_ORIGINAL)) {
+            free(bin);
+            snprintf(err, errlen, "file '%s' is not valid base64", path);
+            return -EINVAL;
+        }
+        int rc = sb->ops->write_file(sb, path, bin, len, 0644);
+        free(bin);
+        if (rc) {
+            snprintf(err, errlen, "cannot place file '%s': %s", path, eph_strerror(rc));
+            return rc;
+        }
+    }
+    return 0;
+}
+
+void eph_worker_run(struct eph_service *svc, const char *run_id)
+{
+    struct eph_store *st = svc->store;
+    struct eph_run r;
+    struct eph_live *live = eph_live_get(run_id);
+    if (!live) {
+        EPH_ERROR("worker", "run %s is not live", run_id);
+        return;
+    }
+    int rc = st->ops->run_get(st, run_id, NULL, &r);
+    if (rc) {
+        EPH_ERROR("worker", "run %s: cannot load: %s", run_id, eph_strerror(rc));
+        eph_live_put(live);
+        return;
+    }
+    if (r.status != EPH_RUN_QUEUED) {
+        eph_run_release(&r);
+        eph_live_put(live);
+        return;
+    }
+    const struct eph_model_config *mcfg = eph_config_model(svc->cfg, r.model);
+    struct eph_model *model = eph_service_model(svc, r.model);
+    struct eph_budget budget;
+    eph_budget_init(&budget, r.cost.reserved_micros, svc->cfg->prices.compute_micros_per_second);
+
+    if (r.zdr) {
+        /* The prompt never reached the store; it waits on the live entry. */
+        json_t *files = NULL;
+        r.prompt = eph_live_take_prompt(live, &files);
+        json_decref(r.files);
+        r.files = files;
+        if (!r.prompt) {
+            fail_run(&r, EPH_RUN_FAILED, "prompt_lost",
+                     "the prompt of this zero-data-retention run was not kept across a restart");
+            goto settle;
+        }
+    }
+    if (eph_live_cancelled(live)) {
+        fail_run(&r, EPH_RUN_CANCELLED, "cancelled", "the run was cancelled before it started");
+        goto settle;
+    }
+    if (!mcfg || !model) {
+        fail_run(&r, EPH_RUN_FAILED, "model_unavailable", "the run's model is not configured");
+        goto settle;
+    }
+
+    r.status = EPH_RUN_STARTING;
+    r.started_at_ms = eph_clock_real_ms();
+    if ((rc = st->ops->run_update(st, &r)))
+        EPH_WARN("worker", "run %s: cannot record start: %s", r.id, eph_strerror(rc));
+    uint64_t start_ns = eph_clock_mono_ns();
+    uint64_t deadline = start_ns + (uint64_t)r.timeout_seconds * 1000000000u;
+
+    struct eph_sandbox *sb = NULL;
+    eph_budget_sandbox_started(&budget, start_ns);
+    rc = svc->sandbox_ops->create(&svc->sandbox_cfg, &sb);
+    uint64_t ready_ns = eph_clock_mono_ns();
+    if (rc) {
+        eph_budget_sandbox_stopped(&budget, ready_ns);
+        EPH_ERROR("worker", "run %s: sandbox create failed: %s", r.id, eph_strerror(rc));
+        char msg[128];
+        snprintf(msg, sizeof(msg), "the sandbox could not be created: %s", eph_strerror(rc));
+        fail_run(&r, EPH_RUN_FAILED, "sandbox_error", msg);
+        goto settle_costs;
+    }
+    eph_live_attach_sandbox(live, sb);
+    free(r.sandbox_backend);
+    r.sandbox_backend = strdup(svc->sandbox_ops->name);
+    r.vcpus = svc->sandbox_cfg.limits.vcpus;
+    r.memory_mib = svc->sandbox_cfg.limits.memory_mib;
+    r.status = EPH_RUN_RUNNING;
+    if ((rc = st->ops->run_update(st, &r)))
+        EPH_WARN("worker", "run %s: cannot record running: %s", r.id, eph_strerror(rc));
+    eph_live_emit(live, st, "sandbox", "sandbox.ready",
+                  json_pack("{s:s, s:I, s:I, s:I}", "backend", svc->sandbox_ops->name, "create_ms",
+                            (json_int_t)((ready_ns - start_ns) / 1000000u), "vcpus",
+                            (json_int_t)r.vcpus, "memory_mib", (json_int_t)r.memory_mib),
+                  "%s", svc->sandbox_ops->ready_message);
+    eph_live_emit(live, st, "worker", "worker.started",
+                  json_pack("{s:b, s:b, s:s}", "shell", r.shell, "web", r.web, "model", r.model),
+                  "worker started · shell %s · web %s", r.shell ? "on" : "off",
+                  r.web ? "on" : "off");
+
+    char err[256];
+    if (r.files && json_array_size(r.files) && (rc = place_files(sb, &r, err, sizeof(err)))) {
+        fail_run(&r, EPH_RUN_FAILED, "files_error", err);
+    } else {
+        struct eph_agent_ctx ctx = {
+            .store = st,
+            .live = live,
+            .run = &r,
+            .model = model,
+            .mcfg = mcfg,
+            .sb = sb,
+            .budget = &budget,
+            .deadline_ns = deadline,
+            .turn_limit = svc->cfg->turn_limit,
+            .command_timeout_ms = svc->cfg->sandbox.command_timeout_seconds * 1000u,
+            .output_cap = svc->cfg->sandbox.output_cap_bytes,
+            .limits = &svc->sandbox_cfg.limits,
+            .backend_name = svc->sandbox_ops->name,
+        };
+        struct eph_agent_outcome out;
+        eph_agent_run(&ctx, &out);
+        r.status = out.status;
+        if (out.status == EPH_RUN_COMPLETED) {
+            r.result = out.result;
+            out.result = NULL;
+        } else {
+            fail_run(&r, out.status, out.error_code, out.error_message);
+            free(out.result);
+        }
+    }
+
+    eph_live_attach_sandbox(live, NULL);
+    uint64_t d0 = eph_clock_mono_ns();
+    rc = eph_sandbox_destroy(sb);
+    uint64_t end_ns = eph_clock_mono_ns();
+    eph_budget_sandbox_stopped(&budget, end_ns);
+    if (rc)
+        EPH_ERROR("worker", "run %s: sandbox destroy reported: %s", r.id, eph_strerror(rc));
+    eph_live_emit(live, st, "sandbox", "sandbox.destroyed",
+                  json_pack("{s:s, s:I, s:I}", "backend", svc->sandbox_ops->name, "destroy_ms",
+                            (json_int_t)((end_ns - d0) / 1000000u), "lifetime_ms",
+                            (json_int_t)((end_ns - start_ns) / 1000000u)),
+                  "%s", svc->sandbox_ops->destroyed_message);
+
+settle_costs:;
+    int64_t charged, released;
+    eph_budget_settle(&budget, eph_clock_mono_ns(), &r.cost.model_micros, &r.cost.web_micros,
+                      &r.cost.compute_micros, &charged, &released);
+settle:
+    settle(svc, live, &r, 0);
+    eph_run_release(&r);
+    eph_live_put(live);
+}
+
+/* ---- recovery ---- */
+
+struct recovery {
+    struct eph_service *svc;
+    unsigned lost, requeued;
+};
+
+static int last_seq_cb(const struct eph_event *e, void *ctx)
+{
+    *(uint64_t *)ctx = e->seq;
+    return 0;
+}
+
+static int recover_lost(const struct eph_run *stored, void *ctx)
+{
+    struct recovery *rec = ctx;
+    struct eph_service *svc = rec->svc;
+    struct eph_run r;
+    /* A copy we may change: re-read it. */
+    if (svc->store->ops->run_get(svc->store, stored->id, NULL, &r))
+        return 0;
+    uint64_t last = 0;
+    svc->store->ops->events_list(svc->store, r.id, 0, 0, last_seq_cb, &last);
+    fail_run(&r, EPH_RUN_FAILED, "worker_lost",
+             "the server running this run stopped; it was settled for what was measured");
+    if (!settle(svc, NULL, &r, last))
+        rec->lost++;
+    eph_run_release(&r);
+    return 0;
+}
+
+static int requeue(const struct eph_run *r, void *ctx)
+{
+    struct recovery *rec = ctx;
+    uint64_t last = 0;
+    rec->svc->store->ops->events_list(rec->svc->store, r->id, 0, 0, last_seq_cb, &last);
+    if (eph_live_register(r->id, r->created_at_ms, last) == 0 && eph_scheduler_submit(r->id) == 0)
+        rec->requeued++;
+    return 0;
+}
+
+int eph_recovery_run(struct eph_service *svc, unsigned *lost, unsigned *requeued)
+{
+    struct recovery rec = {.svc = svc};
+    int rc = svc->store->ops->runs_in_state(svc->store, EPH_RUN_STARTING, recover_lost, &rec);
+    if (!rc)
+        rc = svc->store->ops->runs_in_state(svc->store, EPH_RUN_RUNNING, recover_lost, &rec);
+    if (!rc)
+        rc = svc->store->ops->runs_in_state(svc->store, EPH_RUN_QUEUED, requeue, &rec);
+    *lost = rec.lost;
+    *requeued = rec.requeued;
+    return rc;
+}

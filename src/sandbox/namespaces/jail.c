@@ -1,0 +1,599 @@
+/*
+ * jail.c - the namespaces backend: the ops table and the one function that builds a sandbox.
+ *
+ * The parent (a thread of the server) prepares a plan, clones the child, and then, in lockstep
+ * with it over a SOCK_SEQPACKET socket:
+ *
+ *   parent                                   child (pid 1 of new pid/mnt/net/ipc/uts namespaces)
+ *   ------                                   -----
+ *   put the child in the sandbox's cgroup    fds: channel -> 3, init binary, sync; rest closed
+ *   send GO_CGROUP                           clear supplementary groups (still host root)
+ *                                            mount: private, image, /tmp, /proc, /dev, ro, pivot
+ *                                            bring up lo; hostname
+ *                                            wait GO_CGROUP; new user + cgroup namespaces
+ *   write setgroups=deny, uid_map, gid_map   send NEED_MAPS, wait GO_MAPS
+ *   send GO_MAPS                             rlimits; bounding set, ambient, securebits
+ *                                            become worker (1000:1000); every cap set empty
+ *                                            no_new_privs, setsid, parent-death signal
+ *                                            seccomp (last: it also filters the steps above)
+ *   see the sync socket close (exec done)    execveat(init) - closes the sync socket
+ *   wait for the guest's hello
+ *
+ * A failing child step sends {step, errno} and exits; the parent logs the step's name and returns
+ * the errno. Destroy: SIGKILL to the init through its pidfd (the kernel then kills the whole PID
+ * namespace), reap it, kill and remove the cgroup. Every mount lives in the child's mount
+ * namespace and every file in its tmpfs, so nothing else is left on the host.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "common/clock.h"
+#include "common/id.h"
+#include "common/log.h"
+#include "sandbox/guest_client.h"
+#include "sandbox/namespaces/namespaces.h"
+
+#define COMPONENT "sandbox"
+#define SETUP_TIMEOUT_MS 10000u
+#define FILE_TIMEOUT_MS 30000u
+#define CHILD_CHAN_FD 3
+#define CHILD_INIT_FD 4
+#define CHILD_SYNC_FD 5
+
+struct ns_sandbox {
+    struct eph_sandbox base; /* first: the generic layer casts */
+    struct eph_ns_plan plan;
+    struct eph_ns_cgroup cgroup;
+    struct eph_guest_client client;
+    bool client_ready;
+    unsigned slot;
+    bool have_slot;
+    pid_t pid;
+    int pidfd;
+    pthread_mutex_t lock; /* guards pidfd against interrupt() racing destroy() */
+    atomic_bool interrupted;
+};
+
+/* ---- the child -------------------------------------------------------------------------- */
+
+struct child_step {
+    const char *name;
+    int (*run)(struct eph_ns_plan *p);
+};
+
+static int child_report(int step, int err)
+{
+    struct eph_ns_sync_msg m = {.kind = EPH_NS_SYNC_FAILED, .step = step, .err = err};
+    ssize_t w;
+    do
+        w = send(CHILD_SYNC_FD, &m, sizeof(m), MSG_NOSIGNAL);
+    while (w < 0 && errno == EINTR);
+    return w == (ssize_t)sizeof(m) ? 0 : -EPIPE;
+}
+
+static int child_wait_byte(char want)
+{
+    char c;
+    ssize_t r;
+    do
+        r = recv(CHILD_SYNC_FD, &c, 1, 0);
+    while (r < 0 && errno == EINTR);
+    if (r != 1)
+        return -ESRCH; /* the parent is gone */
+    return c == want ? 0 : -EPROTO;
+}
+
+/* Moves the three descriptors the child keeps to fixed numbers and closes everything else: the
+ * copy of the server's descriptor table holds other sandboxes' channels, listening sockets, the
+ * database. stdio becomes /dev/null (the init never writes to the server's terminal). */
+static int step_fds(struct eph_ns_plan *p)
+{
+    int chan = fcntl(p->chan_fd, F_DUPFD_CLOEXEC, 10);
+    int init = fcntl(p->init_fd, F_DUPFD_CLOEXEC, 10);
+    int sync = fcntl(p->sync_fd, F_DUPFD_CLOEXEC, 10);
+    if (chan < 0 || init < 0 || sync < 0)
+        return -errno;
+    if (dup2(chan, CHILD_CHAN_FD) < 0 || dup3(init, CHILD_INIT_FD, O_CLOEXEC) < 0 ||
+        dup3(sync, CHILD_SYNC_FD, O_CLOEXEC) < 0)
+        return -errno;
+    int null = open("/dev/null", O_RDWR);
+    if (null < 0)
+        return -errno;
+    for (int fd = 0; fd < 3; fd++)
+        if (null != fd && dup2(null, fd) < 0)
+            return -errno;
+    if (close_range(CHILD_SYNC_FD + 1, ~0u, 0) != 0)
+        return -errno;
+    p->chan_fd = CHILD_CHAN_FD;
+    p->init_fd = CHILD_INIT_FD;
+    p->sync_fd = CHILD_SYNC_FD;
+    return 0;
+}
+
+static int step_groups(struct eph_ns_plan *p)
+{
+    return eph_ns_user_clear_groups();
+}
+
+static int step_mount(struct eph_ns_plan *p)
+{
+    umask(022);
+    return eph_ns_mount_setup(p);
+}
+
+static int step_net(struct eph_ns_plan *p)
+{
+    return eph_ns_net_setup();
+}
+
+static int step_uts(struct eph_ns_plan *p)
+{
+    return eph_ns_uts_setup();
+}
+
+static int step_userns(struct eph_ns_plan *p)
+{
+    int rc = child_wait_byte(EPH_NS_SYNC_GO_CGROUP);
+    if (rc)
+        return rc;
+    rc = eph_ns_user_unshare();
+    if (rc)
+        return rc;
+    struct eph_ns_sync_msg m = {.kind = EPH_NS_SYNC_NEED_MAPS};
+    if (send(CHILD_SYNC_FD, &m, sizeof(m), MSG_NOSIGNAL) != (ssize_t)sizeof(m))
+        return -EPIPE;
+    return child_wait_byte(EPH_NS_SYNC_GO_MAPS);
+}
+
+static int step_rlimits(struct eph_ns_plan *p)
+{
+    return eph_ns_rlimits_apply(p);
+}
+
+static int step_bounding(struct eph_ns_plan *p)
+{
+    return eph_ns_caps_drop_bounding();
+}
+
+static int step_worker(struct eph_ns_plan *p)
+{
+    return eph_ns_user_become_worker();
+}
+
+static int step_caps(struct eph_ns_plan *p)
+{
+    return eph_ns_caps_drop_all();
+}
+
+static int step_lock(struct eph_ns_plan *p)
+{
+    return eph_ns_caps_lock(CHILD_SYNC_FD);
+}
+
+static int step_seccomp(struct eph_ns_plan *p)
+{
+    return eph_ns_seccomp_load();
+}
+
+static int step_exec(struct eph_ns_plan *p)
+{
+    char *const argv[] = {"ephemeral-init", p->scratch, p->home, NULL};
+    char *const envp[] = {NULL};
+    syscall(SYS_execveat, CHILD_INIT_FD, "", argv, envp, AT_EMPTY_PATH);
+    return -errno;
+}
+
+/* The order matters; docs/SANDBOX.md explains each constraint. */
+static const struct child_step child_steps[] = {
+    {"descriptors", step_fds},
+    {"supplementary groups", step_groups},
+    {"mounts and pivot_root", step_mount},
+    {"loopback", step_net},
+    {"hostname", step_uts},
+    {"user and cgroup namespaces", step_userns},
+    {"rlimits", step_rlimits},
+    {"bounding set", step_bounding},
+    {"become worker", step_worker},
+    {"drop capabilities", step_caps},
+    {"no_new_privs, setsid, parent-death signal", step_lock},
+    {"seccomp", step_seccomp},
+    {"exec ephemeral-init", step_exec},
+};
+
+#define NSTEPS ((int)(sizeof(child_steps) / sizeof(child_steps[0])))
+
+static int child_main(void *arg)
+{
+    struct eph_ns_plan *p = arg;
+    for (int i = 0; i < NSTEPS; i++) {
+        int rc = child_steps[i].run(p);
+        if (rc) {
+            /* Before the descriptors step the sync socket is not at its number yet. */
+            if (i == 0)
+                (void)send(p->sync_fd, &(struct eph_ns_sync_msg){EPH_NS_SYNC_FAILED, i, rc},
+                           sizeof(struct eph_ns_sync_msg), MSG_NOSIGNAL);
+            else
+                child_report(i, rc);
+            _exit(127);
+        }
+    }
+    _exit(127); /* not reached: the last step execs */
+}
+
+/* ---- the parent ------------------------------------------------------------------------- */
+
+/* Receives one message from the child by the deadline; 1 when the child closed the socket (its
+ * exec succeeded, or it died). */
+static int parent_recv(int fd, struct eph_ns_sync_msg *m, uint64_t deadline_ns)
+{
+    for (;;) {
+        uint64_t now = eph_clock_mono_ns();
+        if (now >= deadline_ns)
+            return -ETIMEDOUT;
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        int n = poll(&pfd, 1, (int)((deadline_ns - now) / 1000000u) + 1);
+        if (n < 0 && errno != EINTR)
+            return -errno;
+        if (n <= 0)
+            continue;
+        ssize_t r = recv(fd, m, sizeof(*m), 0);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r == 0)
+            return 1;
+        if (r != (ssize_t)sizeof(*m))
+            return -EPROTO;
+        return 0;
+    }
+}
+
+static int parent_send_byte(int fd, char c)
+{
+    ssize_t w;
+    do
+        w = send(fd, &c, 1, MSG_NOSIGNAL);
+    while (w < 0 && errno == EINTR);
+    return w == 1 ? 0 : -EPIPE;
+}
+
+static int child_failed(const struct eph_ns_sync_msg *m)
+{
+    int step = m->step;
+    int err = m->err < 0 && m->err > -4096 ? m->err : -EIO;
+    EPH_ERROR(COMPONENT, "sandbox setup failed at step '%s': %s",
+              step >= 0 && step < NSTEPS ? child_steps[step].name : "?", strerror(-err));
+    return err;
+}
+
+/* The parent's side of the lockstep; the child is running. */
+static int parent_steps(struct ns_sandbox *sb, int sync_fd)
+{
+    uint64_t deadline = eph_clock_mono_ns() + (uint64_t)SETUP_TIMEOUT_MS * 1000000u;
+    struct eph_ns_sync_msg m;
+    int rc = eph_ns_cgroup_attach(&sb->cgroup, sb->pid);
+    if (rc) {
+        EPH_ERROR(COMPONENT, "cannot move the sandbox into its cgroup: %s", strerror(-rc));
+        return rc;
+    }
+    rc = parent_send_byte(sync_fd, EPH_NS_SYNC_GO_CGROUP);
+    if (rc)
+        return rc;
+    rc = parent_recv(sync_fd, &m, deadline);
+    if (rc == 0 && m.kind == EPH_NS_SYNC_FAILED)
+        return child_failed(&m);
+    if (rc != 0 || m.kind != EPH_NS_SYNC_NEED_MAPS) {
+        EPH_ERROR(COMPONENT, "sandbox setup: the child stopped before its user namespace");
+        return rc < 0 ? rc : -EPROTO;
+    }
+    rc = eph_ns_user_write_maps(sb->pid, sb->plan.host_id);
+    if (rc) {
+        EPH_ERROR(COMPONENT, "cannot write the sandbox's uid/gid maps: %s", strerror(-rc));
+        return rc;
+    }
+    rc = parent_send_byte(sync_fd, EPH_NS_SYNC_GO_MAPS);
+    if (rc)
+        return rc;
+    rc = parent_recv(sync_fd, &m, deadline);
+    if (rc == 0 && m.kind == EPH_NS_SYNC_FAILED)
+        return child_failed(&m);
+    if (rc != 1) {
+        EPH_ERROR(COMPONENT, "sandbox setup: no exec from the child");
+        return rc < 0 ? rc : -EPROTO;
+    }
+    return 0;
+}
+
+static void teardown(struct ns_sandbox *sb, int *status_out)
+{
+    int status = 0;
+    pthread_mutex_lock(&sb->lock);
+    int pidfd = sb->pidfd;
+    sb->pidfd = -1;
+    if (pidfd >= 0)
+        (void)eph_ns_pid_kill(pidfd);
+    pthread_mutex_unlock(&sb->lock);
+    if (sb->pid > 0) {
+        int rc = eph_ns_pid_reap(sb->pid, &status);
+        if (rc)
+            EPH_WARN(COMPONENT, "cannot reap the sandbox's init: %s", strerror(-rc));
+        sb->pid = 0;
+    }
+    if (pidfd >= 0)
+        close(pidfd);
+    if (status_out)
+        *status_out = status;
+}
+
+static int plan_prepare(struct ns_sandbox *sb, const struct eph_sandbox_config *cfg)
+{
+    struct eph_ns_plan *p = &sb->plan;
+    const struct eph_sandbox_limits *l = &cfg->limits;
+    if (!cfg->image || !realpath(cfg->image, p->root)) {
+        EPH_ERROR(COMPONENT, "sandbox image '%s' not found", cfg->image ? cfg->image : "");
+        return -ENOENT;
+    }
+    static const char *const needed[] = {"proc", "dev", "tmp", "bin/sh"};
+    for (size_t i = 0; i < sizeof(needed) / sizeof(needed[0]); i++) {
+        char path[PATH_MAX + 16];
+        struct stat st;
+        snprintf(path, sizeof(path), "%s/%s", p->root, needed[i]);
+        if (stat(path, &st) != 0) {
+            EPH_ERROR(COMPONENT, "sandbox image '%s' has no /%s", p->root, needed[i]);
+            return -ENOENT;
+        }
+    }
+    static const char alphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    unsigned char rnd[6];
+    int rc = eph_random_bytes(rnd, sizeof(rnd));
+    if (rc)
+        return rc;
+    char suffix[7];
+    for (int i = 0; i < 6; i++)
+        suffix[i] = alphabet[rnd[i] % (sizeof(alphabet) - 1)];
+    suffix[6] = '\0';
+    snprintf(p->run_rel, sizeof(p->run_rel), "tmp/ephemeral-run-%s", suffix);
+    snprintf(p->scratch_rel, sizeof(p->scratch_rel), "%s/scratch", p->run_rel);
+    snprintf(p->home_rel, sizeof(p->home_rel), "%s/home", p->run_rel);
+    snprintf(p->scratch, sizeof(p->scratch), "/%s", p->scratch_rel);
+    snprintf(p->home, sizeof(p->home), "/%s", p->home_rel);
+    /* Inodes scale with the size (a million empty files would otherwise eat kernel memory). */
+    snprintf(p->tmp_opts, sizeof(p->tmp_opts), "size=%um,nr_inodes=%u,mode=1777", l->disk_mib,
+             l->disk_mib * 64u < 4096u ? 4096u : l->disk_mib * 64u);
+    p->nofile = l->nofile;
+    p->fsize = l->fsize_bytes ? l->fsize_bytes : (uint64_t)l->disk_mib << 20;
+    /* A backstop behind pids.max, a little above it so that the cgroup is what normally says no. */
+    p->nproc = (uint64_t)l->pids + 16u;
+    p->host_id = eph_ns_user_host_id(sb->slot);
+    return 0;
+}
+
+static void limits_fill(struct eph_sandbox_limits *l, const struct eph_sandbox_limits *in)
+{
+    struct eph_sandbox_limits d;
+    eph_sandbox_limits_default(&d);
+    *l = *in;
+    if (!l->vcpus)
+        l->vcpus = d.vcpus;
+    if (!l->memory_mib)
+        l->memory_mib = d.memory_mib;
+    if (!l->pids)
+        l->pids = d.pids;
+    if (!l->disk_mib)
+        l->disk_mib = d.disk_mib;
+    if (!l->nofile)
+        l->nofile = d.nofile;
+}
+
+static int ns_destroy(struct eph_sandbox *base);
+
+static int ns_create(const struct eph_sandbox_config *cfg_in, struct eph_sandbox **out)
+{
+    static atomic_uint seq;
+    char why[200];
+    struct eph_sandbox_config cfg = *cfg_in;
+    int chan[2] = {-1, -1}, sync[2] = {-1, -1};
+    int rc = eph_ns_seccomp_prepare(why, sizeof(why));
+    if (rc) {
+        EPH_ERROR(COMPONENT, "%s", why);
+        return rc;
+    }
+    limits_fill(&cfg.limits, &cfg_in->limits);
+    struct ns_sandbox *sb = calloc(1, sizeof(*sb));
+    if (!sb)
+        return -ENOMEM;
+    sb->base.ops = &eph_sandbox_namespaces_ops;
+    sb->pidfd = -1;
+    sb->plan.init_fd = -1;
+    pthread_mutex_init(&sb->lock, NULL);
+    atomic_init(&sb->interrupted, false);
+
+    rc = eph_ns_user_slot_acquire(&sb->slot);
+    if (rc) {
+        EPH_ERROR(COMPONENT, "too many sandboxes in this server (%u)", EPH_NS_SLOTS);
+        goto fail;
+    }
+    sb->have_slot = true;
+    rc = plan_prepare(sb, &cfg);
+    if (rc)
+        goto fail;
+    sb->plan.init_fd = open(cfg.init_path ? cfg.init_path : "", O_RDONLY | O_CLOEXEC);
+    if (sb->plan.init_fd < 0) {
+        rc = -errno;
+        EPH_ERROR(COMPONENT, "cannot open ephemeral-init '%s': %s",
+                  cfg.init_path ? cfg.init_path : "", strerror(errno));
+        goto fail;
+    }
+    char name[64];
+    const char *tag = cfg.owner_tag && cfg.owner_tag[0] && !strchr(cfg.owner_tag, '-') &&
+                              !strchr(cfg.owner_tag, '/') && strlen(cfg.owner_tag) <= 16
+                          ? cfg.owner_tag
+                          : "eph";
+    snprintf(name, sizeof(name), "%s-%d-%u", tag, (int)getpid(), atomic_fetch_add(&seq, 1));
+    rc = eph_ns_cgroup_create(&sb->cgroup, name, &cfg.limits);
+    if (rc)
+        goto fail;
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, chan) != 0 ||
+        socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sync) != 0) {
+        rc = -errno;
+        goto fail;
+    }
+    sb->plan.chan_fd = chan[1];
+    sb->plan.sync_fd = sync[1];
+    rc = eph_ns_pid_clone(child_main, &sb->plan, &sb->pid, &sb->pidfd);
+    close(chan[1]);
+    close(sync[1]);
+    chan[1] = sync[1] = -1;
+    close(sb->plan.init_fd);
+    sb->plan.init_fd = -1;
+    if (rc) {
+        EPH_ERROR(COMPONENT, "cannot clone the sandbox: %s", strerror(-rc));
+        goto fail;
+    }
+    rc = parent_steps(sb, sync[0]);
+    close(sync[0]);
+    sync[0] = -1;
+    if (rc)
+        goto fail;
+    rc = eph_guest_client_init(&sb->client, chan[0]);
+    chan[0] = -1;
+    sb->client_ready = true;
+    if (rc)
+        goto fail;
+    rc = eph_guest_client_hello(&sb->client,
+                                eph_clock_mono_ns() + (uint64_t)SETUP_TIMEOUT_MS * 1000000u);
+    if (rc) {
+        EPH_ERROR(COMPONENT, "ephemeral-init did not start: %s", strerror(-rc));
+        goto fail;
+    }
+    *out = &sb->base;
+    return 0;
+
+fail:
+    for (int i = 0; i < 2; i++) {
+        if (chan[i] >= 0)
+            close(chan[i]);
+        if (sync[i] >= 0)
+            close(sync[i]);
+    }
+    ns_destroy(&sb->base);
+    return rc;
+}
+
+static int map_error(struct ns_sandbox *sb, int rc)
+{
+    /* Whatever the channel says after an interrupt, the reason is the interrupt. */
+    if (rc && atomic_load(&sb->interrupted))
+        return -ECANCELED;
+    return rc;
+}
+
+static int ns_exec(struct eph_sandbox *base, const struct eph_exec_request *req,
+                   struct eph_exec_result *res)
+{
+    struct ns_sandbox *sb = (struct ns_sandbox *)base;
+    if (atomic_load(&sb->interrupted))
+        return -ECANCELED;
+    return map_error(sb, eph_guest_client_exec(&sb->client, req, res));
+}
+
+static int ns_write_file(struct eph_sandbox *base, const char *path, const void *data, size_t len,
+                         unsigned mode)
+{
+    struct ns_sandbox *sb = (struct ns_sandbox *)base;
+    if (atomic_load(&sb->interrupted))
+        return -ECANCELED;
+    uint64_t deadline = eph_clock_mono_ns() + (uint64_t)FILE_TIMEOUT_MS * 1000000u;
+    return map_error(sb, eph_guest_client_write_file(&sb->client, path, data, len, mode, deadline));
+}
+
+static int ns_read_file(struct eph_sandbox *base, const char *path, size_t cap,
+                        struct eph_buf *out)
+{
+    struct ns_sandbox *sb = (struct ns_sandbox *)base;
+    if (atomic_load(&sb->interrupted))
+        return -ECANCELED;
+    uint64_t deadline = eph_clock_mono_ns() + (uint64_t)FILE_TIMEOUT_MS * 1000000u;
+    return map_error(sb, eph_guest_client_read_file(&sb->client, path, cap, out, deadline));
+}
+
+static const char *ns_scratch_dir(struct eph_sandbox *base)
+{
+    return ((struct ns_sandbox *)base)->plan.scratch;
+}
+
+static void ns_interrupt(struct eph_sandbox *base)
+{
+    struct ns_sandbox *sb = (struct ns_sandbox *)base;
+    atomic_store(&sb->interrupted, true);
+    pthread_mutex_lock(&sb->lock);
+    if (sb->pidfd >= 0)
+        (void)eph_ns_pid_kill(sb->pidfd);
+    pthread_mutex_unlock(&sb->lock);
+}
+
+static int ns_destroy(struct eph_sandbox *base)
+{
+    struct ns_sandbox *sb = (struct ns_sandbox *)base;
+    int rc = 0;
+    teardown(sb, NULL);
+    if (sb->client_ready)
+        eph_guest_client_release(&sb->client);
+    if (sb->cgroup.n)
+        rc = eph_ns_cgroup_destroy(&sb->cgroup);
+    if (sb->plan.init_fd >= 0)
+        close(sb->plan.init_fd);
+    if (sb->have_slot)
+        eph_ns_user_slot_release(sb->slot);
+    pthread_mutex_destroy(&sb->lock);
+    free(sb);
+    return rc;
+}
+
+static int ns_probe(const struct eph_sandbox_config *cfg, char *why, size_t whylen)
+{
+    int rc = eph_ns_cgroup_probe(why, whylen);
+    if (rc)
+        return rc;
+    rc = eph_ns_seccomp_prepare(why, whylen);
+    if (rc)
+        return rc;
+    if (geteuid() != 0) {
+        /* The jail maps a dedicated host id and builds mounts as host root before entering its
+         * user namespace: it needs root (or CAP_SYS_ADMIN and CAP_SETUID) on the host. */
+        snprintf(why, whylen, "the namespaces backend needs to run as root");
+        return -EPERM;
+    }
+    if (cfg->init_path && access(cfg->init_path, R_OK) != 0) {
+        snprintf(why, whylen, "ephemeral-init '%s' is not readable: %s", cfg->init_path,
+                 strerror(errno));
+        return -ENOENT;
+    }
+    return 0;
+}
+
+const struct eph_sandbox_ops eph_sandbox_namespaces_ops = {
+    .name = "namespaces",
+    .ready_message = "namespace sandbox ready",
+    .destroyed_message = "namespace sandbox destroyed",
+    .probe = ns_probe,
+    .create = ns_create,
+    .exec = ns_exec,
+    .write_file = ns_write_file,
+    .read_file = ns_read_file,
+    .scratch_dir = ns_scratch_dir,
+    .interrupt = ns_interrupt,
+    .destroy = ns_destroy,
+    .cleanup_orphans = eph_ns_cgroup_cleanup_orphans,
+};

@@ -1,0 +1,169 @@
+/*
+ * mount.c - the sandbox's file system, ending in pivot_root.
+ *
+ * Run by the child while it is still host root in a mount namespace the host's user namespace
+ * owns (so nothing inside can ever undo these mounts: no sandbox process has a capability over
+ * this namespace). In order:
+ *
+ *   1. every mount private, so nothing done here propagates to the host;
+ *   2. the image bind-mounted onto itself (this namespace only) as the new root;
+ *   3. /tmp: a size-limited tmpfs (nosuid, nodev) holding ephemeral-run-XXXXXX/{scratch,home},
+ *      owned by worker;
+ *   4. a fresh /proc for the new PID namespace, with sys, sysrq-trigger, irq and bus read-only and
+ *      a few kernel-information files masked;
+ *   5. a minimal /dev on a small tmpfs: null zero full random urandom tty bind-mounted from the
+ *      host, a private devpts (ptmx), a tmpfs /dev/shm, and the fd symlinks; then read-only;
+ *   6. the root remounted read-only, nosuid, nodev;
+ *   7. pivot_root into it, the old root detached.
+ *
+ * Paths are relative to the new root (the child chdir()s into it after step 2) and prepared by the
+ * parent; nothing here allocates.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "sandbox/namespaces/namespaces.h"
+
+static int do_mount(const char *src, const char *dst, const char *type, unsigned long flags,
+                    const char *data)
+{
+    if (mount(src, dst, type, flags, data) != 0)
+        return -errno;
+    return 0;
+}
+
+/* Bind src (a host path, or one inside the new root) over dst, then remount the bind with flags:
+ * a bind mount takes its flags only from the remount. */
+static int bind_with(const char *src, const char *dst, unsigned long flags)
+{
+    int rc = do_mount(src, dst, NULL, MS_BIND | MS_REC, NULL);
+    if (rc)
+        return rc;
+    return do_mount(NULL, dst, NULL, MS_BIND | MS_REMOUNT | flags, NULL);
+}
+
+static int setup_tmp(const struct eph_ns_plan *p)
+{
+    int rc = do_mount("tmpfs", "tmp", "tmpfs", MS_NOSUID | MS_NODEV, p->tmp_opts);
+    if (rc)
+        return rc;
+    if (mkdir(p->run_rel, 0755) != 0 || mkdir(p->scratch_rel, 0755) != 0 ||
+        mkdir(p->home_rel, 0700) != 0)
+        return -errno;
+    /* The host id that worker maps to: inside, these are worker's. */
+    if (chown(p->scratch_rel, p->host_id, p->host_id) != 0 ||
+        chown(p->home_rel, p->host_id, p->host_id) != 0)
+        return -errno;
+    return 0;
+}
+
+static int setup_proc(void)
+{
+    static const char *const readonly[] = {"proc/sys", "proc/sysrq-trigger", "proc/irq",
+                                           "proc/bus"};
+    /* Kernel information an unprivileged user has no use for (Docker masks the same). */
+    static const char *const masked[] = {"proc/kcore", "proc/keys", "proc/timer_list",
+                                         "proc/sched_debug", "proc/latency_stats"};
+    int rc = do_mount("proc", "proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL);
+    if (rc)
+        return rc;
+    for (size_t i = 0; i < sizeof(readonly) / sizeof(readonly[0]); i++) {
+        rc = bind_with(readonly[i], readonly[i], MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC);
+        if (rc == -ENOENT)
+            continue; /* not every kernel has every one of these */
+        if (rc)
+            return rc;
+    }
+    for (size_t i = 0; i < sizeof(masked) / sizeof(masked[0]); i++) {
+        rc = bind_with("/dev/null", masked[i], MS_RDONLY | MS_NOSUID | MS_NOEXEC);
+        if (rc == -ENOENT)
+            continue;
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+static int setup_dev(void)
+{
+    static const char *const nodes[] = {"null", "zero", "full", "random", "urandom", "tty"};
+    static const char *const links[][2] = {
+        {"/proc/self/fd", "dev/fd"},       {"/proc/self/fd/0", "dev/stdin"},
+        {"/proc/self/fd/1", "dev/stdout"}, {"/proc/self/fd/2", "dev/stderr"},
+        {"pts/ptmx", "dev/ptmx"},
+    };
+    char host[32], inside[32];
+    int rc = do_mount("tmpfs", "dev", "tmpfs", MS_NOSUID | MS_NOEXEC, "size=64k,nr_inodes=64,mode=0755");
+    if (rc)
+        return rc;
+    for (size_t i = 0; i < sizeof(nodes) / sizeof(nodes[0]); i++) {
+        size_t n = strlen(nodes[i]);
+        memcpy(host, "/dev/", 5);
+        memcpy(host + 5, nodes[i], n + 1);
+        memcpy(inside, "dev/", 4);
+        memcpy(inside + 4, nodes[i], n + 1);
+        int fd = open(inside, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+        if (fd < 0)
+            return -errno;
+        close(fd);
+        rc = bind_with(host, inside, MS_NOSUID | MS_NOEXEC);
+        if (rc)
+            return rc;
+    }
+    if (mkdir("dev/pts", 0755) != 0 || mkdir("dev/shm", 01777) != 0 || chmod("dev/shm", 01777))
+        return -errno;
+    rc = do_mount("devpts", "dev/pts", "devpts", MS_NOSUID | MS_NOEXEC,
+                  "newinstance,ptmxmode=0666,mode=0620");
+    if (rc)
+        return rc;
+    rc = do_mount("tmpfs", "dev/shm", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                  "size=64m,nr_inodes=4096,mode=1777");
+    if (rc)
+        return rc;
+    for (size_t i = 0; i < sizeof(links) / sizeof(links[0]); i++)
+        if (symlink(links[i][0], links[i][1]) != 0)
+            return -errno;
+    /* Nothing may be added to /dev once it is built. */
+    return do_mount(NULL, "dev", NULL, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NOEXEC,
+                    "size=64k,nr_inodes=64,mode=0755");
+}
+
+int eph_ns_mount_setup(const struct eph_ns_plan *p)
+{
+    int rc = do_mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL);
+    if (rc)
+        return rc;
+    /* Not recursive: whatever is mounted inside the image directory on the host stays out. */
+    rc = do_mount(p->root, p->root, NULL, MS_BIND, NULL);
+    if (rc)
+        return rc;
+    /* After the bind, so that "." is the new mount rather than the directory under it. */
+    if (chdir(p->root) != 0)
+        return -errno;
+    rc = setup_tmp(p);
+    if (rc)
+        return rc;
+    rc = setup_proc();
+    if (rc)
+        return rc;
+    rc = setup_dev();
+    if (rc)
+        return rc;
+    rc = do_mount(NULL, ".", NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL);
+    if (rc)
+        return rc;
+    /* pivot_root(".", "."): the old root ends up stacked under the new one and is detached at
+     * once, so no directory for it is needed in the (read-only) image. */
+    if (syscall(SYS_pivot_root, ".", ".") != 0)
+        return -errno;
+    if (umount2(".", MNT_DETACH) != 0)
+        return -errno;
+    if (chdir("/") != 0)
+        return -errno;
+    return 0;
+}

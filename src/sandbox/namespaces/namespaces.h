@@ -1,0 +1,107 @@
+/*
+ * namespaces.h - the `namespaces` backend: Ephemeral's own jail.
+ *
+ * jail.c is the whole backend as the rest of the service sees it (the ops table) and holds the one
+ * orchestrating function: the parent prepares a plan (every path, option string and number the
+ * child will need, so that the child never allocates), clones the child into new PID, mount,
+ * network, IPC and UTS namespaces, and both sides then run their ordered steps. One file per
+ * kernel feature implements them; each step returns 0 or a negative errno and the first failure
+ * ends the setup with the step's name in the log.
+ *
+ * The child runs in a copy of a possibly multithreaded server: after clone() it calls only
+ * async-signal-safe functions and raw system calls (no malloc, no stdio, no glibc set*id, whose
+ * thread broadcast would wait on threads that do not exist in the child).
+ *
+ * docs/SANDBOX.md lists the steps in order and why they are in that order.
+ */
+#ifndef EPH_SANDBOX_NAMESPACES_H
+#define EPH_SANDBOX_NAMESPACES_H
+
+#include <limits.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "sandbox/sandbox.h"
+
+extern const struct eph_sandbox_ops eph_sandbox_namespaces_ops;
+
+#define EPH_NS_WORKER_UID 1000
+/* Host ids of sandbox users: a range no host user owns, one id per live sandbox. */
+#define EPH_NS_HOST_ID_BASE 0x7e000000u
+#define EPH_NS_SLOTS 4096u
+
+/* Everything the child needs, prepared by the parent before clone(). */
+struct eph_ns_plan {
+    char root[PATH_MAX];  /* the image, resolved (no symlinks) */
+    char run_rel[64];     /* "tmp/ephemeral-run-XXXXXX", relative to the new root */
+    char scratch_rel[80]; /* run_rel + "/scratch" */
+    char home_rel[80];    /* run_rel + "/home" */
+    char scratch[80];     /* "/tmp/ephemeral-run-XXXXXX/scratch", as seen inside */
+    char home[80];
+    char tmp_opts[96];    /* tmpfs options for /tmp: size, mode, inodes */
+    uid_t host_id;        /* the host uid and gid that worker maps to */
+    uint64_t nofile, fsize, nproc;
+    int chan_fd;          /* becomes fd 3 of init */
+    int init_fd;          /* the ephemeral-init binary, opened before pivot_root */
+    int sync_fd;          /* SOCK_SEQPACKET to the parent; closed by the exec */
+};
+
+/* Child -> parent messages on the sync socket (the parent -> child ones are single bytes). */
+struct eph_ns_sync_msg {
+    int32_t kind; /* EPH_NS_SYNC_* */
+    int32_t step; /* index of the failed step */
+    int32_t err;  /* negative errno */
+};
+#define EPH_NS_SYNC_NEED_MAPS 1
+#define EPH_NS_SYNC_FAILED 2
+#define EPH_NS_SYNC_GO_CGROUP 'C'
+#define EPH_NS_SYNC_GO_MAPS 'M'
+
+/* user.c: ids and the user namespace. */
+int eph_ns_user_slot_acquire(unsigned *slot);
+void eph_ns_user_slot_release(unsigned slot);
+uid_t eph_ns_user_host_id(unsigned slot);
+int eph_ns_user_clear_groups(void);                   /* child, still host root */
+int eph_ns_user_unshare(void);                        /* child: new user + cgroup namespaces */
+int eph_ns_user_write_maps(pid_t pid, uid_t host_id); /* parent */
+int eph_ns_user_become_worker(void);                  /* child, inside the new user namespace */
+
+/* pid.c: the clone into new namespaces, and the end of the process. */
+int eph_ns_pid_clone(int (*fn)(void *), void *arg, pid_t *pid, int *pidfd);
+int eph_ns_pid_kill(int pidfd);
+int eph_ns_pid_reap(pid_t pid, int *status);
+
+/* mount.c: the file system, ending in pivot_root. */
+int eph_ns_mount_setup(const struct eph_ns_plan *p);
+
+/* net.c, uts.c */
+int eph_ns_net_setup(void);
+int eph_ns_uts_setup(void);
+
+/* rlimits.c */
+int eph_ns_rlimits_apply(const struct eph_ns_plan *p);
+
+/* caps.c */
+int eph_ns_caps_drop_bounding(void); /* while caps remain: bounding, ambient, securebits */
+int eph_ns_caps_drop_all(void);      /* after becoming worker: every set empty */
+int eph_ns_caps_lock(int parent_fd); /* no_new_privs, setsid, parent-death signal */
+
+/* seccomp.c: the filter is compiled once per process and loaded by each child. */
+int eph_ns_seccomp_prepare(char *why, size_t whylen);
+int eph_ns_seccomp_load(void);
+
+/* cgroup.c */
+struct eph_ns_cgroup {
+    int version; /* 1 or 2; 0 when not created */
+    int n;
+    char dirs[3][PATH_MAX];
+};
+int eph_ns_cgroup_probe(char *why, size_t whylen);
+int eph_ns_cgroup_create(struct eph_ns_cgroup *cg, const char *name,
+                         const struct eph_sandbox_limits *l);
+int eph_ns_cgroup_attach(const struct eph_ns_cgroup *cg, pid_t pid);
+/* Kills every task left and removes the directories. */
+int eph_ns_cgroup_destroy(struct eph_ns_cgroup *cg);
+int eph_ns_cgroup_cleanup_orphans(void);
+
+#endif

@@ -1,0 +1,123 @@
+/*
+ * sandbox.h - the sealed machine a run's commands execute in.
+ *
+ * A backend is a table of functions (struct eph_sandbox_ops): namespaces, gvisor, microvm. Every
+ * backend runs ephemeral-init inside as the sandbox's init and speaks the guest protocol
+ * (src/guest/protocol.h) with it; what differs is how the machine is built. One sandbox serves one
+ * run and is never reused. Adding a backend is adding a file and one line in sandbox.c.
+ *
+ * Threads: a sandbox is driven by one thread (the run's worker). eph_sandbox_interrupt() is the one
+ * call that may come from any other thread (cancel, shutdown, budget): it kills the machine at once,
+ * so that a blocked exec returns -ECANCELED; destroy must still be called.
+ */
+#ifndef EPH_SANDBOX_H
+#define EPH_SANDBOX_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/buf.h"
+
+struct eph_sandbox;
+
+struct eph_sandbox_limits {
+    unsigned vcpus;          /* CPU quota in whole CPUs (default 1) */
+    unsigned memory_mib;     /* memory without swap (default 512) */
+    unsigned pids;           /* processes and threads (default 256) */
+    unsigned disk_mib;       /* the writable tmpfs for /tmp and scratch (default 1024) */
+    unsigned nofile;         /* open files per process (default 1024) */
+    uint64_t fsize_bytes;    /* largest file a process may write (default = disk) */
+};
+
+struct eph_sandbox_config {
+    const char *backend;     /* "auto", "namespaces", "gvisor", "microvm" */
+    const char *image;       /* root file system directory, mounted read-only */
+    const char *init_path;   /* host path of the static ephemeral-init binary */
+    struct eph_sandbox_limits limits;
+    const char *owner_tag;   /* short tag naming the owning server (for orphan cleanup); may be NULL */
+};
+
+/* One command through /bin/sh -c as worker in the scratch directory. */
+struct eph_exec_request {
+    const char *command;
+    uint32_t timeout_ms;     /* wall time; the whole process group is killed when it passes */
+    uint32_t stdout_cap;     /* bytes of each stream kept for the caller; the rest is counted */
+    uint32_t stderr_cap;
+    const char *const *env;  /* extra "K=V" entries, NULL-terminated; may be NULL */
+    /* Optional: called from the exec thread with each piece of kept output as it arrives
+     * (stream 1 = stdout, 2 = stderr); the pieces add up to exactly the result's buffers. */
+    void (*on_output)(void *arg, int stream, const void *data, size_t len);
+    void *on_output_arg;
+};
+
+struct eph_exec_result {
+    int exit_code;           /* valid when signal == 0 */
+    int signal;              /* terminating signal, or 0 */
+    bool timed_out;          /* killed by the timeout */
+    uint64_t duration_us;
+    struct eph_buf out;      /* at most stdout_cap bytes; owned by the result */
+    struct eph_buf err;
+    uint64_t stdout_total;   /* bytes the command wrote, kept or not */
+    uint64_t stderr_total;
+};
+
+void eph_exec_result_init(struct eph_exec_result *r);
+void eph_exec_result_release(struct eph_exec_result *r);
+
+struct eph_sandbox_ops {
+    const char *name;          /* "namespaces" */
+    const char *ready_message; /* "namespace sandbox ready" */
+    const char *destroyed_message;
+    /* 0 when the backend works on this host, else a negative errno and a reason in why. */
+    int (*probe)(const struct eph_sandbox_config *cfg, char *why, size_t whylen);
+    /* Builds and boots a fresh machine; on success *out is owned by the caller (destroy it). */
+    int (*create)(const struct eph_sandbox_config *cfg, struct eph_sandbox **out);
+    int (*exec)(struct eph_sandbox *sb, const struct eph_exec_request *req,
+                struct eph_exec_result *res);
+    /* Writes a file relative to the scratch directory (or absolute inside the sandbox). */
+    int (*write_file)(struct eph_sandbox *sb, const char *path, const void *data, size_t len,
+                      unsigned mode);
+    /* Reads at most cap bytes of a file into out; -EMSGSIZE when it is larger. */
+    int (*read_file)(struct eph_sandbox *sb, const char *path, size_t cap, struct eph_buf *out);
+    /* Absolute path of the scratch directory inside the sandbox. */
+    const char *(*scratch_dir)(struct eph_sandbox *sb);
+    void (*interrupt)(struct eph_sandbox *sb);
+    /* Kills everything in the machine and removes every host-side trace. Always frees sb. Returns
+     * 0, or a negative errno when something could not be removed (logged). */
+    int (*destroy)(struct eph_sandbox *sb);
+    /* Optional (may be NULL): removes what dead servers using this backend left behind; returns
+     * how many were removed, or a negative errno. */
+    int (*cleanup_orphans)(void);
+};
+
+/* A sandbox as the rest of the service sees it: the backend plus its private state. Backends
+ * embed this as their first member. */
+struct eph_sandbox {
+    const struct eph_sandbox_ops *ops;
+};
+
+/* The backend named name ("namespaces"...), or NULL. */
+const struct eph_sandbox_ops *eph_sandbox_backend(const char *name);
+/* Resolves cfg->backend ("auto" = the strongest that probes fine: microvm, gvisor, namespaces).
+ * 0 and *out set, or a negative errno with a reason in why. */
+int eph_sandbox_choose(const struct eph_sandbox_config *cfg, const struct eph_sandbox_ops **out,
+                       char *why, size_t whylen);
+void eph_sandbox_limits_default(struct eph_sandbox_limits *l);
+
+static inline int eph_sandbox_exec(struct eph_sandbox *sb, const struct eph_exec_request *req,
+                                   struct eph_exec_result *res)
+{
+    return sb->ops->exec(sb, req, res);
+}
+
+static inline int eph_sandbox_destroy(struct eph_sandbox *sb)
+{
+    return sb->ops->destroy(sb);
+}
+
+/* Removes what dead servers left behind: sandbox cgroups and host-side directories whose owning
+ * processes are gone. Returns how many were removed, or a negative errno. */
+int eph_sandbox_cleanup_orphans(void);
+
+#endif

@@ -1,0 +1,1048 @@
+/*
+ * sqlite.c - the embedded store: one SQLite file in WAL mode.
+ *
+ * One connection, serialised by a mutex: SQLite allows one writer at a time anyway, and a single
+ * connection makes every "check then write" (a reservation against the balance) trivially atomic
+ * inside BEGIN IMMEDIATE. synchronous=FULL: a committed ledger entry survives a power cut.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <sqlite3.h>
+
+#include "common/clock.h"
+#include "common/id.h"
+#include "common/log.h"
+#include "store/migrations.h"
+#include "store/store.h"
+
+struct sqlite_store {
+    struct eph_store base;
+    sqlite3 *db;
+    pthread_mutex_t lock;
+};
+
+#define S(s) ((struct sqlite_store *)(s))
+
+/* Maps a SQLite result to a negative errno, logging the database's message. */
+static int db_err(struct sqlite_store *s, int rc, const char *what)
+{
+    int ext = sqlite3_extended_errcode(s->db);
+    switch (rc & 0xff) {
+    case SQLITE_OK:
+    case SQLITE_DONE:
+    case SQLITE_ROW:
+        return 0;
+    case SQLITE_CONSTRAINT:
+        return -EEXIST;
+    case SQLITE_FULL:
+        EPH_ERROR("store", "%s: database or disk is full", what);
+        return -ENOSPC;
+    case SQLITE_READONLY:
+        EPH_ERROR("store", "%s: database is read-only", what);
+        return -EROFS;
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED:
+        EPH_ERROR("store", "%s: database is busy", what);
+        return -EBUSY;
+    default:
+        EPH_ERROR("store", "%s: %s (%d)", what, sqlite3_errmsg(s->db), ext);
+        return -EIO;
+    }
+}
+
+static int exec_sql(struct sqlite_store *s, const char *sql, const char *what)
+{
+    char *msg = NULL;
+    int rc = sqlite3_exec(s->db, sql, NULL, NULL, &msg);
+    if (rc != SQLITE_OK) {
+        EPH_ERROR("store", "%s: %s", what, msg ? msg : sqlite3_errstr(rc));
+        sqlite3_free(msg);
+        return db_err(s, rc, what);
+    }
+    return 0;
+}
+
+static int prepare(struct sqlite_store *s, const char *sql, sqlite3_stmt **st)
+{
+    int rc = sqlite3_prepare_v2(s->db, sql, -1, st, NULL);
+    if (rc != SQLITE_OK)
+        return db_err(s, rc, "prepare");
+    return 0;
+}
+
+/* Steps a statement that returns no rows, then finalizes it. */
+static int step_done(struct sqlite_store *s, sqlite3_stmt *st, const char *what)
+{
+    int rc = sqlite3_step(st);
+    int r = (rc == SQLITE_DONE || rc == SQLITE_ROW) ? 0 : db_err(s, rc, what);
+    sqlite3_finalize(st);
+    return r;
+}
+
+static int begin(struct sqlite_store *s)
+{
+    return exec_sql(s, "BEGIN IMMEDIATE", "begin");
+}
+
+static int commit(struct sqlite_store *s)
+{
+    return exec_sql(s, "COMMIT", "commit");
+}
+
+static void rollback(struct sqlite_store *s)
+{
+    sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+}
+
+static void bind_text_or_null(sqlite3_stmt *st, int i, const char *v)
+{
+    if (v)
+        sqlite3_bind_text(st, i, v, -1, SQLITE_TRANSIENT);
+    else
+        sqlite3_bind_null(st, i);
+}
+
+static void bind_json_or_null(sqlite3_stmt *st, int i, const json_t *v)
+{
+    if (!v) {
+        sqlite3_bind_null(st, i);
+        return;
+    }
+    char *text = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+    if (text)
+        sqlite3_bind_text(st, i, text, -1, free);
+    else
+        sqlite3_bind_null(st, i);
+}
+
+static void bind_ms_or_null(sqlite3_stmt *st, int i, int64_t ms)
+{
+    if (ms)
+        sqlite3_bind_int64(st, i, ms);
+    else
+        sqlite3_bind_null(st, i);
+}
+
+static char *col_strdup(sqlite3_stmt *st, int i)
+{
+    const unsigned char *t = sqlite3_column_text(st, i);
+    return t ? strdup((const char *)t) : NULL;
+}
+
+static json_t *col_json(sqlite3_stmt *st, int i)
+{
+    const unsigned char *t = sqlite3_column_text(st, i);
+    if (!t)
+        return NULL;
+    return json_loads((const char *)t, JSON_DECODE_ANY, NULL);
+}
+
+static int apply_migrations(struct sqlite_store *s)
+{
+    int rc = exec_sql(s,
+                      "CREATE TABLE IF NOT EXISTS schema_migrations ("
+                      "version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT "
+                      "NULL)",
+                      "schema_migrations");
+    if (rc)
+        return rc;
+    for (unsigned i = 0; i < eph_sqlite_migrations_count; i++) {
+        const struct eph_migration *m = &eph_sqlite_migrations[i];
+        sqlite3_stmt *st;
+        if ((rc = prepare(s, "SELECT 1 FROM schema_migrations WHERE version = ?", &st)))
+            return rc;
+        sqlite3_bind_int(st, 1, m->version);
+        int have = sqlite3_step(st) == SQLITE_ROW;
+        sqlite3_finalize(st);
+        if (have)
+            continue;
+        if ((rc = begin(s)))
+            return rc;
+        if ((rc = exec_sql(s, m->sql, m->name))) {
+            rollback(s);
+            return rc;
+        }
+        if ((rc = prepare(s, "INSERT INTO schema_migrations VALUES (?, ?, ?)", &st))) {
+            rollback(s);
+            return rc;
+        }
+        sqlite3_bind_int(st, 1, m->version);
+        sqlite3_bind_text(st, 2, m->name, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 3, eph_clock_real_ms());
+        if ((rc = step_done(s, st, "record migration")) || (rc = commit(s))) {
+            rollback(s);
+            return rc;
+        }
+        EPH_INFO("store", "applied migration %d (%s)", m->version, m->name);
+    }
+    return 0;
+}
+
+static int sq_open(const char *target, struct eph_store **out, char *err, size_t errlen)
+{
+    struct sqlite_store *s = calloc(1, sizeof(*s));
+    if (!s)
+        return -ENOMEM;
+    s->base.ops = &eph_store_sqlite_ops;
+    pthread_mutex_init(&s->lock, NULL);
+    int rc = sqlite3_open_v2(target, &s->db,
+                             SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
+                             NULL);
+    if (rc != SQLITE_OK) {
+        snprintf(err, errlen, "cannot open database '%s': %s", target,
+                 s->db ? sqlite3_errmsg(s->db) : sqlite3_errstr(rc));
+        sqlite3_close(s->db);
+        free(s);
+        return -EIO;
+    }
+    sqlite3_busy_timeout(s->db, 5000);
+    sqlite3_extended_result_codes(s->db, 1);
+    rc = exec_sql(s,
+                  "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;"
+                  "PRAGMA secure_delete=ON;",
+                  "pragmas");
+    if (!rc)
+        rc = apply_migrations(s);
+    if (rc) {
+        snprintf(err, errlen, "cannot prepare database '%s': %s", target,
+                 rc == -EROFS ? "read-only" : sqlite3_errmsg(s->db));
+        sqlite3_close(s->db);
+        free(s);
+        return rc;
+    }
+    *out = &s->base;
+    return 0;
+}
+
+static void sq_close(struct eph_store *base)
+{
+    struct sqlite_store *s = S(base);
+    if (!s)
+        return;
+    sqlite3_close(s->db);
+    pthread_mutex_destroy(&s->lock);
+    free(s);
+}
+
+static int sq_ping(struct eph_store *base)
+{
+    struct sqlite_store *s = S(base);
+    pthread_mutex_lock(&s->lock);
+    int rc = exec_sql(s, "SELECT 1", "ping");
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
+static int insert_ledger(struct sqlite_store *s, const char *org_id, const char *run_id,
+                         const char *kind, int64_t micros, int64_t now)
+{
+    sqlite3_stmt *st;
+    int rc = prepare(s,
+                     "INSERT INTO ledger (org_id, run_id, kind, micros, created_at) "
+                     "VALUES (?, ?, ?, ?, ?)",
+                     &st);
+    if (rc)
+        return rc;
+    sqlite3_bind_text(st, 1, org_id, -1, SQLITE_TRANSIENT);
+    bind_text_or_null(st, 2, run_id);
+    sqlite3_bind_text(st, 3, kind, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 4, micros);
+    sqlite3_bind_int64(st, 5, now);
+    return step_done(s, st, "ledger insert");
+}
+
+static int org_find_locked(struct sqlite_store *s, const char *name, char *org_id, size_t idlen)
+{
+    sqlite3_stmt *st;
+    int rc = prepare(s, "SELECT id FROM orgs WHERE name = ?", &st);
+    if (rc)
+        return rc;
+    sqlite3_bind_text(st, 1, name, -1, SQLITE_TRANSIENT);
+    rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        snprintf(org_id, idlen, "%s", sqlite3_column_text(st, 0));
+        rc = 0;
+    } else {
+        rc = rc == SQLITE_DONE ? -ENOENT : db_err(s, rc, "org find");
+    }
+    sqlite3_finalize(st);
+    return rc;
+}
+
+static int sq_org_find(struct eph_store *base, const char *name, char *org_id, size_t idlen)
+{
+    struct sqlite_store *s = S(base);
+    pthread_mutex_lock(&s->lock);
+    int rc = org_find_locked(s, name, org_id, idlen);
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
+static int sq_org_ensure(struct eph_store *base, const char *name, int64_t initial_credit,
+                         char *org_id, size_t idlen, bool *created)
+{
+    struct sqlite_store *s = S(base);
+    pthread_mutex_lock(&s->lock);
+    *created = false;
+    int rc = begin(s);
+    if (rc)
+        goto out;
+    rc = org_find_locked(s, name, org_id, idlen);
+    if (rc != -ENOENT) {
+        if (rc)
+            rollback(s);
+        else
+            rc = commit(s);
+        goto out;
+    }
+    char id[48];
+    if ((rc = eph_id_hex("org_", 12, id, sizeof(id))))
+        goto fail;
+    sqlite3_stmt *st;
+    if ((rc = prepare(s, "INSERT INTO orgs (id, name, created_at) VALUES (?, ?, ?)", &st)))
+        goto fail;
+    int64_t now = eph_clock_real_ms();
+    sqlite3_bind_text(st, 1, id, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 2, name, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(st, 3, now);
+    if ((rc = step_done(s, st, "org insert")))
+        goto fail;
+    if (initial_credit > 0 && (rc = insert_ledger(s, id, NULL, "credit", initial_credit, now)))
+        goto fail;
+    if ((rc = commit(s)))
+        goto fail;
+    snprintf(org_id, idlen, "%s", id);
+    *created = true;
+    goto out;
+fail:
+    rollback(s);
+out:
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
+static int sq_credit_add(struct eph_store *base, const char *org_id, int64_t micros)
+{
+    struct sqlite_store *s = S(base);
+    if (micros <= 0)
+        return -EINVAL;
+    pthread_mutex_lock(&s->lock);
+    int rc = insert_ledger(s, org_id, NULL, "credit", micros, eph_clock_real_ms());
+    pthread_mutex_unlock(&s->lock);
+    return rc == -EEXIST ? -ENOENT : rc; /* a foreign-key failure: no such org */
+}
+
+static int sq_key_insert(struct eph_store *base, const char *org_id, const char *key_hash,
+                         const char *role, char *key_id, size_t idlen)
+{
+    struct sqlite_store *s = S(base);
+    char id[48];
+    int rc = eph_id_hex("key_", 12, id, sizeof(id));
+    if (rc)
+        return rc;
+    pthread_mutex_lock(&s->lock);
+    sqlite3_stmt *st;
+    rc = prepare(s,
+                 "INSERT INTO api_keys (id, org_id, key_hash, role, created_at) "
+                 "VALUES (?, ?, ?, ?, ?)",
+                 &st);
+    if (!rc) {
+        sqlite3_bind_text(st, 1, id, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_text(st, 2, org_id, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_text(st, 3, key_hash, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_text(st, 4, role, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_int64(st, 5, eph_clock_real_ms());
+        rc = step_done(s, st, "key insert");
+    }
+    pthread_mutex_unlock(&s->lock);
+    if (!rc && key_id)
+        snprintf(key_id, idlen, "%s", id);
+    return rc;
+}
+
+static int sq_key_lookup(struct eph_store *base, const char *key_hash, char *org_id, size_t idlen,
+                         char *role, size_t rolelen)
+{
+    struct sqlite_store *s = S(base);
+    pthread_mutex_lock(&s->lock);
+    sqlite3_stmt *st;
+    /* The lookup is by the hash of the key, so its timing reveals nothing about the key. */
+    int rc = prepare(s,
+                     "SELECT org_id, role FROM api_keys WHERE key_hash = ? AND revoked_at IS NULL",
+                     &st);
+    if (!rc) {
+        sqlite3_bind_text(st, 1, key_hash, -1, SQLITE_TRANSIENT);
+        int r = sqlite3_step(st);
+        if (r == SQLITE_ROW) {
+            snprintf(org_id, idlen, "%s", sqlite3_column_text(st, 0));
+            snprintf(role, rolelen, "%s", sqlite3_column_text(st, 1));
+        } else {
+            rc = r == SQLITE_DONE ? -ENOENT : db_err(s, r, "key lookup");
+        }
+        sqlite3_finalize(st);
+    }
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
+static int ledger_totals_locked(struct sqlite_store *s, const char *org_id, int64_t *credits,
+                                int64_t *reserves, int64_t *charges, int64_t *releases)
+{
+    sqlite3_stmt *st;
+    int rc = prepare(s,
+                     "SELECT "
+                     " COALESCE(SUM(CASE WHEN kind = 'credit' THEN micros END), 0),"
+                     " COALESCE(SUM(CASE WHEN kind = 'reserve' THEN micros END), 0),"
+                     " COALESCE(SUM(CASE WHEN kind = 'charge' THEN micros END), 0),"
+                     " COALESCE(SUM(CASE WHEN kind = 'release' THEN micros END), 0) "
+                     "FROM ledger WHERE org_id = ?",
+                     &st);
+    if (rc)
+        return rc;
+    sqlite3_bind_text(st, 1, org_id, -1, SQLITE_TRANSIENT);
+    rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        *credits = sqlite3_column_int64(st, 0);
+        *reserves = sqlite3_column_int64(st, 1);
+        *charges = sqlite3_column_int64(st, 2);
+        *releases = sqlite3_column_int64(st, 3);
+        rc = 0;
+    } else {
+        rc = db_err(s, rc, "ledger totals");
+    }
+    sqlite3_finalize(st);
+    return rc;
+}
+
+static int balance_locked(struct sqlite_store *s, const char *org_id, struct eph_balance *out)
+{
+    int64_t credits, reserves, charges, releases;
+    int rc = ledger_totals_locked(s, org_id, &credits, &reserves, &charges, &releases);
+    if (rc)
+        return rc;
+    out->balance_micros = credits - charges;
+    out->reserved_micros = reserves - charges - releases;
+    out->available_micros = out->balance_micros - out->reserved_micros;
+    return 0;
+}
+
+static int sq_balance(struct eph_store *base, const char *org_id, struct eph_balance *out)
+{
+    struct sqlite_store *s = S(base);
+    pthread_mutex_lock(&s->lock);
+    int rc = balance_locked(s, org_id, out);
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
+static int sq_ledger_totals(struct eph_store *base, const char *org_id, int64_t *credits,
+                            int64_t *reserves, int64_t *charges, int64_t *releases)
+{
+    struct sqlite_store *s = S(base);
+    pthread_mutex_lock(&s->lock);
+    int rc = ledger_totals_locked(s, org_id, credits, reserves, charges, releases);
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
+static int event_insert_locked(struct sqlite_store *s, const char *run_id,
+                               const struct eph_event *e)
+{
+    sqlite3_stmt *st;
+    int rc = prepare(s,
+                     "INSERT INTO events (run_id, seq, t_ms, at_ms, source, type, message, data) "
+                     "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                     &st);
+    if (rc)
+        return rc;
+    sqlite3_bind_text(st, 1, run_id, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(st, 2, (sqlite3_int64)e->seq);
+    sqlite3_bind_int64(st, 3, e->t_ms);
+    sqlite3_bind_int64(st, 4, e->at_ms);
+    sqlite3_bind_text(st, 5, e->source, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 6, e->type, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 7, e->message ? e->message : "", -1, SQLITE_TRANSIENT);
+    if (e->data)
+        bind_json_or_null(st, 8, e->data);
+    else
+        sqlite3_bind_text(st, 8, "{}", -1, SQLITE_STATIC);
+    return step_done(s, st, "event insert");
+}
+
+static int sq_run_insert(struct eph_store *base, const struct eph_run *r,
+                         const struct eph_event *first)
+{
+    struct sqlite_store *s = S(base);
+    pthread_mutex_lock(&s->lock);
+    int rc = begin(s);
+    if (rc)
+        goto out;
+    struct eph_balance b;
+    if ((rc = balance_locked(s, r->org_id, &b)))
+        goto fail;
+    if (b.available_micros < r->cost.reserved_micros) {
+        rc = -EDQUOT;
+        goto fail;
+    }
+    sqlite3_stmt *st;
+    rc = prepare(s,
+                 "INSERT INTO runs (id, org_id, status, model, prompt, files, connections, "
+                 "metadata, shell, web, zdr, timeout_seconds, created_at, reserved_micros) "
+                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                 &st);
+    if (rc)
+        goto fail;
+    sqlite3_bind_text(st, 1, r->id, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 2, r->org_id, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 3, eph_run_status_name(r->status), -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 4, r->model, -1, SQLITE_TRANSIENT);
+    bind_text_or_null(st, 5, r->prompt);
+    bind_json_or_null(st, 6, r->files);
+    if (r->connections)
+        bind_json_or_null(st, 7, r->connections);
+    else
+        sqlite3_bind_text(st, 7, "[]", -1, SQLITE_STATIC);
+    if (r->metadata)
+        bind_json_or_null(st, 8, r->metadata);
+    else
+        sqlite3_bind_text(st, 8, "{}", -1, SQLITE_STATIC);
+    sqlite3_bind_int(st, 9, r->shell);
+    sqlite3_bind_int(st, 10, r->web);
+    sqlite3_bind_int(st, 11, r->zdr);
+    sqlite3_bind_int(st, 12, (int)r->timeout_seconds);
+    sqlite3_bind_int64(st, 13, r->created_at_ms);
+    sqlite3_bind_int64(st, 14, r->cost.reserved_micros);
+    if ((rc = step_done(s, st, "run insert")))
+        goto fail;
+    if ((rc = insert_ledger(s, r->org_id, r->id, "reserve", r->cost.reserved_micros,
+                            r->created_at_ms)))
+        goto fail;
+    if (first && (rc = event_insert_locked(s, r->id, first)))
+        goto fail;
+    rc = commit(s);
+    if (rc)
+        goto fail;
+    goto out;
+fail:
+    rollback(s);
+out:
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
+#define RUN_COLUMNS                                                                                \
+    "id, org_id, status, model, prompt, files, connections, metadata, shell, web, zdr, "           \
+    "timeout_seconds, created_at, started_at, finished_at, result, error_type, error_code, "       \
+    "error_message, model_calls, input_tokens, output_tokens, shell_commands, web_requests, "      \
+    "connection_requests, reserved_micros, model_micros, web_micros, compute_micros, "             \
+    "charged_micros, released_micros, sandbox_backend, vcpus, memory_mib, log_expires_at, "        \
+    "log_purged"
+
+static void row_to_run(sqlite3_stmt *st, struct eph_run *r)
+{
+    eph_run_init(r);
+    snprintf(r->id, sizeof(r->id), "%s", sqlite3_column_text(st, 0));
+    snprintf(r->org_id, sizeof(r->org_id), "%s", sqlite3_column_text(st, 1));
+    eph_run_status_parse((const char *)sqlite3_column_text(st, 2), &r->status);
+    r->model = col_strdup(st, 3);
+    r->prompt = col_strdup(st, 4);
+    r->files = col_json(st, 5);
+    r->connections = col_json(st, 6);
+    r->metadata = col_json(st, 7);
+    r->shell = sqlite3_column_int(st, 8);
+    r->web = sqlite3_column_int(st, 9);
+    r->zdr = sqlite3_column_int(st, 10);
+    r->timeout_seconds = (unsigned)sqlite3_column_int(st, 11);
+    r->created_at_ms = sqlite3_column_int64(st, 12);
+    r->started_at_ms = sqlite3_column_int64(st, 13);
+    r->finished_at_ms = sqlite3_column_int64(st, 14);
+    r->result = col_strdup(st, 15);
+    r->error_type = col_strdup(st, 16);
+    r->error_code = col_strdup(st, 17);
+    r->error_message = col_strdup(st, 18);
+    r->usage.model_calls = (uint64_t)sqlite3_column_int64(st, 19);
+    r->usage.input_tokens = (uint64_t)sqlite3_column_int64(st, 20);
+    r->usage.output_tokens = (uint64_t)sqlite3_column_int64(st, 21);
+    r->usage.shell_commands = (uint64_t)sqlite3_column_int64(st, 22);
+    r->usage.web_requests = (uint64_t)sqlite3_column_int64(st, 23);
+    r->usage.connection_requests = (uint64_t)sqlite3_column_int64(st, 24);
+    r->cost.reserved_micros = sqlite3_column_int64(st, 25);
+    r->cost.model_micros = sqlite3_column_int64(st, 26);
+    r->cost.web_micros = sqlite3_column_int64(st, 27);
+    r->cost.compute_micros = sqlite3_column_int64(st, 28);
+    r->cost.charged_micros = sqlite3_column_int64(st, 29);
+    r->cost.released_micros = sqlite3_column_int64(st, 30);
+    r->sandbox_backend = col_strdup(st, 31);
+    r->vcpus = (unsigned)sqlite3_column_int(st, 32);
+    r->memory_mib = (unsigned)sqlite3_column_int(st, 33);
+    r->log_expires_at_ms = sqlite3_column_int64(st, 34);
+    r->log_purged = sqlite3_column_int(st, 35);
+}
+
+static int sq_run_get(struct eph_store *base, const char *id, const char *org_id,
+                      struct eph_run *out)
+{
+    struct sqlite_store *s = S(base);
+    pthread_mutex_lock(&s->lock);
+    sqlite3_stmt *st;
+    int rc = prepare(s, "SELECT " RUN_COLUMNS " FROM runs WHERE id = ?", &st);
+    if (!rc) {
+        sqlite3_bind_text(st, 1, id, -1, SQLITE_TRANSIENT);
+        int r = sqlite3_step(st);
+        if (r == SQLITE_ROW) {
+            /* Another org's run is indistinguishable from no run at all. */
+            if (org_id && strcmp((const char *)sqlite3_column_text(st, 1), org_id) != 0)
+                rc = -ENOENT;
+            else
+                row_to_run(st, out);
+        } else {
+            rc = r == SQLITE_DONE ? -ENOENT : db_err(s, r, "run get");
+        }
+        sqlite3_finalize(st);
+    }
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
+/* Runs the rows of a prepared SELECT RUN_COLUMNS through cb, at most limit (0 = all). Called and
+ * returns with the lock held; the callback runs with it released. */
+static int each_run(struct sqlite_store *s, sqlite3_stmt *st, unsigned limit, eph_run_cb cb,
+                    void *ctx, bool *has_more)
+{
+    /* Collect first: callbacks may call back into the store. */
+    struct eph_run *rows = NULL;
+    size_t n = 0, cap = 0;
+    int rc = 0, r;
+    if (has_more)
+        *has_more = false;
+    while ((r = sqlite3_step(st)) == SQLITE_ROW) {
+        if (limit && n == limit) {
+            if (has_more)
+                *has_more = true;
+            break;
+        }
+        if (n == cap) {
+            size_t ncap = cap ? cap * 2 : 16;
+            struct eph_run *p = realloc(rows, ncap * sizeof(*rows));
+            if (!p) {
+                rc = -ENOMEM;
+                break;
+            }
+            rows = p;
+            cap = ncap;
+        }
+        row_to_run(st, &rows[n++]);
+    }
+    if (!rc && r != SQLITE_ROW && r != SQLITE_DONE)
+        rc = db_err(s, r, "run list");
+    sqlite3_finalize(st);
+    pthread_mutex_unlock(&s->lock);
+    for (size_t i = 0; i < n; i++) {
+        if (!rc)
+            rc = cb(&rows[i], ctx);
+        eph_run_release(&rows[i]);
+    }
+    free(rows);
+    pthread_mutex_lock(&s->lock);
+    return rc;
+}
+
+static int sq_run_list(struct eph_store *base, const char *org_id, unsigned limit,
+                       const char *after, const char *status, eph_run_cb cb, void *ctx,
+                       bool *has_more)
+{
+    struct sqlite_store *s = S(base);
+    pthread_mutex_lock(&s->lock);
+    sqlite3_stmt *st;
+    int rc = prepare(s,
+                     "SELECT " RUN_COLUMNS " FROM runs WHERE org_id = ?1"
+                     " AND (?2 IS NULL OR status = ?2)"
+                     " AND (?3 IS NULL OR (created_at, id) < "
+                     "  (SELECT created_at, id FROM runs WHERE id = ?3 AND org_id = ?1))"
+                     " ORDER BY created_at DESC, id DESC LIMIT ?4",
+                     &st);
+    if (!rc) {
+        sqlite3_bind_text(st, 1, org_id, -1, SQLITE_TRANSIENT);
+        bind_text_or_null(st, 2, status);
+        bind_text_or_null(st, 3, after);
+        sqlite3_bind_int(st, 4, (int)limit + 1);
+        rc = each_run(s, st, limit, cb, ctx, has_more);
+    }
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
+static int sq_runs_in_state(struct eph_store *base, enum eph_run_status state, eph_run_cb cb,
+                            void *ctx)
+{
+    struct sqlite_store *s = S(base);
+    pthread_mutex_lock(&s->lock);
+    sqlite3_stmt *st;
+    int rc = prepare(s, "SELECT " RUN_COLUMNS " FROM runs WHERE status = ? ORDER BY created_at",
+                     &st);
+    if (!rc) {
+        sqlite3_bind_text(st, 1, eph_run_status_name(state), -1, SQLITE_STATIC);
+        rc = each_run(s, st, 0, cb, ctx, NULL);
+    }
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
+static int sq_run_update(struct eph_store *base, const struct eph_run *r)
+{
+    struct sqlite_store *s = S(base);
+    pthread_mutex_lock(&s->lock);
+    sqlite3_stmt *st;
+    int rc = prepare(s,
+                     "UPDATE runs SET status = ?, started_at = ?, sandbox_backend = ?, vcpus = ?, "
+                     "memory_mib = ? WHERE id = ? AND status NOT IN ('completed', 'failed', "
+                     "'timed_out', 'budget_exhausted', 'cancelled')",
+                     &st);
+    if (!rc) {
+        sqlite3_bind_text(st, 1, eph_run_status_name(r->status), -1, SQLITE_STATIC);
+        bind_ms_or_null(st, 2, r->started_at_ms);
+        bind_text_or_null(st, 3, r->sandbox_backend);
+        sqlite3_bind_int(st, 4, (int)r->vcpus);
+        sqlite3_bind_int(st, 5, (int)r->memory_mib);
+        sqlite3_bind_text(st, 6, r->id, -1, SQLITE_TRANSIENT);
+        rc = step_done(s, st, "run update");
+        if (!rc && sqlite3_changes(s->db) == 0)
+            rc = -EALREADY;
+    }
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
+static void bind_usage_cost(sqlite3_stmt *st, int i, const struct eph_run *r)
+{
+    sqlite3_bind_int64(st, i++, (sqlite3_int64)r->usage.model_calls);
+    sqlite3_bind_int64(st, i++, (sqlite3_int64)r->usage.input_tokens);
+    sqlite3_bind_int64(st, i++, (sqlite3_int64)r->usage.output_tokens);
+    sqlite3_bind_int64(st, i++, (sqlite3_int64)r->usage.shell_commands);
+    sqlite3_bind_int64(st, i++, (sqlite3_int64)r->usage.web_requests);
+    sqlite3_bind_int64(st, i++, (sqlite3_int64)r->usage.connection_requests);
+    sqlite3_bind_int64(st, i++, r->cost.model_micros);
+    sqlite3_bind_int64(st, i++, r->cost.web_micros);
+    sqlite3_bind_int64(st, i, r->cost.compute_micros);
+}
+
+static int sq_run_progress(struct eph_store *base, const struct eph_run *r)
+{
+    struct sqlite_store *s = S(base);
+    pthread_mutex_lock(&s->lock);
+    sqlite3_stmt *st;
+    int rc = prepare(s,
+                     "UPDATE runs SET model_calls = ?, input_tokens = ?, output_tokens = ?, "
+                     "shell_commands = ?, web_requests = ?, connection_requests = ?, "
+                     "model_micros = ?, web_micros = ?, compute_micros = ? WHERE id = ? AND "
+                     "status IN ('queued', 'starting', 'running')",
+                     &st);
+    if (!rc) {
+        bind_usage_cost(st, 1, r);
+        sqlite3_bind_text(st, 10, r->id, -1, SQLITE_TRANSIENT);
+        rc = step_done(s, st, "run progress");
+    }
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
+static int sq_run_finish(struct eph_store *base, const struct eph_run_final *f)
+{
+    struct sqlite_store *s = S(base);
+    const struct eph_run *r = f->run;
+    if (!eph_run_status_terminal(r->status))
+        return -EINVAL;
+    if (r->cost.charged_micros < 0 || r->cost.released_micros < 0 ||
+        r->cost.charged_micros + r->cost.released_micros != r->cost.reserved_micros ||
+        r->cost.charged_micros !=
+            r->cost.model_micros + r->cost.web_micros + r->cost.compute_micros)
+        EPH_BUG("run %s settles unbalanced: charged %lld released %lld reserved %lld", r->id,
+                (long long)r->cost.charged_micros, (long long)r->cost.released_micros,
+                (long long)r->cost.reserved_micros);
+    pthread_mutex_lock(&s->lock);
+    int rc = begin(s);
+    if (rc)
+        goto out;
+    sqlite3_stmt *st;
+    rc = prepare(s,
+                 "UPDATE runs SET status = ?, finished_at = ?, result = ?, error_type = ?, "
+                 "error_code = ?, error_message = ?, model_calls = ?, input_tokens = ?, "
+                 "output_tokens = ?, shell_commands = ?, web_requests = ?, "
+                 "connection_requests = ?, model_micros = ?, web_micros = ?, compute_micros = ?, "
+                 "charged_micros = ?, released_micros = ?, log_expires_at = ?, "
+                 "started_at = COALESCE(started_at, ?), "
+                 "sandbox_backend = COALESCE(?, sandbox_backend) "
+                 "WHERE id = ? AND status IN ('queued', 'starting', 'running')",
+                 &st);
+    if (rc)
+        goto fail;
+    sqlite3_bind_text(st, 1, eph_run_status_name(r->status), -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, r->finished_at_ms);
+    bind_text_or_null(st, 3, r->zdr ? NULL : r->result);
+    bind_text_or_null(st, 4, r->error_type);
+    bind_text_or_null(st, 5, r->error_code);
+    bind_text_or_null(st, 6, r->error_message);
+    bind_usage_cost(st, 7, r);
+    sqlite3_bind_int64(st, 16, r->cost.charged_micros);
+    sqlite3_bind_int64(st, 17, r->cost.released_micros);
+    bind_ms_or_null(st, 18, r->log_expires_at_ms);
+    bind_ms_or_null(st, 19, r->started_at_ms);
+    bind_text_or_null(st, 20, r->sandbox_backend);
+    sqlite3_bind_text(st, 21, r->id, -1, SQLITE_TRANSIENT);
+    if ((rc = step_done(s, st, "run finish")))
+        goto fail;
+    if (sqlite3_changes(s->db) == 0) {
+        rc = -EALREADY;
+        goto fail;
+    }
+    int64_t now = r->finished_at_ms;
+    if ((rc = insert_ledger(s, r->org_id, r->id, "charge", r->cost.charged_micros, now)) ||
+        (rc = insert_ledger(s, r->org_id, r->id, "release", r->cost.released_micros, now)))
+        goto fail;
+    for (size_t i = 0; i < f->nevents; i++)
+        if ((rc = event_insert_locked(s, r->id, &f->events[i])))
+            goto fail;
+    rc = commit(s);
+    if (rc)
+        goto fail;
+    goto out;
+fail:
+    rollback(s);
+out:
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
+static int sq_purge_logs(struct eph_store *base, int64_t now_ms, unsigned *purged)
+{
+    struct sqlite_store *s = S(base);
+    pthread_mutex_lock(&s->lock);
+    int rc = begin(s);
+    if (rc)
+        goto out;
+    /* Events keep their type and timing; their message and data (commands, outputs) go. */
+    sqlite3_stmt *st;
+    if ((rc = prepare(s,
+                      "UPDATE events SET message = type, data = '{}' WHERE run_id IN "
+                      "(SELECT id FROM runs WHERE log_purged = 0 AND log_expires_at <= ?)",
+                      &st)))
+        goto fail;
+    sqlite3_bind_int64(st, 1, now_ms);
+    if ((rc = step_done(s, st, "purge events")))
+        goto fail;
+    if ((rc = prepare(s,
+                      "UPDATE runs SET prompt = NULL, files = NULL, result = NULL, log_purged = 1 "
+                      "WHERE log_purged = 0 AND log_expires_at <= ?",
+                      &st)))
+        goto fail;
+    sqlite3_bind_int64(st, 1, now_ms);
+    if ((rc = step_done(s, st, "purge runs")))
+        goto fail;
+    *purged = (unsigned)sqlite3_changes(s->db);
+    if ((rc = commit(s)))
+        goto fail;
+    goto out;
+fail:
+    rollback(s);
+out:
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
+static int sq_event_append(struct eph_store *base, const char *run_id, const struct eph_event *e)
+{
+    struct sqlite_store *s = S(base);
+    pthread_mutex_lock(&s->lock);
+    int rc = event_insert_locked(s, run_id, e);
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
+static int sq_events_list(struct eph_store *base, const char *run_id, uint64_t after_seq,
+                          unsigned limit, eph_event_cb cb, void *ctx)
+{
+    struct sqlite_store *s = S(base);
+    struct eph_event *rows = NULL;
+    size_t n = 0, cap = 0;
+    pthread_mutex_lock(&s->lock);
+    sqlite3_stmt *st;
+    int rc = prepare(s,
+                     "SELECT seq, t_ms, at_ms, source, type, message, data FROM events "
+                     "WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+                     &st);
+    if (!rc) {
+        sqlite3_bind_text(st, 1, run_id, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_int64(st, 2, (sqlite3_int64)after_seq);
+        sqlite3_bind_int(st, 3, limit ? (int)limit : -1);
+        int r;
+        while ((r = sqlite3_step(st)) == SQLITE_ROW) {
+            if (n == cap) {
+                size_t ncap = cap ? cap * 2 : 32;
+                struct eph_event *p = realloc(rows, ncap * sizeof(*rows));
+                if (!p) {
+                    rc = -ENOMEM;
+                    break;
+                }
+                rows = p;
+                cap = ncap;
+            }
+            struct eph_event *e = &rows[n++];
+            memset(e, 0, sizeof(*e));
+            e->seq = (uint64_t)sqlite3_column_int64(st, 0);
+            e->t_ms = sqlite3_column_int64(st, 1);
+            e->at_ms = sqlite3_column_int64(st, 2);
+            snprintf(e->source, sizeof(e->source), "%s", sqlite3_column_text(st, 3));
+            snprintf(e->type, sizeof(e->type), "%s", sqlite3_column_text(st, 4));
+            e->message = col_strdup(st, 5);
+            e->data = col_json(st, 6);
+            if (!e->data)
+                e->data = json_object();
+        }
+        if (!rc && r != SQLITE_DONE)
+            rc = db_err(s, r, "events list");
+        sqlite3_finalize(st);
+    }
+    pthread_mutex_unlock(&s->lock);
+    for (size_t i = 0; i < n; i++) {
+        if (!rc)
+            rc = cb(&rows[i], ctx);
+        eph_event_release(&rows[i]);
+    }
+    free(rows);
+    return rc;
+}
+
+static int sq_idem_begin(struct eph_store *base, const char *org_id, const char *key,
+                         const char *request_hash, int64_t now_ms, struct eph_idem *existing)
+{
+    struct sqlite_store *s = S(base);
+    pthread_mutex_lock(&s->lock);
+    int rc = begin(s);
+    if (rc)
+        goto out;
+    sqlite3_stmt *st;
+    if ((rc = prepare(s,
+                      "SELECT request_hash, status_code, response_body, created_at FROM "
+                      "idempotency WHERE org_id = ? AND key = ?",
+                      &st)))
+        goto fail;
+    sqlite3_bind_text(st, 1, org_id, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 2, key, -1, SQLITE_TRANSIENT);
+    int r = sqlite3_step(st);
+    if (r == SQLITE_ROW) {
+        snprintf(existing->request_hash, sizeof(existing->request_hash), "%s",
+                 sqlite3_column_text(st, 0));
+        existing->status_code = sqlite3_column_int(st, 1);
+        existing->response_body = col_strdup(st, 2);
+        existing->created_at_ms = sqlite3_column_int64(st, 3);
+        sqlite3_finalize(st);
+        rc = -EEXIST;
+        goto fail;
+    }
+    sqlite3_finalize(st);
+    if (r != SQLITE_DONE) {
+        rc = db_err(s, r, "idempotency lookup");
+        goto fail;
+    }
+    if ((rc = prepare(s,
+                      "INSERT INTO idempotency (org_id, key, request_hash, created_at) "
+                      "VALUES (?, ?, ?, ?)",
+                      &st)))
+        goto fail;
+    sqlite3_bind_text(st, 1, org_id, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 2, key, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 3, request_hash, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(st, 4, now_ms);
+    if ((rc = step_done(s, st, "idempotency insert")) || (rc = commit(s)))
+        goto fail;
+    goto out;
+fail:
+    rollback(s);
+out:
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
+static int sq_idem_complete(struct eph_store *base, const char *org_id, const char *key,
+                            int status_code, const char *body)
+{
+    struct sqlite_store *s = S(base);
+    pthread_mutex_lock(&s->lock);
+    sqlite3_stmt *st;
+    int rc = prepare(s,
+                     "UPDATE idempotency SET status_code = ?, response_body = ? "
+                     "WHERE org_id = ? AND key = ?",
+                     &st);
+    if (!rc) {
+        sqlite3_bind_int(st, 1, status_code);
+        sqlite3_bind_text(st, 2, body, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_text(st, 3, org_id, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_text(st, 4, key, -1, SQLITE_TRANSIENT);
+        rc = step_done(s, st, "idempotency complete");
+    }
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
+static int sq_idem_abandon(struct eph_store *base, const char *org_id, const char *key)
+{
+    struct sqlite_store *s = S(base);
+    pthread_mutex_lock(&s->lock);
+    sqlite3_stmt *st;
+    int rc = prepare(s,
+                     "DELETE FROM idempotency WHERE org_id = ? AND key = ? AND status_code = 0",
+                     &st);
+    if (!rc) {
+        sqlite3_bind_text(st, 1, org_id, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_text(st, 2, key, -1, SQLITE_TRANSIENT);
+        rc = step_done(s, st, "idempotency abandon");
+    }
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
+static int sq_idem_expire(struct eph_store *base, int64_t cutoff_ms)
+{
+    struct sqlite_store *s = S(base);
+    pthread_mutex_lock(&s->lock);
+    sqlite3_stmt *st;
+    int rc = prepare(s, "DELETE FROM idempotency WHERE created_at < ?", &st);
+    if (!rc) {
+        sqlite3_bind_int64(st, 1, cutoff_ms);
+        rc = step_done(s, st, "idempotency expire");
+    }
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
+const struct eph_store_ops eph_store_sqlite_ops = {
+    .name = "sqlite",
+    .open = sq_open,
+    .close = sq_close,
+    .ping = sq_ping,
+    .org_ensure = sq_org_ensure,
+    .org_find = sq_org_find,
+    .credit_add = sq_credit_add,
+    .key_insert = sq_key_insert,
+    .key_lookup = sq_key_lookup,
+    .balance = sq_balance,
+    .run_insert = sq_run_insert,
+    .run_get = sq_run_get,
+    .run_list = sq_run_list,
+    .run_update = sq_run_update,
+    .run_progress = sq_run_progress,
+    .run_finish = sq_run_finish,
+    .runs_in_state = sq_runs_in_state,
+    .purge_logs = sq_purge_logs,
+    .event_append = sq_event_append,
+    .events_list = sq_events_list,
+    .idem_begin = sq_idem_begin,
+    .idem_complete = sq_idem_complete,
+    .idem_abandon = sq_idem_abandon,
+    .idem_expire = sq_idem_expire,
+    .ledger_totals = sq_ledger_totals,
+};

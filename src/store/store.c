@@ -1,0 +1,36 @@
+#include "store/store.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/clock.h"
+
+int eph_store_open(const char *target, struct eph_store **out, char *err, size_t errlen)
+{
+    if (strncmp(target, "postgres://", 11) == 0 || strncmp(target, "postgresql://", 13) == 0) {
+        snprintf(err, errlen, "the postgres store is not available in this build");
+        return -ENOTSUP;
+    }
+    return eph_store_sqlite_ops.open(target, out, err, errlen);
+}
+
+void eph_event_release(struct eph_event *e)
+{
+    free(e->message);
+    json_decref(e->data);
+    e->message = NULL;
+    e->data = NULL;
+}
+
+json_t *eph_event_to_json(const struct eph_event *e)
+{
+    char at[32];
+    /* t in seconds with two decimals, as a JSON number. */
+    double t = (double)(e->t_ms / 10) / 100.0;
+    return json_pack("{s:I, s:f, s:s, s:s, s:s, s:s, s:o}", "seq", (json_int_t)e->seq, "t", t,
+                     "at", eph_clock_format_iso8601(e->at_ms, at, sizeof(at)), "source", e->source,
+                     "type", e->type, "message", e->message ? e->message : "", "data",
+                     e->data ? json_incref(e->data) : json_object());
+}

@@ -1,0 +1,127 @@
+/*
+ * store.h - durable state behind one interface (struct eph_store_ops): SQLite now, PostgreSQL
+ * later. The store knows organizations, API keys, the ledger, runs, their events and idempotency
+ * records. Every operation that moves money is one transaction together with the state change it
+ * belongs to, so that a crash at any instant leaves either both or neither.
+ *
+ * Ownership: strings and structs filled by a store function belong to the caller
+ * (eph_run_release(), free()). Errors: 0 or a negative errno; -ENOENT no such object, -EDQUOT the
+ * balance cannot cover a reservation, -EEXIST a uniqueness conflict, -EIO the database failed
+ * (logged with its message), -EROFS / -ENOSPC passed through from the database.
+ *
+ * Threads: a store may be used from every thread at once.
+ */
+#ifndef EPH_STORE_H
+#define EPH_STORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "run/run.h"
+
+struct eph_store;
+
+struct eph_event {
+    uint64_t seq;
+    int64_t t_ms;       /* since the run was created */
+    int64_t at_ms;      /* wall clock */
+    char source[16];
+    char type[32];
+    char *message;
+    json_t *data;       /* object, never NULL once filled */
+};
+
+void eph_event_release(struct eph_event *e);
+json_t *eph_event_to_json(const struct eph_event *e);
+
+struct eph_balance {
+    int64_t balance_micros;   /* credits - charges */
+    int64_t reserved_micros;  /* held by live runs */
+    int64_t available_micros; /* balance - reserved */
+};
+
+/* What settles a run: its final state and the events that close its timeline. */
+struct eph_run_final {
+    const struct eph_run *run;     /* status, finished_at, result, error, usage, cost incl.
+                                      charged/released, log_expires_at */
+    const struct eph_event *events; /* appended in the same transaction */
+    size_t nevents;
+};
+
+struct eph_idem {
+    char request_hash[65];
+    int status_code;          /* 0 while the first request is in flight */
+    char *response_body;      /* NULL while in flight */
+    int64_t created_at_ms;
+};
+
+typedef int (*eph_event_cb)(const struct eph_event *e, void *ctx);
+typedef int (*eph_run_cb)(const struct eph_run *r, void *ctx);
+
+struct eph_store_ops {
+    const char *name;
+    int (*open)(const char *target, struct eph_store **out, char *err, size_t errlen);
+    void (*close)(struct eph_store *s);
+    int (*ping)(struct eph_store *s);
+
+    /* Organizations and keys. */
+    int (*org_ensure)(struct eph_store *s, const char *name, int64_t initial_credit, char *org_id,
+                      size_t idlen, bool *created);
+    int (*org_find)(struct eph_store *s, const char *name, char *org_id, size_t idlen);
+    int (*credit_add)(struct eph_store *s, const char *org_id, int64_t micros);
+    int (*key_insert)(struct eph_store *s, const char *org_id, const char *key_hash,
+                      const char *role, char *key_id, size_t idlen);
+    /* Finds a live key by its SHA-256 hex. */
+    int (*key_lookup)(struct eph_store *s, const char *key_hash, char *org_id, size_t idlen,
+                      char *role, size_t rolelen);
+    int (*balance)(struct eph_store *s, const char *org_id, struct eph_balance *out);
+
+    /* Runs. run_insert reserves max_cost in the same transaction (-EDQUOT when the available
+     * balance is short) and appends the first event. */
+    int (*run_insert)(struct eph_store *s, const struct eph_run *r, const struct eph_event *first);
+    /* org_id NULL: any org (internal use). -ENOENT for a run of another org. */
+    int (*run_get)(struct eph_store *s, const char *id, const char *org_id, struct eph_run *out);
+    /* Newest first; after = cursor run id or NULL; status NULL = any. */
+    int (*run_list)(struct eph_store *s, const char *org_id, unsigned limit, const char *after,
+                    const char *status, eph_run_cb cb, void *ctx, bool *has_more);
+    /* Non-terminal state changes (starting, running) with their fields. */
+    int (*run_update)(struct eph_store *s, const struct eph_run *r);
+    /* Progress of the money measured so far (so that a crash settles what was measured). */
+    int (*run_progress)(struct eph_store *s, const struct eph_run *r);
+    /* The terminal transaction: status, ledger charge + release, closing events. -EALREADY when
+     * the run was already terminal (nothing written). */
+    int (*run_finish)(struct eph_store *s, const struct eph_run_final *f);
+    /* Runs in a given state (all orgs), oldest first. */
+    int (*runs_in_state)(struct eph_store *s, enum eph_run_status st, eph_run_cb cb, void *ctx);
+    /* Drops the log (prompt, files, event outputs, result) of runs finished before cutoff. */
+    int (*purge_logs)(struct eph_store *s, int64_t now_ms, unsigned *purged);
+
+    /* Events. */
+    int (*event_append)(struct eph_store *s, const char *run_id, const struct eph_event *e);
+    int (*events_list)(struct eph_store *s, const char *run_id, uint64_t after_seq, unsigned limit,
+                       eph_event_cb cb, void *ctx);
+
+    /* Idempotency (Stripe semantics). begin: -EEXIST with *existing filled when the key exists. */
+    int (*idem_begin)(struct eph_store *s, const char *org_id, const char *key,
+                      const char *request_hash, int64_t now_ms, struct eph_idem *existing);
+    int (*idem_complete)(struct eph_store *s, const char *org_id, const char *key,
+                         int status_code, const char *body);
+    int (*idem_abandon)(struct eph_store *s, const char *org_id, const char *key);
+    int (*idem_expire)(struct eph_store *s, int64_t cutoff_ms);
+
+    /* Sum of every ledger entry of an org by kind, for audits and tests. */
+    int (*ledger_totals)(struct eph_store *s, const char *org_id, int64_t *credits,
+                         int64_t *reserves, int64_t *charges, int64_t *releases);
+};
+
+struct eph_store {
+    const struct eph_store_ops *ops;
+};
+
+extern const struct eph_store_ops eph_store_sqlite_ops;
+
+/* Opens the store named by target: "postgres://..." (not yet available) or a SQLite path. */
+int eph_store_open(const char *target, struct eph_store **out, char *err, size_t errlen);
+
+#endif

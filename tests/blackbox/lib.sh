@@ -1,0 +1,64 @@
+# Shared helpers for black-box tests. Source it: . "$(dirname "$0")/lib.sh"
+# Provides: fail, assert_eq, assert_contains, assert_not_contains, start_server, api, and cleanup of
+# every process the test started (by PID) on exit.
+set -u
+: "${BUILD:?run through tests/run.sh}"
+: "${TEST_TMP:=$(mktemp -d /tmp/ephemeral-test.XXXXXX)}"
+EPHD=$BUILD/ephemerald
+EPH=$BUILD/ephemeral
+_pids=()
+
+fail() { echo "FAIL: $*" >&2; exit 1; }
+skip() { echo "skip: $*"; exit 77; }
+assert_eq() { # actual expected what
+    [ "$1" = "$2" ] || fail "$3: expected '$2', got '$1'"
+}
+assert_contains() { # haystack needle what
+    case "$1" in *"$2"*) ;; *) fail "$3: '$2' not found in: $(printf '%s' "$1" | head -c 2000)" ;; esac
+}
+assert_not_contains() {
+    case "$1" in *"$2"*) fail "$3: '$2' unexpectedly found" ;; *) ;; esac
+}
+_cleanup() {
+    for p in "${_pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
+    for p in "${_pids[@]}"; do
+        for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+        kill -KILL "$p" 2>/dev/null
+    done
+    return 0
+}
+trap _cleanup EXIT
+
+# A free loopback port.
+free_port() {
+    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+# start_server [extra serve args...]: starts ephemerald on a free loopback port with a fresh
+# database in $TEST_TMP, creates an admin key, and exports EPHEMERAL_URL, EPHEMERAL_API_KEY,
+# SERVER_PID and SERVER_LOG. Waits on /healthz (polling the server, not sleeping blindly).
+start_server() {
+    local port; port=$(free_port)
+    export EPHEMERAL_URL="http://127.0.0.1:$port"
+    export DB="$TEST_TMP/ephemeral.db"
+    SERVER_LOG="$TEST_TMP/server.log"
+    EPHEMERAL_API_KEY=$("$EPHD" admin init --db "$DB") || fail "admin init failed"
+    export EPHEMERAL_API_KEY
+    "$EPHD" serve --listen "127.0.0.1:$port" --db "$DB" "$@" >>"$SERVER_LOG" 2>&1 &
+    SERVER_PID=$!
+    _pids+=("$SERVER_PID")
+    for _ in $(seq 300); do
+        if curl -fsS "$EPHEMERAL_URL/healthz" >/dev/null 2>&1; then return 0; fi
+        kill -0 "$SERVER_PID" 2>/dev/null || { cat "$SERVER_LOG" >&2; fail "server exited"; }
+        sleep 0.05
+    done
+    cat "$SERVER_LOG" >&2
+    fail "server did not become healthy"
+}
+
+# api METHOD PATH [curl args...]: prints the body, then "HTTP <code>" on the last line.
+api() {
+    local m=$1 p=$2; shift 2
+    curl -sS -X "$m" "$EPHEMERAL_URL$p" -H "Authorization: Bearer $EPHEMERAL_API_KEY" \
+        -w '\nHTTP %{http_code}\n' "$@"
+}

@@ -1,0 +1,334 @@
+/*
+ * test_cli_request.c - `ephemeral run` arguments to the request body: every flag, the request
+ * file overridden by flags, --file encoding and its path rules, and the usage errors.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "cli/request.h"
+
+static char dir[] = "/tmp/test_cli_request.XXXXXX";
+static char err[512];
+
+#define ARGV(...) ((char *[]){"run", __VA_ARGS__, NULL})
+#define ARGC(...) ((int)(sizeof((char *[]){"run", __VA_ARGS__}) / sizeof(char *)))
+#define PARSE(o, ...) eph_cli_run_parse(ARGC(__VA_ARGS__), ARGV(__VA_ARGS__), (o), err, sizeof(err))
+
+static char *path_in_dir(const char *name)
+{
+    static char p[4][256];
+    static int k;
+    k = (k + 1) % 4;
+    snprintf(p[k], sizeof(p[k]), "%s/%s", dir, name);
+    return p[k];
+}
+
+static void write_file(const char *name, const char *content, size_t n)
+{
+    FILE *f = fopen(path_in_dir(name), "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(content, 1, n, f), n);
+    fclose(f);
+}
+
+static int group_setup(void **state)
+{
+    if (!mkdtemp(dir))
+        return -1;
+    static const char seed[] =
+        "{\"prompt\": \"This is a sandbox test.\", \"web\": false, \"shell\": true, "
+        "\"timeout_seconds\": 120, \"max_cost_micros\": 40000, \"connections\": [\"a\"]}";
+    write_file("request.json", seed, sizeof(seed) - 1);
+    write_file("hello.txt", "hello\n", 6);
+    write_file("bad.json", "{\"prompt\": ", 11);
+    write_file("array.json", "[1]", 3);
+    write_file("dup.json", "{\"shell\": true, \"shell\": false}", 31);
+    mkdir(path_in_dir("subdir"), 0700);
+    return 0;
+}
+
+static int group_teardown(void **state)
+{
+    char cmd[300];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+static void test_all_flags(void **state)
+{
+    struct eph_cli_run_opts o;
+    assert_int_equal(PARSE(&o, "--prompt", "hi", "--no-shell", "--web", "--timeout=30", "--budget",
+                           "$0.04", "--model", "m1", "--connection", "gh", "--connection=jira",
+                           "--zdr", "--idempotency-key", "k-1", "--detach", "--json"),
+                     0);
+    assert_string_equal(o.prompt, "hi");
+    assert_int_equal(o.shell, 0);
+    assert_int_equal(o.web, 1);
+    assert_int_equal(o.timeout_seconds, 30);
+    assert_int_equal(o.max_cost_micros, 40000);
+    assert_string_equal(o.model, "m1");
+    assert_int_equal(o.nconnections, 2);
+    assert_true(o.zdr && o.detach && o.json);
+    assert_string_equal(o.idempotency_key, "k-1");
+    assert_null(o.request_path);
+
+    json_t *body = NULL;
+    assert_int_equal(eph_cli_run_body(&o, stdin, &body, err, sizeof(err)), 0);
+    char *s = json_dumps(body, JSON_COMPACT | JSON_SORT_KEYS);
+    assert_string_equal(s, "{\"connections\":[\"gh\",\"jira\"],\"max_cost_micros\":40000,"
+                           "\"model\":\"m1\",\"prompt\":\"hi\",\"shell\":false,"
+                           "\"timeout_seconds\":30,\"web\":true,\"zero_data_retention\":true}");
+    free(s);
+    json_decref(body);
+    eph_cli_run_opts_release(&o);
+}
+
+/* Flags override the request file's fields; the rest of the file is kept as it is. */
+static void test_file_overridden(void **state)
+{
+    struct eph_cli_run_opts o;
+    assert_int_equal(PARSE(&o, path_in_dir("request.json"), "--no-shell", "--max-cost-micros",
+                           "100000", "--connection", "b"),
+                     0);
+    json_t *body = NULL;
+    assert_int_equal(eph_cli_run_body(&o, stdin, &body, err, sizeof(err)), 0);
+    char *s = json_dumps(body, JSON_COMPACT | JSON_SORT_KEYS);
+    assert_string_equal(s, "{\"connections\":[\"b\"],\"max_cost_micros\":100000,"
+                           "\"prompt\":\"This is a sandbox test.\",\"shell\":false,"
+                           "\"timeout_seconds\":120,\"web\":false}");
+    free(s);
+    json_decref(body);
+    eph_cli_run_opts_release(&o);
+
+    /* Unchanged without flags. */
+    assert_int_equal(PARSE(&o, path_in_dir("request.json")), 0);
+    assert_int_equal(eph_cli_run_body(&o, stdin, &body, err, sizeof(err)), 0);
+    assert_int_equal(json_integer_value(json_object_get(body, "max_cost_micros")), 40000);
+    assert_true(json_is_true(json_object_get(body, "shell")));
+    json_decref(body);
+    eph_cli_run_opts_release(&o);
+}
+
+static void test_stdin(void **state)
+{
+    static char in[] = "{\"prompt\":\"from stdin\",\"max_cost_micros\":5}";
+    FILE *f = fmemopen(in, strlen(in), "r");
+    assert_non_null(f);
+    struct eph_cli_run_opts o;
+    assert_int_equal(PARSE(&o, "-", "--budget", "1"), 0);
+    assert_string_equal(o.request_path, "-");
+    json_t *body = NULL;
+    assert_int_equal(eph_cli_run_body(&o, f, &body, err, sizeof(err)), 0);
+    assert_string_equal(json_string_value(json_object_get(body, "prompt")), "from stdin");
+    assert_int_equal(json_integer_value(json_object_get(body, "max_cost_micros")), 1000000);
+    json_decref(body);
+    eph_cli_run_opts_release(&o);
+    fclose(f);
+}
+
+static void expect_usage(int argc, char **argv, const char *needle)
+{
+    struct eph_cli_run_opts o;
+    err[0] = '\0';
+    int rc = eph_cli_run_parse(argc, argv, &o, err, sizeof(err));
+    eph_cli_run_opts_release(&o);
+    if (rc != -EINVAL || !strstr(err, needle))
+        fail_msg("expected a usage error with '%s', got %d '%s'", needle, rc, err);
+}
+
+#define BAD(needle, ...) expect_usage(ARGC(__VA_ARGS__), ARGV(__VA_ARGS__), needle)
+
+static void test_bad_flags(void **state)
+{
+    BAD("unknown option '--bogus'", "--bogus");
+    BAD("unknown option '--promptx'", "--promptx=1");
+    BAD("unknown option '-p'", "-p", "x");
+    BAD("needs a value", "--prompt");
+    BAD("needs a value", "--budget");
+    BAD("takes no value", "--shell=yes");
+    BAD("takes no value", "--zdr=1");
+    BAD("must not be empty", "--prompt", "");
+    BAD("must not be empty", "--prompt=");
+    BAD("--timeout", "--timeout", "0");
+    BAD("--timeout", "--timeout", "3601");
+    BAD("--timeout", "--timeout", "12s");
+    BAD("--timeout", "--timeout", "-5");
+    BAD("--timeout", "--timeout", " 5");
+    BAD("--timeout", "--timeout", "99999999999999999999999");
+    BAD("--budget", "--budget", "abc");
+    BAD("--budget", "--budget", "0");
+    BAD("--budget", "--budget", "-1");
+    BAD("--budget", "--budget", "0.0000001");
+    BAD("--budget", "--budget", "1e3");
+    BAD("--max-cost-micros", "--max-cost-micros", "0");
+    BAD("--max-cost-micros", "--max-cost-micros", "1.5");
+    BAD("--max-cost-micros", "--max-cost-micros", "99999999999999999999");
+    BAD("not both", "--budget", "1", "--max-cost-micros", "5");
+    BAD("--idempotency-key", "--idempotency-key", "");
+    BAD("--idempotency-key", "--idempotency-key", "a\nb");
+    BAD("unexpected argument 'b.json'", "a.json", "b.json");
+    BAD("--file needs", "--file", ":x");
+    BAD("--connection", "--connection", "");
+    BAD("--model", "--model", "");
+
+    char longkey[300];
+    memset(longkey, 'k', sizeof(longkey) - 1);
+    longkey[sizeof(longkey) - 1] = '\0';
+    BAD("--idempotency-key", "--idempotency-key", longkey);
+    longkey[255] = '\0';
+    struct eph_cli_run_opts o;
+    assert_int_equal(PARSE(&o, "--idempotency-key", longkey), 0);
+    eph_cli_run_opts_release(&o);
+}
+
+static void test_double_dash(void **state)
+{
+    struct eph_cli_run_opts o;
+    assert_int_equal(PARSE(&o, "--shell", "--", "--weird-name.json"), 0);
+    assert_string_equal(o.request_path, "--weird-name.json");
+    eph_cli_run_opts_release(&o);
+}
+
+static void expect_body_error(int argc, char **argv, int want, const char *needle)
+{
+    struct eph_cli_run_opts o;
+    assert_int_equal(eph_cli_run_parse(argc, argv, &o, err, sizeof(err)), 0);
+    json_t *body = NULL;
+    err[0] = '\0';
+    int rc = eph_cli_run_body(&o, stdin, &body, err, sizeof(err));
+    eph_cli_run_opts_release(&o);
+    assert_null(body);
+    if (rc != want || !strstr(err, needle))
+        fail_msg("expected %d with '%s', got %d '%s'", want, needle, rc, err);
+}
+
+#define BAD_BODY(want, needle, ...)                                                                \
+    expect_body_error(ARGC(__VA_ARGS__), ARGV(__VA_ARGS__), want, needle)
+
+static void test_body_errors(void **state)
+{
+    BAD_BODY(-EINVAL, "a prompt is required", "--budget", "1");
+    BAD_BODY(-EINVAL, "a budget is required", "--prompt", "x");
+    BAD_BODY(-ENOENT, "cannot read", path_in_dir("missing.json"));
+    BAD_BODY(-EISDIR, "cannot read", path_in_dir("subdir"));
+    BAD_BODY(-EINVAL, "not a regular file", "/dev/null");
+    BAD_BODY(-EINVAL, "not valid json", path_in_dir("bad.json"));
+    BAD_BODY(-EINVAL, "json object", path_in_dir("array.json"));
+    BAD_BODY(-EINVAL, "not valid json", path_in_dir("dup.json"));
+    BAD_BODY(-EINVAL, "utf-8", "--prompt", "\xff\xfe", "--budget", "1");
+    BAD_BODY(-ENOENT, "cannot read", "--prompt", "x", "--budget", "1", "--file",
+             path_in_dir("nope.txt"));
+    BAD_BODY(-EISDIR, "cannot read", "--prompt", "x", "--budget", "1", "--file",
+             path_in_dir("subdir"));
+    BAD_BODY(-EINVAL, "relative", "--prompt", "x", "--budget", "1", "--file", "hello.txt:/etc/x");
+    BAD_BODY(-EINVAL, "relative", "--prompt", "x", "--budget", "1", "--file", "hello.txt:../x");
+    BAD_BODY(-EINVAL, "relative", "--prompt", "x", "--budget", "1", "--file", "hello.txt:a/../b");
+    BAD_BODY(-EINVAL, "relative", "--prompt", "x", "--budget", "1", "--file", "hello.txt:");
+    BAD_BODY(-EINVAL, "relative", "--prompt", "x", "--budget", "1", "--file", "hello.txt:dir/");
+}
+
+static void test_files(void **state)
+{
+    char spec[300];
+    snprintf(spec, sizeof(spec), "%s:in/greeting.txt", path_in_dir("hello.txt"));
+    struct eph_cli_run_opts o;
+    assert_int_equal(PARSE(&o, "--prompt", "x", "--budget", "0.5", "--file",
+                           path_in_dir("hello.txt"), "--file", spec),
+                     0);
+    json_t *body = NULL;
+    assert_int_equal(eph_cli_run_body(&o, stdin, &body, err, sizeof(err)), 0);
+    char *s = json_dumps(json_object_get(body, "files"), JSON_COMPACT);
+    assert_string_equal(s, "[{\"path\":\"hello.txt\",\"content_base64\":\"aGVsbG8K\"},"
+                           "{\"path\":\"in/greeting.txt\",\"content_base64\":\"aGVsbG8K\"}]");
+    free(s);
+    json_decref(body);
+    eph_cli_run_opts_release(&o);
+}
+
+/* More than the API takes in all fails before the whole file is read. */
+static void test_files_too_large(void **state)
+{
+    FILE *f = fopen(path_in_dir("big.bin"), "wb");
+    assert_non_null(f);
+    assert_int_equal(ftruncate(fileno(f), (off_t)EPH_CLI_FILES_BYTES_MAX + 1), 0);
+    fclose(f);
+    BAD_BODY(-EMSGSIZE, "too large", "--prompt", "x", "--budget", "1", "--file",
+             path_in_dir("big.bin"));
+    /* Two halves that fit alone but not together. */
+    f = fopen(path_in_dir("half.bin"), "wb");
+    assert_non_null(f);
+    assert_int_equal(ftruncate(fileno(f), (off_t)(EPH_CLI_FILES_BYTES_MAX / 2 + 1)), 0);
+    fclose(f);
+    char a[300], b[300];
+    snprintf(a, sizeof(a), "%s:a", path_in_dir("half.bin"));
+    snprintf(b, sizeof(b), "%s:b", path_in_dir("half.bin"));
+    BAD_BODY(-EMSGSIZE, "too large", "--prompt", "x", "--budget", "1", "--file", a, "--file", b);
+}
+
+static void test_too_many_files(void **state)
+{
+    char *argv[2 * EPH_CLI_FILES_MAX + 5];
+    int argc = 0;
+    argv[argc++] = "run";
+    for (int i = 0; i <= EPH_CLI_FILES_MAX; i++) {
+        argv[argc++] = "--file";
+        argv[argc++] = "x";
+    }
+    argv[argc] = NULL;
+    expect_usage(argc, argv, "at most");
+}
+
+static void test_path_rules(void **state)
+{
+    assert_true(eph_cli_file_path_ok("a"));
+    assert_true(eph_cli_file_path_ok("a/b.txt"));
+    assert_true(eph_cli_file_path_ok("..a/b..")); /* dots inside names are fine */
+    assert_false(eph_cli_file_path_ok(""));
+    assert_false(eph_cli_file_path_ok(NULL));
+    assert_false(eph_cli_file_path_ok("/a"));
+    assert_false(eph_cli_file_path_ok(".."));
+    assert_false(eph_cli_file_path_ok("a/.."));
+    assert_false(eph_cli_file_path_ok("../a"));
+    assert_false(eph_cli_file_path_ok("a//b"));
+    assert_false(eph_cli_file_path_ok("a/"));
+    assert_false(eph_cli_file_path_ok("."));
+    assert_false(eph_cli_file_path_ok("./a"));
+}
+
+static void test_idempotency_key(void **state)
+{
+    char a[37], b[37];
+    assert_int_equal(eph_cli_idempotency_key(a), 0);
+    assert_int_equal(eph_cli_idempotency_key(b), 0);
+    assert_int_equal(strlen(a), 36);
+    assert_string_not_equal(a, b);
+    assert_int_equal(a[8], '-');
+    assert_int_equal(a[13], '-');
+    assert_int_equal(a[14], '4');
+    assert_int_equal(a[18], '-');
+    assert_non_null(strchr("89ab", a[19]));
+    assert_int_equal(a[23], '-');
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_all_flags),       cmocka_unit_test(test_file_overridden),
+        cmocka_unit_test(test_stdin),           cmocka_unit_test(test_bad_flags),
+        cmocka_unit_test(test_double_dash),     cmocka_unit_test(test_body_errors),
+        cmocka_unit_test(test_files),           cmocka_unit_test(test_files_too_large),
+        cmocka_unit_test(test_too_many_files),  cmocka_unit_test(test_path_rules),
+        cmocka_unit_test(test_idempotency_key),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}

@@ -1,0 +1,200 @@
+/* The ledger in the SQLite store: reservation at creation, settlement at the end, derived
+ * balances, no doubled entries, and concurrent reservations that cannot overdraw. */
+#include <errno.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "common/clock.h"
+#include "common/id.h"
+#include "store/store.h"
+
+struct fixture {
+    char dir[64];
+    char path[128];
+    struct eph_store *st;
+    char org[48];
+};
+
+static int setup(void **state)
+{
+    struct fixture *f = calloc(1, sizeof(*f));
+    snprintf(f->dir, sizeof(f->dir), "/tmp/eph-ledger-XXXXXX");
+    assert_non_null(mkdtemp(f->dir));
+    snprintf(f->path, sizeof(f->path), "%s/test.db", f->dir);
+    char err[256];
+    assert_int_equal(eph_store_open(f->path, &f->st, err, sizeof(err)), 0);
+    bool created;
+    assert_int_equal(f->st->ops->org_ensure(f->st, "acme", 100000, f->org, sizeof(f->org), &created), 0);
+    assert_true(created);
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    struct fixture *f = *state;
+    f->st->ops->close(f->st);
+    char cmd[160];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", f->dir);
+    assert_int_equal(system(cmd), 0);
+    free(f);
+    return 0;
+}
+
+static void make_run(struct eph_run *r, const char *org, int64_t reserve)
+{
+    eph_run_init(r);
+    assert_int_equal(eph_id_hex("run_", 16, r->id, sizeof(r->id)), 0);
+    snprintf(r->org_id, sizeof(r->org_id), "%s", org);
+    r->status = EPH_RUN_QUEUED;
+    r->model = strdup("m");
+    r->prompt = strdup("p");
+    r->shell = true;
+    r->timeout_seconds = 120;
+    r->created_at_ms = eph_clock_real_ms();
+    r->cost.reserved_micros = reserve;
+}
+
+static void check_balance(struct fixture *f, int64_t balance, int64_t reserved, int64_t available)
+{
+    struct eph_balance b;
+    assert_int_equal(f->st->ops->balance(f->st, f->org, &b), 0);
+    assert_int_equal(b.balance_micros, balance);
+    assert_int_equal(b.reserved_micros, reserved);
+    assert_int_equal(b.available_micros, available);
+}
+
+static void test_org_ensure_is_idempotent(void **state)
+{
+    struct fixture *f = *state;
+    char again[48];
+    bool created;
+    assert_int_equal(f->st->ops->org_ensure(f->st, "acme", 100000, again, sizeof(again), &created), 0);
+    assert_false(created);
+    assert_string_equal(again, f->org);
+    check_balance(f, 100000, 0, 100000); /* the credit was not added twice */
+}
+
+static void test_reserve_then_settle(void **state)
+{
+    struct fixture *f = *state;
+    struct eph_run r;
+    make_run(&r, f->org, 40000);
+    assert_int_equal(f->st->ops->run_insert(f->st, &r, NULL), 0);
+    check_balance(f, 100000, 40000, 60000);
+
+    r.status = EPH_RUN_COMPLETED;
+    r.finished_at_ms = eph_clock_real_ms();
+    r.cost.model_micros = 330;
+    r.cost.compute_micros = 3200;
+    r.cost.charged_micros = 3530;
+    r.cost.released_micros = 36470;
+    struct eph_run_final fin = {.run = &r};
+    assert_int_equal(f->st->ops->run_finish(f->st, &fin), 0);
+    check_balance(f, 100000 - 3530, 0, 100000 - 3530);
+
+    /* A second settlement is refused and writes nothing. */
+    assert_int_equal(f->st->ops->run_finish(f->st, &fin), -EALREADY);
+    int64_t credits, reserves, charges, releases;
+    assert_int_equal(f->st->ops->ledger_totals(f->st, f->org, &credits, &reserves, &charges, &releases), 0);
+    assert_int_equal(credits, 100000);
+    assert_int_equal(reserves, 40000);
+    assert_int_equal(charges, 3530);
+    assert_int_equal(releases, 36470);
+
+    struct eph_run got;
+    assert_int_equal(f->st->ops->run_get(f->st, r.id, f->org, &got), 0);
+    assert_int_equal(got.status, EPH_RUN_COMPLETED);
+    assert_int_equal(got.cost.charged_micros + got.cost.released_micros, 40000);
+    eph_run_release(&got);
+    /* Another org's key never sees it. */
+    assert_int_equal(f->st->ops->run_get(f->st, r.id, "org_other", &got), -ENOENT);
+    eph_run_release(&r);
+}
+
+static void test_insufficient_balance(void **state)
+{
+    struct fixture *f = *state;
+    struct eph_run r;
+    make_run(&r, f->org, 100001);
+    assert_int_equal(f->st->ops->run_insert(f->st, &r, NULL), -EDQUOT);
+    check_balance(f, 100000, 0, 100000);
+    assert_int_equal(f->st->ops->run_get(f->st, r.id, NULL, &(struct eph_run){0}), -ENOENT);
+    eph_run_release(&r);
+}
+
+struct racer {
+    struct fixture *f;
+    int ok, refused;
+};
+
+static void *race(void *arg)
+{
+    struct racer *rc = arg;
+    for (int i = 0; i < 10; i++) {
+        struct eph_run r;
+        make_run(&r, rc->f->org, 7000);
+        int e = rc->f->st->ops->run_insert(rc->f->st, &r, NULL);
+        if (e == 0)
+            rc->ok++;
+        else if (e == -EDQUOT)
+            rc->refused++;
+        eph_run_release(&r);
+    }
+    return NULL;
+}
+
+static void test_concurrent_reservations_never_overdraw(void **state)
+{
+    struct fixture *f = *state;
+    pthread_t t[8];
+    struct racer r[8];
+    for (int i = 0; i < 8; i++) {
+        r[i] = (struct racer){f, 0, 0};
+        pthread_create(&t[i], NULL, race, &r[i]);
+    }
+    int ok = 0, refused = 0;
+    for (int i = 0; i < 8; i++) {
+        pthread_join(t[i], NULL);
+        ok += r[i].ok;
+        refused += r[i].refused;
+    }
+    /* 100000 / 7000 = 14 reservations fit, the other 66 are refused. */
+    assert_int_equal(ok, 14);
+    assert_int_equal(refused, 66);
+    check_balance(f, 100000, 98000, 2000);
+}
+
+static void test_unbalanced_settlement_is_a_bug(void **state)
+{
+    /* run_finish refuses a terminal state that is not terminal. */
+    struct fixture *f = *state;
+    struct eph_run r;
+    make_run(&r, f->org, 1000);
+    assert_int_equal(f->st->ops->run_insert(f->st, &r, NULL), 0);
+    r.status = EPH_RUN_RUNNING;
+    struct eph_run_final fin = {.run = &r};
+    assert_int_equal(f->st->ops->run_finish(f->st, &fin), -EINVAL);
+    eph_run_release(&r);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_org_ensure_is_idempotent, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_reserve_then_settle, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_insufficient_balance, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_concurrent_reservations_never_overdraw, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_unbalanced_settlement_is_a_bug, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,104 @@
+/* Money arithmetic and its display form (SPEC 4). */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "common/money.h"
+
+static void check_format(int64_t micros, const char *want)
+{
+    char out[EPH_MONEY_FMT_MAX];
+    assert_string_equal(eph_money_format(micros, out), want);
+}
+
+static void test_format_spec_examples(void **state)
+{
+    check_format(40000, "$0.04");
+    check_format(3530, "$0.00353");
+    check_format(36470, "$0.03647");
+    check_format(330, "$0.00033");
+    check_format(0, "$0.00");
+    check_format(3200, "$0.0032");
+}
+
+static void test_format_edges(void **state)
+{
+    check_format(1000000, "$1.00");
+    check_format(100000000, "$100.00");
+    check_format(1234567, "$1.23457"); /* the sixth decimal rounds half up */
+    check_format(5, "$0.00001");
+    check_format(4, "$0.00");
+    check_format(10, "$0.00001");
+    check_format(-3530, "-$0.00353");
+    check_format(INT64_MAX, "$9223372036854.77581");
+    check_format(INT64_MIN, "-$9223372036854.77581");
+}
+
+static void test_parse_dollars(void **state)
+{
+    int64_t v;
+    assert_int_equal(eph_money_parse_dollars("0.04", &v), 0);
+    assert_int_equal(v, 40000);
+    assert_int_equal(eph_money_parse_dollars("$1", &v), 0);
+    assert_int_equal(v, 1000000);
+    assert_int_equal(eph_money_parse_dollars("12.5", &v), 0);
+    assert_int_equal(v, 12500000);
+    assert_int_equal(eph_money_parse_dollars("0.000001", &v), 0);
+    assert_int_equal(v, 1);
+    assert_int_equal(eph_money_parse_dollars("0.0000001", &v), -EINVAL);
+    assert_int_equal(eph_money_parse_dollars("", &v), -EINVAL);
+    assert_int_equal(eph_money_parse_dollars("1.", &v), -EINVAL);
+    assert_int_equal(eph_money_parse_dollars("-1", &v), -EINVAL);
+    assert_int_equal(eph_money_parse_dollars("1e3", &v), -EINVAL);
+    assert_int_equal(eph_money_parse_dollars("99999999999999999999", &v), -EOVERFLOW);
+}
+
+static void test_token_cost_ceil(void **state)
+{
+    uint64_t a, b;
+    /* 1536 input at $0.05/Mtok and 166 output at $0.20/Mtok: 76.8 + 33.2 = exactly 110. */
+    assert_int_equal(eph_money_mtok_numerator(1536, 50000, &a), 0);
+    assert_int_equal(eph_money_mtok_numerator(166, 200000, &b), 0);
+    assert_int_equal(eph_money_ceil_mtok(a + b), 110);
+    /* One token at any price costs at least one micro. */
+    assert_int_equal(eph_money_mtok_numerator(1, 1, &a), 0);
+    assert_int_equal(eph_money_ceil_mtok(a), 1);
+    assert_int_equal(eph_money_ceil_mtok(0), 0);
+    assert_int_equal(eph_money_ceil_mtok(1000000), 1);
+    assert_int_equal(eph_money_ceil_mtok(1000001), 2);
+    assert_int_equal(eph_money_mtok_numerator(UINT64_MAX, 2, &a), -EOVERFLOW);
+}
+
+static void test_compute_cost(void **state)
+{
+    assert_int_equal(eph_money_compute_cost(0, 240), 0);
+    assert_int_equal(eph_money_compute_cost(1000000000, 240), 240);
+    assert_int_equal(eph_money_compute_cost(1, 240), 1); /* rounded up */
+    assert_int_equal(eph_money_compute_cost(13333333333ull, 240), 3200);
+    assert_int_equal(eph_money_compute_cost(UINT64_MAX, UINT64_MAX), UINT64_MAX);
+}
+
+static void test_thousands(void **state)
+{
+    char out[32];
+    assert_string_equal(eph_format_thousands(5214, out), "5,214");
+    assert_string_equal(eph_format_thousands(0, out), "0");
+    assert_string_equal(eph_format_thousands(999, out), "999");
+    assert_string_equal(eph_format_thousands(1000, out), "1,000");
+    assert_string_equal(eph_format_thousands(1234567890, out), "1,234,567,890");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_format_spec_examples), cmocka_unit_test(test_format_edges),
+        cmocka_unit_test(test_parse_dollars),        cmocka_unit_test(test_token_cost_ceil),
+        cmocka_unit_test(test_compute_cost),         cmocka_unit_test(test_thousands),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
