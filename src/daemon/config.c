@@ -36,6 +36,7 @@ int eph_config_defaults(struct eph_config *cfg)
     cfg->log_format = strdup("text");
     cfg->log_level = strdup("info");
     cfg->retention_days = 30;
+    cfg->reaper_interval_ms = 60000;
     cfg->max_concurrent_runs = 64;
     cfg->max_queued_per_org = 1000;
     cfg->max_timeout_seconds = 3600;
@@ -115,6 +116,8 @@ static const struct key top_keys[] = {
     KS("log_format", log_format),
     KS("log_level", log_level),
     KU("retention_days", retention_days, 36500),
+    KU("retention_seconds", retention_seconds, 3153600000u),
+    KU("reaper_interval_ms", reaper_interval_ms, 86400000),
     KU("max_concurrent_runs", max_concurrent_runs, 4096),
     KU("max_queued_runs_per_org", max_queued_per_org, 1000000),
     KU("max_timeout_seconds", max_timeout_seconds, 86400),

@@ -18,6 +18,9 @@ struct eph_config {
     char *log_format;             /* "text" | "json" */
     char *log_level;              /* "info" */
     unsigned retention_days;      /* 30 */
+    unsigned retention_seconds;   /* 0; when set, overrides retention_days (tests, short-lived
+                                     deployments) */
+    unsigned reaper_interval_ms;  /* 60000: how often expired logs are purged */
     unsigned max_concurrent_runs; /* 64 */
     unsigned max_queued_per_org;  /* 1000 */
     unsigned max_timeout_seconds; /* 3600 */

@@ -48,10 +48,7 @@ static void *reaper_main(void *arg)
         pthread_mutex_lock(&reaper_lock);
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
-        const char *iv = getenv("EPHEMERALD_REAPER_INTERVAL_MS");
-        long ms = iv ? strtol(iv, NULL, 10) : 60000;
-        if (ms < 10)
-            ms = 10;
+        long ms = svc->cfg->reaper_interval_ms < 10 ? 10 : (long)svc->cfg->reaper_interval_ms;
         ts.tv_sec += ms / 1000;
         ts.tv_nsec += (ms % 1000) * 1000000;
         if (ts.tv_nsec >= 1000000000) {

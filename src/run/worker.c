@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <sodium.h>
 
@@ -34,6 +35,9 @@ struct eph_model *eph_service_model(struct eph_service *svc, const char *id)
             return svc->models[i];
     return NULL;
 }
+
+/* 250 ms apart: two minutes of retries. */
+#define SETTLE_RETRIES 480
 
 static const char *run_event_type(enum eph_run_status st)
 {
@@ -73,7 +77,9 @@ static int settle(struct eph_service *svc, struct eph_live *live, struct eph_run
     r->finished_at_ms = eph_clock_real_ms();
     if (!r->zdr)
         r->log_expires_at_ms =
-            r->finished_at_ms + (int64_t)svc->cfg->retention_days * 86400 * 1000;
+            r->finished_at_ms + (svc->cfg->retention_seconds
+                                     ? (int64_t)svc->cfg->retention_seconds * 1000
+                                     : (int64_t)svc->cfg->retention_days * 86400 * 1000);
 
     char tok[32], charged[EPH_MONEY_FMT_MAX], released[EPH_MONEY_FMT_MAX];
     eph_format_thousands(r->usage.input_tokens + r->usage.output_tokens, tok);
@@ -123,6 +129,19 @@ static int settle(struct eph_service *svc, struct eph_live *live, struct eph_run
     }
     struct eph_run_final fin = {.run = r, .events = ev, .nevents = 2};
     int rc = svc->store->ops->run_finish(svc->store, &fin);
+    /* A full disk, a read-only file or a busy database is usually temporary: keep trying for a
+     * while, so the money is settled as soon as the store takes writes again. Past that, the
+     * run stays unsettled in the store and the next start settles it (worker_lost). */
+    for (unsigned tries = 0; (rc == -ENOSPC || rc == -EROFS || rc == -EBUSY || rc == -EIO) &&
+                             tries < SETTLE_RETRIES && !atomic_load(&svc->shutting_down);
+         tries++) {
+        if (tries == 0)
+            EPH_ERROR("worker", "run %s: cannot settle yet: %s; retrying", r->id,
+                      eph_strerror(rc));
+        struct timespec ts = {0, 250000000};
+        nanosleep(&ts, NULL);
+        rc = svc->store->ops->run_finish(svc->store, &fin);
+    }
     if (rc)
         EPH_ERROR("worker", "run %s: cannot settle: %s", r->id, eph_strerror(rc));
     else

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <sqlite3.h>
 
@@ -184,6 +185,14 @@ static int apply_migrations(struct sqlite_store *s)
 
 static int sq_open(const char *target, struct eph_store **out, char *err, size_t errlen)
 {
+    /* SQLite in WAL mode cannot even read a database it cannot write (the -shm file): say so
+     * plainly instead of "unable to open database file". */
+    if (access(target, W_OK) != 0 && errno != ENOENT) {
+        int e = errno;
+        snprintf(err, errlen, "database '%s' is not writable: %s", target,
+                 e == EROFS ? "read-only file system" : strerror(e));
+        return e == EROFS ? -EROFS : -EACCES;
+    }
     struct sqlite_store *s = calloc(1, sizeof(*s));
     if (!s)
         return -ENOMEM;

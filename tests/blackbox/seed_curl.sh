@@ -78,7 +78,7 @@ assert_eq "$after_procs" "$before_procs" "guest processes"
 if grep -q 'ephemeral-run-' /proc/self/mountinfo; then fail "a sandbox mount is visible on the host"; fi
 for c in /sys/fs/cgroup/*/ephemeral /sys/fs/cgroup/ephemeral /sys/fs/cgroup/unified/ephemeral; do
     [ -d "$c" ] || continue
-    left=$(find "$c" -mindepth 1 -maxdepth 1 -type d -name 'sb-*' | wc -l)
+    left=$(find "$c" -mindepth 1 -maxdepth 1 -type d -name "*-$SERVER_PID-*" | wc -l)
     assert_eq "$left" 0 "sandbox cgroups under $c"
 done
 echo "seed run $id completed: $(jq -c .cost <<<"$run")"
