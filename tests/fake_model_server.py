@@ -14,6 +14,7 @@ when the script is used up the answer is a 500. Entry fields, all optional:
     headers        extra response headers, e.g. {"Retry-After": "1"}
     delay          seconds to wait before answering
     body           a raw body sent as is (content_type, default application/json)
+    content_type   with body, its type; with a stream, the stream's (text/event-stream)
     error          a message: an error body in the provider's format, with status (default 500)
     text           the assistant's text
     tool_calls     [{"id": "call_a" (absent or null: no id), "name": "shell",
@@ -149,9 +150,9 @@ class Handler(BaseHTTPRequestHandler):
             obj = {"error": {"message": message, "type": "server_error", "code": None}}
         self.send_json(status, obj, extra)
 
-    def start_stream(self, extra):
+    def start_stream(self, extra, ctype="text/event-stream"):
         self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Content-Type", ctype)
         self.send_header("Cache-Control", "no-cache")
         self.send_header("Transfer-Encoding", "chunked")
         self.send_header("Connection", "close")
@@ -247,7 +248,7 @@ class Handler(BaseHTTPRequestHandler):
             self.chunk("data: " + "x" * int(entry["long_line"]) + "\n\n")
 
     def openai_stream(self, entry, extra, include_usage):
-        self.start_stream(extra)
+        self.start_stream(extra, entry.get("content_type", "text/event-stream"))
         base = {"id": "chatcmpl-fake", "object": "chat.completion.chunk",
                 "created": int(time.time()), "model": "fake"}
         events = []
@@ -329,7 +330,7 @@ class Handler(BaseHTTPRequestHandler):
         return out
 
     def anthropic_stream(self, entry, extra):
-        self.start_stream(extra)
+        self.start_stream(extra, entry.get("content_type", "text/event-stream"))
         u = self.anthropic_usage(entry)
         events = []
 

@@ -33,8 +33,8 @@ struct an_block {
     bool tool;
     struct eph_buf id;
     struct eph_buf name;
-    struct eph_buf json;  /* input_json_delta pieces */
-    char *start_input;    /* the input of content_block_start, when not {} */
+    struct eph_buf json; /* input_json_delta pieces */
+    char *start_input;   /* the input of content_block_start, when not {} */
 };
 
 struct an_ctx {
@@ -46,7 +46,7 @@ struct an_ctx {
     bool have_usage;
     uint64_t input, cache_read, cache_write, output;
     uint64_t paid_input, paid_cached, paid_output; /* from attempts that failed later */
-    char msg[320]; /* why an event handler failed */
+    char msg[320];                                 /* why an event handler failed */
     const char *secret;
 };
 
@@ -161,8 +161,8 @@ static json_t *an_input(const char *arguments)
     return json_object();
 }
 
-static int an_message(json_t *msgs, struct eph_buf *system, const json_t *msg, size_t i,
-                      char *err, size_t errlen)
+static int an_message(json_t *msgs, struct eph_buf *system, const json_t *msg, size_t i, char *err,
+                      size_t errlen)
 {
     const char *role = str_field(msg, "role");
     const char *content = str_field(msg, "content");
@@ -254,8 +254,7 @@ static char *an_body(const struct eph_http_model *m, const struct eph_model_requ
             json_t *tool = json_pack("{s:s,s:o}", "name", name ? name : "", "input_schema",
                                      json_is_object(params)
                                          ? json_deep_copy(params)
-                                         : json_pack("{s:s,s:{}}", "type", "object",
-                                                     "properties"));
+                                         : json_pack("{s:s,s:{}}", "type", "object", "properties"));
             if (json_array_append_new(tools, tool))
                 goto nomem;
             if (desc && json_object_set_new(tool, "description", json_string(desc)))
@@ -546,8 +545,7 @@ static int anthropic_call(struct eph_model *base, const struct eph_model_request
     memset(resp, 0, sizeof(*resp));
     err[0] = '\0';
     if (m->key_missing) {
-        snprintf(err, errlen, "anthropic: environment variable '%s' is not set",
-                 cfg->api_key_env);
+        snprintf(err, errlen, "anthropic: environment variable '%s' is not set", cfg->api_key_env);
         return -EIO;
     }
     int rc;
@@ -595,11 +593,22 @@ static int anthropic_call(struct eph_model *base, const struct eph_model_request
     if (rc) {
         /* err says why */
     } else if (hresp.status >= 200 && hresp.status < 300) {
-        if (hresp.streamed)
+        const char *data = hresp.body.data ? hresp.body.data : "";
+        bool sniffed = !hresp.streamed && m->stream && eph_sse_sniff(data, hresp.body.len);
+        if (sniffed) {
+            /* an event stream under another content type */
+            rc = eph_sse_parse(data, hresp.body.len, SSE_LINE_MAX, an_on_event, c);
+            if (rc)
+                snprintf(err, errlen, "%s", c->msg[0] ? c->msg : "anthropic: bad event stream");
+            if (rc == -EAGAIN)
+                rc = -EIO;
+        }
+        if (rc)
+            ; /* err says why */
+        else if (hresp.streamed || sniffed)
             rc = an_stream_to_resp(c, prior, resp, err, errlen);
         else
-            rc = an_parse_plain(hresp.body.data ? hresp.body.data : "", hresp.body.len, prior, c,
-                                resp, err, errlen);
+            rc = an_parse_plain(data, hresp.body.len, prior, c, resp, err, errlen);
     } else {
         char msg[EPH_HTTP_ERROR_MAX];
         eph_http_error_message(hresp.body.data, hresp.body.len, m->key, msg, sizeof(msg));

@@ -7,7 +7,6 @@
  */
 #include "agent/http_client.h"
 
-#include <ctype.h>
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
@@ -31,7 +30,7 @@
 #define BACKOFF_MAX_MS 8000
 #define RETRY_AFTER_MAX_MS 20000
 #define CONNECT_TIMEOUT_MS 30000
-#define ERROR_MESSAGE_MAX 200
+#define ERROR_MESSAGE_MAX (EPH_HTTP_ERROR_MAX - 1)
 
 /* ---- global init ---- */
 
@@ -153,6 +152,27 @@ int eph_sse_finish(struct eph_sse *s)
     return sse_dispatch(s);
 }
 
+int eph_sse_parse(const char *p, size_t n, size_t line_max, eph_sse_event_fn on_event, void *ctx)
+{
+    struct eph_sse s;
+    eph_sse_init(&s, line_max, on_event, ctx);
+    int rc = eph_sse_feed(&s, p, n);
+    if (!rc)
+        rc = eph_sse_finish(&s);
+    eph_sse_release(&s);
+    return rc;
+}
+
+bool eph_sse_sniff(const char *p, size_t n)
+{
+    while (n && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t')) {
+        p++;
+        n--;
+    }
+    return (n >= 5 && memcmp(p, "data:", 5) == 0) || (n >= 6 && memcmp(p, "event:", 6) == 0) ||
+           (n >= 1 && *p == ':');
+}
+
 /* ---- helpers ---- */
 
 char *eph_http_join_url(const char *base, const char *path)
@@ -180,13 +200,17 @@ static void sanitise(const char *s, size_t n, const char *secret, char *out, siz
     size_t o = 0;
     bool space = true; /* collapses runs of whitespace and drops leading ones */
     for (size_t i = 0; i < n && o < cap;) {
-        if (slen >= 4 && n - i >= slen && memcmp(s + i, secret, slen) == 0) {
+        /* The key, or a long piece of its start (an echo the server cut short), is redacted. */
+        size_t match = 0;
+        while (match < slen && i + match < n && s[i + match] == secret[match])
+            match++;
+        if (slen >= 4 && (match == slen || match >= 12)) {
             static const char red[] = "[redacted]";
             if (o + sizeof(red) - 1 > cap)
                 break;
             memcpy(out + o, red, sizeof(red) - 1);
             o += sizeof(red) - 1;
-            i += slen;
+            i += match;
             space = false;
             continue;
         }
@@ -198,7 +222,7 @@ static void sanitise(const char *s, size_t n, const char *secret, char *out, siz
             continue;
         }
         space = c == ' ';
-        if (space && o && out[o - 1] == ' ')
+        if (space && (o == 0 || out[o - 1] == ' '))
             continue;
         out[o++] = (char)c;
     }
@@ -239,13 +263,19 @@ void eph_http_error_message(const char *body, size_t len, const char *secret, ch
             msg = json_string_value(e);
         if (!msg)
             msg = json_string_value(json_object_get(root, "message"));
+        const json_t *detail = json_object_get(root, "detail");
         if (!msg)
-            msg = json_string_value(json_object_get(root, "detail"));
+            msg = json_string_value(detail);
+        /* FastAPI/pydantic validation errors (vLLM): detail[0].msg, never detail[0].input,
+         * which echoes the request */
+        if (!msg)
+            msg = json_string_value(json_object_get(json_array_get(detail, 0), "msg"));
     }
     if (msg)
         sanitise(msg, strlen(msg), secret, out, outlen);
-    else
-        sanitise(body, len, secret, out, outlen);
+    else if (!root)
+        sanitise(body, len, secret, out, outlen); /* a proxy's text or HTML error page */
+    /* JSON without a message field: nothing, rather than fields that may quote the prompt */
     json_decref(root);
 }
 
@@ -258,7 +288,7 @@ struct attempt {
     struct eph_sse sse;
     bool decided; /* the body's destination (SSE or buffer) is chosen at its first byte */
     size_t received;
-    int rc;       /* why a callback aborted the transfer */
+    int rc; /* why a callback aborted the transfer */
     char why[160];
 };
 
@@ -432,7 +462,7 @@ static int http_attempt(const struct eph_http_request *req, struct curl_slist *h
     curl_easy_setopt(e, CURLOPT_XFERINFOFUNCTION, on_xferinfo);
     curl_easy_setopt(e, CURLOPT_XFERINFODATA, &a);
     curl_easy_setopt(e, CURLOPT_ERRORBUFFER, curl_err);
-    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L); /* threads: no SIGALRM for DNS timeouts */
+    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);       /* threads: no SIGALRM for DNS timeouts */
     curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 0L); /* a POST is never redirected silently */
     curl_easy_setopt(e, CURLOPT_USERAGENT, "ephemeral/1");
     curl_easy_setopt(e, CURLOPT_ACCEPT_ENCODING, ""); /* gzip etc.; the cap counts decoded bytes */
@@ -506,7 +536,8 @@ static int http_attempt(const struct eph_http_request *req, struct curl_slist *h
     } else if (result != CURLE_OK) {
         rc = -EIO;
         *transient = curl_transient(result);
-        snprintf(err, errlen, "%s: %s", req->what, curl_err[0] ? curl_err : curl_easy_strerror(result));
+        snprintf(err, errlen, "%s: %s", req->what,
+                 curl_err[0] ? curl_err : curl_easy_strerror(result));
     } else {
         long status = 0;
         curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &status);

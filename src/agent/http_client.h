@@ -53,11 +53,17 @@ int eph_sse_feed(struct eph_sse *s, const char *p, size_t n) __attribute__((warn
  * line are still delivered (servers that drop the final blank line are common). */
 int eph_sse_finish(struct eph_sse *s) __attribute__((warn_unused_result));
 void eph_sse_release(struct eph_sse *s);
+/* A whole body through the parser, for a server that streamed without saying text/event-stream:
+ * feed, finish, release. Same returns as eph_sse_feed. */
+int eph_sse_parse(const char *p, size_t n, size_t line_max, eph_sse_event_fn on_event, void *ctx)
+    __attribute__((warn_unused_result));
+/* Whether a body looks like an event stream (its first line is a data:, event: or : line). */
+bool eph_sse_sniff(const char *p, size_t n);
 
 struct eph_http_request {
-    const char *what;            /* "openai": the prefix of error messages */
+    const char *what; /* "openai": the prefix of error messages */
     const char *url;
-    const char *const *headers;  /* NULL-terminated "Name: value" lines; may be NULL */
+    const char *const *headers; /* NULL-terminated "Name: value" lines; may be NULL */
     const char *body;
     size_t body_len;
     uint64_t deadline_ns;        /* CLOCK_MONOTONIC; 0 for none */
@@ -79,11 +85,11 @@ struct eph_http_request {
 };
 
 struct eph_http_response {
-    long status;                 /* HTTP status of the last attempt, 0 when none came back */
-    bool streamed;               /* the body went to on_event, not to body */
-    struct eph_buf body;         /* the body when not streamed; release with eph_http_response_release */
-    unsigned attempts;           /* attempts made */
-    uint64_t retry_after_ms;     /* the last Retry-After (or retry-after-ms) seen, 0 when none */
+    long status;         /* HTTP status of the last attempt, 0 when none came back */
+    bool streamed;       /* the body went to on_event, not to body */
+    struct eph_buf body; /* the body when not streamed; release with eph_http_response_release */
+    unsigned attempts;   /* attempts made */
+    uint64_t retry_after_ms; /* the last Retry-After (or retry-after-ms) seen, 0 when none */
 };
 
 /*
@@ -104,7 +110,8 @@ void eph_http_response_release(struct eph_http_response *resp);
 
 /*
  * The provider's error message from an error body, for people: error.message (OpenAI, Anthropic,
- * most compatible servers), error (a string), message or detail; else the body's text. Control
+ * most compatible servers), error (a string), message, detail or detail[0].msg; the body's text
+ * when it is not JSON; nothing for other JSON (its fields may quote the request). Control
  * characters become spaces, the secret (when not NULL and at least 4 bytes) becomes "[redacted]",
  * and the result is cut at 200 bytes on a UTF-8 boundary. out is always NUL-terminated.
  */

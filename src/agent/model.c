@@ -74,7 +74,7 @@ int eph_http_model_init(struct eph_http_model *m, const struct eph_model_ops *op
     }
     m->url = eph_http_join_url(base, path);
     const char *name = cfg->upstream_model && cfg->upstream_model[0] ? cfg->upstream_model
-                                                                      : (cfg->id ? cfg->id : "");
+                                                                     : (cfg->id ? cfg->id : "");
     if (strip_prefix && !(cfg->upstream_model && cfg->upstream_model[0])) {
         const char *slash = strrchr(name, '/');
         if (slash && slash[1])

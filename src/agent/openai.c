@@ -44,15 +44,15 @@ struct oa_call {
 struct oa_ctx {
     struct eph_buf content;
     struct oa_call calls[EPH_MODEL_MAX_CALLS];
-    size_t ncalls;  /* highest index seen + 1 */
-    size_t last;    /* the call the last delta went to (deltas without an index) */
+    size_t ncalls; /* highest index seen + 1 */
+    size_t last;   /* the call the last delta went to (deltas without an index) */
     char finish[64];
-    bool done;      /* data: [DONE] */
+    bool done; /* data: [DONE] */
     bool have_usage;
     uint64_t prompt, cached, completion;
     /* usage reported by attempts that failed later: still paid for */
     uint64_t paid_prompt, paid_cached, paid_completion;
-    char msg[320];  /* why an event handler failed */
+    char msg[320]; /* why an event handler failed */
     const char *secret;
 };
 
@@ -118,11 +118,11 @@ static void oa_usage(struct oa_ctx *c, const json_t *usage)
 static void oa_usage_to_resp(const struct oa_ctx *c, struct eph_model_response *r)
 {
     uint64_t cached = c->cached < c->prompt ? c->cached : c->prompt;
-    r->input_tokens = c->paid_prompt - (c->paid_cached < c->paid_prompt ? c->paid_cached
-                                                                        : c->paid_prompt) +
+    r->input_tokens = c->paid_prompt -
+                      (c->paid_cached < c->paid_prompt ? c->paid_cached : c->paid_prompt) +
                       (c->prompt - cached);
-    r->cached_input_tokens = (c->paid_cached < c->paid_prompt ? c->paid_cached : c->paid_prompt) +
-                             cached;
+    r->cached_input_tokens =
+        (c->paid_cached < c->paid_prompt ? c->paid_cached : c->paid_prompt) + cached;
     r->output_tokens = c->paid_completion + c->completion;
 }
 
@@ -407,8 +407,7 @@ static int oa_parse_plain(const char *body, size_t len, unsigned prior, struct o
         free(resp->content);
         resp->content = NULL;
     }
-    resp->finish_reason =
-        strdup(oa_finish(str_field(choice, "finish_reason"), resp->ncalls));
+    resp->finish_reason = strdup(oa_finish(str_field(choice, "finish_reason"), resp->ncalls));
     if (!resp->finish_reason)
         goto nomem;
     goto done;
@@ -437,8 +436,8 @@ static int oa_delta_call(struct oa_ctx *c, const json_t *tc)
         idx = 0;
     } else if ((id && id[0] && c->calls[c->last].id.len &&
                 strcmp(id, c->calls[c->last].id.data) != 0) ||
-               (str_field(json_object_get(tc, "function"), "name") &&
-                c->calls[c->last].name.len && c->calls[c->last].have_args)) {
+               (str_field(json_object_get(tc, "function"), "name") && c->calls[c->last].name.len &&
+                c->calls[c->last].have_args)) {
         /* no index: a new id, or a name after the current call's arguments, starts a new call */
         if (c->ncalls >= EPH_MODEL_MAX_CALLS) {
             snprintf(c->msg, sizeof(c->msg), "openai: more than %d tool calls in one answer",
@@ -555,10 +554,10 @@ static int oa_stream_to_resp(struct oa_ctx *c, unsigned prior, struct eph_model_
         struct oa_call *call = &c->calls[i];
         if (!call->seen)
             continue;
-        int rc = eph_model_add_call(resp, call->id.data, call->name.data,
-                                    call->have_args ? (call->args.data ? call->args.data : "")
-                                                    : "{}",
-                                    prior + (unsigned)resp->ncalls + 1);
+        int rc =
+            eph_model_add_call(resp, call->id.data, call->name.data,
+                               call->have_args ? (call->args.data ? call->args.data : "") : "{}",
+                               prior + (unsigned)resp->ncalls + 1);
         if (rc) {
             snprintf(err, errlen, "openai: out of memory");
             return rc;
@@ -674,15 +673,25 @@ static int openai_call(struct eph_model *base, const struct eph_model_request *r
         if (rc) {
             /* err says why */
         } else if (hresp.status >= 200 && hresp.status < 300) {
-            if (hresp.streamed)
+            const char *data = hresp.body.data ? hresp.body.data : "";
+            bool sniffed = !hresp.streamed && m->http.stream && eph_sse_sniff(data, hresp.body.len);
+            if (sniffed) {
+                /* an event stream under another content type */
+                rc = eph_sse_parse(data, hresp.body.len, SSE_LINE_MAX, oa_on_event, c);
+                if (rc)
+                    snprintf(err, errlen, "%s", c->msg[0] ? c->msg : "openai: bad event stream");
+                if (rc == -EAGAIN)
+                    rc = -EIO;
+            }
+            if (rc)
+                ; /* err says why */
+            else if (hresp.streamed || sniffed)
                 rc = oa_stream_to_resp(c, prior, resp, err, errlen);
             else
-                rc = oa_parse_plain(hresp.body.data ? hresp.body.data : "", hresp.body.len,
-                                    prior, c, resp, err, errlen);
+                rc = oa_parse_plain(data, hresp.body.len, prior, c, resp, err, errlen);
         } else {
             char msg[EPH_HTTP_ERROR_MAX];
-            eph_http_error_message(hresp.body.data, hresp.body.len, m->http.key, msg,
-                                   sizeof(msg));
+            eph_http_error_message(hresp.body.data, hresp.body.len, m->http.key, msg, sizeof(msg));
             if (pass == 0 && hresp.status == 400 && strstr(msg, "max_completion_tokens")) {
                 atomic_store(&m->completion_tokens, !ct);
                 EPH_INFO("model", "openai: model '%s' now sends %s", cfg->id ? cfg->id : "",

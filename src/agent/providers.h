@@ -25,10 +25,10 @@ int eph_model_set_stream(struct eph_model *m, bool stream);
 /* What an HTTP provider's model holds. base comes first: ops get &base and cast back. */
 struct eph_http_model {
     struct eph_model base;
-    char *url;          /* base_url + the provider's path */
-    char *key;          /* the API key, or NULL (no api_key_env, or the variable is unset) */
-    bool key_missing;   /* api_key_env names a variable that is unset or empty */
-    char *upstream;     /* the model name sent on the wire */
+    char *url;           /* base_url + the provider's path */
+    char *key;           /* the API key, or NULL (no api_key_env, or the variable is unset) */
+    bool key_missing;    /* api_key_env names a variable that is unset or empty */
+    char *upstream;      /* the model name sent on the wire */
     uint32_t timeout_ms; /* per attempt */
     bool stream;
 };

@@ -44,8 +44,7 @@ static void start(struct fixture *f, const char *script, bool stream)
     f->cfg.max_output_tokens = 1024;
     f->cfg.timeout_seconds = 20;
     assert_int_equal(setenv(KEY_ENV, KEY, 1), 0);
-    assert_int_equal(eph_model_anthropic_ops.open(&f->cfg, &f->model, f->err, sizeof(f->err)),
-                     0);
+    assert_int_equal(eph_model_anthropic_ops.open(&f->cfg, &f->model, f->err, sizeof(f->err)), 0);
     assert_int_equal(eph_model_set_stream(f->model, stream), 0);
     f->messages = json_pack("[{s:s,s:s},{s:s,s:s}]", "role", "system", "content",
                             "you are in a sandbox", "role", "user", "content", "list the files");
@@ -177,9 +176,8 @@ static void tool_round_trip(bool stream)
     json_array_append_new(f.messages,
                           json_pack("{s:s,s:s,s:s,s:s}", "role", "tool", "tool_call_id",
                                     "toolu_01A", "name", "shell", "content", "a.txt\nb.txt"));
-    json_array_append_new(f.messages,
-                          json_pack("{s:s,s:s,s:s,s:s}", "role", "tool", "tool_call_id", "call_2",
-                                    "name", "shell", "content", "/scratch"));
+    json_array_append_new(f.messages, json_pack("{s:s,s:s,s:s,s:s}", "role", "tool", "tool_call_id",
+                                                "call_2", "name", "shell", "content", "/scratch"));
     json_array_append_new(f.messages,
                           json_pack("{s:s,s:s,s:s,s:s}", "role", "tool", "tool_call_id", "call_3",
                                     "name", "shell", "content", "error: invalid arguments"));
@@ -461,6 +459,21 @@ static void test_stream_ends_early(void **state)
     finish(&f);
 }
 
+static void test_stream_fallbacks(void **state)
+{
+    struct fixture f;
+    /* an event stream labelled text/plain, then a plain JSON answer to a streaming request */
+    start(&f,
+          "[{\"text\":\"sniffed\",\"content_type\":\"application/octet-stream\"},"
+          "{\"text\":\"plain\",\"stream\":false}]",
+          true);
+    assert_int_equal(call(&f), 0);
+    assert_string_equal(f.resp.content, "sniffed");
+    assert_int_equal(call(&f), 0);
+    assert_string_equal(f.resp.content, "plain");
+    finish(&f);
+}
+
 static void test_consecutive_user_messages_merged(void **state)
 {
     struct fixture f;
@@ -531,6 +544,7 @@ int main(void)
         cmocka_unit_test(test_no_content),
         cmocka_unit_test(test_error_with_200),
         cmocka_unit_test(test_stream_ends_early),
+        cmocka_unit_test(test_stream_fallbacks),
         cmocka_unit_test(test_consecutive_user_messages_merged),
         cmocka_unit_test(test_unknown_role_rejected),
         cmocka_unit_test(test_default_base_url),

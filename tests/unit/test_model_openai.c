@@ -163,8 +163,8 @@ static void tool_round_trip(bool stream, bool no_index)
     json_array_append_new(f.messages, json_pack("{s:s,s:n,s:o}", "role", "assistant", "content",
                                                 "tool_calls", calls));
     json_array_append_new(f.messages,
-                          json_pack("{s:s,s:s,s:s,s:s}", "role", "tool", "tool_call_id",
-                                    "call_abc", "name", "shell", "content", "a.txt\nb.txt"));
+                          json_pack("{s:s,s:s,s:s,s:s}", "role", "tool", "tool_call_id", "call_abc",
+                                    "name", "shell", "content", "a.txt\nb.txt"));
     json_array_append_new(f.messages,
                           json_pack("{s:s,s:s,s:s,s:s}", "role", "tool", "tool_call_id", "call_2",
                                     "name", "shell", "content", "error: invalid arguments"));
@@ -187,9 +187,9 @@ static void tool_round_trip(bool stream, bool no_index)
     assert_string_equal(json_string_value(json_object_get(fn, "arguments")),
                         "{\"command\":\"ls -la\"}");
     json_t *tc2 = json_array_get(json_object_get(asst, "tool_calls"), 1);
-    assert_string_equal(json_string_value(json_object_get(json_object_get(tc2, "function"),
-                                                          "arguments")),
-                        "{\"command\": oops");
+    assert_string_equal(
+        json_string_value(json_object_get(json_object_get(tc2, "function"), "arguments")),
+        "{\"command\": oops");
     json_t *t1 = json_array_get(msgs, 3), *t2 = json_array_get(msgs, 4);
     assert_string_equal(json_string_value(json_object_get(t1, "role")), "tool");
     assert_string_equal(json_string_value(json_object_get(t1, "tool_call_id")), "call_abc");
@@ -317,8 +317,8 @@ static void test_max_completion_tokens_fallback(void **state)
     assert_int_equal(json_array_size(reqs), 3);
     assert_non_null(json_object_get(fake_body(reqs, 0), "max_tokens"));
     assert_null(json_object_get(fake_body(reqs, 1), "max_tokens"));
-    assert_int_equal(json_integer_value(json_object_get(fake_body(reqs, 1), "max_completion_tokens")),
-                     256);
+    assert_int_equal(
+        json_integer_value(json_object_get(fake_body(reqs, 1), "max_completion_tokens")), 256);
     assert_non_null(json_object_get(fake_body(reqs, 2), "max_completion_tokens"));
     json_decref(reqs);
     finish(&f);
@@ -551,9 +551,8 @@ static void test_stream_text(void **state)
     assert_int_equal(f.resp.output_tokens, 4);
     json_t *reqs = fake_requests(&f.srv);
     json_t *r = json_array_get(reqs, 0);
-    assert_string_equal(
-        json_string_value(json_object_get(json_object_get(r, "headers"), "accept")),
-        "text/event-stream");
+    assert_string_equal(json_string_value(json_object_get(json_object_get(r, "headers"), "accept")),
+                        "text/event-stream");
     assert_true(json_is_true(json_object_get(fake_body(reqs, 0), "stream")));
     json_decref(reqs);
     finish(&f);
@@ -642,6 +641,19 @@ static void test_stream_requested_json_answered(void **state)
     finish(&f);
 }
 
+static void test_stream_under_another_content_type(void **state)
+{
+    struct fixture f;
+    start(&f,
+          "[{\"text\":\"sniffed\",\"content_type\":\"text/plain\",\"usage\":{\"input\":5,"
+          "\"output\":2,\"cached\":0}}]",
+          true);
+    assert_int_equal(call(&f), 0);
+    assert_string_equal(f.resp.content, "sniffed");
+    assert_int_equal(f.resp.output_tokens, 2);
+    finish(&f);
+}
+
 /* ---- pieces ---- */
 
 struct sse_seen {
@@ -699,12 +711,22 @@ static void test_error_message_sanitiser(void **state)
     const char *b1 = "{\"error\":{\"message\":\"bad key sk-SECRET-123 given\\r\\n\\u0007x\"}}";
     eph_http_error_message(b1, strlen(b1), "sk-SECRET-123", out, sizeof(out));
     assert_string_equal(out, "bad key [redacted] given x");
+    /* a long piece of the key's start, cut short by the server, is redacted too */
+    const char *b5 = "{\"error\":\"key sk-SECRET-123-abcdefgh\"}";
+    eph_http_error_message(b5, strlen(b5) - 6, "sk-SECRET-123-abcdefghijkl", out, sizeof(out));
+    assert_null(strstr(out, "SECRET"));
     const char *b2 = "{\"type\":\"error\",\"error\":{\"type\":\"x\",\"message\":\"overloaded\"}}";
     eph_http_error_message(b2, strlen(b2), NULL, out, sizeof(out));
     assert_string_equal(out, "overloaded");
     const char *b3 = "{\"detail\":\"model not found\"}";
     eph_http_error_message(b3, strlen(b3), NULL, out, sizeof(out));
     assert_string_equal(out, "model not found");
+    const char *b6 = "{\"detail\":[{\"msg\":\"Field required\",\"input\":{\"p\":\"prompt\"}}]}";
+    eph_http_error_message(b6, strlen(b6), NULL, out, sizeof(out));
+    assert_string_equal(out, "Field required");
+    const char *b7 = "{\"oops\":{\"request\":\"the prompt\"}}";
+    eph_http_error_message(b7, strlen(b7), NULL, out, sizeof(out));
+    assert_string_equal(out, "");
     const char *b4 = "Bad Gateway";
     eph_http_error_message(b4, strlen(b4), NULL, out, sizeof(out));
     assert_string_equal(out, "Bad Gateway");
@@ -784,6 +806,7 @@ int main(void)
         cmocka_unit_test(test_stream_line_too_long),
         cmocka_unit_test(test_stream_error_event_retried),
         cmocka_unit_test(test_stream_requested_json_answered),
+        cmocka_unit_test(test_stream_under_another_content_type),
         cmocka_unit_test(test_sse_parser),
         cmocka_unit_test(test_sse_line_cap),
         cmocka_unit_test(test_error_message_sanitiser),
