@@ -4,8 +4,10 @@
  *
  *   ephemerald sandbox run [--backend B] [--memory-mib N] [--pids N] [--vcpus N] [--disk-mib N]
  *                          [--timeout S] [--output-cap BYTES] [--env K=V]... [--image DIR]
- *                          [--json] -- COMMAND [ARG...]
+ *                          [--file LOCAL[:PATH]]... [--json] -- COMMAND [ARG...]
  *
+ * --file copies a local file into the sandbox first (PATH relative to the scratch directory,
+ * default the file's name; its permission bits are kept).
  * The arguments are joined, each shell-quoted, into one `/bin/sh -c` string run as worker in the
  * scratch directory. Output is streamed as it arrives (at most --output-cap bytes per stream,
  * default 1 MiB, then a note of what was dropped); the sandbox is destroyed; the exit status is
@@ -16,6 +18,7 @@
  * eph_sandbox_interrupt) so that it is still destroyed cleanly.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <jansson.h>
 #include <pthread.h>
@@ -24,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/buf.h"
@@ -35,12 +39,15 @@
 
 #define EXIT_SANDBOX_FAILED 125
 #define MAX_ENV 64
+#define MAX_FILES 16
+#define MAX_FILE_BYTES (64u << 20)
 
 static void usage(FILE *f)
 {
     fputs("usage: ephemerald sandbox run [--backend B] [--memory-mib N] [--pids N] [--vcpus N]\n"
           "                              [--disk-mib N] [--timeout S] [--output-cap BYTES]\n"
-          "                              [--env K=V]... [--image DIR] [--json] -- COMMAND [ARG...]\n",
+          "                              [--env K=V]... [--image DIR] [--file LOCAL[:PATH]]...\n"
+          "                              [--json] -- COMMAND [ARG...]\n",
           f);
 }
 
@@ -129,6 +136,46 @@ static void *signal_thread(void *arg)
     return NULL;
 }
 
+/* Copies LOCAL[:PATH] into the sandbox. */
+static int copy_in(struct eph_sandbox *sb, const char *spec)
+{
+    char local[4096];
+    const char *colon = strchr(spec, ':');
+    size_t n = colon ? (size_t)(colon - spec) : strlen(spec);
+    if (n == 0 || n >= sizeof(local))
+        return -EINVAL;
+    memcpy(local, spec, n);
+    local[n] = '\0';
+    const char *dest = colon ? colon + 1 : strrchr(local, '/') ? strrchr(local, '/') + 1 : local;
+    int fd = open(local, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    struct stat st;
+    struct eph_buf data;
+    eph_buf_init(&data, MAX_FILE_BYTES);
+    int rc = fstat(fd, &st) != 0 ? -errno : S_ISREG(st.st_mode) ? 0 : -EINVAL;
+    char chunk[65536];
+    while (!rc) {
+        ssize_t r = read(fd, chunk, sizeof(chunk));
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0) {
+            rc = r < 0 ? -errno : 0;
+            break;
+        }
+        rc = eph_buf_append(&data, chunk, (size_t)r);
+    }
+    close(fd);
+    if (!rc)
+        rc = sb->ops->write_file(sb, dest, data.data ? data.data : "", data.len,
+                                 (unsigned)(st.st_mode & 0777));
+    if (rc)
+        fprintf(stderr, "ephemerald sandbox run: cannot copy '%s' to '%s': %s\n", local, dest,
+                eph_strerror(rc));
+    eph_buf_release(&data);
+    return rc;
+}
+
 static double ms_since(uint64_t t0)
 {
     return (double)(eph_clock_mono_ns() - t0) / 1e6;
@@ -154,11 +201,14 @@ static int print_json(const char *backend, const char *scratch, int rc,
     if (rc) {
         json_object_set_new(o, "error", json_string(eph_strerror(rc)));
     } else {
-        json_object_set_new(o, "exit_code", res->signal ? json_null() : json_integer(res->exit_code));
+        json_object_set_new(o, "exit_code",
+                            res->signal ? json_null() : json_integer(res->exit_code));
         json_object_set_new(o, "signal", json_integer(res->signal));
         json_object_set_new(o, "timed_out", json_boolean(res->timed_out));
-        json_object_set_new(o, "stdout", json_stringn(res->out.data ? res->out.data : "", res->out.len));
-        json_object_set_new(o, "stderr", json_stringn(res->err.data ? res->err.data : "", res->err.len));
+        json_object_set_new(o, "stdout",
+                            json_stringn(res->out.data ? res->out.data : "", res->out.len));
+        json_object_set_new(o, "stderr",
+                            json_stringn(res->err.data ? res->err.data : "", res->err.len));
         json_object_set_new(o, "stdout_total", json_integer((json_int_t)res->stdout_total));
         json_object_set_new(o, "stderr_total", json_integer((json_int_t)res->stderr_total));
         json_object_set_new(o, "stdout_truncated", json_boolean(res->stdout_total > res->out.len));
@@ -181,12 +231,19 @@ static int print_json(const char *backend, const char *scratch, int rc,
 static int sandbox_run(int argc, char **argv)
 {
     static const struct option longopts[] = {
-        {"backend", required_argument, NULL, 'b'},   {"memory-mib", required_argument, NULL, 'm'},
-        {"pids", required_argument, NULL, 'p'},      {"vcpus", required_argument, NULL, 'c'},
-        {"disk-mib", required_argument, NULL, 'd'},  {"timeout", required_argument, NULL, 't'},
-        {"output-cap", required_argument, NULL, 'o'}, {"env", required_argument, NULL, 'e'},
-        {"image", required_argument, NULL, 'i'},     {"json", no_argument, NULL, 'j'},
-        {"help", no_argument, NULL, 'h'},            {NULL, 0, NULL, 0},
+        {"backend", required_argument, NULL, 'b'},
+        {"memory-mib", required_argument, NULL, 'm'},
+        {"pids", required_argument, NULL, 'p'},
+        {"vcpus", required_argument, NULL, 'c'},
+        {"disk-mib", required_argument, NULL, 'd'},
+        {"timeout", required_argument, NULL, 't'},
+        {"output-cap", required_argument, NULL, 'o'},
+        {"env", required_argument, NULL, 'e'},
+        {"image", required_argument, NULL, 'i'},
+        {"json", no_argument, NULL, 'j'},
+        {"file", required_argument, NULL, 'f'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
     };
     struct eph_sandbox_config cfg = {.backend = "auto"};
     eph_sandbox_limits_default(&cfg.limits);
@@ -196,28 +253,58 @@ static int sandbox_run(int argc, char **argv)
     bool json = false;
     const char *env[MAX_ENV + 1];
     size_t nenv = 0;
+    const char *files[MAX_FILES];
+    size_t nfiles = 0;
     int opt;
     optind = 1;
     while ((opt = getopt_long(argc, argv, "+", longopts, NULL)) != -1) {
         int rc = 0;
         switch (opt) {
-        case 'b': cfg.backend = optarg; break;
-        case 'm': rc = parse_uint(optarg, 1u << 20, &cfg.limits.memory_mib); break;
-        case 'p': rc = parse_uint(optarg, 1u << 22, &cfg.limits.pids); break;
-        case 'c': rc = parse_uint(optarg, 1024, &cfg.limits.vcpus); break;
-        case 'd': rc = parse_uint(optarg, 1u << 20, &cfg.limits.disk_mib); break;
-        case 't': rc = parse_seconds(optarg, &timeout_ms); break;
-        case 'o': rc = parse_uint(optarg, 64u << 20, &cap); break;
-        case 'i': cfg.image = optarg; break;
-        case 'j': json = true; break;
+        case 'b':
+            cfg.backend = optarg;
+            break;
+        case 'm':
+            rc = parse_uint(optarg, 1u << 20, &cfg.limits.memory_mib);
+            break;
+        case 'p':
+            rc = parse_uint(optarg, 1u << 22, &cfg.limits.pids);
+            break;
+        case 'c':
+            rc = parse_uint(optarg, 1024, &cfg.limits.vcpus);
+            break;
+        case 'd':
+            rc = parse_uint(optarg, 1u << 20, &cfg.limits.disk_mib);
+            break;
+        case 't':
+            rc = parse_seconds(optarg, &timeout_ms);
+            break;
+        case 'o':
+            rc = parse_uint(optarg, 64u << 20, &cap);
+            break;
+        case 'i':
+            cfg.image = optarg;
+            break;
+        case 'j':
+            json = true;
+            break;
         case 'e':
             if (nenv == MAX_ENV || !strchr(optarg, '=') || optarg[0] == '=')
                 rc = -EINVAL;
             else
                 env[nenv++] = optarg;
             break;
-        case 'h': usage(stdout); return 0;
-        default: usage(stderr); return 2;
+        case 'f':
+            if (nfiles == MAX_FILES)
+                rc = -EINVAL;
+            else
+                files[nfiles++] = optarg;
+            break;
+        case 'h':
+            usage(stdout);
+            return 0;
+        default:
+            usage(stderr);
+            return 2;
         }
         if (rc) {
             fprintf(stderr, "ephemerald sandbox run: invalid value '%s'\n", optarg);
@@ -300,7 +387,11 @@ static int sandbox_run(int argc, char **argv)
     char scratch[128];
     snprintf(scratch, sizeof(scratch), "%s", ops->scratch_dir(sb));
     uint64_t t1 = eph_clock_mono_ns();
-    int xrc = ops->exec(sb, &req, &res);
+    int xrc = 0;
+    for (size_t i = 0; i < nfiles && !xrc; i++)
+        xrc = copy_in(sb, files[i]);
+    if (!xrc)
+        xrc = ops->exec(sb, &req, &res);
     double exec_ms = ms_since(t1);
 
     pthread_mutex_lock(&sc.lock);

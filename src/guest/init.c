@@ -198,8 +198,8 @@ static int build_env(const struct eph_proto_exec *ex, const char **envp, size_t 
     return 0;
 }
 
-static void __attribute__((noreturn)) exec_child(const struct eph_proto_exec *ex,
-                                                const char *const *envp, int out_w, int err_w)
+static void __attribute__((noreturn))
+exec_child(const struct eph_proto_exec *ex, const char *const *envp, int out_w, int err_w)
 {
     sigset_t none;
     sigemptyset(&none);
@@ -511,7 +511,8 @@ int main(int argc, char **argv)
         send_all(tx_small, (size_t)hl);
 
     for (;;) {
-        struct pollfd pfd[2] = {{.fd = CHANNEL_FD, .events = POLLIN}, {.fd = sig_fd, .events = POLLIN}};
+        struct pollfd pfd[2] = {{.fd = CHANNEL_FD, .events = POLLIN},
+                                {.fd = sig_fd, .events = POLLIN}};
         if (poll(pfd, 2, -1) < 0) {
             if (errno == EINTR)
                 continue;

@@ -165,9 +165,9 @@ struct eph_proto_exec {
     uint32_t timeout_ms;
     uint32_t stdout_cap;
     uint32_t stderr_cap;
-    const char *command;         /* /bin/sh -c command */
-    const char *cwd;             /* "" = the scratch directory */
-    uint32_t env_count;          /* at most EPH_PROTO_MAX_ENV */
+    const char *command;                /* /bin/sh -c command */
+    const char *cwd;                    /* "" = the scratch directory */
+    uint32_t env_count;                 /* at most EPH_PROTO_MAX_ENV */
     const char *env[EPH_PROTO_MAX_ENV]; /* "K=V", K non-empty */
 };
 

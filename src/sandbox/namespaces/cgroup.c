@@ -299,16 +299,22 @@ int eph_ns_cgroup_destroy(struct eph_ns_cgroup *cg)
     return first;
 }
 
-/* Names are <tag>-<pid>-<n>: an orphan is one whose server pid is not running. */
+/* Names are <tag>-<pid>-<n> exactly (tag [a-z0-9_]); an orphan is one whose server pid is not
+ * running. Anything else under the parent (another backend's, an operator's) is left alone. */
 static bool is_orphan(const char *name)
 {
-    const char *dash = strchr(name, '-');
-    if (!dash)
+    const char *p = name;
+    while ((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '_')
+        p++;
+    if (p == name || *p != '-')
         return false;
     char *end;
-    long pid = strtol(dash + 1, &end, 10);
-    if (end == dash + 1 || *end != '-' || pid <= 0)
+    long pid = strtol(p + 1, &end, 10);
+    if (end == p + 1 || *end != '-' || pid <= 0 || end[1] == '\0')
         return false;
+    for (const char *q = end + 1; *q; q++)
+        if (*q < '0' || *q > '9')
+            return false;
     if (pid == (long)getpid())
         return false;
     return kill((pid_t)pid, 0) != 0 && errno == ESRCH;

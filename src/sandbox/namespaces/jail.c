@@ -436,8 +436,10 @@ static int ns_create(const struct eph_sandbox_config *cfg_in, struct eph_sandbox
         goto fail;
     }
     char name[64];
-    const char *tag = cfg.owner_tag && cfg.owner_tag[0] && !strchr(cfg.owner_tag, '-') &&
-                              !strchr(cfg.owner_tag, '/') && strlen(cfg.owner_tag) <= 16
+    /* The tag is part of a cgroup name that orphan cleanup parses: [a-z0-9_]{1,16} or "eph". */
+    const char *tag = cfg.owner_tag && cfg.owner_tag[0] && strlen(cfg.owner_tag) <= 16 &&
+                              strspn(cfg.owner_tag, "abcdefghijklmnopqrstuvwxyz0123456789_") ==
+                                  strlen(cfg.owner_tag)
                           ? cfg.owner_tag
                           : "eph";
     snprintf(name, sizeof(name), "%s-%d-%u", tag, (int)getpid(), atomic_fetch_add(&seq, 1));
@@ -518,8 +520,7 @@ static int ns_write_file(struct eph_sandbox *base, const char *path, const void 
     return map_error(sb, eph_guest_client_write_file(&sb->client, path, data, len, mode, deadline));
 }
 
-static int ns_read_file(struct eph_sandbox *base, const char *path, size_t cap,
-                        struct eph_buf *out)
+static int ns_read_file(struct eph_sandbox *base, const char *path, size_t cap, struct eph_buf *out)
 {
     struct ns_sandbox *sb = (struct ns_sandbox *)base;
     if (atomic_load(&sb->interrupted))

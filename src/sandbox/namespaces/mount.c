@@ -98,7 +98,8 @@ static int setup_dev(void)
         {"pts/ptmx", "dev/ptmx"},
     };
     char host[32], inside[32];
-    int rc = do_mount("tmpfs", "dev", "tmpfs", MS_NOSUID | MS_NOEXEC, "size=64k,nr_inodes=64,mode=0755");
+    int rc =
+        do_mount("tmpfs", "dev", "tmpfs", MS_NOSUID | MS_NOEXEC, "size=64k,nr_inodes=64,mode=0755");
     if (rc)
         return rc;
     for (size_t i = 0; i < sizeof(nodes) / sizeof(nodes[0]); i++) {

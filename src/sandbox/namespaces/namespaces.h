@@ -38,12 +38,12 @@ struct eph_ns_plan {
     char home_rel[80];    /* run_rel + "/home" */
     char scratch[80];     /* "/tmp/ephemeral-run-XXXXXX/scratch", as seen inside */
     char home[80];
-    char tmp_opts[96];    /* tmpfs options for /tmp: size, mode, inodes */
-    uid_t host_id;        /* the host uid and gid that worker maps to */
+    char tmp_opts[96]; /* tmpfs options for /tmp: size, mode, inodes */
+    uid_t host_id;     /* the host uid and gid that worker maps to */
     uint64_t nofile, fsize, nproc;
-    int chan_fd;          /* becomes fd 3 of init */
-    int init_fd;          /* the ephemeral-init binary, opened before pivot_root */
-    int sync_fd;          /* SOCK_SEQPACKET to the parent; closed by the exec */
+    int chan_fd; /* becomes fd 3 of init */
+    int init_fd; /* the ephemeral-init binary, opened before pivot_root */
+    int sync_fd; /* SOCK_SEQPACKET to the parent; closed by the exec */
 };
 
 /* Child -> parent messages on the sync socket (the parent -> child ones are single bytes). */

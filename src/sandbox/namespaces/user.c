@@ -55,7 +55,8 @@ void eph_ns_user_slot_release(unsigned slot)
 uid_t eph_ns_user_host_id(unsigned slot)
 {
     /* The offset keeps two servers on one host from handing out the same ids, most of the time;
-     * a collision would only make two sandboxes share an unprivileged id, in separate namespaces. */
+     * a collision would only make two sandboxes share an unprivileged id, in separate namespaces.
+     */
     uint32_t offset = ((uint32_t)getpid() & 0x3ffu) * EPH_NS_SLOTS;
     return (uid_t)(EPH_NS_HOST_ID_BASE + offset + slot);
 }

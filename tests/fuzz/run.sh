@@ -1,0 +1,84 @@
+#!/bin/bash
+# Builds every tests/fuzz/fuzz_*.c with clang's libFuzzer and AddressSanitizer and runs each for a
+# bounded time (FUZZ_SECONDS, default 30). Used by `make fuzz`. Each driver is linked with the
+# project sources it includes (sources_for() below) and the project's libraries; it starts from the
+# seeds in tests/fuzz/corpus/NAME/ when there are some. Crashes are kept as $BUILD/fuzz/NAME-crash-*.
+set -eu
+top=$(cd "$(dirname "$0")/../.." && pwd)
+out=${BUILD:-$top/build}/fuzz
+seconds=${FUZZ_SECONDS:-30}
+CLANG=${CLANG:-clang}
+mkdir -p "$out"
+command -v "$CLANG" >/dev/null || { echo "fuzz: clang not found" >&2; exit 1; }
+
+# Sources a driver needs that no header it includes is named after (a provider's parser declared
+# in a shared header).
+extra_for() {
+    case "$1" in
+    fuzz_openai_response) echo "src/agent/openai.c src/agent/anthropic.c src/agent/replay.c" ;;
+    fuzz_anthropic_response) echo "src/agent/anthropic.c src/agent/openai.c src/agent/replay.c" ;;
+    *) echo "" ;;
+    esac
+}
+
+# The project sources a driver needs: src/common/*.c and its extras, then, to a fixed point,
+# src/X/Y.c for every "X/Y.h" included by the driver, by a header beside it, or by a source
+# already taken.
+sources_for() {
+    local files="$1" srcs todo inc c extra
+    extra=$(extra_for "$(basename "$1" .c)")
+    srcs=" $(cd "$top" && ls src/common/*.c | tr "\n" " ") $extra "
+    todo="$1 $(cd "$top" && ls src/common/*.c | sed "s|^|$top/|")"
+    for c in $extra; do todo="$todo $top/$c"; done
+    while [ -n "$todo" ]; do
+        files=$todo
+        todo=
+        for f in $files; do
+            for inc in $(sed -n 's/^#include "\([^"]*\)"/\1/p' "$f"); do
+                if [ -f "$top/tests/fuzz/$inc" ]; then
+                    case " $seen " in *" $inc "*) ;; *) seen="$seen $inc"; todo="$todo $top/tests/fuzz/$inc" ;; esac
+                fi
+                c=src/${inc%.h}.c
+                [ -f "$top/$c" ] || continue
+                case " $srcs " in *" $c "*) ;; *) srcs="$srcs $c"; todo="$todo $top/$c" ;; esac
+            done
+        done
+    done
+    echo "$srcs"
+}
+LIBS=$(pkg-config --libs libmicrohttpd jansson libcurl libseccomp libsodium sqlite3 2>/dev/null)
+PKG_CFLAGS=$(pkg-config --cflags libmicrohttpd jansson libcurl libseccomp libsodium sqlite3 2>/dev/null)
+
+status=0
+for drv in "$top"/tests/fuzz/fuzz_*.c; do
+    name=$(basename "$drv" .c)
+    seen=
+    srcs=$(sources_for "$drv")
+    bin=$out/$name
+    echo "fuzz: building $name"
+    # shellcheck disable=SC2086
+    if ! (cd "$top" && "$CLANG" -std=gnu11 -g -O1 -D_GNU_SOURCE -Isrc -Itests/fuzz $PKG_CFLAGS \
+        -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -o "$bin" "$drv" $srcs \
+        $LIBS -lpthread -lm); then
+        echo "fuzz: $name does not build" >&2
+        status=1
+        continue
+    fi
+    # A committed seed corpus (tests/fuzz/corpus/NAME) is read; new inputs go to the build dir.
+    corpus=$out/$name.corpus
+    mkdir -p "$corpus"
+    echo "fuzz: running $name for ${seconds}s"
+    seeds=$top/tests/fuzz/corpus/$name
+    [ -d "$seeds" ] || seeds=
+    # shellcheck disable=SC2086
+    if ! "$bin" -max_total_time="$seconds" -rss_limit_mb=1024 -print_final_stats=1 \
+        -artifact_prefix="$out/$name-" "$corpus" $seeds >"$out/$name.log" 2>&1; then
+        echo "fuzz: $name FAILED (log: $out/$name.log)" >&2
+        tail -n 30 "$out/$name.log" >&2
+        status=1
+    else
+        grep -E '^stat::number_of_executed_units' "$out/$name.log" || true
+        echo "fuzz: $name ok"
+    fi
+done
+exit $status

@@ -1,0 +1,587 @@
+/*
+ * test_protocol.c - the guest protocol's codec, its decoder's refusal of hostile input, and the
+ * worker-side client against a fake guest that misbehaves (garbage, floods, wrong ids, death
+ * mid-frame, silence).
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "common/clock.h"
+#include "guest/protocol.h"
+#include "sandbox/guest_client.h"
+#include "sandbox/sandbox.h"
+
+static uint8_t frame[EPH_PROTO_HEADER_SIZE + EPH_PROTO_MAX_PAYLOAD];
+static uint8_t dbuf[EPH_PROTO_MAX_PAYLOAD];
+
+static void raw_header(uint8_t *h, uint8_t type, uint32_t id, uint32_t len)
+{
+    eph_proto_header_encode(h, type, 0, id, len);
+}
+
+/* Decodes bytes as a guest->host stream fed in one go; returns the first result. */
+static int decode_all(const uint8_t *p, size_t n, enum eph_proto_dir from,
+                      struct eph_proto_frame *f)
+{
+    struct eph_proto_decoder d;
+    size_t used;
+    eph_proto_decoder_init(&d, from, dbuf, sizeof(dbuf));
+    return eph_proto_decode(&d, p, n, &used, f);
+}
+
+static void test_header_roundtrip(void **state)
+{
+    uint8_t h[EPH_PROTO_HEADER_SIZE];
+    struct eph_proto_header out;
+    raw_header(h, EPH_PROTO_EXEC_STDOUT, 0xdeadbeef, 42);
+    assert_int_equal(h[0], 'E');
+    assert_int_equal(h[1], 'G');
+    assert_int_equal(h[2], EPH_PROTO_VERSION);
+    assert_int_equal(eph_proto_header_parse(h, EPH_PROTO_FROM_GUEST, &out), 0);
+    assert_int_equal(out.type, EPH_PROTO_EXEC_STDOUT);
+    assert_int_equal(out.id, 0xdeadbeef);
+    assert_int_equal(out.length, 42);
+    /* Little-endian on the wire whatever the host. */
+    assert_int_equal(h[8], 0xef);
+    assert_int_equal(h[12], 42);
+}
+
+static void test_header_rejects(void **state)
+{
+    uint8_t h[EPH_PROTO_HEADER_SIZE];
+    struct eph_proto_header out;
+
+    raw_header(h, EPH_PROTO_PONG, 1, 4);
+    h[0] = 'X';
+    assert_int_equal(eph_proto_header_parse(h, EPH_PROTO_FROM_GUEST, &out), -EPROTO);
+
+    raw_header(h, EPH_PROTO_PONG, 1, 4);
+    h[2] = EPH_PROTO_VERSION + 1;
+    assert_int_equal(eph_proto_header_parse(h, EPH_PROTO_FROM_GUEST, &out), -EPROTO);
+
+    raw_header(h, 0x7f, 1, 4); /* unknown type */
+    assert_int_equal(eph_proto_header_parse(h, EPH_PROTO_FROM_GUEST, &out), -EPROTO);
+    raw_header(h, 0x40, 1, 4); /* reserved for the tunnel, not defined */
+    assert_int_equal(eph_proto_header_parse(h, EPH_PROTO_FROM_GUEST, &out), -EPROTO);
+
+    /* A guest may not send requests; a host may not send output. */
+    raw_header(h, EPH_PROTO_EXEC, 1, 100);
+    assert_int_equal(eph_proto_header_parse(h, EPH_PROTO_FROM_GUEST, &out), -EPROTO);
+    raw_header(h, EPH_PROTO_EXEC_STDOUT, 1, 100);
+    assert_int_equal(eph_proto_header_parse(h, EPH_PROTO_FROM_HOST, &out), -EPROTO);
+
+    raw_header(h, EPH_PROTO_PONG, 1, 4);
+    h[4] = 1; /* flags */
+    assert_int_equal(eph_proto_header_parse(h, EPH_PROTO_FROM_GUEST, &out), -EPROTO);
+    raw_header(h, EPH_PROTO_PONG, 1, 4);
+    h[7] = 0x80; /* reserved */
+    assert_int_equal(eph_proto_header_parse(h, EPH_PROTO_FROM_GUEST, &out), -EPROTO);
+
+    /* Over the type's cap, and over the absolute cap. */
+    raw_header(h, EPH_PROTO_EXEC_STDOUT, 1, EPH_PROTO_CHUNK + 1);
+    assert_int_equal(eph_proto_header_parse(h, EPH_PROTO_FROM_GUEST, &out), -EMSGSIZE);
+    raw_header(h, EPH_PROTO_EXEC, 1, 0xffffffffu);
+    assert_int_equal(eph_proto_header_parse(h, EPH_PROTO_FROM_HOST, &out), -EMSGSIZE);
+    raw_header(h, EPH_PROTO_PING, 1, EPH_PROTO_MAX_PING + 1);
+    assert_int_equal(eph_proto_header_parse(h, EPH_PROTO_FROM_HOST, &out), -EMSGSIZE);
+
+    /* Fixed-size payloads must have exactly their size. */
+    raw_header(h, EPH_PROTO_EXEC_EXIT, 1, EPH_PROTO_EXIT_SIZE - 1);
+    assert_int_equal(eph_proto_header_parse(h, EPH_PROTO_FROM_GUEST, &out), -EPROTO);
+    raw_header(h, EPH_PROTO_EXEC_EXIT, 1, EPH_PROTO_EXIT_SIZE + 1);
+    assert_int_equal(eph_proto_header_parse(h, EPH_PROTO_FROM_GUEST, &out), -EMSGSIZE);
+    raw_header(h, EPH_PROTO_EXEC_STDOUT, 1, 0); /* empty chunks are not a thing */
+    assert_int_equal(eph_proto_header_parse(h, EPH_PROTO_FROM_GUEST, &out), -EPROTO);
+}
+
+static void test_decoder_byte_by_byte(void **state)
+{
+    struct eph_proto_decoder d;
+    struct eph_proto_frame f;
+    const char payload[] = "hello, world";
+    int len = eph_proto_raw_encode(frame, sizeof(frame), EPH_PROTO_EXEC_STDOUT, 0, 7, payload,
+                                   sizeof(payload) - 1);
+    assert_true(len > 0);
+    eph_proto_decoder_init(&d, EPH_PROTO_FROM_GUEST, dbuf, sizeof(dbuf));
+    for (int i = 0; i < len; i++) {
+        size_t used = 0;
+        int rc = eph_proto_decode(&d, frame + i, 1, &used, &f);
+        assert_int_equal(used, 1);
+        if (i < len - 1) {
+            assert_int_equal(rc, 0);
+            assert_int_equal(eph_proto_decoder_finish(&d), -EPROTO); /* cut here = truncated */
+        } else {
+            assert_int_equal(rc, 1);
+        }
+    }
+    assert_int_equal(f.hdr.type, EPH_PROTO_EXEC_STDOUT);
+    assert_int_equal(f.hdr.id, 7);
+    assert_int_equal(f.hdr.length, sizeof(payload) - 1);
+    assert_memory_equal(f.payload, payload, sizeof(payload) - 1);
+    assert_int_equal(eph_proto_decoder_finish(&d), 0);
+}
+
+static void test_decoder_several_frames(void **state)
+{
+    struct eph_proto_decoder d;
+    struct eph_proto_frame f;
+    size_t n = 0, used;
+    for (uint32_t id = 1; id <= 3; id++) {
+        int len = eph_proto_raw_encode(frame + n, sizeof(frame) - n, EPH_PROTO_EXEC_STDERR, 0, id,
+                                       "abc", id);
+        assert_true(len > 0);
+        n += (size_t)len;
+    }
+    int len = eph_proto_raw_encode(frame + n, sizeof(frame) - n, EPH_PROTO_OK, 0, 4, NULL, 0);
+    n += (size_t)len;
+    eph_proto_decoder_init(&d, EPH_PROTO_FROM_GUEST, dbuf, sizeof(dbuf));
+    size_t off = 0;
+    for (uint32_t id = 1; id <= 4; id++) {
+        assert_int_equal(eph_proto_decode(&d, frame + off, n - off, &used, &f), 1);
+        off += used;
+        assert_int_equal(f.hdr.id, id);
+        assert_int_equal(f.hdr.length, id == 4 ? 0 : id);
+    }
+    assert_int_equal(off, n);
+    assert_int_equal(eph_proto_decode(&d, frame + off, 0, &used, &f), 0);
+}
+
+static void test_decoder_sticky_and_buffer_cap(void **state)
+{
+    struct eph_proto_decoder d;
+    struct eph_proto_frame f;
+    size_t used;
+    uint8_t small[8];
+    uint8_t garbage[32];
+    memset(garbage, 0x41, sizeof(garbage));
+    eph_proto_decoder_init(&d, EPH_PROTO_FROM_GUEST, dbuf, sizeof(dbuf));
+    assert_int_equal(eph_proto_decode(&d, garbage, sizeof(garbage), &used, &f), -EPROTO);
+    assert_int_equal(used, EPH_PROTO_HEADER_SIZE);
+    /* Once broken, a good frame does not fix it. */
+    int len = eph_proto_raw_encode(frame, sizeof(frame), EPH_PROTO_OK, 0, 1, NULL, 0);
+    assert_int_equal(eph_proto_decode(&d, frame, (size_t)len, &used, &f), -EPROTO);
+    assert_int_equal(used, 0);
+    assert_int_equal(eph_proto_decoder_finish(&d), -EPROTO);
+    eph_proto_decoder_reset(&d);
+    assert_int_equal(eph_proto_decode(&d, frame, (size_t)len, &used, &f), 1);
+
+    /* A payload bigger than the caller's buffer is refused before a byte of it is copied. */
+    eph_proto_decoder_init(&d, EPH_PROTO_FROM_GUEST, small, sizeof(small));
+    len = eph_proto_raw_encode(frame, sizeof(frame), EPH_PROTO_EXEC_STDOUT, 0, 1, "0123456789", 10);
+    assert_int_equal(eph_proto_decode(&d, frame, (size_t)len, &used, &f), -EMSGSIZE);
+}
+
+static void test_exec_roundtrip(void **state)
+{
+    const char *env[] = {"A=1", "PATH=/x", NULL};
+    struct eph_proto_exec ex;
+    struct eph_proto_frame f;
+    int len = eph_proto_exec_encode(frame, sizeof(frame), 9, 1500, 100, 200, "echo 'hi'", "", env);
+    assert_true(len > 0);
+    assert_int_equal(decode_all(frame, (size_t)len, EPH_PROTO_FROM_HOST, &f), 1);
+    assert_int_equal(f.hdr.type, EPH_PROTO_EXEC);
+    assert_int_equal(eph_proto_exec_decode(f.payload, f.hdr.length, &ex), 0);
+    assert_int_equal(ex.timeout_ms, 1500);
+    assert_int_equal(ex.stdout_cap, 100);
+    assert_int_equal(ex.stderr_cap, 200);
+    assert_string_equal(ex.command, "echo 'hi'");
+    assert_string_equal(ex.cwd, "");
+    assert_int_equal(ex.env_count, 2);
+    assert_string_equal(ex.env[1], "PATH=/x");
+
+    const char *bad_env[] = {"NOEQUALS", NULL};
+    assert_int_equal(eph_proto_exec_encode(frame, sizeof(frame), 9, 1, 1, 1, "x", "", bad_env),
+                     -EINVAL);
+    /* Too big for the caller's buffer. */
+    assert_int_equal(eph_proto_exec_encode(frame, 40, 9, 1, 1, 1, "a long command line", "", NULL),
+                     -EMSGSIZE);
+}
+
+/* Hand-built exec payloads with one thing wrong each. */
+static size_t put_u32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+    return 4;
+}
+
+static void test_exec_rejects(void **state)
+{
+    struct eph_proto_exec ex;
+    uint8_t p[128];
+    size_t n;
+#define HEAD()                                                                                     \
+    do {                                                                                           \
+        n = 0;                                                                                     \
+        n += put_u32(p + n, 1000);                                                                 \
+        n += put_u32(p + n, 10);                                                                   \
+        n += put_u32(p + n, 10);                                                                   \
+    } while (0)
+
+    /* Embedded NUL in the command. */
+    HEAD();
+    n += put_u32(p + n, 4);
+    memcpy(p + n, "a\0b", 4);
+    n += 4;
+    n += put_u32(p + n, 1);
+    p[n++] = 0;
+    n += put_u32(p + n, 0);
+    assert_int_equal(eph_proto_exec_decode(p, n, &ex), -EPROTO);
+
+    /* No NUL at the end of a string. */
+    HEAD();
+    n += put_u32(p + n, 3);
+    memcpy(p + n, "abc", 3);
+    n += 3;
+    n += put_u32(p + n, 1);
+    p[n++] = 0;
+    n += put_u32(p + n, 0);
+    assert_int_equal(eph_proto_exec_decode(p, n, &ex), -EPROTO);
+
+    /* A string length past the end of the payload. */
+    HEAD();
+    n += put_u32(p + n, 1000);
+    assert_int_equal(eph_proto_exec_decode(p, n, &ex), -EPROTO);
+    HEAD();
+    n += put_u32(p + n, 0xffffffffu);
+    assert_int_equal(eph_proto_exec_decode(p, n, &ex), -EMSGSIZE);
+
+    /* Too many environment entries. */
+    HEAD();
+    n += put_u32(p + n, 2);
+    memcpy(p + n, "x", 2);
+    n += 2;
+    n += put_u32(p + n, 1);
+    p[n++] = 0;
+    n += put_u32(p + n, EPH_PROTO_MAX_ENV + 1);
+    assert_int_equal(eph_proto_exec_decode(p, n, &ex), -EMSGSIZE);
+
+    /* An environment entry without '=', then one that starts with it. */
+    HEAD();
+    n += put_u32(p + n, 2);
+    memcpy(p + n, "x", 2);
+    n += 2;
+    n += put_u32(p + n, 1);
+    p[n++] = 0;
+    n += put_u32(p + n, 1);
+    size_t at = n;
+    n += put_u32(p + n, 3);
+    memcpy(p + n, "AB", 3);
+    n += 3;
+    assert_int_equal(eph_proto_exec_decode(p, n, &ex), -EPROTO);
+    memcpy(p + at + 4, "=B", 3);
+    assert_int_equal(eph_proto_exec_decode(p, n, &ex), -EPROTO);
+    memcpy(p + at + 4, "A=", 3);
+    assert_int_equal(eph_proto_exec_decode(p, n, &ex), 0);
+    /* Trailing bytes after a valid payload. */
+    p[n] = 0;
+    assert_int_equal(eph_proto_exec_decode(p, n + 1, &ex), -EPROTO);
+
+    /* Empty command; cwd with "..". */
+    HEAD();
+    n += put_u32(p + n, 1);
+    p[n++] = 0;
+    n += put_u32(p + n, 1);
+    p[n++] = 0;
+    n += put_u32(p + n, 0);
+    assert_int_equal(eph_proto_exec_decode(p, n, &ex), -EPROTO);
+    HEAD();
+    n += put_u32(p + n, 2);
+    memcpy(p + n, "x", 2);
+    n += 2;
+    n += put_u32(p + n, 6);
+    memcpy(p + n, "a/../", 6);
+    n += 6;
+    n += put_u32(p + n, 0);
+    assert_int_equal(eph_proto_exec_decode(p, n, &ex), -EPROTO);
+#undef HEAD
+}
+
+static void test_exit_roundtrip_and_rejects(void **state)
+{
+    struct eph_proto_exit e = {.exit_code = 3,
+                               .signal = 0,
+                               .flags = EPH_PROTO_EXIT_STDOUT_TRUNCATED,
+                               .duration_us = 123456789012ull,
+                               .stdout_total = 1ull << 40,
+                               .stderr_total = 5};
+    struct eph_proto_exit out;
+    struct eph_proto_frame f;
+    int len = eph_proto_exit_encode(frame, sizeof(frame), 5, &e);
+    assert_int_equal(len, EPH_PROTO_HEADER_SIZE + EPH_PROTO_EXIT_SIZE);
+    assert_int_equal(decode_all(frame, (size_t)len, EPH_PROTO_FROM_GUEST, &f), 1);
+    assert_int_equal(eph_proto_exit_decode(f.payload, f.hdr.length, &out), 0);
+    assert_int_equal(out.exit_code, 3);
+    assert_int_equal(out.stdout_total, 1ull << 40);
+    assert_int_equal(out.duration_us, 123456789012ull);
+
+    e.exit_code = 256;
+    len = eph_proto_exit_encode(frame, sizeof(frame), 5, &e);
+    assert_int_equal(
+        eph_proto_exit_decode(frame + EPH_PROTO_HEADER_SIZE, EPH_PROTO_EXIT_SIZE, &out), -EPROTO);
+    e.exit_code = 0;
+    e.signal = 65;
+    len = eph_proto_exit_encode(frame, sizeof(frame), 5, &e);
+    assert_int_equal(
+        eph_proto_exit_decode(frame + EPH_PROTO_HEADER_SIZE, EPH_PROTO_EXIT_SIZE, &out), -EPROTO);
+    e.signal = 9;
+    e.flags = 0x80;
+    len = eph_proto_exit_encode(frame, sizeof(frame), 5, &e);
+    assert_int_equal(
+        eph_proto_exit_decode(frame + EPH_PROTO_HEADER_SIZE, EPH_PROTO_EXIT_SIZE, &out), -EPROTO);
+    (void)len;
+}
+
+static void test_files_and_errors(void **state)
+{
+    struct eph_proto_frame f;
+    struct eph_proto_write_file wf;
+    struct eph_proto_read_file rf;
+    int len = eph_proto_write_file_encode(frame, sizeof(frame), 2, "dir/a.txt", 0644,
+                                          EPH_PROTO_WRITE_APPEND, "data", 4);
+    assert_true(len > 0);
+    assert_int_equal(decode_all(frame, (size_t)len, EPH_PROTO_FROM_HOST, &f), 1);
+    assert_int_equal(eph_proto_write_file_decode(f.payload, f.hdr.length, &wf), 0);
+    assert_string_equal(wf.path, "dir/a.txt");
+    assert_int_equal(wf.mode, 0644);
+    assert_int_equal(wf.len, 4);
+    assert_memory_equal(wf.data, "data", 4);
+    assert_int_equal(
+        eph_proto_write_file_encode(frame, sizeof(frame), 2, "../etc/x", 0644, 0, "", 0), -EINVAL);
+
+    len = eph_proto_read_file_encode(frame, sizeof(frame), 3, "/tmp/x", 99);
+    assert_int_equal(decode_all(frame, (size_t)len, EPH_PROTO_FROM_HOST, &f), 1);
+    assert_int_equal(eph_proto_read_file_decode(f.payload, f.hdr.length, &rf), 0);
+    assert_int_equal(rf.cap, 99);
+    assert_string_equal(rf.path, "/tmp/x");
+
+    int err;
+    const char *msg;
+    len = eph_proto_error_encode(frame, sizeof(frame), 4, -ENOENT, "no such file");
+    assert_int_equal(decode_all(frame, (size_t)len, EPH_PROTO_FROM_GUEST, &f), 1);
+    assert_int_equal(eph_proto_error_decode(f.payload, f.hdr.length, &err, &msg), 0);
+    assert_int_equal(err, -ENOENT);
+    assert_string_equal(msg, "no such file");
+    /* errno 0 is not an error; a huge one is not an errno. */
+    uint8_t p[16];
+    put_u32(p, 0);
+    put_u32(p + 4, 1);
+    p[8] = 0;
+    assert_int_equal(eph_proto_error_decode(p, 9, &err, &msg), -EPROTO);
+    put_u32(p, 100000);
+    assert_int_equal(eph_proto_error_decode(p, 9, &err, &msg), -EPROTO);
+}
+
+static void test_path_check(void **state)
+{
+    assert_int_equal(eph_proto_path_check("a"), 0);
+    assert_int_equal(eph_proto_path_check("a/b.txt"), 0);
+    assert_int_equal(eph_proto_path_check("/tmp/x"), 0);
+    assert_int_equal(eph_proto_path_check("..a/b..c/..."), 0);
+    const char *bad[] = {"",     "/",  "..", "../x", "a/..", "a/../b",
+                         "a//b", "a/", ".",  "./a",  "/..",  "a/./b"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        assert_int_not_equal(eph_proto_path_check(bad[i]), 0);
+    char *longp = malloc(EPH_PROTO_MAX_PATH + 2);
+    memset(longp, 'a', EPH_PROTO_MAX_PATH + 1);
+    longp[EPH_PROTO_MAX_PATH + 1] = '\0';
+    assert_int_equal(eph_proto_path_check(longp), -ENAMETOOLONG);
+    free(longp);
+}
+
+/* ---- the client against a fake guest ------------------------------------------------------ */
+
+struct fake {
+    int fd;
+    uint8_t *script;
+    size_t len;
+    bool read_request; /* read one request before answering */
+    bool hang_up;      /* close when done, else stay silent */
+    int done_fd;       /* written to when the test is over, so a silent fake can exit */
+};
+
+static void *fake_guest(void *arg)
+{
+    struct fake *fk = arg;
+    if (fk->read_request) {
+        uint8_t tmp[4096];
+        if (read(fk->fd, tmp, sizeof(tmp)) <= 0)
+            fk->len = 0;
+    }
+    size_t off = 0;
+    while (off < fk->len) {
+        ssize_t w = write(fk->fd, fk->script + off, fk->len - off);
+        if (w <= 0)
+            break;
+        off += (size_t)w;
+    }
+    if (!fk->hang_up) {
+        char c;
+        if (read(fk->done_fd, &c, 1) != 1)
+            fk->len = 0;
+    }
+    close(fk->fd);
+    return NULL;
+}
+
+/* Runs client_op against a fake guest that sends script; returns the op's result. */
+enum op { OP_HELLO, OP_PING, OP_EXEC };
+
+static int run_fake(uint8_t *script, size_t len, bool hang_up, enum op op, uint32_t cap,
+                    struct eph_exec_result *res_out)
+{
+    int sv[2], done[2];
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    assert_int_equal(pipe(done), 0);
+    struct fake fk = {.fd = sv[1],
+                      .script = script,
+                      .len = len,
+                      .read_request = op != OP_HELLO,
+                      .hang_up = hang_up,
+                      .done_fd = done[0]};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, fake_guest, &fk), 0);
+    struct eph_guest_client c;
+    assert_int_equal(eph_guest_client_init(&c, sv[0]), 0);
+    int rc;
+    uint64_t deadline = eph_clock_mono_ns() + 300u * 1000000u;
+    struct eph_exec_result res;
+    eph_exec_result_init(&res);
+    if (op == OP_HELLO) {
+        rc = eph_guest_client_hello(&c, deadline);
+    } else if (op == OP_PING) {
+        rc = eph_guest_client_ping(&c, deadline);
+    } else {
+        struct eph_exec_request req = {
+            .command = "true", .timeout_ms = 1, .stdout_cap = cap, .stderr_cap = cap};
+        rc = eph_guest_client_exec(&c, &req, &res);
+    }
+    /* A broken client stays broken. */
+    if (rc)
+        assert_int_equal(eph_guest_client_ping(&c, deadline), rc);
+    assert_int_equal(write(done[1], "x", 1), 1);
+    eph_guest_client_release(&c);
+    pthread_join(t, NULL);
+    close(done[0]);
+    close(done[1]);
+    if (res_out)
+        *res_out = res;
+    else
+        eph_exec_result_release(&res);
+    return rc;
+}
+
+static size_t hello(uint8_t *p)
+{
+    return (size_t)eph_proto_hello_encode(p, 64, 1);
+}
+
+static void test_client_hello(void **state)
+{
+    uint8_t s[256];
+    size_t n = hello(s);
+    assert_int_equal(run_fake(s, n, true, OP_HELLO, 0, NULL), 0);
+    /* A hello of another version. */
+    s[EPH_PROTO_HEADER_SIZE] = 2;
+    assert_int_equal(run_fake(s, n, true, OP_HELLO, 0, NULL), -EPROTO);
+    /* Something else first. */
+    n = (size_t)eph_proto_raw_encode(s, sizeof(s), EPH_PROTO_OK, 0, 0, NULL, 0);
+    assert_int_equal(run_fake(s, n, true, OP_HELLO, 0, NULL), -EPROTO);
+}
+
+static void test_client_garbage_and_death(void **state)
+{
+    uint8_t s[256];
+    memset(s, 0xff, sizeof(s));
+    assert_int_equal(run_fake(s, sizeof(s), true, OP_PING, 0, NULL), -EPROTO);
+    /* Dies mid-frame: a header promising 40 bytes, then 3 of them. */
+    raw_header(s, EPH_PROTO_PONG, 1, 40);
+    assert_int_equal(run_fake(s, EPH_PROTO_HEADER_SIZE + 3, true, OP_PING, 0, NULL), -EPROTO);
+    /* Dies between frames. */
+    assert_int_equal(run_fake(s, 0, true, OP_PING, 0, NULL), -EPIPE);
+    /* Says nothing at all: the deadline ends the wait. */
+    assert_int_equal(run_fake(s, 0, false, OP_PING, 0, NULL), -ETIMEDOUT);
+    /* A reply to a request that was never made. */
+    size_t n = (size_t)eph_proto_raw_encode(s, sizeof(s), EPH_PROTO_PONG, 0, 77, "x", 1);
+    assert_int_equal(run_fake(s, n, true, OP_PING, 0, NULL), -EPROTO);
+    /* The right id, the wrong answer. */
+    n = (size_t)eph_proto_raw_encode(s, sizeof(s), EPH_PROTO_PONG, 0, 1, "x", 1);
+    assert_int_equal(run_fake(s, n, true, OP_PING, 0, NULL), -EPROTO);
+}
+
+static void test_client_exec(void **state)
+{
+    static uint8_t s[1 << 20];
+    size_t n = 0;
+    struct eph_exec_result res;
+    n += (size_t)eph_proto_raw_encode(s + n, sizeof(s) - n, EPH_PROTO_EXEC_STDOUT, 0, 1, "out", 3);
+    n += (size_t)eph_proto_raw_encode(s + n, sizeof(s) - n, EPH_PROTO_EXEC_STDERR, 0, 1, "err!", 4);
+    struct eph_proto_exit e = {.exit_code = 0,
+                               .signal = 9,
+                               .flags = EPH_PROTO_EXIT_TIMED_OUT | EPH_PROTO_EXIT_STDOUT_TRUNCATED,
+                               .stdout_total = 1000,
+                               .stderr_total = 1 /* a lie: 4 came */};
+    n += (size_t)eph_proto_exit_encode(s + n, sizeof(s) - n, 1, &e);
+    assert_int_equal(run_fake(s, n, true, OP_EXEC, 16, &res), 0);
+    assert_int_equal(res.out.len, 3);
+    assert_memory_equal(res.out.data, "out", 3);
+    assert_int_equal(res.err.len, 4);
+    assert_int_equal(res.signal, 9);
+    assert_true(res.timed_out);
+    assert_int_equal(res.stdout_total, 1000);
+    assert_int_equal(res.stderr_total, 4);
+    eph_exec_result_release(&res);
+
+    /* A flood past the cap the guest was given: refused, and the result never exceeds the cap. */
+    n = 0;
+    for (int i = 0; i < 64; i++)
+        n += (size_t)eph_proto_raw_encode(s + n, sizeof(s) - n, EPH_PROTO_EXEC_STDOUT, 0, 1,
+                                          "0123456789abcdef", 16);
+    assert_int_equal(run_fake(s, n, true, OP_EXEC, 100, &res), -EPROTO);
+    assert_true(res.out.len <= 100);
+    eph_exec_result_release(&res);
+
+    /* An exit frame that is the right size but says nonsense. */
+    n = 0;
+    e.signal = 0;
+    e.exit_code = -5;
+    n += (size_t)eph_proto_exit_encode(s + n, sizeof(s) - n, 1, &e);
+    assert_int_equal(run_fake(s, n, true, OP_EXEC, 100, NULL), -EPROTO);
+
+    /* A request-type frame from the guest. */
+    n = (size_t)eph_proto_raw_encode(s, sizeof(s), EPH_PROTO_OK, 0, 1, NULL, 0);
+    raw_header(s, EPH_PROTO_EXEC, 1, 0);
+    assert_int_equal(run_fake(s, n, true, OP_EXEC, 100, NULL), -EPROTO);
+}
+
+int main(void)
+{
+    signal(SIGPIPE, SIG_IGN);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_header_roundtrip),
+        cmocka_unit_test(test_header_rejects),
+        cmocka_unit_test(test_decoder_byte_by_byte),
+        cmocka_unit_test(test_decoder_several_frames),
+        cmocka_unit_test(test_decoder_sticky_and_buffer_cap),
+        cmocka_unit_test(test_exec_roundtrip),
+        cmocka_unit_test(test_exec_rejects),
+        cmocka_unit_test(test_exit_roundtrip_and_rejects),
+        cmocka_unit_test(test_files_and_errors),
+        cmocka_unit_test(test_path_check),
+        cmocka_unit_test(test_client_hello),
+        cmocka_unit_test(test_client_garbage_and_death),
+        cmocka_unit_test(test_client_exec),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
