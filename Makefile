@@ -115,7 +115,14 @@ image: all
 demo: all image
 	$(Q)scripts/demo.sh $(BUILD)
 
-bench: all image
+# The benchmark driver: the sandbox API without the server (bench/bench_exec.c).
+BENCH_BIN := $(BUILD)/bench/bench_exec
+$(BENCH_BIN): bench/bench_exec.c $(DAEMON_LIB_OBJ) $(BUILD)/.flags
+	$(Q)mkdir -p $(dir $@)
+	@echo "  BENCH   $@"
+	$(Q)$(CC) $(CFLAGS_ALL) $(LDFLAGS_ALL) -o $@ $< $(DAEMON_LIB_OBJ) $(LIBS)
+
+bench: all image $(BENCH_BIN)
 	$(Q)scripts/setup-deps.sh bench
 	$(Q)bench/run.sh $(BUILD)
 

@@ -1,0 +1,997 @@
+#!/usr/bin/env python3
+"""bench.py - Ephemeral side by side with bubblewrap and gVisor (runsc). Run by bench/run.sh.
+
+    bench/bench.py BUILD [--quick] [--only start,exec,api,queue,density]
+
+Four measurements, each interleaved with its peers after a warm-up, every loop bounded in count
+and in time; the table goes to stdout and to bench/results/YYYY-MM-DD-HHMM.md. docs/BENCH.md says
+what each row measures and how to read it. Standard library only. Nothing here asserts a duration:
+a slow machine gets slow numbers, never a failure.
+
+Processes: everything this script starts is tracked by PID (and start time, so that a reused PID
+is never signalled) and killed by PID at the end, even on an error or ^C.
+"""
+import datetime
+import http.client
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# Counts (full run; --quick divides them). Each phase also stops at its time cap.
+N_START = 200          # interleaved rounds of create -> /bin/true -> destroy, per system
+N_START_INPROC = 200   # in-process cycles (bench_exec start), back to back
+N_START_COLD = 50      # in-process cycles 100 ms apart (cold kernel state, as in a server)
+N_EXEC = 1000          # protocol round trips in one live sandbox
+N_LOOP = 500           # iterations of the in-sandbox shell loop (bwrap, host)
+N_LOOP_RUNSC = 100     # the same inside gVisor (each iteration is several ms)
+R_LOOP = 15            # repetitions of each loop measurement
+N_LOOP_SH = 300        # iterations of `sh -c /bin/true` (the work of one Ephemeral exec)
+R_LOOP_SH = 10
+N_RUNSC_EXEC = 100     # `runsc exec` calls into one running container
+API_RUNS = 64          # runs per concurrency level
+API_LEVELS = (1, 8, 32)
+QUEUED_RUNS = 500
+DENSITY = 200          # live sandboxes: Ephemeral and bwrap
+DENSITY_RUNSC = 50     # gVisor sandboxes are ~30 MiB and ~30 threads each: fewer of them
+WARMUP = 5
+PHASE_CAP_S = 120.0    # no phase runs longer than this
+
+TMP = tempfile.mkdtemp(prefix="ephemeral-bench.")
+_started = []  # (pid, starttime) of every process we spawned and may still need to kill
+
+
+def log(msg):
+    print(f"bench: {msg}", file=sys.stderr, flush=True)
+
+
+# ---- processes ---------------------------------------------------------------------------------
+
+def proc_starttime(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            s = f.read()
+        return int(s[s.rindex(")") + 2:].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def track(pid):
+    st = proc_starttime(pid)
+    if st is not None:
+        _started.append((pid, st))
+
+
+def kill_pid(pid, st, sig=signal.SIGKILL):
+    """Signals pid only if it is still the process we started (same start time)."""
+    if proc_starttime(pid) == st:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+
+def descendants(pid):
+    """PIDs (with start times) of every live descendant of pid, found through /proc ppid links."""
+    children = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                s = f.read()
+            ppid = int(s[s.rindex(")") + 2:].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(d))
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        for c in children.get(p, []):
+            st = proc_starttime(c)
+            if st is not None:
+                out.append((c, st))
+                todo.append(c)
+    return out
+
+
+def kill_all_started():
+    for pid, st in reversed(_started):
+        for d in descendants(pid):
+            kill_pid(*d)
+        kill_pid(pid, st)
+    for pid, _ in _started:
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
+
+
+def run_timed(argv, capture=False, timeout=60.0, env=None):
+    """Runs argv to completion: (wall seconds, CPU seconds of it and its reaped descendants,
+    exit status, stdout bytes). Output goes to files, not pipes, so that a daemon the command
+    leaves behind (runsc run --detach) cannot hold the read open; at the timeout the command and
+    its descendants are killed by PID."""
+    with tempfile.TemporaryFile(dir=TMP) as fo, tempfile.TemporaryFile(dir=TMP) as fe:
+        t0 = time.perf_counter()
+        p = subprocess.Popen(argv, stdout=fo if capture else subprocess.DEVNULL, stderr=fe,
+                             stdin=subprocess.DEVNULL, env=env)
+        st = proc_starttime(p.pid)
+        if st is not None:
+            _started.append((p.pid, st))
+
+        def on_timeout():
+            log(f"{argv[0]}: timed out after {timeout:.0f} s, killed")
+            for d in descendants(p.pid):
+                kill_pid(*d)
+            kill_pid(p.pid, st)
+
+        timer = threading.Timer(timeout, on_timeout)
+        timer.start()
+        try:
+            _, status, ru = os.wait4(p.pid, 0)
+        finally:
+            timer.cancel()
+        wall = time.perf_counter() - t0
+        p.returncode = os.waitstatus_to_exitcode(status)
+        _started[:] = [x for x in _started if x[0] != p.pid]
+        fo.seek(0)
+        fe.seek(0)
+        out = fo.read() if capture else b""
+        if p.returncode != 0:
+            log(f"{argv[0]} exited {p.returncode}: {fe.read().decode(errors='replace')[-500:]}")
+    return wall, ru.ru_utime + ru.ru_stime, p.returncode, out
+
+
+# ---- statistics and table ----------------------------------------------------------------------
+
+def pct(values, q):
+    if not values:
+        return None
+    v = sorted(values)
+    k = (len(v) - 1) * q
+    lo = int(k)
+    hi = min(lo + 1, len(v) - 1)
+    return v[lo] + (v[hi] - v[lo]) * (k - lo)
+
+
+def summary(values):
+    return {"n": len(values), "median": pct(values, 0.5), "p90": pct(values, 0.9),
+            "p99": pct(values, 0.99)}
+
+
+def fmt(x, digits=3):
+    if x is None:
+        return "n/a"
+    if abs(x) >= 100:
+        return f"{x:,.0f}"
+    if abs(x) >= 10:
+        return f"{x:.1f}"
+    return f"{x:.{digits}g}" if abs(x) < 1 else f"{x:.2f}"
+
+
+def ratio(a, b):
+    if a is None or b is None or b == 0:
+        return "n/a"
+    return f"{a / b:.2f}×"
+
+
+class Report:
+    def __init__(self):
+        self.lines = []
+
+    def add(self, s=""):
+        self.lines.append(s)
+
+    def table(self, header, rows):
+        self.add("| " + " | ".join(header) + " |")
+        self.add("|" + "|".join("---" if i == 0 else "--:" for i in range(len(header))) + "|")
+        for r in rows:
+            self.add("| " + " | ".join(r) + " |")
+        self.add()
+
+    def text(self):
+        return "\n".join(self.lines) + "\n"
+
+
+# ---- the machine -------------------------------------------------------------------------------
+
+def first_line(argv):
+    try:
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=10)
+        return (r.stdout or r.stderr).strip().splitlines()[0]
+    except (OSError, IndexError, subprocess.SubprocessError):
+        return None
+
+
+def machine():
+    cpu = "unknown"
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    mem_kib = 0
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemTotal:"):
+                mem_kib = int(line.split()[1])
+    cg = "v2" if os.path.exists("/sys/fs/cgroup/cgroup.controllers") else "v1"
+    with open("/proc/loadavg") as f:
+        load = " ".join(f.read().split()[:3])
+    rev = first_line(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"]) or "?"
+    dirty = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no"],
+                           capture_output=True, text=True).stdout.strip()
+    return {
+        "cpu": cpu, "nproc": os.cpu_count(), "mem_gib": mem_kib / 1048576,
+        "kernel": platform.release(), "cgroup": cg, "load": load,
+        "os": first_line(["sh", "-c", ". /etc/os-release && echo $PRETTY_NAME"]) or "?",
+        "ephemeral": rev + ("+changes" if dirty else ""),
+        "bwrap": first_line(["bwrap", "--version"]) if shutil.which("bwrap") else None,
+        "runsc": first_line(["runsc", "--version"]) if shutil.which("runsc") else None,
+    }
+
+
+# ---- 1. sandbox start --------------------------------------------------------------------------
+
+def bwrap_argv(image, cmd):
+    return ["bwrap", "--ro-bind", image, "/", "--unshare-all", "--unshare-user",
+            "--uid", "1000", "--gid", "1000", "--proc", "/proc", "--dev", "/dev",
+            "--tmpfs", "/tmp", "--die-with-parent", "--new-session", "--chdir", "/tmp"] + cmd
+
+
+def runsc_do_argv(image, cmd, state):
+    # `runsc do` writes its bundle under $TMPDIR, which main() points into our own directory.
+    return ["runsc", "--root", state, "--network=none", "do", "-root", image, "-cwd", "/"] + cmd
+
+
+def bench_start(ctx, rep):
+    image, ephd = ctx["image"], ctx["ephd"]
+    systems = [("ephemeral", [ephd, "sandbox", "run", "--backend", "namespaces", "--json", "--",
+                              "/bin/true"])]
+    if ctx["bwrap"]:
+        systems.append(("bwrap", bwrap_argv(image, ["/bin/sh", "-c", "/bin/true"])))
+    if ctx["runsc"]:
+        systems.append(("runsc", runsc_do_argv(image, ["/bin/sh", "-c", "/bin/true"],
+                                               os.path.join(TMP, "runsc-do"))))
+    wall = {s: [] for s, _ in systems}
+    cpu = {s: [] for s, _ in systems}
+    phases = {"create_ms": [], "exec_ms": [], "destroy_ms": []}
+    failed = {s: 0 for s, _ in systems}
+    n = ctx["n"](N_START)
+    stop = time.monotonic() + PHASE_CAP_S
+    log(f"start: {WARMUP} warm-up + {n} interleaved rounds of {', '.join(s for s, _ in systems)}")
+    for i in range(WARMUP + n):
+        if time.monotonic() > stop:
+            log("start: time cap reached")
+            break
+        order = systems[i % len(systems):] + systems[:i % len(systems)]
+        for name, argv in order:
+            w, c, rc, out = run_timed(argv, capture=(name == "ephemeral"))
+            if rc != 0:
+                failed[name] += 1
+                continue
+            if i < WARMUP:
+                continue
+            wall[name].append(w * 1000)
+            cpu[name].append(c * 1000)
+            if name == "ephemeral":
+                j = json.loads(out)
+                for k in phases:
+                    phases[k].append(j[k])
+    inproc = {}
+    for key, count, gap in (("warm", N_START_INPROC, 0), ("cold", N_START_COLD, 100)):
+        if not ctx["bench_exec"]:
+            break
+        ni = ctx["n"](count)
+        log(f"start: {ni} in-process cycles (bench_exec start), {gap} ms apart")
+        _, _, rc, out = run_timed(ctx["bench_exec"] + ["start", str(ni), str(WARMUP), str(gap)],
+                                  capture=True, timeout=PHASE_CAP_S + 30)
+        if rc == 0:
+            j = json.loads(out)
+            c, x, d = j["create_ns"], j["exec_ns"], j["destroy_ns"]
+            inproc[key] = {"total": [(a + b + e) / 1e6 for a, b, e in zip(c, x, d)],
+                           "create": [v / 1e6 for v in c], "exec": [v / 1e6 for v in x],
+                           "destroy": [v / 1e6 for v in d]}
+
+    eph = summary(wall["ephemeral"])["median"]
+    rows = []
+
+    def row(label, values, cpu_values=None, peer=False):
+        s = summary(values)
+        c = summary(cpu_values)["median"] if cpu_values else None
+        rows.append([label, str(s["n"]), fmt(s["median"]), fmt(s["p90"]), fmt(s["p99"]),
+                     fmt(c), ratio(eph, s["median"]) if peer else ""])
+        return s
+
+    row("**Ephemeral** `ephemerald sandbox run --backend namespaces -- /bin/true`",
+        wall["ephemeral"], cpu["ephemeral"])
+    row("  ↳ phase: create (in the process, from `--json`)", phases["create_ms"])
+    row("  ↳ phase: exec", phases["exec_ms"])
+    row("  ↳ phase: destroy", phases["destroy_ms"])
+    phase_total = [a + b + c for a, b, c in zip(*phases.values())]
+    row("  ↳ create+exec+destroy (process start, libraries, seccomp compile excluded)",
+        phase_total)
+    labels = {"warm": "Ephemeral in-process, back to back (`bench_exec start`)",
+              "cold": "Ephemeral in-process, 100 ms apart (`bench_exec start … 100`)"}
+    for key in ("warm", "cold"):
+        if key in inproc:
+            row(labels[key], inproc[key]["total"], peer=False)
+            row("  ↳ of which create", inproc[key]["create"])
+    res = {"ephemeral": eph, "phase_total": summary(phase_total)["median"]}
+    for key in inproc:
+        res["inproc_" + key] = summary(inproc[key]["total"])["median"]
+    if ctx["bwrap"]:
+        res["bwrap"] = row(f"bwrap {ctx['m']['bwrap'].split()[-1]} (`--unshare-all`, uid 1000)",
+                           wall["bwrap"], cpu["bwrap"], peer=True)["median"]
+    else:
+        rows.append(["bwrap", "0", "n/a", "n/a", "n/a", "n/a", "n/a (not installed)"])
+    if ctx["runsc"]:
+        res["runsc"] = row("runsc do (gVisor, ptrace platform, `--network=none`, image root)",
+                           wall["runsc"], cpu["runsc"], peer=True)["median"]
+    else:
+        rows.append(["runsc do", "0", "n/a", "n/a", "n/a", "n/a", "n/a (not installed)"])
+    rep.add("### 1. Sandbox start: create → first command (`/bin/true`) → destroy")
+    rep.add()
+    rep.add("Whole process, wall time as the caller sees it (fork to reap), ms; CPU = user+system "
+            "of the process and its descendants. Ratio = Ephemeral ÷ peer (below 1 means "
+            "Ephemeral is faster).")
+    rep.add()
+    rep.table(["system", "n", "median", "p90", "p99", "CPU median", "ratio"], rows)
+    if any(failed.values()):
+        rep.add("Failed invocations (not counted): " +
+                ", ".join(f"{k} {v}" for k, v in failed.items() if v))
+        rep.add()
+    if res.get("bwrap"):
+        extra = "".join(f", {ratio(res['inproc_' + k], res['bwrap'])} in-process {w}"
+                        for k, w in (("warm", "back to back"), ("cold", "100 ms apart"))
+                        if "inproc_" + k in res)
+        rep.add(f"Goal: twice as fast as bwrap (ratio ≤ 0.50×). Measured: "
+                f"{ratio(res['ephemeral'], res['bwrap'])} whole process, "
+                f"{ratio(res['phase_total'], res['bwrap'])} for its in-process phases{extra}.")
+        rep.add()
+    return res
+
+
+# ---- 2. command round trip ---------------------------------------------------------------------
+
+def loop_cost(argv_for, n, reps, stop):
+    """Per-iteration cost (ms) of a shell loop: (T(n) - T(0)) / n, one value per repetition."""
+    out = []
+    for _ in range(reps):
+        if time.monotonic() > stop:
+            break
+        w0, _, rc0, _ = run_timed(argv_for(0))
+        wn, _, rcn, _ = run_timed(argv_for(n))
+        if rc0 == 0 and rcn == 0:
+            out.append((wn - w0) * 1000 / n)
+    return out
+
+
+def shell_loop(n, body="/bin/true"):
+    return ["/bin/sh", "-c", f"i=0; while [ $i -lt {n} ]; do {body}; i=$((i+1)); done"]
+
+
+def bench_exec(ctx, rep):
+    rows = []
+    res = {}
+    stop = time.monotonic() + PHASE_CAP_S
+    n = ctx["n"](N_EXEC)
+    eph = {}
+    if ctx["bench_exec"]:
+        for cmd in ("/bin/true", "true"):
+            log(f"exec: {n} round trips of '{cmd}' in one live sandbox")
+            _, _, rc, out = run_timed(ctx["bench_exec"] + ["exec", str(n), "50", cmd],
+                                      capture=True, timeout=PHASE_CAP_S)
+            if rc == 0:
+                eph[cmd] = json.loads(out)
+    if "/bin/true" in eph:
+        res["ephemeral"] = pct([v / 1e6 for v in eph["/bin/true"]["wall_ns"]], 0.5)
+    nl = ctx["n"](N_LOOP)
+    reps = max(3, ctx["n"](R_LOOP))
+    peers = {}
+    log(f"exec: shell loops of {nl} /bin/true, {reps} repetitions (host, bwrap)")
+    peers["host"] = loop_cost(lambda k: shell_loop(k), nl, reps, stop)
+    if ctx["bwrap"]:
+        peers["bwrap"] = loop_cost(lambda k: bwrap_argv(ctx["image"], shell_loop(k)), nl, reps,
+                                   stop)
+    # The same work per iteration as one Ephemeral exec: a shell started to run /bin/true.
+    ns, rs = ctx["n"](N_LOOP_SH), max(3, ctx["n"](R_LOOP_SH))
+    log(f"exec: shell loops of {ns} `sh -c /bin/true`, {rs} repetitions (host, bwrap)")
+    peers["host_sh"] = loop_cost(lambda k: shell_loop(k, "/bin/sh -c /bin/true"), ns, rs, stop)
+    if ctx["bwrap"]:
+        peers["bwrap_sh"] = loop_cost(
+            lambda k: bwrap_argv(ctx["image"], shell_loop(k, "/bin/sh -c /bin/true")), ns, rs,
+            stop)
+    if ctx["runsc"]:
+        nr = ctx["n"](N_LOOP_RUNSC)
+        log(f"exec: shell loops of {nr} /bin/true in runsc do, {max(3, reps // 2)} repetitions")
+        state = os.path.join(TMP, "runsc-do")
+        peers["runsc_loop"] = loop_cost(
+            lambda k: runsc_do_argv(ctx["image"], shell_loop(k), state), nr, max(3, reps // 2),
+            stop)
+        peers["runsc_exec"] = runsc_exec_calls(ctx, ctx["n"](N_RUNSC_EXEC), stop)
+
+    base = res.get("ephemeral")
+
+    def row(label, values, peer=False, note=""):
+        s = summary(values)
+        rows.append([label, str(s["n"]), fmt(s["median"]), fmt(s["p90"]), fmt(s["p99"]),
+                     ratio(base, s["median"]) if peer else "", note])
+        return s["median"]
+
+    for cmd, label in (("/bin/true", "`/bin/true`"), ("true", "`true` (sh builtin)")):
+        if cmd in eph:
+            j = eph[cmd]
+            row(f"**Ephemeral** exec {label}: host wall, request → exit frame",
+                [v / 1e6 for v in j["wall_ns"]],
+                note=f"create {j['create_ns'] / 1e6:.1f} ms; host CPU "
+                     f"{j['host_cpu_s'] * 1e6 / max(1, j['n']):.0f} µs/exec")
+            row(f"  ↳ of which inside the guest (fork → reap, {label})",
+                [v / 1e3 for v in j["guest_us"]])
+            row(f"  ↳ protocol and host side ({label})",
+                [(w / 1e3 - g) / 1e3 for w, g in zip(j["wall_ns"], j["guest_us"])])
+    res["host"] = row("host, no sandbox: shell loop, per iteration", peers["host"], peer=True,
+                      note="fork+exec floor of this machine")
+    res["host_sh"] = row("host, no sandbox: loop of `sh -c /bin/true`, per iteration",
+                         peers["host_sh"], peer=True, note="the same processes as one exec")
+    if "bwrap" in peers:
+        res["bwrap"] = row("bwrap: shell loop inside one sandbox, per iteration",
+                           peers["bwrap"], peer=True, note="no control channel")
+        res["bwrap_sh"] = row("bwrap: loop of `sh -c /bin/true` inside one sandbox, per iteration",
+                              peers["bwrap_sh"], peer=True,
+                              note="the same processes as one exec; no control channel")
+    else:
+        rows.append(["bwrap", "0", "n/a", "n/a", "n/a", "n/a", "not installed"])
+    if "runsc_loop" in peers:
+        res["runsc_loop"] = row("runsc do: shell loop inside gVisor, per iteration",
+                                peers["runsc_loop"], peer=True, note="no control channel")
+        res["runsc_exec"] = row("runsc exec `/bin/true` into a running container",
+                                peers["runsc_exec"], peer=True,
+                                note="a runsc process per call; the closest to a round trip")
+    else:
+        rows.append(["runsc", "0", "n/a", "n/a", "n/a", "n/a", "not installed"])
+    rep.add("### 2. Command round trip in one live sandbox")
+    rep.add()
+    rep.add("ms per command. Ephemeral: `bench_exec exec` sends each command through the guest "
+            "protocol (`eph_sandbox_exec`) and waits for its exit (the guest runs it as "
+            "`/bin/sh -c CMD`: a fork, an exec of sh, and for `/bin/true` a vfork and a second "
+            "exec); percentiles are over single commands. Peers have no command channel: their figure is one iteration of "
+            "`while …; do /bin/true; done` run by a shell inside the sandbox, "
+            "(T(N) − T(0)) ÷ N, percentiles over repetitions of the whole loop — fork+exec+wait "
+            "inside the sandbox, without any host↔sandbox hop. Ratio = Ephemeral ÷ peer.")
+    rep.add()
+    rep.table(["system", "n", "median", "p90", "p99", "ratio", "note"], rows)
+    if base is not None:
+        rep.add(f"Goal: sub-millisecond round trips. Measured median: {fmt(base)} ms.")
+        rep.add()
+    return res
+
+
+def runsc_exec_calls(ctx, n, stop):
+    """`runsc exec` of /bin/true, n times, into one container running sleep."""
+    state = os.path.join(TMP, "runsc-run")
+    bundle = os.path.join(TMP, "runsc-bundle")
+    os.makedirs(bundle, exist_ok=True)
+    os.makedirs(state, exist_ok=True)
+    r = subprocess.run(["runsc", "spec", "--", "/bin/sleep", "600"], cwd=bundle,
+                       capture_output=True)
+    if r.returncode != 0:
+        log("runsc spec failed: " + r.stderr.decode(errors="replace"))
+        return []
+    path = os.path.join(bundle, "config.json")
+    with open(path) as f:
+        spec = json.load(f)
+    spec["root"] = {"path": ctx["image"], "readonly": True}
+    spec["process"]["terminal"] = False
+    spec["process"]["user"] = {"uid": 1000, "gid": 1000}
+    spec["process"]["cwd"] = "/"
+    spec["hostname"] = "bench"
+    with open(path, "w") as f:
+        json.dump(spec, f)
+    cid = f"ephbench{os.getpid()}"
+    base = ["runsc", "--root", state, "--network=none"]
+    out = []
+    w, _, rc, _ = run_timed(base + ["run", "--bundle", bundle, "--detach", cid], timeout=60)
+    if rc != 0:
+        return out
+    try:
+        for i in range(WARMUP + n):
+            if time.monotonic() > stop:
+                break
+            w, _, rc, _ = run_timed(base + ["exec", "--user", "1000:1000", cid, "/bin/true"])
+            if rc == 0 and i >= WARMUP:
+                out.append(w * 1000)
+    finally:
+        subprocess.run(base + ["kill", cid, "KILL"], capture_output=True, timeout=30)
+        subprocess.run(base + ["delete", "-force", cid], capture_output=True, timeout=30)
+    return out
+
+
+# ---- 3. runs per second through the API --------------------------------------------------------
+
+class Server:
+    """ephemerald on a free loopback port with a fresh database (like tests/blackbox/lib.sh)."""
+
+    def __init__(self, ctx, name, extra=(), config=None):
+        import socket
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        self.port = s.getsockname()[1]
+        s.close()
+        d = os.path.join(TMP, name)
+        os.makedirs(d, exist_ok=True)
+        db = os.path.join(d, "ephemeral.db")
+        env = dict(os.environ)
+        if config:
+            env["EPHEMERALD_CONFIG"] = config
+        self.key = subprocess.run([ctx["ephd"], "admin", "init", "--db", db], capture_output=True,
+                                  text=True, check=True, env=env, cwd=ROOT).stdout.strip()
+        self.logf = open(os.path.join(d, "server.log"), "w")
+        self.proc = subprocess.Popen(
+            [ctx["ephd"], "serve", "--listen", f"127.0.0.1:{self.port}", "--db", db,
+             "--sandbox", "namespaces", "--log-level", "warn"] + list(extra),
+            stdout=self.logf, stderr=self.logf, stdin=subprocess.DEVNULL, env=env, cwd=ROOT)
+        track(self.proc.pid)
+        self.pid = self.proc.pid
+        self.start = proc_starttime(self.pid)
+        for _ in range(300):
+            try:
+                if self.request("GET", "/healthz", auth=False)[0] == 200:
+                    return
+            except OSError:
+                pass
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"ephemerald exited; see {d}/server.log")
+            time.sleep(0.05)
+        raise RuntimeError("ephemerald did not become healthy")
+
+    def request(self, method, path, body=None, headers=None, auth=True, timeout=120):
+        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        h = {"Content-Type": "application/json"}
+        if auth:
+            h["Authorization"] = f"Bearer {self.key}"
+        h.update(headers or {})
+        try:
+            c.request(method, path, body=body, headers=h)
+            r = c.getresponse()
+            data = r.read()
+            return r.status, json.loads(data) if data else None
+        finally:
+            c.close()
+
+    def cpu_s(self):
+        """(server's own user+system, its reaped children's) in seconds."""
+        with open(f"/proc/{self.pid}/stat") as f:
+            s = f.read()
+        v = s[s.rindex(")") + 2:].split()
+        tck = os.sysconf("SC_CLK_TCK")
+        return (int(v[11]) + int(v[12])) / tck, (int(v[13]) + int(v[14])) / tck
+
+    def rss_kib(self):
+        with open(f"/proc/{self.pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+        return 0
+
+    def stop(self):
+        if self.proc.poll() is None:
+            kill_pid(self.pid, self.start, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=40)
+            except subprocess.TimeoutExpired:
+                kill_pid(self.pid, self.start, signal.SIGKILL)
+                self.proc.wait(timeout=10)
+        _started[:] = [x for x in _started if x[0] != self.pid]
+        self.logf.close()
+
+
+def one_run(srv, body):
+    """POST a run and wait for its end: (seconds, final status)."""
+    t0 = time.perf_counter()
+    st, run = srv.request("POST", "/v1/runs", body)
+    if st not in (200, 201):
+        return time.perf_counter() - t0, f"http {st}"
+    rid = run["id"]
+    deadline = time.monotonic() + 120
+    while run["status"] in ("queued", "starting", "running") and time.monotonic() < deadline:
+        st, run = srv.request("GET", f"/v1/runs/{rid}", headers={"Prefer": "wait=30"})
+        if st != 200:
+            return time.perf_counter() - t0, f"http {st}"
+    return time.perf_counter() - t0, run["status"]
+
+
+def drive(srv, body, total, conc):
+    lat, statuses, lock = [], {}, threading.Lock()
+    todo = [total]
+
+    def worker():
+        while True:
+            with lock:
+                if todo[0] == 0:
+                    return
+                todo[0] -= 1
+            dt, status = one_run(srv, body)
+            with lock:
+                lat.append(dt * 1000)
+                statuses[status] = statuses.get(status, 0) + 1
+
+    threads = [threading.Thread(target=worker) for _ in range(min(conc, total))]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=PHASE_CAP_S)
+    return time.perf_counter() - t0, lat, statuses
+
+
+def bench_api(ctx, rep):
+    with open(os.path.join(ROOT, "examples/sandbox-proof/request.json"), "rb") as f:
+        body = f.read()
+    srv = Server(ctx, "api")
+    rows, res = [], {}
+    try:
+        drive(srv, body, 4, 2)  # warm-up: the model's transcripts, SQLite pages, the seccomp filter
+        for conc in API_LEVELS:
+            n = ctx["n"](API_RUNS)
+            log(f"api: {n} runs of the seed example at concurrency {conc}")
+            c0 = srv.cpu_s()
+            wall, lat, statuses = drive(srv, body, n, conc)
+            c1 = srv.cpu_s()
+            s = summary(lat)
+            done = statuses.get("completed", 0)
+            rps = done / wall if wall > 0 else 0
+            own = (c1[0] - c0[0]) * 1000 / max(1, len(lat))
+            kids = (c1[1] - c0[1]) * 1000 / max(1, len(lat))
+            res[conc] = rps
+            rows.append([str(conc), str(len(lat)), f"{rps:.1f}", fmt(s["median"]), fmt(s["p90"]),
+                         fmt(s["p99"]), fmt(own), fmt(kids),
+                         ", ".join(f"{k} {v}" for k, v in sorted(statuses.items()))])
+    finally:
+        srv.stop()
+    rep.add("### 3. Runs per second through the HTTP API")
+    rep.add()
+    rep.add("The seed example (`examples/sandbox-proof/request.json`, replay model: 3 model turns, "
+            "4 shell commands, one sandbox per run) posted by a loopback load driver that waits for "
+            "each run's end (`Prefer: wait`). Latency = POST to terminal state, ms. Server CPU per "
+            "run from /proc/PID/stat: the server's own utime+stime, and its reaped children's "
+            "(each sandbox's init and the commands it reaped). No peer runs agents: n/a.")
+    rep.add()
+    rep.table(["concurrency", "runs", "runs/s", "median ms", "p90", "p99", "server CPU ms/run",
+               "sandbox CPU ms/run", "outcomes"], rows)
+    return res
+
+
+# ---- 4a. server memory per queued run ---------------------------------------------------------
+
+def bench_queue(ctx, rep):
+    fixtures = os.path.join(ROOT, "bench/fixtures")
+    cfg = os.path.join(TMP, "queue.json")
+    with open(cfg, "w") as f:
+        json.dump({"max_concurrent_runs": 1, "max_queued_runs_per_org": QUEUED_RUNS + 10,
+                   "default_model": "bench/slow",
+                   "models": [{"id": "bench/slow", "provider": "replay", "transcripts": fixtures,
+                               "input_micros_per_mtok": 50000, "output_micros_per_mtok": 200000}]},
+                  f)
+    with open(os.path.join(fixtures, "slow/request.json"), "rb") as f:
+        body = f.read()
+    srv = Server(ctx, "queue", config=cfg)
+    ids, res = [], {}
+    try:
+        st, first = srv.request("POST", "/v1/runs", body)
+        if st not in (200, 201):
+            raise RuntimeError(f"queue: POST answered {st}: {first}")
+        ids.append(first["id"])
+        for _ in range(100):  # until the one worker is busy with it
+            st, r = srv.request("GET", f"/v1/runs/{first['id']}")
+            if r["status"] == "running":
+                break
+            time.sleep(0.05)
+        time.sleep(0.3)
+        rss0 = srv.rss_kib()
+        n = ctx["n"](QUEUED_RUNS)
+        log(f"queue: {n} runs queued behind one busy worker")
+        stop = time.monotonic() + PHASE_CAP_S
+        t0 = time.perf_counter()
+        for _ in range(n):
+            if time.monotonic() > stop:
+                break
+            st, r = srv.request("POST", "/v1/runs", body)
+            if st in (200, 201):
+                ids.append(r["id"])
+        post_s = time.perf_counter() - t0
+        time.sleep(0.3)
+        rss1 = srv.rss_kib()
+        queued = len(ids) - 1
+        res = {"queued": queued, "kib_per_run": (rss1 - rss0) / max(1, queued),
+               "rss0": rss0, "rss1": rss1, "post_ms": post_s * 1000 / max(1, queued)}
+        log(f"queue: cancelling {len(ids)} runs")
+        stop = time.monotonic() + PHASE_CAP_S
+        for rid in reversed(ids):
+            if time.monotonic() > stop:
+                break
+            srv.request("POST", f"/v1/runs/{rid}/cancel", b"{}")
+        res["rss2"] = srv.rss_kib()
+    finally:
+        srv.stop()
+    return res
+
+
+# ---- 4b. density -------------------------------------------------------------------------------
+
+def smaps(pid):
+    out = {"Pss": 0, "Rss": 0}
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                k = line.split(":")[0]
+                if k in out:
+                    out[k] = int(line.split()[1])
+    except OSError:
+        pass
+    return out
+
+
+def memavail():
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1])
+    return 0
+
+
+def peer_density(name, argv_for, n, ready, settle_s=0.5):
+    """n peer sandboxes running sleep: their process trees' PSS and RSS, the MemAvailable drop."""
+    procs = []
+    a0 = memavail()
+    stop = time.monotonic() + PHASE_CAP_S
+    try:
+        for i in range(n):
+            if time.monotonic() > stop:
+                break
+            p = subprocess.Popen(argv_for(i), stdin=subprocess.DEVNULL,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            track(p.pid)
+            procs.append(p)
+        # Ready when each tree has its sleep running.
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            trees = [descendants(p.pid) for p in procs]
+            if sum(1 for t in trees if ready(t)) == len(procs):
+                break
+            time.sleep(0.2)
+        time.sleep(settle_s)
+        pss = rss = nproc = alive = 0
+        for p in procs:
+            tree = [(p.pid, None)] + descendants(p.pid)
+            alive += 1 if ready(tree[1:]) else 0
+            for pid, _ in tree:
+                m = smaps(pid)
+                pss += m["Pss"]
+                rss += m["Rss"]
+                nproc += 1
+        a1 = memavail()
+        return {"live": alive, "procs": nproc, "pss_kib": pss, "rss_kib": rss,
+                "memavail_drop_kib": a0 - a1}
+    finally:
+        trees = {p.pid: descendants(p.pid) for p in procs}
+        # SIGTERM first, so that runsc can remove its bundle and state; then SIGKILL whatever of
+        # each tree is left (by PID and start time, so nothing but our own processes).
+        for p in procs:
+            kill_pid(p.pid, proc_starttime(p.pid), signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        for p in procs:
+            try:
+                p.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+        for p in procs:
+            kill_pid(p.pid, proc_starttime(p.pid))
+            for d in trees[p.pid]:
+                kill_pid(*d)
+        for p in procs:
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                pass
+            _started[:] = [x for x in _started if x[0] != p.pid]
+
+
+def proc_info(pid):
+    """(ppid, cmdline) of pid, or (None, b"")."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            s = f.read()
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            cmd = f.read()
+        return int(s[s.rindex(")") + 2:].split()[1]), cmd
+    except (OSError, ValueError, IndexError):
+        return None, b""
+
+
+def runsc_ready(tree):
+    """The sandbox has started its application: a runsc-sandbox process has a child (in the ptrace
+    platform the application runs in stub processes under the sentry)."""
+    info = {pid: proc_info(pid) for pid, _ in tree}
+    sentries = {pid for pid, (_, cmd) in info.items() if cmd.startswith(b"runsc-sandbox")}
+    return any(ppid in sentries for ppid, _ in info.values())
+
+
+def has_sleep(tree):
+    for pid, _ in tree:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if b"sleep" in f.read():
+                    return True
+        except OSError:
+            pass
+    return False
+
+
+def bench_density(ctx, rep, queue):
+    rows = []
+    res = {}
+    if ctx["bench_exec"]:
+        n = ctx["n"](DENSITY)
+        log(f"density: {n} live idle Ephemeral sandboxes")
+        _, _, rc, out = run_timed(ctx["bench_exec"] + ["density", str(n)], capture=True,
+                                  timeout=PHASE_CAP_S + 60)
+        if rc == 0 or out:
+            j = json.loads(out)
+            live = max(1, j["live"])
+            res["ephemeral"] = j["pss_kib"] / live
+            rows.append([f"**Ephemeral** namespaces ({j['live']} live, {j['answering']} answering)",
+                         fmt(j["pss_kib"] / live), fmt(j["rss_kib"] / live),
+                         fmt(j["cgroup_bytes"] / 1024 / live),
+                         fmt(j["memavail_drop_kib"] / live), "",
+                         f"{j['procs']} processes; host side (driver RSS growth) "
+                         f"{fmt(j['driver_rss_growth_kib'] / live)} KiB/sandbox; created in "
+                         f"{j['create_ns'] / 1e6:,.0f} ms, destroyed in "
+                         f"{j['destroy_ns'] / 1e6:,.0f} ms"])
+    if ctx["bwrap"]:
+        n = ctx["n"](DENSITY)
+        log(f"density: {n} live bwrap sandboxes running sleep")
+        j = peer_density("bwrap", lambda i: bwrap_argv(ctx["image"], ["/bin/sleep", "600"]), n,
+                         has_sleep)
+        live = max(1, j["live"])
+        res["bwrap"] = j["pss_kib"] / live
+        rows.append([f"bwrap ({j['live']} live, `sleep 600`)", fmt(j["pss_kib"] / live),
+                     fmt(j["rss_kib"] / live), "n/a", fmt(j["memavail_drop_kib"] / live),
+                     ratio(res.get("ephemeral"), res["bwrap"]),
+                     f"{j['procs']} processes (bwrap, its pid 1, sleep)"])
+    if ctx["runsc"]:
+        n = ctx["n"](DENSITY_RUNSC)
+        log(f"density: {n} live runsc do sandboxes running sleep")
+        state = os.path.join(TMP, "runsc-density")
+        j = peer_density("runsc", lambda i: runsc_do_argv(ctx["image"], ["/bin/sleep", "600"],
+                                                          state), n, runsc_ready, settle_s=2.0)
+        live = max(1, j["live"])
+        res["runsc"] = j["pss_kib"] / live
+        rows.append([f"runsc do ({j['live']} live, `sleep 600`)", fmt(j["pss_kib"] / live),
+                     fmt(j["rss_kib"] / live), "n/a", fmt(j["memavail_drop_kib"] / live),
+                     ratio(res.get("ephemeral"), res["runsc"]),
+                     f"{j['procs']} processes (runsc, gofer, sentry, stubs)"])
+    rep.add("### 4. Memory")
+    rep.add()
+    rep.add("Host memory per live idle sandbox, KiB. Ephemeral: `bench_exec density` creates the "
+            "sandboxes through the sandbox API and runs one `true` in each (they all answer), then "
+            "sums over the processes in their cgroups. Peers: one `sleep 600` per sandbox, summed "
+            "over each process tree. PSS splits shared pages between the processes that map them; "
+            "the MemAvailable drop also counts kernel memory (namespaces, mount tables, page "
+            "tables, tmpfs) but is noisy. Ratio = Ephemeral ÷ peer, on PSS.")
+    rep.add()
+    rep.table(["system", "PSS", "RSS", "cgroup memory", "MemAvailable drop", "ratio", "note"],
+              rows)
+    if queue:
+        rep.add(f"Server memory per queued run: {fmt(queue['kib_per_run'])} KiB "
+                f"({queue['queued']} runs queued behind `max_concurrent_runs` = 1; server RSS "
+                f"{queue['rss0']:,} KiB → {queue['rss1']:,} KiB, {queue['rss2']:,} KiB after "
+                f"cancelling them; POST {fmt(queue['post_ms'])} ms per queued run).")
+        rep.add()
+    return res
+
+
+# ---- main --------------------------------------------------------------------------------------
+
+def main():
+    args = sys.argv[1:]
+    if not args:
+        print(__doc__, file=sys.stderr)
+        return 2
+    build = os.path.abspath(args[0])
+    quick = "--quick" in args
+    only = None
+    if "--only" in args:
+        only = set(args[args.index("--only") + 1].split(","))
+    want = lambda k: only is None or k in only
+    # Whatever the peers leave in $TMPDIR (runsc do's bundles) goes with our directory.
+    os.environ["TMPDIR"] = TMP
+    image = os.path.realpath(os.environ.get("EPHEMERAL_IMAGE",
+                                            os.path.join(ROOT, "var/images/default")))
+    m = machine()
+    bench_bin = os.path.join(build, "bench/bench_exec")
+    ctx = {
+        "m": m, "image": image, "ephd": os.path.join(build, "ephemerald"),
+        "bwrap": m["bwrap"] is not None, "runsc": m["runsc"] is not None,
+        "bench_exec": [bench_bin, "--image", image, "--init",
+                       os.path.join(build, "ephemeral-init")] if os.access(bench_bin, os.X_OK)
+        else None,
+        "n": (lambda k: max(4, k // 10)) if quick else (lambda k: k),
+    }
+    if not ctx["bench_exec"]:
+        log(f"{bench_bin} is missing: round-trip, in-process and density rows are skipped")
+    t_start = time.monotonic()
+    rep = Report()
+    stamp = datetime.datetime.now().strftime("%Y-%m-%d-%H%M")
+    rep.add(f"# Ephemeral benchmarks, {stamp}" + (" (quick)" if quick else ""))
+    rep.add()
+    rep.add(f"- Machine: {m['cpu']}, {m['nproc']} CPUs, {m['mem_gib']:.1f} GiB, Linux "
+            f"{m['kernel']}, {m['os']}, cgroup {m['cgroup']}; load average at the start "
+            f"{m['load']} (other work on the machine shows up as noise)")
+    rep.add(f"- Ephemeral {m['ephemeral']} (namespaces backend); peers: "
+            f"{m['bwrap'] or 'bwrap not installed'}; "
+            f"{('runsc ' + m['runsc'].split()[-1]) if m['runsc'] else 'runsc not installed'} "
+            f"(ptrace platform, the package's default)")
+    rep.add(f"- Image: `{image}`, read-only root for all three")
+    rep.add()
+    results = {}
+
+    def section(name, fn, *a):
+        """One section; a failure is reported in the table and the others still run."""
+        try:
+            return fn(ctx, rep, *a)
+        except Exception as e:  # measurement: say what failed, go on
+            log(f"{name}: failed: {e!r}")
+            rep.add(f"### {name}: failed ({type(e).__name__}: {e})")
+            rep.add()
+            return None
+
+    try:
+        if want("start"):
+            results["start"] = section("start", bench_start)
+        if want("exec"):
+            results["exec"] = section("exec", bench_exec)
+        if want("api"):
+            results["api"] = section("api", bench_api)
+        queue = section("queue", bench_queue) if want("queue") else None
+        if want("density"):
+            results["density"] = section("density", bench_density, queue)
+        elif queue:
+            rep.add(f"Server memory per queued run: {fmt(queue['kib_per_run'])} KiB")
+        results["queue"] = queue
+    finally:
+        kill_all_started()
+        shutil.rmtree(TMP, ignore_errors=True)
+    with open("/proc/loadavg") as f:
+        load_end = " ".join(f.read().split()[:3])
+    rep.add(f"Total benchmark time: {time.monotonic() - t_start:.0f} s; load average at the end "
+            f"{load_end}. How to read these numbers: docs/BENCH.md.")
+    text = rep.text()
+    sys.stdout.write(text)
+    outdir = os.path.join(ROOT, "bench/results")
+    os.makedirs(outdir, exist_ok=True)
+    path = os.path.join(outdir, f"{stamp}.md")
+    with open(path, "w") as f:
+        f.write(text)
+    with open(os.path.join(outdir, f"{stamp}.json"), "w") as f:
+        json.dump({"machine": m, "results": results}, f, indent=1, default=str)
+    log(f"results written to {os.path.relpath(path, ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        kill_all_started()
+        sys.exit(130)
