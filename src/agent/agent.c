@@ -10,6 +10,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/metrics.h"
 #include "common/money.h"
 
 /* The smallest answer worth asking for: below this, the budget is exhausted. */
@@ -158,6 +159,7 @@ int eph_agent_run(struct eph_agent_ctx *ctx, struct eph_agent_outcome *out)
         uint64_t t0 = eph_clock_mono_ns();
         rc = ctx->model->ops->call(ctx->model, &req, &resp, err, sizeof(err));
         uint64_t latency_ms = (eph_clock_mono_ns() - t0) / 1000000u;
+        eph_metrics_observe_model_call(eph_clock_mono_ns() - t0);
         if (!rc || resp.input_tokens || resp.output_tokens)
             record_model_usage(ctx, &resp, latency_ms, turn, rc);
         else

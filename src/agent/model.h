@@ -7,7 +7,8 @@
  *   {"role":"user","content":"..."}
  *   {"role":"assistant","content":"..." or null,
  *    "tool_calls":[{"id":"call_1","name":"shell","arguments":"{\"command\":\"ls\"}"}]}
- *   {"role":"tool","tool_call_id":"call_1","name":"shell","content":"..."}
+ *   {"role":"tool","tool_call_id":"call_1","name":"shell","content":"...", "is_error":true}
+ *   ("is_error" only on a tool error, whose content is {"error": "..."})
  * "arguments" is the raw string the model produced: it may not be valid JSON, and the agent loop,
  * not the provider, validates it. Tools are declared as
  *   [{"name":"shell","description":"...","parameters":{JSON Schema}}]
@@ -42,6 +43,7 @@ struct eph_model_config {
     uint32_t timeout_seconds;     /* per HTTP attempt (default 120) */
     char *upstream_model;         /* model name sent on the wire (default: id after the last '/'
                                      for openai, id for anthropic) */
+    bool stream;                  /* "stream": ask for Server-Sent Events (openai, anthropic) */
 };
 
 struct eph_model_request {
@@ -70,6 +72,9 @@ struct eph_model_response {
     uint64_t output_tokens;
     unsigned attempts;            /* HTTP attempts made, retries included */
     bool replayed;
+    bool usage_missing;           /* the call succeeded but its answer reported no usage: the
+                                     token counts are 0 (or only what failed attempts reported)
+                                     and the worker charges the worst case it earmarked */
 };
 
 void eph_model_response_release(struct eph_model_response *r);

@@ -14,6 +14,7 @@
 #include "agent/agent.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/metrics.h"
 #include "common/error.h"
 #include "common/text.h"
 
@@ -166,6 +167,8 @@ static int run_shell(struct eph_agent_ctx *ctx, const char *command, char **cont
     struct eph_exec_result res;
     eph_exec_result_init(&res);
     int rc = eph_sandbox_exec(ctx->sb, &req, &res);
+    if (!rc)
+        eph_metrics_observe_exec(res.duration_us * 1000u);
     r->usage.shell_commands++;
 
     bool zdr = r->zdr;

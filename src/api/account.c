@@ -1,11 +1,14 @@
 /*
- * account.c - /v1/balance, /v1/credits and /healthz.
+ * account.c - /v1/balance, /v1/credits, /healthz and /metrics.
  */
 #include <errno.h>
 #include <string.h>
 
+#include <microhttpd.h>
+
 #include "api/api.h"
 #include "common/log.h"
+#include "common/metrics.h"
 
 int eph_api_balance(struct eph_api_req *req)
 {
@@ -25,13 +28,25 @@ int eph_api_balance(struct eph_api_req *req)
 int eph_api_credits(struct eph_api_req *req)
 {
     struct eph_store *st = req->svc->store;
-    if (strcmp(req->role, "admin") != 0)
-        return eph_api_reply_error(req, 403, "permission_error", "admin_required", NULL,
-                                   "adding credit needs an admin key");
-    json_t *body = json_loadb(req->body.data ? req->body.data : "", req->body.len,
-                              JSON_REJECT_DUPLICATES, NULL);
+    if (!eph_api_require_admin(req))
+        return MHD_YES;
+    json_t *body = eph_api_body_object(req);
+    if (!body)
+        return MHD_YES;
+    const char *k;
+    json_t *v;
+    json_object_foreach(body, k, v)
+    {
+        if (strcmp(k, "micros") != 0) {
+            char shown[72];
+            snprintf(shown, sizeof(shown), "%.64s", k);
+            json_decref(body);
+            return eph_api_reply_error(req, 400, "invalid_request_error", "unknown_parameter",
+                                       shown, "unknown field '%s'", shown);
+        }
+    }
     json_t *m = json_object_get(body, "micros");
-    if (!json_is_object(body) || json_object_size(body) != 1 || !json_is_integer(m) ||
+    if (!json_is_integer(m) ||
         json_integer_value(m) <= 0 || json_integer_value(m) > (json_int_t)1000000000000000) {
         json_decref(body);
         return eph_api_reply_error(req, 400, "invalid_request_error", "invalid_parameter",
@@ -58,4 +73,56 @@ int eph_api_healthz(struct eph_api_req *req)
                   "sandbox", svc->sandbox_ops ? svc->sandbox_ops->name : "none", "shutting_down",
                   shutting),
         NULL, NULL);
+}
+
+/* Runs by status, with every status present (0 when none) so that a dashboard's series exist. */
+static int status_cb(const char *status, uint64_t count, void *ctx)
+{
+    json_object_set_new((json_t *)ctx, status, json_integer((json_int_t)count));
+    return 0;
+}
+
+int eph_api_metrics(struct eph_api_req *req)
+{
+    struct eph_service *svc = req->svc;
+    static const char *const statuses[] = {"queued",    "starting",  "running",
+                                           "completed", "failed",    "timed_out",
+                                           "budget_exhausted",       "cancelled"};
+    json_t *counts = json_object();
+    bool store_ok = svc->store->ops->runs_count_by_status(svc->store, status_cb, counts) == 0;
+    struct eph_buf b;
+    eph_buf_init(&b, 4u << 20);
+    int rc = eph_buf_appends(&b, "# HELP ephemeral_runs Runs in the store by status.\n"
+                                 "# TYPE ephemeral_runs gauge\n");
+    for (size_t i = 0; i < sizeof(statuses) / sizeof(statuses[0]) && !rc; i++)
+        rc = eph_buf_appendf(&b, "ephemeral_runs{status=\"%s\"} %lld\n", statuses[i],
+                             (long long)json_integer_value(json_object_get(counts, statuses[i])));
+    json_decref(counts);
+    if (!rc)
+        rc = eph_buf_appendf(&b,
+                             "# HELP ephemeral_store_up Whether the store answered.\n"
+                             "# TYPE ephemeral_store_up gauge\n"
+                             "ephemeral_store_up %d\n"
+                             "# HELP ephemeral_queue_depth Runs waiting for a worker.\n"
+                             "# TYPE ephemeral_queue_depth gauge\n"
+                             "ephemeral_queue_depth %u\n"
+                             "# HELP ephemeral_runs_executing Runs a worker is executing.\n"
+                             "# TYPE ephemeral_runs_executing gauge\n"
+                             "ephemeral_runs_executing %u\n"
+                             "# HELP ephemeral_http_parked_requests Requests parked on a run "
+                             "(long polls, idle event streams).\n"
+                             "# TYPE ephemeral_http_parked_requests gauge\n"
+                             "ephemeral_http_parked_requests %u\n",
+                             store_ok ? 1 : 0, eph_scheduler_queue_depth(),
+                             eph_scheduler_running(), eph_api_parked_count());
+    if (!rc)
+        rc = eph_metrics_render(&b);
+    if (rc) {
+        eph_buf_release(&b);
+        return eph_api_reply_error(req, 500, "api_error", "internal_error", NULL,
+                                   "the metrics could not be rendered");
+    }
+    rc = eph_api_reply_text(req, 200, "text/plain; version=0.0.4; charset=utf-8", b.data, b.len);
+    eph_buf_release(&b);
+    return rc;
 }

@@ -1,27 +1,60 @@
 /*
  * api.h - the HTTP API (SPEC section 3) on libmicrohttpd.
  *
- * The server owns a thread per connection: a handler may block (long polls, event streams) without
- * holding up other clients; the connection limit bounds the threads. Request bodies are capped
- * (413 past max_body_bytes) and every answer is JSON in the error shape of SPEC 3.4 when it fails.
+ * The server polls its sockets with a small pool of threads (epoll where available). Handlers
+ * never block on a run: a request that waits (a Prefer: wait long poll, a cancel waiting for the
+ * settlement, an idle event stream) parks its connection with MHD_suspend_connection() and is
+ * resumed by park.c when its run changes or its deadline passes, so a thousand idle streams cost
+ * a thousand small structs, not a thousand threads. Request bodies are capped (413 past
+ * max_body_bytes) and every failed answer has the error shape of SPEC 3.4.
  */
 #ifndef EPH_API_H
 #define EPH_API_H
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include <jansson.h>
 
 #include "common/buf.h"
+#include "common/id.h"
 #include "run/service.h"
 
 struct eph_api;
+struct eph_live;
 struct MHD_Connection;
 
 /* Starts listening on cfg->listen ("ADDR:PORT", loopback by default). */
 int eph_api_start(struct eph_service *svc, struct eph_api **out, char *err, size_t errlen);
+/* Resumes every parked request (they answer at once), then stops the server. */
 void eph_api_stop(struct eph_api *api);
+
+/* ---- parking (park.c) ---- */
+
+/* A connection parked until its run has an event after after_seq (UINT64_MAX: until the run is
+ * settled), the run is settled, or deadline_ns (CLOCK_MONOTONIC) passes. */
+struct eph_api_waiter {
+    struct MHD_Connection *conn;
+    struct eph_live *live;    /* borrowed: the parker holds a reference until it is resumed */
+    uint64_t after_seq;
+    uint64_t deadline_ns;
+    struct eph_api_waiter *next;
+};
+
+enum eph_api_park_result {
+    EPH_API_PARKED,   /* suspended: MHD calls the handler (or the content reader) again later */
+    EPH_API_READY,    /* the condition holds or the deadline passed: go on without waiting */
+    EPH_API_STOPPING, /* the server is stopping: answer now */
+};
+
+int eph_api_park_start(void);
+/* Resumes every parked connection and refuses to park any more. */
+void eph_api_park_stop(void);
+/* Parks w->conn. Call only from MHD's access handler or content reader of that connection. */
+enum eph_api_park_result eph_api_park(struct eph_api_waiter *w);
+/* Parked connections (tests and metrics). */
+unsigned eph_api_parked_count(void);
 
 /* ---- for the resource files ---- */
 
@@ -30,20 +63,44 @@ struct eph_api_req {
     struct MHD_Connection *conn;
     const char *method;
     const char *path;         /* without the query string */
+    const char *route;        /* the route's pattern, for metrics */
     struct eph_buf body;
     bool body_too_large;
     bool answered;
+    unsigned status;          /* the status answered */
+    uint64_t start_ns;
     char org_id[48];
     char role[16];
+
+    /* Idempotency (SPEC 3.5), handled by the server for the POSTs that honour it: set while the
+     * request holds a new key, so that its answer is stored (2xx) or the key released. */
+    bool idem_active;
+    char idem_key[256];
+
+    /* A parked request: when its connection is resumed, the server calls resume instead of
+     * routing again. live is a reference held while parked, released when the request ends. */
+    bool parked;
+    int (*resume)(struct eph_api_req *req);
+    struct eph_live *live;
+    char run_id[EPH_RUN_ID_LEN + 1];
+    struct eph_api_waiter waiter;
 };
 
 /* Answers with a JSON body (steals body). extra_header/value may be NULL. */
 int eph_api_reply_json(struct eph_api_req *req, unsigned status, json_t *body,
                        const char *extra_header, const char *extra_value);
+/* Answers with a body of another type (copies text). */
+int eph_api_reply_text(struct eph_api_req *req, unsigned status, const char *content_type,
+                       const char *text, size_t len);
 /* Answers with the error shape; param may be NULL. */
 int eph_api_reply_error(struct eph_api_req *req, unsigned status, const char *type,
                         const char *code, const char *param, const char *fmt, ...)
     __attribute__((format(printf, 6, 7)));
+/* 403 unless the key is an admin's; true when it is. */
+bool eph_api_require_admin(struct eph_api_req *req);
+/* Stores the answer of an idempotent request now (before a long poll) instead of when the
+ * request is answered. */
+void eph_api_idem_settle(struct eph_api_req *req, unsigned status, json_t *body);
 /* Checks the bearer key; answers 401 and returns false when it is missing or unknown. */
 bool eph_api_authenticate(struct eph_api_req *req);
 /* A request header or query argument, or NULL. */
@@ -51,8 +108,14 @@ const char *eph_api_header(struct eph_api_req *req, const char *name);
 const char *eph_api_query(struct eph_api_req *req, const char *name);
 /* Prefer: wait=N, capped at max; 0 when absent or malformed. */
 unsigned eph_api_prefer_wait(struct eph_api_req *req, unsigned max);
+/* Parks req until its run (req->live, taken by the caller) settles or deadline_ns passes; then the
+ * server calls resume. False when it did not park (answer now). */
+bool eph_api_park_until_settled(struct eph_api_req *req, uint64_t deadline_ns,
+                                int (*resume)(struct eph_api_req *req));
+/* Parses the body as a JSON object; answers 400 and returns NULL when it is not one. */
+json_t *eph_api_body_object(struct eph_api_req *req);
 
-/* Resource handlers (runs.c, account.c). Each answers the request. */
+/* Resource handlers (runs.c, account.c, keys.c, connections.c). Each answers the request. */
 int eph_api_runs_create(struct eph_api_req *req);
 int eph_api_runs_get(struct eph_api_req *req, const char *id);
 int eph_api_runs_list(struct eph_api_req *req);
@@ -61,5 +124,22 @@ int eph_api_runs_cancel(struct eph_api_req *req, const char *id);
 int eph_api_balance(struct eph_api_req *req);
 int eph_api_credits(struct eph_api_req *req);
 int eph_api_healthz(struct eph_api_req *req);
+int eph_api_metrics(struct eph_api_req *req);
+int eph_api_keys_create(struct eph_api_req *req);
+int eph_api_keys_list(struct eph_api_req *req);
+int eph_api_keys_delete(struct eph_api_req *req, const char *id);
+int eph_api_connections_create(struct eph_api_req *req);
+int eph_api_connections_list(struct eph_api_req *req);
+int eph_api_connections_get(struct eph_api_req *req, const char *name);
+int eph_api_connections_delete(struct eph_api_req *req, const char *name);
+
+/* Connections (connections.c), shared with `ephemerald admin connection add`: validates a
+ * connection's description (name, base_url, methods, path_prefixes, headers; the caller rejects
+ * other fields), and on success fills c (release with eph_connection_release) with the headers
+ * sealed by the key file at key_path (created on first use). -EINVAL with the field at fault in
+ * *param and why in err; another error (no usable key file) with *param NULL. */
+struct eph_connection;
+int eph_api_connection_build(json_t *body, const char *key_path, struct eph_connection *c,
+                             const char **param, char *err, size_t errlen);
 
 #endif

@@ -23,7 +23,8 @@
 #define FILES_BYTES_MAX (10u << 20)
 #define METADATA_PAIRS_MAX 16
 #define WAIT_MAX 600
-#define SSE_KEEPALIVE_NS (15ull * 1000000000u)
+#define CONNECTIONS_MAX 32
+#define CANCEL_WAIT_SECONDS 5
 
 /* ---- validation ---- */
 
@@ -163,7 +164,8 @@ static bool check_metadata(struct eph_api_req *req, json_t *md)
             BAD("metadata", "metadata keys must be 1 to 64 bytes");
             return false;
         }
-        if (!json_is_string(v) || json_string_length(v) > 512) {
+        if (!json_is_string(v) || json_string_length(v) > 512 ||
+            strlen(json_string_value(v)) != json_string_length(v)) {
             BAD("metadata", "metadata values must be strings of at most 512 bytes");
             return false;
         }
@@ -192,7 +194,8 @@ static bool validate_create(struct eph_api_req *req, json_t *body, struct create
         if (!ok) {
             char shown[80];
             snprintf(shown, sizeof(shown), "%.64s", key);
-            BAD(shown, "unknown field '%s'", shown);
+            eph_api_reply_error(req, 400, "invalid_request_error", "unknown_parameter", shown,
+                                "unknown field '%s'", shown);
             return false;
         }
     }
@@ -211,7 +214,9 @@ static bool validate_create(struct eph_api_req *req, json_t *body, struct create
     c->prompt = json_string_value(prompt);
     json_t *model = json_object_get(body, "model");
     if (model) {
-        if (!json_is_string(model) || !eph_config_model(cfg, json_string_value(model))) {
+        if (!json_is_string(model) ||
+            strlen(json_string_value(model)) != json_string_length(model) ||
+            !eph_config_model(cfg, json_string_value(model))) {
             BAD("model", "'model' must be one of the configured models");
             return false;
         }
@@ -228,16 +233,33 @@ static bool validate_create(struct eph_api_req *req, json_t *body, struct create
             BAD("connections", "'connections' must be an array of connection names");
             return false;
         }
+        if (json_array_size(conns) > CONNECTIONS_MAX) {
+            BAD("connections", "at most %d connections", CONNECTIONS_MAX);
+            return false;
+        }
         size_t i;
         json_t *n;
         json_array_foreach(conns, i, n)
         {
-            if (!json_is_string(n)) {
+            if (!json_is_string(n) || strlen(json_string_value(n)) != json_string_length(n)) {
                 BAD("connections", "'connections' must be an array of connection names");
                 return false;
             }
-            /* Connections are stored by the broker issue; until then no name is known. */
-            BAD("connections", "unknown connection '%.64s'", json_string_value(n));
+            /* A name must be one of the org's connections now; the broker checks it again
+             * when the run uses it, since a connection may be deleted in between. */
+            struct eph_connection found;
+            int rc = req->svc->store->ops->conn_get(req->svc->store, req->org_id,
+                                                    json_string_value(n), &found);
+            if (rc == 0) {
+                eph_connection_release(&found);
+                continue;
+            }
+            if (rc == -ENOENT) {
+                BAD("connections", "unknown connection '%.64s'", json_string_value(n));
+            } else {
+                eph_api_reply_error(req, 503, "api_error", "store_unavailable", NULL,
+                                    "the store is unavailable");
+            }
             return false;
         }
         c->connections = conns;
@@ -294,21 +316,30 @@ static json_t *run_json(struct eph_api_req *req, const struct eph_run *r, struct
     return o;
 }
 
-static bool is_printable_ascii(const char *s)
+
+static int store_unavailable(struct eph_api_req *req)
 {
-    for (; *s; s++)
-        if (*s < 0x20 || *s > 0x7e)
-            return false;
-    return true;
+    return eph_api_reply_error(req, 503, "api_error", "store_unavailable", NULL,
+                               "the store is unavailable");
 }
 
-/* Waits up to wait seconds for the run to settle, holding a live reference when it is live. */
-static struct eph_live *wait_for_run(const char *id, unsigned wait)
+static uint64_t deadline_in(unsigned seconds)
 {
-    struct eph_live *live = eph_live_get(id);
-    if (live && wait)
-        eph_live_wait_closed(live, eph_clock_mono_ns() + (uint64_t)wait * 1000000000u);
-    return live;
+    return eph_clock_mono_ns() + (uint64_t)seconds * 1000000000u;
+}
+
+/* After a long poll on a new run: the run as it is now, 201. */
+static int create_resume(struct eph_api_req *req)
+{
+    struct eph_store *st = req->svc->store;
+    struct eph_run r;
+    if (st->ops->run_get(st, req->run_id, req->org_id, &r))
+        return store_unavailable(req);
+    json_t *obj = run_json(req, &r, req->live);
+    eph_run_release(&r);
+    char location[64];
+    snprintf(location, sizeof(location), "/v1/runs/%s", req->run_id);
+    return eph_api_reply_json(req, 201, obj, "Location", location);
 }
 
 int eph_api_runs_create(struct eph_api_req *req)
@@ -322,83 +353,13 @@ int eph_api_runs_create(struct eph_api_req *req)
     if (ct && strncasecmp(ct, "application/json", 16) != 0)
         return eph_api_reply_error(req, 400, "invalid_request_error", "invalid_content_type",
                                    NULL, "the body must be application/json");
-    json_error_t je;
-    json_t *body = json_loadb(req->body.data ? req->body.data : "", req->body.len,
-                              JSON_REJECT_DUPLICATES, &je);
-    if (!body || !json_is_object(body)) {
-        json_decref(body);
-        return eph_api_reply_error(req, 400, "invalid_request_error", "invalid_json", NULL,
-                                   "the body must be a JSON object: %s",
-                                   body ? "not an object" : je.text);
-    }
+    json_t *body = eph_api_body_object(req);
+    if (!body)
+        return MHD_YES;
     struct create_req c;
     if (!validate_create(req, body, &c)) {
         json_decref(body);
         return MHD_YES;
-    }
-
-    const char *idem = eph_api_header(req, "Idempotency-Key");
-    char req_hash[65] = "";
-    if (idem) {
-        if (strlen(idem) == 0 || strlen(idem) > 255 || !is_printable_ascii(idem)) {
-            json_decref(body);
-            json_decref(c.files);
-            return eph_api_reply_error(req, 400, "invalid_request_error", "invalid_parameter",
-                                       "Idempotency-Key",
-                                       "'Idempotency-Key' must be 1 to 255 printable ASCII "
-                                       "characters");
-        }
-        char *canon = json_dumps(body, JSON_COMPACT | JSON_SORT_KEYS);
-        struct eph_buf b;
-        eph_buf_init(&b, (size_t)-1 / 2);
-        int brc = eph_buf_appendf(&b, "%s %s\n%s", req->method, req->path, canon ? canon : "");
-        free(canon);
-        if (brc) {
-            eph_buf_release(&b);
-            json_decref(body);
-            json_decref(c.files);
-            return eph_api_reply_error(req, 500, "api_error", "internal_error", NULL,
-                                       "out of memory");
-        }
-        eph_sha256_hex(b.data, b.len, req_hash);
-        eph_buf_release(&b);
-        struct eph_idem prev = {0};
-        int rc = st->ops->idem_begin(st, req->org_id, idem, req_hash, eph_clock_real_ms(), &prev);
-        if (rc == -EEXIST) {
-            json_decref(body);
-            json_decref(c.files);
-            if (strcmp(prev.request_hash, req_hash) != 0) {
-                free(prev.response_body);
-                return eph_api_reply_error(req, 422, "idempotency_error", "idempotency_key_reused",
-                                           "Idempotency-Key",
-                                           "this idempotency key was used with a different "
-                                           "request");
-            }
-            if (prev.status_code == 0) {
-                free(prev.response_body);
-                return eph_api_reply_error(req, 409, "idempotency_error",
-                                           "idempotency_key_in_use", "Idempotency-Key",
-                                           "a request with this idempotency key is still in "
-                                           "progress");
-            }
-            json_t *stored = json_loads(prev.response_body ? prev.response_body : "", 0, NULL);
-            free(prev.response_body);
-            /* Replay the stored answer, refreshed with the run's current state. */
-            const char *rid = json_string_value(json_object_get(stored, "id"));
-            struct eph_run r;
-            if (rid && st->ops->run_get(st, rid, req->org_id, &r) == 0) {
-                json_decref(stored);
-                stored = eph_run_to_json(&r, svc->cfg->retention_days);
-                eph_run_release(&r);
-            }
-            return eph_api_reply_json(req, 200, stored, "Idempotent-Replayed", "true");
-        }
-        if (rc) {
-            json_decref(body);
-            json_decref(c.files);
-            return eph_api_reply_error(req, 503, "api_error", "store_unavailable", NULL,
-                                       "the store is unavailable");
-        }
     }
 
     struct eph_run r;
@@ -427,12 +388,12 @@ int eph_api_runs_create(struct eph_api_req *req)
         first.message = NULL;
     first.data = json_pack("{s:I}", "reserved_micros", (json_int_t)c.max_cost);
 
+    /* The queue limit, the balance check, the reservation, the run and its first event: one
+     * transaction, so that concurrent creations can exceed neither the limit nor the balance. */
     if (!rc)
-        rc = st->ops->run_insert(st, &r, &first);
+        rc = st->ops->run_insert_capped(st, &r, &first, svc->cfg->max_queued_per_org);
     eph_event_release(&first);
     if (rc) {
-        if (idem)
-            st->ops->idem_abandon(st, req->org_id, idem);
         eph_run_release(&r);
         json_decref(body);
         json_decref(c.files);
@@ -446,6 +407,11 @@ int eph_api_runs_create(struct eph_api_req *req)
                                        eph_money_format(c.max_cost, money),
                                        eph_money_format(b.available_micros, avail));
         }
+        if (rc == -EAGAIN)
+            return eph_api_reply_error(req, 429, "rate_limit_error", "too_many_queued_runs", NULL,
+                                       "the organization already has %u queued runs; retry "
+                                       "when some have started",
+                                       svc->cfg->max_queued_per_org);
         return eph_api_reply_error(req, 503, "api_error", "store_unavailable", NULL,
                                    "the run could not be stored");
     }
@@ -455,33 +421,30 @@ int eph_api_runs_create(struct eph_api_req *req)
     int lrc = eph_live_register(r.id, r.created_at_ms, 1);
     if (!lrc && c.zdr)
         lrc = eph_live_set_prompt(r.id, c.prompt, c.files);
+    if (!lrc)
+        req->live = eph_live_get(r.id); /* before submitting: the run may settle at once */
     if (lrc || eph_scheduler_submit(r.id))
         EPH_ERROR("api", "run %s: cannot queue: out of memory", r.id);
     EPH_INFO("api", "run %s queued (org %s, budget %s)", r.id, r.org_id, money);
 
     json_t *obj = eph_run_to_json(&r, svc->cfg->retention_days);
-    if (idem) {
-        char *text = json_dumps(obj, JSON_COMPACT);
-        if (text)
-            st->ops->idem_complete(st, req->org_id, idem, 201, text);
-        free(text);
-    }
-    unsigned wait = eph_api_prefer_wait(req, WAIT_MAX);
-    if (wait) {
-        struct eph_live *live = wait_for_run(r.id, wait);
-        struct eph_run now;
-        if (st->ops->run_get(st, r.id, req->org_id, &now) == 0) {
-            json_decref(obj);
-            obj = run_json(req, &now, live);
-            eph_run_release(&now);
-        }
-        eph_live_put(live);
-    }
+    /* A retry with the same key gets the run from now on, even while this request waits. */
+    eph_api_idem_settle(req, 201, obj);
+    snprintf(req->run_id, sizeof(req->run_id), "%s", r.id);
     json_decref(body);
     json_decref(c.files);
-    char location[64];
-    snprintf(location, sizeof(location), "/v1/runs/%s", r.id);
     eph_run_release(&r);
+    unsigned wait = eph_api_prefer_wait(req, WAIT_MAX);
+    if (wait && eph_api_park_until_settled(req, deadline_in(wait), create_resume)) {
+        json_decref(obj);
+        return MHD_YES;
+    }
+    if (wait) {
+        json_decref(obj);
+        return create_resume(req);
+    }
+    char location[64];
+    snprintf(location, sizeof(location), "/v1/runs/%s", req->run_id);
     return eph_api_reply_json(req, 201, obj, "Location", location);
 }
 
@@ -493,35 +456,49 @@ static int not_found(struct eph_api_req *req, const char *id)
                                "no such run '%s'", shown);
 }
 
-int eph_api_runs_get(struct eph_api_req *req, const char *id)
+/* Loads the request's run (an id of this org) or answers 404/503; true when loaded. */
+static bool load_run(struct eph_api_req *req, const char *id, struct eph_run *r)
 {
     struct eph_store *st = req->svc->store;
-    struct eph_run r;
-    if (!eph_id_is_run(id))
-        return not_found(req, id);
-    int rc = st->ops->run_get(st, id, req->org_id, &r);
-    if (rc == -ENOENT)
-        return not_found(req, id);
-    if (rc)
-        return eph_api_reply_error(req, 503, "api_error", "store_unavailable", NULL,
-                                   "the store is unavailable");
-    unsigned wait = eph_api_prefer_wait(req, WAIT_MAX);
-    struct eph_live *live = NULL;
-    if (!eph_run_status_terminal(r.status) || r.zdr) {
-        live = wait_for_run(id, eph_run_status_terminal(r.status) ? 0 : wait);
-        if (live) {
-            eph_run_release(&r);
-            if ((rc = st->ops->run_get(st, id, req->org_id, &r))) {
-                eph_live_put(live);
-                return eph_api_reply_error(req, 503, "api_error", "store_unavailable", NULL,
-                                           "the store is unavailable");
-            }
-        }
+    if (!eph_id_is_run(id)) {
+        not_found(req, id);
+        return false;
     }
-    json_t *o = run_json(req, &r, live);
-    eph_live_put(live);
+    int rc = st->ops->run_get(st, id, req->org_id, r);
+    if (rc == -ENOENT)
+        not_found(req, id);
+    else if (rc)
+        store_unavailable(req);
+    return rc == 0;
+}
+
+/* The run as it is now (after a long poll, or at once). */
+static int get_resume(struct eph_api_req *req)
+{
+    struct eph_run r;
+    if (!load_run(req, req->run_id, &r))
+        return MHD_YES;
+    json_t *o = run_json(req, &r, req->live);
     eph_run_release(&r);
     return eph_api_reply_json(req, 200, o, NULL, NULL);
+}
+
+int eph_api_runs_get(struct eph_api_req *req, const char *id)
+{
+    struct eph_run r;
+    if (!load_run(req, id, &r))
+        return MHD_YES;
+    snprintf(req->run_id, sizeof(req->run_id), "%s", id);
+    bool terminal = eph_run_status_terminal(r.status);
+    bool zdr = r.zdr;
+    eph_run_release(&r);
+    /* A live reference: to wait on the run, or for the result a ZDR run keeps only in memory. */
+    if (!terminal || zdr)
+        req->live = eph_live_get(id);
+    unsigned wait = terminal ? 0 : eph_api_prefer_wait(req, WAIT_MAX);
+    if (wait && eph_api_park_until_settled(req, deadline_in(wait), get_resume))
+        return MHD_YES;
+    return get_resume(req);
 }
 
 struct list_ctx {
@@ -569,6 +546,7 @@ int eph_api_runs_list(struct eph_api_req *req)
                               NULL, NULL);
 }
 
+
 /* ---- events ---- */
 
 static int events_cb(const struct eph_event *e, void *ctx)
@@ -577,14 +555,20 @@ static int events_cb(const struct eph_event *e, void *ctx)
     return 0;
 }
 
+/* One event stream. The content reader runs on a polling thread and never blocks: with nothing
+ * to send it parks the connection until the run has a new event, settles, or the keep-alive is
+ * due. */
 struct sse {
     struct eph_service *svc;
     char id[EPH_RUN_ID_LEN + 1];
     struct eph_live *live;     /* NULL once the run is settled */
     uint64_t last_seq;         /* last event sent */
     bool done;                 /* the final event was sent */
+    uint64_t keepalive_ns;     /* the interval */
+    uint64_t keepalive_due;    /* CLOCK_MONOTONIC */
     struct eph_buf pending;    /* bytes not yet handed to the server */
     size_t pending_off;
+    struct eph_api_waiter waiter;
 };
 
 static int sse_event_cb(const struct eph_event *e, void *ctx)
@@ -603,47 +587,76 @@ static int sse_event_cb(const struct eph_event *e, void *ctx)
     return rc;
 }
 
-/* Refills the pending buffer: stored events after last_seq, else a wait for new ones, else a
- * keep-alive comment. Returns false at the end of the stream. */
-static bool sse_fill(struct sse *s)
+enum sse_fill { SSE_DATA, SSE_PARKED, SSE_END };
+
+/* Refills the pending buffer: stored events after last_seq, else a keep-alive comment when one
+ * is due, else the connection parks. */
+static enum sse_fill sse_fill(struct sse *s)
 {
     struct eph_store *st = s->svc->store;
     for (;;) {
         if (s->done)
-            return false;
+            return SSE_END;
         eph_buf_reset(&s->pending);
         s->pending_off = 0;
         if (st->ops->events_list(st, s->id, s->last_seq, 64, sse_event_cb, s))
-            return false;
-        if (s->pending.len)
-            return true;
+            return SSE_END;
+        uint64_t now = eph_clock_mono_ns();
+        if (s->pending.len) {
+            s->keepalive_due = now + s->keepalive_ns;
+            return SSE_DATA;
+        }
         if (!s->live) {
             /* Not live and nothing new: the run is settled (or was never ours to follow). */
-            return false;
+            return SSE_END;
         }
+        uint64_t seq;
         bool closed;
-        uint64_t seq =
-            eph_live_wait(s->live, s->last_seq, eph_clock_mono_ns() + SSE_KEEPALIVE_NS, &closed);
-        if (seq > s->last_seq)
-            continue;
+        eph_live_state(s->live, &seq, &closed);
         if (closed) {
+            /* Settled: what the store has now is all there will be; one more read ends it. */
             eph_live_put(s->live);
             s->live = NULL;
             continue;
         }
-        if (atomic_load(&s->svc->shutting_down))
-            return false;
-        if (eph_buf_appends(&s->pending, ": keep-alive\n\n"))
-            return false;
-        return true;
+        if (seq > s->last_seq) {
+            /* Numbered but not readable yet (a settlement in flight): look again shortly. */
+            s->waiter.after_seq = UINT64_MAX;
+            s->waiter.deadline_ns = now + 20000000u;
+        } else {
+            if (atomic_load(&s->svc->shutting_down))
+                return SSE_END;
+            if (now >= s->keepalive_due) {
+                s->keepalive_due = now + s->keepalive_ns;
+                if (eph_buf_appends(&s->pending, ": keep-alive\n\n"))
+                    return SSE_END;
+                return SSE_DATA;
+            }
+            s->waiter.after_seq = s->last_seq;
+            s->waiter.deadline_ns = s->keepalive_due;
+        }
+        s->waiter.live = s->live;
+        enum eph_api_park_result pr = eph_api_park(&s->waiter);
+        if (pr == EPH_API_PARKED)
+            return SSE_PARKED;
+        if (pr == EPH_API_STOPPING)
+            return SSE_END;
     }
 }
 
 static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max)
 {
     struct sse *s = cls;
-    if (s->pending_off >= s->pending.len && !sse_fill(s))
-        return MHD_CONTENT_READER_END_OF_STREAM;
+    if (s->pending_off >= s->pending.len) {
+        switch (sse_fill(s)) {
+        case SSE_END:
+            return MHD_CONTENT_READER_END_OF_STREAM;
+        case SSE_PARKED:
+            return 0; /* MHD calls again once the connection is resumed */
+        case SSE_DATA:
+            break;
+        }
+    }
     size_t n = s->pending.len - s->pending_off;
     if (n > max)
         n = max;
@@ -664,14 +677,8 @@ int eph_api_runs_events(struct eph_api_req *req, const char *id)
 {
     struct eph_store *st = req->svc->store;
     struct eph_run r;
-    if (!eph_id_is_run(id))
-        return not_found(req, id);
-    int rc = st->ops->run_get(st, id, req->org_id, &r);
-    if (rc == -ENOENT)
-        return not_found(req, id);
-    if (rc)
-        return eph_api_reply_error(req, 503, "api_error", "store_unavailable", NULL,
-                                   "the store is unavailable");
+    if (!load_run(req, id, &r))
+        return MHD_YES;
     eph_run_release(&r);
 
     uint64_t after = 0;
@@ -680,8 +687,9 @@ int eph_api_runs_events(struct eph_api_req *req, const char *id)
     const char *from = last ? last : a;
     if (from) {
         char *end;
+        errno = 0;
         unsigned long long n = strtoull(from, &end, 10);
-        if (*end || end == from)
+        if (*end || end == from || errno || from[0] == '-')
             return BAD(last ? "Last-Event-ID" : "after", "must be an event sequence number");
         after = n;
     }
@@ -690,8 +698,7 @@ int eph_api_runs_events(struct eph_api_req *req, const char *id)
         json_t *data = json_array();
         if (st->ops->events_list(st, id, after, 0, events_cb, data)) {
             json_decref(data);
-            return eph_api_reply_error(req, 503, "api_error", "store_unavailable", NULL,
-                                       "the store is unavailable");
+            return store_unavailable(req);
         }
         return eph_api_reply_json(req, 200, json_pack("{s:s, s:o}", "object", "list", "data", data),
                                   NULL, NULL);
@@ -702,6 +709,10 @@ int eph_api_runs_events(struct eph_api_req *req, const char *id)
     s->svc = req->svc;
     snprintf(s->id, sizeof(s->id), "%s", id);
     s->last_seq = after;
+    unsigned ka = req->svc->cfg->sse_keepalive_seconds ? req->svc->cfg->sse_keepalive_seconds : 15;
+    s->keepalive_ns = (uint64_t)ka * 1000000000u;
+    s->keepalive_due = eph_clock_mono_ns() + s->keepalive_ns;
+    s->waiter.conn = req->conn;
     /* Take the live reference before reading the store, so that no event falls between. */
     s->live = eph_live_get(id);
     eph_buf_init(&s->pending, 1u << 20);
@@ -714,41 +725,43 @@ int eph_api_runs_events(struct eph_api_req *req, const char *id)
     MHD_add_response_header(resp, "Content-Type", "text/event-stream");
     MHD_add_response_header(resp, "Cache-Control", "no-store");
     MHD_add_response_header(resp, "X-Accel-Buffering", "no");
-    rc = MHD_queue_response(req->conn, 200, resp);
+    int rc = MHD_queue_response(req->conn, 200, resp);
     MHD_destroy_response(resp);
     req->answered = true;
+    req->status = 200;
     return rc;
+}
+
+/* ---- cancel ---- */
+
+static int cancel_resume(struct eph_api_req *req)
+{
+    return get_resume(req);
 }
 
 int eph_api_runs_cancel(struct eph_api_req *req, const char *id)
 {
-    struct eph_store *st = req->svc->store;
     struct eph_run r;
-    if (!eph_id_is_run(id))
-        return not_found(req, id);
-    int rc = st->ops->run_get(st, id, req->org_id, &r);
-    if (rc == -ENOENT)
-        return not_found(req, id);
-    if (rc)
-        return eph_api_reply_error(req, 503, "api_error", "store_unavailable", NULL,
-                                   "the store is unavailable");
-    struct eph_live *live = NULL;
-    if (!eph_run_status_terminal(r.status)) {
-        live = eph_live_get(id);
-        if (live) {
-            eph_live_cancel(live);
-            /* Cancelling is prompt: wait briefly so the answer usually shows the final state. */
-            eph_live_wait_closed(live, eph_clock_mono_ns() + 5ull * 1000000000u);
-        }
-        eph_run_release(&r);
-        if ((rc = st->ops->run_get(st, id, req->org_id, &r))) {
-            eph_live_put(live);
-            return eph_api_reply_error(req, 503, "api_error", "store_unavailable", NULL,
-                                       "the store is unavailable");
-        }
-    }
-    json_t *o = run_json(req, &r, live);
-    eph_live_put(live);
+    if (!load_run(req, id, &r))
+        return MHD_YES;
+    snprintf(req->run_id, sizeof(req->run_id), "%s", id);
+    bool terminal = eph_run_status_terminal(r.status);
+    bool zdr = r.zdr;
     eph_run_release(&r);
-    return eph_api_reply_json(req, 200, o, NULL, NULL);
+    /* Cancelling a finished run changes nothing: the answer is the run as it is. */
+    if (!terminal || zdr)
+        req->live = eph_live_get(id);
+    if (!terminal && req->live) {
+        eph_live_cancel(req->live);
+        EPH_INFO("api", "run %s: cancel requested", id);
+        /* A run still waiting for a worker would wait for one just to be cancelled: take it out
+         * of the queue and settle it here. With the cancel flag set, the worker's code settles
+         * it at once (nothing started, everything released) without a sandbox. */
+        if (eph_scheduler_withdraw(id) == 0)
+            eph_worker_run(req->svc, id);
+        /* Cancelling is prompt: wait briefly so the answer usually shows the final state. */
+        if (eph_api_park_until_settled(req, deadline_in(CANCEL_WAIT_SECONDS), cancel_resume))
+            return MHD_YES;
+    }
+    return cancel_resume(req);
 }

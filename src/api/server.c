@@ -1,6 +1,6 @@
 /*
  * server.c - the HTTP server: connection handling, body accumulation with a cap, routing, auth,
- * and the JSON answer helpers.
+ * idempotency of POSTs, metrics of every request, and the JSON answer helpers.
  */
 #include "api/api.h"
 
@@ -13,13 +13,20 @@
 
 #include <microhttpd.h>
 
+#include "common/clock.h"
 #include "common/id.h"
 #include "common/log.h"
+#include "common/metrics.h"
+#include "run/live.h"
 
 struct eph_api {
     struct MHD_Daemon *mhd;
     struct eph_service *svc;
 };
+
+/* Threads polling the sockets. Handlers only wait on the store (milliseconds); anything longer
+ * parks its connection, so a few threads serve any number of clients. */
+#define API_THREADS 4
 
 /* JSON numbers such as event times print with at most 10 significant digits. */
 #define DUMP_FLAGS (JSON_COMPACT | JSON_REAL_PRECISION(10))
@@ -49,24 +56,112 @@ unsigned eph_api_prefer_wait(struct eph_api_req *req, unsigned max)
     return n > max ? max : (unsigned)n;
 }
 
-static int queue(struct eph_api_req *req, unsigned status, char *text, const char *extra_header,
-                 const char *extra_value)
+static void idem_finish(struct eph_api_req *req, unsigned status, const char *text)
 {
-    size_t len = text ? strlen(text) : 0;
+    if (!req->idem_active)
+        return;
+    req->idem_active = false;
+    struct eph_store *st = req->svc->store;
+    /* Only a success is remembered: a request that failed (validation, balance, a conflict) can
+     * be retried with the same key. */
+    int rc = status / 100 == 2 && text
+                 ? st->ops->idem_complete(st, req->org_id, req->idem_key, (int)status, text)
+                 : st->ops->idem_abandon(st, req->org_id, req->idem_key);
+    if (rc)
+        EPH_WARN("api", "cannot record an idempotency key: %s", strerror(-rc));
+}
+
+void eph_api_idem_settle(struct eph_api_req *req, unsigned status, json_t *body)
+{
+    if (!req->idem_active)
+        return;
+    char *text = json_dumps(body, DUMP_FLAGS);
+    idem_finish(req, status, text);
+    free(text);
+}
+
+static int queue_response(struct eph_api_req *req, unsigned status, char *text, size_t len,
+                          const char *content_type, const char *extra_header,
+                          const char *extra_value)
+{
     struct MHD_Response *resp =
-        MHD_create_response_from_buffer(len, text ? text : (char *)"", MHD_RESPMEM_MUST_FREE);
+        text ? MHD_create_response_from_buffer(len, text, MHD_RESPMEM_MUST_FREE)
+             : MHD_create_response_from_buffer(0, (char *)"", MHD_RESPMEM_PERSISTENT);
     if (!resp) {
         free(text);
         return MHD_NO;
     }
-    MHD_add_response_header(resp, "Content-Type", "application/json");
+    MHD_add_response_header(resp, "Content-Type", content_type);
     MHD_add_response_header(resp, "Cache-Control", "no-store");
     if (extra_header && extra_value)
         MHD_add_response_header(resp, extra_header, extra_value);
     int rc = MHD_queue_response(req->conn, status, resp);
     MHD_destroy_response(resp);
     req->answered = true;
+    req->status = status;
     return rc;
+}
+
+static int queue(struct eph_api_req *req, unsigned status, char *text, const char *extra_header,
+                 const char *extra_value)
+{
+    idem_finish(req, status, text);
+    return queue_response(req, status, text, text ? strlen(text) : 0, "application/json",
+                          extra_header, extra_value);
+}
+
+int eph_api_reply_text(struct eph_api_req *req, unsigned status, const char *content_type,
+                       const char *text, size_t len)
+{
+    char *copy = malloc(len + 1);
+    if (!copy)
+        return MHD_NO;
+    memcpy(copy, text, len);
+    copy[len] = '\0';
+    idem_finish(req, status, NULL);
+    return queue_response(req, status, copy, len, content_type, NULL, NULL);
+}
+
+bool eph_api_require_admin(struct eph_api_req *req)
+{
+    if (strcmp(req->role, "admin") == 0)
+        return true;
+    eph_api_reply_error(req, 403, "permission_error", "admin_required", NULL,
+                        "this endpoint needs an admin key");
+    return false;
+}
+
+json_t *eph_api_body_object(struct eph_api_req *req)
+{
+    json_error_t je;
+    /* NUL is let through so that the field holding it can be named; every string field checks
+     * for it. */
+    json_t *body = json_loadb(req->body.data ? req->body.data : "", req->body.len,
+                              JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &je);
+    if (!body || !json_is_object(body)) {
+        eph_api_reply_error(req, 400, "invalid_request_error", "invalid_json", NULL,
+                            "the body must be a JSON object: %s",
+                            body ? "not an object" : je.text);
+        json_decref(body);
+        return NULL;
+    }
+    return body;
+}
+
+bool eph_api_park_until_settled(struct eph_api_req *req, uint64_t deadline_ns,
+                                int (*resume)(struct eph_api_req *req))
+{
+    if (!req->live)
+        return false;
+    req->waiter.conn = req->conn;
+    req->waiter.live = req->live;
+    req->waiter.after_seq = UINT64_MAX;
+    req->waiter.deadline_ns = deadline_ns;
+    if (eph_api_park(&req->waiter) != EPH_API_PARKED)
+        return false;
+    req->parked = true;
+    req->resume = resume;
+    return true;
 }
 
 int eph_api_reply_json(struct eph_api_req *req, unsigned status, json_t *body,
@@ -132,13 +227,14 @@ bool eph_api_authenticate(struct eph_api_req *req)
     return true;
 }
 
-/* "/v1/runs/<id>[/<tail>]": copies the id and points tail at what follows (or ""). */
-static bool match_run_path(const char *path, char *id, size_t idlen, const char **tail)
+/* "<prefix><id>[/<tail>]": copies the id and points tail at what follows (or ""). */
+static bool match_id_path(const char *path, const char *prefix, char *id, size_t idlen,
+                          const char **tail)
 {
-    static const char prefix[] = "/v1/runs/";
-    if (strncmp(path, prefix, sizeof(prefix) - 1) != 0)
+    size_t plen = strlen(prefix);
+    if (strncmp(path, prefix, plen) != 0)
         return false;
-    const char *p = path + sizeof(prefix) - 1;
+    const char *p = path + plen;
     const char *slash = strchr(p, '/');
     size_t n = slash ? (size_t)(slash - p) : strlen(p);
     if (n == 0 || n >= idlen)
@@ -152,42 +248,190 @@ static bool match_run_path(const char *path, char *id, size_t idlen, const char 
 static int method_not_allowed(struct eph_api_req *req)
 {
     return eph_api_reply_error(req, 405, "invalid_request_error", "method_not_allowed", NULL,
-                               "method %s is not allowed on '%s'", req->method, req->path);
+                               "method %s is not allowed on '%s'", req->method, req->route);
+}
+
+static int no_such_path(struct eph_api_req *req)
+{
+    req->route = "other";
+    return eph_api_reply_error(req, 404, "not_found_error", "not_found", NULL,
+                               "no such path '%.200s'", req->path);
+}
+
+static bool is_printable_ascii(const char *s)
+{
+    for (; *s; s++)
+        if (*s < 0x20 || *s > 0x7e)
+            return false;
+    return true;
+}
+
+/* SPEC 3.5 for a POST that carries Idempotency-Key: returns true when the request was answered
+ * here (a replay, 409, 422, or a bad key), false when the handler should run, holding the key. */
+static bool idem_gate(struct eph_api_req *req)
+{
+    const char *key = eph_api_header(req, "Idempotency-Key");
+    if (!key)
+        return false;
+    if (strlen(key) == 0 || strlen(key) > 255 || !is_printable_ascii(key)) {
+        eph_api_reply_error(req, 400, "invalid_request_error", "invalid_parameter",
+                            "Idempotency-Key",
+                            "'Idempotency-Key' must be 1 to 255 printable ASCII characters");
+        return true;
+    }
+    /* The request's identity: method, path and the body in canonical form (keys sorted), or the
+     * raw bytes when it is not JSON (it will fail validation, and then nothing is kept). */
+    struct eph_buf b;
+    eph_buf_init(&b, req->svc->cfg->max_body_bytes * 2 + 4096);
+    json_t *body = req->body.len ? json_loadb(req->body.data, req->body.len,
+                                             JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, NULL) : NULL;
+    char *canon = body ? json_dumps(body, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+    json_decref(body);
+    int rc = eph_buf_appendf(&b, "%s %s\n", req->method, req->path);
+    if (!rc)
+        rc = canon ? eph_buf_appends(&b, canon)
+                   : eph_buf_append(&b, req->body.data ? req->body.data : "", req->body.len);
+    free(canon);
+    if (rc) {
+        eph_buf_release(&b);
+        eph_api_reply_error(req, 500, "api_error", "internal_error", NULL, "out of memory");
+        return true;
+    }
+    char hash[65];
+    eph_sha256_hex(b.data, b.len, hash);
+    eph_buf_release(&b);
+
+    struct eph_store *st = req->svc->store;
+    struct eph_idem prev = {0};
+    int64_t now = eph_clock_real_ms();
+    unsigned ttl = req->svc->cfg->idempotency_ttl_seconds ? req->svc->cfg->idempotency_ttl_seconds
+                                                         : 1;
+    rc = st->ops->idem_begin(st, req->org_id, key, hash, now, now - (int64_t)ttl * 1000, &prev);
+    if (rc == 0) {
+        req->idem_active = true;
+        snprintf(req->idem_key, sizeof(req->idem_key), "%s", key);
+        return false;
+    }
+    if (rc != -EEXIST) {
+        eph_api_reply_error(req, 503, "api_error", "store_unavailable", NULL,
+                            "the store is unavailable");
+        return true;
+    }
+    if (strcmp(prev.request_hash, hash) != 0) {
+        free(prev.response_body);
+        eph_api_reply_error(req, 422, "idempotency_error", "idempotency_key_reused",
+                            "Idempotency-Key",
+                            "this idempotency key was used with a different request");
+        return true;
+    }
+    if (prev.status_code == 0) {
+        free(prev.response_body);
+        eph_api_reply_error(req, 409, "idempotency_error", "idempotency_key_in_use",
+                            "Idempotency-Key",
+                            "a request with this idempotency key is still in progress");
+        return true;
+    }
+    json_t *stored = json_loads(prev.response_body ? prev.response_body : "", 0, NULL);
+    free(prev.response_body);
+    /* A run is replayed as it is now, not as it was when it was created. */
+    const char *object = json_string_value(json_object_get(stored, "object"));
+    const char *rid = json_string_value(json_object_get(stored, "id"));
+    struct eph_run r;
+    if (object && strcmp(object, "run") == 0 && rid &&
+        st->ops->run_get(st, rid, req->org_id, &r) == 0) {
+        json_decref(stored);
+        stored = eph_run_to_json(&r, req->svc->cfg->retention_days);
+        eph_run_release(&r);
+    }
+    if (!stored)
+        stored = json_object();
+    eph_api_reply_json(req, 200, stored, "Idempotent-Replayed", "true");
+    return true;
 }
 
 static int route(struct eph_api_req *req)
 {
     const char *m = req->method, *p = req->path;
-    bool get = strcmp(m, "GET") == 0, post = strcmp(m, "POST") == 0;
+    bool get = strcmp(m, "GET") == 0, post = strcmp(m, "POST") == 0,
+         del = strcmp(m, "DELETE") == 0;
+    char id[80];
+    const char *tail = "";
 
+    /* The pattern first, so that every answer (401s included) is counted under its route. */
     if (strcmp(p, "/healthz") == 0)
+        req->route = "/healthz";
+    else if (strcmp(p, "/metrics") == 0)
+        req->route = "/metrics";
+    else if (strcmp(p, "/v1/runs") == 0)
+        req->route = "/v1/runs";
+    else if (strcmp(p, "/v1/balance") == 0)
+        req->route = "/v1/balance";
+    else if (strcmp(p, "/v1/credits") == 0)
+        req->route = "/v1/credits";
+    else if (strcmp(p, "/v1/keys") == 0)
+        req->route = "/v1/keys";
+    else if (strcmp(p, "/v1/connections") == 0)
+        req->route = "/v1/connections";
+    else if (match_id_path(p, "/v1/runs/", id, sizeof(id), &tail) &&
+             (!*tail || strcmp(tail, "/events") == 0 || strcmp(tail, "/cancel") == 0))
+        req->route = !*tail ? "/v1/runs/{id}"
+                     : tail[1] == 'e' ? "/v1/runs/{id}/events"
+                                      : "/v1/runs/{id}/cancel";
+    else if (match_id_path(p, "/v1/keys/", id, sizeof(id), &tail) && !*tail)
+        req->route = "/v1/keys/{id}";
+    else if (match_id_path(p, "/v1/connections/", id, sizeof(id), &tail) && !*tail)
+        req->route = "/v1/connections/{name}";
+    else
+        return no_such_path(req);
+    const char *r = req->route;
+
+    if (strcmp(r, "/healthz") == 0)
         return get ? eph_api_healthz(req) : method_not_allowed(req);
-    if (strncmp(p, "/v1/", 4) != 0)
-        return eph_api_reply_error(req, 404, "not_found_error", "not_found", NULL,
-                                   "no such path '%s'", p);
+    if (strcmp(r, "/metrics") == 0)
+        return get ? eph_api_metrics(req) : method_not_allowed(req);
     if (!eph_api_authenticate(req))
         return MHD_YES;
-    if (strcmp(p, "/v1/runs") == 0) {
+    /* Idempotency is honoured where a retry could do something twice: creating a run, adding
+     * credit, cancelling. Creating a key or a connection is not: their bodies hold secrets that
+     * must not be kept, even hashed, and a connection's name is unique anyway. */
+    if (post && (strcmp(r, "/v1/runs") == 0 || strcmp(r, "/v1/credits") == 0 ||
+                 strcmp(r, "/v1/runs/{id}/cancel") == 0)) {
+        if (strcmp(r, "/v1/runs") == 0 && atomic_load(&req->svc->shutting_down))
+            return eph_api_reply_error(req, 503, "api_error", "shutting_down", NULL,
+                                       "the server is shutting down");
+        if (idem_gate(req))
+            return MHD_YES;
+    }
+    if (strcmp(r, "/v1/runs") == 0) {
         if (post)
             return eph_api_runs_create(req);
         return get ? eph_api_runs_list(req) : method_not_allowed(req);
     }
-    if (strcmp(p, "/v1/balance") == 0)
+    if (strcmp(r, "/v1/balance") == 0)
         return get ? eph_api_balance(req) : method_not_allowed(req);
-    if (strcmp(p, "/v1/credits") == 0)
+    if (strcmp(r, "/v1/credits") == 0)
         return post ? eph_api_credits(req) : method_not_allowed(req);
-    char id[64];
-    const char *tail;
-    if (match_run_path(p, id, sizeof(id), &tail)) {
-        if (strcmp(tail, "") == 0)
-            return get ? eph_api_runs_get(req, id) : method_not_allowed(req);
-        if (strcmp(tail, "/events") == 0)
-            return get ? eph_api_runs_events(req, id) : method_not_allowed(req);
-        if (strcmp(tail, "/cancel") == 0)
-            return post ? eph_api_runs_cancel(req, id) : method_not_allowed(req);
+    if (strcmp(r, "/v1/runs/{id}") == 0)
+        return get ? eph_api_runs_get(req, id) : method_not_allowed(req);
+    if (strcmp(r, "/v1/runs/{id}/events") == 0)
+        return get ? eph_api_runs_events(req, id) : method_not_allowed(req);
+    if (strcmp(r, "/v1/runs/{id}/cancel") == 0)
+        return post ? eph_api_runs_cancel(req, id) : method_not_allowed(req);
+    if (strcmp(r, "/v1/keys") == 0) {
+        if (post)
+            return eph_api_keys_create(req);
+        return get ? eph_api_keys_list(req) : method_not_allowed(req);
     }
-    return eph_api_reply_error(req, 404, "not_found_error", "not_found", NULL,
-                               "no such path '%s'", p);
+    if (strcmp(r, "/v1/keys/{id}") == 0)
+        return del ? eph_api_keys_delete(req, id) : method_not_allowed(req);
+    if (strcmp(r, "/v1/connections") == 0) {
+        if (post)
+            return eph_api_connections_create(req);
+        return get ? eph_api_connections_list(req) : method_not_allowed(req);
+    }
+    if (get)
+        return eph_api_connections_get(req, id);
+    return del ? eph_api_connections_delete(req, id) : method_not_allowed(req);
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
@@ -204,6 +448,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         req->conn = conn;
         req->method = method;
         req->path = url;
+        req->route = "other";
+        req->start_ns = eph_clock_mono_ns();
         eph_buf_init(&req->body, api->svc->cfg->max_body_bytes);
         *state = req;
         const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
@@ -226,8 +472,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return (enum MHD_Result)eph_api_reply_error(
             req, 413, "invalid_request_error", "body_too_large", NULL,
             "request body over the limit of %zu bytes", api->svc->cfg->max_body_bytes);
-    int rc = route(req);
-    if (!req->answered)
+    int rc;
+    if (req->parked) {
+        /* Resumed by the parker: the handler takes up where it left off. */
+        req->parked = false;
+        rc = req->resume(req);
+    } else {
+        rc = route(req);
+    }
+    if (!req->answered && !req->parked)
         rc = eph_api_reply_error(req, 500, "api_error", "internal_error", NULL,
                                  "internal error");
     return (enum MHD_Result)rc;
@@ -239,6 +492,12 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **state,
     struct eph_api_req *req = *state;
     if (!req)
         return;
+    eph_metrics_observe_http(req->method, req->route, req->status,
+                             eph_clock_mono_ns() - req->start_ns);
+    /* A request that ended without an answer (the client left) releases its idempotency key. */
+    if (req->idem_active)
+        idem_finish(req, 499, NULL);
+    eph_live_put(req->live);
     eph_buf_release(&req->body);
     free(req);
     *state = NULL;
@@ -304,19 +563,28 @@ int eph_api_start(struct eph_service *svc, struct eph_api **out, char *err, size
     if (!api)
         return -ENOMEM;
     api->svc = svc;
-    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
-                     MHD_USE_ERROR_LOG | MHD_USE_AUTO;
+    /* Polling threads, not a thread per connection: waiting requests park (park.c). */
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_ALLOW_SUSPEND_RESUME |
+                     MHD_USE_ERROR_LOG;
     if (ss.ss_family == AF_INET6)
         flags |= MHD_USE_IPv6;
+    int prc = eph_api_park_start();
+    if (prc) {
+        snprintf(err, errlen, "cannot start the parker thread: %s", strerror(-prc));
+        free(api);
+        return prc;
+    }
     api->mhd = MHD_start_daemon(flags, 0, NULL, NULL, on_request, api, MHD_OPTION_SOCK_ADDR,
                                 (struct sockaddr *)&ss, MHD_OPTION_NOTIFY_COMPLETED, on_completed,
-                                NULL, MHD_OPTION_CONNECTION_LIMIT, (unsigned)1024,
+                                NULL, MHD_OPTION_CONNECTION_LIMIT, (unsigned)4096,
                                 MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120,
+                                MHD_OPTION_THREAD_POOL_SIZE, (unsigned)API_THREADS,
                                 MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL,
                                 MHD_OPTION_THREAD_STACK_SIZE, (size_t)(512u << 10),
                                 MHD_OPTION_END);
     if (!api->mhd) {
         snprintf(err, errlen, "cannot listen on '%s': %s", svc->cfg->listen, strerror(errno));
+        eph_api_park_stop();
         free(api);
         return -EADDRINUSE;
     }
@@ -328,6 +596,9 @@ void eph_api_stop(struct eph_api *api)
 {
     if (!api)
         return;
+    /* MHD must not be stopped with a suspended connection: resume them all first (they answer
+     * with what they have), and nothing parks after this. */
+    eph_api_park_stop();
     MHD_stop_daemon(api->mhd);
     free(api);
 }

@@ -1,6 +1,6 @@
 /*
- * admin.c - `ephemerald admin ...`: organizations, keys and credit, straight on the store, with or
- * without a running server.
+ * admin.c - `ephemerald admin ...`: organizations, keys, credit and connections, straight on the
+ * store, with or without a running server.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -10,6 +10,7 @@
 
 #include <sodium.h>
 
+#include "api/api.h"
 #include "common/error.h"
 #include "common/id.h"
 #include "daemon/commands.h"
@@ -66,7 +67,9 @@ static int new_key(struct eph_store *st, const char *org_id, const char *role)
     if (rc)
         return rc;
     eph_sha256_hex(key, strlen(key), hash);
-    rc = st->ops->key_insert(st, org_id, hash, role, NULL, 0);
+    char prefix[16];
+    snprintf(prefix, sizeof(prefix), "%.8s", key);
+    rc = st->ops->key_insert(st, org_id, hash, role, prefix, NULL, 0);
     if (rc) {
         fprintf(stderr, "ephemerald: cannot store the key: %s\n", eph_strerror(rc));
         return rc;
@@ -187,6 +190,133 @@ out:
     return status;
 }
 
+#define CONNECTION_USAGE                                                                           \
+    "usage: ephemerald admin connection add --org NAME --name N --base-url URL --methods GET,POST\n" \
+    "                                       [--path-prefix P]... [--header 'Name: value']...\n"
+
+/* Moves the repeatable options (--path-prefix, --header) out of argv into arrays, leaving the rest
+ * for eph_options_load. Returns the new argc, or -1 on a missing value. */
+static int take_repeated(int argc, char **argv, json_t *prefixes, json_t *headers, bool *bad)
+{
+    int out = 0;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        bool is_prefix = strncmp(a, "--path-prefix", 13) == 0 && (a[13] == '\0' || a[13] == '=');
+        bool is_header = strncmp(a, "--header", 8) == 0 && (a[8] == '\0' || a[8] == '=');
+        if (!is_prefix && !is_header) {
+            argv[out++] = argv[i];
+            continue;
+        }
+        const char *eq = strchr(a, '=');
+        const char *v = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
+        if (!v)
+            return -1;
+        if (is_prefix) {
+            json_array_append_new(prefixes, json_string(v));
+            continue;
+        }
+        /* "Name: value": the value is a credential; it goes into the sealed blob only. */
+        const char *colon = strchr(v, ':');
+        if (!colon || colon == v) {
+            *bad = true;
+            continue;
+        }
+        char name[160];
+        snprintf(name, sizeof(name), "%.*s", (int)(colon - v), v);
+        const char *val = colon + 1;
+        while (*val == ' ' || *val == '\t')
+            val++;
+        json_object_set_new(headers, name, json_string(val));
+    }
+    return out;
+}
+
+static int admin_connection(int argc, char **argv)
+{
+    if (argc < 3 || strcmp(argv[2], "add") != 0) {
+        fputs(CONNECTION_USAGE, stderr);
+        return 2;
+    }
+    static const char *const extra[] = {"--org", "--name", "--base-url", "--methods", NULL};
+    const char *vals[4] = {NULL, NULL, NULL, NULL};
+    struct eph_config cfg;
+    memset(&cfg, 0, sizeof(cfg));
+    struct eph_store *st = NULL;
+    int status = 1;
+    json_t *prefixes = json_array(), *headers = json_object(), *body = NULL;
+    bool bad_header = false;
+    int n = take_repeated(argc, argv, prefixes, headers, &bad_header);
+    if (n < 0 || bad_header) {
+        fprintf(stderr, "ephemerald: --header takes 'Name: value', --path-prefix a path\n");
+        status = 2;
+        goto out;
+    }
+    if (eph_options_load(&cfg, n, argv, 3, extra, vals))
+        goto out;
+    if (!vals[0] || !vals[1] || !vals[2] || !vals[3]) {
+        fputs(CONNECTION_USAGE, stderr);
+        status = 2;
+        goto out;
+    }
+    json_t *methods = json_array();
+    char mbuf[256];
+    snprintf(mbuf, sizeof(mbuf), "%s", vals[3]);
+    for (char *save = NULL, *m = strtok_r(mbuf, ",", &save); m; m = strtok_r(NULL, ",", &save))
+        json_array_append_new(methods, json_string(m));
+    body = json_pack("{s:s, s:s, s:o, s:O, s:O}", "name", vals[1], "base_url", vals[2],
+                     "methods", methods, "path_prefixes", prefixes, "headers", headers);
+    if (!body)
+        goto out;
+    struct eph_connection c;
+    const char *param;
+    char err[256];
+    int rc = eph_api_connection_build(body, cfg.secret_key_file, &c, &param, err, sizeof(err));
+    if (rc) {
+        fprintf(stderr, "ephemerald: %s\n", err);
+        status = rc == -EINVAL && param ? 2 : 1;
+        goto out;
+    }
+    if (open_store(&cfg, &st)) {
+        eph_connection_release(&c);
+        goto out;
+    }
+    char org_id[48];
+    if (st->ops->org_find(st, vals[0], org_id, sizeof(org_id))) {
+        fprintf(stderr, "ephemerald: no org '%s'\n", vals[0]);
+        eph_connection_release(&c);
+        goto out;
+    }
+    rc = st->ops->conn_insert(st, org_id, &c, c.id, sizeof(c.id));
+    if (rc == -EEXIST)
+        fprintf(stderr, "ephemerald: org '%s' has a connection named '%s' already\n", vals[0],
+                c.name);
+    else if (rc)
+        fprintf(stderr, "ephemerald: cannot store the connection: %s\n", eph_strerror(rc));
+    else {
+        printf("%s\n", c.id);
+        fprintf(stderr, "admin: connection '%s' added to org '%s' (%zu headers, sealed)\n",
+                c.name, vals[0], json_array_size(c.header_names));
+        status = 0;
+    }
+    eph_connection_release(&c);
+out:;
+    /* The headers held credentials in the clear: wipe them. */
+    const char *hk;
+    json_t *hv;
+    json_object_foreach(headers, hk, hv)
+    {
+        if (json_is_string(hv))
+            sodium_memzero((char *)json_string_value(hv), json_string_length(hv));
+    }
+    json_decref(body);
+    json_decref(prefixes);
+    json_decref(headers);
+    if (st)
+        st->ops->close(st);
+    eph_config_release(&cfg);
+    return status;
+}
+
 int eph_cmd_admin(int argc, char **argv)
 {
     if (sodium_init() < 0) {
@@ -199,6 +329,8 @@ int eph_cmd_admin(int argc, char **argv)
         return admin_key(argc, argv);
     if (argc >= 2 && strcmp(argv[1], "credit") == 0)
         return admin_credit(argc, argv);
-    fprintf(stderr, "usage: ephemerald admin init|key create|credit ...\n");
+    if (argc >= 2 && strcmp(argv[1], "connection") == 0)
+        return admin_connection(argc, argv);
+    fprintf(stderr, "usage: ephemerald admin init|key create|credit|connection add ...\n");
     return 2;
 }

@@ -43,6 +43,9 @@ int eph_config_defaults(struct eph_config *cfg)
     cfg->max_body_bytes = 16u << 20;
     cfg->turn_limit = 30;
     cfg->shutdown_grace_seconds = 30;
+    cfg->secret_key_file = strdup("var/secret.key");
+    cfg->idempotency_ttl_seconds = 86400;
+    cfg->sse_keepalive_seconds = 15;
     cfg->sandbox.backend = strdup("auto");
     cfg->sandbox.image = strdup(eph_default_image_path());
     cfg->sandbox.init_path = strdup(eph_default_init_path());
@@ -55,7 +58,8 @@ int eph_config_defaults(struct eph_config *cfg)
     cfg->default_model = strdup("openai/gpt-6-luna");
     cfg->models = calloc(1, sizeof(*cfg->models));
     if (!cfg->listen || !cfg->db || !cfg->log_format || !cfg->log_level || !cfg->sandbox.backend ||
-        !cfg->sandbox.image || !cfg->sandbox.init_path || !cfg->default_model || !cfg->models)
+        !cfg->sandbox.image || !cfg->sandbox.init_path || !cfg->default_model || !cfg->models ||
+        !cfg->secret_key_file)
         return -ENOMEM;
     cfg->nmodels = 1;
     struct eph_model_config *m = &cfg->models[0];
@@ -81,6 +85,7 @@ void eph_config_release(struct eph_config *cfg)
     free(cfg->sandbox.image);
     free(cfg->sandbox.init_path);
     free(cfg->default_model);
+    free(cfg->secret_key_file);
     for (size_t i = 0; i < cfg->nmodels; i++)
         model_release(&cfg->models[i]);
     free(cfg->models);
@@ -125,6 +130,9 @@ static const struct key top_keys[] = {
     KU("turn_limit", turn_limit, 1000),
     KU("shutdown_grace_seconds", shutdown_grace_seconds, 3600),
     KS("default_model", default_model),
+    KS("secret_key_file", secret_key_file),
+    KU("idempotency_ttl_seconds", idempotency_ttl_seconds, 30 * 86400),
+    KU("sse_keepalive_seconds", sse_keepalive_seconds, 3600),
     {NULL, K_STR, 0, 0},
 };
 
@@ -256,6 +264,14 @@ static int load_model(struct eph_model_config *m, json_t *o, char *err, size_t e
                 m->timeout_seconds = (uint32_t)json_integer_value(v);
             known = true;
         }
+        if (strcmp(name, "stream") == 0) {
+            if (!json_is_boolean(v)) {
+                snprintf(err, errlen, "config: models[].stream must be true or false");
+                return -EINVAL;
+            }
+            m->stream = json_is_true(v);
+            known = true;
+        }
         if (!known) {
             snprintf(err, errlen, "config: unknown key 'models[].%s'", name);
             return -EINVAL;
@@ -267,6 +283,11 @@ static int load_model(struct eph_model_config *m, json_t *o, char *err, size_t e
     }
     if (!eph_model_provider(m->provider)) {
         snprintf(err, errlen, "config: model '%s' has unknown provider '%s'", m->id, m->provider);
+        return -EINVAL;
+    }
+    if (m->stream && strcmp(m->provider, "openai") != 0 && strcmp(m->provider, "anthropic") != 0) {
+        snprintf(err, errlen, "config: model '%s': 'stream' applies to openai and anthropic only",
+                 m->id);
         return -EINVAL;
     }
     if (!m->cached_input_micros_per_mtok)
@@ -381,6 +402,7 @@ int eph_config_load_env(struct eph_config *cfg, char *err, size_t errlen)
         {"EPHEMERALD_LOG_FORMAT", offsetof(struct eph_config, log_format)},
         {"EPHEMERALD_LOG_LEVEL", offsetof(struct eph_config, log_level)},
         {"EPHEMERALD_DEFAULT_MODEL", offsetof(struct eph_config, default_model)},
+        {"EPHEMERALD_SECRET_KEY_FILE", offsetof(struct eph_config, secret_key_file)},
     };
     for (size_t i = 0; i < sizeof(strs) / sizeof(strs[0]); i++) {
         const char *v = getenv(strs[i].env);

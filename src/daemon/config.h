@@ -27,6 +27,9 @@ struct eph_config {
     size_t max_body_bytes;        /* 16 MiB */
     unsigned turn_limit;          /* 30 */
     unsigned shutdown_grace_seconds; /* 30 */
+    char *secret_key_file;        /* "var/secret.key": seals connection credentials */
+    unsigned idempotency_ttl_seconds; /* 86400: how long an Idempotency-Key is remembered */
+    unsigned sse_keepalive_seconds;   /* 15: comment lines on an idle event stream */
     struct {
         char *backend;            /* "auto" */
         char *image;              /* "var/images/default" */

@@ -18,6 +18,7 @@
 #include <curl/curl.h>
 #include <sodium.h>
 
+#include "agent/providers.h"
 #include "api/api.h"
 #include "common/clock.h"
 #include "common/error.h"
@@ -43,7 +44,8 @@ static void *reaper_main(void *arg)
             EPH_WARN("reaper", "purging expired logs failed: %s", eph_strerror(rc));
         else if (purged)
             EPH_INFO("reaper", "purged the logs of %u runs past retention", purged);
-        svc->store->ops->idem_expire(svc->store, now - 24 * 3600 * 1000);
+        svc->store->ops->idem_expire(svc->store,
+                                     now - (int64_t)svc->cfg->idempotency_ttl_seconds * 1000);
 
         pthread_mutex_lock(&reaper_lock);
         struct timespec ts;
@@ -155,6 +157,9 @@ int eph_cmd_serve(int argc, char **argv)
             /* A model that cannot open fails its runs; the others still serve. */
             EPH_WARN("serve", "model '%s' is unavailable: %s", cfg.models[i].id, err);
             svc.models[i] = NULL;
+        } else if (cfg.models[i].stream && eph_model_set_stream(svc.models[i], true)) {
+            EPH_WARN("serve", "model '%s': provider '%s' cannot stream", cfg.models[i].id,
+                     cfg.models[i].provider);
         }
     }
 

@@ -35,6 +35,28 @@ static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t live_cond;
 static struct eph_live *live_head;
 static unsigned live_n;
+static void (*_Atomic live_observer)(void);
+
+/* Tells the observer, if any, that something changed. Never called with live_lock held. */
+static void notify(void)
+{
+    void (*fn)(void) = atomic_load(&live_observer);
+    if (fn)
+        fn();
+}
+
+void eph_live_set_observer(void (*fn)(void))
+{
+    atomic_store(&live_observer, fn);
+}
+
+void eph_live_state(struct eph_live *l, uint64_t *last_seq, bool *closed)
+{
+    pthread_mutex_lock(&live_lock);
+    *last_seq = l->last_seq;
+    *closed = l->closed;
+    pthread_mutex_unlock(&live_lock);
+}
 
 int eph_live_init(void)
 {
@@ -148,6 +170,8 @@ int eph_live_emit(struct eph_live *l, struct eph_store *st, const char *source, 
         pthread_cond_broadcast(&live_cond);
     }
     pthread_mutex_unlock(&live_lock);
+    if (!rc)
+        notify();
     if (rc)
         EPH_ERROR("timeline", "run %s: cannot store event %s: %s", l->id, type, strerror(-rc));
     eph_event_release(&e);
@@ -175,6 +199,7 @@ void eph_live_close(struct eph_live *l, uint64_t last_seq, char *zdr_result)
     }
     pthread_cond_broadcast(&live_cond);
     pthread_mutex_unlock(&live_lock);
+    notify();
     if (drop)
         live_free(l);
 }
@@ -214,6 +239,7 @@ void eph_live_cancel(struct eph_live *l)
         l->sb->ops->interrupt(l->sb);
     pthread_cond_broadcast(&live_cond);
     pthread_mutex_unlock(&live_lock);
+    notify();
 }
 
 const atomic_bool *eph_live_cancel_flag(struct eph_live *l)
@@ -254,6 +280,7 @@ void eph_live_cancel_all(void)
     }
     pthread_cond_broadcast(&live_cond);
     pthread_mutex_unlock(&live_lock);
+    notify();
 }
 
 unsigned eph_live_count(void)

@@ -66,6 +66,15 @@ char *eph_live_zdr_result(struct eph_live *l);
 int eph_live_set_prompt(const char *run_id, const char *prompt, json_t *files);
 char *eph_live_take_prompt(struct eph_live *l, json_t **files);
 
+/* The current state without waiting: the last sequence number and whether the run is settled. */
+void eph_live_state(struct eph_live *l, uint64_t *last_seq, bool *closed);
+
+/* One process-wide observer, called after any live run gains an event, is settled or is cancelled
+ * (for servers that park waiting clients instead of blocking a thread on eph_live_wait). It is
+ * called without any live lock held, from the thread that made the change, and must be quick and
+ * must not call back into this module. NULL removes it. */
+void eph_live_set_observer(void (*fn)(void));
+
 /* Cancels every live run (shutdown). */
 void eph_live_cancel_all(void);
 unsigned eph_live_count(void);

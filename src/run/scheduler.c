@@ -99,6 +99,29 @@ int eph_scheduler_submit(const char *run_id)
     return 0;
 }
 
+int eph_scheduler_withdraw(const char *run_id)
+{
+    int rc = -ENOENT;
+    pthread_mutex_lock(&q_lock);
+    struct qitem *prev = NULL;
+    for (struct qitem *it = q_head; it; prev = it, it = it->next) {
+        if (strcmp(it->id, run_id) != 0)
+            continue;
+        if (prev)
+            prev->next = it->next;
+        else
+            q_head = it->next;
+        if (q_tail == it)
+            q_tail = prev;
+        q_depth--;
+        free(it);
+        rc = 0;
+        break;
+    }
+    pthread_mutex_unlock(&q_lock);
+    return rc;
+}
+
 unsigned eph_scheduler_queue_depth(void)
 {
     pthread_mutex_lock(&q_lock);

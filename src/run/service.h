@@ -28,6 +28,9 @@ struct eph_model *eph_service_model(struct eph_service *svc, const char *id);
 int eph_scheduler_start(struct eph_service *svc);
 /* Queues a run that is registered live and stored as queued. */
 int eph_scheduler_submit(const char *run_id);
+/* Takes a run out of the queue before any worker has it: 0 when it was queued here (the caller
+ * now owns its settlement), -ENOENT when it is not (a worker has it, or it is not ours). */
+int eph_scheduler_withdraw(const char *run_id);
 /* Runs waiting for a worker. */
 unsigned eph_scheduler_queue_depth(void);
 unsigned eph_scheduler_running(void);

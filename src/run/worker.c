@@ -23,6 +23,7 @@
 #include "common/clock.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "common/metrics.h"
 #include "common/money.h"
 #include "ledger/budget.h"
 #include "run/live.h"
@@ -264,6 +265,7 @@ void eph_worker_run(struct eph_service *svc, const char *run_id)
         goto settle_costs;
     }
     eph_live_attach_sandbox(live, sb);
+    eph_metrics_observe_sandbox_start(ready_ns - start_ns);
     free(r.sandbox_backend);
     r.sandbox_backend = strdup(svc->sandbox_ops->name);
     r.vcpus = svc->sandbox_cfg.limits.vcpus;

@@ -346,7 +346,7 @@ static int sq_credit_add(struct eph_store *base, const char *org_id, int64_t mic
 }
 
 static int sq_key_insert(struct eph_store *base, const char *org_id, const char *key_hash,
-                         const char *role, char *key_id, size_t idlen)
+                         const char *role, const char *prefix, char *key_id, size_t idlen)
 {
     struct sqlite_store *s = S(base);
     char id[48];
@@ -356,8 +356,8 @@ static int sq_key_insert(struct eph_store *base, const char *org_id, const char 
     pthread_mutex_lock(&s->lock);
     sqlite3_stmt *st;
     rc = prepare(s,
-                 "INSERT INTO api_keys (id, org_id, key_hash, role, created_at) "
-                 "VALUES (?, ?, ?, ?, ?)",
+                 "INSERT INTO api_keys (id, org_id, key_hash, role, created_at, prefix) "
+                 "VALUES (?, ?, ?, ?, ?, ?)",
                  &st);
     if (!rc) {
         sqlite3_bind_text(st, 1, id, -1, SQLITE_TRANSIENT);
@@ -365,6 +365,7 @@ static int sq_key_insert(struct eph_store *base, const char *org_id, const char 
         sqlite3_bind_text(st, 3, key_hash, -1, SQLITE_TRANSIENT);
         sqlite3_bind_text(st, 4, role, -1, SQLITE_TRANSIENT);
         sqlite3_bind_int64(st, 5, eph_clock_real_ms());
+        bind_text_or_null(st, 6, prefix);
         rc = step_done(s, st, "key insert");
     }
     pthread_mutex_unlock(&s->lock);
@@ -395,6 +396,269 @@ static int sq_key_lookup(struct eph_store *base, const char *key_hash, char *org
         sqlite3_finalize(st);
     }
     pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
+static int sq_key_list(struct eph_store *base, const char *org_id, eph_key_cb cb, void *ctx)
+{
+    struct sqlite_store *s = S(base);
+    struct eph_key_info *rows = NULL;
+    size_t n = 0, cap = 0;
+    pthread_mutex_lock(&s->lock);
+    sqlite3_stmt *st;
+    int rc = prepare(s,
+                     "SELECT id, role, COALESCE(prefix, ''), created_at FROM api_keys "
+                     "WHERE org_id = ? AND revoked_at IS NULL ORDER BY created_at, id",
+                     &st);
+    if (!rc) {
+        sqlite3_bind_text(st, 1, org_id, -1, SQLITE_TRANSIENT);
+        int r;
+        while ((r = sqlite3_step(st)) == SQLITE_ROW) {
+            if (n == cap) {
+                size_t ncap = cap ? cap * 2 : 16;
+                struct eph_key_info *p = realloc(rows, ncap * sizeof(*rows));
+                if (!p) {
+                    rc = -ENOMEM;
+                    break;
+                }
+                rows = p;
+                cap = ncap;
+            }
+            struct eph_key_info *k = &rows[n++];
+            memset(k, 0, sizeof(*k));
+            snprintf(k->id, sizeof(k->id), "%s", sqlite3_column_text(st, 0));
+            snprintf(k->role, sizeof(k->role), "%s", sqlite3_column_text(st, 1));
+            snprintf(k->prefix, sizeof(k->prefix), "%s", sqlite3_column_text(st, 2));
+            k->created_at_ms = sqlite3_column_int64(st, 3);
+        }
+        if (!rc && r != SQLITE_DONE)
+            rc = db_err(s, r, "key list");
+        sqlite3_finalize(st);
+    }
+    pthread_mutex_unlock(&s->lock);
+    for (size_t i = 0; i < n && !rc; i++)
+        rc = cb(&rows[i], ctx);
+    free(rows);
+    return rc;
+}
+
+static int sq_key_revoke(struct eph_store *base, const char *org_id, const char *key_id,
+                         int64_t now_ms)
+{
+    struct sqlite_store *s = S(base);
+    pthread_mutex_lock(&s->lock);
+    sqlite3_stmt *st;
+    int rc = prepare(s,
+                     "UPDATE api_keys SET revoked_at = ? WHERE id = ? AND org_id = ? AND "
+                     "revoked_at IS NULL",
+                     &st);
+    if (!rc) {
+        sqlite3_bind_int64(st, 1, now_ms);
+        sqlite3_bind_text(st, 2, key_id, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_text(st, 3, org_id, -1, SQLITE_TRANSIENT);
+        rc = step_done(s, st, "key revoke");
+        if (!rc && sqlite3_changes(s->db) == 0)
+            rc = -ENOENT;
+    }
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
+static int sq_conn_insert(struct eph_store *base, const char *org_id,
+                          const struct eph_connection *c, char *conn_id, size_t idlen)
+{
+    struct sqlite_store *s = S(base);
+    char id[48];
+    int rc = eph_id_hex("conn_", 12, id, sizeof(id));
+    if (rc)
+        return rc;
+    pthread_mutex_lock(&s->lock);
+    sqlite3_stmt *st;
+    rc = prepare(s,
+                 "INSERT INTO connections (id, org_id, name, base_url, methods, path_prefixes, "
+                 "header_names, sealed_headers, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                 &st);
+    if (!rc) {
+        sqlite3_bind_text(st, 1, id, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_text(st, 2, org_id, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_text(st, 3, c->name, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_text(st, 4, c->base_url, -1, SQLITE_TRANSIENT);
+        bind_json_or_null(st, 5, c->methods);
+        bind_json_or_null(st, 6, c->path_prefixes);
+        bind_json_or_null(st, 7, c->header_names);
+        sqlite3_bind_blob(st, 8, c->sealed, (int)c->sealed_len, SQLITE_TRANSIENT);
+        sqlite3_bind_int64(st, 9, c->created_at_ms);
+        rc = step_done(s, st, "connection insert");
+    }
+    pthread_mutex_unlock(&s->lock);
+    if (!rc && conn_id)
+        snprintf(conn_id, idlen, "%s", id);
+    return rc;
+}
+
+#define CONN_COLUMNS                                                                               \
+    "id, name, base_url, methods, path_prefixes, header_names, sealed_headers, created_at"
+
+static int row_to_conn(sqlite3_stmt *st, struct eph_connection *c)
+{
+    memset(c, 0, sizeof(*c));
+    snprintf(c->id, sizeof(c->id), "%s", sqlite3_column_text(st, 0));
+    snprintf(c->name, sizeof(c->name), "%s", sqlite3_column_text(st, 1));
+    c->base_url = col_strdup(st, 2);
+    c->methods = col_json(st, 3);
+    c->path_prefixes = col_json(st, 4);
+    c->header_names = col_json(st, 5);
+    int n = sqlite3_column_bytes(st, 6);
+    const void *b = sqlite3_column_blob(st, 6);
+    if (n > 0 && b) {
+        c->sealed = malloc((size_t)n);
+        if (c->sealed) {
+            memcpy(c->sealed, b, (size_t)n);
+            c->sealed_len = (size_t)n;
+        }
+    }
+    c->created_at_ms = sqlite3_column_int64(st, 7);
+    if (!c->base_url || !c->methods || !c->path_prefixes || !c->header_names ||
+        (n > 0 && !c->sealed)) {
+        eph_connection_release(c);
+        return -ENOMEM;
+    }
+    return 0;
+}
+
+static int sq_conn_list(struct eph_store *base, const char *org_id, eph_conn_cb cb, void *ctx)
+{
+    struct sqlite_store *s = S(base);
+    struct eph_connection *rows = NULL;
+    size_t n = 0, cap = 0;
+    pthread_mutex_lock(&s->lock);
+    sqlite3_stmt *st;
+    int rc = prepare(s,
+                     "SELECT " CONN_COLUMNS " FROM connections WHERE org_id = ? ORDER BY name",
+                     &st);
+    if (!rc) {
+        sqlite3_bind_text(st, 1, org_id, -1, SQLITE_TRANSIENT);
+        int r;
+        while ((r = sqlite3_step(st)) == SQLITE_ROW) {
+            if (n == cap) {
+                size_t ncap = cap ? cap * 2 : 16;
+                struct eph_connection *p = realloc(rows, ncap * sizeof(*rows));
+                if (!p) {
+                    rc = -ENOMEM;
+                    break;
+                }
+                rows = p;
+                cap = ncap;
+            }
+            if ((rc = row_to_conn(st, &rows[n])))
+                break;
+            n++;
+        }
+        if (!rc && r != SQLITE_DONE)
+            rc = db_err(s, r, "connection list");
+        sqlite3_finalize(st);
+    }
+    pthread_mutex_unlock(&s->lock);
+    for (size_t i = 0; i < n; i++) {
+        if (!rc)
+            rc = cb(&rows[i], ctx);
+        eph_connection_release(&rows[i]);
+    }
+    free(rows);
+    return rc;
+}
+
+static int sq_conn_get(struct eph_store *base, const char *org_id, const char *name,
+                       struct eph_connection *out)
+{
+    struct sqlite_store *s = S(base);
+    pthread_mutex_lock(&s->lock);
+    sqlite3_stmt *st;
+    int rc = prepare(s,
+                     "SELECT " CONN_COLUMNS " FROM connections WHERE org_id = ? AND name = ?",
+                     &st);
+    if (!rc) {
+        sqlite3_bind_text(st, 1, org_id, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_text(st, 2, name, -1, SQLITE_TRANSIENT);
+        int r = sqlite3_step(st);
+        if (r == SQLITE_ROW)
+            rc = row_to_conn(st, out);
+        else
+            rc = r == SQLITE_DONE ? -ENOENT : db_err(s, r, "connection get");
+        sqlite3_finalize(st);
+    }
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
+static int sq_conn_delete(struct eph_store *base, const char *org_id, const char *name_or_id)
+{
+    struct sqlite_store *s = S(base);
+    pthread_mutex_lock(&s->lock);
+    sqlite3_stmt *st;
+    int rc = prepare(s, "DELETE FROM connections WHERE org_id = ?1 AND (name = ?2 OR id = ?2)",
+                     &st);
+    if (!rc) {
+        sqlite3_bind_text(st, 1, org_id, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_text(st, 2, name_or_id, -1, SQLITE_TRANSIENT);
+        rc = step_done(s, st, "connection delete");
+        if (!rc && sqlite3_changes(s->db) == 0)
+            rc = -ENOENT;
+    }
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
+static int count_queued_locked(struct sqlite_store *s, const char *org_id, unsigned *out)
+{
+    sqlite3_stmt *st;
+    int rc = prepare(s, "SELECT COUNT(*) FROM runs WHERE org_id = ? AND status = 'queued'", &st);
+    if (rc)
+        return rc;
+    sqlite3_bind_text(st, 1, org_id, -1, SQLITE_TRANSIENT);
+    int r = sqlite3_step(st);
+    if (r == SQLITE_ROW)
+        *out = (unsigned)sqlite3_column_int64(st, 0);
+    else
+        rc = db_err(s, r, "count queued");
+    sqlite3_finalize(st);
+    return rc;
+}
+
+static int sq_runs_count_queued(struct eph_store *base, const char *org_id, unsigned *out)
+{
+    struct sqlite_store *s = S(base);
+    pthread_mutex_lock(&s->lock);
+    int rc = count_queued_locked(s, org_id, out);
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
+static int sq_runs_count_by_status(struct eph_store *base, eph_status_count_cb cb, void *ctx)
+{
+    struct sqlite_store *s = S(base);
+    struct {
+        char status[24];
+        uint64_t n;
+    } rows[16];
+    size_t n = 0;
+    pthread_mutex_lock(&s->lock);
+    sqlite3_stmt *st;
+    int rc = prepare(s, "SELECT status, COUNT(*) FROM runs GROUP BY status ORDER BY status", &st);
+    if (!rc) {
+        int r;
+        while ((r = sqlite3_step(st)) == SQLITE_ROW && n < sizeof(rows) / sizeof(rows[0])) {
+            snprintf(rows[n].status, sizeof(rows[n].status), "%s", sqlite3_column_text(st, 0));
+            rows[n].n = (uint64_t)sqlite3_column_int64(st, 1);
+            n++;
+        }
+        if (r != SQLITE_DONE && r != SQLITE_ROW)
+            rc = db_err(s, r, "count by status");
+        sqlite3_finalize(st);
+    }
+    pthread_mutex_unlock(&s->lock);
+    for (size_t i = 0; i < n && !rc; i++)
+        rc = cb(rows[i].status, rows[i].n, ctx);
     return rc;
 }
 
@@ -482,14 +746,23 @@ static int event_insert_locked(struct sqlite_store *s, const char *run_id,
     return step_done(s, st, "event insert");
 }
 
-static int sq_run_insert(struct eph_store *base, const struct eph_run *r,
-                         const struct eph_event *first)
+static int sq_run_insert_capped(struct eph_store *base, const struct eph_run *r,
+                                const struct eph_event *first, unsigned max_queued)
 {
     struct sqlite_store *s = S(base);
     pthread_mutex_lock(&s->lock);
     int rc = begin(s);
     if (rc)
         goto out;
+    if (max_queued) {
+        unsigned queued = 0;
+        if ((rc = count_queued_locked(s, r->org_id, &queued)))
+            goto fail;
+        if (queued >= max_queued) {
+            rc = -EAGAIN;
+            goto fail;
+        }
+    }
     struct eph_balance b;
     if ((rc = balance_locked(s, r->org_id, &b)))
         goto fail;
@@ -541,6 +814,12 @@ fail:
 out:
     pthread_mutex_unlock(&s->lock);
     return rc;
+}
+
+static int sq_run_insert(struct eph_store *base, const struct eph_run *r,
+                         const struct eph_event *first)
+{
+    return sq_run_insert_capped(base, r, first, 0);
 }
 
 #define RUN_COLUMNS                                                                                \
@@ -670,9 +949,9 @@ static int sq_run_list(struct eph_store *base, const char *org_id, unsigned limi
     int rc = prepare(s,
                      "SELECT " RUN_COLUMNS " FROM runs WHERE org_id = ?1"
                      " AND (?2 IS NULL OR status = ?2)"
-                     " AND (?3 IS NULL OR (created_at, id) < "
-                     "  (SELECT created_at, id FROM runs WHERE id = ?3 AND org_id = ?1))"
-                     " ORDER BY created_at DESC, id DESC LIMIT ?4",
+                     " AND (?3 IS NULL OR (created_at, rowid) < "
+                     "  (SELECT created_at, rowid FROM runs WHERE id = ?3 AND org_id = ?1))"
+                     " ORDER BY created_at DESC, rowid DESC LIMIT ?4",
                      &st);
     if (!rc) {
         sqlite3_bind_text(st, 1, org_id, -1, SQLITE_TRANSIENT);
@@ -926,7 +1205,8 @@ static int sq_events_list(struct eph_store *base, const char *run_id, uint64_t a
 }
 
 static int sq_idem_begin(struct eph_store *base, const char *org_id, const char *key,
-                         const char *request_hash, int64_t now_ms, struct eph_idem *existing)
+                         const char *request_hash, int64_t now_ms, int64_t expired_before_ms,
+                         struct eph_idem *existing)
 {
     struct sqlite_store *s = S(base);
     pthread_mutex_lock(&s->lock);
@@ -934,6 +1214,16 @@ static int sq_idem_begin(struct eph_store *base, const char *org_id, const char 
     if (rc)
         goto out;
     sqlite3_stmt *st;
+    /* An expired key is gone, whether or not the reaper has come by yet. */
+    if ((rc = prepare(s,
+                      "DELETE FROM idempotency WHERE org_id = ? AND key = ? AND created_at < ?",
+                      &st)))
+        goto fail;
+    sqlite3_bind_text(st, 1, org_id, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 2, key, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(st, 3, expired_before_ms);
+    if ((rc = step_done(s, st, "idempotency expire key")))
+        goto fail;
     if ((rc = prepare(s,
                       "SELECT request_hash, status_code, response_body, created_at FROM "
                       "idempotency WHERE org_id = ? AND key = ?",
@@ -1039,7 +1329,16 @@ const struct eph_store_ops eph_store_sqlite_ops = {
     .key_insert = sq_key_insert,
     .key_lookup = sq_key_lookup,
     .balance = sq_balance,
+    .key_list = sq_key_list,
+    .key_revoke = sq_key_revoke,
+    .conn_insert = sq_conn_insert,
+    .conn_list = sq_conn_list,
+    .conn_get = sq_conn_get,
+    .conn_delete = sq_conn_delete,
     .run_insert = sq_run_insert,
+    .run_insert_capped = sq_run_insert_capped,
+    .runs_count_queued = sq_runs_count_queued,
+    .runs_count_by_status = sq_runs_count_by_status,
     .run_get = sq_run_get,
     .run_list = sq_run_list,
     .run_update = sq_run_update,

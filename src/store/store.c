@@ -24,6 +24,21 @@ void eph_event_release(struct eph_event *e)
     e->data = NULL;
 }
 
+void eph_connection_release(struct eph_connection *c)
+{
+    free(c->base_url);
+    json_decref(c->methods);
+    json_decref(c->path_prefixes);
+    json_decref(c->header_names);
+    if (c->sealed)
+        memset(c->sealed, 0, c->sealed_len);
+    free(c->sealed);
+    c->base_url = NULL;
+    c->methods = c->path_prefixes = c->header_names = NULL;
+    c->sealed = NULL;
+    c->sealed_len = 0;
+}
+
 json_t *eph_event_to_json(const struct eph_event *e)
 {
     char at[32];

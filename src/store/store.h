@@ -56,8 +56,36 @@ struct eph_idem {
     int64_t created_at_ms;
 };
 
+/* An API key as listed: never the key, never its hash. */
+struct eph_key_info {
+    char id[48];
+    char role[16];
+    char prefix[16];          /* the key's first characters ("eph_" + 4), to recognise it */
+    int64_t created_at_ms;
+};
+
+/* A connection (SPEC 7) as stored. The credential headers are sealed by the caller (see
+ * common/secret.h) before they reach the store: the store holds an opaque blob and the header
+ * names, never a header value in the clear. */
+struct eph_connection {
+    char id[48];
+    char name[72];
+    char *base_url;
+    json_t *methods;          /* array of strings */
+    json_t *path_prefixes;    /* array of strings */
+    json_t *header_names;     /* array of strings: names only */
+    unsigned char *sealed;    /* nonce || secretbox(JSON object name -> value) */
+    size_t sealed_len;
+    int64_t created_at_ms;
+};
+
+void eph_connection_release(struct eph_connection *c);
+
 typedef int (*eph_event_cb)(const struct eph_event *e, void *ctx);
 typedef int (*eph_run_cb)(const struct eph_run *r, void *ctx);
+typedef int (*eph_key_cb)(const struct eph_key_info *k, void *ctx);
+typedef int (*eph_conn_cb)(const struct eph_connection *c, void *ctx);
+typedef int (*eph_status_count_cb)(const char *status, uint64_t count, void *ctx);
 
 struct eph_store_ops {
     const char *name;
@@ -70,16 +98,39 @@ struct eph_store_ops {
                       size_t idlen, bool *created);
     int (*org_find)(struct eph_store *s, const char *name, char *org_id, size_t idlen);
     int (*credit_add)(struct eph_store *s, const char *org_id, int64_t micros);
+    /* prefix: the key's first characters, kept so that a listing can show which key is which. */
     int (*key_insert)(struct eph_store *s, const char *org_id, const char *key_hash,
-                      const char *role, char *key_id, size_t idlen);
+                      const char *role, const char *prefix, char *key_id, size_t idlen);
     /* Finds a live key by its SHA-256 hex. */
     int (*key_lookup)(struct eph_store *s, const char *key_hash, char *org_id, size_t idlen,
                       char *role, size_t rolelen);
     int (*balance)(struct eph_store *s, const char *org_id, struct eph_balance *out);
+    /* The org's keys that are not revoked, oldest first. */
+    int (*key_list)(struct eph_store *s, const char *org_id, eph_key_cb cb, void *ctx);
+    /* Revokes a key of the org: -ENOENT when there is no such live key in that org. */
+    int (*key_revoke)(struct eph_store *s, const char *org_id, const char *key_id,
+                      int64_t now_ms);
+
+    /* Connections, by org and unique name. insert: -EEXIST when the name is taken. */
+    int (*conn_insert)(struct eph_store *s, const char *org_id, const struct eph_connection *c,
+                       char *conn_id, size_t idlen);
+    int (*conn_list)(struct eph_store *s, const char *org_id, eph_conn_cb cb, void *ctx);
+    /* -ENOENT when the org has no connection of that name. */
+    int (*conn_get)(struct eph_store *s, const char *org_id, const char *name,
+                    struct eph_connection *out);
+    /* Deletes by name or id; the sealed credential is overwritten (secure_delete). */
+    int (*conn_delete)(struct eph_store *s, const char *org_id, const char *name_or_id);
 
     /* Runs. run_insert reserves max_cost in the same transaction (-EDQUOT when the available
      * balance is short) and appends the first event. */
     int (*run_insert)(struct eph_store *s, const struct eph_run *r, const struct eph_event *first);
+    /* The same, refused with -EAGAIN (and nothing written) when the org already has max_queued
+     * queued runs; the count and the insert are one transaction. max_queued 0: no limit. */
+    int (*run_insert_capped)(struct eph_store *s, const struct eph_run *r,
+                             const struct eph_event *first, unsigned max_queued);
+    int (*runs_count_queued)(struct eph_store *s, const char *org_id, unsigned *out);
+    /* Runs per status over every org (metrics). */
+    int (*runs_count_by_status)(struct eph_store *s, eph_status_count_cb cb, void *ctx);
     /* org_id NULL: any org (internal use). -ENOENT for a run of another org. */
     int (*run_get)(struct eph_store *s, const char *id, const char *org_id, struct eph_run *out);
     /* Newest first; after = cursor run id or NULL; status NULL = any. */
@@ -102,9 +153,11 @@ struct eph_store_ops {
     int (*events_list)(struct eph_store *s, const char *run_id, uint64_t after_seq, unsigned limit,
                        eph_event_cb cb, void *ctx);
 
-    /* Idempotency (Stripe semantics). begin: -EEXIST with *existing filled when the key exists. */
+    /* Idempotency (Stripe semantics). begin: -EEXIST with *existing filled when the key exists;
+     * a record created before expired_before_ms counts as absent and is replaced. */
     int (*idem_begin)(struct eph_store *s, const char *org_id, const char *key,
-                      const char *request_hash, int64_t now_ms, struct eph_idem *existing);
+                      const char *request_hash, int64_t now_ms, int64_t expired_before_ms,
+                      struct eph_idem *existing);
     int (*idem_complete)(struct eph_store *s, const char *org_id, const char *key,
                          int status_code, const char *body);
     int (*idem_abandon)(struct eph_store *s, const char *org_id, const char *key);

@@ -1,0 +1,329 @@
+#!/usr/bin/env python3
+"""Checks a live ephemerald against docs/openapi.yaml.
+
+For every operation the document describes, it makes real requests (the scenarios below), and
+checks that each answer's status is one the operation documents and that its JSON body validates
+against the documented schema (types, required and unknown properties, enums, consts, patterns,
+bounds, $ref, oneOf/allOf). Every operation must be exercised, and every documented status too,
+except the few listed in NOT_EXERCISED with the test that covers them.
+
+Usage: openapi_check.py SPEC URL ADMIN_KEY DB_PATH
+Standard library only, plus PyYAML (Debian python3-yaml) to read the document.
+"""
+import http.client
+import json
+import re
+import sqlite3
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+
+import yaml
+
+SPEC_PATH, URL, ADMIN, DB = sys.argv[1:5]
+SPEC = yaml.safe_load(open(SPEC_PATH))
+failures = []
+exercised = {}  # (method, path template) -> set of statuses seen
+
+# Documented answers that this check does not provoke, and where they are tested instead.
+NOT_EXERCISED = {
+    ("post", "/v1/runs", "503"): "api_ops.sh (shutdown)",
+    ("get", "/healthz", "503"): "api_ops.sh (shutdown)",
+}
+
+
+def fail(msg):
+    failures.append(msg)
+    print("FAIL:", msg)
+
+
+def resolve(schema):
+    while isinstance(schema, dict) and "$ref" in schema:
+        ref = schema["$ref"]
+        assert ref.startswith("#/"), ref
+        node = SPEC
+        for part in ref[2:].split("/"):
+            node = node[part]
+        schema = node
+    return schema
+
+
+def type_ok(value, t):
+    if t == "null":
+        return value is None
+    if t == "boolean":
+        return isinstance(value, bool)
+    if t == "integer":
+        return isinstance(value, int) and not isinstance(value, bool)
+    if t == "number":
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if t == "string":
+        return isinstance(value, str)
+    if t == "array":
+        return isinstance(value, list)
+    if t == "object":
+        return isinstance(value, dict)
+    raise ValueError("unknown type " + t)
+
+
+def validate(value, schema, where):
+    """Returns a list of problems (empty when value matches schema)."""
+    schema = resolve(schema)
+    errs = []
+    if "oneOf" in schema:
+        matches = [s for s in schema["oneOf"] if not validate(value, s, where)]
+        if len(matches) != 1:
+            errs.append(f"{where}: matches {len(matches)} of oneOf")
+        return errs
+    for sub in schema.get("allOf", []):
+        errs += validate(value, sub, where)
+    if "const" in schema and value != schema["const"]:
+        errs.append(f"{where}: {value!r} is not {schema['const']!r}")
+    if "enum" in schema and value not in schema["enum"]:
+        errs.append(f"{where}: {value!r} not in {schema['enum']}")
+    if "type" in schema:
+        types = schema["type"] if isinstance(schema["type"], list) else [schema["type"]]
+        if not any(type_ok(value, t) for t in types):
+            return errs + [f"{where}: {value!r:.80} is not {types}"]
+    if isinstance(value, str):
+        if "pattern" in schema and not re.search(schema["pattern"], value):
+            errs.append(f"{where}: {value!r:.80} does not match {schema['pattern']}")
+        if "minLength" in schema and len(value) < schema["minLength"]:
+            errs.append(f"{where}: shorter than {schema['minLength']}")
+        if "maxLength" in schema and len(value.encode()) > schema["maxLength"]:
+            errs.append(f"{where}: longer than {schema['maxLength']}")
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if "minimum" in schema and value < schema["minimum"]:
+            errs.append(f"{where}: {value} < {schema['minimum']}")
+        if "maximum" in schema and value > schema["maximum"]:
+            errs.append(f"{where}: {value} > {schema['maximum']}")
+    if isinstance(value, list):
+        if "maxItems" in schema and len(value) > schema["maxItems"]:
+            errs.append(f"{where}: more than {schema['maxItems']} items")
+        if "minItems" in schema and len(value) < schema["minItems"]:
+            errs.append(f"{where}: fewer than {schema['minItems']} items")
+        if "items" in schema:
+            for i, item in enumerate(value):
+                errs += validate(item, schema["items"], f"{where}[{i}]")
+    if isinstance(value, dict):
+        props = schema.get("properties", {})
+        for name in schema.get("required", []):
+            if name not in value:
+                errs.append(f"{where}: missing required '{name}'")
+        extra = schema.get("additionalProperties", True)
+        for name, v in value.items():
+            if name in props:
+                errs += validate(v, props[name], f"{where}.{name}")
+            elif extra is False:
+                errs.append(f"{where}: undocumented property '{name}'")
+            elif isinstance(extra, dict):
+                errs += validate(v, extra, f"{where}.{name}")
+        if "maxProperties" in schema and len(value) > schema["maxProperties"]:
+            errs.append(f"{where}: more than {schema['maxProperties']} properties")
+    return errs
+
+
+def announce(method, path, length, key=ADMIN):
+    """A request that announces a body of length bytes and sends none: the server must refuse it
+    from the headers alone (sending the body would race the server closing the connection)."""
+    u = urllib.parse.urlsplit(URL)
+    conn = http.client.HTTPConnection(u.hostname, u.port, timeout=30)
+    conn.putrequest(method.upper(), path)
+    conn.putheader("Authorization", "Bearer " + key)
+    conn.putheader("Content-Type", "application/json")
+    conn.putheader("Content-Length", str(length))
+    conn.endheaders()
+    resp = conn.getresponse()
+    out = resp.status, dict(resp.getheaders()), resp.read()
+    conn.close()
+    return out
+
+
+def request(method, path, body=None, key=ADMIN, headers=None, raw=None, announce_len=None):
+    if announce_len is not None:
+        return announce(method, path, announce_len, key)
+    data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+    req = urllib.request.Request(URL + path, data=data, method=method.upper())
+    if key:
+        req.add_header("Authorization", "Bearer " + key)
+    if data is not None:
+        req.add_header("Content-Type", "application/json")
+    for k, v in (headers or {}).items():
+        req.add_header(k, v)
+    try:
+        with urllib.request.urlopen(req, timeout=60) as resp:
+            return resp.status, dict(resp.headers), resp.read()
+    except urllib.error.HTTPError as e:
+        return e.code, dict(e.headers), e.read()
+
+
+def check(method, template, path, expect, **kw):
+    """One scenario: the call, its documented status, its body against the schema."""
+    status, headers, payload = request(method, path, **kw)
+    op = SPEC["paths"][template][method]
+    exercised.setdefault((method, template), set()).add(str(status))
+    label = f"{method.upper()} {path} [{kw.get('headers') or ''}]"
+    if status != expect:
+        fail(f"{label}: status {status}, expected {expect}: {payload[:300]!r}")
+    responses = op["responses"]
+    if str(status) not in responses:
+        fail(f"{label}: status {status} is not documented")
+        return status, None
+    resp = resolve(responses[str(status)])
+    ctype = headers.get("Content-Type", "").split(";")[0].strip()
+    content = resp.get("content", {})
+    if ctype not in content:
+        fail(f"{label}: content type {ctype!r} not documented for {status}")
+        return status, None
+    if ctype != "application/json":
+        return status, payload.decode()
+    try:
+        doc = json.loads(payload)
+    except ValueError:
+        fail(f"{label}: the body is not JSON: {payload[:200]!r}")
+        return status, None
+    for e in validate(doc, content[ctype]["schema"], "body"):
+        fail(f"{label}: {e}")
+    return status, doc
+
+
+def wait_for(what, pred, tries=400):
+    for _ in range(tries):
+        if pred():
+            return
+        time.sleep(0.05)
+    fail("timed out waiting for " + what)
+
+
+def run_status(rid):
+    return json.loads(request("get", f"/v1/runs/{rid}")[2])["status"]
+
+
+def has_event(rid, typ):
+    events = json.loads(request("get", f"/v1/runs/{rid}/events")[2])["data"]
+    return any(e["type"] == typ for e in events)
+
+
+fixtures = json.load(open(sys.argv[5])) if len(sys.argv) > 5 else {}
+SLOW, QUICK = fixtures["slow"], fixtures["quick"]
+
+# --- operations ---
+check("get", "/healthz", "/healthz", 200, key=None)
+check("get", "/metrics", "/metrics", 200, key=None)
+check("get", "/v1/balance", "/v1/balance", 200)
+check("get", "/v1/balance", "/v1/balance", 401, key=None)
+
+# Runs: one that completes (waited on), one blocked, one queued behind it (max_concurrent_runs 1,
+# max_queued_runs_per_org 1 in this server's config), then the queue limit.
+_, done = check("post", "/v1/runs", "/v1/runs", 201, body={"prompt": QUICK, "max_cost_micros": 20000},
+                headers={"Prefer": "wait=30", "Idempotency-Key": "oa-1"})
+done_id = done["id"]
+check("post", "/v1/runs", "/v1/runs", 200, body={"prompt": QUICK, "max_cost_micros": 20000},
+      headers={"Idempotency-Key": "oa-1"})
+check("post", "/v1/runs", "/v1/runs", 422, body={"prompt": QUICK, "max_cost_micros": 20001},
+      headers={"Idempotency-Key": "oa-1"})
+_, slow = check("post", "/v1/runs", "/v1/runs", 201, body={"prompt": SLOW, "max_cost_micros": 30000})
+slow_id = slow["id"]
+wait_for("the slow run to run its command", lambda: has_event(slow_id, "model.call"))
+_, queued = check("post", "/v1/runs", "/v1/runs", 201, body={"prompt": QUICK, "max_cost_micros": 1000})
+check("post", "/v1/runs", "/v1/runs", 429, body={"prompt": QUICK, "max_cost_micros": 1000})
+check("post", "/v1/runs/{id}/cancel", f"/v1/runs/{queued['id']}/cancel", 200)
+check("post", "/v1/runs", "/v1/runs", 400, body={"prompt": "", "max_cost_micros": 1})
+check("post", "/v1/runs", "/v1/runs", 400, body={"prompt": "p", "max_cost_micros": 1, "x": 1})
+check("post", "/v1/runs", "/v1/runs", 401, body={"prompt": "p", "max_cost_micros": 1}, key=None)
+check("post", "/v1/runs", "/v1/runs", 402, body={"prompt": "p", "max_cost_micros": 10**14})
+check("post", "/v1/runs", "/v1/runs", 413, announce_len=2 << 20)
+# 409: a first request with the key is in flight (its record has no answer yet).
+db = sqlite3.connect(DB, timeout=5)
+db.execute("INSERT INTO idempotency (org_id, key, request_hash, created_at) "
+           "SELECT org_id, 'oa-inflight', request_hash, ? FROM idempotency WHERE key = 'oa-1'",
+           (int(time.time() * 1000),))
+db.commit()
+db.close()
+check("post", "/v1/runs", "/v1/runs", 409, body={"prompt": QUICK, "max_cost_micros": 20000},
+      headers={"Idempotency-Key": "oa-inflight"})
+
+check("get", "/v1/runs", "/v1/runs?limit=2", 200)
+check("get", "/v1/runs", f"/v1/runs?limit=1&after={done_id}&status=completed", 200)
+check("get", "/v1/runs", "/v1/runs?limit=0", 400)
+check("get", "/v1/runs", "/v1/runs", 401, key=None)
+check("get", "/v1/runs/{id}", f"/v1/runs/{done_id}", 200)
+check("get", "/v1/runs/{id}", f"/v1/runs/{slow_id}", 200, headers={"Prefer": "wait=1"})
+check("get", "/v1/runs/{id}", "/v1/runs/run_00000000000000000000000000000000", 404)
+check("get", "/v1/runs/{id}", f"/v1/runs/{done_id}", 401, key=None)
+check("get", "/v1/runs/{id}/events", f"/v1/runs/{done_id}/events", 200)
+check("get", "/v1/runs/{id}/events", f"/v1/runs/{done_id}/events?after=2", 200)
+_, text = check("get", "/v1/runs/{id}/events", f"/v1/runs/{done_id}/events", 200,
+                headers={"Accept": "text/event-stream", "Last-Event-ID": "1"})
+if text is not None and ("id: 2\n" not in text or "event: worker.destroyed\n" not in text):
+    fail(f"event stream: {text[:300]!r}")
+check("get", "/v1/runs/{id}/events", f"/v1/runs/{done_id}/events?after=x", 400)
+check("get", "/v1/runs/{id}/events", "/v1/runs/run_00000000000000000000000000000000/events", 404)
+check("get", "/v1/runs/{id}/events", f"/v1/runs/{done_id}/events", 401, key=None)
+check("post", "/v1/runs/{id}/cancel", f"/v1/runs/{slow_id}/cancel", 200, headers={"Idempotency-Key": "oa-c"})
+check("post", "/v1/runs/{id}/cancel", f"/v1/runs/{done_id}/cancel", 422, headers={"Idempotency-Key": "oa-c"})
+check("post", "/v1/runs/{id}/cancel", "/v1/runs/run_00000000000000000000000000000000/cancel", 404)
+check("post", "/v1/runs/{id}/cancel", f"/v1/runs/{done_id}/cancel", 401, key=None)
+
+# Keys.
+_, created = check("post", "/v1/keys", "/v1/keys", 201, body={"role": "member"})
+member = created["key"]
+check("post", "/v1/keys", "/v1/keys", 201)
+check("post", "/v1/keys", "/v1/keys", 400, body={"role": "root"})
+check("post", "/v1/keys", "/v1/keys", 401, key=None)
+check("post", "/v1/keys", "/v1/keys", 403, key=member)
+check("get", "/v1/keys", "/v1/keys", 200)
+check("get", "/v1/keys", "/v1/keys", 401, key=None)
+check("get", "/v1/keys", "/v1/keys", 403, key=member)
+
+# Credits.
+check("post", "/v1/credits", "/v1/credits", 200, body={"micros": 5}, headers={"Idempotency-Key": "oa-cr"})
+check("post", "/v1/credits", "/v1/credits", 422, body={"micros": 6}, headers={"Idempotency-Key": "oa-cr"})
+check("post", "/v1/credits", "/v1/credits", 400, body={"micros": -1})
+check("post", "/v1/credits", "/v1/credits", 401, body={"micros": 5}, key=None)
+check("post", "/v1/credits", "/v1/credits", 403, body={"micros": 5}, key=member)
+
+# Connections.
+conn = {"name": "svc", "base_url": "https://svc.example", "methods": ["GET"],
+        "path_prefixes": ["/v1"], "headers": {"Authorization": "Bearer openapi-check-secret"}}
+_, c = check("post", "/v1/connections", "/v1/connections", 201, body=conn)
+check("post", "/v1/connections", "/v1/connections", 409, body=conn)
+check("post", "/v1/connections", "/v1/connections", 400, body={"name": "BAD", "base_url": "https://x"})
+check("post", "/v1/connections", "/v1/connections", 401, body=conn, key=None)
+check("post", "/v1/connections", "/v1/connections", 403, body=conn, key=member)
+check("get", "/v1/connections", "/v1/connections", 200)
+check("get", "/v1/connections", "/v1/connections", 401, key=None)
+check("get", "/v1/connections", "/v1/connections", 403, key=member)
+check("get", "/v1/connections/{name}", "/v1/connections/svc", 200)
+check("get", "/v1/connections/{name}", "/v1/connections/none", 404)
+check("get", "/v1/connections/{name}", "/v1/connections/svc", 401, key=None)
+check("get", "/v1/connections/{name}", "/v1/connections/svc", 403, key=member)
+check("delete", "/v1/connections/{name}", "/v1/connections/svc", 403, key=member)
+check("delete", "/v1/connections/{name}", "/v1/connections/svc", 401, key=None)
+check("delete", "/v1/connections/{name}", "/v1/connections/svc", 200)
+check("delete", "/v1/connections/{name}", "/v1/connections/svc", 404)
+
+# Revocation last (the member key is used above).
+check("delete", "/v1/keys/{id}", f"/v1/keys/{created['id']}", 403, key=member)
+check("delete", "/v1/keys/{id}", f"/v1/keys/{created['id']}", 401, key=None)
+check("delete", "/v1/keys/{id}", f"/v1/keys/{created['id']}", 200)
+check("delete", "/v1/keys/{id}", f"/v1/keys/{created['id']}", 404)
+check("get", "/v1/balance", "/v1/balance", 401, key=member)
+
+# --- coverage: every documented operation and status was seen ---
+for template, item in SPEC["paths"].items():
+    for method, op in item.items():
+        if method not in ("get", "post", "put", "patch", "delete"):
+            continue
+        seen = exercised.get((method, template))
+        if not seen:
+            fail(f"{method.upper()} {template}: never exercised")
+            continue
+        for status in op["responses"]:
+            if status not in seen and (method, template, status) not in NOT_EXERCISED:
+                fail(f"{method.upper()} {template}: documented status {status} never seen")
+print(f"{sum(len(v) for v in exercised.values())} (operation, status) pairs checked, "
+      f"{len(failures)} failures")
+sys.exit(1 if failures else 0)

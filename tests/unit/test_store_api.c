@@ -1,0 +1,251 @@
+/* The store operations behind the API contract: key listing and revocation, connections with
+ * sealed headers, the queued-runs cap, idempotency expiry, and sealing with the key file. */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <sodium.h>
+
+#include "common/clock.h"
+#include "common/id.h"
+#include "common/metrics.h"
+#include "common/secret.h"
+#include "store/store.h"
+
+struct fixture {
+    char dir[64];
+    char path[128];
+    struct eph_store *st;
+    char org[48], other[48];
+};
+
+static int setup(void **state)
+{
+    struct fixture *f = calloc(1, sizeof(*f));
+    snprintf(f->dir, sizeof(f->dir), "/tmp/eph-storeapi-XXXXXX");
+    assert_non_null(mkdtemp(f->dir));
+    snprintf(f->path, sizeof(f->path), "%s/test.db", f->dir);
+    char err[256];
+    assert_int_equal(eph_store_open(f->path, &f->st, err, sizeof(err)), 0);
+    bool created;
+    assert_int_equal(
+        f->st->ops->org_ensure(f->st, "acme", 100000, f->org, sizeof(f->org), &created), 0);
+    assert_int_equal(
+        f->st->ops->org_ensure(f->st, "other", 100000, f->other, sizeof(f->other), &created), 0);
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    struct fixture *f = *state;
+    f->st->ops->close(f->st);
+    char cmd[160];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", f->dir);
+    assert_int_equal(system(cmd), 0);
+    free(f);
+    return 0;
+}
+
+static int count_key(const struct eph_key_info *k, void *ctx)
+{
+    (*(int *)ctx)++;
+    assert_string_equal(k->prefix, "eph_abcd");
+    return 0;
+}
+
+static void test_keys(void **state)
+{
+    struct fixture *f = *state;
+    struct eph_store *st = f->st;
+    char id[48], org[48], role[16];
+    assert_int_equal(st->ops->key_insert(st, f->org, "h1", "member", "eph_abcd", id, sizeof(id)),
+                     0);
+    int n = 0;
+    assert_int_equal(st->ops->key_list(st, f->org, count_key, &n), 0);
+    assert_int_equal(n, 1);
+    n = 0;
+    assert_int_equal(st->ops->key_list(st, f->other, count_key, &n), 0);
+    assert_int_equal(n, 0);
+    /* Another org cannot revoke it; its own org can, once. */
+    assert_int_equal(st->ops->key_revoke(st, f->other, id, 1), -ENOENT);
+    assert_int_equal(st->ops->key_lookup(st, "h1", org, sizeof(org), role, sizeof(role)), 0);
+    assert_int_equal(st->ops->key_revoke(st, f->org, id, 1), 0);
+    assert_int_equal(st->ops->key_revoke(st, f->org, id, 2), -ENOENT);
+    assert_int_equal(st->ops->key_lookup(st, "h1", org, sizeof(org), role, sizeof(role)), -ENOENT);
+    n = 0;
+    assert_int_equal(st->ops->key_list(st, f->org, count_key, &n), 0);
+    assert_int_equal(n, 0);
+}
+
+static void test_secret_and_connections(void **state)
+{
+    struct fixture *f = *state;
+    struct eph_store *st = f->st;
+    char keypath[128], err[256];
+    snprintf(keypath, sizeof(keypath), "%s/sub/secret.key", f->dir);
+    struct eph_secret k1, k2;
+    /* Not there and not to be created: an error. Created: 0600, and read back the same. */
+    assert_int_not_equal(eph_secret_load(keypath, false, &k1, err, sizeof(err)), 0);
+    assert_int_equal(eph_secret_load(keypath, true, &k1, err, sizeof(err)), 0);
+    struct stat sb;
+    assert_int_equal(stat(keypath, &sb), 0);
+    assert_int_equal(sb.st_mode & 0777, 0600);
+    assert_int_equal(sb.st_size, EPH_SECRET_KEY_BYTES);
+    assert_int_equal(eph_secret_load(keypath, false, &k2, err, sizeof(err)), 0);
+    assert_memory_equal(k1.key, k2.key, sizeof(k1.key));
+    chmod(keypath, 0644);
+    assert_int_equal(eph_secret_load(keypath, false, &k2, err, sizeof(err)), -EPERM);
+    chmod(keypath, 0600);
+
+    const char *plain = "{\"Authorization\":\"Bearer s3cret\"}";
+    struct eph_connection c = {0};
+    snprintf(c.name, sizeof(c.name), "github");
+    c.base_url = strdup("https://api.github.com");
+    c.methods = json_pack("[s]", "GET");
+    c.path_prefixes = json_pack("[s]", "/");
+    c.header_names = json_pack("[s]", "Authorization");
+    assert_int_equal(eph_secret_seal(&k1, plain, strlen(plain), &c.sealed, &c.sealed_len), 0);
+    assert_null(memmem(c.sealed, c.sealed_len, "s3cret", 6));
+    c.created_at_ms = 5;
+    assert_int_equal(st->ops->conn_insert(st, f->org, &c, c.id, sizeof(c.id)), 0);
+    assert_int_equal(st->ops->conn_insert(st, f->org, &c, NULL, 0), -EEXIST);
+    assert_int_equal(st->ops->conn_insert(st, f->other, &c, NULL, 0), 0); /* names are per org */
+    eph_connection_release(&c);
+
+    struct eph_connection got;
+    assert_int_equal(st->ops->conn_get(st, f->org, "github", &got), 0);
+    unsigned char *open = NULL;
+    size_t olen = 0;
+    assert_int_equal(eph_secret_open(&k1, got.sealed, got.sealed_len, &open, &olen), 0);
+    assert_string_equal((char *)open, plain);
+    free(open);
+    /* Tampered, or another key: refused. */
+    got.sealed[got.sealed_len - 1] ^= 1;
+    assert_int_equal(eph_secret_open(&k1, got.sealed, got.sealed_len, &open, &olen), -EBADMSG);
+    got.sealed[got.sealed_len - 1] ^= 1;
+    struct eph_secret k3;
+    randombytes_buf(k3.key, sizeof(k3.key));
+    assert_int_equal(eph_secret_open(&k3, got.sealed, got.sealed_len, &open, &olen), -EBADMSG);
+    eph_connection_release(&got);
+
+    assert_int_equal(st->ops->conn_delete(st, f->org, "github"), 0);
+    assert_int_equal(st->ops->conn_get(st, f->org, "github", &got), -ENOENT);
+    assert_int_equal(st->ops->conn_delete(st, f->org, "github"), -ENOENT);
+    assert_int_equal(st->ops->conn_get(st, f->other, "github", &got), 0);
+    eph_connection_release(&got);
+    eph_secret_clear(&k1);
+}
+
+static void make_run(struct eph_run *r, const char *org)
+{
+    eph_run_init(r);
+    assert_int_equal(eph_id_hex("run_", 16, r->id, sizeof(r->id)), 0);
+    snprintf(r->org_id, sizeof(r->org_id), "%s", org);
+    r->status = EPH_RUN_QUEUED;
+    r->model = strdup("m");
+    r->prompt = strdup("p");
+    r->timeout_seconds = 10;
+    r->created_at_ms = eph_clock_real_ms();
+    r->cost.reserved_micros = 100;
+}
+
+static void test_queued_cap(void **state)
+{
+    struct fixture *f = *state;
+    struct eph_store *st = f->st;
+    struct eph_run r;
+    for (int i = 0; i < 2; i++) {
+        make_run(&r, f->org);
+        assert_int_equal(st->ops->run_insert_capped(st, &r, NULL, 2), 0);
+        eph_run_release(&r);
+    }
+    make_run(&r, f->org);
+    assert_int_equal(st->ops->run_insert_capped(st, &r, NULL, 2), -EAGAIN);
+    /* Refused: nothing written, not even the reservation. */
+    struct eph_balance b;
+    assert_int_equal(st->ops->balance(st, f->org, &b), 0);
+    assert_int_equal(b.reserved_micros, 200);
+    assert_int_equal(st->ops->run_insert_capped(st, &r, NULL, 0), 0); /* 0: no cap */
+    eph_run_release(&r);
+    unsigned n;
+    assert_int_equal(st->ops->runs_count_queued(st, f->org, &n), 0);
+    assert_int_equal(n, 3);
+    assert_int_equal(st->ops->runs_count_queued(st, f->other, &n), 0);
+    assert_int_equal(n, 0);
+}
+
+static void test_idempotency_expiry(void **state)
+{
+    struct fixture *f = *state;
+    struct eph_store *st = f->st;
+    struct eph_idem prev = {0};
+    int64_t day = 24 * 3600 * 1000;
+    assert_int_equal(st->ops->idem_begin(st, f->org, "k", "h", 1000, 1000 - day, &prev), 0);
+    /* In flight: a second begin sees it without an answer. */
+    assert_int_equal(st->ops->idem_begin(st, f->org, "k", "h", 2000, 2000 - day, &prev), -EEXIST);
+    assert_int_equal(prev.status_code, 0);
+    assert_int_equal(st->ops->idem_complete(st, f->org, "k", 201, "{}"), 0);
+    assert_int_equal(st->ops->idem_begin(st, f->org, "k", "h", 3000, 3000 - day, &prev), -EEXIST);
+    assert_int_equal(prev.status_code, 201);
+    free(prev.response_body);
+    /* Scoped to the org. */
+    assert_int_equal(st->ops->idem_begin(st, f->other, "k", "h2", 3000, 3000 - day, &prev), 0);
+    /* 24 hours and 1 ms later the key is new again, with whatever request it now carries. */
+    int64_t later = 1000 + day + 1;
+    assert_int_equal(st->ops->idem_begin(st, f->org, "k", "h3", later, later - day, &prev), 0);
+    assert_int_equal(st->ops->idem_begin(st, f->org, "k", "h3", later, later - day, &prev),
+                     -EEXIST);
+    assert_string_equal(prev.request_hash, "h3");
+    assert_int_equal(prev.status_code, 0);
+}
+
+static void test_metrics_render(void **state)
+{
+    (void)state;
+    eph_metrics_reset();
+    eph_metrics_observe_exec(3000000);       /* 3 ms */
+    eph_metrics_observe_exec(2000000000ull); /* 2 s */
+    eph_metrics_observe_http("GET", "/v1/runs", 200, 1000);
+    eph_metrics_observe_http("BREW", "/v1/runs", 200, 1000);
+    struct eph_buf b;
+    eph_buf_init(&b, 1u << 20);
+    assert_int_equal(eph_metrics_render(&b), 0);
+    assert_non_null(strstr(b.data, "ephemeral_exec_seconds_bucket{le=\"0.0025\"} 0\n"));
+    assert_non_null(strstr(b.data, "ephemeral_exec_seconds_bucket{le=\"0.005\"} 1\n"));
+    assert_non_null(strstr(b.data, "ephemeral_exec_seconds_bucket{le=\"2.5\"} 2\n"));
+    assert_non_null(strstr(b.data, "ephemeral_exec_seconds_bucket{le=\"+Inf\"} 2\n"));
+    assert_non_null(strstr(b.data, "ephemeral_exec_seconds_count 2\n"));
+    assert_non_null(strstr(b.data, "ephemeral_exec_seconds_sum 2.003000000\n"));
+    assert_non_null(strstr(
+        b.data,
+        "ephemeral_http_requests_total{method=\"GET\",route=\"/v1/runs\",code=\"200\"} 1\n"));
+    assert_non_null(strstr(
+        b.data,
+        "ephemeral_http_requests_total{method=\"OTHER\",route=\"/v1/runs\",code=\"200\"} 1\n"));
+    assert_non_null(
+        strstr(b.data, "ephemeral_http_request_duration_seconds_count{route=\"/v1/runs\"} 2\n"));
+    eph_buf_release(&b);
+}
+
+int main(void)
+{
+    if (sodium_init() < 0)
+        return 1;
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_keys, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_secret_and_connections, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_queued_cap, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_idempotency_expiry, setup, teardown),
+        cmocka_unit_test(test_metrics_render),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
