@@ -50,7 +50,11 @@ UNIT_SRC := $(wildcard tests/unit/test_*.c)
 UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
 
-BINS := $(BUILD)/ephemerald $(BUILD)/ephemeral $(BUILD)/ephemeral-init
+# Guest-side helper of the gvisor backend (src/sandbox/gvisor/): a tiny shared library preloaded
+# inside gVisor sandboxes, unsanitized like the init (it runs in the image's programs).
+GVISOR_COMPAT := $(BUILD)/ephemeral-gvisor-compat.so
+
+BINS := $(BUILD)/ephemerald $(BUILD)/ephemeral $(BUILD)/ephemeral-init $(GVISOR_COMPAT)
 
 .PHONY: all deps test unit blackbox demo image bench lint format fuzz clean
 all: deps $(BINS)
@@ -86,6 +90,10 @@ $(BUILD)/ephemeral: $(CLI_OBJ)
 $(BUILD)/ephemeral-init: $(INIT_OBJ)
 	@echo "  LD      $@"
 	$(Q)$(CC) $(INIT_CFLAGS) -o $@ $^
+
+$(GVISOR_COMPAT): src/sandbox/gvisor/statx_compat.c $(BUILD)/.flags
+	@echo "  CC so   $<"
+	$(Q)$(CC) $(filter-out -static,$(INIT_CFLAGS)) -shared -fPIC -Wl,-z,relro,-z,now -o $@ $<
 
 $(BUILD)/tests/%: tests/unit/%.c $(DAEMON_LIB_OBJ) $(BUILD)/.flags
 	$(Q)mkdir -p $(dir $@)

@@ -34,6 +34,11 @@ static const char *const recipe_hooks[] = {
     "rm -f \"$1/etc/resolv.conf\" \"$1/etc/hostname\"",
     /* Mount points the jail uses. */
     "mkdir -p \"$1/proc\" \"$1/dev\" \"$1/tmp\" \"$1/sys\"",
+    /* Mount points the gvisor backend uses: /.ephemeral (ephemeral-init and its statx compat
+     * library) and /etc/ld.so.preload (empty here, so nothing is preloaded under the other
+     * backends; gvisor mounts over it a file naming that library). They must be in the image:
+     * runsc's gofer creates a missing mount point in the image directory on the host. */
+    "mkdir -p \"$1/.ephemeral\" && : > \"$1/etc/ld.so.preload\"",
 };
 static const char *const recipe_dpkg_opts[] = {
     "path-exclude=/usr/share/doc/*",

@@ -11,13 +11,13 @@
 #include <string.h>
 
 #include "common/log.h"
+#include "sandbox/gvisor.h"
 #include "sandbox/namespaces/namespaces.h"
 
 static const struct eph_sandbox_ops *const backends[] = {
     /* &eph_sandbox_microvm_ops: planned (src/sandbox/microvm.c): QEMU microvm + KVM, probed by
      *                           booting a guest once, never chosen on TCG. */
-    /* &eph_sandbox_gvisor_ops:  planned (src/sandbox/gvisor.c): runsc with --network=none, the
-     *                           init speaking the protocol over stdio. */
+    &eph_sandbox_gvisor_ops,
     &eph_sandbox_namespaces_ops,
 };
 

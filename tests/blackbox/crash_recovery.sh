@@ -10,7 +10,9 @@ cat >"$TEST_TMP/config.json" <<JSON
  "models": [{"id": "replay", "provider": "replay", "transcripts": "$TOP/tests/fixtures/sleepy",
              "input_micros_per_mtok": 50000, "output_micros_per_mtok": 200000}]}
 JSON
-start_server --config "$TEST_TMP/config.json"
+# The namespaces backend: the checks below find the sandboxes' processes on the host, which
+# under gvisor are inside the Sentry (gvisor_sandbox covers a killed caller there).
+start_server --config "$TEST_TMP/config.json" --sandbox namespaces
 prompt=$(jq -r .prompt tests/fixtures/sleepy/long/request.json)
 ids=()
 for i in 1 2 3; do
@@ -56,6 +58,7 @@ assert_eq "$(pgrep -f 'sleep 300' | wc -l)" 0 "sandbox processes after the serve
 # Restart on the same database.
 port=${EPHEMERAL_URL##*:}
 "$EPHD" serve --listen "127.0.0.1:$port" --db "$DB" --config "$TEST_TMP/config.json" \
+    --sandbox namespaces \
     >>"$SERVER_LOG" 2>&1 &
 SERVER_PID=$!
 _pids+=("$SERVER_PID")

@@ -1,0 +1,1284 @@
+/*
+ * gvisor.c - the gvisor backend: the image as an OCI bundle run by runsc. See gvisor.h.
+ *
+ * create:
+ *
+ *   1. a private bundle, /run/ephemeral/gvisor/<tag>-<server pid>-gv<n>/ (0700):
+ *        config.json      the OCI spec (eph_gvisor_spec_json)
+ *        guest/           copies of ephemeral-init and ephemeral-gvisor-compat.so, mounted
+ *                         read-only at /.ephemeral (a copy, so that no other host file is visible)
+ *        ld.so.preload    one line naming the compat library, mounted over /etc/ld.so.preload
+ *        state/           runsc's --root: this sandbox's runsc state, and nothing else
+ *        runsc.log, runsc.err   runsc's own log and stderr (read when the boot fails)
+ *   2. a socketpair: one end is the server's channel, the other becomes the container's stdin
+ *      and stdout (runsc run without a terminal hands its stdio to the container as they are);
+ *   3. `runsc --root=state --network=none run --bundle DIR ID` spawned with a minimal environment
+ *      (never the server's: it holds API keys), its own session, default signals, no other fd;
+ *   4. inside, /bin/sh of the image makes /tmp/ephemeral-run-XXXXXX/{scratch,home} in the tmpfs
+ *      and execs ephemeral-init with the channel moved to fd 3, as the namespaces jail gives it;
+ *   5. the guest's hello.
+ *
+ * destroy closes the channel: init kills everything and exits, the container ends, and `runsc
+ * run` deletes it (its state and cgroup) and exits. If it does not within a few seconds it is
+ * killed, and whatever runsc state is left goes through `runsc kill ID KILL` and `runsc delete
+ * --force ID`; then any cgroup directory named after the sandbox, and the bundle, are removed.
+ * interrupt (from any thread) shuts the channel down and SIGKILLs `runsc run`, which takes the
+ * attached sandbox with it: a blocked exec returns at once.
+ *
+ * Why the compat library: the Sentry of Debian 12's runsc (0.0~20221219) refuses statx and
+ * fstatat with AT_NO_AUTOMOUNT, which coreutils 9 always passes, so `ls -l` fails with "Invalid
+ * argument". The library (src/sandbox/gvisor/statx_compat.c) drops that no-op flag; the probe
+ * runs `ls -ld` in a fresh sandbox, so a host where this chain does not work never picks gvisor.
+ */
+#include "sandbox/gvisor.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/clock.h"
+#include "common/id.h"
+#include "common/log.h"
+#include "sandbox/guest_client.h"
+
+#define COMPONENT "sandbox"
+#define RUN_ROOT "/run/ephemeral"
+#define RUN_DIR RUN_ROOT "/gvisor"
+#define GUEST_MOUNT "/.ephemeral"
+#define COMPAT_NAME "ephemeral-gvisor-compat.so"
+#define CGROUP_PARENT "ephemeral"
+#define SETUP_TIMEOUT_MS 30000u
+#define FILE_TIMEOUT_MS 30000u
+/* After the channel closes, how long `runsc run` gets to delete the container and exit (it
+ * takes tens of milliseconds). */
+#define EXIT_WAIT_MS 2000u
+#define RUNSC_CMD_TIMEOUT_MS 15000u
+#define PROBE_TIMEOUT_MS 20000u
+#define SPAWN_PATH "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+struct gv_sandbox {
+    struct eph_sandbox base; /* first: the generic layer casts */
+    char id[64];
+    char dir[PATH_MAX]; /* the bundle; removed by destroy once this sandbox has made it */
+    bool own_dir;
+    char run_dir[64];
+    char scratch[80];
+    char home[80];
+    struct eph_guest_client client;
+    bool client_ready;
+    pthread_mutex_t lock; /* guards chan_fd, pid and pidfd against interrupt() racing destroy() */
+    int chan_fd;          /* the client's fd while it is open, for interrupt's shutdown() */
+    pid_t pid;            /* `runsc run`, until reaped */
+    int pidfd;
+    atomic_bool interrupted;
+};
+
+/* ---- small host helpers ------------------------------------------------------------------ */
+
+static int pidfd_open_compat(pid_t pid)
+{
+#ifdef SYS_pidfd_open
+    return (int)syscall(SYS_pidfd_open, pid, 0);
+#else
+    errno = ENOSYS;
+    return -1;
+#endif
+}
+
+/* Waits for a child by the deadline: 0 and *status, or -ETIMEDOUT (the child is left running). */
+static int child_wait(pid_t pid, int pidfd, uint32_t timeout_ms, int *status)
+{
+    uint64_t deadline = eph_clock_mono_ns() + (uint64_t)timeout_ms * 1000000u;
+    int st = 0;
+    for (;;) {
+        pid_t r = waitpid(pid, &st, WNOHANG);
+        if (r == pid)
+            break;
+        if (r < 0 && errno != EINTR)
+            return -errno;
+        uint64_t now = eph_clock_mono_ns();
+        if (now >= deadline)
+            return -ETIMEDOUT;
+        int ms = (int)((deadline - now) / 1000000u) + 1;
+        if (pidfd >= 0) {
+            struct pollfd pfd = {.fd = pidfd, .events = POLLIN};
+            (void)poll(&pfd, 1, ms);
+        } else {
+            struct timespec pause = {0, 5 * 1000 * 1000};
+            nanosleep(&pause, NULL);
+        }
+    }
+    if (status)
+        *status = st;
+    return 0;
+}
+
+/* Starts argv[0] with in/out/err as its stdio and nothing else open, in its own session, with
+ * every signal at its default and unblocked (the server blocks and ignores some; children inherit
+ * that), and only PATH in its environment. */
+static int spawn(const char *const argv[], int in_fd, int out_fd, int err_fd, pid_t *pid)
+{
+    posix_spawn_file_actions_t fa;
+    posix_spawnattr_t attr;
+    sigset_t none, all;
+    char *const envp[] = {(char *)SPAWN_PATH, NULL};
+    int rc = posix_spawn_file_actions_init(&fa);
+    if (rc)
+        return -rc;
+    rc = posix_spawnattr_init(&attr);
+    if (rc) {
+        posix_spawn_file_actions_destroy(&fa);
+        return -rc;
+    }
+    sigemptyset(&none);
+    sigfillset(&all);
+    if (!rc)
+        rc = posix_spawn_file_actions_adddup2(&fa, in_fd, 0);
+    if (!rc)
+        rc = posix_spawn_file_actions_adddup2(&fa, out_fd, 1);
+    if (!rc)
+        rc = posix_spawn_file_actions_adddup2(&fa, err_fd, 2);
+    /* Whatever the server has open that is not close-on-exec stays out of runsc (and of the
+     * sandbox and gofer processes it starts). */
+    if (!rc)
+        rc = posix_spawn_file_actions_addclosefrom_np(&fa, 3);
+    if (!rc)
+        rc = posix_spawnattr_setsigmask(&attr, &none);
+    if (!rc)
+        rc = posix_spawnattr_setsigdefault(&attr, &all);
+    if (!rc)
+        rc = posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF |
+                                                 POSIX_SPAWN_SETSID);
+    if (!rc)
+        rc = posix_spawn(pid, argv[0], &fa, &attr, (char *const *)argv, envp);
+    posix_spawnattr_destroy(&attr);
+    posix_spawn_file_actions_destroy(&fa);
+    return -rc;
+}
+
+/* Like spawn(), for `runsc run` itself, which must also die with the server: a parent-death
+ * signal (SIGKILL) takes it, and with it the sandbox attached to it, when the thread that
+ * created the sandbox (which drives and destroys it, sandbox.h) is gone. posix_spawn cannot set
+ * one, so this forks; the child calls only async-signal-safe functions before execve. */
+static int spawn_attached(const char *const argv[], int in_fd, int out_fd, int err_fd, pid_t *pid)
+{
+    char *const envp[] = {(char *)SPAWN_PATH, NULL};
+    pid_t parent = getpid();
+    pid_t p = fork();
+    if (p < 0)
+        return -errno;
+    if (p == 0) {
+        struct sigaction dfl;
+        sigset_t none;
+        memset(&dfl, 0, sizeof(dfl));
+        dfl.sa_handler = SIG_DFL;
+        for (int sig = 1; sig < NSIG; sig++)
+            (void)sigaction(sig, &dfl, NULL);
+        sigemptyset(&none);
+        if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent)
+            _exit(127);
+        if (setsid() < 0)
+            _exit(127);
+        /* Out of the way of 0-2 first, in case one of them is already 0, 1 or 2. */
+        int in = fcntl(in_fd, F_DUPFD_CLOEXEC, 10);
+        int out = fcntl(out_fd, F_DUPFD_CLOEXEC, 10);
+        int err = fcntl(err_fd, F_DUPFD_CLOEXEC, 10);
+        if (in < 0 || out < 0 || err < 0 || dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0)
+            _exit(127);
+        if (close_range(3, ~0u, 0) != 0)
+            _exit(127);
+        (void)sigprocmask(SIG_SETMASK, &none, NULL);
+        execve(argv[0], (char *const *)argv, envp);
+        _exit(127);
+    }
+    *pid = p;
+    return 0;
+}
+
+static int open_null(int flags)
+{
+    int fd = open("/dev/null", flags | O_CLOEXEC);
+    return fd < 0 ? -errno : fd;
+}
+
+static int write_file_at(int dfd, const char *name, const char *data, size_t len, mode_t mode)
+{
+    int fd = openat(dfd, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode);
+    if (fd < 0)
+        return -errno;
+    int rc = 0;
+    while (len && !rc) {
+        ssize_t w = write(fd, data, len);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            rc = w < 0 ? -errno : -EIO;
+        else {
+            data += w;
+            len -= (size_t)w;
+        }
+    }
+    if (close(fd) != 0 && !rc)
+        rc = -errno;
+    return rc;
+}
+
+static int copy_file_at(const char *src, int dfd, const char *name, mode_t mode)
+{
+    char buf[16384];
+    int in = open(src, O_RDONLY | O_CLOEXEC);
+    if (in < 0)
+        return -errno;
+    int out = openat(dfd, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode);
+    if (out < 0) {
+        int e = errno;
+        close(in);
+        return -e;
+    }
+    int rc = 0;
+    for (;;) {
+        ssize_t n = read(in, buf, sizeof(buf));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            rc = n < 0 ? -errno : 0;
+            break;
+        }
+        for (ssize_t off = 0; off < n && !rc;) {
+            ssize_t w = write(out, buf + off, (size_t)(n - off));
+            if (w < 0 && errno == EINTR)
+                continue;
+            if (w <= 0)
+                rc = w < 0 ? -errno : -EIO;
+            else
+                off += w;
+        }
+        if (rc)
+            break;
+    }
+    close(in);
+    if (close(out) != 0 && !rc)
+        rc = -errno;
+    return rc;
+}
+
+/* Removes dfd/name and everything under it without following a symbolic link. depth bounds the
+ * recursion: the bundle is two levels deep, runsc's state a level more. */
+static int rm_tree_at(int dfd, const char *name, int depth)
+{
+    if (unlinkat(dfd, name, 0) == 0 || errno == ENOENT)
+        return 0;
+    if (errno != EISDIR && errno != EPERM)
+        return -errno;
+    if (depth <= 0)
+        return -ELOOP;
+    int fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
+        return errno == ENOENT ? 0 : -errno;
+    DIR *d = fdopendir(fd);
+    if (!d) {
+        int e = errno;
+        close(fd);
+        return -e;
+    }
+    int first = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+            continue;
+        int rc = rm_tree_at(dirfd(d), e->d_name, depth - 1);
+        if (rc && !first)
+            first = rc;
+    }
+    closedir(d);
+    if (unlinkat(dfd, name, AT_REMOVEDIR) != 0 && errno != ENOENT && !first)
+        first = -errno;
+    return first;
+}
+
+static int rm_tree(const char *path)
+{
+    return rm_tree_at(AT_FDCWD, path, 4);
+}
+
+/* Names are <tag>-<server pid>-<rest>, as the namespaces backend names its cgroups: an orphan is
+ * one whose server is not running. */
+static bool is_orphan(const char *name)
+{
+    const char *dash = strchr(name, '-');
+    if (!dash)
+        return false;
+    char *end;
+    long pid = strtol(dash + 1, &end, 10);
+    if (end == dash + 1 || *end != '-' || pid <= 0)
+        return false;
+    if (pid == (long)getpid())
+        return false;
+    return kill((pid_t)pid, 0) != 0 && errno == ESRCH;
+}
+
+/* ---- cgroups ------------------------------------------------------------------------------- */
+
+/* runsc creates the sandbox's cgroup as /ephemeral/<id> in every hierarchy it finds (on cgroup v1
+ * that is memory, pids and cpu, and also blkio, cpuset, devices, freezer...). fn is called with
+ * the mount point of each cgroup and cgroup2 mount. */
+static void cgroup_each_mount(void (*fn)(const char *mnt, void *arg), void *arg)
+{
+    FILE *f = fopen("/proc/self/mountinfo", "re");
+    if (!f)
+        return;
+    char line[4096];
+    while (fgets(line, sizeof(line), f)) {
+        char mnt[PATH_MAX];
+        if (sscanf(line, "%*s %*s %*s %*s %4095s", mnt) != 1)
+            continue;
+        const char *dash = strstr(line, " - ");
+        char fstype[32];
+        if (!dash || sscanf(dash + 3, "%31s", fstype) != 1)
+            continue;
+        if (strcmp(fstype, "cgroup") == 0 || strcmp(fstype, "cgroup2") == 0)
+            fn(mnt, arg);
+    }
+    fclose(f);
+}
+
+/* Removes one sandbox cgroup directory: what is still in it is the sandbox's own host processes
+ * (Sentry, gofer, ptrace stubs), which are killed. Bounded to about two seconds. */
+static int cgroup_dir_remove(const char *dir)
+{
+    struct timespec pause = {0, 2 * 1000 * 1000};
+    for (int tries = 0; tries < 1000; tries++) {
+        if (rmdir(dir) == 0 || errno == ENOENT)
+            return 0;
+        if (errno != EBUSY)
+            return -errno;
+        char path[PATH_MAX + 32];
+        snprintf(path, sizeof(path), "%s/cgroup.procs", dir);
+        FILE *f = fopen(path, "re");
+        if (f) {
+            int pid;
+            while (fscanf(f, "%d", &pid) == 1)
+                if (pid > 1)
+                    kill(pid, SIGKILL);
+            fclose(f);
+        }
+        nanosleep(&pause, NULL);
+    }
+    return -EBUSY;
+}
+
+struct cg_remove {
+    const char *id;
+    int err;
+    int removed;
+};
+
+static void cgroup_remove_in(const char *mnt, void *arg)
+{
+    struct cg_remove *r = arg;
+    char dir[PATH_MAX + 128];
+    struct stat st;
+    snprintf(dir, sizeof(dir), "%s/" CGROUP_PARENT "/%s", mnt, r->id);
+    if (stat(dir, &st) != 0)
+        return;
+    int rc = cgroup_dir_remove(dir);
+    if (rc) {
+        EPH_WARN(COMPONENT, "cannot remove cgroup '%s': %s", dir, strerror(-rc));
+        if (!r->err)
+            r->err = rc;
+    } else {
+        r->removed++;
+    }
+}
+
+static int cgroup_remove(const char *id, int *removed)
+{
+    struct cg_remove r = {.id = id};
+    cgroup_each_mount(cgroup_remove_in, &r);
+    if (removed)
+        *removed = r.removed;
+    return r.err;
+}
+
+/* ---- runsc ------------------------------------------------------------------------------- */
+
+static pthread_once_t runsc_once = PTHREAD_ONCE_INIT;
+static char runsc_path[PATH_MAX];
+
+/* $EPHEMERAL_RUNSC, else the first runsc on $PATH (or the default PATH). */
+static void runsc_find(void)
+{
+    const char *env = getenv("EPHEMERAL_RUNSC");
+    if (env && env[0] == '/') {
+        if (access(env, X_OK) == 0)
+            snprintf(runsc_path, sizeof(runsc_path), "%s", env);
+        return;
+    }
+    const char *path = getenv("PATH");
+    if (!path || !*path)
+        path = SPAWN_PATH + 5;
+    while (*path) {
+        size_t n = strcspn(path, ":");
+        char cand[PATH_MAX];
+        if (n > 0 && n < sizeof(cand) - 8 && path[0] == '/') {
+            memcpy(cand, path, n);
+            snprintf(cand + n, sizeof(cand) - n, "/runsc");
+            struct stat st;
+            if (stat(cand, &st) == 0 && S_ISREG(st.st_mode) && access(cand, X_OK) == 0) {
+                snprintf(runsc_path, sizeof(runsc_path), "%s", cand);
+                return;
+            }
+        }
+        path += n;
+        if (*path == ':')
+            path++;
+    }
+}
+
+static const char *runsc(void)
+{
+    pthread_once(&runsc_once, runsc_find);
+    return runsc_path[0] ? runsc_path : NULL;
+}
+
+/* Runs `runsc --root=ROOT ARGS...` to completion (bounded), output discarded. 0 and *status, or a
+ * negative errno. */
+static int runsc_cmd(const char *root, const char *const *args, int *status)
+{
+    const char *argv[16];
+    char root_opt[PATH_MAX + 16];
+    size_t n = 0;
+    if (!runsc())
+        return -ENOENT;
+    snprintf(root_opt, sizeof(root_opt), "--root=%s", root);
+    argv[n++] = runsc();
+    argv[n++] = root_opt;
+    for (size_t i = 0; args[i] && n < sizeof(argv) / sizeof(argv[0]) - 1; i++)
+        argv[n++] = args[i];
+    argv[n] = NULL;
+    int null = open_null(O_RDWR);
+    if (null < 0)
+        return null;
+    pid_t pid;
+    int rc = spawn(argv, null, null, null, &pid);
+    close(null);
+    if (rc)
+        return rc;
+    int pidfd = pidfd_open_compat(pid);
+    rc = child_wait(pid, pidfd, RUNSC_CMD_TIMEOUT_MS, status);
+    if (rc == -ETIMEDOUT) {
+        EPH_WARN(COMPONENT, "'runsc %s' did not finish in %u ms; killed", args[0],
+                 RUNSC_CMD_TIMEOUT_MS);
+        kill(pid, SIGKILL);
+        (void)child_wait(pid, pidfd, RUNSC_CMD_TIMEOUT_MS, NULL);
+    }
+    if (pidfd >= 0)
+        close(pidfd);
+    return rc;
+}
+
+/* True when runsc has state for a container under root (any file but the lock files it leaves). */
+static bool state_left(const char *root)
+{
+    DIR *d = opendir(root);
+    if (!d)
+        return false;
+    bool found = false;
+    struct dirent *e;
+    while (!found && (e = readdir(d)) != NULL) {
+        size_t n = strlen(e->d_name);
+        if (e->d_name[0] == '.' || (n > 5 && strcmp(e->d_name + n - 5, ".lock") == 0))
+            continue;
+        found = true;
+    }
+    closedir(d);
+    return found;
+}
+
+/* `runsc kill ID KILL` then `runsc delete --force ID` against the sandbox's own state. */
+static void runsc_kill_delete(const char *dir, const char *id)
+{
+    char root[PATH_MAX + 16];
+    snprintf(root, sizeof(root), "%s/state", dir);
+    const char *kill_args[] = {"kill", id, "KILL", NULL};
+    const char *del_args[] = {"delete", "--force", id, NULL};
+    int status = 0;
+    (void)runsc_cmd(root, kill_args, &status); /* fails when it is already stopped: fine */
+    int rc = runsc_cmd(root, del_args, &status);
+    if (rc || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        EPH_DEBUG(COMPONENT, "runsc delete --force %s: %s, status %d", id,
+                  rc ? strerror(-rc) : "ran", status);
+}
+
+/* The last line runsc wrote on its stderr, cleaned for a log line. */
+static void runsc_last_error(const char *dir, char *out, size_t cap)
+{
+    char path[PATH_MAX + 16], buf[1024];
+    out[0] = '\0';
+    snprintf(path, sizeof(path), "%s/runsc.err", dir);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return;
+    off_t size = lseek(fd, 0, SEEK_END);
+    off_t from = size > (off_t)sizeof(buf) - 1 ? size - (off_t)sizeof(buf) + 1 : 0;
+    ssize_t n = pread(fd, buf, sizeof(buf) - 1, from);
+    close(fd);
+    if (n <= 0)
+        return;
+    while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' '))
+        n--;
+    buf[n] = '\0';
+    char *line = strrchr(buf, '\n');
+    line = line ? line + 1 : buf;
+    size_t j = 0;
+    for (size_t i = 0; line[i] && j + 1 < cap; i++)
+        out[j++] = (line[i] >= 0x20 && line[i] < 0x7f) ? line[i] : '?';
+    out[j] = '\0';
+}
+
+/* ---- the spec ------------------------------------------------------------------------------ */
+
+static json_t *str_array(const char *const *v)
+{
+    json_t *a = json_array();
+    for (size_t i = 0; a && v[i]; i++)
+        json_array_append_new(a, json_string(v[i]));
+    return a;
+}
+
+static json_t *mount_new(const char *dst, const char *type, const char *src,
+                         const char *const *opts)
+{
+    return json_pack("{s:s, s:s, s:s, s:o}", "destination", dst, "type", type, "source", src,
+                     "options", str_array(opts));
+}
+
+static json_t *rlimit_new(const char *type, uint64_t v)
+{
+    return json_pack("{s:s, s:I, s:I}", "type", type, "hard", (json_int_t)v, "soft", (json_int_t)v);
+}
+
+int eph_gvisor_spec_json(const struct eph_gvisor_plan *p, char **out)
+{
+    const struct eph_sandbox_limits *l = &p->limits;
+    char trampoline[1024], tmp_size[32];
+    *out = NULL;
+    /* The init wants the channel on fd 3 and its two directories made; the image's sh does both
+     * and then is replaced by the init, which stays PID 1. The directories are worker's because
+     * the process is worker from the start. fds 0 and 1 must stay open: when the last guest
+     * reference to an imported host socket goes, the Sentry shuts the socket down, and stdin and
+     * stdout are the channel. The init's children get their own 0, 1 and 2. */
+    int n = snprintf(trampoline, sizeof(trampoline),
+                     "umask 022 && mkdir %s %s && mkdir -m 700 %s && "
+                     "exec " GUEST_MOUNT "/init %s %s 3<&0 2>/dev/null",
+                     p->run_dir, p->scratch, p->home, p->scratch, p->home);
+    if (n < 0 || (size_t)n >= sizeof(trampoline))
+        return -ENAMETOOLONG;
+    snprintf(tmp_size, sizeof(tmp_size), "size=%um", l->disk_mib);
+
+    static const char *const no_caps[] = {NULL};
+    const char *const args[] = {"/bin/sh", "-c", trampoline, NULL};
+    const char *const env[] = {SPAWN_PATH, NULL};
+    const char *const tmp_opts[] = {"nosuid", "nodev", "mode=1777", tmp_size, NULL};
+    const char *const ro_opts[] = {"bind", "ro", "nosuid", "nodev", NULL};
+    const char *const ro_noexec[] = {"bind", "ro", "nosuid", "nodev", "noexec", NULL};
+    uint64_t mem = ((uint64_t)l->memory_mib + EPH_GVISOR_SENTRY_MIB) << 20;
+    uint64_t host_tasks =
+        (uint64_t)l->pids * EPH_GVISOR_HOST_TASKS_PER_PROC + EPH_GVISOR_HOST_TASKS_BASE;
+    uint64_t fsize = l->fsize_bytes ? l->fsize_bytes : (uint64_t)l->disk_mib << 20;
+
+    json_t *caps = json_pack("{s:o, s:o, s:o, s:o, s:o}", "bounding", str_array(no_caps),
+                             "effective", str_array(no_caps), "inheritable", str_array(no_caps),
+                             "permitted", str_array(no_caps), "ambient", str_array(no_caps));
+    json_t *rlimits = json_array();
+    if (rlimits) {
+        json_array_append_new(rlimits, rlimit_new("RLIMIT_NOFILE", l->nofile));
+        /* The Sentry counts worker's tasks: this is the sandbox's process limit (the host
+         * cgroup's pids.max below is a backstop in host tasks, a different unit). */
+        json_array_append_new(rlimits, rlimit_new("RLIMIT_NPROC", l->pids));
+        json_array_append_new(rlimits, rlimit_new("RLIMIT_FSIZE", fsize));
+        json_array_append_new(rlimits, rlimit_new("RLIMIT_CORE", 0));
+    }
+    json_t *process = json_pack("{s:b, s:{s:i, s:i, s:[]}, s:o, s:o, s:s, s:o, s:b, s:o}",
+                                "terminal", 0, "user", "uid", 1000, "gid", 1000, "additionalGids",
+                                "args", str_array(args), "env", str_array(env), "cwd", "/",
+                                "capabilities", caps, "noNewPrivileges", 1, "rlimits", rlimits);
+
+    json_t *mounts = json_array();
+    if (mounts) {
+        json_array_append_new(mounts, json_pack("{s:s, s:s, s:s}", "destination", "/proc", "type",
+                                                "proc", "source", "proc"));
+        json_array_append_new(mounts, mount_new("/tmp", "tmpfs", "tmpfs", tmp_opts));
+        json_array_append_new(mounts, mount_new(GUEST_MOUNT, "bind", p->guest_dir, ro_opts));
+        if (p->preload_file)
+            json_array_append_new(
+                mounts, mount_new("/etc/ld.so.preload", "bind", p->preload_file, ro_noexec));
+    }
+    /* Memory: the run's share plus the Sentry's own (both are charged to this cgroup), swap
+     * equal to it (memsw: no swap at all). CPU: a CFS quota of vcpus whole CPUs. */
+    json_t *resources =
+        json_pack("{s:{s:I, s:I}, s:{s:I}, s:{s:I, s:I}}", "memory", "limit", (json_int_t)mem,
+                  "swap", (json_int_t)mem, "pids", "limit", (json_int_t)host_tasks, "cpu", "quota",
+                  (json_int_t)l->vcpus * 100000, "period", (json_int_t)100000);
+    json_t *linux_ =
+        json_pack("{s:[{s:s}, {s:s}, {s:s}, {s:s}, {s:s}], s:o, s:s}", "namespaces", "type", "pid",
+                  "type", "network", "type", "ipc", "type", "uts", "type", "mount", "resources",
+                  resources, "cgroupsPath", p->cgroup_path);
+    json_t *spec = json_pack("{s:s, s:o, s:{s:s, s:b}, s:s, s:o, s:o}", "ociVersion", "1.0.2",
+                             "process", process, "root", "path", p->root, "readonly", 1, "hostname",
+                             "sandbox", "mounts", mounts, "linux", linux_);
+    if (!spec)
+        return -ENOMEM;
+    *out = json_dumps(spec, JSON_INDENT(1) | JSON_SORT_KEYS);
+    json_decref(spec);
+    return *out ? 0 : -ENOMEM;
+}
+
+/* ---- the backend --------------------------------------------------------------------------- */
+
+static void limits_fill(struct eph_sandbox_limits *l, const struct eph_sandbox_limits *in)
+{
+    struct eph_sandbox_limits d;
+    eph_sandbox_limits_default(&d);
+    *l = *in;
+    if (!l->vcpus)
+        l->vcpus = d.vcpus;
+    if (!l->memory_mib)
+        l->memory_mib = d.memory_mib;
+    if (!l->pids)
+        l->pids = d.pids;
+    if (!l->disk_mib)
+        l->disk_mib = d.disk_mib;
+    if (!l->nofile)
+        l->nofile = d.nofile;
+    if (!l->fsize_bytes)
+        l->fsize_bytes = (uint64_t)l->disk_mib << 20;
+}
+
+/* The compat library lives beside ephemeral-init ($EPHEMERAL_GVISOR_COMPAT overrides). */
+static int compat_path(const char *init_path, char *out, size_t cap)
+{
+    const char *env = getenv("EPHEMERAL_GVISOR_COMPAT");
+    if (env && *env) {
+        snprintf(out, cap, "%s", env);
+        return 0;
+    }
+    const char *slash = strrchr(init_path, '/');
+    size_t n = slash ? (size_t)(slash - init_path) + 1 : 0;
+    if (n + sizeof(COMPAT_NAME) > cap)
+        return -ENAMETOOLONG;
+    memcpy(out, init_path, n);
+    memcpy(out + n, COMPAT_NAME, sizeof(COMPAT_NAME));
+    return 0;
+}
+
+/* The image must hold every mount point the spec uses: runsc's gofer would otherwise create a
+ * missing one in the image directory on the host. */
+static int image_check(const struct eph_sandbox_config *cfg, char *root, char *why, size_t whylen)
+{
+    static const char *const dirs[] = {"proc", "tmp", "dev", ".ephemeral"};
+    static const char *const files[] = {"bin/sh", "etc/ld.so.preload"};
+    if (!cfg->image || !realpath(cfg->image, root)) {
+        snprintf(why, whylen, "sandbox image '%s' not found", cfg->image ? cfg->image : "");
+        return -ENOENT;
+    }
+    for (size_t i = 0; i < sizeof(dirs) / sizeof(dirs[0]) + sizeof(files) / sizeof(files[0]); i++) {
+        bool dir = i < sizeof(dirs) / sizeof(dirs[0]);
+        const char *name = dir ? dirs[i] : files[i - sizeof(dirs) / sizeof(dirs[0])];
+        char path[PATH_MAX + 32];
+        struct stat st;
+        snprintf(path, sizeof(path), "%s/%s", root, name);
+        if (stat(path, &st) != 0 || (dir ? !S_ISDIR(st.st_mode) : !S_ISREG(st.st_mode))) {
+            snprintf(why, whylen, "sandbox image '%s' has no /%s (rebuild it: make image)", root,
+                     name);
+            return -ENOENT;
+        }
+    }
+    return 0;
+}
+
+static int mkdir_ok(const char *path, mode_t mode)
+{
+    if (mkdir(path, mode) != 0 && errno != EEXIST)
+        return -errno;
+    return 0;
+}
+
+static int gv_destroy(struct eph_sandbox *base);
+
+/* The bundle directory and everything in it but the spec. */
+static int bundle_prepare(struct gv_sandbox *sb, const struct eph_sandbox_config *cfg)
+{
+    char compat[PATH_MAX];
+    int rc = compat_path(cfg->init_path ? cfg->init_path : "", compat, sizeof(compat));
+    if (rc)
+        return rc;
+    if (mkdir_ok(RUN_ROOT, 0755) || mkdir_ok(RUN_DIR, 0700))
+        return -errno;
+    if (mkdir(sb->dir, 0700) != 0)
+        return -errno;
+    sb->own_dir = true;
+    int dfd = open(sb->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+    if (dfd < 0)
+        return -errno;
+    if (mkdirat(dfd, "state", 0700) != 0 || mkdirat(dfd, "guest", 0755) != 0) {
+        rc = -errno;
+        close(dfd);
+        return rc;
+    }
+    int gfd = openat(dfd, "guest", O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+    if (gfd < 0) {
+        rc = -errno;
+        close(dfd);
+        return rc;
+    }
+    rc = copy_file_at(cfg->init_path ? cfg->init_path : "", gfd, "init", 0755);
+    if (rc)
+        EPH_ERROR(COMPONENT, "cannot copy ephemeral-init '%s': %s",
+                  cfg->init_path ? cfg->init_path : "", strerror(-rc));
+    if (!rc) {
+        rc = copy_file_at(compat, gfd, COMPAT_NAME, 0644);
+        if (rc)
+            EPH_ERROR(COMPONENT, "cannot copy the gvisor compat library '%s': %s", compat,
+                      strerror(-rc));
+    }
+    close(gfd);
+    static const char preload[] = GUEST_MOUNT "/" COMPAT_NAME "\n";
+    if (!rc)
+        rc = write_file_at(dfd, "ld.so.preload", preload, sizeof(preload) - 1, 0644);
+    close(dfd);
+    return rc;
+}
+
+static int spec_write(struct gv_sandbox *sb, const char *root, const struct eph_sandbox_limits *l)
+{
+    char guest[PATH_MAX + 16], preload[PATH_MAX + 32], cgroup[128];
+    snprintf(guest, sizeof(guest), "%s/guest", sb->dir);
+    snprintf(preload, sizeof(preload), "%s/ld.so.preload", sb->dir);
+    snprintf(cgroup, sizeof(cgroup), "/" CGROUP_PARENT "/%s", sb->id);
+    struct eph_gvisor_plan plan = {
+        .root = root,
+        .guest_dir = guest,
+        .preload_file = preload,
+        .cgroup_path = cgroup,
+        .run_dir = sb->run_dir,
+        .scratch = sb->scratch,
+        .home = sb->home,
+        .limits = *l,
+    };
+    char *json;
+    int rc = eph_gvisor_spec_json(&plan, &json);
+    if (rc)
+        return rc;
+    int dfd = open(sb->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+    if (dfd < 0)
+        rc = -errno;
+    else {
+        rc = write_file_at(dfd, "config.json", json, strlen(json), 0600);
+        close(dfd);
+    }
+    free(json);
+    return rc;
+}
+
+static int names_prepare(struct gv_sandbox *sb, const struct eph_sandbox_config *cfg)
+{
+    static atomic_uint seq;
+    static const char alphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    unsigned char rnd[6];
+    char suffix[7];
+    int rc = eph_random_bytes(rnd, sizeof(rnd));
+    if (rc)
+        return rc;
+    for (int i = 0; i < 6; i++)
+        suffix[i] = alphabet[rnd[i] % (sizeof(alphabet) - 1)];
+    suffix[6] = '\0';
+    snprintf(sb->run_dir, sizeof(sb->run_dir), "/tmp/ephemeral-run-%s", suffix);
+    snprintf(sb->scratch, sizeof(sb->scratch), "%s/scratch", sb->run_dir);
+    snprintf(sb->home, sizeof(sb->home), "%s/home", sb->run_dir);
+    const char *tag = cfg->owner_tag && cfg->owner_tag[0] && !strchr(cfg->owner_tag, '-') &&
+                              !strchr(cfg->owner_tag, '/') && !strchr(cfg->owner_tag, '.') &&
+                              strlen(cfg->owner_tag) <= 16
+                          ? cfg->owner_tag
+                          : "eph";
+    snprintf(sb->id, sizeof(sb->id), "%s-%d-gv%u", tag, (int)getpid(), atomic_fetch_add(&seq, 1));
+    snprintf(sb->dir, sizeof(sb->dir), RUN_DIR "/%s", sb->id);
+    return 0;
+}
+
+/* Spawns `runsc run`; chan is the container's end of the channel. */
+static int runsc_start(struct gv_sandbox *sb, int chan)
+{
+    char root_opt[PATH_MAX + 16], log_opt[PATH_MAX + 16], errpath[PATH_MAX + 16];
+    snprintf(root_opt, sizeof(root_opt), "--root=%s/state", sb->dir);
+    /* runsc logs to stdout unless told otherwise, and stdout is the channel. */
+    snprintf(log_opt, sizeof(log_opt), "--log=%s/runsc.log", sb->dir);
+    snprintf(errpath, sizeof(errpath), "%s/runsc.err", sb->dir);
+    const char *argv[16];
+    size_t n = 0;
+    argv[n++] = runsc();
+    argv[n++] = root_opt;
+    argv[n++] = log_opt;
+    argv[n++] = "--network=none";
+    argv[n++] = "--cpu-num-from-quota";
+    /* For an operator chasing a runsc problem: runsc's debug logs (large) go to that directory. */
+    char debug_opt[PATH_MAX + 16];
+    const char *debug_dir = getenv("EPHEMERAL_RUNSC_DEBUG_DIR");
+    if (debug_dir && debug_dir[0] == '/') {
+        snprintf(debug_opt, sizeof(debug_opt), "--debug-log=%s/", debug_dir);
+        argv[n++] = "--debug";
+        argv[n++] = "--strace";
+        argv[n++] = debug_opt;
+    }
+    argv[n++] = "run";
+    argv[n++] = "--bundle";
+    argv[n++] = sb->dir;
+    argv[n++] = sb->id;
+    argv[n] = NULL;
+    int err = open(errpath, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (err < 0)
+        return -errno;
+    pid_t pid = 0;
+    int rc = spawn_attached(argv, chan, chan, err, &pid);
+    close(err);
+    if (rc) {
+        EPH_ERROR(COMPONENT, "cannot start runsc '%s': %s", runsc(), strerror(-rc));
+        return rc;
+    }
+    int pidfd = pidfd_open_compat(pid);
+    pthread_mutex_lock(&sb->lock);
+    sb->pid = pid;
+    sb->pidfd = pidfd;
+    pthread_mutex_unlock(&sb->lock);
+    return 0;
+}
+
+static int gv_create(const struct eph_sandbox_config *cfg_in, struct eph_sandbox **out)
+{
+    struct eph_sandbox_limits limits;
+    char root[PATH_MAX], why[PATH_MAX + 96];
+    int chan[2] = {-1, -1};
+    if (!runsc()) {
+        EPH_ERROR(COMPONENT, "runsc not found");
+        return -ENOENT;
+    }
+    int rc = image_check(cfg_in, root, why, sizeof(why));
+    if (rc) {
+        EPH_ERROR(COMPONENT, "%s", why);
+        return rc;
+    }
+    limits_fill(&limits, &cfg_in->limits);
+    struct gv_sandbox *sb = calloc(1, sizeof(*sb));
+    if (!sb)
+        return -ENOMEM;
+    sb->base.ops = &eph_sandbox_gvisor_ops;
+    sb->chan_fd = -1;
+    sb->pidfd = -1;
+    pthread_mutex_init(&sb->lock, NULL);
+    atomic_init(&sb->interrupted, false);
+
+    rc = names_prepare(sb, cfg_in);
+    if (rc)
+        goto fail;
+    rc = bundle_prepare(sb, cfg_in);
+    if (rc) {
+        EPH_ERROR(COMPONENT, "cannot prepare the bundle '%s': %s", sb->dir, strerror(-rc));
+        goto fail;
+    }
+    rc = spec_write(sb, root, &limits);
+    if (rc)
+        goto fail;
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, chan) != 0) {
+        rc = -errno;
+        goto fail;
+    }
+    rc = runsc_start(sb, chan[1]);
+    close(chan[1]);
+    chan[1] = -1;
+    if (rc)
+        goto fail;
+    rc = eph_guest_client_init(&sb->client, chan[0]);
+    sb->client_ready = true;
+    pthread_mutex_lock(&sb->lock);
+    sb->chan_fd = chan[0];
+    pthread_mutex_unlock(&sb->lock);
+    chan[0] = -1;
+    if (rc)
+        goto fail;
+    rc = eph_guest_client_hello(&sb->client,
+                                eph_clock_mono_ns() + (uint64_t)SETUP_TIMEOUT_MS * 1000000u);
+    if (rc) {
+        char last[256];
+        runsc_last_error(sb->dir, last, sizeof(last));
+        EPH_ERROR(COMPONENT, "the gVisor sandbox did not start: %s%s%s", strerror(-rc),
+                  last[0] ? "; runsc: " : "", last);
+        goto fail;
+    }
+    EPH_DEBUG(COMPONENT, "gVisor sandbox %s up", sb->id);
+    *out = &sb->base;
+    return 0;
+
+fail:
+    for (int i = 0; i < 2; i++)
+        if (chan[i] >= 0)
+            close(chan[i]);
+    gv_destroy(&sb->base);
+    return rc;
+}
+
+static int map_error(struct gv_sandbox *sb, int rc)
+{
+    /* Whatever the channel says after an interrupt, the reason is the interrupt. */
+    if (rc && atomic_load(&sb->interrupted))
+        return -ECANCELED;
+    return rc;
+}
+
+static int gv_exec(struct eph_sandbox *base, const struct eph_exec_request *req,
+                   struct eph_exec_result *res)
+{
+    struct gv_sandbox *sb = (struct gv_sandbox *)base;
+    if (atomic_load(&sb->interrupted))
+        return -ECANCELED;
+    return map_error(sb, eph_guest_client_exec(&sb->client, req, res));
+}
+
+static int gv_write_file(struct eph_sandbox *base, const char *path, const void *data, size_t len,
+                         unsigned mode)
+{
+    struct gv_sandbox *sb = (struct gv_sandbox *)base;
+    if (atomic_load(&sb->interrupted))
+        return -ECANCELED;
+    uint64_t deadline = eph_clock_mono_ns() + (uint64_t)FILE_TIMEOUT_MS * 1000000u;
+    return map_error(sb, eph_guest_client_write_file(&sb->client, path, data, len, mode, deadline));
+}
+
+static int gv_read_file(struct eph_sandbox *base, const char *path, size_t cap, struct eph_buf *out)
+{
+    struct gv_sandbox *sb = (struct gv_sandbox *)base;
+    if (atomic_load(&sb->interrupted))
+        return -ECANCELED;
+    uint64_t deadline = eph_clock_mono_ns() + (uint64_t)FILE_TIMEOUT_MS * 1000000u;
+    return map_error(sb, eph_guest_client_read_file(&sb->client, path, cap, out, deadline));
+}
+
+static const char *gv_scratch_dir(struct eph_sandbox *base)
+{
+    return ((struct gv_sandbox *)base)->scratch;
+}
+
+/* Kills `runsc run` (the sandbox is attached to it and dies with it); pid is not reaped before
+ * destroy takes it under the same lock, so it cannot have been reused. Call with sb->lock. */
+static void kill_runsc_locked(struct gv_sandbox *sb)
+{
+    if (sb->pid <= 0)
+        return;
+#ifdef SYS_pidfd_send_signal
+    if (sb->pidfd >= 0 && syscall(SYS_pidfd_send_signal, sb->pidfd, SIGKILL, NULL, 0) == 0)
+        return;
+#endif
+    kill(sb->pid, SIGKILL);
+}
+
+static void gv_interrupt(struct eph_sandbox *base)
+{
+    struct gv_sandbox *sb = (struct gv_sandbox *)base;
+    atomic_store(&sb->interrupted, true);
+    pthread_mutex_lock(&sb->lock);
+    /* shutdown(), not close(): the exec thread's poll wakes up with a hangup, and the descriptor
+     * number stays ours until destroy releases it. */
+    if (sb->chan_fd >= 0)
+        (void)shutdown(sb->chan_fd, SHUT_RDWR);
+    kill_runsc_locked(sb);
+    pthread_mutex_unlock(&sb->lock);
+}
+
+static int gv_destroy(struct eph_sandbox *base)
+{
+    struct gv_sandbox *sb = (struct gv_sandbox *)base;
+    int rc = 0;
+    /* Closing the channel ends the init, hence the container; `runsc run` then deletes it. A
+     * guest that broke the protocol, timed out or was interrupted is not waited for: its init may
+     * be stopped or gone, so runsc is killed at once and its state deleted below. */
+    bool cooperative = sb->client_ready && !sb->client.broken && !atomic_load(&sb->interrupted);
+    pthread_mutex_lock(&sb->lock);
+    sb->chan_fd = -1;
+    if (!cooperative)
+        kill_runsc_locked(sb);
+    pthread_mutex_unlock(&sb->lock);
+    if (sb->client_ready)
+        eph_guest_client_release(&sb->client);
+    sb->client_ready = false;
+    if (sb->pid > 0) {
+        int status = 0;
+        int w = child_wait(sb->pid, sb->pidfd, EXIT_WAIT_MS, &status);
+        if (w == -ETIMEDOUT) {
+            EPH_WARN(COMPONENT, "runsc for %s did not exit in %u ms; killing it", sb->id,
+                     EXIT_WAIT_MS);
+            pthread_mutex_lock(&sb->lock);
+            kill_runsc_locked(sb);
+            pthread_mutex_unlock(&sb->lock);
+            w = child_wait(sb->pid, sb->pidfd, RUNSC_CMD_TIMEOUT_MS, &status);
+        }
+        if (w) {
+            EPH_ERROR(COMPONENT, "cannot reap runsc for %s: %s", sb->id, strerror(-w));
+            rc = w;
+        }
+        pthread_mutex_lock(&sb->lock);
+        sb->pid = 0;
+        if (sb->pidfd >= 0)
+            close(sb->pidfd);
+        sb->pidfd = -1;
+        pthread_mutex_unlock(&sb->lock);
+    }
+    if (sb->own_dir) {
+        char state[PATH_MAX + 16];
+        snprintf(state, sizeof(state), "%s/state", sb->dir);
+        if (state_left(state))
+            runsc_kill_delete(sb->dir, sb->id);
+        int c = cgroup_remove(sb->id, NULL);
+        if (c && !rc)
+            rc = c;
+        int r = rm_tree(sb->dir);
+        if (r) {
+            EPH_WARN(COMPONENT, "cannot remove the bundle '%s': %s", sb->dir, strerror(-r));
+            if (!rc)
+                rc = r;
+        }
+    }
+    pthread_mutex_destroy(&sb->lock);
+    free(sb);
+    return rc;
+}
+
+/* ---- probe and orphans ------------------------------------------------------------------- */
+
+static pthread_mutex_t probe_lock = PTHREAD_MUTEX_INITIALIZER;
+static bool probe_done;
+static int probe_rc;
+static char probe_why[512];
+
+/* `runsc --version` answers with "runsc version ...". */
+static int version_check(char *why, size_t whylen)
+{
+    int p[2];
+    if (pipe2(p, O_CLOEXEC) != 0)
+        return -errno;
+    int null = open_null(O_RDWR);
+    if (null < 0) {
+        close(p[0]);
+        close(p[1]);
+        return null;
+    }
+    const char *argv[] = {runsc(), "--version", NULL};
+    pid_t pid;
+    int rc = spawn(argv, null, p[1], null, &pid);
+    close(null);
+    close(p[1]);
+    if (rc) {
+        close(p[0]);
+        snprintf(why, whylen, "cannot run '%s': %s", runsc(), strerror(-rc));
+        return rc;
+    }
+    char buf[256];
+    size_t len = 0;
+    uint64_t deadline = eph_clock_mono_ns() + 5000ull * 1000000u;
+    while (len < sizeof(buf) - 1) {
+        uint64_t now = eph_clock_mono_ns();
+        struct pollfd pfd = {.fd = p[0], .events = POLLIN};
+        if (now >= deadline || poll(&pfd, 1, (int)((deadline - now) / 1000000u) + 1) == 0)
+            break;
+        ssize_t n = read(p[0], buf + len, sizeof(buf) - 1 - len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        len += (size_t)n;
+    }
+    close(p[0]);
+    buf[len] = '\0';
+    int status = 0;
+    if (child_wait(pid, -1, 5000, &status) == -ETIMEDOUT) {
+        kill(pid, SIGKILL);
+        (void)child_wait(pid, -1, 5000, &status);
+    }
+    if (strncmp(buf, "runsc version ", 14) != 0 || !WIFEXITED(status) || WEXITSTATUS(status)) {
+        snprintf(why, whylen, "'%s --version' did not answer as runsc does", runsc());
+        return -ENOEXEC;
+    }
+    buf[strcspn(buf, "\n")] = '\0';
+    EPH_DEBUG(COMPONENT, "%s", buf);
+    return 0;
+}
+
+/* A tiny sandbox boots and `ls -ld` works in it (the statx compat library is in place). */
+static int boot_check(const struct eph_sandbox_config *cfg, char *why, size_t whylen)
+{
+    struct eph_sandbox_config c = *cfg;
+    struct eph_sandbox *sb = NULL;
+    c.limits.memory_mib = 256;
+    c.limits.disk_mib = 16;
+    c.limits.fsize_bytes = 0;
+    c.owner_tag = "probe";
+    int rc = gv_create(&c, &sb);
+    if (rc) {
+        snprintf(why, whylen, "a gVisor sandbox does not boot here: %s (see the log)",
+                 strerror(-rc));
+        return rc;
+    }
+    struct eph_exec_request req = {
+        .command = "ls -ld / /tmp >/dev/null",
+        .timeout_ms = PROBE_TIMEOUT_MS,
+        .stdout_cap = 256,
+        .stderr_cap = 256,
+    };
+    struct eph_exec_result res;
+    eph_exec_result_init(&res);
+    rc = gv_exec(sb, &req, &res);
+    if (!rc && (res.signal || res.exit_code != 0)) {
+        snprintf(why, whylen, "'ls -ld /' fails in a gVisor sandbox (status %d): %.*s",
+                 res.signal ? 128 + res.signal : res.exit_code,
+                 (int)strcspn(res.err.data ? res.err.data : "", "\n"),
+                 res.err.data ? res.err.data : "");
+        rc = -ENOEXEC;
+    } else if (rc) {
+        snprintf(why, whylen, "a command in a gVisor sandbox failed: %s", strerror(-rc));
+    }
+    eph_exec_result_release(&res);
+    int d = gv_destroy(sb);
+    if (!rc && d) {
+        snprintf(why, whylen, "a gVisor sandbox is not removed cleanly: %s", strerror(-d));
+        rc = d;
+    }
+    return rc;
+}
+
+static int gv_probe(const struct eph_sandbox_config *cfg, char *why, size_t whylen)
+{
+    pthread_mutex_lock(&probe_lock);
+    if (!probe_done) {
+        char root[PATH_MAX];
+        char compat[PATH_MAX];
+        probe_why[0] = '\0';
+        if (!runsc()) {
+            snprintf(probe_why, sizeof(probe_why),
+                     "runsc not found on PATH (install the Debian package runsc)");
+            probe_rc = -ENOENT;
+        } else if (geteuid() != 0) {
+            snprintf(probe_why, sizeof(probe_why),
+                     "the gvisor backend needs root (runsc creates the sandbox's cgroups and "
+                     "namespaces)");
+            probe_rc = -EPERM;
+        } else if (!cfg->init_path || access(cfg->init_path, R_OK) != 0) {
+            snprintf(probe_why, sizeof(probe_why), "ephemeral-init '%s' is not readable",
+                     cfg->init_path ? cfg->init_path : "");
+            probe_rc = -ENOENT;
+        } else if (compat_path(cfg->init_path, compat, sizeof(compat)) ||
+                   access(compat, R_OK) != 0) {
+            snprintf(probe_why, sizeof(probe_why),
+                     "the gvisor compat library '%s' is not readable (make builds it)", compat);
+            probe_rc = -ENOENT;
+        } else if ((probe_rc = image_check(cfg, root, probe_why, sizeof(probe_why))) != 0) {
+            /* why is set */
+        } else if ((probe_rc = version_check(probe_why, sizeof(probe_why))) != 0) {
+            /* why is set */
+        } else {
+            probe_rc = boot_check(cfg, probe_why, sizeof(probe_why));
+        }
+        probe_done = true;
+    }
+    int rc = probe_rc;
+    if (rc && why)
+        snprintf(why, whylen, "%s", probe_why);
+    pthread_mutex_unlock(&probe_lock);
+    return rc;
+}
+
+struct cg_sweep {
+    int removed;
+};
+
+/* Sandbox cgroups of dead servers that no bundle names any more (a server that died between
+ * removing the bundle and the cgroup, or a runsc that left one): <tag>-<pid>-gv<n>. */
+static void cgroup_sweep_in(const char *mnt, void *arg)
+{
+    struct cg_sweep *s = arg;
+    char parent[PATH_MAX + 32];
+    snprintf(parent, sizeof(parent), "%s/" CGROUP_PARENT, mnt);
+    DIR *d = opendir(parent);
+    if (!d)
+        return;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        const char *gv = strstr(e->d_name, "-gv");
+        if (e->d_name[0] == '.' || e->d_type != DT_DIR || !gv || !is_orphan(e->d_name))
+            continue;
+        char dir[PATH_MAX + 300];
+        snprintf(dir, sizeof(dir), "%s/%.255s", parent, e->d_name);
+        if (cgroup_dir_remove(dir) == 0) {
+            EPH_INFO(COMPONENT, "removed orphaned cgroup '%s'", dir);
+            s->removed++;
+        }
+    }
+    closedir(d);
+}
+
+static int gv_cleanup_orphans(void)
+{
+    int removed = 0;
+    DIR *d = opendir(RUN_DIR);
+    if (d) {
+        struct dirent *e;
+        while ((e = readdir(d)) != NULL) {
+            if (e->d_name[0] == '.' || !strstr(e->d_name, "-gv") || !is_orphan(e->d_name))
+                continue;
+            char dir[PATH_MAX], state[PATH_MAX + 16];
+            snprintf(dir, sizeof(dir), RUN_DIR "/%.200s", e->d_name);
+            snprintf(state, sizeof(state), "%s/state", dir);
+            if (state_left(state))
+                runsc_kill_delete(dir, e->d_name);
+            (void)cgroup_remove(e->d_name, NULL);
+            if (rm_tree(dir) == 0) {
+                EPH_INFO(COMPONENT, "removed orphaned gVisor sandbox '%s'", dir);
+                removed++;
+            }
+        }
+        closedir(d);
+    }
+    /* Stray cgroups are logged one by one; what is counted is sandboxes. */
+    struct cg_sweep s = {0};
+    cgroup_each_mount(cgroup_sweep_in, &s);
+    return removed;
+}
+
+const struct eph_sandbox_ops eph_sandbox_gvisor_ops = {
+    .name = "gvisor",
+    .ready_message = "gVisor sandbox ready",
+    .destroyed_message = "gVisor sandbox destroyed",
+    .probe = gv_probe,
+    .create = gv_create,
+    .exec = gv_exec,
+    .write_file = gv_write_file,
+    .read_file = gv_read_file,
+    .scratch_dir = gv_scratch_dir,
+    .interrupt = gv_interrupt,
+    .destroy = gv_destroy,
+    .cleanup_orphans = gv_cleanup_orphans,
+};
