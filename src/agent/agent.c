@@ -21,7 +21,8 @@
  * smaller; the charge is capped at the reservation in any case. */
 static uint64_t estimate_input_tokens(json_t *messages, json_t *tools)
 {
-    size_t n = json_dumpb(messages, NULL, 0, JSON_COMPACT) + json_dumpb(tools, NULL, 0, JSON_COMPACT);
+    size_t n =
+        json_dumpb(messages, NULL, 0, JSON_COMPACT) + json_dumpb(tools, NULL, 0, JSON_COMPACT);
     return n / 3 + 16;
 }
 
@@ -45,7 +46,9 @@ static void stop_for(struct eph_agent_ctx *ctx, int rc, struct eph_agent_outcome
         outcome(out, EPH_RUN_TIMED_OUT, "timeout", "the run reached its time limit");
 }
 
-static void record_model_usage(struct eph_agent_ctx *ctx, const struct eph_model_response *resp,
+/* Charges a finished (or failed but reported) call and records its model.call event. Returns
+ * whether the charge was capped at the reservation, that is whether the budget is now spent. */
+static bool record_model_usage(struct eph_agent_ctx *ctx, const struct eph_model_response *resp,
                                uint64_t latency_ms, unsigned call_no, int call_rc)
 {
     struct eph_run *r = ctx->run;
@@ -53,9 +56,16 @@ static void record_model_usage(struct eph_agent_ctx *ctx, const struct eph_model
     struct eph_price price = {m->input_micros_per_mtok, m->cached_input_micros_per_mtok,
                               m->output_micros_per_mtok};
     bool capped = false;
-    int64_t cost = eph_budget_charge_model_call(ctx->budget, eph_clock_mono_ns(),
-                                                resp->input_tokens, resp->cached_input_tokens,
-                                                resp->output_tokens, &price, &capped);
+    /* An answer without usage is charged the worst case earmarked for it: the user agreed to pay
+     * up to that, and less cannot be known. Anything less would be a guess billed as a fact. */
+    bool missing = resp->usage_missing && !call_rc;
+    int64_t cost =
+        missing ? eph_budget_charge_model_worst_case(ctx->budget, eph_clock_mono_ns(),
+                                                     resp->input_tokens, resp->cached_input_tokens,
+                                                     resp->output_tokens, &price, &capped)
+                : eph_budget_charge_model_call(ctx->budget, eph_clock_mono_ns(), resp->input_tokens,
+                                               resp->cached_input_tokens, resp->output_tokens,
+                                               &price, &capped);
     uint64_t in = resp->input_tokens + resp->cached_input_tokens;
     uint64_t tokens = in + resp->output_tokens;
     r->usage.model_calls++;
@@ -70,6 +80,8 @@ static void record_model_usage(struct eph_agent_ctx *ctx, const struct eph_model
                              "latency_ms", (json_int_t)latency_ms, "replayed", resp->replayed);
     if (resp->attempts > 1)
         json_object_set_new(data, "attempts", json_integer(resp->attempts));
+    if (missing)
+        json_object_set_new(data, "usage_missing", json_true());
     if (capped)
         json_object_set_new(data, "capped_at_reservation", json_true());
     if (call_rc)
@@ -78,13 +90,15 @@ static void record_model_usage(struct eph_agent_ctx *ctx, const struct eph_model
     eph_format_thousands(tokens, tok);
     eph_money_format(cost, money);
     eph_live_emit(ctx->live, ctx->store, "model", "model.call", data,
-                  "model call %u · %s tokens · %s%s%s", call_no, tok, money,
+                  "model call %u · %s tokens · %s%s%s%s", call_no, tok, money,
                   resp->replayed ? " · replayed" : "",
+                  missing ? " · no usage reported: worst case charged" : "",
                   capped ? " · capped at the reservation" : "");
     r->cost.compute_micros = eph_budget_compute(ctx->budget, eph_clock_mono_ns());
     int rc = ctx->store->ops->run_progress(ctx->store, r);
     if (rc)
         EPH_WARN("agent", "run %s: cannot record progress: %s", r->id, strerror(-rc));
+    return capped;
 }
 
 static json_t *assistant_message(const struct eph_model_response *resp)
@@ -132,9 +146,13 @@ int eph_agent_run(struct eph_agent_ctx *ctx, struct eph_agent_outcome *out)
             goto done;
         }
         uint32_t max_tokens = m->max_output_tokens;
+        /* The longest this call may take: one attempt's timeout, never past the deadline. */
+        uint64_t call_ns = (uint64_t)(m->timeout_seconds ? m->timeout_seconds : 120) * 1000000000u;
+        if (call_ns > ctx->deadline_ns - now)
+            call_ns = ctx->deadline_ns - now;
         int rc = eph_budget_plan_model_call(ctx->budget, now,
-                                            estimate_input_tokens(messages, tools), &price,
-                                            MIN_OUTPUT_TOKENS, &max_tokens);
+                                            estimate_input_tokens(messages, tools), call_ns,
+                                            &price, MIN_OUTPUT_TOKENS, &max_tokens);
         if (rc) {
             outcome(out, EPH_RUN_BUDGET_EXHAUSTED, "budget_exhausted",
                     "the budget left cannot cover another model call");
@@ -160,8 +178,9 @@ int eph_agent_run(struct eph_agent_ctx *ctx, struct eph_agent_outcome *out)
         rc = ctx->model->ops->call(ctx->model, &req, &resp, err, sizeof(err));
         uint64_t latency_ms = (eph_clock_mono_ns() - t0) / 1000000u;
         eph_metrics_observe_model_call(eph_clock_mono_ns() - t0);
-        if (!rc || resp.input_tokens || resp.output_tokens)
-            record_model_usage(ctx, &resp, latency_ms, turn, rc);
+        bool spent = false;
+        if (!rc || resp.input_tokens || resp.cached_input_tokens || resp.output_tokens)
+            spent = record_model_usage(ctx, &resp, latency_ms, turn, rc);
         else
             ctx->budget->earmark = 0;
         if (rc) {
@@ -181,7 +200,20 @@ int eph_agent_run(struct eph_agent_ctx *ctx, struct eph_agent_outcome *out)
             eph_model_response_release(&resp);
             goto done;
         }
-        json_array_append_new(messages, assistant_message(&resp));
+        if (spent) {
+            /* The answer cost more than was left: nothing remains to run its tools with. */
+            eph_model_response_release(&resp);
+            outcome(out, EPH_RUN_BUDGET_EXHAUSTED, "budget_exhausted",
+                    "the model's reported usage used up the budget");
+            goto done;
+        }
+        /* A message that cannot be built (out of memory) must not be skipped silently: the
+         * model would see results of calls it did not make, or lose one. */
+        if (json_array_append_new(messages, assistant_message(&resp))) {
+            eph_model_response_release(&resp);
+            outcome(out, EPH_RUN_FAILED, "internal_error", "out of memory");
+            goto done;
+        }
         for (size_t i = 0; i < resp.ncalls; i++) {
             char *content = NULL;
             rc = eph_tools_execute(ctx, &resp.calls[i], &content);
@@ -191,12 +223,19 @@ int eph_agent_run(struct eph_agent_ctx *ctx, struct eph_agent_outcome *out)
                 stop_for(ctx, rc, out);
                 goto done;
             }
-            json_array_append_new(messages,
-                                  json_pack("{s:s, s:s, s:s, s:s}", "role", "tool", "tool_call_id",
-                                            resp.calls[i].id, "name",
-                                            resp.calls[i].name ? resp.calls[i].name : "",
-                                            "content", content ? content : ""));
+            json_t *msg = json_pack(
+                "{s:s, s:s, s:s, s:s}", "role", "tool", "tool_call_id", resp.calls[i].id, "name",
+                resp.calls[i].name ? resp.calls[i].name : "", "content", content ? content : "");
+            /* Every tool error is {"error": ...} (tools.c); providers that can say so do. */
+            if (msg && content && strncmp(content, "{\"error\":", 9) == 0)
+                json_object_set_new(msg, "is_error", json_true());
+            rc = json_array_append_new(messages, msg);
             free(content);
+            if (rc) {
+                eph_model_response_release(&resp);
+                outcome(out, EPH_RUN_FAILED, "internal_error", "out of memory");
+                goto done;
+            }
         }
         eph_model_response_release(&resp);
     }

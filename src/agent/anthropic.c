@@ -207,9 +207,14 @@ static int an_message(json_t *msgs, struct eph_buf *system, const json_t *msg, s
     }
     if (strcmp(role, "tool") == 0) {
         const char *id = str_field(msg, "tool_call_id");
-        return push_block(msgs, "user",
-                          json_pack("{s:s,s:s,s:s}", "type", "tool_result", "tool_use_id",
-                                    id ? id : "", "content", content ? content : ""));
+        json_t *block = json_pack("{s:s,s:s,s:s}", "type", "tool_result", "tool_use_id",
+                                  id ? id : "", "content", content ? content : "");
+        if (block && json_is_true(json_object_get(msg, "is_error")) &&
+            json_object_set_new(block, "is_error", json_true())) {
+            json_decref(block);
+            return -ENOMEM;
+        }
+        return push_block(msgs, "user", block);
     }
     snprintf(err, errlen, "anthropic: conversation message %zu has the unknown role '%.32s'", i,
              role);
@@ -508,6 +513,38 @@ nomem:
     return -ENOMEM;
 }
 
+/* ---- the answer, alone (fuzz drivers) ---- */
+
+int eph_anthropic_parse_answer(const char *body, size_t len, bool stream, unsigned prior,
+                               struct eph_model_response *resp, char *err, size_t errlen)
+{
+    memset(resp, 0, sizeof(*resp));
+    err[0] = '\0';
+    struct an_ctx *c = malloc(sizeof(*c));
+    if (!c) {
+        snprintf(err, errlen, "anthropic: out of memory");
+        return -ENOMEM;
+    }
+    an_ctx_init(c, NULL);
+    int rc;
+    if (stream) {
+        rc = eph_sse_parse(body, len, SSE_LINE_MAX, an_on_event, c);
+        if (rc)
+            snprintf(err, errlen, "%s", c->msg[0] ? c->msg : "anthropic: bad event stream");
+        if (rc == -EAGAIN)
+            rc = -EIO;
+        if (!rc)
+            rc = an_stream_to_resp(c, prior, resp, err, errlen);
+    } else {
+        rc = an_parse_plain(body, len, prior, c, resp, err, errlen);
+    }
+    an_usage_to_resp(c, resp);
+    resp->usage_missing = rc == 0 && !c->have_usage;
+    an_ctx_release(c);
+    free(c);
+    return rc;
+}
+
 /* ---- ops ---- */
 
 static int anthropic_open(const struct eph_model_config *cfg, struct eph_model **out, char *err,
@@ -624,9 +661,12 @@ static int anthropic_call(struct eph_model *base, const struct eph_model_request
     free(body);
     an_usage_to_resp(c, resp);
     resp->attempts = attempts;
-    if (rc == 0 && !c->have_usage)
-        EPH_WARN("model", "anthropic: model '%s' reported no usage: the call counts 0 tokens",
+    if (rc == 0 && !c->have_usage) {
+        /* The worker charges the worst case it earmarked: we cannot know less. */
+        resp->usage_missing = true;
+        EPH_WARN("model", "anthropic: model '%s' reported no usage: the worst case is charged",
                  cfg->id ? cfg->id : "");
+    }
     an_ctx_release(c);
     free(c);
     if (auth) {

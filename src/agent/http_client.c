@@ -111,6 +111,8 @@ static int sse_line(struct eph_sse *s, const char *line, size_t n)
 
 int eph_sse_feed(struct eph_sse *s, const char *p, size_t n)
 {
+    if (n == 0)
+        return 0; /* an empty chunk changes nothing, not even a pending CR */
     size_t i = 0;
     if (s->last_cr && n && p[0] == '\n')
         i = 1;

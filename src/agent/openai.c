@@ -577,6 +577,38 @@ nomem:
     return -ENOMEM;
 }
 
+/* ---- the answer, alone (fuzz drivers) ---- */
+
+int eph_openai_parse_answer(const char *body, size_t len, bool stream, unsigned prior,
+                            struct eph_model_response *resp, char *err, size_t errlen)
+{
+    memset(resp, 0, sizeof(*resp));
+    err[0] = '\0';
+    struct oa_ctx *c = malloc(sizeof(*c));
+    if (!c) {
+        snprintf(err, errlen, "openai: out of memory");
+        return -ENOMEM;
+    }
+    oa_ctx_init(c, NULL);
+    int rc;
+    if (stream) {
+        rc = eph_sse_parse(body, len, SSE_LINE_MAX, oa_on_event, c);
+        if (rc)
+            snprintf(err, errlen, "%s", c->msg[0] ? c->msg : "openai: bad event stream");
+        if (rc == -EAGAIN)
+            rc = -EIO;
+        if (!rc)
+            rc = oa_stream_to_resp(c, prior, resp, err, errlen);
+    } else {
+        rc = oa_parse_plain(body, len, prior, c, resp, err, errlen);
+    }
+    oa_usage_to_resp(c, resp);
+    resp->usage_missing = rc == 0 && !c->have_usage;
+    oa_ctx_release(c);
+    free(c);
+    return rc;
+}
+
 /* ---- ops ---- */
 
 static bool host_is_openai(const char *url)
@@ -711,9 +743,12 @@ static int openai_call(struct eph_model *base, const struct eph_model_request *r
     }
     oa_usage_to_resp(c, resp);
     resp->attempts = attempts;
-    if (rc == 0 && !c->have_usage)
-        EPH_WARN("model", "openai: model '%s' reported no usage: the call counts 0 tokens",
+    if (rc == 0 && !c->have_usage) {
+        /* The worker charges the worst case it earmarked: we cannot know less. */
+        resp->usage_missing = true;
+        EPH_WARN("model", "openai: model '%s' reported no usage: the worst case is charged",
                  cfg->id ? cfg->id : "");
+    }
     oa_ctx_release(c);
     free(c);
     if (auth) {

@@ -61,4 +61,19 @@ uint64_t eph_model_json_tokens(const json_t *v);
 int eph_model_add_call(struct eph_model_response *r, const char *id, const char *name,
                        const char *arguments, unsigned n) __attribute__((warn_unused_result));
 
+/*
+ * One answer body parsed as the provider parses what comes back from a 2xx: a JSON body, or with
+ * stream an event stream (SSE), with the same caps and checks as a real call. For the fuzz
+ * drivers (tests/fuzz/) and tests; the calls use the same code. prior is the number of tool calls
+ * already in the conversation (made-up ids continue from it). resp is filled as by ops->call,
+ * usage and usage_missing included; release it even on error. 0, -EPROTO, -EMSGSIZE, -EIO (an
+ * error object or event in the answer), -ENOMEM; a message in err.
+ */
+int eph_openai_parse_answer(const char *body, size_t len, bool stream, unsigned prior,
+                            struct eph_model_response *resp, char *err, size_t errlen)
+    __attribute__((warn_unused_result));
+int eph_anthropic_parse_answer(const char *body, size_t len, bool stream, unsigned prior,
+                               struct eph_model_response *resp, char *err, size_t errlen)
+    __attribute__((warn_unused_result));
+
 #endif

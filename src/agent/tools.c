@@ -137,28 +137,36 @@ static void record_progress(struct eph_agent_ctx *ctx)
 }
 
 /* The time a command may take: its own limit, never past the run's deadline or the instant the
- * budget runs out. 0 when no time is left. */
-static uint32_t command_timeout(struct eph_agent_ctx *ctx)
+ * budget runs out. 0 when no time is left. *stop says what ends the run if the command is still
+ * running when that time is up: -ETIMEDOUT (the deadline), -EDQUOT (the budget), or 0 (only the
+ * command's own limit, which the model is told about). */
+static uint32_t command_timeout(struct eph_agent_ctx *ctx, int *stop)
 {
     uint64_t now = eph_clock_mono_ns();
     uint64_t until = ctx->deadline_ns;
     uint64_t budget_end = eph_budget_compute_deadline(ctx->budget);
-    if (budget_end < until)
+    *stop = -ETIMEDOUT;
+    if (budget_end < until) {
         until = budget_end;
+        *stop = -EDQUOT;
+    }
     if (until <= now)
         return 0;
     uint64_t ms = (until - now) / 1000000u;
-    if (ms > ctx->command_timeout_ms)
+    if (ms > ctx->command_timeout_ms) {
         ms = ctx->command_timeout_ms;
+        *stop = 0;
+    }
     return ms ? (uint32_t)ms : 1;
 }
 
 static int run_shell(struct eph_agent_ctx *ctx, const char *command, char **content)
 {
     struct eph_run *r = ctx->run;
-    uint32_t timeout = command_timeout(ctx);
+    int stop;
+    uint32_t timeout = command_timeout(ctx, &stop);
     if (timeout == 0)
-        return eph_clock_mono_ns() >= ctx->deadline_ns ? -ETIMEDOUT : -EDQUOT;
+        return stop;
 
     /* The sandbox keeps at most what the events show; the model sees output_cap of it. */
     uint32_t keep = ctx->output_cap > EVENT_OUTPUT_MAX ? ctx->output_cap : EVENT_OUTPUT_MAX;
@@ -219,6 +227,13 @@ static int run_shell(struct eph_agent_ctx *ctx, const char *command, char **cont
             return -EDQUOT;
         *content = tool_error("the sandbox failed to run the command: %s", eph_strerror(rc));
         return 0;
+    }
+
+    if (res.timed_out && stop) {
+        /* Killed at the run's deadline or at the instant compute would exhaust the budget: the
+         * run is over, and the sandbox goes now rather than after another turn. */
+        eph_exec_result_release(&res);
+        return stop;
     }
 
     json_t *o = json_pack("{s:i, s:o, s:o}", "exit_code",

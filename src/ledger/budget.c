@@ -61,11 +61,20 @@ uint64_t eph_budget_compute_deadline(const struct eph_budget *b)
 }
 
 int eph_budget_plan_model_call(struct eph_budget *b, uint64_t now_ns, uint64_t input_tokens_est,
-                               const struct eph_price *p, uint32_t min_tokens,
+                               uint64_t call_ns, const struct eph_price *p, uint32_t min_tokens,
                                uint32_t *max_tokens)
 {
     b->earmark = 0;
-    unsigned __int128 avail = (unsigned __int128)eph_budget_available(b, now_ns) * 1000000u;
+    int64_t room = eph_budget_available(b, now_ns);
+    /* Without this, a worst case that took everything would leave the call no time at all: its
+     * deadline, the compute deadline, would be now. */
+    if (b->started && !b->sandbox_end_ns && b->compute_price) {
+        uint64_t keep = eph_money_compute_cost(call_ns, b->compute_price);
+        if (keep > (uint64_t)room / 2)
+            keep = (uint64_t)room / 2;
+        room -= (int64_t)keep;
+    }
+    unsigned __int128 avail = (unsigned __int128)room * 1000000u;
     unsigned __int128 in = (unsigned __int128)input_tokens_est * p->input_micros_per_mtok;
     if (in > avail)
         return -EDQUOT;
@@ -84,16 +93,22 @@ int eph_budget_plan_model_call(struct eph_budget *b, uint64_t now_ns, uint64_t i
     return 0;
 }
 
-int64_t eph_budget_charge_model_call(struct eph_budget *b, uint64_t now_ns, uint64_t input_tokens,
-                                     uint64_t cached_input_tokens, uint64_t output_tokens,
-                                     const struct eph_price *p, bool *capped)
+/* One numerator per call, divided once, rounded up; 128-bit, so absurd usages cannot wrap. */
+static unsigned __int128 model_cost(uint64_t input_tokens, uint64_t cached_input_tokens,
+                                    uint64_t output_tokens, const struct eph_price *p)
+{
+    unsigned __int128 num =
+        (unsigned __int128)input_tokens * p->input_micros_per_mtok +
+        (unsigned __int128)cached_input_tokens * p->cached_input_micros_per_mtok +
+        (unsigned __int128)output_tokens * p->output_micros_per_mtok;
+    return num / 1000000u + (num % 1000000u ? 1 : 0);
+}
+
+/* Drops the earmark and charges cost to the model, capped at what is left. */
+static int64_t charge_model(struct eph_budget *b, uint64_t now_ns, unsigned __int128 cost,
+                            bool *capped)
 {
     b->earmark = 0;
-    /* One numerator per call, divided once, rounded up. Saturate rather than wrap. */
-    unsigned __int128 num = (unsigned __int128)input_tokens * p->input_micros_per_mtok +
-                            (unsigned __int128)cached_input_tokens * p->cached_input_micros_per_mtok +
-                            (unsigned __int128)output_tokens * p->output_micros_per_mtok;
-    unsigned __int128 cost = num / 1000000u + (num % 1000000u ? 1 : 0);
     int64_t left = b->reserved - b->model - b->web - eph_budget_compute(b, now_ns);
     if (left < 0)
         left = 0;
@@ -108,6 +123,24 @@ int64_t eph_budget_charge_model_call(struct eph_budget *b, uint64_t now_ns, uint
     }
     b->model += charge;
     return charge;
+}
+
+int64_t eph_budget_charge_model_call(struct eph_budget *b, uint64_t now_ns, uint64_t input_tokens,
+                                     uint64_t cached_input_tokens, uint64_t output_tokens,
+                                     const struct eph_price *p, bool *capped)
+{
+    return charge_model(b, now_ns, model_cost(input_tokens, cached_input_tokens, output_tokens, p),
+                        capped);
+}
+
+int64_t eph_budget_charge_model_worst_case(struct eph_budget *b, uint64_t now_ns,
+                                           uint64_t input_tokens, uint64_t cached_input_tokens,
+                                           uint64_t output_tokens, const struct eph_price *p,
+                                           bool *capped)
+{
+    unsigned __int128 cost = model_cost(input_tokens, cached_input_tokens, output_tokens, p) +
+                             (unsigned __int128)(b->earmark > 0 ? b->earmark : 0);
+    return charge_model(b, now_ns, cost, capped);
 }
 
 int64_t eph_budget_charge_web(struct eph_budget *b, uint64_t now_ns, int64_t micros, bool *capped)

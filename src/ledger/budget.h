@@ -45,16 +45,25 @@ int64_t eph_budget_available(const struct eph_budget *b, uint64_t now_ns);
 uint64_t eph_budget_compute_deadline(const struct eph_budget *b);
 
 /* Plans a model call: the worst case (input estimate at the input price + max_tokens at the output
- * price) must fit what is left. Lowers *max_tokens to fit, earmarks the worst case, and returns 0;
- * -EDQUOT when not even min_tokens of output fit. */
+ * price) must fit what is left once the compute of call_ns (the longest the call may take) is set
+ * aside, since the sandbox keeps accruing while the call is in flight; that compute is never more
+ * than half of what is left, so a small budget still gets a (smaller) call. Lowers *max_tokens to
+ * fit, earmarks the worst case, and returns 0; -EDQUOT when not even min_tokens of output fit. */
 int eph_budget_plan_model_call(struct eph_budget *b, uint64_t now_ns, uint64_t input_tokens_est,
-                               const struct eph_price *p, uint32_t min_tokens,
+                               uint64_t call_ns, const struct eph_price *p, uint32_t min_tokens,
                                uint32_t *max_tokens);
 /* Charges a finished call from its reported usage and drops the earmark. Returns the micros
  * charged; *capped is set when the usage cost more than was left. */
 int64_t eph_budget_charge_model_call(struct eph_budget *b, uint64_t now_ns, uint64_t input_tokens,
                                      uint64_t cached_input_tokens, uint64_t output_tokens,
                                      const struct eph_price *p, bool *capped);
+/* Charges a finished call whose answer reported no usage: the worst case earmarked for it (the
+ * user agreed to pay up to that, and less cannot be known), plus the usage that earlier attempts
+ * of the call did report, capped like any charge. Drops the earmark; returns the micros charged. */
+int64_t eph_budget_charge_model_worst_case(struct eph_budget *b, uint64_t now_ns,
+                                           uint64_t input_tokens, uint64_t cached_input_tokens,
+                                           uint64_t output_tokens, const struct eph_price *p,
+                                           bool *capped);
 /* Charges an amount for web traffic, capped at what is left. Returns the micros charged. */
 int64_t eph_budget_charge_web(struct eph_budget *b, uint64_t now_ns, int64_t micros, bool *capped);
 /* Whether micros can be spent now without crossing the limit. */

@@ -493,6 +493,23 @@ static void test_consecutive_user_messages_merged(void **state)
     finish(&f);
 }
 
+static void test_missing_usage(void **state)
+{
+    for (int stream = 0; stream < 2; stream++) {
+        struct fixture f;
+        start(&f, "[{\"text\":\"free?\",\"usage\":null},{\"text\":\"paid\"}]", stream);
+        assert_int_equal(call(&f), 0);
+        assert_string_equal(f.resp.content, "free?");
+        assert_int_equal(f.resp.input_tokens, 0);
+        assert_int_equal(f.resp.output_tokens, 0);
+        assert_true(f.resp.usage_missing); /* the worker charges the worst case */
+        assert_int_equal(call(&f), 0);
+        assert_string_equal(f.resp.content, "paid");
+        assert_false(f.resp.usage_missing);
+        finish(&f);
+    }
+}
+
 static void test_unknown_role_rejected(void **state)
 {
     struct fixture f;
@@ -546,6 +563,7 @@ int main(void)
         cmocka_unit_test(test_stream_ends_early),
         cmocka_unit_test(test_stream_fallbacks),
         cmocka_unit_test(test_consecutive_user_messages_merged),
+        cmocka_unit_test(test_missing_usage),
         cmocka_unit_test(test_unknown_role_rejected),
         cmocka_unit_test(test_default_base_url),
     };

@@ -100,6 +100,7 @@ static void test_text_answer(void **state)
     assert_int_equal(f.resp.output_tokens, 7);
     assert_int_equal(f.resp.attempts, 1);
     assert_false(f.resp.replayed);
+    assert_false(f.resp.usage_missing);
 
     json_t *reqs = fake_requests(&f.srv);
     assert_int_equal(json_array_size(reqs), 1);
@@ -457,6 +458,20 @@ static void test_missing_usage(void **state)
     assert_int_equal(f.resp.input_tokens, 0);
     assert_int_equal(f.resp.cached_input_tokens, 0);
     assert_int_equal(f.resp.output_tokens, 0);
+    assert_true(f.resp.usage_missing); /* the worker charges the worst case */
+    finish(&f);
+
+    /* A stream without the usage chunk: the same. */
+    start(&f, "[{\"text\":\"free?\",\"usage\":null}]", true);
+    assert_int_equal(call(&f), 0);
+    assert_string_equal(f.resp.content, "free?");
+    assert_true(f.resp.usage_missing);
+    finish(&f);
+
+    /* Usage reported: not missing, even when it is zero. */
+    start(&f, "[{\"text\":\"free\",\"usage\":{\"input\":0,\"output\":0}}]", true);
+    assert_int_equal(call(&f), 0);
+    assert_false(f.resp.usage_missing);
     finish(&f);
 }
 
@@ -686,6 +701,16 @@ static void test_sse_parser(void **state)
         eph_sse_release(&s);
         assert_string_equal(seen.log, "[a|one\ntwo][|{\"x\":1}][b|cr only][|last]");
     }
+    /* An empty chunk between a CR and its LF changes nothing (found by fuzz_model_sse). */
+    struct sse_seen seen = {""};
+    struct eph_sse s;
+    eph_sse_init(&s, 64, sse_collect, &seen);
+    assert_int_equal(eph_sse_feed(&s, "data: a\r", 8), 0);
+    assert_int_equal(eph_sse_feed(&s, "", 0), 0);
+    assert_int_equal(eph_sse_feed(&s, "\ndata: b\n\n", 11), 0);
+    assert_int_equal(eph_sse_finish(&s), 0);
+    eph_sse_release(&s);
+    assert_string_equal(seen.log, "[|a\nb]");
 }
 
 static void test_sse_line_cap(void **state)

@@ -1,0 +1,87 @@
+#!/bin/bash
+# The hard limit through the real server (SPEC 4), checked on the run object and in the ledger:
+#  - a model that reports absurd usage (10^12 tokens) is charged what was left, never more: the
+#    event says capped, nothing more runs, the run ends budget_exhausted;
+#  - when even a minimal call cannot fit, no request reaches the model at all;
+#  - an answer without usage is charged the worst case that was earmarked for it (max_tokens at
+#    the output price, with a free input price so the test can compute it), and the event says so;
+#  - max_tokens sent to the model is lowered to what the budget allows, leaving compute for the
+#    call itself.
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/agent_common.sh"
+cd "$TOP"
+
+fake_start huge '[{"tool_calls": [{"id": "h1", "name": "shell", "arguments": "{\"command\": \"echo never > /dev/null\"}"}],
+                   "usage": {"input": 1000000000000, "output": 1000000000000}},
+                  {"text": "never asked"}]'
+fake_start tiny '[{"text": "never asked"}]'
+fake_start nousage '[{"tool_calls": [{"id": "n1", "name": "shell", "arguments": "{\"command\": \"echo counted\"}"}],
+                      "usage": null},
+                     {"text": "done", "usage": null}]'
+fake_start lowered '[{"text": "short", "usage": {"input": 10, "output": 10}}]'
+agent_server "$(jq -s . <(fake_model huge openai huge) \
+    <(fake_model tiny anthropic tiny '{"input_micros_per_mtok": 1000000000, "output_micros_per_mtok": 1000000000}') \
+    <(fake_model nousage openai nousage '{"stream": true, "input_micros_per_mtok": 0, "output_micros_per_mtok": 3000000}') \
+    <(fake_model lowered openai lowered '{"input_micros_per_mtok": 0, "output_micros_per_mtok": 1000000, "max_output_tokens": 4096}'))"
+
+huge_id=$(run_create '{"prompt": "spend it all", "model": "huge", "max_cost_micros": 50000}')
+tiny_id=$(run_create '{"prompt": "too poor", "model": "tiny", "max_cost_micros": 100}')
+nousage_id=$(run_create '{"prompt": "no usage", "model": "nousage", "max_cost_micros": 100000}')
+lowered_id=$(run_create '{"prompt": "little money", "model": "lowered", "max_cost_micros": 1000}')
+
+# ---- absurd usage: capped at the reservation ----
+run=$(run_wait "$huge_id")
+assert_eq "$(jq -r .status <<<"$run")" budget_exhausted "huge status ($(jq -c .error <<<"$run"))"
+check_settled "$run"
+assert_eq "$(jq .cost.charged_micros <<<"$run")" 50000 "huge: everything left is charged"
+assert_eq "$(jq .cost.released_micros <<<"$run")" 0 "huge: nothing released"
+assert_eq "$(jq .usage.output_tokens <<<"$run")" 1000000000000 "huge: usage as reported"
+ev=$(run_events "$huge_id")
+call=$(jq -c '[.data[] | select(.type == "model.call")][0]' <<<"$ev")
+assert_eq "$(jq .data.capped_at_reservation <<<"$call")" true "huge: event says capped"
+assert_contains "$(jq -r .message <<<"$call")" "capped at the reservation" "huge: message says capped"
+assert_eq "$(jq '.data.cost_micros' <<<"$call")" "$(jq .cost.model_micros <<<"$run")" "huge: event cost"
+assert_eq "$(wc -l <"$TEST_TMP/huge.log")" 1 "huge: the next call cannot fit"
+assert_eq "$(jq .usage.shell_commands <<<"$run")" 0 "huge: no tool runs on a spent budget"
+
+# ---- not even a minimal call fits ----
+run=$(run_wait "$tiny_id")
+assert_eq "$(jq -r .status <<<"$run")" budget_exhausted "tiny status"
+assert_eq "$(jq -r .error.code <<<"$run")" budget_exhausted "tiny error"
+check_settled "$run"
+assert_eq "$(jq .usage.model_calls <<<"$run")" 0 "tiny: no model call"
+assert_eq "$(jq .cost.model_micros <<<"$run")" 0 "tiny: no model cost"
+assert_eq "$(wc -l <"$TEST_TMP/tiny.log")" 0 "tiny: no request reached the model"
+
+# ---- no usage reported: the worst case ----
+run=$(run_wait "$nousage_id")
+assert_eq "$(jq -r .status <<<"$run")" completed "nousage status ($(jq -c .error <<<"$run"))"
+check_settled "$run"
+ev=$(run_events "$nousage_id")
+reqs=$(fake_requests nousage)
+assert_eq "$(jq length <<<"$reqs")" 2 "nousage requests"
+total=0
+for n in 0 1; do
+    call=$(jq -c --argjson n "$n" '[.data[] | select(.type == "model.call")][$n]' <<<"$ev")
+    max=$(jq --argjson n "$n" '.[$n].body.max_tokens' <<<"$reqs")
+    [ "$max" -gt 0 ] || fail "nousage: max_tokens $max"
+    # input is free here, so the worst case is max_tokens at $3/Mtok, rounded up.
+    want=$(((max * 3000000 + 999999) / 1000000))
+    assert_eq "$(jq .data.usage_missing <<<"$call")" true "nousage call $n: event says usage_missing"
+    assert_eq "$(jq .data.cost_micros <<<"$call")" "$want" "nousage call $n: the worst case charged"
+    assert_contains "$(jq -r .message <<<"$call")" "worst case charged" "nousage call $n: message"
+    total=$((total + want))
+done
+assert_eq "$(jq .cost.model_micros <<<"$run")" "$total" "nousage model cost"
+
+# ---- max_tokens lowered to what is left ----
+run=$(run_wait "$lowered_id")
+assert_eq "$(jq -r .status <<<"$run")" completed "lowered status ($(jq -c .error <<<"$run"))"
+check_settled "$run"
+max=$(fake_requests lowered | jq '.[0].body.max_tokens')
+# 1000 micros at $1/Mtok of output (input free), not the model's 4096 tokens; and since the
+# sandbox's compute goes on during the call (60 s of it would cost 14 400 micros), half of what
+# is left stays for that: about 500 tokens. Were all 1000 micros earmarked, the call would have
+# no time at all and the run would end budget_exhausted.
+[ "$max" -le 500 ] && [ "$max" -ge 450 ] || fail "lowered: max_tokens $max"
+echo "budget ok"
