@@ -38,7 +38,7 @@ SHARED_GUEST_SRC := src/guest/protocol.c
 DAEMON_LIB_SRC := $(COMMON_SRC) $(SHARED_GUEST_SRC) \
         $(wildcard src/store/*.c src/ledger/*.c src/run/*.c src/agent/*.c src/sandbox/*.c \
                    src/sandbox/namespaces/*.c src/broker/*.c src/api/*.c) \
-        $(filter-out src/daemon/main.c,$(wildcard src/daemon/*.c))
+        $(filter-out src/daemon/main.c src/daemon/sandbox_main.c,$(wildcard src/daemon/*.c))
 CLI_SRC := $(wildcard src/cli/*.c)
 INIT_SRC := $(wildcard src/guest/*.c)
 
@@ -54,7 +54,13 @@ FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
 # inside gVisor sandboxes, unsanitized like the init (it runs in the image's programs).
 GVISOR_COMPAT := $(BUILD)/ephemeral-gvisor-compat.so
 
-BINS := $(BUILD)/ephemerald $(BUILD)/ephemeral $(BUILD)/ephemeral-init $(GVISOR_COMPAT)
+# `ephemerald sandbox` alone, without the server's libraries (src/daemon/sandbox_main.c).
+SANDBOX_CLI := $(BUILD)/ephemeral-sandbox
+SANDBOX_CLI_OBJ := $(OBJ)/src/daemon/sandbox_main.o $(OBJ)/src/daemon/sandbox_cmd.o \
+        $(OBJ)/src/daemon/image.o $(SHARED_GUEST_SRC:%.c=$(OBJ)/%.o) \
+        $(filter $(OBJ)/src/common/% $(OBJ)/src/sandbox/%,$(DAEMON_LIB_OBJ))
+
+BINS := $(BUILD)/ephemerald $(BUILD)/ephemeral $(BUILD)/ephemeral-init $(GVISOR_COMPAT) $(SANDBOX_CLI)
 
 .PHONY: all deps test unit blackbox demo image bench lint format fuzz clean
 all: deps $(BINS)
@@ -82,6 +88,10 @@ $(BUILD)/init-obj/%.o: %.c $(BUILD)/.flags
 $(BUILD)/ephemerald: $(OBJ)/src/daemon/main.o $(DAEMON_LIB_OBJ)
 	@echo "  LD      $@"
 	$(Q)$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS)
+
+$(SANDBOX_CLI): $(SANDBOX_CLI_OBJ)
+	@echo "  LD      $@"
+	$(Q)$(CC) $(LDFLAGS_ALL) -Wl,--as-needed -o $@ $^ $(LIBS)
 
 $(BUILD)/ephemeral: $(CLI_OBJ)
 	@echo "  LD      $@"

@@ -258,6 +258,9 @@ def bench_start(ctx, rep):
     image, ephd = ctx["image"], ctx["ephd"]
     systems = [("ephemeral", [ephd, "sandbox", "run", "--backend", "namespaces", "--json", "--",
                               "/bin/true"])]
+    if ctx["eph_sandbox"]:
+        systems.append(("ephemeral-lean", [ctx["eph_sandbox"], "run", "--backend", "namespaces",
+                                           "--json", "--", "/bin/true"]))
     if ctx["bwrap"]:
         systems.append(("bwrap", bwrap_argv(image, ["/bin/sh", "-c", "/bin/true"])))
     if ctx["runsc"]:
@@ -289,12 +292,14 @@ def bench_start(ctx, rep):
                 for k in phases:
                     phases[k].append(j[k])
     inproc = {}
-    for key, count, gap in (("warm", N_START_INPROC, 0), ("cold", N_START_COLD, 100)):
+    for key, mode, count, gap in (("warm", "start", N_START_INPROC, 0),
+                                  ("cold", "start", N_START_COLD, 100),
+                                  ("pool", "pool", N_START_COLD, 100)):
         if not ctx["bench_exec"]:
             break
         ni = ctx["n"](count)
-        log(f"start: {ni} in-process cycles (bench_exec start), {gap} ms apart")
-        _, _, rc, out = run_timed(ctx["bench_exec"] + ["start", str(ni), str(WARMUP), str(gap)],
+        log(f"start: {ni} in-process cycles (bench_exec {mode}), {gap} ms apart")
+        _, _, rc, out = run_timed(ctx["bench_exec"] + [mode, str(ni), str(WARMUP), str(gap)],
                                   capture=True, timeout=PHASE_CAP_S + 30)
         if rc == 0:
             j = json.loads(out)
@@ -321,13 +326,21 @@ def bench_start(ctx, rep):
     phase_total = [a + b + c for a, b, c in zip(*phases.values())]
     row("  ↳ create+exec+destroy (process start, libraries, seccomp compile excluded)",
         phase_total)
+    res = {}
+    if ctx["eph_sandbox"]:
+        res["lean"] = row("**Ephemeral** `ephemeral-sandbox run --backend namespaces -- /bin/true` "
+                          "(the same command without the server's libraries)",
+                          wall["ephemeral-lean"], cpu["ephemeral-lean"])["median"]
     labels = {"warm": "Ephemeral in-process, back to back (`bench_exec start`)",
-              "cold": "Ephemeral in-process, 100 ms apart (`bench_exec start … 100`)"}
-    for key in ("warm", "cold"):
+              "cold": "Ephemeral in-process, 100 ms apart (`bench_exec start … 100`)",
+              "pool": "Ephemeral in-process from the warm pool, 100 ms apart (`bench_exec pool … "
+                      "100`: what a server's run sees)"}
+    for key in ("warm", "cold", "pool"):
         if key in inproc:
             row(labels[key], inproc[key]["total"], peer=False)
-            row("  ↳ of which create", inproc[key]["create"])
-    res = {"ephemeral": eph, "phase_total": summary(phase_total)["median"]}
+            row("  ↳ of which take" if key == "pool" else "  ↳ of which create",
+                inproc[key]["create"])
+    res.update({"ephemeral": eph, "phase_total": summary(phase_total)["median"]})
     for key in inproc:
         res["inproc_" + key] = summary(inproc[key]["total"])["median"]
     if ctx["bwrap"]:
@@ -353,10 +366,13 @@ def bench_start(ctx, rep):
         rep.add()
     if res.get("bwrap"):
         extra = "".join(f", {ratio(res['inproc_' + k], res['bwrap'])} in-process {w}"
-                        for k, w in (("warm", "back to back"), ("cold", "100 ms apart"))
+                        for k, w in (("warm", "back to back"), ("cold", "100 ms apart"),
+                                     ("pool", "from the warm pool"))
                         if "inproc_" + k in res)
+        lean = (f"{ratio(res['lean'], res['bwrap'])} whole process with `ephemeral-sandbox`, "
+                if res.get("lean") else "")
         rep.add(f"Goal: twice as fast as bwrap (ratio ≤ 0.50×). Measured: "
-                f"{ratio(res['ephemeral'], res['bwrap'])} whole process, "
+                f"{ratio(res['ephemeral'], res['bwrap'])} whole process, {lean}"
                 f"{ratio(res['phase_total'], res['bwrap'])} for its in-process phases{extra}.")
         rep.add()
     return res
@@ -922,6 +938,8 @@ def main():
     bench_bin = os.path.join(build, "bench/bench_exec")
     ctx = {
         "m": m, "image": image, "ephd": os.path.join(build, "ephemerald"),
+        "eph_sandbox": os.path.join(build, "ephemeral-sandbox")
+        if os.access(os.path.join(build, "ephemeral-sandbox"), os.X_OK) else None,
         "bwrap": m["bwrap"] is not None, "runsc": m["runsc"] is not None,
         "bench_exec": [bench_bin, "--image", image, "--init",
                        os.path.join(build, "ephemeral-init")] if os.access(bench_bin, os.X_OK)

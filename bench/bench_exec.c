@@ -3,6 +3,7 @@
  *
  *   bench_exec [--backend B] [--image DIR] [--init PATH] exec N WARMUP CMD
  *   bench_exec [...] start N WARMUP [GAP_MS]
+ *   bench_exec [...] pool N WARMUP [GAP_MS]
  *   bench_exec [...] density N
  *
  * exec:    one sandbox, WARMUP then N round trips of CMD through the guest protocol; per exec the
@@ -13,6 +14,8 @@
  *          GAP_MS (default 0) idles between cycles, as a server does between runs: back-to-back
  *          cycles keep kernel state warm (the cgroup migration lock's RCU state in particular)
  *          that a sandbox created after a pause does not find.
+ * pool:    the same cycles, each taking its sandbox from a warm pool of 2 (src/sandbox/pool.c) that
+ *          is refilled between cycles, untimed: what a server's run sees when the pool is warm.
  * density: N live idle sandboxes (created, init waiting on its channel), then the memory they
  *          take: PSS and RSS of every process in their cgroups (/proc/PID/smaps_rollup), the
  *          cgroups' memory usage, the host's MemAvailable drop, and this driver's own RSS growth
@@ -37,6 +40,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "daemon/commands.h"
+#include "sandbox/pool.h"
 #include "sandbox/sandbox.h"
 
 #define MAX_N 100000
@@ -48,6 +52,7 @@ static void usage(void)
 {
     fputs("usage: bench_exec [--backend B] [--image DIR] [--init PATH] exec N WARMUP CMD\n"
           "       bench_exec [...] start N WARMUP [GAP_MS]\n"
+          "       bench_exec [...] pool N WARMUP [GAP_MS]\n"
           "       bench_exec [...] density N\n",
           stderr);
 }
@@ -148,8 +153,10 @@ static int mode_exec(const struct eph_sandbox_config *cfg, const struct eph_sand
 }
 
 static int mode_start(const struct eph_sandbox_config *cfg, const struct eph_sandbox_ops *ops,
-                      long n, long warmup, long gap_ms)
+                      long n, long warmup, long gap_ms, bool pool)
 {
+    if (pool && eph_sandbox_pool_start(ops, cfg, 2) != 0)
+        return 1;
     struct timespec gap = {gap_ms / 1000, (gap_ms % 1000) * 1000000L};
     uint64_t *ph[3];
     for (int k = 0; k < 3; k++)
@@ -163,8 +170,10 @@ static int mode_start(const struct eph_sandbox_config *cfg, const struct eph_san
         struct eph_sandbox *sb = NULL;
         if (gap_ms)
             nanosleep(&gap, NULL);
+        if (pool)
+            (void)eph_sandbox_pool_wait_full(10000); /* refilled between runs, untimed */
         uint64_t t0 = eph_clock_mono_ns();
-        rc = ops->create(cfg, &sb);
+        rc = pool ? eph_sandbox_pool_take(ops, cfg, &sb) : ops->create(cfg, &sb);
         uint64_t t1 = eph_clock_mono_ns();
         if (rc) {
             fprintf(stderr, "bench_exec: create: %s\n", eph_strerror(rc));
@@ -183,8 +192,10 @@ static int mode_start(const struct eph_sandbox_config *cfg, const struct eph_san
             done++;
         }
     }
-    printf("{\"mode\":\"start\",\"backend\":\"%s\",\"n\":%ld,\"gap_ms\":%ld,", ops->name, done,
-           gap_ms);
+    if (pool)
+        eph_sandbox_pool_stop();
+    printf("{\"mode\":\"%s\",\"backend\":\"%s\",\"n\":%ld,\"gap_ms\":%ld,", pool ? "pool" : "start",
+           ops->name, done, gap_ms);
     print_array_u64("create_ns", ph[0], (size_t)done, false);
     print_array_u64("exec_ns", ph[1], (size_t)done, false);
     print_array_u64("destroy_ns", ph[2], (size_t)done, true);
@@ -374,9 +385,10 @@ int main(int argc, char **argv)
     long warmup = i + 2 < argc ? parse_count(argv[i + 2], MAX_N) : 0;
     if (strcmp(mode, "exec") == 0 && n > 0 && warmup >= 0 && i + 3 < argc)
         return mode_exec(&cfg, ops, n, warmup, argv[i + 3]);
-    long gap_ms = strcmp(mode, "start") == 0 && i + 3 < argc ? parse_count(argv[i + 3], 10000) : 0;
-    if (strcmp(mode, "start") == 0 && n > 0 && warmup >= 0 && gap_ms >= 0)
-        return mode_start(&cfg, ops, n, warmup, gap_ms);
+    bool start = strcmp(mode, "start") == 0, pool = strcmp(mode, "pool") == 0;
+    long gap_ms = (start || pool) && i + 3 < argc ? parse_count(argv[i + 3], 10000) : 0;
+    if ((start || pool) && n > 0 && warmup >= 0 && gap_ms >= 0)
+        return mode_start(&cfg, ops, n, warmup, gap_ms, pool);
     if (strcmp(mode, "density") == 0 && n > 0 && n <= MAX_DENSITY)
         return mode_density(&cfg, ops, n);
     usage();

@@ -37,6 +37,7 @@ struct eph_config {
         struct eph_sandbox_limits limits;
         unsigned command_timeout_seconds; /* 60 */
         unsigned output_cap_bytes;        /* 16384 */
+        unsigned warm_pool;               /* 2: sandboxes created ahead of runs (0: none) */
     } sandbox;
     struct {
         uint64_t compute_micros_per_second; /* 240 */

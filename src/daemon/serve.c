@@ -27,6 +27,7 @@
 #include "daemon/options.h"
 #include "run/live.h"
 #include "run/service.h"
+#include "sandbox/pool.h"
 
 static pthread_mutex_t reaper_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t reaper_cond = PTHREAD_COND_INITIALIZER;
@@ -140,6 +141,8 @@ int eph_cmd_serve(int argc, char **argv)
     int orphans = eph_sandbox_cleanup_orphans();
     if (orphans > 0)
         EPH_WARN("serve", "removed %d sandboxes left by a dead server", orphans);
+    if ((rc = eph_sandbox_pool_start(svc.sandbox_ops, &svc.sandbox_cfg, cfg.sandbox.warm_pool)))
+        EPH_WARN("serve", "no warm sandbox pool: %s", eph_strerror(rc));
 
     svc.models = calloc(cfg.nmodels, sizeof(*svc.models));
     if (!svc.models)
@@ -193,6 +196,7 @@ out:
     atomic_store(&svc.shutting_down, true);
     if (scheduler_started)
         eph_scheduler_stop(cfg.shutdown_grace_seconds);
+    eph_sandbox_pool_stop(); /* after the workers: its thread's end kills what it created */
     eph_api_stop(api);
     if (reaper_started) {
         pthread_mutex_lock(&reaper_lock);

@@ -19,6 +19,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -223,6 +224,31 @@ exec_child(const struct eph_proto_exec *ex, const char *const *envp, int out_w, 
     _exit(127);
 }
 
+/* The command starts with clone(CLONE_VM | CLONE_VFORK), as posix_spawn does: the child borrows
+ * init's memory (no copy of its page tables, no copy-on-write faults in init afterwards) on a stack
+ * of its own, and init sleeps until the child has exec'd or exited. What exec_child changes is the
+ * child's own (signal mask and dispositions, process group, umask, descriptors, cwd: none of
+ * CLONE_SIGHAND, CLONE_FILES, CLONE_FS); it writes no memory init reads after (init has no signal
+ * handlers that could run on the shared memory, and errno is not read past the clone). */
+struct spawn_arg {
+    const struct eph_proto_exec *ex;
+    const char *const *envp;
+    int out_w, err_w;
+};
+
+static int spawn_child(void *arg)
+{
+    const struct spawn_arg *a = arg;
+    exec_child(a->ex, a->envp, a->out_w, a->err_w);
+}
+
+static pid_t spawn(const struct eph_proto_exec *ex, const char *const *envp, int out_w, int err_w)
+{
+    static char stack[64 * 1024] __attribute__((aligned(16)));
+    struct spawn_arg a = {ex, envp, out_w, err_w};
+    return clone(spawn_child, stack + sizeof(stack), CLONE_VM | CLONE_VFORK | SIGCHLD, &a);
+}
+
 static void do_exec(uint32_t id, const uint8_t *payload, size_t len)
 {
     static struct eph_proto_exec ex;
@@ -240,14 +266,14 @@ static void do_exec(uint32_t id, const uint8_t *payload, size_t len)
         goto out;
     }
     uint64_t t0 = mono_us();
-    pid_t pid = fork();
+    pid_t pid = spawn(&ex, envp, out[1], err[1]);
     if (pid < 0) {
         reply_error(id, -errno, "fork failed");
         goto out;
     }
-    if (pid == 0)
-        exec_child(&ex, envp, out[1], err[1]);
-    setpgid(pid, pid); /* both sides set it, so the kill below cannot race the child's setpgid */
+    /* The child has set its own group before exec (init slept until then); this one normally
+     * fails with EACCES after the exec and is kept as the belt to that brace. */
+    setpgid(pid, pid);
     close(out[1]);
     close(err[1]);
     out[1] = err[1] = -1;

@@ -28,6 +28,7 @@
 #include "ledger/budget.h"
 #include "run/live.h"
 #include "run/service.h"
+#include "sandbox/pool.h"
 
 struct eph_model *eph_service_model(struct eph_service *svc, const char *id)
 {
@@ -253,9 +254,10 @@ void eph_worker_run(struct eph_service *svc, const char *run_id)
     uint64_t deadline = start_ns + (uint64_t)r.timeout_seconds * 1000000000u;
 
     struct eph_sandbox *sb = NULL;
-    eph_budget_sandbox_started(&budget, start_ns);
-    rc = svc->sandbox_ops->create(&svc->sandbox_cfg, &sb);
+    /* A pooled sandbox was made before this run existed: compute is billed from the take. */
+    rc = eph_sandbox_pool_take(svc->sandbox_ops, &svc->sandbox_cfg, &sb);
     uint64_t ready_ns = eph_clock_mono_ns();
+    eph_budget_sandbox_started(&budget, ready_ns);
     if (rc) {
         eph_budget_sandbox_stopped(&budget, ready_ns);
         EPH_ERROR("worker", "run %s: sandbox create failed: %s", r.id, eph_strerror(rc));

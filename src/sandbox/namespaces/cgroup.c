@@ -6,8 +6,10 @@
  * ephemeral/<tag>-<server pid>-<n> (the server's pid in the name is what lets a later server tell
  * an orphan from a live sandbox). Limits: memory with swap disabled (memory.swap.max = 0, or v1
  * memsw equal to the memory limit, or swappiness 0 where memsw is not compiled in), pids.max, and
- * a CFS quota of vcpus whole CPUs. The parent writes the child's pid into it before the child
- * creates anything that could outlive it.
+ * a CFS quota of vcpus whole CPUs. The child is in it before it creates anything that could
+ * outlive it: on v2 born there (clone3 with CLONE_INTO_CGROUP, pid.c), else it joins as its first
+ * step after the descriptors, by writing "0" into descriptors the parent opened (see
+ * eph_ns_cgroup_join: on v1 that avoids the kernel's slow global lock entirely).
  *
  * Destroy kills whatever is still in it (cgroup.kill on v2; the listed pids on v1: these are
  * sandbox processes, which cannot leave the cgroup), then removes the directories, retrying while
@@ -234,14 +236,48 @@ int eph_ns_cgroup_create(struct eph_ns_cgroup *cg, const char *name,
     return rc;
 }
 
-int eph_ns_cgroup_attach(const struct eph_ns_cgroup *cg, pid_t pid)
+int eph_ns_cgroup_open_join(const struct eph_ns_cgroup *cg, int fds[3], int *n)
 {
-    char val[32];
-    snprintf(val, sizeof(val), "%d", (int)pid);
+    *n = 0;
     for (int i = 0; i < cg->n; i++) {
-        int rc = write_str(cg->dirs[i], "cgroup.procs", val);
-        if (rc)
+        char path[PATH_MAX + 32];
+        snprintf(path, sizeof(path), "%s/%s", cg->dirs[i],
+                 cg->version == 1 ? "tasks" : "cgroup.procs");
+        int fd = open(path, O_WRONLY | O_CLOEXEC);
+        if (fd < 0) {
+            int rc = -errno;
+            while (*n > 0)
+                close(fds[--*n]);
             return rc;
+        }
+        fds[(*n)++] = fd;
+    }
+    return 0;
+}
+
+int eph_ns_cgroup_dir_fd(const struct eph_ns_cgroup *cg)
+{
+    if (cg->version != 2 || cg->n != 1)
+        return -1;
+    return open(cg->dirs[0], O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+}
+
+/* In the child, before it runs anything else. "0" names the writer itself: on v1 a write of "0"
+ * to `tasks` moves only the calling thread, which the kernel does without write-locking the
+ * global cgroup_threadgroup_rwsem (cgroup_procs_write_start: a thread moving itself cannot exit or
+ * exec under the migration). That lock is what costs 10-19 ms on a quiet host (its percpu rwsem
+ * waits for an RCU grace period); this write takes ~0.05 ms. The child is single-threaded, so the
+ * thread is the whole process, and everything it forks later is born inside. */
+int eph_ns_cgroup_join(const int *fds, int n)
+{
+    for (int i = 0; i < n; i++) {
+        ssize_t w;
+        do
+            w = write(fds[i], "0", 1);
+        while (w < 0 && errno == EINTR);
+        if (w != 1)
+            return w < 0 ? -errno : -EIO;
+        close(fds[i]);
     }
     return 0;
 }

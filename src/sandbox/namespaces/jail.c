@@ -6,11 +6,12 @@
  *
  *   parent                                   child (pid 1 of new pid/mnt/net/ipc/uts namespaces)
  *   ------                                   -----
- *   put the child in the sandbox's cgroup    fds: channel -> 3, init binary, sync; rest closed
- *   send GO_CGROUP                           clear supplementary groups (still host root)
+ *   (v2: clone3 puts the child in its        fds: channel -> 3, init binary, sync; rest closed
+ *    cgroup at birth)                        join the cgroup (v1: write "0" to each `tasks`)
+ *                                            clear supplementary groups (still host root)
  *                                            mount: private, image, /tmp, /proc, /dev, ro, pivot
  *                                            bring up lo; hostname
- *                                            wait GO_CGROUP; new user + cgroup namespaces
+ *                                            new user + cgroup namespaces
  *   write setgroups=deny, uid_map, gid_map   send NEED_MAPS, wait GO_MAPS
  *   send GO_MAPS                             rlimits; bounding set, ambient, securebits
  *                                            become worker (1000:1000); every cap set empty
@@ -51,6 +52,7 @@
 #define CHILD_CHAN_FD 3
 #define CHILD_INIT_FD 4
 #define CHILD_SYNC_FD 5
+#define CHILD_CGROUP_FD 6 /* 6, 7, 8: what the child writes "0" into to join its cgroup */
 
 struct ns_sandbox {
     struct eph_sandbox base; /* first: the generic layer casts */
@@ -105,21 +107,38 @@ static int step_fds(struct eph_ns_plan *p)
     int sync = fcntl(p->sync_fd, F_DUPFD_CLOEXEC, 10);
     if (chan < 0 || init < 0 || sync < 0)
         return -errno;
+    int cg[3];
+    for (int i = 0; i < p->cg_join_n; i++)
+        if ((cg[i] = fcntl(p->cg_join_fd[i], F_DUPFD_CLOEXEC, 10)) < 0)
+            return -errno;
     if (dup2(chan, CHILD_CHAN_FD) < 0 || dup3(init, CHILD_INIT_FD, O_CLOEXEC) < 0 ||
         dup3(sync, CHILD_SYNC_FD, O_CLOEXEC) < 0)
         return -errno;
+    for (int i = 0; i < p->cg_join_n; i++) {
+        if (dup3(cg[i], CHILD_CGROUP_FD + i, O_CLOEXEC) < 0)
+            return -errno;
+        p->cg_join_fd[i] = CHILD_CGROUP_FD + i;
+    }
     int null = open("/dev/null", O_RDWR);
     if (null < 0)
         return -errno;
     for (int fd = 0; fd < 3; fd++)
         if (null != fd && dup2(null, fd) < 0)
             return -errno;
-    if (close_range(CHILD_SYNC_FD + 1, ~0u, 0) != 0)
+    if (close_range(CHILD_CGROUP_FD + (unsigned)p->cg_join_n, ~0u, 0) != 0)
         return -errno;
     p->chan_fd = CHILD_CHAN_FD;
     p->init_fd = CHILD_INIT_FD;
     p->sync_fd = CHILD_SYNC_FD;
     return 0;
+}
+
+/* Before anything else the child creates (and long before anything untrusted runs). */
+static int step_cgroup(struct eph_ns_plan *p)
+{
+    int rc = eph_ns_cgroup_join(p->cg_join_fd, p->cg_join_n);
+    p->cg_join_n = 0;
+    return rc;
 }
 
 static int step_groups(struct eph_ns_plan *p)
@@ -145,10 +164,7 @@ static int step_uts(struct eph_ns_plan *p)
 
 static int step_userns(struct eph_ns_plan *p)
 {
-    int rc = child_wait_byte(EPH_NS_SYNC_GO_CGROUP);
-    if (rc)
-        return rc;
-    rc = eph_ns_user_unshare();
+    int rc = eph_ns_user_unshare();
     if (rc)
         return rc;
     struct eph_ns_sync_msg m = {.kind = EPH_NS_SYNC_NEED_MAPS};
@@ -198,6 +214,7 @@ static int step_exec(struct eph_ns_plan *p)
 /* The order matters; docs/SANDBOX.md explains each constraint. */
 static const struct child_step child_steps[] = {
     {"descriptors", step_fds},
+    {"join the cgroup", step_cgroup},
     {"supplementary groups", step_groups},
     {"mounts and pivot_root", step_mount},
     {"loopback", step_net},
@@ -282,15 +299,7 @@ static int parent_steps(struct ns_sandbox *sb, int sync_fd)
 {
     uint64_t deadline = eph_clock_mono_ns() + (uint64_t)SETUP_TIMEOUT_MS * 1000000u;
     struct eph_ns_sync_msg m;
-    int rc = eph_ns_cgroup_attach(&sb->cgroup, sb->pid);
-    if (rc) {
-        EPH_ERROR(COMPONENT, "cannot move the sandbox into its cgroup: %s", strerror(-rc));
-        return rc;
-    }
-    rc = parent_send_byte(sync_fd, EPH_NS_SYNC_GO_CGROUP);
-    if (rc)
-        return rc;
-    rc = parent_recv(sync_fd, &m, deadline);
+    int rc = parent_recv(sync_fd, &m, deadline);
     if (rc == 0 && m.kind == EPH_NS_SYNC_FAILED)
         return child_failed(&m);
     if (rc != 0 || m.kind != EPH_NS_SYNC_NEED_MAPS) {
@@ -404,11 +413,13 @@ static int ns_create(const struct eph_sandbox_config *cfg_in, struct eph_sandbox
     char why[200];
     struct eph_sandbox_config cfg = *cfg_in;
     int chan[2] = {-1, -1}, sync[2] = {-1, -1};
+    int join_fd[3], join_n = 0, cgroup_dir = -1;
     int rc = eph_ns_seccomp_prepare(why, sizeof(why));
     if (rc) {
         EPH_ERROR(COMPONENT, "%s", why);
         return rc;
     }
+    eph_ns_mount_prepare();
     limits_fill(&cfg.limits, &cfg_in->limits);
     struct ns_sandbox *sb = calloc(1, sizeof(*sb));
     if (!sb)
@@ -451,14 +462,34 @@ static int ns_create(const struct eph_sandbox_config *cfg_in, struct eph_sandbox
         rc = -errno;
         goto fail;
     }
+    rc = eph_ns_cgroup_open_join(&sb->cgroup, join_fd, &join_n);
+    if (rc) {
+        EPH_ERROR(COMPONENT, "cannot open the sandbox's cgroup: %s", strerror(-rc));
+        goto fail;
+    }
+    cgroup_dir = eph_ns_cgroup_dir_fd(&sb->cgroup);
     sb->plan.chan_fd = chan[1];
     sb->plan.sync_fd = sync[1];
-    rc = eph_ns_pid_clone(child_main, &sb->plan, &sb->pid, &sb->pidfd);
+    /* v2: born in the cgroup. Otherwise (v1, or no clone3) the child's first step joins it. */
+    sb->plan.cg_join_n = 0;
+    rc = eph_ns_pid_clone_into_cgroup(child_main, &sb->plan, cgroup_dir, &sb->pid, &sb->pidfd);
+    if (rc == 1) {
+        sb->plan.cg_join_n = join_n;
+        memcpy(sb->plan.cg_join_fd, join_fd, sizeof(join_fd));
+        rc = eph_ns_pid_clone(child_main, &sb->plan, &sb->pid, &sb->pidfd);
+    }
+    sb->plan.cg_join_n = 0;
     close(chan[1]);
     close(sync[1]);
     chan[1] = sync[1] = -1;
     close(sb->plan.init_fd);
     sb->plan.init_fd = -1;
+    for (int i = 0; i < join_n; i++)
+        close(join_fd[i]);
+    join_n = 0;
+    if (cgroup_dir >= 0)
+        close(cgroup_dir);
+    cgroup_dir = -1;
     if (rc) {
         EPH_ERROR(COMPONENT, "cannot clone the sandbox: %s", strerror(-rc));
         goto fail;
@@ -489,6 +520,10 @@ fail:
         if (sync[i] >= 0)
             close(sync[i]);
     }
+    for (int i = 0; i < join_n; i++)
+        close(join_fd[i]);
+    if (cgroup_dir >= 0)
+        close(cgroup_dir);
     ns_destroy(&sb->base);
     return rc;
 }

@@ -21,6 +21,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <string.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
@@ -62,24 +63,73 @@ static int setup_tmp(const struct eph_ns_plan *p)
     return 0;
 }
 
+static const char *const proc_readonly[] = {"proc/sys", "proc/sysrq-trigger", "proc/irq",
+                                            "proc/bus"};
+/* Kernel information an unprivileged user has no use for (Docker masks the same). */
+static const char *const proc_masked[] = {"proc/kcore", "proc/keys", "proc/timer_list",
+                                          "proc/sched_debug", "proc/latency_stats"};
+#define N_READONLY (sizeof(proc_readonly) / sizeof(proc_readonly[0]))
+#define N_MASKED (sizeof(proc_masked) / sizeof(proc_masked[0]))
+
+/* Bit i set: the i-th of proc_readonly then proc_masked is known to be absent from a fresh procfs
+ * of this kernel, so the child need not try it (a failing mount call per entry, every sandbox).
+ * Written once, before any child exists (eph_ns_mount_prepare); 0 (try them all) unless proved. */
+static pthread_once_t probe_once = PTHREAD_ONCE_INIT;
+static unsigned proc_absent;
+
+/* Looks into a new, detached procfs instance (fsopen/fsmount: default options, unlike the host's
+ * /proc, which may be mounted with subset=pid or have entries masked over), never attached to any
+ * mount tree. These entries are global to the kernel, not per PID namespace, so what is absent
+ * here is absent from every sandbox's /proc. On any failure nothing is marked absent. */
+static void probe_proc(void)
+{
+    int fs = (int)syscall(SYS_fsopen, "proc", FSOPEN_CLOEXEC);
+    if (fs < 0)
+        return;
+    int mnt = -1;
+    if (syscall(SYS_fsconfig, fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) == 0)
+        mnt = (int)syscall(SYS_fsmount, fs, FSMOUNT_CLOEXEC, MOUNT_ATTR_NOEXEC);
+    close(fs);
+    if (mnt < 0)
+        return;
+    unsigned absent = 0;
+    /* Sanity: a procfs has these; if not, this is not what we think it is. */
+    if (faccessat(mnt, "self", F_OK, AT_SYMLINK_NOFOLLOW) == 0 &&
+        faccessat(mnt, "sys", F_OK, 0) == 0) {
+        for (size_t i = 0; i < N_READONLY + N_MASKED; i++) {
+            const char *rel = (i < N_READONLY ? proc_readonly[i] : proc_masked[i - N_READONLY]) +
+                              sizeof("proc/") - 1;
+            if (faccessat(mnt, rel, F_OK, AT_SYMLINK_NOFOLLOW) != 0 && errno == ENOENT)
+                absent |= 1u << i;
+        }
+    }
+    close(mnt);
+    proc_absent = absent;
+}
+
+void eph_ns_mount_prepare(void)
+{
+    pthread_once(&probe_once, probe_proc);
+}
+
 static int setup_proc(void)
 {
-    static const char *const readonly[] = {"proc/sys", "proc/sysrq-trigger", "proc/irq",
-                                           "proc/bus"};
-    /* Kernel information an unprivileged user has no use for (Docker masks the same). */
-    static const char *const masked[] = {"proc/kcore", "proc/keys", "proc/timer_list",
-                                         "proc/sched_debug", "proc/latency_stats"};
+    const char *const *readonly = proc_readonly, *const *masked = proc_masked;
     int rc = do_mount("proc", "proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL);
     if (rc)
         return rc;
-    for (size_t i = 0; i < sizeof(readonly) / sizeof(readonly[0]); i++) {
+    for (size_t i = 0; i < N_READONLY; i++) {
+        if (proc_absent & (1u << i))
+            continue;
         rc = bind_with(readonly[i], readonly[i], MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC);
         if (rc == -ENOENT)
             continue; /* not every kernel has every one of these */
         if (rc)
             return rc;
     }
-    for (size_t i = 0; i < sizeof(masked) / sizeof(masked[0]); i++) {
+    for (size_t i = 0; i < N_MASKED; i++) {
+        if (proc_absent & (1u << (N_READONLY + i)))
+            continue;
         rc = bind_with("/dev/null", masked[i], MS_RDONLY | MS_NOSUID | MS_NOEXEC);
         if (rc == -ENOENT)
             continue;

@@ -18,6 +18,7 @@
 #define EPH_SANDBOX_NAMESPACES_H
 
 #include <limits.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -44,6 +45,12 @@ struct eph_ns_plan {
     int chan_fd; /* becomes fd 3 of init */
     int init_fd; /* the ephemeral-init binary, opened before pivot_root */
     int sync_fd; /* SOCK_SEQPACKET to the parent; closed by the exec */
+    /* The child joins its cgroup itself by writing "0" into these (v1: each hierarchy's `tasks`,
+     * which moves the calling thread without the kernel's global threadgroup lock; v2 without
+     * clone3: `cgroup.procs`). cg_join_n = 0 when clone3 put the child there (CLONE_INTO_CGROUP).
+     */
+    int cg_join_fd[3];
+    int cg_join_n;
 };
 
 /* Child -> parent messages on the sync socket (the parent -> child ones are single bytes). */
@@ -54,7 +61,6 @@ struct eph_ns_sync_msg {
 };
 #define EPH_NS_SYNC_NEED_MAPS 1
 #define EPH_NS_SYNC_FAILED 2
-#define EPH_NS_SYNC_GO_CGROUP 'C'
 #define EPH_NS_SYNC_GO_MAPS 'M'
 
 /* user.c: ids and the user namespace. */
@@ -68,10 +74,17 @@ int eph_ns_user_become_worker(void);                  /* child, inside the new u
 
 /* pid.c: the clone into new namespaces, and the end of the process. */
 int eph_ns_pid_clone(int (*fn)(void *), void *arg, pid_t *pid, int *pidfd);
+/* The same through clone3(CLONE_INTO_CGROUP) with a cgroup v2 directory: the child is born in the
+ * cgroup. 1 when the kernel cannot (before 5.7, clone3 filtered, cgroup_fd < 0; remembered for the
+ * process): then the caller falls back to eph_ns_pid_clone and has the child join by itself. */
+int eph_ns_pid_clone_into_cgroup(int (*fn)(void *), void *arg, int cgroup_fd, pid_t *pid,
+                                 int *pidfd);
 int eph_ns_pid_kill(int pidfd);
 int eph_ns_pid_reap(pid_t pid, int *status);
 
-/* mount.c: the file system, ending in pivot_root. */
+/* mount.c: the file system, ending in pivot_root. prepare: once per process, before any child
+ * (which /proc entries this kernel lacks, so the child does not try to mount over them). */
+void eph_ns_mount_prepare(void);
 int eph_ns_mount_setup(const struct eph_ns_plan *p);
 
 /* net.c, uts.c */
@@ -99,7 +112,14 @@ struct eph_ns_cgroup {
 int eph_ns_cgroup_probe(char *why, size_t whylen);
 int eph_ns_cgroup_create(struct eph_ns_cgroup *cg, const char *name,
                          const struct eph_sandbox_limits *l);
-int eph_ns_cgroup_attach(const struct eph_ns_cgroup *cg, pid_t pid);
+/* Opens what the child writes "0" into to join the cgroup (cgroup.c explains why the child does
+ * it): v1, each hierarchy's `tasks`; v2, `cgroup.procs`. fds[] gets cg->n descriptors (O_CLOEXEC).
+ */
+int eph_ns_cgroup_open_join(const struct eph_ns_cgroup *cg, int fds[3], int *n);
+/* v2 only: a descriptor of the cgroup's directory for clone3(CLONE_INTO_CGROUP), or -1 on v1. */
+int eph_ns_cgroup_dir_fd(const struct eph_ns_cgroup *cg);
+/* Child side: writes "0" into each descriptor (raw system calls only). */
+int eph_ns_cgroup_join(const int *fds, int n);
 /* Kills every task left and removes the directories. */
 int eph_ns_cgroup_destroy(struct eph_ns_cgroup *cg);
 int eph_ns_cgroup_cleanup_orphans(void);

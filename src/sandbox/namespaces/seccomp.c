@@ -13,7 +13,8 @@
  * native one (i386 through int 0x80, x32) kills the process.
  *
  * The filters are compiled once per process into BPF (libseccomp is not called in the child, which
- * must not allocate) and each child loads the programs with one system call each.
+ * must not allocate), concatenated into one equivalent program (merge()), and each child loads it
+ * with one system call.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -397,6 +398,8 @@ static pthread_once_t once = PTHREAD_ONCE_INIT;
 static int prepared_rc;
 static char prepared_why[160];
 static struct sock_fprog programs[2];
+/* Both programs as one (merge()), loaded with a single system call when it could be built. */
+static struct sock_fprog merged;
 
 static int add(scmp_filter_ctx ctx, uint32_t action, const char *name, unsigned n,
                const struct scmp_arg_cmp *cmp)
@@ -531,6 +534,39 @@ static int compile(uint32_t def, int (*build)(scmp_filter_ctx), struct sock_fpro
     return rc;
 }
 
+/* The denylist followed by the allowlist, every "return ALLOW" of the denylist turned into a jump
+ * to the allowlist's first instruction. The kernel runs all the filters of a process and keeps the
+ * strictest answer (for two ERRNOs, the most recently loaded: the denylist); here the denylist's
+ * every other answer returns at once, and its ALLOW means "ask the allowlist", whose answer stands:
+ * the same result for every system call, with one program to validate and JIT per sandbox instead
+ * of two. libseccomp returns only constants (BPF_RET|BPF_K); anything else and no merge. */
+static void merge(void)
+{
+    const struct sock_fprog *deny = &programs[1], *allow = &programs[0];
+    size_t n = (size_t)deny->len + allow->len;
+    if (n > BPF_MAXINSNS)
+        return;
+    struct sock_filter *insns = malloc(n * sizeof(*insns));
+    if (!insns)
+        return;
+    for (size_t i = 0; i < deny->len; i++) {
+        struct sock_filter f = deny->filter[i];
+        if (BPF_CLASS(f.code) == BPF_RET) {
+            if (BPF_RVAL(f.code) != BPF_K) {
+                free(insns);
+                return;
+            }
+            if (f.k == SECCOMP_RET_ALLOW)
+                f = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JA, (uint32_t)(deny->len - i - 1), 0,
+                                                 0);
+        }
+        insns[i] = f;
+    }
+    memcpy(insns + deny->len, allow->filter, allow->len * sizeof(*insns));
+    merged.len = (unsigned short)n;
+    merged.filter = insns;
+}
+
 static void prepare(void)
 {
     int rc = compile(SCMP_ACT_ERRNO(EPERM), build_allow, &programs[0]);
@@ -540,9 +576,11 @@ static void prepare(void)
         snprintf(prepared_why, sizeof(prepared_why), "cannot build the seccomp filter: %s",
                  strerror(-rc));
     prepared_rc = rc;
-    if (!rc)
-        EPH_DEBUG("sandbox", "seccomp filters: %u + %u instructions", programs[0].len,
-                  programs[1].len);
+    if (!rc) {
+        merge();
+        EPH_DEBUG("sandbox", "seccomp filters: %u + %u instructions%s", programs[0].len,
+                  programs[1].len, merged.filter ? ", loaded as one" : "");
+    }
 }
 
 int eph_ns_seccomp_prepare(char *why, size_t whylen)
@@ -555,6 +593,13 @@ int eph_ns_seccomp_prepare(char *why, size_t whylen)
 
 int eph_ns_seccomp_load(void)
 {
+    if (merged.filter) {
+        if (syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &merged) == 0)
+            return 0;
+        if (errno != EINVAL)
+            return -errno;
+        /* The kernel refused the merged program: load the two as they were built. */
+    }
     for (int i = 0; i < 2; i++) {
         if (!programs[i].filter)
             return -EINVAL;
