@@ -57,7 +57,7 @@ GVISOR_COMPAT := $(BUILD)/ephemeral-gvisor-compat.so
 # `ephemerald sandbox` alone, without the server's libraries (src/daemon/sandbox_main.c).
 SANDBOX_CLI := $(BUILD)/ephemeral-sandbox
 SANDBOX_CLI_OBJ := $(OBJ)/src/daemon/sandbox_main.o $(OBJ)/src/daemon/sandbox_cmd.o \
-        $(OBJ)/src/daemon/image.o $(SHARED_GUEST_SRC:%.c=$(OBJ)/%.o) \
+        $(OBJ)/src/daemon/image.o $(OBJ)/src/daemon/image_vm.o $(SHARED_GUEST_SRC:%.c=$(OBJ)/%.o) \
         $(filter $(OBJ)/src/common/% $(OBJ)/src/sandbox/%,$(DAEMON_LIB_OBJ))
 
 BINS := $(BUILD)/ephemerald $(BUILD)/ephemeral $(BUILD)/ephemeral-init $(GVISOR_COMPAT) $(SANDBOX_CLI)

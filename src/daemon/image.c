@@ -22,6 +22,7 @@
 #include "common/id.h"
 #include "common/log.h"
 #include "daemon/commands.h"
+#include "daemon/image_vm.h"
 
 /* The recipe: every word of it goes into the cache key. Changing it rebuilds the image. */
 #define RECIPE_VERSION "3"
@@ -311,6 +312,11 @@ static int image_build(const char *dir, bool quiet)
         fprintf(stderr, "ephemerald: cannot point '%s' at the image: %s\n", dir, strerror(-rc));
         return 1;
     }
+    /* The microvm backend's root disk and kernel, next to the image (src/daemon/image_vm.c).
+     * Only that backend needs them: failing here is a warning, not a failed build. */
+    if (eph_image_vm_build(cache_root(), base, quiet) != 0)
+        fprintf(stderr, "image: the microvm backend's disk and kernel were not built (see above); "
+                        "the other backends are unaffected\n");
     return 0;
 }
 

@@ -35,6 +35,7 @@
 #include <unistd.h>
 
 #include "guest/protocol.h"
+#include "guest/vm.h"
 
 #define CHANNEL_FD 3
 /* After the shell exits, how long init keeps reading output still held open by a background
@@ -510,6 +511,11 @@ static void dispatch(const struct eph_proto_frame *f)
 
 int main(int argc, char **argv)
 {
+    /* Started by a kernel (the microvm backend): build the sandbox first (guest/vm.c). */
+    if (eph_guest_vm_started_by_kernel(argc)) {
+        argv = eph_guest_vm_setup();
+        argc = 3;
+    }
     if (argc != 3 || argv[1][0] != '/' || argv[2][0] != '/') {
         dprintf(2, "usage: ephemeral-init SCRATCH_DIR HOME_DIR (channel on fd 3)\n");
         return 2;

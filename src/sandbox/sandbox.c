@@ -12,11 +12,11 @@
 
 #include "common/log.h"
 #include "sandbox/gvisor.h"
+#include "sandbox/microvm.h"
 #include "sandbox/namespaces/namespaces.h"
 
 static const struct eph_sandbox_ops *const backends[] = {
-    /* &eph_sandbox_microvm_ops: planned (src/sandbox/microvm.c): QEMU microvm + KVM, probed by
-     *                           booting a guest once, never chosen on TCG. */
+    &eph_sandbox_microvm_ops, /* QEMU microvm + KVM, probed by booting a guest; never on TCG */
     &eph_sandbox_gvisor_ops,
     &eph_sandbox_namespaces_ops,
 };

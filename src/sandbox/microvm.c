@@ -1,0 +1,1161 @@
+/*
+ * microvm.c - the microvm backend: one QEMU microvm machine per sandbox. See microvm.h.
+ *
+ * create:
+ *
+ *   1. names: <tag>-<server pid>-vm<n> for the cgroup and QEMU's -name, and the run directory
+ *      /tmp/ephemeral-run-XXXXXX that the guest makes in its own tmpfs;
+ *   2. a cgroup (memory = guest + QEMU, pids, CPU) through the namespaces backend's cgroup module,
+ *      and a host uid of a range no host user owns, one per live VM;
+ *   3. a socketpair: the server keeps one end, QEMU gets the other as `-chardev socket,fd=3`,
+ *      behind the virtio-serial port named "ephemeral";
+ *   4. QEMU forked and exec'd with, in this order in the child: the cgroup, its own session,
+ *      rlimits, exactly fds 0-4 (null, console, console, channel, initramfs), an empty capability
+ *      bounding set, the uid, no_new_privs, PR_SET_PDEATHSIG (last: a uid change clears it);
+ *      then QEMU installs its own seccomp filter (-sandbox) before it runs the guest;
+ *   5. the guest's hello (it has booted, mounted everything and become worker).
+ *
+ * The initramfs (cpio newc: /init = ephemeral-init, /modules/NN-name.ko from the kernel's cache
+ * directory) is assembled once per process into a sealed memory file and shared by every QEMU.
+ * The console (the guest kernel's log, QEMU's own messages) is a memory file too, capped by QEMU's
+ * RLIMIT_FSIZE; its tail is logged when a boot fails.
+ *
+ * destroy asks the guest to shut down (init kills everything and exits, the guest kernel restarts
+ * and QEMU, run with -no-reboot, exits), closes the channel, gives QEMU a short grace, SIGKILLs it,
+ * reaps it, and removes the cgroup. interrupt (any thread) shuts the channel down and SIGKILLs
+ * QEMU. Orphans of dead servers are their cgroups (killing what is listed kills their QEMU).
+ */
+#include "sandbox/microvm.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/kvm.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <x86intrin.h>
+
+#include "common/buf.h"
+#include "common/clock.h"
+#include "common/id.h"
+#include "common/log.h"
+#include "sandbox/guest_client.h"
+#include "sandbox/namespaces/namespaces.h"
+
+#define COMPONENT "sandbox"
+#define QEMU_NAME "qemu-system-x86_64"
+#define SPAWN_PATH "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+#define ALLOW_TCG_ENV "EPHEMERAL_MICROVM_ALLOW_TCG"
+/* Host uids of QEMU processes: a range no host user owns (below the namespaces backend's), one
+ * per live VM, so that no two VMs' processes can signal or trace each other. */
+#define HOST_ID_BASE 0x7d000000u
+#define SLOTS 4096u
+/* The fds QEMU is given, by number (its command line names them). */
+#define FD_CHANNEL 3
+#define FD_INITRD 4
+/* Boots: KVM takes well under a second; software emulation several seconds, more when the host
+ * is busy with other emulated VMs. */
+#define BOOT_TIMEOUT_KVM_MS 15000u
+#define BOOT_TIMEOUT_TCG_MS 90000u
+#define FILE_TIMEOUT_MS 30000u
+#define SHUTDOWN_TIMEOUT_MS 3000u
+/* After the guest said it is shutting down (or the channel closed), how long QEMU gets to exit
+ * on its own before it is killed. */
+#define EXIT_GRACE_MS 3000u
+#define CONSOLE_CAP (1u << 20)
+#define INITRD_CAP (64u << 20)
+#define TCG_TB_MIB 64u
+
+struct vm_sandbox {
+    struct eph_sandbox base; /* first: the generic layer casts */
+    char id[64];
+    char run_dir[64];
+    char scratch[80];
+    struct eph_guest_client client;
+    bool client_ready;
+    struct eph_ns_cgroup cg;
+    bool have_slot;
+    unsigned slot;
+    int console_fd;       /* memfd: QEMU's stdout and stderr */
+    pthread_mutex_t lock; /* guards chan_fd, pid and pidfd against interrupt() racing destroy() */
+    int chan_fd;
+    pid_t pid; /* QEMU, until reaped */
+    int pidfd;
+    atomic_bool interrupted;
+};
+
+/* ---- small helpers --------------------------------------------------------------------- */
+
+static int pidfd_open_compat(pid_t pid)
+{
+#ifdef SYS_pidfd_open
+    return (int)syscall(SYS_pidfd_open, pid, 0);
+#else
+    errno = ENOSYS;
+    return -1;
+#endif
+}
+
+/* Waits for a child by the deadline: 0 and *status, or -ETIMEDOUT (the child is left running). */
+static int child_wait(pid_t pid, int pidfd, uint32_t timeout_ms, int *status)
+{
+    uint64_t deadline = eph_clock_mono_ns() + (uint64_t)timeout_ms * 1000000u;
+    int st = 0;
+    for (;;) {
+        pid_t r = waitpid(pid, &st, WNOHANG);
+        if (r == pid)
+            break;
+        if (r < 0 && errno != EINTR)
+            return -errno;
+        uint64_t now = eph_clock_mono_ns();
+        if (now >= deadline)
+            return -ETIMEDOUT;
+        int ms = (int)((deadline - now) / 1000000u) + 1;
+        if (pidfd >= 0) {
+            struct pollfd pfd = {.fd = pidfd, .events = POLLIN};
+            (void)poll(&pfd, 1, ms);
+        } else {
+            struct timespec pause = {0, 5 * 1000 * 1000};
+            nanosleep(&pause, NULL);
+        }
+    }
+    if (status)
+        *status = st;
+    return 0;
+}
+
+static int write_all(int fd, const void *data, size_t len)
+{
+    const char *p = data;
+    while (len) {
+        ssize_t w = write(fd, p, len);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return w < 0 ? -errno : -EIO;
+        p += w;
+        len -= (size_t)w;
+    }
+    return 0;
+}
+
+/* The last line of the console that says something, cleaned for a log line. */
+static void console_tail(int fd, char *out, size_t cap)
+{
+    char buf[2048];
+    out[0] = '\0';
+    if (fd < 0)
+        return;
+    off_t size = lseek(fd, 0, SEEK_END);
+    off_t from = size > (off_t)sizeof(buf) - 1 ? size - (off_t)sizeof(buf) + 1 : 0;
+    ssize_t n = pread(fd, buf, sizeof(buf) - 1, from);
+    if (n <= 0)
+        return;
+    buf[n] = '\0';
+    /* The lines that matter are init's reason or QEMU's error; the kernel's panic trace (init's
+     * ordinary exit) is not. */
+    char *pick = NULL;
+    for (char *line = buf; line && *line;) {
+        char *nl = strchr(line, '\n');
+        if (nl)
+            *nl = '\0';
+        if (strstr(line, "ephemeral-init:") || strstr(line, "qemu-system") ||
+            strstr(line, "Kernel panic") || strstr(line, "VFS:"))
+            pick = line;
+        line = nl ? nl + 1 : NULL;
+    }
+    if (!pick)
+        return;
+    size_t j = 0;
+    for (size_t i = 0; pick[i] && j + 1 < cap; i++)
+        out[j++] = (pick[i] >= 0x20 && pick[i] < 0x7f) ? pick[i] : '?';
+    out[j] = '\0';
+}
+
+/* ---- host resources: paths, QEMU, KVM, uids --------------------------------------------- */
+
+struct vm_paths {
+    char kernel[PATH_MAX];  /* vmlinuz */
+    char modules[PATH_MAX]; /* directory of NN-name.ko */
+    char disk[PATH_MAX];    /* root.img */
+};
+
+/* <image> is <cache>/images/<key>/rootfs (or a link to it); the VM pieces are beside it. */
+static int paths_find(const struct eph_sandbox_config *cfg, struct vm_paths *p, char *why,
+                      size_t whylen)
+{
+    char root[PATH_MAX], dir[PATH_MAX], marker[PATH_MAX + 32];
+    if (!cfg->image || !realpath(cfg->image, root)) {
+        snprintf(why, whylen, "sandbox image '%s' not found", cfg->image ? cfg->image : "");
+        return -ENOENT;
+    }
+    char *slash = strrchr(root, '/');
+    if (!slash || slash == root) {
+        snprintf(why, whylen, "sandbox image '%s' is not in an image cache directory", root);
+        return -ENOENT;
+    }
+    *slash = '\0';
+    snprintf(dir, sizeof(dir), "%.4000s/microvm", root);
+    snprintf(marker, sizeof(marker), "%s/complete", dir);
+    if (access(marker, R_OK) != 0) {
+        snprintf(why, whylen,
+                 "no microvm kernel and root disk beside the image in '%s' (make image builds "
+                 "them)",
+                 dir);
+        return -ENOENT;
+    }
+    snprintf(p->kernel, sizeof(p->kernel), "%.4000s/kernel/vmlinuz", dir);
+    snprintf(p->modules, sizeof(p->modules), "%.4000s/kernel/modules", dir);
+    snprintf(p->disk, sizeof(p->disk), "%.4000s/root.img", dir);
+    if (access(p->kernel, R_OK) != 0 || access(p->disk, R_OK) != 0) {
+        snprintf(why, whylen, "the microvm kernel or root disk in '%s' is missing (make image)",
+                 dir);
+        return -ENOENT;
+    }
+    return 0;
+}
+
+static pthread_once_t qemu_once = PTHREAD_ONCE_INIT;
+static char qemu_path[PATH_MAX];
+
+/* $EPHEMERAL_QEMU, else the first qemu-system-x86_64 on $PATH (or the default PATH). */
+static void qemu_find(void)
+{
+    const char *env = getenv("EPHEMERAL_QEMU");
+    if (env && env[0] == '/') {
+        if (access(env, X_OK) == 0)
+            snprintf(qemu_path, sizeof(qemu_path), "%s", env);
+        return;
+    }
+    const char *path = getenv("PATH");
+    if (!path || !*path)
+        path = SPAWN_PATH + 5;
+    while (*path) {
+        size_t n = strcspn(path, ":");
+        char cand[PATH_MAX];
+        if (n > 0 && n < sizeof(cand) - sizeof(QEMU_NAME) - 2 && path[0] == '/') {
+            memcpy(cand, path, n);
+            snprintf(cand + n, sizeof(cand) - n, "/" QEMU_NAME);
+            struct stat st;
+            if (stat(cand, &st) == 0 && S_ISREG(st.st_mode) && access(cand, X_OK) == 0) {
+                snprintf(qemu_path, sizeof(qemu_path), "%s", cand);
+                return;
+            }
+        }
+        path += n;
+        if (*path == ':')
+            path++;
+    }
+}
+
+static const char *qemu(void)
+{
+    pthread_once(&qemu_once, qemu_find);
+    return qemu_path[0] ? qemu_path : NULL;
+}
+
+/* /dev/kvm answers as KVM does (its presence alone says nothing: see the probe). */
+static int kvm_present(char *why, size_t whylen)
+{
+    int fd = open("/dev/kvm", O_RDWR | O_CLOEXEC);
+    if (fd < 0) {
+        snprintf(why, whylen, "cannot open /dev/kvm: %s", strerror(errno));
+        return -errno;
+    }
+    int v = ioctl(fd, KVM_GET_API_VERSION, 0);
+    close(fd);
+    if (v != KVM_API_VERSION) {
+        snprintf(why, whylen, "/dev/kvm does not answer as KVM does (API version %d)", v);
+        return -ENODEV;
+    }
+    return 0;
+}
+
+static pthread_mutex_t slot_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t slot_used[SLOTS / 64];
+
+static int slot_acquire(unsigned *slot)
+{
+    pthread_mutex_lock(&slot_lock);
+    for (unsigned i = 0; i < SLOTS; i++) {
+        if (!(slot_used[i / 64] & (1ull << (i % 64)))) {
+            slot_used[i / 64] |= 1ull << (i % 64);
+            pthread_mutex_unlock(&slot_lock);
+            *slot = i;
+            return 0;
+        }
+    }
+    pthread_mutex_unlock(&slot_lock);
+    return -EAGAIN;
+}
+
+static void slot_release(unsigned slot)
+{
+    pthread_mutex_lock(&slot_lock);
+    slot_used[slot / 64] &= ~(1ull << (slot % 64));
+    pthread_mutex_unlock(&slot_lock);
+}
+
+/* The host TSC rate in kHz, measured against the monotonic clock. Under TCG the guest's TSC is
+ * the host's, and the guest kernel cannot calibrate it reliably against an emulated PIT on a busy
+ * host (it then hangs in early boot): it is told the rate instead (tsc_early_khz). */
+static unsigned long tsc_khz(void)
+{
+    static unsigned long khz;
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    pthread_mutex_lock(&lock);
+    if (!khz) {
+        struct timespec a, b, pause = {0, 50 * 1000 * 1000};
+        clock_gettime(CLOCK_MONOTONIC_RAW, &a);
+        uint64_t t0 = __rdtsc();
+        while (nanosleep(&pause, &pause) != 0 && errno == EINTR)
+            ;
+        uint64_t t1 = __rdtsc();
+        clock_gettime(CLOCK_MONOTONIC_RAW, &b);
+        uint64_t ns = (uint64_t)(b.tv_sec - a.tv_sec) * 1000000000u + (uint64_t)b.tv_nsec -
+                      (uint64_t)a.tv_nsec;
+        khz = ns ? (unsigned long)((t1 - t0) * 1000000u / ns) : 0;
+    }
+    unsigned long v = khz;
+    pthread_mutex_unlock(&lock);
+    return v;
+}
+
+/* ---- the initramfs ------------------------------------------------------------------------ */
+
+/* One cpio "newc" entry (header, name, padding, data, padding) appended to b. */
+static int cpio_add(struct eph_buf *b, const char *name, unsigned mode, const void *data,
+                    size_t len, unsigned ino)
+{
+    static const char zeros[4] = {0};
+    char hdr[111];
+    size_t nlen = strlen(name) + 1;
+    snprintf(hdr, sizeof(hdr), "070701%08X%08X%08X%08X%08X%08X%08zX%08X%08X%08X%08X%08zX%08X", ino,
+             mode, 0u, 0u, 1u, 0u, len, 0u, 0u, 0u, 0u, nlen, 0u);
+    int rc = eph_buf_append(b, hdr, 110);
+    if (!rc)
+        rc = eph_buf_append(b, name, nlen);
+    if (!rc)
+        rc = eph_buf_append(b, zeros, (4 - (110 + nlen) % 4) % 4);
+    if (!rc && len)
+        rc = eph_buf_append(b, data, len);
+    if (!rc)
+        rc = eph_buf_append(b, zeros, (4 - len % 4) % 4);
+    return rc;
+}
+
+static int cpio_add_file(struct eph_buf *b, const char *name, const char *path, unsigned mode,
+                         unsigned ino)
+{
+    struct eph_buf data;
+    eph_buf_init(&data, INITRD_CAP);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    char chunk[65536];
+    int rc = 0;
+    for (;;) {
+        ssize_t n = read(fd, chunk, sizeof(chunk));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            if (n < 0)
+                rc = -errno;
+            break;
+        }
+        if ((rc = eph_buf_append(&data, chunk, (size_t)n)))
+            break;
+    }
+    close(fd);
+    if (!rc)
+        rc = cpio_add(b, name, mode, data.data, data.len, ino);
+    eph_buf_release(&data);
+    return rc;
+}
+
+static pthread_mutex_t initrd_lock = PTHREAD_MUTEX_INITIALIZER;
+static int initrd_fd = -1;
+static char initrd_key[2 * PATH_MAX + 8];
+
+/* The initramfs for (init, modules) as a sealed memory file; built once, then shared. Returns a
+ * descriptor the caller must not close, or a negative errno. */
+static int initrd_get(const char *init_path, const char *modules)
+{
+    char key[sizeof(initrd_key)];
+    snprintf(key, sizeof(key), "%s\n%s", init_path, modules);
+    pthread_mutex_lock(&initrd_lock);
+    if (initrd_fd >= 0 && strcmp(key, initrd_key) == 0) {
+        int fd = initrd_fd;
+        pthread_mutex_unlock(&initrd_lock);
+        return fd;
+    }
+    struct eph_buf b;
+    eph_buf_init(&b, INITRD_CAP);
+    static const char *const dirs[] = {"dev", "proc", "sys", "newroot", "modules"};
+    unsigned ino = 1;
+    int rc = 0;
+    for (size_t i = 0; !rc && i < sizeof(dirs) / sizeof(dirs[0]); i++)
+        rc = cpio_add(&b, dirs[i], 040755, NULL, 0, ino++);
+    if (!rc && (rc = cpio_add_file(&b, "init", init_path, 0100755, ino++)))
+        EPH_ERROR(COMPONENT, "cannot read ephemeral-init '%s': %s", init_path, strerror(-rc));
+    struct dirent **ents = NULL;
+    int n = rc ? 0 : scandir(modules, &ents, NULL, alphasort);
+    for (int i = 0; i < n; i++) {
+        const char *name = ents[i]->d_name;
+        size_t len = strlen(name);
+        if (!rc && len > 3 && strcmp(name + len - 3, ".ko") == 0 && len < 200) {
+            char path[PATH_MAX + 256], inside[256];
+            snprintf(path, sizeof(path), "%s/%s", modules, name);
+            snprintf(inside, sizeof(inside), "modules/%s", name);
+            rc = cpio_add_file(&b, inside, path, 0100644, ino++);
+        }
+        free(ents[i]);
+    }
+    free(ents);
+    if (!rc)
+        rc = cpio_add(&b, "TRAILER!!!", 0, NULL, 0, 0);
+    int fd = -1;
+    if (!rc) {
+        fd = memfd_create("ephemeral-initrd", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+        if (fd < 0)
+            rc = -errno;
+    }
+    if (!rc)
+        rc = write_all(fd, b.data, b.len);
+    /* Sealed: a QEMU that could write to it would change every later VM's init. */
+    if (!rc && fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL))
+        rc = -errno;
+    eph_buf_release(&b);
+    if (rc) {
+        if (fd >= 0)
+            close(fd);
+        pthread_mutex_unlock(&initrd_lock);
+        return rc;
+    }
+    if (initrd_fd >= 0)
+        close(initrd_fd);
+    initrd_fd = fd;
+    snprintf(initrd_key, sizeof(initrd_key), "%s", key);
+    pthread_mutex_unlock(&initrd_lock);
+    return fd;
+}
+
+/* ---- QEMU -------------------------------------------------------------------------------- */
+
+struct vm_launch {
+    const char *argv[64];
+    char mem[16], smp[16], tcg[32], name[80], chan[64], initrd[32], append[768];
+    char machine[128];
+    char drive[PATH_MAX + 96];
+    int cg_fds[3]; /* cgroup.procs of each of the sandbox's cgroup directories */
+    int ncg;
+    uid_t uid;
+    gid_t gid;
+    gid_t groups[1];
+    int ngroups;
+};
+
+static void limits_fill(struct eph_sandbox_limits *l, const struct eph_sandbox_limits *in)
+{
+    struct eph_sandbox_limits d;
+    eph_sandbox_limits_default(&d);
+    *l = *in;
+    if (!l->vcpus)
+        l->vcpus = d.vcpus;
+    if (!l->memory_mib)
+        l->memory_mib = d.memory_mib;
+    if (!l->pids)
+        l->pids = d.pids;
+    if (!l->disk_mib)
+        l->disk_mib = d.disk_mib;
+    if (!l->nofile)
+        l->nofile = d.nofile;
+    if (!l->fsize_bytes)
+        l->fsize_bytes = (uint64_t)l->disk_mib << 20;
+}
+
+static int launch_prepare(struct vm_launch *L, const struct vm_sandbox *sb,
+                          const struct vm_paths *p, const struct eph_sandbox_limits *l, bool kvm)
+{
+    size_t n = 0;
+    int len;
+    /* KVM: kvmclock needs no legacy timer, and nothing else needs the legacy devices. TCG: the
+     * guest kernel's timer setup needs the PIT and PIC, and without an RTC it waits over a
+     * second, twice, for one. */
+    snprintf(L->machine, sizeof(L->machine), "microvm,x-option-roms=off,isa-serial=off,%s",
+             kvm ? "pit=off,pic=off,rtc=off" : "pit=on,pic=on,rtc=on");
+    snprintf(L->mem, sizeof(L->mem), "%u", l->memory_mib + EPH_MICROVM_GUEST_EXTRA_MIB);
+    snprintf(L->smp, sizeof(L->smp), "%u", l->vcpus);
+    snprintf(L->tcg, sizeof(L->tcg), "tcg,tb-size=%u", TCG_TB_MIB);
+    snprintf(L->name, sizeof(L->name), "ephemeral-%s", sb->id);
+    snprintf(L->chan, sizeof(L->chan), "socket,id=chan,fd=%d", FD_CHANNEL);
+    snprintf(L->initrd, sizeof(L->initrd), "/proc/self/fd/%d", FD_INITRD);
+    char tsc[64] = "";
+    if (!kvm && tsc_khz() > 100000)
+        snprintf(tsc, sizeof(tsc), " tsc_early_khz=%lu tsc=reliable", tsc_khz());
+    /* A backstop behind the guest's own memory limit, a little above pids as in the jail. */
+    len = snprintf(L->append, sizeof(L->append),
+                   "console=hvc0 quiet panic=-1 ephemeral.mode=vm ephemeral.run=%s "
+                   "ephemeral.disk_mib=%u ephemeral.nofile=%u ephemeral.fsize=%llu "
+                   "ephemeral.nproc=%u%s",
+                   sb->run_dir, l->disk_mib, l->nofile, (unsigned long long)l->fsize_bytes,
+                   l->pids + 16u, tsc);
+    if (len < 0 || (size_t)len >= sizeof(L->append))
+        return -ENAMETOOLONG;
+    len = snprintf(L->drive, sizeof(L->drive), "id=root,file=%s,format=raw,if=none,read-only=on",
+                   p->disk);
+    if (len < 0 || (size_t)len >= sizeof(L->drive))
+        return -ENAMETOOLONG;
+    const char *a[] = {
+        qemu(),
+        "-name",
+        L->name,
+        "-M",
+        L->machine,
+        "-nodefaults",
+        "-no-user-config",
+        "-nographic",
+        "-no-reboot",
+        "-accel",
+        kvm ? "kvm" : L->tcg,
+        "-cpu",
+        kvm ? "host" : "max",
+        "-m",
+        L->mem,
+        "-smp",
+        L->smp,
+        "-kernel",
+        p->kernel,
+        "-initrd",
+        L->initrd,
+        "-append",
+        L->append,
+        /* The image, read-only at the device: the guest cannot write it even as root. */
+        "-drive",
+        L->drive,
+        "-device",
+        "virtio-blk-device,drive=root",
+        "-device",
+        "virtio-serial-device",
+        /* The guest's console (hvc0): QEMU's stdout, a memory file the server reads on failure. */
+        "-chardev",
+        "stdio,id=con,signal=off",
+        "-device",
+        "virtconsole,chardev=con",
+        "-chardev",
+        L->chan,
+        "-device",
+        "virtserialport,chardev=chan,name=ephemeral",
+        /* No network device at all (-nodefaults already adds none). */
+        "-nic",
+        "none",
+        /* QEMU's own seccomp filter: no obsolete calls, no set*id, no fork/exec, no changes to
+         * its own scheduling or resources. */
+        "-sandbox",
+        "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
+        "-msg",
+        "timestamp=off",
+        NULL,
+    };
+    for (size_t i = 0; i < sizeof(a) / sizeof(a[0]) && n < sizeof(L->argv) / sizeof(L->argv[0]);
+         i++)
+        L->argv[n++] = a[i];
+    return 0;
+}
+
+/* The child between fork and exec: a copy of a possibly multithreaded server, so only
+ * async-signal-safe calls and raw system calls (no malloc, no stdio, no glibc set*id). */
+static void __attribute__((noreturn))
+qemu_child(const struct vm_launch *L, pid_t parent, int null_fd, int console_fd, int chan_fd,
+           int initrd)
+{
+    static const char *const envp[] = {SPAWN_PATH, NULL};
+    /* The cgroup module's join: the child writes "0" (v1: into `tasks`, which moves this thread
+     * without the kernel's global threadgroup lock). */
+    if (eph_ns_cgroup_join(L->cg_fds, L->ncg) != 0)
+        _exit(127);
+    setsid();
+    struct rlimit fsize = {CONSOLE_CAP, CONSOLE_CAP}, core = {0, 0};
+    /* The console is the only file QEMU writes: its size is its cap. Past it, writes fail and
+     * QEMU drops console output (SIGXFSZ is ignored, not fatal). */
+    if (setrlimit(RLIMIT_FSIZE, &fsize) != 0 || setrlimit(RLIMIT_CORE, &core) != 0)
+        _exit(127);
+    sigset_t none;
+    sigemptyset(&none);
+    for (int s = 1; s < NSIG; s++)
+        signal(s, SIG_DFL);
+    signal(SIGXFSZ, SIG_IGN);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    /* Exactly the descriptors QEMU's command line names. */
+    if (dup2(null_fd, 0) < 0 || dup2(console_fd, 1) < 0 || dup2(console_fd, 2) < 0)
+        _exit(127);
+    int c = fcntl(chan_fd, F_DUPFD_CLOEXEC, 10), i = fcntl(initrd, F_DUPFD_CLOEXEC, 10);
+    if (c < 0 || i < 0 || dup2(c, FD_CHANNEL) < 0 || dup2(i, FD_INITRD) < 0)
+        _exit(127);
+    if (syscall(SYS_close_range, FD_INITRD + 1, ~0u, 0) != 0)
+        _exit(127);
+    /* No capability survives the exec, whatever the uid. */
+    for (int cap = 0; cap <= 63; cap++)
+        if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EINVAL)
+            _exit(127);
+    if (syscall(SYS_setgroups, L->ngroups, L->groups) != 0 ||
+        syscall(SYS_setresgid, L->gid, L->gid, L->gid) != 0 ||
+        syscall(SYS_setresuid, L->uid, L->uid, L->uid) != 0)
+        _exit(127);
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
+        _exit(127);
+    /* Dies with the server (with the thread that made it: the run's worker, which destroys the
+     * sandbox before it does anything else). After the uid change, which clears it; the check
+     * after it closes the race with a server that died before. */
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0 || getppid() != parent)
+        _exit(127);
+    char *const *argv = (char *const *)L->argv;
+    execve(L->argv[0], argv, (char *const *)envp);
+    _exit(127);
+}
+
+/* The host uid QEMU runs as, and its groups: its own uid, plus the group that may open /dev/kvm
+ * when KVM is used. Where only root may open /dev/kvm, QEMU stays uid 0, still without any
+ * capability (documented in docs/SECURITY.md). */
+static void identity(struct vm_launch *L, const struct vm_sandbox *sb, bool kvm)
+{
+    L->uid = L->gid = HOST_ID_BASE + sb->slot;
+    L->ngroups = 0;
+    if (!kvm)
+        return;
+    struct stat st;
+    if (stat("/dev/kvm", &st) != 0 || (st.st_mode & 0006) == 0006)
+        return;
+    if ((st.st_mode & 0060) == 0060 && st.st_gid != 0) {
+        L->groups[0] = st.st_gid;
+        L->ngroups = 1;
+        return;
+    }
+    EPH_DEBUG(COMPONENT, "/dev/kvm is root's alone: QEMU runs as uid 0 without capabilities");
+    L->uid = L->gid = 0;
+}
+
+static int qemu_start(struct vm_sandbox *sb, const struct vm_paths *p,
+                      const struct eph_sandbox_limits *l, bool kvm, int chan, int initrd)
+{
+    struct vm_launch *L = calloc(1, sizeof(*L));
+    if (!L)
+        return -ENOMEM;
+    int rc = launch_prepare(L, sb, p, l, kvm);
+    if (rc) {
+        free(L);
+        return rc;
+    }
+    identity(L, sb, kvm);
+    L->ncg = 0;
+    rc = eph_ns_cgroup_open_join(&sb->cg, L->cg_fds, &L->ncg);
+    int null = rc ? -1 : open("/dev/null", O_RDWR | O_CLOEXEC);
+    if (!rc && null < 0)
+        rc = -errno;
+    if (!rc) {
+        pid_t parent = getpid();
+        pid_t pid = fork();
+        if (pid < 0)
+            rc = -errno;
+        else if (pid == 0)
+            qemu_child(L, parent, null, sb->console_fd, chan, initrd);
+        else {
+            int pidfd = pidfd_open_compat(pid);
+            pthread_mutex_lock(&sb->lock);
+            sb->pid = pid;
+            sb->pidfd = pidfd;
+            pthread_mutex_unlock(&sb->lock);
+        }
+    }
+    if (null >= 0)
+        close(null);
+    for (int i = 0; i < L->ncg; i++)
+        close(L->cg_fds[i]);
+    free(L);
+    return rc;
+}
+
+/* ---- the backend ------------------------------------------------------------------------- */
+
+static int vm_destroy(struct eph_sandbox *base);
+
+enum accel { ACCEL_NONE, ACCEL_KVM, ACCEL_TCG };
+
+static pthread_mutex_t probe_lock = PTHREAD_MUTEX_INITIALIZER;
+static bool kvm_checked;
+static bool kvm_boots;
+static char kvm_why[384];
+/* The console's last word when the probe's boot failed (under probe_lock). */
+static char probe_console[160];
+/* Set by the probe for create: the accelerator the probe found usable. */
+static _Atomic int chosen_accel = ACCEL_NONE;
+
+static bool tcg_allowed(const struct eph_sandbox_config *cfg)
+{
+    const char *env = getenv(ALLOW_TCG_ENV);
+    return env && strcmp(env, "1") == 0 && cfg->backend && strcmp(cfg->backend, "microvm") == 0;
+}
+
+static int names_prepare(struct vm_sandbox *sb, const struct eph_sandbox_config *cfg)
+{
+    static atomic_uint seq;
+    static const char alphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    unsigned char rnd[6];
+    int rc = eph_random_bytes(rnd, sizeof(rnd));
+    if (rc)
+        return rc;
+    char suffix[7];
+    for (int i = 0; i < 6; i++)
+        suffix[i] = alphabet[rnd[i] % (sizeof(alphabet) - 1)];
+    suffix[6] = '\0';
+    snprintf(sb->run_dir, sizeof(sb->run_dir), "/tmp/ephemeral-run-%s", suffix);
+    snprintf(sb->scratch, sizeof(sb->scratch), "%s/scratch", sb->run_dir);
+    const char *tag = cfg->owner_tag && cfg->owner_tag[0] && strlen(cfg->owner_tag) <= 16 &&
+                              strspn(cfg->owner_tag, "abcdefghijklmnopqrstuvwxyz0123456789_") ==
+                                  strlen(cfg->owner_tag)
+                          ? cfg->owner_tag
+                          : "eph";
+    snprintf(sb->id, sizeof(sb->id), "%s-%d-vm%u", tag, (int)getpid(), atomic_fetch_add(&seq, 1));
+    return 0;
+}
+
+/* probing: a failed boot is an answer, not an error (logged at debug level). */
+static int vm_create_with(const struct eph_sandbox_config *cfg, enum accel accel, bool probing,
+                          struct eph_sandbox **out)
+{
+    struct eph_sandbox_limits limits;
+    struct vm_paths paths;
+    char why[PATH_MAX + 128];
+    int chan[2] = {-1, -1};
+    if (!qemu()) {
+        EPH_ERROR(COMPONENT, QEMU_NAME " not found");
+        return -ENOENT;
+    }
+    int rc = paths_find(cfg, &paths, why, sizeof(why));
+    if (rc) {
+        EPH_ERROR(COMPONENT, "%s", why);
+        return rc;
+    }
+    int initrd = initrd_get(cfg->init_path ? cfg->init_path : "", paths.modules);
+    if (initrd < 0) {
+        EPH_ERROR(COMPONENT, "cannot assemble the microvm initramfs: %s", strerror(-initrd));
+        return initrd;
+    }
+    limits_fill(&limits, &cfg->limits);
+    struct vm_sandbox *sb = calloc(1, sizeof(*sb));
+    if (!sb)
+        return -ENOMEM;
+    sb->base.ops = &eph_sandbox_microvm_ops;
+    sb->chan_fd = -1;
+    sb->pidfd = -1;
+    sb->console_fd = -1;
+    pthread_mutex_init(&sb->lock, NULL);
+    atomic_init(&sb->interrupted, false);
+
+    if ((rc = names_prepare(sb, cfg)))
+        goto fail;
+    if ((rc = slot_acquire(&sb->slot))) {
+        EPH_ERROR(COMPONENT, "no free microvm slot (%u live VMs)", SLOTS);
+        goto fail;
+    }
+    sb->have_slot = true;
+    /* The cgroup holds QEMU: the guest's memory and QEMU's own, QEMU's threads, and one CPU more
+     * than the guest's for QEMU's I/O threads (the guest itself has exactly vcpus CPUs). */
+    struct eph_sandbox_limits host = limits;
+    host.memory_mib = limits.memory_mib + EPH_MICROVM_GUEST_EXTRA_MIB + EPH_MICROVM_QEMU_MIB;
+    host.pids = EPH_MICROVM_QEMU_TASKS;
+    host.vcpus = limits.vcpus + 1;
+    if ((rc = eph_ns_cgroup_create(&sb->cg, sb->id, &host)))
+        goto fail;
+    sb->console_fd = memfd_create("ephemeral-console", MFD_CLOEXEC);
+    if (sb->console_fd < 0) {
+        rc = -errno;
+        goto fail;
+    }
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, chan) != 0) {
+        rc = -errno;
+        goto fail;
+    }
+    rc = qemu_start(sb, &paths, &limits, accel == ACCEL_KVM, chan[1], initrd);
+    close(chan[1]);
+    chan[1] = -1;
+    if (rc) {
+        EPH_ERROR(COMPONENT, "cannot start %s: %s", qemu(), strerror(-rc));
+        goto fail;
+    }
+    rc = eph_guest_client_init(&sb->client, chan[0]);
+    sb->client_ready = true;
+    pthread_mutex_lock(&sb->lock);
+    sb->chan_fd = chan[0];
+    pthread_mutex_unlock(&sb->lock);
+    chan[0] = -1;
+    if (rc)
+        goto fail;
+    uint32_t boot_ms = accel == ACCEL_KVM ? BOOT_TIMEOUT_KVM_MS : BOOT_TIMEOUT_TCG_MS;
+    rc = eph_guest_client_hello(&sb->client, eph_clock_mono_ns() + (uint64_t)boot_ms * 1000000u);
+    if (rc) {
+        char last[256];
+        if (atomic_load(&sb->interrupted))
+            rc = -ECANCELED;
+        console_tail(sb->console_fd, last, sizeof(last));
+        if (probing)
+            EPH_DEBUG(COMPONENT, "the probe's microVM did not start (%s): %s%s%s",
+                      accel == ACCEL_KVM ? "kvm" : "tcg", strerror(-rc),
+                      last[0] ? "; console: " : "", last);
+        else
+            EPH_ERROR(COMPONENT, "the microVM did not start (%s): %s%s%s",
+                      accel == ACCEL_KVM ? "kvm" : "tcg", strerror(-rc),
+                      last[0] ? "; console: " : "", last);
+        if (probing && last[0])
+            snprintf(probe_console, sizeof(probe_console), "%s", last);
+        goto fail;
+    }
+    EPH_DEBUG(COMPONENT, "microVM %s up (%s)", sb->id, accel == ACCEL_KVM ? "kvm" : "tcg");
+    *out = &sb->base;
+    return 0;
+
+fail:
+    for (int i = 0; i < 2; i++)
+        if (chan[i] >= 0)
+            close(chan[i]);
+    vm_destroy(&sb->base);
+    return rc;
+}
+
+static int vm_probe(const struct eph_sandbox_config *cfg, char *why, size_t whylen);
+
+static int vm_create(const struct eph_sandbox_config *cfg, struct eph_sandbox **out)
+{
+    enum accel accel = (enum accel)atomic_load(&chosen_accel);
+    if (accel == ACCEL_NONE) {
+        char why[512];
+        int rc = vm_probe(cfg, why, sizeof(why));
+        if (rc) {
+            EPH_ERROR(COMPONENT, "the microvm backend does not work here: %s", why);
+            return rc;
+        }
+        accel = (enum accel)atomic_load(&chosen_accel);
+    }
+    return vm_create_with(cfg, accel, false, out);
+}
+
+static int map_error(struct vm_sandbox *sb, int rc)
+{
+    /* Whatever the channel says after an interrupt, the reason is the interrupt. */
+    if (rc && atomic_load(&sb->interrupted))
+        return -ECANCELED;
+    return rc;
+}
+
+static int vm_exec(struct eph_sandbox *base, const struct eph_exec_request *req,
+                   struct eph_exec_result *res)
+{
+    struct vm_sandbox *sb = (struct vm_sandbox *)base;
+    if (atomic_load(&sb->interrupted))
+        return -ECANCELED;
+    return map_error(sb, eph_guest_client_exec(&sb->client, req, res));
+}
+
+static int vm_write_file(struct eph_sandbox *base, const char *path, const void *data, size_t len,
+                         unsigned mode)
+{
+    struct vm_sandbox *sb = (struct vm_sandbox *)base;
+    if (atomic_load(&sb->interrupted))
+        return -ECANCELED;
+    uint64_t deadline = eph_clock_mono_ns() + (uint64_t)FILE_TIMEOUT_MS * 1000000u;
+    return map_error(sb, eph_guest_client_write_file(&sb->client, path, data, len, mode, deadline));
+}
+
+static int vm_read_file(struct eph_sandbox *base, const char *path, size_t cap, struct eph_buf *out)
+{
+    struct vm_sandbox *sb = (struct vm_sandbox *)base;
+    if (atomic_load(&sb->interrupted))
+        return -ECANCELED;
+    uint64_t deadline = eph_clock_mono_ns() + (uint64_t)FILE_TIMEOUT_MS * 1000000u;
+    return map_error(sb, eph_guest_client_read_file(&sb->client, path, cap, out, deadline));
+}
+
+static const char *vm_scratch_dir(struct eph_sandbox *base)
+{
+    return ((struct vm_sandbox *)base)->scratch;
+}
+
+/* SIGKILLs QEMU; pid is not reaped before destroy takes it under the same lock, so it cannot have
+ * been reused. Call with sb->lock. */
+static void kill_qemu_locked(struct vm_sandbox *sb)
+{
+    if (sb->pid <= 0)
+        return;
+#ifdef SYS_pidfd_send_signal
+    if (sb->pidfd >= 0 && syscall(SYS_pidfd_send_signal, sb->pidfd, SIGKILL, NULL, 0) == 0)
+        return;
+#endif
+    kill(sb->pid, SIGKILL);
+}
+
+static void vm_interrupt(struct eph_sandbox *base)
+{
+    struct vm_sandbox *sb = (struct vm_sandbox *)base;
+    atomic_store(&sb->interrupted, true);
+    pthread_mutex_lock(&sb->lock);
+    /* shutdown(), not close(): the exec thread's poll wakes up with a hangup, and the descriptor
+     * number stays ours until destroy releases it. */
+    if (sb->chan_fd >= 0)
+        (void)shutdown(sb->chan_fd, SHUT_RDWR);
+    kill_qemu_locked(sb);
+    pthread_mutex_unlock(&sb->lock);
+}
+
+static int vm_destroy(struct eph_sandbox *base)
+{
+    struct vm_sandbox *sb = (struct vm_sandbox *)base;
+    int rc = 0;
+    /* The guest ends itself when asked (or when the channel closes): QEMU then exits on its own.
+     * A guest that does not answer is killed all the same after the grace. */
+    if (sb->client_ready && !atomic_load(&sb->interrupted) && !sb->client.broken) {
+        int s = eph_guest_client_shutdown(
+            &sb->client, eph_clock_mono_ns() + (uint64_t)SHUTDOWN_TIMEOUT_MS * 1000000u);
+        if (s)
+            EPH_DEBUG(COMPONENT, "microVM %s did not confirm the shutdown: %s", sb->id,
+                      strerror(-s));
+    }
+    pthread_mutex_lock(&sb->lock);
+    sb->chan_fd = -1;
+    pthread_mutex_unlock(&sb->lock);
+    if (sb->client_ready)
+        eph_guest_client_release(&sb->client);
+    sb->client_ready = false;
+    if (sb->pid > 0) {
+        int status = 0;
+        int w = child_wait(sb->pid, sb->pidfd, EXIT_GRACE_MS, &status);
+        if (w == -ETIMEDOUT) {
+            EPH_DEBUG(COMPONENT, "QEMU of %s did not exit in %u ms; killing it", sb->id,
+                      EXIT_GRACE_MS);
+            pthread_mutex_lock(&sb->lock);
+            kill_qemu_locked(sb);
+            pthread_mutex_unlock(&sb->lock);
+            w = child_wait(sb->pid, sb->pidfd, 10000, &status);
+        }
+        if (w) {
+            EPH_ERROR(COMPONENT, "cannot reap QEMU of %s: %s", sb->id, strerror(-w));
+            rc = w;
+        } else if (WIFEXITED(status) && WEXITSTATUS(status) != 0) {
+            char last[256];
+            console_tail(sb->console_fd, last, sizeof(last));
+            EPH_DEBUG(COMPONENT, "QEMU of %s exited with status %d%s%s", sb->id,
+                      WEXITSTATUS(status), last[0] ? ": " : "", last);
+        }
+        pthread_mutex_lock(&sb->lock);
+        sb->pid = 0;
+        if (sb->pidfd >= 0)
+            close(sb->pidfd);
+        sb->pidfd = -1;
+        pthread_mutex_unlock(&sb->lock);
+    }
+    /* Kills whatever is left in it (nothing, normally) and removes it. */
+    if (sb->cg.n) {
+        int c = eph_ns_cgroup_destroy(&sb->cg);
+        if (c && !rc)
+            rc = c;
+    }
+    if (sb->console_fd >= 0)
+        close(sb->console_fd);
+    if (sb->have_slot)
+        slot_release(sb->slot);
+    pthread_mutex_destroy(&sb->lock);
+    free(sb);
+    return rc;
+}
+
+/* ---- probe and orphans ------------------------------------------------------------------- */
+
+/* A tiny VM boots under KVM and answers a ping. */
+static int kvm_boot_check(const struct eph_sandbox_config *cfg, char *why, size_t whylen)
+{
+    struct eph_sandbox_config c = *cfg;
+    struct eph_sandbox *sb = NULL;
+    c.limits.memory_mib = 128;
+    c.limits.disk_mib = 16;
+    c.limits.fsize_bytes = 0;
+    c.owner_tag = "probe";
+    probe_console[0] = '\0';
+    int rc = vm_create_with(&c, ACCEL_KVM, true, &sb);
+    if (rc) {
+        snprintf(why, whylen, "KVM does not boot a guest here: %s%s%s", strerror(-rc),
+                 probe_console[0] ? ": " : "", probe_console);
+        return rc;
+    }
+    struct vm_sandbox *vm = (struct vm_sandbox *)sb;
+    rc = eph_guest_client_ping(&vm->client, eph_clock_mono_ns() + 5000ull * 1000000u);
+    if (rc)
+        snprintf(why, whylen, "a KVM guest does not answer a ping: %s", strerror(-rc));
+    int d = vm_destroy(sb);
+    if (!rc && d) {
+        snprintf(why, whylen, "a microVM is not removed cleanly: %s", strerror(-d));
+        rc = d;
+    }
+    return rc;
+}
+
+static int vm_probe(const struct eph_sandbox_config *cfg, char *why, size_t whylen)
+{
+    struct vm_paths paths;
+    char reason[512];
+    int rc;
+    reason[0] = '\0';
+    pthread_mutex_lock(&probe_lock);
+    if (!qemu()) {
+        snprintf(reason, sizeof(reason),
+                 QEMU_NAME " not found on PATH (install the Debian package qemu-system-x86)");
+        rc = -ENOENT;
+    } else if (geteuid() != 0) {
+        snprintf(reason, sizeof(reason),
+                 "the microvm backend needs root (cgroups, and a uid of its own for QEMU)");
+        rc = -EPERM;
+    } else if (!cfg->init_path || access(cfg->init_path, R_OK) != 0) {
+        snprintf(reason, sizeof(reason), "ephemeral-init '%s' is not readable",
+                 cfg->init_path ? cfg->init_path : "");
+        rc = -ENOENT;
+    } else if ((rc = paths_find(cfg, &paths, reason, sizeof(reason))) != 0) {
+        /* reason is set */
+    } else if ((rc = eph_ns_cgroup_probe(reason, sizeof(reason))) != 0) {
+        /* reason is set */
+    } else {
+        /* KVM is tried once per process, whatever the caller: a boot is the only proof. */
+        if (!kvm_checked) {
+            kvm_why[0] = '\0';
+            int k = kvm_present(kvm_why, sizeof(kvm_why));
+            if (!k)
+                k = kvm_boot_check(cfg, kvm_why, sizeof(kvm_why));
+            kvm_boots = k == 0;
+            kvm_checked = true;
+            if (!kvm_boots)
+                EPH_DEBUG(COMPONENT, "microvm: %s", kvm_why);
+        }
+        if (kvm_boots) {
+            atomic_store(&chosen_accel, ACCEL_KVM);
+            rc = 0;
+        } else if (tcg_allowed(cfg)) {
+            EPH_WARN(COMPONENT,
+                     "microvm: %s; using software emulation (TCG) because " ALLOW_TCG_ENV
+                     "=1: slow, for tests only",
+                     kvm_why);
+            atomic_store(&chosen_accel, ACCEL_TCG);
+            rc = 0;
+        } else {
+            snprintf(reason, sizeof(reason),
+                     "%s; software emulation (TCG) is never chosen automatically (only with "
+                     "--backend microvm and " ALLOW_TCG_ENV "=1, for tests)",
+                     kvm_why);
+            rc = -ENODEV;
+        }
+    }
+    pthread_mutex_unlock(&probe_lock);
+    if (rc && why)
+        snprintf(why, whylen, "%s", reason);
+    return rc;
+}
+
+/* Each cgroup and cgroup2 mount point of this process, for the orphan sweep. */
+static void cgroup_each_mount(void (*fn)(const char *mnt, int version, void *arg), void *arg)
+{
+    FILE *f = fopen("/proc/self/mountinfo", "re");
+    if (!f)
+        return;
+    char line[4096];
+    while (fgets(line, sizeof(line), f)) {
+        char mnt[PATH_MAX];
+        if (sscanf(line, "%*s %*s %*s %*s %4095s", mnt) != 1)
+            continue;
+        const char *dash = strstr(line, " - ");
+        char fstype[32];
+        if (!dash || sscanf(dash + 3, "%31s", fstype) != 1)
+            continue;
+        if (strcmp(fstype, "cgroup") == 0)
+            fn(mnt, 1, arg);
+        else if (strcmp(fstype, "cgroup2") == 0)
+            fn(mnt, 2, arg);
+    }
+    fclose(f);
+}
+
+/* <tag>-<pid>-vm<n> whose server is not running. */
+static bool is_orphan(const char *name)
+{
+    const char *p = name;
+    while ((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '_')
+        p++;
+    if (p == name || *p != '-')
+        return false;
+    char *end;
+    long pid = strtol(p + 1, &end, 10);
+    if (end == p + 1 || strncmp(end, "-vm", 3) != 0 || pid <= 0 || !end[3])
+        return false;
+    if (strspn(end + 3, "0123456789") != strlen(end + 3))
+        return false;
+    if (pid == (long)getpid())
+        return false;
+    return kill((pid_t)pid, 0) != 0 && errno == ESRCH;
+}
+
+static void sweep_in(const char *mnt, int version, void *arg)
+{
+    int *removed = arg;
+    char parent[PATH_MAX + 32];
+    snprintf(parent, sizeof(parent), "%s/ephemeral", mnt);
+    DIR *d = opendir(parent);
+    if (!d)
+        return;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.' || e->d_type != DT_DIR || !is_orphan(e->d_name))
+            continue;
+        /* The cgroup module kills every task listed (the orphan's QEMU) and removes it. */
+        struct eph_ns_cgroup cg = {.version = version, .n = 1};
+        snprintf(cg.dirs[0], sizeof(cg.dirs[0]), "%.3000s/%.255s", parent, e->d_name);
+        if (eph_ns_cgroup_destroy(&cg) == 0) {
+            EPH_INFO(COMPONENT, "removed orphaned microVM cgroup '%s' (and its QEMU)", cg.dirs[0]);
+            (*removed)++;
+        }
+    }
+    closedir(d);
+}
+
+static int vm_cleanup_orphans(void)
+{
+    int removed = 0;
+    cgroup_each_mount(sweep_in, &removed);
+    return removed;
+}
+
+const struct eph_sandbox_ops eph_sandbox_microvm_ops = {
+    .name = "microvm",
+    .ready_message = "microVM ready",
+    .destroyed_message = "microVM destroyed",
+    .probe = vm_probe,
+    .create = vm_create,
+    .exec = vm_exec,
+    .write_file = vm_write_file,
+    .read_file = vm_read_file,
+    .scratch_dir = vm_scratch_dir,
+    .interrupt = vm_interrupt,
+    .destroy = vm_destroy,
+    .cleanup_orphans = vm_cleanup_orphans,
+};
