@@ -105,14 +105,12 @@ static json_t *assistant_message(const struct eph_model_response *resp)
 {
     json_t *calls = json_array();
     for (size_t i = 0; i < resp->ncalls; i++)
-        json_array_append_new(calls, json_pack("{s:s, s:s, s:s}", "id", resp->calls[i].id, "name",
-                                               resp->calls[i].name ? resp->calls[i].name : "",
-                                               "arguments",
-                                               resp->calls[i].arguments ? resp->calls[i].arguments
-                                                                        : ""));
+        json_array_append_new(calls,
+                              json_pack("{s:s, s:s, s:s}", "id", resp->calls[i].id, "name",
+                                        resp->calls[i].name ? resp->calls[i].name : "", "arguments",
+                                        resp->calls[i].arguments ? resp->calls[i].arguments : ""));
     return json_pack("{s:s, s:o, s:o}", "role", "assistant", "content",
-                     resp->content ? json_string(resp->content) : json_null(), "tool_calls",
-                     calls);
+                     resp->content ? json_string(resp->content) : json_null(), "tool_calls", calls);
 }
 
 int eph_agent_run(struct eph_agent_ctx *ctx, struct eph_agent_outcome *out)
@@ -150,9 +148,9 @@ int eph_agent_run(struct eph_agent_ctx *ctx, struct eph_agent_outcome *out)
         uint64_t call_ns = (uint64_t)(m->timeout_seconds ? m->timeout_seconds : 120) * 1000000000u;
         if (call_ns > ctx->deadline_ns - now)
             call_ns = ctx->deadline_ns - now;
-        int rc = eph_budget_plan_model_call(ctx->budget, now,
-                                            estimate_input_tokens(messages, tools), call_ns,
-                                            &price, MIN_OUTPUT_TOKENS, &max_tokens);
+        int rc =
+            eph_budget_plan_model_call(ctx->budget, now, estimate_input_tokens(messages, tools),
+                                       call_ns, &price, MIN_OUTPUT_TOKENS, &max_tokens);
         if (rc) {
             outcome(out, EPH_RUN_BUDGET_EXHAUSTED, "budget_exhausted",
                     "the budget left cannot cover another model call");

@@ -22,23 +22,23 @@
 struct eph_agent_ctx {
     struct eph_store *store;
     struct eph_live *live;
-    struct eph_run *run;            /* usage and cost are updated as the loop goes */
+    struct eph_run *run; /* usage and cost are updated as the loop goes */
     struct eph_model *model;
     const struct eph_model_config *mcfg;
     struct eph_sandbox *sb;
     struct eph_budget *budget;
-    uint64_t deadline_ns;           /* the run's deadline (CLOCK_MONOTONIC) */
+    uint64_t deadline_ns; /* the run's deadline (CLOCK_MONOTONIC) */
     unsigned turn_limit;
     unsigned command_timeout_ms;
-    unsigned output_cap;            /* bytes per stream returned to the model */
+    unsigned output_cap; /* bytes per stream returned to the model */
     const struct eph_sandbox_limits *limits;
     const char *backend_name;
 };
 
 struct eph_agent_outcome {
     enum eph_run_status status;
-    char *result;                   /* completed: the model's final Markdown (free()) */
-    char error_code[48];            /* otherwise */
+    char *result;        /* completed: the model's final Markdown (free()) */
+    char error_code[48]; /* otherwise */
     char error_message[256];
 };
 

@@ -31,50 +31,50 @@ struct eph_model;
 
 /* A model as configured (one entry of "models" in the config file). */
 struct eph_model_config {
-    char *id;                     /* "openai/gpt-6-luna" */
-    char *provider;               /* "openai", "anthropic", "replay" */
-    char *base_url;               /* e.g. "https://api.openai.com/v1"; NULL for replay */
-    char *api_key_env;            /* name of the environment variable holding the key */
-    char *transcripts;            /* replay: folder of recorded examples */
+    char *id;          /* "openai/gpt-6-luna" */
+    char *provider;    /* "openai", "anthropic", "replay" */
+    char *base_url;    /* e.g. "https://api.openai.com/v1"; NULL for replay */
+    char *api_key_env; /* name of the environment variable holding the key */
+    char *transcripts; /* replay: folder of recorded examples */
     uint64_t input_micros_per_mtok;
     uint64_t output_micros_per_mtok;
     uint64_t cached_input_micros_per_mtok;
     uint32_t max_output_tokens;
-    uint32_t timeout_seconds;     /* per HTTP attempt (default 120) */
-    char *upstream_model;         /* model name sent on the wire (default: id after the last '/'
-                                     for openai, id for anthropic) */
-    bool stream;                  /* "stream": ask for Server-Sent Events (openai, anthropic) */
+    uint32_t timeout_seconds; /* per HTTP attempt (default 120) */
+    char *upstream_model;     /* model name sent on the wire (default: id after the last '/'
+                                 for openai, id for anthropic) */
+    bool stream;              /* "stream": ask for Server-Sent Events (openai, anthropic) */
 };
 
 struct eph_model_request {
-    json_t *messages;             /* borrowed; the neutral conversation */
-    json_t *tools;                /* borrowed; may be an empty array */
-    uint32_t max_tokens;          /* already lowered to what the budget allows */
-    uint64_t deadline_ns;         /* CLOCK_MONOTONIC; abandon the call when it passes */
-    const atomic_bool *cancel;    /* abandon the call at once when it turns true; may be NULL */
-    const char *prompt;           /* the run's original prompt (replay matches on it) */
+    json_t *messages;          /* borrowed; the neutral conversation */
+    json_t *tools;             /* borrowed; may be an empty array */
+    uint32_t max_tokens;       /* already lowered to what the budget allows */
+    uint64_t deadline_ns;      /* CLOCK_MONOTONIC; abandon the call when it passes */
+    const atomic_bool *cancel; /* abandon the call at once when it turns true; may be NULL */
+    const char *prompt;        /* the run's original prompt (replay matches on it) */
 };
 
 struct eph_tool_call {
-    char *id;                     /* never NULL: providers make one up when the model sent none */
+    char *id; /* never NULL: providers make one up when the model sent none */
     char *name;
-    char *arguments;              /* raw string, as received */
+    char *arguments; /* raw string, as received */
 };
 
 struct eph_model_response {
-    char *content;                /* final text, may be NULL when there are tool calls */
+    char *content; /* final text, may be NULL when there are tool calls */
     struct eph_tool_call *calls;
     size_t ncalls;
-    char *finish_reason;          /* provider's word, normalised: "stop", "tool_calls", "length",
-                                     or what it said */
-    uint64_t input_tokens;        /* as reported by the provider (uncached part) */
+    char *finish_reason;   /* provider's word, normalised: "stop", "tool_calls", "length",
+                              or what it said */
+    uint64_t input_tokens; /* as reported by the provider (uncached part) */
     uint64_t cached_input_tokens;
     uint64_t output_tokens;
-    unsigned attempts;            /* HTTP attempts made, retries included */
+    unsigned attempts; /* HTTP attempts made, retries included */
     bool replayed;
-    bool usage_missing;           /* the call succeeded but its answer reported no usage: the
-                                     token counts are 0 (or only what failed attempts reported)
-                                     and the worker charges the worst case it earmarked */
+    bool usage_missing; /* the call succeeded but its answer reported no usage: the
+                           token counts are 0 (or only what failed attempts reported)
+                           and the worker charges the worst case it earmarked */
 };
 
 void eph_model_response_release(struct eph_model_response *r);

@@ -90,8 +90,8 @@ static int replay_open(const struct eph_model_config *cfg, struct eph_model **ou
     const char *dir = cfg->transcripts ? cfg->transcripts : "examples";
     DIR *d = opendir(dir);
     if (!d) {
-        snprintf(err, errlen, "replay model '%s': cannot open transcripts folder '%s': %s",
-                 cfg->id, dir, strerror(errno));
+        snprintf(err, errlen, "replay model '%s': cannot open transcripts folder '%s': %s", cfg->id,
+                 dir, strerror(errno));
         return -ENOENT;
     }
     struct replay_model *m = calloc(1, sizeof(*m));

@@ -18,7 +18,7 @@
 #include "common/error.h"
 #include "common/text.h"
 
-#define TOOL_FILE_MAX (1u << 20)   /* read_file / write_file content */
+#define TOOL_FILE_MAX (1u << 20)     /* read_file / write_file content */
 #define EVENT_OUTPUT_MAX (16u << 10) /* per stream, in a timeline event */
 #define COMMAND_MAX (64u << 10)
 
@@ -36,13 +36,12 @@ json_t *eph_tools_declare(bool shell, bool web)
                       "description", "the shell command", "required", "command",
                       "additionalProperties", 0));
         json_array_append_new(
-            tools,
-            json_pack("{s:s, s:s, s:{s:s, s:{s:{s:s}}, s:[s], s:b}}", "name", "read_file",
-                      "description",
-                      "Read a text file of the sandbox; the path is relative to the scratch "
-                      "directory.",
-                      "parameters", "type", "object", "properties", "path", "type", "string",
-                      "required", "path", "additionalProperties", 0));
+            tools, json_pack("{s:s, s:s, s:{s:s, s:{s:{s:s}}, s:[s], s:b}}", "name", "read_file",
+                             "description",
+                             "Read a text file of the sandbox; the path is relative to the scratch "
+                             "directory.",
+                             "parameters", "type", "object", "properties", "path", "type", "string",
+                             "required", "path", "additionalProperties", 0));
         json_array_append_new(
             tools,
             json_pack("{s:s, s:s, s:{s:s, s:{s:{s:s}, s:{s:s}}, s:[s, s], s:b}}", "name",
@@ -59,8 +58,8 @@ json_t *eph_tools_declare(bool shell, bool web)
                              "description",
                              "Fetch a public http(s) URL and return its status, content type "
                              "and text (capped).",
-                             "parameters", "type", "object", "properties", "url", "type",
-                             "string", "required", "url", "additionalProperties", 0));
+                             "parameters", "type", "object", "properties", "url", "type", "string",
+                             "required", "url", "additionalProperties", 0));
     return tools;
 }
 
@@ -182,14 +181,13 @@ static int run_shell(struct eph_agent_ctx *ctx, const char *command, char **cont
     bool zdr = r->zdr;
     json_t *data;
     if (rc) {
-        data = json_pack("{s:s}", "error", eph_live_cancelled(ctx->live) ? "cancelled"
-                                                                          : "sandbox failed");
+        data = json_pack("{s:s}", "error",
+                         eph_live_cancelled(ctx->live) ? "cancelled" : "sandbox failed");
     } else {
-        data = json_pack("{s:i, s:I, s:I, s:I}", "exit_code",
-                         res.signal ? 128 + res.signal : res.exit_code, "duration_ms",
-                         (json_int_t)(res.duration_us / 1000), "stdout_bytes",
-                         (json_int_t)res.stdout_total, "stderr_bytes",
-                         (json_int_t)res.stderr_total);
+        data = json_pack(
+            "{s:i, s:I, s:I, s:I}", "exit_code", res.signal ? 128 + res.signal : res.exit_code,
+            "duration_ms", (json_int_t)(res.duration_us / 1000), "stdout_bytes",
+            (json_int_t)res.stdout_total, "stderr_bytes", (json_int_t)res.stderr_total);
         if (res.signal)
             json_object_set_new(data, "signal", json_integer(res.signal));
         if (res.timed_out)
@@ -236,10 +234,10 @@ static int run_shell(struct eph_agent_ctx *ctx, const char *command, char **cont
         return stop;
     }
 
-    json_t *o = json_pack("{s:i, s:o, s:o}", "exit_code",
-                          res.signal ? 128 + res.signal : res.exit_code, "stdout",
-                          capped_text(&res.out, res.stdout_total, ctx->output_cap, true), "stderr",
-                          capped_text(&res.err, res.stderr_total, ctx->output_cap, true));
+    json_t *o =
+        json_pack("{s:i, s:o, s:o}", "exit_code", res.signal ? 128 + res.signal : res.exit_code,
+                  "stdout", capped_text(&res.out, res.stdout_total, ctx->output_cap, true),
+                  "stderr", capped_text(&res.err, res.stderr_total, ctx->output_cap, true));
     if (res.signal)
         json_object_set_new(o, "signal", json_integer(res.signal));
     if (res.timed_out)
@@ -362,8 +360,8 @@ int eph_tools_execute(struct eph_agent_ctx *ctx, const struct eph_tool_call *cal
             rc = run_shell(ctx, cmd, content);
     } else if (is_write) {
         const char *path = json_string_value(json_object_get(args, "path"));
-        rc = run_write_file(ctx, path, json_string_value(json_object_get(args, "content")),
-                            content);
+        rc =
+            run_write_file(ctx, path, json_string_value(json_object_get(args, "content")), content);
     } else if (is_read) {
         rc = run_read_file(ctx, json_string_value(json_object_get(args, "path")), content);
     } else {

@@ -46,11 +46,11 @@ int eph_api_credits(struct eph_api_req *req)
         }
     }
     json_t *m = json_object_get(body, "micros");
-    if (!json_is_integer(m) ||
-        json_integer_value(m) <= 0 || json_integer_value(m) > (json_int_t)1000000000000000) {
+    if (!json_is_integer(m) || json_integer_value(m) <= 0 ||
+        json_integer_value(m) > (json_int_t)1000000000000000) {
         json_decref(body);
-        return eph_api_reply_error(req, 400, "invalid_request_error", "invalid_parameter",
-                                   "micros", "the body must be {\"micros\": N} with N > 0");
+        return eph_api_reply_error(req, 400, "invalid_request_error", "invalid_parameter", "micros",
+                                   "the body must be {\"micros\": N} with N > 0");
     }
     int rc = st->ops->credit_add(st, req->org_id, json_integer_value(m));
     json_decref(body);
@@ -67,12 +67,12 @@ int eph_api_healthz(struct eph_api_req *req)
     bool store_ok = svc->store->ops->ping(svc->store) == 0;
     bool shutting = atomic_load(&svc->shutting_down);
     bool ok = store_ok && svc->sandbox_ops && !shutting;
-    return eph_api_reply_json(
-        req, ok ? 200 : 503,
-        json_pack("{s:s, s:b, s:s, s:b}", "status", ok ? "ok" : "unavailable", "store", store_ok,
-                  "sandbox", svc->sandbox_ops ? svc->sandbox_ops->name : "none", "shutting_down",
-                  shutting),
-        NULL, NULL);
+    return eph_api_reply_json(req, ok ? 200 : 503,
+                              json_pack("{s:s, s:b, s:s, s:b}", "status", ok ? "ok" : "unavailable",
+                                        "store", store_ok, "sandbox",
+                                        svc->sandbox_ops ? svc->sandbox_ops->name : "none",
+                                        "shutting_down", shutting),
+                              NULL, NULL);
 }
 
 /* Runs by status, with every status present (0 when none) so that a dashboard's series exist. */
@@ -85,9 +85,8 @@ static int status_cb(const char *status, uint64_t count, void *ctx)
 int eph_api_metrics(struct eph_api_req *req)
 {
     struct eph_service *svc = req->svc;
-    static const char *const statuses[] = {"queued",    "starting",  "running",
-                                           "completed", "failed",    "timed_out",
-                                           "budget_exhausted",       "cancelled"};
+    static const char *const statuses[] = {"queued", "starting",  "running",          "completed",
+                                           "failed", "timed_out", "budget_exhausted", "cancelled"};
     json_t *counts = json_object();
     bool store_ok = svc->store->ops->runs_count_by_status(svc->store, status_cb, counts) == 0;
     struct eph_buf b;
@@ -113,8 +112,8 @@ int eph_api_metrics(struct eph_api_req *req)
                              "(long polls, idle event streams).\n"
                              "# TYPE ephemeral_http_parked_requests gauge\n"
                              "ephemeral_http_parked_requests %u\n",
-                             store_ok ? 1 : 0, eph_scheduler_queue_depth(),
-                             eph_scheduler_running(), eph_api_parked_count());
+                             store_ok ? 1 : 0, eph_scheduler_queue_depth(), eph_scheduler_running(),
+                             eph_api_parked_count());
     if (!rc)
         rc = eph_metrics_render(&b);
     if (rc) {

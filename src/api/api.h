@@ -36,7 +36,7 @@ void eph_api_stop(struct eph_api *api);
  * settled), the run is settled, or deadline_ns (CLOCK_MONOTONIC) passes. */
 struct eph_api_waiter {
     struct MHD_Connection *conn;
-    struct eph_live *live;    /* borrowed: the parker holds a reference until it is resumed */
+    struct eph_live *live; /* borrowed: the parker holds a reference until it is resumed */
     uint64_t after_seq;
     uint64_t deadline_ns;
     struct eph_api_waiter *next;
@@ -62,12 +62,12 @@ struct eph_api_req {
     struct eph_service *svc;
     struct MHD_Connection *conn;
     const char *method;
-    const char *path;         /* without the query string */
-    const char *route;        /* the route's pattern, for metrics */
+    const char *path;  /* without the query string */
+    const char *route; /* the route's pattern, for metrics */
     struct eph_buf body;
     bool body_too_large;
     bool answered;
-    unsigned status;          /* the status answered */
+    unsigned status; /* the status answered */
     uint64_t start_ns;
     char org_id[48];
     char role[16];

@@ -176,10 +176,17 @@ static bool check_metadata(struct eph_api_req *req, json_t *md)
 /* Validates the body; on failure answers 400 and returns false. */
 static bool validate_create(struct eph_api_req *req, json_t *body, struct create_req *c)
 {
-    static const char *const known[] = {"prompt",    "model",           "shell",
-                                        "web",       "connections",     "files",
-                                        "timeout_seconds", "max_cost_micros", "zero_data_retention",
-                                        "metadata",  NULL};
+    static const char *const known[] = {"prompt",
+                                        "model",
+                                        "shell",
+                                        "web",
+                                        "connections",
+                                        "files",
+                                        "timeout_seconds",
+                                        "max_cost_micros",
+                                        "zero_data_retention",
+                                        "metadata",
+                                        NULL};
     const struct eph_config *cfg = req->svc->cfg;
     memset(c, 0, sizeof(*c));
     c->shell = true;
@@ -316,7 +323,6 @@ static json_t *run_json(struct eph_api_req *req, const struct eph_run *r, struct
     return o;
 }
 
-
 static int store_unavailable(struct eph_api_req *req)
 {
     return eph_api_reply_error(req, 503, "api_error", "store_unavailable", NULL,
@@ -351,8 +357,8 @@ int eph_api_runs_create(struct eph_api_req *req)
                                    "the server is shutting down");
     const char *ct = eph_api_header(req, "Content-Type");
     if (ct && strncasecmp(ct, "application/json", 16) != 0)
-        return eph_api_reply_error(req, 400, "invalid_request_error", "invalid_content_type",
-                                   NULL, "the body must be application/json");
+        return eph_api_reply_error(req, 400, "invalid_request_error", "invalid_content_type", NULL,
+                                   "the body must be application/json");
     json_t *body = eph_api_body_object(req);
     if (!body)
         return MHD_YES;
@@ -383,8 +389,7 @@ int eph_api_runs_create(struct eph_api_req *req)
     struct eph_event first = {.seq = 1, .t_ms = 0, .at_ms = r.created_at_ms};
     snprintf(first.source, sizeof(first.source), "queue");
     snprintf(first.type, sizeof(first.type), "run.queued");
-    if (asprintf(&first.message, "budget of %s reserved", eph_money_format(c.max_cost, money)) <
-        0)
+    if (asprintf(&first.message, "budget of %s reserved", eph_money_format(c.max_cost, money)) < 0)
         first.message = NULL;
     first.data = json_pack("{s:I}", "reserved_micros", (json_int_t)c.max_cost);
 
@@ -401,11 +406,10 @@ int eph_api_runs_create(struct eph_api_req *req)
             struct eph_balance b = {0};
             st->ops->balance(st, req->org_id, &b);
             char avail[EPH_MONEY_FMT_MAX];
-            return eph_api_reply_error(req, 402, "insufficient_balance_error",
-                                       "insufficient_balance", "max_cost_micros",
-                                       "max_cost_micros %s is more than the available balance %s",
-                                       eph_money_format(c.max_cost, money),
-                                       eph_money_format(b.available_micros, avail));
+            return eph_api_reply_error(
+                req, 402, "insufficient_balance_error", "insufficient_balance", "max_cost_micros",
+                "max_cost_micros %s is more than the available balance %s",
+                eph_money_format(c.max_cost, money), eph_money_format(b.available_micros, avail));
         }
         if (rc == -EAGAIN)
             return eph_api_reply_error(req, 429, "rate_limit_error", "too_many_queued_runs", NULL,
@@ -540,12 +544,10 @@ int eph_api_runs_list(struct eph_api_req *req)
         return eph_api_reply_error(req, 503, "api_error", "store_unavailable", NULL,
                                    "the store is unavailable");
     }
-    return eph_api_reply_json(req, 200,
-                              json_pack("{s:s, s:o, s:b}", "object", "list", "data", l.data,
-                                        "has_more", more),
-                              NULL, NULL);
+    return eph_api_reply_json(
+        req, 200, json_pack("{s:s, s:o, s:b}", "object", "list", "data", l.data, "has_more", more),
+        NULL, NULL);
 }
-
 
 /* ---- events ---- */
 
@@ -561,12 +563,12 @@ static int events_cb(const struct eph_event *e, void *ctx)
 struct sse {
     struct eph_service *svc;
     char id[EPH_RUN_ID_LEN + 1];
-    struct eph_live *live;     /* NULL once the run is settled */
-    uint64_t last_seq;         /* last event sent */
-    bool done;                 /* the final event was sent */
-    uint64_t keepalive_ns;     /* the interval */
-    uint64_t keepalive_due;    /* CLOCK_MONOTONIC */
-    struct eph_buf pending;    /* bytes not yet handed to the server */
+    struct eph_live *live;  /* NULL once the run is settled */
+    uint64_t last_seq;      /* last event sent */
+    bool done;              /* the final event was sent */
+    uint64_t keepalive_ns;  /* the interval */
+    uint64_t keepalive_due; /* CLOCK_MONOTONIC */
+    struct eph_buf pending; /* bytes not yet handed to the server */
     size_t pending_off;
     struct eph_api_waiter waiter;
 };

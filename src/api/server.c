@@ -140,8 +140,7 @@ json_t *eph_api_body_object(struct eph_api_req *req)
                               JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &je);
     if (!body || !json_is_object(body)) {
         eph_api_reply_error(req, 400, "invalid_request_error", "invalid_json", NULL,
-                            "the body must be a JSON object: %s",
-                            body ? "not an object" : je.text);
+                            "the body must be a JSON object: %s", body ? "not an object" : je.text);
         json_decref(body);
         return NULL;
     }
@@ -284,7 +283,8 @@ static bool idem_gate(struct eph_api_req *req)
     struct eph_buf b;
     eph_buf_init(&b, req->svc->cfg->max_body_bytes * 2 + 4096);
     json_t *body = req->body.len ? json_loadb(req->body.data, req->body.len,
-                                             JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, NULL) : NULL;
+                                              JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, NULL)
+                                 : NULL;
     char *canon = body ? json_dumps(body, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
     json_decref(body);
     int rc = eph_buf_appendf(&b, "%s %s\n", req->method, req->path);
@@ -304,8 +304,8 @@ static bool idem_gate(struct eph_api_req *req)
     struct eph_store *st = req->svc->store;
     struct eph_idem prev = {0};
     int64_t now = eph_clock_real_ms();
-    unsigned ttl = req->svc->cfg->idempotency_ttl_seconds ? req->svc->cfg->idempotency_ttl_seconds
-                                                         : 1;
+    unsigned ttl =
+        req->svc->cfg->idempotency_ttl_seconds ? req->svc->cfg->idempotency_ttl_seconds : 1;
     rc = st->ops->idem_begin(st, req->org_id, key, hash, now, now - (int64_t)ttl * 1000, &prev);
     if (rc == 0) {
         req->idem_active = true;
@@ -352,8 +352,7 @@ static bool idem_gate(struct eph_api_req *req)
 static int route(struct eph_api_req *req)
 {
     const char *m = req->method, *p = req->path;
-    bool get = strcmp(m, "GET") == 0, post = strcmp(m, "POST") == 0,
-         del = strcmp(m, "DELETE") == 0;
+    bool get = strcmp(m, "GET") == 0, post = strcmp(m, "POST") == 0, del = strcmp(m, "DELETE") == 0;
     char id[80];
     const char *tail = "";
 
@@ -374,7 +373,7 @@ static int route(struct eph_api_req *req)
         req->route = "/v1/connections";
     else if (match_id_path(p, "/v1/runs/", id, sizeof(id), &tail) &&
              (!*tail || strcmp(tail, "/events") == 0 || strcmp(tail, "/cancel") == 0))
-        req->route = !*tail ? "/v1/runs/{id}"
+        req->route = !*tail           ? "/v1/runs/{id}"
                      : tail[1] == 'e' ? "/v1/runs/{id}/events"
                                       : "/v1/runs/{id}/cancel";
     else if (match_id_path(p, "/v1/keys/", id, sizeof(id), &tail) && !*tail)
@@ -435,8 +434,8 @@ static int route(struct eph_api_req *req)
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
-                                  const char *method, const char *version,
-                                  const char *upload_data, size_t *upload_data_size, void **state)
+                                  const char *method, const char *version, const char *upload_data,
+                                  size_t *upload_data_size, void **state)
 {
     struct eph_api *api = cls;
     struct eph_api_req *req = *state;
@@ -481,8 +480,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         rc = route(req);
     }
     if (!req->answered && !req->parked)
-        rc = eph_api_reply_error(req, 500, "api_error", "internal_error", NULL,
-                                 "internal error");
+        rc = eph_api_reply_error(req, 500, "api_error", "internal_error", NULL, "internal error");
     return (enum MHD_Result)rc;
 }
 
@@ -574,14 +572,12 @@ int eph_api_start(struct eph_service *svc, struct eph_api **out, char *err, size
         free(api);
         return prc;
     }
-    api->mhd = MHD_start_daemon(flags, 0, NULL, NULL, on_request, api, MHD_OPTION_SOCK_ADDR,
-                                (struct sockaddr *)&ss, MHD_OPTION_NOTIFY_COMPLETED, on_completed,
-                                NULL, MHD_OPTION_CONNECTION_LIMIT, (unsigned)4096,
-                                MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120,
-                                MHD_OPTION_THREAD_POOL_SIZE, (unsigned)API_THREADS,
-                                MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL,
-                                MHD_OPTION_THREAD_STACK_SIZE, (size_t)(512u << 10),
-                                MHD_OPTION_END);
+    api->mhd = MHD_start_daemon(
+        flags, 0, NULL, NULL, on_request, api, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL, MHD_OPTION_CONNECTION_LIMIT,
+        (unsigned)4096, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120, MHD_OPTION_THREAD_POOL_SIZE,
+        (unsigned)API_THREADS, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL,
+        MHD_OPTION_THREAD_STACK_SIZE, (size_t)(512u << 10), MHD_OPTION_END);
     if (!api->mhd) {
         snprintf(err, errlen, "cannot listen on '%s': %s", svc->cfg->listen, strerror(errno));
         eph_api_park_stop();

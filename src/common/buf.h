@@ -23,7 +23,8 @@ void eph_buf_init(struct eph_buf *b, size_t max);
 void eph_buf_release(struct eph_buf *b);
 void eph_buf_reset(struct eph_buf *b); /* len = 0, keeps the allocation */
 /* 0, -EMSGSIZE past the cap, -ENOMEM. */
-int eph_buf_append(struct eph_buf *b, const void *data, size_t n) __attribute__((warn_unused_result));
+int eph_buf_append(struct eph_buf *b, const void *data, size_t n)
+    __attribute__((warn_unused_result));
 int eph_buf_appends(struct eph_buf *b, const char *s) __attribute__((warn_unused_result));
 int eph_buf_appendf(struct eph_buf *b, const char *fmt, ...)
     __attribute__((format(printf, 2, 3), warn_unused_result));

@@ -43,8 +43,7 @@ int eph_id_hex(const char *prefix, size_t nbytes, char *out, size_t outlen)
 
 int eph_id_base62(const char *prefix, size_t n, char *out, size_t outlen)
 {
-    static const char alphabet[] =
-        "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+    static const char alphabet[] = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
     size_t plen = strlen(prefix);
     if (outlen < plen + n + 1)
         return -EINVAL;

@@ -6,7 +6,7 @@
 
 #include <stddef.h>
 
-#define EPH_RUN_ID_LEN 36 /* "run_" + 32 hex */
+#define EPH_RUN_ID_LEN 36  /* "run_" + 32 hex */
 #define EPH_API_KEY_LEN 44 /* "eph_" + 40 base62 */
 
 /* Fills buf with n cryptographically random bytes. 0 or a negative errno. */

@@ -104,8 +104,9 @@ static int admin_init(int argc, char **argv)
         fprintf(stderr, "ephemerald: cannot create org '%s': %s\n", org, eph_strerror(rc));
         goto out;
     }
-    fprintf(stderr, created ? "admin: created org '%s' with its credit\n"
-                            : "admin: org '%s' exists; adding an admin key\n",
+    fprintf(stderr,
+            created ? "admin: created org '%s' with its credit\n"
+                    : "admin: org '%s' exists; adding an admin key\n",
             org);
     if (new_key(st, org_id, "admin") == 0)
         status = 0;
@@ -191,7 +192,8 @@ out:
 }
 
 #define CONNECTION_USAGE                                                                           \
-    "usage: ephemerald admin connection add --org NAME --name N --base-url URL --methods GET,POST\n" \
+    "usage: ephemerald admin connection add --org NAME --name N --base-url URL --methods "         \
+    "GET,POST\n"                                                                                   \
     "                                       [--path-prefix P]... [--header 'Name: value']...\n"
 
 /* Moves the repeatable options (--path-prefix, --header) out of argv into arrays, leaving the rest
@@ -263,8 +265,8 @@ static int admin_connection(int argc, char **argv)
     snprintf(mbuf, sizeof(mbuf), "%s", vals[3]);
     for (char *save = NULL, *m = strtok_r(mbuf, ",", &save); m; m = strtok_r(NULL, ",", &save))
         json_array_append_new(methods, json_string(m));
-    body = json_pack("{s:s, s:s, s:o, s:O, s:O}", "name", vals[1], "base_url", vals[2],
-                     "methods", methods, "path_prefixes", prefixes, "headers", headers);
+    body = json_pack("{s:s, s:s, s:o, s:O, s:O}", "name", vals[1], "base_url", vals[2], "methods",
+                     methods, "path_prefixes", prefixes, "headers", headers);
     if (!body)
         goto out;
     struct eph_connection c;
@@ -294,8 +296,8 @@ static int admin_connection(int argc, char **argv)
         fprintf(stderr, "ephemerald: cannot store the connection: %s\n", eph_strerror(rc));
     else {
         printf("%s\n", c.id);
-        fprintf(stderr, "admin: connection '%s' added to org '%s' (%zu headers, sealed)\n",
-                c.name, vals[0], json_array_size(c.header_names));
+        fprintf(stderr, "admin: connection '%s' added to org '%s' (%zu headers, sealed)\n", c.name,
+                vals[0], json_array_size(c.header_names));
         status = 0;
     }
     eph_connection_release(&c);

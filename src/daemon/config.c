@@ -111,10 +111,22 @@ struct key {
     uint64_t max;
 };
 
-#define KS(n, f) {n, K_STR, offsetof(struct eph_config, f), 0}
-#define KU(n, f, m) {n, K_UINT, offsetof(struct eph_config, f), m}
-#define KL(n, f, m) {n, K_U64, offsetof(struct eph_config, f), m}
-#define KZ(n, f, m) {n, K_SIZE, offsetof(struct eph_config, f), m}
+#define KS(n, f)                                                                                   \
+    {                                                                                              \
+        n, K_STR, offsetof(struct eph_config, f), 0                                                \
+    }
+#define KU(n, f, m)                                                                                \
+    {                                                                                              \
+        n, K_UINT, offsetof(struct eph_config, f), m                                               \
+    }
+#define KL(n, f, m)                                                                                \
+    {                                                                                              \
+        n, K_U64, offsetof(struct eph_config, f), m                                                \
+    }
+#define KZ(n, f, m)                                                                                \
+    {                                                                                              \
+        n, K_SIZE, offsetof(struct eph_config, f), m                                               \
+    }
 
 static const struct key top_keys[] = {
     KS("listen", listen),
@@ -216,10 +228,10 @@ static int load_object(void *base, const struct key *keys, json_t *obj, const ch
 
 static int load_model(struct eph_model_config *m, json_t *o, char *err, size_t errlen)
 {
-    static const char *const strs[] = {"id", "provider", "base_url", "api_key_env", "transcripts",
-                                       "upstream_model"};
-    char **fields[] = {&m->id, &m->provider, &m->base_url, &m->api_key_env, &m->transcripts,
-                       &m->upstream_model};
+    static const char *const strs[] = {"id",          "provider",    "base_url",
+                                       "api_key_env", "transcripts", "upstream_model"};
+    char **fields[] = {&m->id,          &m->provider,    &m->base_url,
+                       &m->api_key_env, &m->transcripts, &m->upstream_model};
     static const char *const nums[] = {"input_micros_per_mtok", "output_micros_per_mtok",
                                        "cached_input_micros_per_mtok"};
     uint64_t *nfields[] = {&m->input_micros_per_mtok, &m->output_micros_per_mtok,
@@ -411,8 +423,8 @@ int eph_config_load_env(struct eph_config *cfg, char *err, size_t errlen)
         if (v && *v && eph_config_set((char **)((char *)cfg + strs[i].off), v))
             return -ENOMEM;
     }
-    int rc = env_uint("EPHEMERALD_MAX_CONCURRENT_RUNS", &cfg->max_concurrent_runs, 4096, err,
-                      errlen);
+    int rc =
+        env_uint("EPHEMERALD_MAX_CONCURRENT_RUNS", &cfg->max_concurrent_runs, 4096, err, errlen);
     if (!rc)
         rc = env_uint("EPHEMERALD_RETENTION_DAYS", &cfg->retention_days, 36500, err, errlen);
     return rc;

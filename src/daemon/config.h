@@ -13,27 +13,27 @@
 #include "sandbox/sandbox.h"
 
 struct eph_config {
-    char *listen;                 /* "127.0.0.1:8080" */
-    char *db;                     /* "var/ephemeral.db" */
-    char *log_format;             /* "text" | "json" */
-    char *log_level;              /* "info" */
-    unsigned retention_days;      /* 30 */
-    unsigned retention_seconds;   /* 0; when set, overrides retention_days (tests, short-lived
-                                     deployments) */
-    unsigned reaper_interval_ms;  /* 60000: how often expired logs are purged */
-    unsigned max_concurrent_runs; /* 64 */
-    unsigned max_queued_per_org;  /* 1000 */
-    unsigned max_timeout_seconds; /* 3600 */
-    size_t max_body_bytes;        /* 16 MiB */
-    unsigned turn_limit;          /* 30 */
-    unsigned shutdown_grace_seconds; /* 30 */
-    char *secret_key_file;        /* "var/secret.key": seals connection credentials */
+    char *listen;                     /* "127.0.0.1:8080" */
+    char *db;                         /* "var/ephemeral.db" */
+    char *log_format;                 /* "text" | "json" */
+    char *log_level;                  /* "info" */
+    unsigned retention_days;          /* 30 */
+    unsigned retention_seconds;       /* 0; when set, overrides retention_days (tests, short-lived
+                                         deployments) */
+    unsigned reaper_interval_ms;      /* 60000: how often expired logs are purged */
+    unsigned max_concurrent_runs;     /* 64 */
+    unsigned max_queued_per_org;      /* 1000 */
+    unsigned max_timeout_seconds;     /* 3600 */
+    size_t max_body_bytes;            /* 16 MiB */
+    unsigned turn_limit;              /* 30 */
+    unsigned shutdown_grace_seconds;  /* 30 */
+    char *secret_key_file;            /* "var/secret.key": seals connection credentials */
     unsigned idempotency_ttl_seconds; /* 86400: how long an Idempotency-Key is remembered */
     unsigned sse_keepalive_seconds;   /* 15: comment lines on an idle event stream */
     struct {
-        char *backend;            /* "auto" */
-        char *image;              /* "var/images/default" */
-        char *init_path;          /* beside the binary */
+        char *backend;   /* "auto" */
+        char *image;     /* "var/images/default" */
+        char *init_path; /* beside the binary */
         struct eph_sandbox_limits limits;
         unsigned command_timeout_seconds; /* 60 */
         unsigned output_cap_bytes;        /* 16384 */

@@ -294,8 +294,7 @@ static int image_build(const char *dir, bool quiet)
             return 1;
         }
         if (rename(tmp, rootfs)) {
-            fprintf(stderr, "ephemerald: cannot move the image into place: %s\n",
-                    strerror(errno));
+            fprintf(stderr, "ephemerald: cannot move the image into place: %s\n", strerror(errno));
             return 1;
         }
         int fd = open(marker, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);

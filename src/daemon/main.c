@@ -8,17 +8,18 @@
 
 static void usage(FILE *f)
 {
-    fputs("usage: ephemerald serve [--listen ADDR:PORT] [--db PATH] [--sandbox B] [--config FILE]\n"
-          "                        [--max-concurrent-runs N]\n"
-          "       ephemerald admin init [--org NAME] [--credit-micros N]\n"
-          "       ephemerald admin key create --org NAME [--role admin|member]\n"
-          "       ephemerald admin credit --org NAME --micros N\n"
-          "       ephemerald admin connection add --org NAME --name N --base-url URL\n"
-          "                            --methods GET,POST [--path-prefix P]... [--header 'N: V']...\n"
-          "       ephemerald sandbox run [--backend B] [--memory-mib N] [--pids N] [--timeout S]\n"
-          "                              [--json] -- COMMAND [ARG...]\n"
-          "       ephemerald image build [--dir DIR]\n",
-          f);
+    fputs(
+        "usage: ephemerald serve [--listen ADDR:PORT] [--db PATH] [--sandbox B] [--config FILE]\n"
+        "                        [--max-concurrent-runs N]\n"
+        "       ephemerald admin init [--org NAME] [--credit-micros N]\n"
+        "       ephemerald admin key create --org NAME [--role admin|member]\n"
+        "       ephemerald admin credit --org NAME --micros N\n"
+        "       ephemerald admin connection add --org NAME --name N --base-url URL\n"
+        "                            --methods GET,POST [--path-prefix P]... [--header 'N: V']...\n"
+        "       ephemerald sandbox run [--backend B] [--memory-mib N] [--pids N] [--timeout S]\n"
+        "                              [--json] -- COMMAND [ARG...]\n"
+        "       ephemerald image build [--dir DIR]\n",
+        f);
 }
 
 int main(int argc, char **argv)

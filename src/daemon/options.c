@@ -7,9 +7,9 @@
 
 #include "common/log.h"
 
-static const char *const server_opts[] = {"--listen",  "--db",         "--sandbox",
-                                          "--config",  "--log-format", "--max-concurrent-runs",
-                                          "--log-level", NULL};
+static const char *const server_opts[] = {
+    "--listen",    "--db", "--sandbox", "--config", "--log-format", "--max-concurrent-runs",
+    "--log-level", NULL};
 
 int eph_options_load(struct eph_config *cfg, int argc, char **argv, int first,
                      const char *const *extra, const char **extra_values)
@@ -74,8 +74,7 @@ int eph_options_load(struct eph_config *cfg, int argc, char **argv, int first,
         cfg->max_concurrent_runs = (unsigned)n;
     }
     enum eph_log_level lvl;
-    if (eph_log_level_parse(cfg->log_level, &lvl) ||
-        eph_log_configure(lvl, cfg->log_format)) {
+    if (eph_log_level_parse(cfg->log_level, &lvl) || eph_log_configure(lvl, cfg->log_format)) {
         fprintf(stderr, "ephemerald: log_format must be text or json, log_level debug, info, "
                         "warn or error\n");
         return -EINVAL;

@@ -115,8 +115,7 @@ int eph_cmd_serve(int argc, char **argv)
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
 
-    if (sodium_init() < 0 || curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK ||
-        eph_live_init()) {
+    if (sodium_init() < 0 || curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK || eph_live_init()) {
         EPH_ERROR("serve", "cannot initialise the libraries");
         goto out;
     }
@@ -175,8 +174,9 @@ int eph_cmd_serve(int argc, char **argv)
     if ((rc = eph_recovery_run(&svc, &lost, &requeued)))
         EPH_ERROR("serve", "recovery failed: %s", eph_strerror(rc));
     if (lost || requeued)
-        EPH_WARN("serve", "recovery: %u runs of a dead server settled as worker_lost, %u queued "
-                          "runs resumed",
+        EPH_WARN("serve",
+                 "recovery: %u runs of a dead server settled as worker_lost, %u queued "
+                 "runs resumed",
                  lost, requeued);
 
     if (pthread_create(&reaper, NULL, reaper_main, &svc) == 0)

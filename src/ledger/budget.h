@@ -22,14 +22,14 @@ struct eph_price {
 
 struct eph_budget {
     int64_t reserved;
-    int64_t model;            /* charged for model calls */
-    int64_t web;              /* charged for web and connection traffic */
-    int64_t earmark;          /* worst case of the call in flight */
-    uint64_t compute_price;   /* micros per sandbox-second */
+    int64_t model;          /* charged for model calls */
+    int64_t web;            /* charged for web and connection traffic */
+    int64_t earmark;        /* worst case of the call in flight */
+    uint64_t compute_price; /* micros per sandbox-second */
     uint64_t sandbox_start_ns;
-    uint64_t sandbox_end_ns;  /* 0 while it lives */
+    uint64_t sandbox_end_ns; /* 0 while it lives */
     bool started;
-    bool capped;              /* some charge was cut to fit the reservation */
+    bool capped; /* some charge was cut to fit the reservation */
 };
 
 void eph_budget_init(struct eph_budget *b, int64_t reserved, uint64_t compute_price);

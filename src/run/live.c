@@ -141,8 +141,8 @@ static void fill_event(struct eph_live *l, struct eph_event *e, const char *sour
     e->data = data ? data : json_object();
 }
 
-void eph_live_prepare(struct eph_live *l, struct eph_event *e, const char *source,
-                      const char *type, json_t *data, const char *fmt, ...)
+void eph_live_prepare(struct eph_live *l, struct eph_event *e, const char *source, const char *type,
+                      json_t *data, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);

@@ -35,9 +35,8 @@ int eph_live_emit(struct eph_live *l, struct eph_store *st, const char *source, 
                   json_t *data, const char *fmt, ...) __attribute__((format(printf, 6, 7)));
 /* Fills an event with the next number and the current time without storing it (for the events
  * that the settlement transaction writes). Steals data. */
-void eph_live_prepare(struct eph_live *l, struct eph_event *e, const char *source,
-                      const char *type, json_t *data, const char *fmt, ...)
-    __attribute__((format(printf, 6, 7)));
+void eph_live_prepare(struct eph_live *l, struct eph_event *e, const char *source, const char *type,
+                      json_t *data, const char *fmt, ...) __attribute__((format(printf, 6, 7)));
 /* The run is settled: publish the last sequence number and wake everyone. The entry leaves the
  * registry; references still held stay valid. A ZDR result (may be NULL) is handed over and kept
  * for waiters for a short while. */

@@ -7,10 +7,14 @@
 #include "common/clock.h"
 
 static const char *const status_names[] = {
-    [EPH_RUN_QUEUED] = "queued",       [EPH_RUN_STARTING] = "starting",
-    [EPH_RUN_RUNNING] = "running",     [EPH_RUN_COMPLETED] = "completed",
-    [EPH_RUN_FAILED] = "failed",       [EPH_RUN_TIMED_OUT] = "timed_out",
-    [EPH_RUN_BUDGET_EXHAUSTED] = "budget_exhausted", [EPH_RUN_CANCELLED] = "cancelled",
+    [EPH_RUN_QUEUED] = "queued",
+    [EPH_RUN_STARTING] = "starting",
+    [EPH_RUN_RUNNING] = "running",
+    [EPH_RUN_COMPLETED] = "completed",
+    [EPH_RUN_FAILED] = "failed",
+    [EPH_RUN_TIMED_OUT] = "timed_out",
+    [EPH_RUN_BUDGET_EXHAUSTED] = "budget_exhausted",
+    [EPH_RUN_CANCELLED] = "cancelled",
 };
 
 void eph_run_init(struct eph_run *r)
@@ -114,12 +118,11 @@ json_t *eph_run_to_json(const struct eph_run *r, unsigned retention_days)
         json_t *f;
         json_array_foreach(r->files, i, f) json_array_append(files, json_object_get(f, "path"));
     }
-    json_t *perm = json_pack("{s:b, s:b, s:o, s:o, s:b, s:I, s:I}", "shell", r->shell, "web",
-                             r->web, "connections",
-                             r->connections ? json_incref(r->connections) : json_array(),
-                             "files", files, "zero_data_retention", r->zdr, "timeout_seconds",
-                             (json_int_t)r->timeout_seconds, "max_cost_micros",
-                             (json_int_t)r->cost.reserved_micros);
+    json_t *perm = json_pack(
+        "{s:b, s:b, s:o, s:o, s:b, s:I, s:I}", "shell", r->shell, "web", r->web, "connections",
+        r->connections ? json_incref(r->connections) : json_array(), "files", files,
+        "zero_data_retention", r->zdr, "timeout_seconds", (json_int_t)r->timeout_seconds,
+        "max_cost_micros", (json_int_t)r->cost.reserved_micros);
 
     json_t *sandbox = json_null();
     if (r->sandbox_backend)
@@ -128,9 +131,9 @@ json_t *eph_run_to_json(const struct eph_run *r, unsigned retention_days)
 
     json_t *error = json_null();
     if (r->error_code)
-        error = json_pack("{s:s, s:s, s:s}", "type", r->error_type ? r->error_type : "api_error",
-                          "code", r->error_code, "message",
-                          r->error_message ? r->error_message : "");
+        error =
+            json_pack("{s:s, s:s, s:s}", "type", r->error_type ? r->error_type : "api_error",
+                      "code", r->error_code, "message", r->error_message ? r->error_message : "");
 
     const struct eph_usage *u = &r->usage;
     json_t *usage = json_pack(
@@ -146,8 +149,8 @@ json_t *eph_run_to_json(const struct eph_run *r, unsigned retention_days)
         "{s:I, s:I, s:I, s:I, s:I, s:I}", "reserved_micros", (json_int_t)c->reserved_micros,
         "model_micros", (json_int_t)c->model_micros, "web_micros", (json_int_t)c->web_micros,
         "compute_micros", (json_int_t)c->compute_micros, "charged_micros",
-        (json_int_t)(terminal ? c->charged_micros : c->model_micros + c->web_micros +
-                                                        c->compute_micros),
+        (json_int_t)(terminal ? c->charged_micros
+                              : c->model_micros + c->web_micros + c->compute_micros),
         "released_micros", (json_int_t)(terminal ? c->released_micros : 0));
 
     json_t *retention;
@@ -160,10 +163,9 @@ json_t *eph_run_to_json(const struct eph_run *r, unsigned retention_days)
     return json_pack("{s:s, s:s, s:s, s:s?, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, "
                      "s:o}",
                      "id", r->id, "object", "run", "status", eph_run_status_name(r->status),
-                     "model", r->model, "created_at", time_or_null(r->created_at_ms),
-                     "started_at", time_or_null(r->started_at_ms), "finished_at",
-                     time_or_null(r->finished_at_ms), "permissions", perm, "sandbox", sandbox,
-                     "result", str_or_null(r->result), "error", error, "usage", usage, "cost",
-                     cost, "retention", retention, "metadata",
-                     r->metadata ? json_incref(r->metadata) : json_object());
+                     "model", r->model, "created_at", time_or_null(r->created_at_ms), "started_at",
+                     time_or_null(r->started_at_ms), "finished_at", time_or_null(r->finished_at_ms),
+                     "permissions", perm, "sandbox", sandbox, "result", str_or_null(r->result),
+                     "error", error, "usage", usage, "cost", cost, "retention", retention,
+                     "metadata", r->metadata ? json_incref(r->metadata) : json_object());
 }

@@ -29,7 +29,7 @@ enum eph_run_status {
 
 struct eph_usage {
     uint64_t model_calls;
-    uint64_t input_tokens;  /* uncached + cached */
+    uint64_t input_tokens; /* uncached + cached */
     uint64_t output_tokens;
     uint64_t shell_commands;
     uint64_t web_requests;
@@ -50,18 +50,18 @@ struct eph_run {
     char org_id[48];
     enum eph_run_status status;
     char *model;
-    char *prompt;           /* NULL with zero data retention or once purged */
-    json_t *files;          /* array of {path, content_base64}; NULL with ZDR or once purged */
-    json_t *connections;    /* array of strings */
-    json_t *metadata;       /* object string -> string */
+    char *prompt;        /* NULL with zero data retention or once purged */
+    json_t *files;       /* array of {path, content_base64}; NULL with ZDR or once purged */
+    json_t *connections; /* array of strings */
+    json_t *metadata;    /* object string -> string */
     bool shell, web, zdr;
     unsigned timeout_seconds;
     int64_t created_at_ms, started_at_ms, finished_at_ms; /* 0 = not yet */
-    char *result;           /* NULL until completed, with ZDR, or once purged */
+    char *result; /* NULL until completed, with ZDR, or once purged */
     char *error_type, *error_code, *error_message; /* all NULL, or all set */
     struct eph_usage usage;
     struct eph_cost cost;
-    char *sandbox_backend;  /* NULL until the sandbox exists */
+    char *sandbox_backend; /* NULL until the sandbox exists */
     unsigned vcpus, memory_mib;
     int64_t log_expires_at_ms; /* set at finish: finished_at + retention */
     bool log_purged;

@@ -18,7 +18,7 @@ struct eph_service {
     struct eph_store *store;
     const struct eph_sandbox_ops *sandbox_ops; /* the backend chosen at start-up */
     struct eph_sandbox_config sandbox_cfg;
-    struct eph_model **models;                 /* opened, parallel to cfg->models */
+    struct eph_model **models; /* opened, parallel to cfg->models */
     atomic_bool shutting_down;
 };
 

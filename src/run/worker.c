@@ -106,8 +106,8 @@ static int settle(struct eph_service *svc, struct eph_live *live, struct eph_run
             eph_live_prepare(live, &ev[0], "run", run_event_type(r->status), run_data,
                              "%llu %s, %s tokens", (unsigned long long)r->usage.model_calls, calls,
                              tok);
-        eph_live_prepare(live, &ev[1], "worker", "worker.destroyed", money, "%s charged, %s released",
-                         charged, released);
+        eph_live_prepare(live, &ev[1], "worker", "worker.destroyed", money,
+                         "%s charged, %s released", charged, released);
     } else {
         /* Recovery: no live entry; number the events after what is stored. */
         for (int i = 0; i < 2; i++) {
@@ -138,8 +138,7 @@ static int settle(struct eph_service *svc, struct eph_live *live, struct eph_run
                              tries < SETTLE_RETRIES && !atomic_load(&svc->shutting_down);
          tries++) {
         if (tries == 0)
-            EPH_ERROR("worker", "run %s: cannot settle yet: %s; retrying", r->id,
-                      eph_strerror(rc));
+            EPH_ERROR("worker", "run %s: cannot settle yet: %s; retrying", r->id, eph_strerror(rc));
         struct timespec ts = {0, 250000000};
         nanosleep(&ts, NULL);
         rc = svc->store->ops->run_finish(svc->store, &fin);

@@ -7,8 +7,8 @@
  * run and is never reused. Adding a backend is adding a file and one line in sandbox.c.
  *
  * Threads: a sandbox is driven by one thread (the run's worker). eph_sandbox_interrupt() is the one
- * call that may come from any other thread (cancel, shutdown, budget): it kills the machine at once,
- * so that a blocked exec returns -ECANCELED; destroy must still be called.
+ * call that may come from any other thread (cancel, shutdown, budget): it kills the machine at
+ * once, so that a blocked exec returns -ECANCELED; destroy must still be called.
  */
 #ifndef EPH_SANDBOX_H
 #define EPH_SANDBOX_H
@@ -22,29 +22,30 @@
 struct eph_sandbox;
 
 struct eph_sandbox_limits {
-    unsigned vcpus;          /* CPU quota in whole CPUs (default 1) */
-    unsigned memory_mib;     /* memory without swap (default 512) */
-    unsigned pids;           /* processes and threads (default 256) */
-    unsigned disk_mib;       /* the writable tmpfs for /tmp and scratch (default 1024) */
-    unsigned nofile;         /* open files per process (default 1024) */
-    uint64_t fsize_bytes;    /* largest file a process may write (default = disk) */
+    unsigned vcpus;       /* CPU quota in whole CPUs (default 1) */
+    unsigned memory_mib;  /* memory without swap (default 512) */
+    unsigned pids;        /* processes and threads (default 256) */
+    unsigned disk_mib;    /* the writable tmpfs for /tmp and scratch (default 1024) */
+    unsigned nofile;      /* open files per process (default 1024) */
+    uint64_t fsize_bytes; /* largest file a process may write (default = disk) */
 };
 
 struct eph_sandbox_config {
-    const char *backend;     /* "auto", "namespaces", "gvisor", "microvm" */
-    const char *image;       /* root file system directory, mounted read-only */
-    const char *init_path;   /* host path of the static ephemeral-init binary */
+    const char *backend;   /* "auto", "namespaces", "gvisor", "microvm" */
+    const char *image;     /* root file system directory, mounted read-only */
+    const char *init_path; /* host path of the static ephemeral-init binary */
     struct eph_sandbox_limits limits;
-    const char *owner_tag;   /* short tag naming the owning server (for orphan cleanup); may be NULL */
+    const char
+        *owner_tag; /* short tag naming the owning server (for orphan cleanup); may be NULL */
 };
 
 /* One command through /bin/sh -c as worker in the scratch directory. */
 struct eph_exec_request {
     const char *command;
-    uint32_t timeout_ms;     /* wall time; the whole process group is killed when it passes */
-    uint32_t stdout_cap;     /* bytes of each stream kept for the caller; the rest is counted */
+    uint32_t timeout_ms; /* wall time; the whole process group is killed when it passes */
+    uint32_t stdout_cap; /* bytes of each stream kept for the caller; the rest is counted */
     uint32_t stderr_cap;
-    const char *const *env;  /* extra "K=V" entries, NULL-terminated; may be NULL */
+    const char *const *env; /* extra "K=V" entries, NULL-terminated; may be NULL */
     /* Optional: called from the exec thread with each piece of kept output as it arrives
      * (stream 1 = stdout, 2 = stderr); the pieces add up to exactly the result's buffers. */
     void (*on_output)(void *arg, int stream, const void *data, size_t len);
@@ -52,13 +53,13 @@ struct eph_exec_request {
 };
 
 struct eph_exec_result {
-    int exit_code;           /* valid when signal == 0 */
-    int signal;              /* terminating signal, or 0 */
-    bool timed_out;          /* killed by the timeout */
+    int exit_code;  /* valid when signal == 0 */
+    int signal;     /* terminating signal, or 0 */
+    bool timed_out; /* killed by the timeout */
     uint64_t duration_us;
-    struct eph_buf out;      /* at most stdout_cap bytes; owned by the result */
+    struct eph_buf out; /* at most stdout_cap bytes; owned by the result */
     struct eph_buf err;
-    uint64_t stdout_total;   /* bytes the command wrote, kept or not */
+    uint64_t stdout_total; /* bytes the command wrote, kept or not */
     uint64_t stderr_total;
 };
 

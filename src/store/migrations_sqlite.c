@@ -82,24 +82,23 @@ static const char v1[] =
 /* Keys get a short prefix to be listed by; connections (SPEC 7) keep their credential headers
  * only as a sealed blob (nonce || secretbox), never in the clear; queued runs are counted per org
  * on every creation (the 429 limit), hence the index; the run list orders by rowid on ties. */
-static const char v2[] =
-    "ALTER TABLE api_keys ADD COLUMN prefix TEXT;"
-    "CREATE INDEX api_keys_org ON api_keys(org_id, created_at);"
-    "CREATE TABLE connections ("
-    "  id TEXT PRIMARY KEY,"
-    "  org_id TEXT NOT NULL REFERENCES orgs(id),"
-    "  name TEXT NOT NULL,"
-    "  base_url TEXT NOT NULL,"
-    "  methods TEXT NOT NULL,"
-    "  path_prefixes TEXT NOT NULL,"
-    "  header_names TEXT NOT NULL,"
-    "  sealed_headers BLOB NOT NULL,"
-    "  created_at INTEGER NOT NULL,"
-    "  UNIQUE (org_id, name));"
-    "CREATE INDEX runs_org_status ON runs(org_id, status);"
-    /* Newest first with ties in the same millisecond broken by insertion order (rowid), not by
-     * the random id. */
-    "CREATE INDEX runs_org_created_rowid ON runs(org_id, created_at);";
+static const char v2[] = "ALTER TABLE api_keys ADD COLUMN prefix TEXT;"
+                         "CREATE INDEX api_keys_org ON api_keys(org_id, created_at);"
+                         "CREATE TABLE connections ("
+                         "  id TEXT PRIMARY KEY,"
+                         "  org_id TEXT NOT NULL REFERENCES orgs(id),"
+                         "  name TEXT NOT NULL,"
+                         "  base_url TEXT NOT NULL,"
+                         "  methods TEXT NOT NULL,"
+                         "  path_prefixes TEXT NOT NULL,"
+                         "  header_names TEXT NOT NULL,"
+                         "  sealed_headers BLOB NOT NULL,"
+                         "  created_at INTEGER NOT NULL,"
+                         "  UNIQUE (org_id, name));"
+                         "CREATE INDEX runs_org_status ON runs(org_id, status);"
+                         /* Newest first with ties in the same millisecond broken by insertion order
+                          * (rowid), not by the random id. */
+                         "CREATE INDEX runs_org_created_rowid ON runs(org_id, created_at);";
 
 const struct eph_migration eph_sqlite_migrations[] = {
     {1, "initial schema", v1},

@@ -198,9 +198,8 @@ static int sq_open(const char *target, struct eph_store **out, char *err, size_t
         return -ENOMEM;
     s->base.ops = &eph_store_sqlite_ops;
     pthread_mutex_init(&s->lock, NULL);
-    int rc = sqlite3_open_v2(target, &s->db,
-                             SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
-                             NULL);
+    int rc = sqlite3_open_v2(
+        target, &s->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, NULL);
     if (rc != SQLITE_OK) {
         snprintf(err, errlen, "cannot open database '%s': %s", target,
                  s->db ? sqlite3_errmsg(s->db) : sqlite3_errstr(rc));
@@ -381,9 +380,8 @@ static int sq_key_lookup(struct eph_store *base, const char *key_hash, char *org
     pthread_mutex_lock(&s->lock);
     sqlite3_stmt *st;
     /* The lookup is by the hash of the key, so its timing reveals nothing about the key. */
-    int rc = prepare(s,
-                     "SELECT org_id, role FROM api_keys WHERE key_hash = ? AND revoked_at IS NULL",
-                     &st);
+    int rc = prepare(
+        s, "SELECT org_id, role FROM api_keys WHERE key_hash = ? AND revoked_at IS NULL", &st);
     if (!rc) {
         sqlite3_bind_text(st, 1, key_hash, -1, SQLITE_TRANSIENT);
         int r = sqlite3_step(st);
@@ -533,9 +531,8 @@ static int sq_conn_list(struct eph_store *base, const char *org_id, eph_conn_cb 
     size_t n = 0, cap = 0;
     pthread_mutex_lock(&s->lock);
     sqlite3_stmt *st;
-    int rc = prepare(s,
-                     "SELECT " CONN_COLUMNS " FROM connections WHERE org_id = ? ORDER BY name",
-                     &st);
+    int rc =
+        prepare(s, "SELECT " CONN_COLUMNS " FROM connections WHERE org_id = ? ORDER BY name", &st);
     if (!rc) {
         sqlite3_bind_text(st, 1, org_id, -1, SQLITE_TRANSIENT);
         int r;
@@ -574,9 +571,8 @@ static int sq_conn_get(struct eph_store *base, const char *org_id, const char *n
     struct sqlite_store *s = S(base);
     pthread_mutex_lock(&s->lock);
     sqlite3_stmt *st;
-    int rc = prepare(s,
-                     "SELECT " CONN_COLUMNS " FROM connections WHERE org_id = ? AND name = ?",
-                     &st);
+    int rc =
+        prepare(s, "SELECT " CONN_COLUMNS " FROM connections WHERE org_id = ? AND name = ?", &st);
     if (!rc) {
         sqlite3_bind_text(st, 1, org_id, -1, SQLITE_TRANSIENT);
         sqlite3_bind_text(st, 2, name, -1, SQLITE_TRANSIENT);
@@ -596,8 +592,8 @@ static int sq_conn_delete(struct eph_store *base, const char *org_id, const char
     struct sqlite_store *s = S(base);
     pthread_mutex_lock(&s->lock);
     sqlite3_stmt *st;
-    int rc = prepare(s, "DELETE FROM connections WHERE org_id = ?1 AND (name = ?2 OR id = ?2)",
-                     &st);
+    int rc =
+        prepare(s, "DELETE FROM connections WHERE org_id = ?1 AND (name = ?2 OR id = ?2)", &st);
     if (!rc) {
         sqlite3_bind_text(st, 1, org_id, -1, SQLITE_TRANSIENT);
         sqlite3_bind_text(st, 2, name_or_id, -1, SQLITE_TRANSIENT);
@@ -641,6 +637,7 @@ static int sq_runs_count_by_status(struct eph_store *base, eph_status_count_cb c
         char status[24];
         uint64_t n;
     } rows[16];
+    memset(rows, 0, sizeof(rows));
     size_t n = 0;
     pthread_mutex_lock(&s->lock);
     sqlite3_stmt *st;
@@ -970,8 +967,8 @@ static int sq_runs_in_state(struct eph_store *base, enum eph_run_status state, e
     struct sqlite_store *s = S(base);
     pthread_mutex_lock(&s->lock);
     sqlite3_stmt *st;
-    int rc = prepare(s, "SELECT " RUN_COLUMNS " FROM runs WHERE status = ? ORDER BY created_at",
-                     &st);
+    int rc =
+        prepare(s, "SELECT " RUN_COLUMNS " FROM runs WHERE status = ? ORDER BY created_at", &st);
     if (!rc) {
         sqlite3_bind_text(st, 1, eph_run_status_name(state), -1, SQLITE_STATIC);
         rc = each_run(s, st, 0, cb, ctx, NULL);
@@ -1215,8 +1212,7 @@ static int sq_idem_begin(struct eph_store *base, const char *org_id, const char 
         goto out;
     sqlite3_stmt *st;
     /* An expired key is gone, whether or not the reaper has come by yet. */
-    if ((rc = prepare(s,
-                      "DELETE FROM idempotency WHERE org_id = ? AND key = ? AND created_at < ?",
+    if ((rc = prepare(s, "DELETE FROM idempotency WHERE org_id = ? AND key = ? AND created_at < ?",
                       &st)))
         goto fail;
     sqlite3_bind_text(st, 1, org_id, -1, SQLITE_TRANSIENT);
@@ -1292,9 +1288,8 @@ static int sq_idem_abandon(struct eph_store *base, const char *org_id, const cha
     struct sqlite_store *s = S(base);
     pthread_mutex_lock(&s->lock);
     sqlite3_stmt *st;
-    int rc = prepare(s,
-                     "DELETE FROM idempotency WHERE org_id = ? AND key = ? AND status_code = 0",
-                     &st);
+    int rc =
+        prepare(s, "DELETE FROM idempotency WHERE org_id = ? AND key = ? AND status_code = 0", &st);
     if (!rc) {
         sqlite3_bind_text(st, 1, org_id, -1, SQLITE_TRANSIENT);
         sqlite3_bind_text(st, 2, key, -1, SQLITE_TRANSIENT);

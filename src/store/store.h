@@ -24,12 +24,12 @@ struct eph_store;
 
 struct eph_event {
     uint64_t seq;
-    int64_t t_ms;       /* since the run was created */
-    int64_t at_ms;      /* wall clock */
+    int64_t t_ms;  /* since the run was created */
+    int64_t at_ms; /* wall clock */
     char source[16];
     char type[32];
     char *message;
-    json_t *data;       /* object, never NULL once filled */
+    json_t *data; /* object, never NULL once filled */
 };
 
 void eph_event_release(struct eph_event *e);
@@ -43,16 +43,16 @@ struct eph_balance {
 
 /* What settles a run: its final state and the events that close its timeline. */
 struct eph_run_final {
-    const struct eph_run *run;     /* status, finished_at, result, error, usage, cost incl.
-                                      charged/released, log_expires_at */
+    const struct eph_run *run;      /* status, finished_at, result, error, usage, cost incl.
+                                       charged/released, log_expires_at */
     const struct eph_event *events; /* appended in the same transaction */
     size_t nevents;
 };
 
 struct eph_idem {
     char request_hash[65];
-    int status_code;          /* 0 while the first request is in flight */
-    char *response_body;      /* NULL while in flight */
+    int status_code;     /* 0 while the first request is in flight */
+    char *response_body; /* NULL while in flight */
     int64_t created_at_ms;
 };
 
@@ -60,7 +60,7 @@ struct eph_idem {
 struct eph_key_info {
     char id[48];
     char role[16];
-    char prefix[16];          /* the key's first characters ("eph_" + 4), to recognise it */
+    char prefix[16]; /* the key's first characters ("eph_" + 4), to recognise it */
     int64_t created_at_ms;
 };
 
@@ -71,10 +71,10 @@ struct eph_connection {
     char id[48];
     char name[72];
     char *base_url;
-    json_t *methods;          /* array of strings */
-    json_t *path_prefixes;    /* array of strings */
-    json_t *header_names;     /* array of strings: names only */
-    unsigned char *sealed;    /* nonce || secretbox(JSON object name -> value) */
+    json_t *methods;       /* array of strings */
+    json_t *path_prefixes; /* array of strings */
+    json_t *header_names;  /* array of strings: names only */
+    unsigned char *sealed; /* nonce || secretbox(JSON object name -> value) */
     size_t sealed_len;
     int64_t created_at_ms;
 };
@@ -108,8 +108,7 @@ struct eph_store_ops {
     /* The org's keys that are not revoked, oldest first. */
     int (*key_list)(struct eph_store *s, const char *org_id, eph_key_cb cb, void *ctx);
     /* Revokes a key of the org: -ENOENT when there is no such live key in that org. */
-    int (*key_revoke)(struct eph_store *s, const char *org_id, const char *key_id,
-                      int64_t now_ms);
+    int (*key_revoke)(struct eph_store *s, const char *org_id, const char *key_id, int64_t now_ms);
 
     /* Connections, by org and unique name. insert: -EEXIST when the name is taken. */
     int (*conn_insert)(struct eph_store *s, const char *org_id, const struct eph_connection *c,
@@ -158,8 +157,8 @@ struct eph_store_ops {
     int (*idem_begin)(struct eph_store *s, const char *org_id, const char *key,
                       const char *request_hash, int64_t now_ms, int64_t expired_before_ms,
                       struct eph_idem *existing);
-    int (*idem_complete)(struct eph_store *s, const char *org_id, const char *key,
-                         int status_code, const char *body);
+    int (*idem_complete)(struct eph_store *s, const char *org_id, const char *key, int status_code,
+                         const char *body);
     int (*idem_abandon)(struct eph_store *s, const char *org_id, const char *key);
     int (*idem_expire)(struct eph_store *s, int64_t cutoff_ms);
 

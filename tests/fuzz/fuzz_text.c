@@ -16,7 +16,11 @@ static int valid_utf8(const unsigned char *s, size_t n)
     size_t i = 0;
     while (i < n) {
         unsigned c = s[i];
-        size_t len = c < 0x80 ? 1 : (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3 : (c & 0xf8) == 0xf0 ? 4 : 0;
+        size_t len = c < 0x80             ? 1
+                     : (c & 0xe0) == 0xc0 ? 2
+                     : (c & 0xf0) == 0xe0 ? 3
+                     : (c & 0xf8) == 0xf0 ? 4
+                                          : 0;
         if (!len || i + len > n || c == 0)
             return 0;
         unsigned cp = len == 1 ? c : len == 2 ? c & 0x1f : len == 3 ? c & 0x0f : c & 0x07;
@@ -47,7 +51,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     /* A path the check accepts never climbs out and is never absolute. */
     if (eph_text_safe_relpath(clean, strlen(clean))) {
         if (clean[0] == '/' || strcmp(clean, "..") == 0 || strncmp(clean, "../", 3) == 0 ||
-            strstr(clean, "/../") || (strlen(clean) >= 3 && strcmp(clean + strlen(clean) - 3, "/..") == 0))
+            strstr(clean, "/../") ||
+            (strlen(clean) >= 3 && strcmp(clean + strlen(clean) - 3, "/..") == 0))
             abort();
     }
     int64_t micros;

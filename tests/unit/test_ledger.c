@@ -33,7 +33,8 @@ static int setup(void **state)
     char err[256];
     assert_int_equal(eph_store_open(f->path, &f->st, err, sizeof(err)), 0);
     bool created;
-    assert_int_equal(f->st->ops->org_ensure(f->st, "acme", 100000, f->org, sizeof(f->org), &created), 0);
+    assert_int_equal(
+        f->st->ops->org_ensure(f->st, "acme", 100000, f->org, sizeof(f->org), &created), 0);
     assert_true(created);
     *state = f;
     return 0;
@@ -78,7 +79,8 @@ static void test_org_ensure_is_idempotent(void **state)
     struct fixture *f = *state;
     char again[48];
     bool created;
-    assert_int_equal(f->st->ops->org_ensure(f->st, "acme", 100000, again, sizeof(again), &created), 0);
+    assert_int_equal(f->st->ops->org_ensure(f->st, "acme", 100000, again, sizeof(again), &created),
+                     0);
     assert_false(created);
     assert_string_equal(again, f->org);
     check_balance(f, 100000, 0, 100000); /* the credit was not added twice */
@@ -105,7 +107,8 @@ static void test_reserve_then_settle(void **state)
     /* A second settlement is refused and writes nothing. */
     assert_int_equal(f->st->ops->run_finish(f->st, &fin), -EALREADY);
     int64_t credits, reserves, charges, releases;
-    assert_int_equal(f->st->ops->ledger_totals(f->st, f->org, &credits, &reserves, &charges, &releases), 0);
+    assert_int_equal(
+        f->st->ops->ledger_totals(f->st, f->org, &credits, &reserves, &charges, &releases), 0);
     assert_int_equal(credits, 100000);
     assert_int_equal(reserves, 40000);
     assert_int_equal(charges, 3530);
@@ -193,7 +196,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_org_ensure_is_idempotent, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reserve_then_settle, setup, teardown),
         cmocka_unit_test_setup_teardown(test_insufficient_balance, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_concurrent_reservations_never_overdraw, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_concurrent_reservations_never_overdraw, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_unbalanced_settlement_is_a_bug, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

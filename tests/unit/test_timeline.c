@@ -85,9 +85,11 @@ static void test_events_numbered_in_order(void **state)
     new_run(id, eph_clock_real_ms() - 2500);
     struct eph_live *l = eph_live_get(id);
     assert_non_null(l);
-    assert_int_equal(eph_live_emit(l, st, "sandbox", "sandbox.ready", NULL, "namespace sandbox ready"), 0);
+    assert_int_equal(
+        eph_live_emit(l, st, "sandbox", "sandbox.ready", NULL, "namespace sandbox ready"), 0);
     assert_int_equal(eph_live_emit(l, st, "shell", "shell.command",
-                                   json_pack("{s:i}", "exit_code", 0), "$ %s", "pwd; whoami"), 0);
+                                   json_pack("{s:i}", "exit_code", 0), "$ %s", "pwd; whoami"),
+                     0);
     struct collected c = {0};
     assert_int_equal(st->ops->events_list(st, id, 0, 0, collect, &c), 0);
     assert_int_equal(c.n, 3);
