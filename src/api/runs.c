@@ -566,6 +566,7 @@ struct sse {
     struct eph_live *live;  /* NULL once the run is settled */
     uint64_t last_seq;      /* last event sent */
     bool done;              /* the final event was sent */
+    bool zdr;               /* zero data retention: the result goes out once, unstored */
     uint64_t keepalive_ns;  /* the interval */
     uint64_t keepalive_due; /* CLOCK_MONOTONIC */
     struct eph_buf pending; /* bytes not yet handed to the server */
@@ -573,9 +574,31 @@ struct sse {
     struct eph_api_waiter waiter;
 };
 
+/* Zero data retention: the result is never stored, so a client following the stream gets it as
+ * one event without an id (it cannot be resumed: it is not part of the timeline), just before the
+ * final event. */
+static int sse_zdr_result(struct sse *s)
+{
+    char *res = s->live ? eph_live_zdr_result(s->live) : NULL;
+    if (!res)
+        return 0;
+    json_t *o = json_pack("{s:s}", "result", res);
+    free(res);
+    char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    int rc = text ? eph_buf_appendf(&s->pending, "event: result\ndata: %s\n\n", text) : -ENOMEM;
+    free(text);
+    return rc;
+}
+
 static int sse_event_cb(const struct eph_event *e, void *ctx)
 {
     struct sse *s = ctx;
+    if (s->zdr && strcmp(e->type, "worker.destroyed") == 0) {
+        int zrc = sse_zdr_result(s);
+        if (zrc)
+            return zrc;
+    }
     json_t *o = eph_event_to_json(e);
     char *text = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(10));
     json_decref(o);
@@ -681,6 +704,7 @@ int eph_api_runs_events(struct eph_api_req *req, const char *id)
     struct eph_run r;
     if (!load_run(req, id, &r))
         return MHD_YES;
+    bool zdr = r.zdr;
     eph_run_release(&r);
 
     uint64_t after = 0;
@@ -711,6 +735,7 @@ int eph_api_runs_events(struct eph_api_req *req, const char *id)
     s->svc = req->svc;
     snprintf(s->id, sizeof(s->id), "%s", id);
     s->last_seq = after;
+    s->zdr = zdr;
     unsigned ka = req->svc->cfg->sse_keepalive_seconds ? req->svc->cfg->sse_keepalive_seconds : 15;
     s->keepalive_ns = (uint64_t)ka * 1000000000u;
     s->keepalive_due = eph_clock_mono_ns() + s->keepalive_ns;

@@ -114,6 +114,7 @@ struct follow {
     struct eph_cli_sse sse;
     const char *id;
     bool warned;
+    char *zdr_result; /* a zero-data-retention run's result, sent once on the stream */
 };
 
 static void warn_malformed(struct follow *f)
@@ -126,6 +127,18 @@ static void warn_malformed(struct follow *f)
 static int on_sse_event(void *arg, const struct eph_cli_sse_event *ev)
 {
     struct follow *f = arg;
+    if (strcmp(ev->type, "result") == 0) {
+        /* Not a timeline event: the result of a zero-data-retention run, which the server keeps
+         * nowhere, delivered once to whoever follows the run. */
+        json_t *o = json_loadb(ev->data, ev->data_len, 0, NULL);
+        const char *res = json_string_value(json_object_get(o, "result"));
+        if (res) {
+            free(f->zdr_result);
+            f->zdr_result = strdup(res);
+        }
+        json_decref(o);
+        return 0;
+    }
     if (eph_cli_render_event_json(f->r, ev->data, ev->data_len))
         warn_malformed(f);
     return f->r->final_seen ? FOLLOW_DONE : 0;
@@ -224,7 +237,8 @@ static int follow_poll(struct follow *f, const json_t *first)
 
 /* Prints the timeline of run id as it happens, until its final event. 0 or an error already
  * reported on stderr. */
-static int follow_events(struct eph_cli_http *h, struct eph_cli_render *r, const char *id)
+static int follow_events(struct eph_cli_http *h, struct eph_cli_render *r, const char *id,
+                         char **zdr_result)
 {
     struct follow f = {.h = h, .r = r, .id = id};
     eph_cli_sse_init(&f.sse, SSE_LINE_MAX, SSE_EVENT_MAX, on_sse_event, &f);
@@ -292,6 +306,10 @@ static int follow_events(struct eph_cli_http *h, struct eph_cli_render *r, const
         eph_cli_sleep_ms(backoff > 30000 ? 30000 : backoff);
     }
     eph_cli_sse_release(&f.sse);
+    if (zdr_result)
+        *zdr_result = f.zdr_result;
+    else
+        free(f.zdr_result);
     return rc;
 }
 
@@ -313,10 +331,16 @@ static int show_live(struct eph_cli_http *h, const json_t *run, const char *id)
     eph_cli_render_header(&r, run);
     /* A timeline cut short is reported on stderr, but the run's own outcome decides the exit
      * status: it may well have completed. */
-    (void)follow_events(h, &r, id);
+    char *zdr_result = NULL;
+    (void)follow_events(h, &r, id, &zdr_result);
     json_t *final = NULL;
-    if (wait_final(h, id, &final))
+    if (wait_final(h, id, &final)) {
+        free(zdr_result);
         return EPH_CLI_EXIT_ERROR;
+    }
+    if (zdr_result && !json_is_string(json_object_get(final, "result")))
+        json_object_set_new(final, "result", json_string(zdr_result));
+    free(zdr_result);
     eph_cli_render_result(&r, final);
     const char *status = json_string_value(json_object_get(final, "status"));
     int code = eph_cli_status_exit(status) == 0 ? EPH_CLI_EXIT_OK : EPH_CLI_EXIT_RUN_FAILED;

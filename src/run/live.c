@@ -321,3 +321,15 @@ char *eph_live_take_prompt(struct eph_live *l, json_t **files)
     pthread_mutex_unlock(&live_lock);
     return p;
 }
+
+int eph_live_set_zdr_result(struct eph_live *l, const char *result)
+{
+    char *copy = result ? strdup(result) : NULL;
+    if (result && !copy)
+        return -ENOMEM;
+    pthread_mutex_lock(&live_lock);
+    free(l->zdr_result);
+    l->zdr_result = copy;
+    pthread_mutex_unlock(&live_lock);
+    return 0;
+}

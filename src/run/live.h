@@ -55,6 +55,9 @@ bool eph_live_cancelled(struct eph_live *l);
 /* Attaches (or with NULL detaches) the run's sandbox, so that cancel can interrupt it. */
 void eph_live_attach_sandbox(struct eph_live *l, struct eph_sandbox *sb);
 
+/* Zero data retention: the worker hands the result to the live entry as soon as the agent has it,
+ * before settlement, so that an event stream can deliver it just before the final event. */
+int eph_live_set_zdr_result(struct eph_live *l, const char *result);
 /* The result of a zero-data-retention run, for a client that waited on it: a copy (free()) or
  * NULL. */
 char *eph_live_zdr_result(struct eph_live *l);

@@ -309,6 +309,8 @@ void eph_worker_run(struct eph_service *svc, const char *run_id)
         if (out.status == EPH_RUN_COMPLETED) {
             r.result = out.result;
             out.result = NULL;
+            if (r.zdr && eph_live_set_zdr_result(live, r.result))
+                EPH_ERROR("worker", "run %s: out of memory keeping the result", r.id);
         } else {
             fail_run(&r, out.status, out.error_code, out.error_message);
             free(out.result);

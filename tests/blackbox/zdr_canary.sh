@@ -39,6 +39,23 @@ assert_eq "$(jq -r '.data[] | select(.type=="shell.command") | .message' <<<"$ev
 assert_eq "$(jq '.data[] | select(.type=="shell.command") | .data | has("stdout") or has("stderr")' <<<"$events")" \
     false "no outputs in events"
 
+# A client following the event stream gets the result once, as an unnumbered event just before
+# the final one. (The command sleeps two seconds, so the stream is open before the run ends.)
+out=$(api POST /v1/runs -H 'Content-Type: application/json' \
+    -d "$(jq -n --arg p "$prompt" '{prompt: $p, max_cost_micros: 40000, zero_data_retention: true}')")
+id2=$(head -n 1 <<<"$out" | jq -r .id)
+stream=$(curl -sS -N --max-time 60 "$EPHEMERAL_URL/v1/runs/$id2/events" \
+    -H "Authorization: Bearer $EPHEMERAL_API_KEY" -H 'Accept: text/event-stream')
+assert_contains "$stream" "event: result" "result event on the stream"
+result_line=$(grep -n '^event: result' <<<"$stream" | cut -d: -f1)
+final_line=$(grep -n '^event: worker.destroyed' <<<"$stream" | cut -d: -f1)
+[ -n "$result_line" ] && [ -n "$final_line" ] && [ "$result_line" -lt "$final_line" ] ||
+    fail "the result event must come just before worker.destroyed"
+assert_contains "$(grep -A1 '^event: result' <<<"$stream")" "$canary_answer" "result on the stream"
+# The client prints it, though the server keeps it nowhere.
+cli_out=$("$EPH" run --prompt "$prompt" --zdr --max-cost-micros 40000 2>&1) || fail "ephemeral run --zdr: $cli_out"
+assert_contains "$cli_out" "$canary_answer" "result printed by the client"
+
 # Stop the server so everything it would write is written, then search every file it wrote.
 kill -TERM "$SERVER_PID"
 wait "$SERVER_PID"
