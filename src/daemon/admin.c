@@ -17,31 +17,10 @@
 #include "daemon/options.h"
 #include "store/store.h"
 
-/* Creates the directory that holds a SQLite database path, if any. */
-static void ensure_db_dir(const char *db)
-{
-    if (strstr(db, "://"))
-        return;
-    char dir[4096];
-    snprintf(dir, sizeof(dir), "%s", db);
-    char *slash = strrchr(dir, '/');
-    if (!slash)
-        return;
-    *slash = '\0';
-    for (char *p = dir + 1; *p; p++) {
-        if (*p == '/') {
-            *p = '\0';
-            mkdir(dir, 0700);
-            *p = '/';
-        }
-    }
-    mkdir(dir, 0700);
-}
-
 static int open_store(struct eph_config *cfg, struct eph_store **st)
 {
     char err[512];
-    ensure_db_dir(cfg->db);
+    eph_options_ensure_db_dir(cfg->db);
     int rc = eph_store_open(cfg->db, st, err, sizeof(err));
     if (rc)
         fprintf(stderr, "ephemerald: %s\n", err);

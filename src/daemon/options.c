@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "common/log.h"
 
@@ -80,4 +81,24 @@ int eph_options_load(struct eph_config *cfg, int argc, char **argv, int first,
         return -EINVAL;
     }
     return 0;
+}
+
+void eph_options_ensure_db_dir(const char *db)
+{
+    if (strstr(db, "://"))
+        return;
+    char dir[4096];
+    snprintf(dir, sizeof(dir), "%s", db);
+    char *slash = strrchr(dir, '/');
+    if (!slash || slash == dir)
+        return;
+    *slash = '\0';
+    for (char *p = dir + 1; *p; p++) {
+        if (*p == '/') {
+            *p = '\0';
+            mkdir(dir, 0700);
+            *p = '/';
+        }
+    }
+    mkdir(dir, 0700);
 }

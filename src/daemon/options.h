@@ -14,4 +14,8 @@
 int eph_options_load(struct eph_config *cfg, int argc, char **argv, int first,
                      const char *const *extra, const char **extra_values);
 
+/* Creates (0700) the directories that hold a SQLite database path; nothing for a postgres:// URL.
+ */
+void eph_options_ensure_db_dir(const char *db);
+
 #endif

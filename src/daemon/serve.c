@@ -68,26 +68,6 @@ static void *reaper_main(void *arg)
     }
 }
 
-static void ensure_parent_dir(const char *path)
-{
-    if (strstr(path, "://"))
-        return;
-    char dir[4096];
-    snprintf(dir, sizeof(dir), "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (!slash)
-        return;
-    *slash = '\0';
-    for (char *p = dir + 1; *p; p++) {
-        if (*p == '/') {
-            *p = '\0';
-            mkdir(dir, 0700);
-            *p = '/';
-        }
-    }
-    mkdir(dir, 0700);
-}
-
 int eph_cmd_serve(int argc, char **argv)
 {
     struct eph_config cfg;
@@ -119,7 +99,7 @@ int eph_cmd_serve(int argc, char **argv)
         EPH_ERROR("serve", "cannot initialise the libraries");
         goto out;
     }
-    ensure_parent_dir(cfg.db);
+    eph_options_ensure_db_dir(cfg.db);
     int rc = eph_store_open(cfg.db, &svc.store, err, sizeof(err));
     if (rc) {
         EPH_ERROR("serve", "%s", err);

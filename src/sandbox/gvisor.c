@@ -65,7 +65,6 @@
 #define COMPAT_NAME "ephemeral-gvisor-compat.so"
 #define CGROUP_PARENT "ephemeral"
 #define SETUP_TIMEOUT_MS 30000u
-#define FILE_TIMEOUT_MS 30000u
 /* After the channel closes, how long `runsc run` gets to delete the container and exit (it
  * takes tens of milliseconds). */
 #define EXIT_WAIT_MS 2000u
@@ -943,40 +942,24 @@ fail:
     return rc;
 }
 
-static int map_error(struct gv_sandbox *sb, int rc)
-{
-    /* Whatever the channel says after an interrupt, the reason is the interrupt. */
-    if (rc && atomic_load(&sb->interrupted))
-        return -ECANCELED;
-    return rc;
-}
-
 static int gv_exec(struct eph_sandbox *base, const struct eph_exec_request *req,
                    struct eph_exec_result *res)
 {
     struct gv_sandbox *sb = (struct gv_sandbox *)base;
-    if (atomic_load(&sb->interrupted))
-        return -ECANCELED;
-    return map_error(sb, eph_guest_client_exec(&sb->client, req, res));
+    return eph_guest_sandbox_exec(&sb->client, &sb->interrupted, req, res);
 }
 
 static int gv_write_file(struct eph_sandbox *base, const char *path, const void *data, size_t len,
                          unsigned mode)
 {
     struct gv_sandbox *sb = (struct gv_sandbox *)base;
-    if (atomic_load(&sb->interrupted))
-        return -ECANCELED;
-    uint64_t deadline = eph_clock_mono_ns() + (uint64_t)FILE_TIMEOUT_MS * 1000000u;
-    return map_error(sb, eph_guest_client_write_file(&sb->client, path, data, len, mode, deadline));
+    return eph_guest_sandbox_write_file(&sb->client, &sb->interrupted, path, data, len, mode);
 }
 
 static int gv_read_file(struct eph_sandbox *base, const char *path, size_t cap, struct eph_buf *out)
 {
     struct gv_sandbox *sb = (struct gv_sandbox *)base;
-    if (atomic_load(&sb->interrupted))
-        return -ECANCELED;
-    uint64_t deadline = eph_clock_mono_ns() + (uint64_t)FILE_TIMEOUT_MS * 1000000u;
-    return map_error(sb, eph_guest_client_read_file(&sb->client, path, cap, out, deadline));
+    return eph_guest_sandbox_read_file(&sb->client, &sb->interrupted, path, cap, out);
 }
 
 static const char *gv_scratch_dir(struct eph_sandbox *base)
@@ -988,13 +971,7 @@ static const char *gv_scratch_dir(struct eph_sandbox *base)
  * destroy takes it under the same lock, so it cannot have been reused. Call with sb->lock. */
 static void kill_runsc_locked(struct gv_sandbox *sb)
 {
-    if (sb->pid <= 0)
-        return;
-#ifdef SYS_pidfd_send_signal
-    if (sb->pidfd >= 0 && syscall(SYS_pidfd_send_signal, sb->pidfd, SIGKILL, NULL, 0) == 0)
-        return;
-#endif
-    kill(sb->pid, SIGKILL);
+    eph_guest_sandbox_kill(sb->pid, sb->pidfd);
 }
 
 static void gv_interrupt(struct eph_sandbox *base)

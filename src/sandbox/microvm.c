@@ -74,7 +74,6 @@
  * is busy with other emulated VMs. */
 #define BOOT_TIMEOUT_KVM_MS 15000u
 #define BOOT_TIMEOUT_TCG_MS 90000u
-#define FILE_TIMEOUT_MS 30000u
 #define SHUTDOWN_TIMEOUT_MS 3000u
 /* After the guest said it is shutting down (or the channel closed), how long QEMU gets to exit
  * on its own before it is killed. */
@@ -856,40 +855,24 @@ static int vm_create(const struct eph_sandbox_config *cfg, struct eph_sandbox **
     return vm_create_with(cfg, accel, false, out);
 }
 
-static int map_error(struct vm_sandbox *sb, int rc)
-{
-    /* Whatever the channel says after an interrupt, the reason is the interrupt. */
-    if (rc && atomic_load(&sb->interrupted))
-        return -ECANCELED;
-    return rc;
-}
-
 static int vm_exec(struct eph_sandbox *base, const struct eph_exec_request *req,
                    struct eph_exec_result *res)
 {
     struct vm_sandbox *sb = (struct vm_sandbox *)base;
-    if (atomic_load(&sb->interrupted))
-        return -ECANCELED;
-    return map_error(sb, eph_guest_client_exec(&sb->client, req, res));
+    return eph_guest_sandbox_exec(&sb->client, &sb->interrupted, req, res);
 }
 
 static int vm_write_file(struct eph_sandbox *base, const char *path, const void *data, size_t len,
                          unsigned mode)
 {
     struct vm_sandbox *sb = (struct vm_sandbox *)base;
-    if (atomic_load(&sb->interrupted))
-        return -ECANCELED;
-    uint64_t deadline = eph_clock_mono_ns() + (uint64_t)FILE_TIMEOUT_MS * 1000000u;
-    return map_error(sb, eph_guest_client_write_file(&sb->client, path, data, len, mode, deadline));
+    return eph_guest_sandbox_write_file(&sb->client, &sb->interrupted, path, data, len, mode);
 }
 
 static int vm_read_file(struct eph_sandbox *base, const char *path, size_t cap, struct eph_buf *out)
 {
     struct vm_sandbox *sb = (struct vm_sandbox *)base;
-    if (atomic_load(&sb->interrupted))
-        return -ECANCELED;
-    uint64_t deadline = eph_clock_mono_ns() + (uint64_t)FILE_TIMEOUT_MS * 1000000u;
-    return map_error(sb, eph_guest_client_read_file(&sb->client, path, cap, out, deadline));
+    return eph_guest_sandbox_read_file(&sb->client, &sb->interrupted, path, cap, out);
 }
 
 static const char *vm_scratch_dir(struct eph_sandbox *base)
@@ -901,13 +884,7 @@ static const char *vm_scratch_dir(struct eph_sandbox *base)
  * been reused. Call with sb->lock. */
 static void kill_qemu_locked(struct vm_sandbox *sb)
 {
-    if (sb->pid <= 0)
-        return;
-#ifdef SYS_pidfd_send_signal
-    if (sb->pidfd >= 0 && syscall(SYS_pidfd_send_signal, sb->pidfd, SIGKILL, NULL, 0) == 0)
-        return;
-#endif
-    kill(sb->pid, SIGKILL);
+    eph_guest_sandbox_kill(sb->pid, sb->pidfd);
 }
 
 static void vm_interrupt(struct eph_sandbox *base)

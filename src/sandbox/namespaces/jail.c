@@ -48,7 +48,6 @@
 
 #define COMPONENT "sandbox"
 #define SETUP_TIMEOUT_MS 10000u
-#define FILE_TIMEOUT_MS 30000u
 #define CHILD_CHAN_FD 3
 #define CHILD_INIT_FD 4
 #define CHILD_SYNC_FD 5
@@ -528,40 +527,24 @@ fail:
     return rc;
 }
 
-static int map_error(struct ns_sandbox *sb, int rc)
-{
-    /* Whatever the channel says after an interrupt, the reason is the interrupt. */
-    if (rc && atomic_load(&sb->interrupted))
-        return -ECANCELED;
-    return rc;
-}
-
 static int ns_exec(struct eph_sandbox *base, const struct eph_exec_request *req,
                    struct eph_exec_result *res)
 {
     struct ns_sandbox *sb = (struct ns_sandbox *)base;
-    if (atomic_load(&sb->interrupted))
-        return -ECANCELED;
-    return map_error(sb, eph_guest_client_exec(&sb->client, req, res));
+    return eph_guest_sandbox_exec(&sb->client, &sb->interrupted, req, res);
 }
 
 static int ns_write_file(struct eph_sandbox *base, const char *path, const void *data, size_t len,
                          unsigned mode)
 {
     struct ns_sandbox *sb = (struct ns_sandbox *)base;
-    if (atomic_load(&sb->interrupted))
-        return -ECANCELED;
-    uint64_t deadline = eph_clock_mono_ns() + (uint64_t)FILE_TIMEOUT_MS * 1000000u;
-    return map_error(sb, eph_guest_client_write_file(&sb->client, path, data, len, mode, deadline));
+    return eph_guest_sandbox_write_file(&sb->client, &sb->interrupted, path, data, len, mode);
 }
 
 static int ns_read_file(struct eph_sandbox *base, const char *path, size_t cap, struct eph_buf *out)
 {
     struct ns_sandbox *sb = (struct ns_sandbox *)base;
-    if (atomic_load(&sb->interrupted))
-        return -ECANCELED;
-    uint64_t deadline = eph_clock_mono_ns() + (uint64_t)FILE_TIMEOUT_MS * 1000000u;
-    return map_error(sb, eph_guest_client_read_file(&sb->client, path, cap, out, deadline));
+    return eph_guest_sandbox_read_file(&sb->client, &sb->interrupted, path, cap, out);
 }
 
 static const char *ns_scratch_dir(struct eph_sandbox *base)
