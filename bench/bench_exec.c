@@ -173,7 +173,7 @@ static int mode_start(const struct eph_sandbox_config *cfg, const struct eph_san
         if (pool)
             (void)eph_sandbox_pool_wait_full(10000); /* refilled between runs, untimed */
         uint64_t t0 = eph_clock_mono_ns();
-        rc = pool ? eph_sandbox_pool_take(ops, cfg, &sb) : ops->create(cfg, &sb);
+        rc = pool ? eph_sandbox_pool_take(ops, cfg, &sb, NULL) : ops->create(cfg, &sb);
         uint64_t t1 = eph_clock_mono_ns();
         if (rc) {
             fprintf(stderr, "bench_exec: create: %s\n", eph_strerror(rc));

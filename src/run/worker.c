@@ -253,10 +253,12 @@ void eph_worker_run(struct eph_service *svc, const char *run_id)
     uint64_t deadline = start_ns + (uint64_t)r.timeout_seconds * 1000000000u;
 
     struct eph_sandbox *sb = NULL;
-    /* A pooled sandbox was made before this run existed: compute is billed from the take. */
-    rc = eph_sandbox_pool_take(svc->sandbox_ops, &svc->sandbox_cfg, &sb);
+    /* Compute runs from the start of the sandbox's creation; a pooled sandbox was made before
+     * this run existed, so its compute runs from the take. */
+    bool pooled = false;
+    rc = eph_sandbox_pool_take(svc->sandbox_ops, &svc->sandbox_cfg, &sb, &pooled);
     uint64_t ready_ns = eph_clock_mono_ns();
-    eph_budget_sandbox_started(&budget, ready_ns);
+    eph_budget_sandbox_started(&budget, pooled ? ready_ns : start_ns);
     if (rc) {
         eph_budget_sandbox_stopped(&budget, ready_ns);
         EPH_ERROR("worker", "run %s: sandbox create failed: %s", r.id, eph_strerror(rc));

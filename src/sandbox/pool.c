@@ -196,9 +196,11 @@ int eph_sandbox_pool_start(const struct eph_sandbox_ops *ops, const struct eph_s
 }
 
 int eph_sandbox_pool_take(const struct eph_sandbox_ops *ops, const struct eph_sandbox_config *cfg,
-                          struct eph_sandbox **out)
+                          struct eph_sandbox **out, bool *pooled)
 {
     struct eph_sandbox *sb = NULL;
+    if (pooled)
+        *pooled = false;
     pthread_mutex_lock(&lock);
     if (running && !stopping && ops == pool_ops && cfg_eq(cfg, &pool_cfg) && nready > 0) {
         sb = ready[--nready];
@@ -212,6 +214,8 @@ int eph_sandbox_pool_take(const struct eph_sandbox_ops *ops, const struct eph_sa
     pthread_mutex_unlock(&lock);
     if (sb) {
         *out = sb;
+        if (pooled)
+            *pooled = true;
         return 0;
     }
     return ops->create(cfg, out);

@@ -19,6 +19,7 @@
 #ifndef EPH_SANDBOX_POOL_H
 #define EPH_SANDBOX_POOL_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "sandbox/sandbox.h"
@@ -33,10 +34,12 @@ int eph_sandbox_pool_start(const struct eph_sandbox_ops *ops, const struct eph_s
                            unsigned size);
 
 /* A sandbox of (ops, cfg) owned by the caller: a pooled one when the pool was started with the
- * same ops and an equal cfg and has one ready, else ops->create(cfg, out). Thread-safe; each
- * sandbox is handed out once. Returns what create would. */
+ * same ops and an equal cfg and has one ready, else ops->create(cfg, out). *pooled (may be NULL)
+ * says which, so the caller bills compute from the take for a pooled one and from the start of
+ * creation for a fresh one. Thread-safe; each sandbox is handed out once. Returns what create
+ * would. */
 int eph_sandbox_pool_take(const struct eph_sandbox_ops *ops, const struct eph_sandbox_config *cfg,
-                          struct eph_sandbox **out);
+                          struct eph_sandbox **out, bool *pooled);
 
 /* Stops refilling, joins the creating thread (waiting for a create in progress) and destroys every
  * sandbox still in the pool. Idempotent; the pool can be started again afterwards. */

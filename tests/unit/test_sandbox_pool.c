@@ -100,8 +100,10 @@ static void test_disabled_creates_fresh(void **state)
     struct eph_sandbox_config c = cfg_default();
     assert_int_equal(eph_sandbox_pool_start(&fake_ops, &c, 0), 0);
     struct eph_sandbox *sb = NULL;
-    assert_int_equal(eph_sandbox_pool_take(&fake_ops, &c, &sb), 0);
+    bool pooled = true;
+    assert_int_equal(eph_sandbox_pool_take(&fake_ops, &c, &sb, &pooled), 0);
     assert_non_null(sb);
+    assert_false(pooled); /* a fresh one: compute is billed from its creation */
     assert_int_equal(atomic_load(&creates_by_other_threads), 0); /* made by this thread */
     struct eph_sandbox_pool_stats st;
     eph_sandbox_pool_stats(&st);
@@ -121,8 +123,10 @@ static void test_fill_take_refill_stop(void **state)
     assert_int_equal(atomic_load(&creates_by_other_threads), 3); /* the pool's own thread */
 
     struct eph_sandbox *a = NULL, *b = NULL;
-    assert_int_equal(eph_sandbox_pool_take(&fake_ops, &c, &a), 0);
-    assert_int_equal(eph_sandbox_pool_take(&fake_ops, &c, &b), 0);
+    bool pooled = false;
+    assert_int_equal(eph_sandbox_pool_take(&fake_ops, &c, &a, &pooled), 0);
+    assert_true(pooled); /* compute is billed from the take */
+    assert_int_equal(eph_sandbox_pool_take(&fake_ops, &c, &b, NULL), 0);
     assert_ptr_not_equal(a, b);
     assert_false(pthread_equal(((struct fake *)a)->creator, main_thread));
     /* Refilled in the background, up to the size and no further. */
@@ -138,7 +142,7 @@ static void test_fill_take_refill_stop(void **state)
     struct eph_sandbox_config other = c;
     other.limits.memory_mib *= 2;
     struct eph_sandbox *x = NULL;
-    assert_int_equal(eph_sandbox_pool_take(&fake_ops, &other, &x), 0);
+    assert_int_equal(eph_sandbox_pool_take(&fake_ops, &other, &x, NULL), 0);
     assert_true(pthread_equal(((struct fake *)x)->creator, main_thread));
     eph_sandbox_pool_stats(&st);
     assert_int_equal(st.fallbacks, 1);
@@ -155,7 +159,7 @@ static void test_fill_take_refill_stop(void **state)
     eph_sandbox_destroy(x);
     assert_int_equal(atomic_load(&live), 0);
     /* Stopped: a take still works, by creating. */
-    assert_int_equal(eph_sandbox_pool_take(&fake_ops, &c, &a), 0);
+    assert_int_equal(eph_sandbox_pool_take(&fake_ops, &c, &a, NULL), 0);
     eph_sandbox_destroy(a);
     eph_sandbox_pool_stop(); /* idempotent */
 }
@@ -169,7 +173,7 @@ static void *taker(void *arg)
     struct eph_sandbox_config c = cfg_default();
     for (int i = 0; i < TAKES; i++) {
         struct eph_sandbox *sb = NULL;
-        if (eph_sandbox_pool_take(&fake_ops, &c, &sb) != 0 || !sb)
+        if (eph_sandbox_pool_take(&fake_ops, &c, &sb, NULL) != 0 || !sb)
             return (void *)1;
         struct fake *f = (struct fake *)sb;
         if (atomic_fetch_add(&f->owners, 1) != 0)
@@ -221,7 +225,7 @@ static void test_failing_creates_back_off_and_stop(void **state)
     assert_int_equal(eph_sandbox_pool_start(&fake_ops, &c, 2), 0);
     assert_int_equal(eph_sandbox_pool_wait_full(300), -ETIMEDOUT);
     struct eph_sandbox *sb = NULL;
-    assert_int_equal(eph_sandbox_pool_take(&fake_ops, &c, &sb), -EIO); /* what create says */
+    assert_int_equal(eph_sandbox_pool_take(&fake_ops, &c, &sb, NULL), -EIO); /* what create says */
     struct eph_sandbox_pool_stats st;
     eph_sandbox_pool_stats(&st);
     assert_true(st.failures >= 1);
@@ -277,7 +281,7 @@ static void test_namespaces_pool(void **state)
     assert_int_equal(eph_sandbox_pool_wait_full(20000), 0);
     assert_int_equal(count_cgroups_of_this_process(), 2);
     struct eph_sandbox *sb = NULL;
-    assert_int_equal(eph_sandbox_pool_take(ops, &c, &sb), 0);
+    assert_int_equal(eph_sandbox_pool_take(ops, &c, &sb, NULL), 0);
     /* Created by the pool's thread, used from this one: it answers. */
     struct eph_exec_request req = {
         .command = "echo pooled", .timeout_ms = 10000, .stdout_cap = 64, .stderr_cap = 64};
