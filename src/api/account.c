@@ -15,8 +15,7 @@ int eph_api_balance(struct eph_api_req *req)
     struct eph_store *st = req->svc->store;
     struct eph_balance b;
     if (st->ops->balance(st, req->org_id, &b))
-        return eph_api_reply_error(req, 503, "api_error", "store_unavailable", NULL,
-                                   "the store is unavailable");
+        return eph_api_reply_store_unavailable(req);
     return eph_api_reply_json(req, 200,
                               json_pack("{s:s, s:I, s:I, s:I}", "object", "balance",
                                         "balance_micros", (json_int_t)b.balance_micros,

@@ -93,6 +93,10 @@ int eph_api_reply_json(struct eph_api_req *req, unsigned status, json_t *body,
 int eph_api_reply_text(struct eph_api_req *req, unsigned status, const char *content_type,
                        const char *text, size_t len);
 /* Answers with the error shape; param may be NULL. */
+/* 503 store_unavailable, the answer to any store failure a handler cannot say more about. */
+int eph_api_reply_store_unavailable(struct eph_api_req *req);
+/* {"object":"list","data":data,"has_more":...}, 200; steals data. */
+int eph_api_reply_list(struct eph_api_req *req, json_t *data, bool has_more);
 int eph_api_reply_error(struct eph_api_req *req, unsigned status, const char *type,
                         const char *code, const char *param, const char *fmt, ...)
     __attribute__((format(printf, 6, 7)));

@@ -304,12 +304,9 @@ int eph_api_connections_list(struct eph_api_req *req)
     json_t *data = json_array();
     if (st->ops->conn_list(st, req->org_id, list_cb, data)) {
         json_decref(data);
-        return eph_api_reply_error(req, 503, "api_error", "store_unavailable", NULL,
-                                   "the store is unavailable");
+        return eph_api_reply_store_unavailable(req);
     }
-    return eph_api_reply_json(
-        req, 200, json_pack("{s:s, s:o, s:b}", "object", "list", "data", data, "has_more", 0), NULL,
-        NULL);
+    return eph_api_reply_list(req, data, false);
 }
 
 int eph_api_connections_get(struct eph_api_req *req, const char *name)
@@ -323,8 +320,7 @@ int eph_api_connections_get(struct eph_api_req *req, const char *name)
         return eph_api_reply_error(req, 404, "not_found_error", "connection_not_found", NULL,
                                    "no such connection '%.64s'", name);
     if (rc)
-        return eph_api_reply_error(req, 503, "api_error", "store_unavailable", NULL,
-                                   "the store is unavailable");
+        return eph_api_reply_store_unavailable(req);
     json_t *o = conn_json(&c);
     eph_connection_release(&c);
     return eph_api_reply_json(req, 200, o, NULL, NULL);
@@ -340,8 +336,7 @@ int eph_api_connections_delete(struct eph_api_req *req, const char *name)
         return eph_api_reply_error(req, 404, "not_found_error", "connection_not_found", NULL,
                                    "no such connection '%.64s'", name);
     if (rc)
-        return eph_api_reply_error(req, 503, "api_error", "store_unavailable", NULL,
-                                   "the store is unavailable");
+        return eph_api_reply_store_unavailable(req);
     EPH_INFO("api", "org %s: connection '%.64s' deleted", req->org_id, name);
     return eph_api_reply_json(
         req, 200, json_pack("{s:s, s:s, s:b}", "object", "connection", "name", name, "deleted", 1),

@@ -96,12 +96,9 @@ int eph_api_keys_list(struct eph_api_req *req)
     json_t *data = json_array();
     if (st->ops->key_list(st, req->org_id, list_cb, data)) {
         json_decref(data);
-        return eph_api_reply_error(req, 503, "api_error", "store_unavailable", NULL,
-                                   "the store is unavailable");
+        return eph_api_reply_store_unavailable(req);
     }
-    return eph_api_reply_json(
-        req, 200, json_pack("{s:s, s:o, s:b}", "object", "list", "data", data, "has_more", 0), NULL,
-        NULL);
+    return eph_api_reply_list(req, data, false);
 }
 
 int eph_api_keys_delete(struct eph_api_req *req, const char *id)
@@ -114,8 +111,7 @@ int eph_api_keys_delete(struct eph_api_req *req, const char *id)
         return eph_api_reply_error(req, 404, "not_found_error", "key_not_found", NULL,
                                    "no such key '%.48s'", id);
     if (rc)
-        return eph_api_reply_error(req, 503, "api_error", "store_unavailable", NULL,
-                                   "the store is unavailable");
+        return eph_api_reply_store_unavailable(req);
     EPH_INFO("api", "org %s: key %.48s revoked", req->org_id, id);
     return eph_api_reply_json(
         req, 200, json_pack("{s:s, s:s, s:b}", "object", "api_key", "id", id, "deleted", 1), NULL,

@@ -264,8 +264,7 @@ static bool validate_create(struct eph_api_req *req, json_t *body, struct create
             if (rc == -ENOENT) {
                 BAD("connections", "unknown connection '%.64s'", json_string_value(n));
             } else {
-                eph_api_reply_error(req, 503, "api_error", "store_unavailable", NULL,
-                                    "the store is unavailable");
+                eph_api_reply_store_unavailable(req);
             }
             return false;
         }
@@ -323,12 +322,6 @@ static json_t *run_json(struct eph_api_req *req, const struct eph_run *r, struct
     return o;
 }
 
-static int store_unavailable(struct eph_api_req *req)
-{
-    return eph_api_reply_error(req, 503, "api_error", "store_unavailable", NULL,
-                               "the store is unavailable");
-}
-
 static uint64_t deadline_in(unsigned seconds)
 {
     return eph_clock_mono_ns() + (uint64_t)seconds * 1000000000u;
@@ -340,7 +333,7 @@ static int create_resume(struct eph_api_req *req)
     struct eph_store *st = req->svc->store;
     struct eph_run r;
     if (st->ops->run_get(st, req->run_id, req->org_id, &r))
-        return store_unavailable(req);
+        return eph_api_reply_store_unavailable(req);
     json_t *obj = run_json(req, &r, req->live);
     eph_run_release(&r);
     char location[64];
@@ -472,7 +465,7 @@ static bool load_run(struct eph_api_req *req, const char *id, struct eph_run *r)
     if (rc == -ENOENT)
         not_found(req, id);
     else if (rc)
-        store_unavailable(req);
+        eph_api_reply_store_unavailable(req);
     return rc == 0;
 }
 
@@ -541,12 +534,9 @@ int eph_api_runs_list(struct eph_api_req *req)
     int rc = st->ops->run_list(st, req->org_id, limit, after, status, list_cb, &l, &more);
     if (rc) {
         json_decref(l.data);
-        return eph_api_reply_error(req, 503, "api_error", "store_unavailable", NULL,
-                                   "the store is unavailable");
+        return eph_api_reply_store_unavailable(req);
     }
-    return eph_api_reply_json(
-        req, 200, json_pack("{s:s, s:o, s:b}", "object", "list", "data", l.data, "has_more", more),
-        NULL, NULL);
+    return eph_api_reply_list(req, l.data, more);
 }
 
 /* ---- events ---- */
@@ -724,7 +714,7 @@ int eph_api_runs_events(struct eph_api_req *req, const char *id)
         json_t *data = json_array();
         if (st->ops->events_list(st, id, after, 0, events_cb, data)) {
             json_decref(data);
-            return store_unavailable(req);
+            return eph_api_reply_store_unavailable(req);
         }
         return eph_api_reply_json(req, 200, json_pack("{s:s, s:o}", "object", "list", "data", data),
                                   NULL, NULL);

@@ -195,6 +195,20 @@ int eph_api_reply_error(struct eph_api_req *req, unsigned status, const char *ty
     return eph_api_reply_json(req, status, json_pack("{s:o}", "error", err), NULL, NULL);
 }
 
+int eph_api_reply_store_unavailable(struct eph_api_req *req)
+{
+    return eph_api_reply_error(req, 503, "api_error", "store_unavailable", NULL,
+                               "the store is unavailable");
+}
+
+int eph_api_reply_list(struct eph_api_req *req, json_t *data, bool has_more)
+{
+    return eph_api_reply_json(
+        req, 200,
+        json_pack("{s:s, s:o, s:b}", "object", "list", "data", data, "has_more", has_more), NULL,
+        NULL);
+}
+
 bool eph_api_authenticate(struct eph_api_req *req)
 {
     const char *h = eph_api_header(req, "Authorization");
@@ -219,8 +233,7 @@ bool eph_api_authenticate(struct eph_api_req *req)
         return false;
     }
     if (rc) {
-        eph_api_reply_error(req, 503, "api_error", "store_unavailable", NULL,
-                            "the store is unavailable");
+        eph_api_reply_store_unavailable(req);
         return false;
     }
     return true;
@@ -313,8 +326,7 @@ static bool idem_gate(struct eph_api_req *req)
         return false;
     }
     if (rc != -EEXIST) {
-        eph_api_reply_error(req, 503, "api_error", "store_unavailable", NULL,
-                            "the store is unavailable");
+        eph_api_reply_store_unavailable(req);
         return true;
     }
     if (strcmp(prev.request_hash, hash) != 0) {

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "common/buf.h"
+#include "common/fileio.h"
 
 /* Changing how root.img is made (or what the marker means) rebuilds it. */
 #define DISK_RECIPE "1"
@@ -134,28 +135,7 @@ static int copy_file(const char *src, const char *dst, mode_t mode)
         close(in);
         return e;
     }
-    char buf[65536];
-    int rc = 0;
-    for (;;) {
-        ssize_t n = read(in, buf, sizeof(buf));
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0) {
-            rc = n < 0 ? -errno : 0;
-            break;
-        }
-        for (ssize_t off = 0; off < n && !rc;) {
-            ssize_t w = write(outfd, buf + off, (size_t)(n - off));
-            if (w < 0 && errno == EINTR)
-                continue;
-            if (w <= 0)
-                rc = w < 0 ? -errno : -EIO;
-            else
-                off += w;
-        }
-        if (rc)
-            break;
-    }
+    int rc = eph_fileio_copy_fd(in, outfd);
     close(in);
     if (close(outfd) != 0 && !rc)
         rc = -errno;

@@ -31,6 +31,7 @@
 #include <unistd.h>
 
 #include "common/buf.h"
+#include "common/fileio.h"
 #include "common/clock.h"
 #include "common/error.h"
 #include "common/log.h"
@@ -95,16 +96,9 @@ static int shell_quote(struct eph_buf *b, const char *arg)
 
 static void write_all(int fd, const void *data, size_t len)
 {
-    const char *p = data;
-    while (len) {
-        ssize_t w = write(fd, p, len);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return; /* our reader went away; the command's status still matters */
-        p += w;
-        len -= (size_t)w;
-    }
+    /* A failure means our reader went away; the command's status still matters. */
+    int rc = eph_fileio_write_all(fd, data, len);
+    (void)rc;
 }
 
 static void on_output(void *arg, int stream, const void *data, size_t len)

@@ -55,6 +55,7 @@
 
 #include "common/clock.h"
 #include "common/id.h"
+#include "common/fileio.h"
 #include "common/log.h"
 #include "sandbox/guest_client.h"
 
@@ -222,18 +223,7 @@ static int write_file_at(int dfd, const char *name, const char *data, size_t len
     int fd = openat(dfd, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode);
     if (fd < 0)
         return -errno;
-    int rc = 0;
-    while (len && !rc) {
-        ssize_t w = write(fd, data, len);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            rc = w < 0 ? -errno : -EIO;
-        else {
-            data += w;
-            len -= (size_t)w;
-        }
-    }
+    int rc = eph_fileio_write_all(fd, data, len);
     if (close(fd) != 0 && !rc)
         rc = -errno;
     return rc;
@@ -241,7 +231,6 @@ static int write_file_at(int dfd, const char *name, const char *data, size_t len
 
 static int copy_file_at(const char *src, int dfd, const char *name, mode_t mode)
 {
-    char buf[16384];
     int in = open(src, O_RDONLY | O_CLOEXEC);
     if (in < 0)
         return -errno;
@@ -251,27 +240,7 @@ static int copy_file_at(const char *src, int dfd, const char *name, mode_t mode)
         close(in);
         return -e;
     }
-    int rc = 0;
-    for (;;) {
-        ssize_t n = read(in, buf, sizeof(buf));
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0) {
-            rc = n < 0 ? -errno : 0;
-            break;
-        }
-        for (ssize_t off = 0; off < n && !rc;) {
-            ssize_t w = write(out, buf + off, (size_t)(n - off));
-            if (w < 0 && errno == EINTR)
-                continue;
-            if (w <= 0)
-                rc = w < 0 ? -errno : -EIO;
-            else
-                off += w;
-        }
-        if (rc)
-            break;
-    }
+    int rc = eph_fileio_copy_fd(in, out);
     close(in);
     if (close(out) != 0 && !rc)
         rc = -errno;

@@ -52,6 +52,7 @@
 #include <unistd.h>
 #include <x86intrin.h>
 
+#include "common/fileio.h"
 #include "common/buf.h"
 #include "common/clock.h"
 #include "common/id.h"
@@ -137,21 +138,6 @@ static int child_wait(pid_t pid, int pidfd, uint32_t timeout_ms, int *status)
     }
     if (status)
         *status = st;
-    return 0;
-}
-
-static int write_all(int fd, const void *data, size_t len)
-{
-    const char *p = data;
-    while (len) {
-        ssize_t w = write(fd, p, len);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return w < 0 ? -errno : -EIO;
-        p += w;
-        len -= (size_t)w;
-    }
     return 0;
 }
 
@@ -437,7 +423,7 @@ static int initrd_get(const char *init_path, const char *modules)
             rc = -errno;
     }
     if (!rc)
-        rc = write_all(fd, b.data, b.len);
+        rc = eph_fileio_write_all(fd, b.data, b.len);
     /* Sealed: a QEMU that could write to it would change every later VM's init. */
     if (!rc && fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL))
         rc = -errno;
