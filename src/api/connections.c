@@ -51,6 +51,11 @@ static bool valid_base_url(const char *s, size_t n)
     if (n > BASE_URL_MAX || strlen(s) != n || !*host || *host == '/' || *host == ':' ||
         *host == '@')
         return false;
+    /* No userinfo ("https://user:pass@host"): credentials belong in the sealed headers, and an
+     * '@' before the first '/', '?' or '#' would make the host something else than it looks. */
+    size_t authority = strcspn(host, "/?#");
+    if (memchr(host, '@', authority))
+        return false;
     for (const char *p = s; *p; p++)
         if ((unsigned char)*p <= 0x20 || (unsigned char)*p >= 0x7f)
             return false;
@@ -99,11 +104,10 @@ static bool valid_prefix(const char *s, size_t n)
         goto out;                                                                                  \
     } while (0)
 
-int eph_api_connection_build(json_t *body, const char *key_path, struct eph_connection *c,
-                             const char **param, char *err, size_t errlen)
+int eph_api_connection_check(json_t *body, struct eph_connection *c, const char **param, char *err,
+                             size_t errlen)
 {
     int rc = 0;
-    char *plain = NULL;
     memset(c, 0, sizeof(*c));
     *param = NULL;
     json_t *name = json_object_get(body, "name");
@@ -114,7 +118,8 @@ int eph_api_connection_build(json_t *body, const char *key_path, struct eph_conn
     if (!json_is_string(url) || !valid_base_url(json_string_value(url), json_string_length(url)))
         FAIL("base_url",
              "'base_url' must be an https:// or http:// URL with a host, without "
-             "spaces, of at most %d bytes",
+             "user:password@ (put credentials in 'headers'), spaces or control characters, of "
+             "at most %d bytes",
              BASE_URL_MAX);
     c->base_url = strdup(json_string_value(url));
 
@@ -170,7 +175,6 @@ int eph_api_connection_build(json_t *body, const char *key_path, struct eph_conn
 
     c->header_names = json_array();
     json_t *hs = json_object_get(body, "headers");
-    json_t *empty = NULL;
     if (hs) {
         if (!json_is_object(hs) || json_object_size(hs) > HEADERS_MAX)
             FAIL("headers",
@@ -192,14 +196,24 @@ int eph_api_connection_build(json_t *body, const char *key_path, struct eph_conn
                      hn, HEADER_VALUE_MAX);
             json_array_append_new(c->header_names, json_string(hn));
         }
-    } else {
-        hs = empty = json_object();
     }
-    if (!c->base_url) {
+    if (!c->base_url)
         rc = -ENOMEM;
-        goto out;
-    }
-    plain = json_dumps(hs, JSON_COMPACT | JSON_SORT_KEYS);
+out:
+    if (rc)
+        eph_connection_release(c);
+    return rc;
+}
+
+int eph_api_connection_build(json_t *body, const char *key_path, struct eph_connection *c,
+                             const char **param, char *err, size_t errlen)
+{
+    int rc = eph_api_connection_check(body, c, param, err, errlen);
+    if (rc)
+        return rc;
+    json_t *hs = json_object_get(body, "headers");
+    json_t *empty = hs ? NULL : json_object();
+    char *plain = json_dumps(hs ? hs : empty, JSON_COMPACT | JSON_SORT_KEYS);
     json_decref(empty);
     if (!plain) {
         rc = -ENOMEM;
@@ -309,36 +323,73 @@ int eph_api_connections_list(struct eph_api_req *req)
     return eph_api_reply_list(req, data, false);
 }
 
-int eph_api_connections_get(struct eph_api_req *req, const char *name)
+struct by_id {
+    const char *id;
+    json_t *found; /* the connection's JSON form */
+};
+
+static int by_id_cb(const struct eph_connection *c, void *ctx)
 {
-    if (!eph_api_require_admin(req))
-        return MHD_YES;
-    struct eph_store *st = req->svc->store;
-    struct eph_connection c;
-    int rc = st->ops->conn_get(st, req->org_id, name, &c);
-    if (rc == -ENOENT)
-        return eph_api_reply_error(req, 404, "not_found_error", "connection_not_found", NULL,
-                                   "no such connection '%.64s'", name);
-    if (rc)
-        return eph_api_reply_store_unavailable(req);
-    json_t *o = conn_json(&c);
-    eph_connection_release(&c);
-    return eph_api_reply_json(req, 200, o, NULL, NULL);
+    struct by_id *b = ctx;
+    if (!b->found && strcmp(c->id, b->id) == 0)
+        b->found = conn_json(c);
+    return 0;
 }
 
-int eph_api_connections_delete(struct eph_api_req *req, const char *name)
+/* The org's connection named or numbered ref, as the API shows it; answers 404 or 503 and returns
+ * NULL when there is none. */
+static json_t *find_connection(struct eph_api_req *req, const char *ref)
+{
+    struct eph_store *st = req->svc->store;
+    struct eph_connection c;
+    int rc = st->ops->conn_get(st, req->org_id, ref, &c);
+    if (rc == 0) {
+        json_t *o = conn_json(&c);
+        eph_connection_release(&c);
+        return o;
+    }
+    struct by_id b = {.id = ref};
+    if (rc == -ENOENT && (rc = st->ops->conn_list(st, req->org_id, by_id_cb, &b)) == 0 && b.found)
+        return b.found;
+    json_decref(b.found);
+    if (rc == 0 || rc == -ENOENT)
+        eph_api_reply_error(req, 404, "not_found_error", "connection_not_found", NULL,
+                            "no such connection '%.64s'", ref);
+    else
+        eph_api_reply_store_unavailable(req);
+    return NULL;
+}
+
+int eph_api_connections_get(struct eph_api_req *req, const char *ref)
 {
     if (!eph_api_require_admin(req))
         return MHD_YES;
+    json_t *o = find_connection(req, ref);
+    return o ? eph_api_reply_json(req, 200, o, NULL, NULL) : MHD_YES;
+}
+
+int eph_api_connections_delete(struct eph_api_req *req, const char *ref)
+{
+    if (!eph_api_require_admin(req))
+        return MHD_YES;
+    json_t *o = find_connection(req, ref);
+    if (!o)
+        return MHD_YES;
+    /* By its id, whichever way it was named: the answer carries both. */
+    char id[64], name[72];
+    snprintf(id, sizeof(id), "%s", json_string_value(json_object_get(o, "id")));
+    snprintf(name, sizeof(name), "%s", json_string_value(json_object_get(o, "name")));
+    json_decref(o);
     struct eph_store *st = req->svc->store;
-    int rc = st->ops->conn_delete(st, req->org_id, name);
+    int rc = st->ops->conn_delete(st, req->org_id, id);
     if (rc == -ENOENT)
         return eph_api_reply_error(req, 404, "not_found_error", "connection_not_found", NULL,
-                                   "no such connection '%.64s'", name);
+                                   "no such connection '%.64s'", ref);
     if (rc)
         return eph_api_reply_store_unavailable(req);
-    EPH_INFO("api", "org %s: connection '%.64s' deleted", req->org_id, name);
-    return eph_api_reply_json(
-        req, 200, json_pack("{s:s, s:s, s:b}", "object", "connection", "name", name, "deleted", 1),
-        NULL, NULL);
+    EPH_INFO("api", "org %s: connection '%s' (%s) deleted", req->org_id, name, id);
+    return eph_api_reply_json(req, 200,
+                              json_pack("{s:s, s:s, s:s, s:b}", "object", "connection", "id", id,
+                                        "name", name, "deleted", 1),
+                              NULL, NULL);
 }

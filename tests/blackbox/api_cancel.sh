@@ -32,6 +32,7 @@ assert_eq "$(jq '.cost.charged_micros + .cost.released_micros' <<<"$run")" 40000
 assert_eq "$(jq '.cost.model_micros + .cost.web_micros + .cost.compute_micros == .cost.charged_micros' <<<"$run")" true "charged split"
 [ "$(jq .cost.charged_micros <<<"$run")" -gt 0 ] || fail "nothing charged for a model call and a sandbox"
 assert_eq "$(jq -r .error.code <<<"$run")" cancelled "error code"
+assert_eq "$(jq -r .error.type <<<"$run")" cancelled_error "error type: not a request or server error"
 [ "$(jq -r .finished_at <<<"$run")" != null ] || fail "no finished_at"
 types=$(api GET "/v1/runs/$id/events" | sed '$d' | jq -r '[.data[].type] | join(" ")')
 assert_contains "$types" "sandbox.destroyed run.cancelled worker.destroyed" "closing events"
