@@ -15,6 +15,7 @@
 #include "common/id.h"
 #include "common/text.h"
 #include "run/run.h"
+#include "store/store.h"
 
 int eph_api_error_set(struct eph_api_error *e, unsigned status, const char *type, const char *code,
                       const char *param, const char *fmt, ...)
@@ -145,8 +146,7 @@ static int check_files(json_t *files, json_t **out, struct eph_api_error *e)
     if (why) {
         char param[48];
         snprintf(param, sizeof(param), "files[%zu].path", b);
-        rc = BAD(param, "'%.200s' and '%.200s' cannot both be files: %s", paths[a], paths[b],
-                 why);
+        rc = BAD(param, "'%.200s' and '%.200s' cannot both be files: %s", paths[a], paths[b], why);
     }
     if (rc) {
         json_decref(norm);
@@ -241,7 +241,8 @@ static int check_scalars(json_t *body, const struct eph_config *cfg, struct eph_
         c->model = cfg->default_model;
     }
     int rc;
-    if ((rc = want_bool(body, "shell", &c->shell, e)) || (rc = want_bool(body, "web", &c->web, e)) ||
+    if ((rc = want_bool(body, "shell", &c->shell, e)) ||
+        (rc = want_bool(body, "web", &c->web, e)) ||
         (rc = want_bool(body, "zero_data_retention", &c->zdr, e)))
         return rc;
     json_t *conns = json_object_get(body, "connections");
@@ -432,4 +433,192 @@ bool eph_api_content_type_is_json(const char *ct)
         return false;
     const char *rest = skip_ows(ct + 16);
     return *rest == '\0' || *rest == ';';
+}
+
+/* ---- connections (SPEC 7) ---- */
+
+#define NAME_MAX_LEN 64
+#define BASE_URL_MAX 2048
+#define PREFIXES_MAX 32
+#define PREFIX_MAX_LEN 512
+#define HEADERS_MAX 32
+#define HEADER_NAME_MAX 128
+#define HEADER_VALUE_MAX 8192
+
+static const char *const methods_allowed[] = {"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD"};
+
+static bool valid_name(const char *s, size_t n)
+{
+    if (n == 0 || n > NAME_MAX_LEN || strlen(s) != n)
+        return false;
+    for (; *s; s++)
+        if (!((*s >= 'a' && *s <= 'z') || (*s >= '0' && *s <= '9') || *s == '_' || *s == '-'))
+            return false;
+    return true;
+}
+
+static bool valid_base_url(const char *s, size_t n)
+{
+    const char *host;
+    if (strncmp(s, "https://", 8) == 0)
+        host = s + 8;
+    else if (strncmp(s, "http://", 7) == 0)
+        host = s + 7;
+    else
+        return false;
+    if (n > BASE_URL_MAX || strlen(s) != n || !*host || *host == '/' || *host == ':' ||
+        *host == '@')
+        return false;
+    /* No userinfo ("https://user:pass@host"): credentials belong in the sealed headers, and an
+     * '@' before the first '/', '?' or '#' would make the host something else than it looks. */
+    size_t authority = strcspn(host, "/?#");
+    if (memchr(host, '@', authority))
+        return false;
+    for (const char *p = s; *p; p++)
+        if ((unsigned char)*p <= 0x20 || (unsigned char)*p >= 0x7f)
+            return false;
+    return true;
+}
+
+/* An HTTP token (RFC 9110 5.6.2). */
+static bool valid_header_name(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > HEADER_NAME_MAX)
+        return false;
+    for (; *s; s++)
+        if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
+              strchr("!#$%&'*+-.^_`|~", *s)))
+            return false;
+    return true;
+}
+
+/* No CR, LF or NUL (no header injection), no other control character but tab. */
+static bool valid_header_value(const char *s, size_t n)
+{
+    if (n > HEADER_VALUE_MAX || strlen(s) != n)
+        return false;
+    for (; *s; s++)
+        if (((unsigned char)*s < 0x20 && *s != '\t') || *s == 0x7f)
+            return false;
+    return true;
+}
+
+static bool valid_prefix(const char *s, size_t n)
+{
+    if (n == 0 || n > PREFIX_MAX_LEN || strlen(s) != n || s[0] != '/' || strstr(s, ".."))
+        return false;
+    for (; *s; s++)
+        if ((unsigned char)*s <= 0x20 || (unsigned char)*s >= 0x7f)
+            return false;
+    return true;
+}
+
+#define FAIL(p, ...)                                                                               \
+    do {                                                                                           \
+        *param = (p);                                                                              \
+        snprintf(err, errlen, __VA_ARGS__);                                                        \
+        rc = -EINVAL;                                                                              \
+        goto out;                                                                                  \
+    } while (0)
+
+int eph_api_connection_check(json_t *body, struct eph_connection *c, const char **param, char *err,
+                             size_t errlen)
+{
+    int rc = 0;
+    memset(c, 0, sizeof(*c));
+    *param = NULL;
+    json_t *name = json_object_get(body, "name");
+    if (!json_is_string(name) || !valid_name(json_string_value(name), json_string_length(name)))
+        FAIL("name", "'name' must be 1 to 64 characters from a-z, 0-9, '_' and '-'");
+    snprintf(c->name, sizeof(c->name), "%s", json_string_value(name));
+    json_t *url = json_object_get(body, "base_url");
+    if (!json_is_string(url) || !valid_base_url(json_string_value(url), json_string_length(url)))
+        FAIL("base_url",
+             "'base_url' must be an https:// or http:// URL with a host, without "
+             "user:password@ (put credentials in 'headers'), spaces or control characters, of "
+             "at most %d bytes",
+             BASE_URL_MAX);
+    c->base_url = strdup(json_string_value(url));
+
+    c->methods = json_array();
+    json_t *ms = json_object_get(body, "methods");
+    if (ms) {
+        if (!json_is_array(ms) || json_array_size(ms) == 0)
+            FAIL("methods", "'methods' must be a non-empty array of GET, POST, PUT, PATCH, "
+                            "DELETE, HEAD");
+        size_t i;
+        json_t *m;
+        json_array_foreach(ms, i, m)
+        {
+            const char *s = json_string_value(m);
+            size_t j, nm = sizeof(methods_allowed) / sizeof(methods_allowed[0]);
+            for (j = 0; s && j < nm; j++)
+                if (strcmp(s, methods_allowed[j]) == 0)
+                    break;
+            if (!s || j == nm)
+                FAIL("methods", "'methods' must be a non-empty array of GET, POST, PUT, PATCH, "
+                                "DELETE, HEAD");
+            bool dup = false;
+            size_t x;
+            json_t *have;
+            json_array_foreach(c->methods, x, have) dup |= strcmp(json_string_value(have), s) == 0;
+            if (!dup)
+                json_array_append_new(c->methods, json_string(s));
+        }
+    } else {
+        json_array_append_new(c->methods, json_string("GET"));
+    }
+
+    c->path_prefixes = json_array();
+    json_t *ps = json_object_get(body, "path_prefixes");
+    if (ps) {
+        if (!json_is_array(ps) || json_array_size(ps) > PREFIXES_MAX)
+            FAIL("path_prefixes", "'path_prefixes' must be an array of at most %d paths",
+                 PREFIXES_MAX);
+        size_t i;
+        json_t *p;
+        json_array_foreach(ps, i, p)
+        {
+            if (!json_is_string(p) || !valid_prefix(json_string_value(p), json_string_length(p)))
+                FAIL("path_prefixes",
+                     "each path prefix must start with '/', have no '..', no "
+                     "space or control character, and at most %d bytes",
+                     PREFIX_MAX_LEN);
+            json_array_append(c->path_prefixes, p);
+        }
+    }
+    if (json_array_size(c->path_prefixes) == 0)
+        json_array_append_new(c->path_prefixes, json_string("/"));
+
+    c->header_names = json_array();
+    json_t *hs = json_object_get(body, "headers");
+    if (hs) {
+        if (!json_is_object(hs) || json_object_size(hs) > HEADERS_MAX)
+            FAIL("headers",
+                 "'headers' must be an object of at most %d header names to string "
+                 "values",
+                 HEADERS_MAX);
+        const char *hn;
+        json_t *hv;
+        json_object_foreach(hs, hn, hv)
+        {
+            /* The message names the header, never its value. */
+            if (!valid_header_name(hn))
+                FAIL("headers", "header name '%.64s' is not a valid HTTP header name", hn);
+            if (!json_is_string(hv) ||
+                !valid_header_value(json_string_value(hv), json_string_length(hv)))
+                FAIL("headers",
+                     "the value of header '%.64s' must be a string of at most %d "
+                     "bytes without control characters",
+                     hn, HEADER_VALUE_MAX);
+            json_array_append_new(c->header_names, json_string(hn));
+        }
+    }
+    if (!c->base_url)
+        rc = -ENOMEM;
+out:
+    if (rc)
+        eph_connection_release(c);
+    return rc;
 }

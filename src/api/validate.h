@@ -63,10 +63,10 @@ void eph_api_create_release(struct eph_api_create *c);
 
 /* The query arguments of one request, as pairs in the order received. */
 struct eph_api_query {
-    unsigned limit;      /* GET /v1/runs: 1..100, 20 when absent */
-    const char *after;   /* GET /v1/runs: a run id (borrowed), or NULL */
-    const char *status;  /* GET /v1/runs: a run status (borrowed), or NULL */
-    bool has_after_seq;  /* GET /v1/runs/{id}/events */
+    unsigned limit;     /* GET /v1/runs: 1..100, 20 when absent */
+    const char *after;  /* GET /v1/runs: a run id (borrowed), or NULL */
+    const char *status; /* GET /v1/runs: a run status (borrowed), or NULL */
+    bool has_after_seq; /* GET /v1/runs/{id}/events */
     uint64_t after_seq;
 };
 
@@ -86,5 +86,13 @@ int eph_api_validate_prefer(const char *header, unsigned max, unsigned *wait,
 /* Whether a Content-Type names JSON: "application/json", any case, optionally followed by
  * parameters (";charset=utf-8"). */
 bool eph_api_content_type_is_json(const char *ct);
+
+/* A connection's description (name, base_url, methods, path_prefixes, headers; the caller rejects
+ * other fields), checked and copied into c without sealing its headers (c->sealed stays NULL;
+ * eph_api_connection_build in api.h seals). 0 (release c with eph_connection_release), or -EINVAL
+ * with the field at fault in *param and why in err (never a header's value), or -ENOMEM. */
+struct eph_connection;
+int eph_api_connection_check(json_t *body, struct eph_connection *c, const char **param, char *err,
+                             size_t errlen);
 
 #endif

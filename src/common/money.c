@@ -29,6 +29,21 @@ char *eph_money_format(int64_t micros, char out[EPH_MONEY_FMT_MAX])
     return out;
 }
 
+/* micros (>= 0) rounded half up to the fifth decimal, as eph_money_format shows it. */
+static int64_t shown_micros(int64_t micros)
+{
+    if (micros > INT64_MAX - 10)
+        return micros;
+    return (micros / 10 + (micros % 10 >= 5 ? 1 : 0)) * 10;
+}
+
+char *eph_money_format_rest(int64_t total, int64_t part, char out[EPH_MONEY_FMT_MAX])
+{
+    if (part < 0 || part > total)
+        return eph_money_format(total - part, out);
+    return eph_money_format(shown_micros(total) - shown_micros(part), out);
+}
+
 int eph_money_parse_dollars_why(const char *s, int64_t *out, const char **why)
 {
     *why = "not an amount in dollars";

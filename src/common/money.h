@@ -17,6 +17,13 @@
  * leading "-". Returns out. */
 char *eph_money_format(int64_t micros, char out[EPH_MONEY_FMT_MAX]);
 
+/* The rest of a split shown beside its part: "$X charged, $Y released" must add up to the budget
+ * shown, but rounding each amount on its own can be a digit off (each of 0.000005 + 0.000005 is
+ * shown as $0.00001, their sum too). So the rest is shown as the shown total minus the shown part,
+ * each rounded once: eph_money_format(part) + this = eph_money_format(total) to the last digit.
+ * 0 <= part <= total. Returns out. */
+char *eph_money_format_rest(int64_t total, int64_t part, char out[EPH_MONEY_FMT_MAX]);
+
 /* Parses "0.04", "$1", "12.5" into micros (at most 6 decimals). 0 or -EINVAL / -EOVERFLOW. */
 int eph_money_parse_dollars(const char *s, int64_t *out);
 /* The same, with the rule that failed in *why ("more than 6 decimals", "too large", ...). */

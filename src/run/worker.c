@@ -86,7 +86,8 @@ static int settle(struct eph_service *svc, struct eph_live *live, struct eph_run
     char tok[32], charged[EPH_MONEY_FMT_MAX], released[EPH_MONEY_FMT_MAX];
     eph_format_thousands(r->usage.input_tokens + r->usage.output_tokens, tok);
     eph_money_format(c->charged_micros, charged);
-    eph_money_format(c->released_micros, released);
+    /* Shown so that the two add up to the budget shown (money.h). */
+    eph_money_format_rest(c->reserved_micros, c->charged_micros, released);
     struct eph_event ev[2];
     json_t *run_data = json_pack("{s:s}", "status", eph_run_status_name(r->status));
     if (r->error_code)

@@ -6,7 +6,7 @@
 # still free).
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/api_common.sh"
-test_deadline 120
+test_deadline 300
 start_api_server
 
 post() { # JSON [curl args]: POST /v1/runs with that body

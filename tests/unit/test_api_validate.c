@@ -119,9 +119,9 @@ static const char *files_param(const char *a, const char *b)
 
 static void test_create_file_paths(void **state)
 {
-    const char *bad[] = {".",    "a/.",  "./a",       "a/",     "a//b",       "/abs",
-                         "..",   "a/..", "a/../b",    "",       "a\\u0001b",  "a\\nb",
-                         "a\\tb", "\\u007f", "a\\u0000b"};
+    const char *bad[] = {".",         "a/.",   "./a",   "a/",      "a//b",
+                         "/abs",      "..",    "a/..",  "a/../b",  "",
+                         "a\\u0001b", "a\\nb", "a\\tb", "\\u007f", "a\\u0000b"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         print_message("path '%s'\n", bad[i]);
         assert_string_equal(files_param(bad[i], NULL), "files[0].path");
@@ -183,8 +183,16 @@ static void test_query(void **state)
     assert_int_equal(q.limit, 20);
     assert_int_equal(query("/v1/runs", "limit=100&status=queued", &q, &e), 0);
     assert_int_equal(q.limit, 100);
-    const char *bad[] = {"limit=0", "limit=101", "limit=+5", "limit= 5", "limit=5x", "limit",
-                         "status=nope", "after=run_x", "limit=1&limit=2", "foo=1",
+    const char *bad[] = {"limit=0",
+                         "limit=101",
+                         "limit=+5",
+                         "limit= 5",
+                         "limit=5x",
+                         "limit",
+                         "status=nope",
+                         "after=run_x",
+                         "limit=1&limit=2",
+                         "foo=1",
                          "limit=99999999999999999999999"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         print_message("query '%s'\n", bad[i]);
@@ -212,17 +220,24 @@ static void test_prefer(void **state)
     const struct {
         const char *h;
         unsigned want;
-    } ok[] = {{"wait=0", 0},      {"wait=600", 600},          {"wait = 5", 5},
-              {"WAIT=7", 7},      {"respond-async, wait=3", 3}, {"return=minimal", 0},
-              {"nowait=5", 0},    {" wait=9 ", 9},            {"handling=lenient,wait=2", 2}};
+    } ok[] = {{"wait=0", 0},
+              {"wait=600", 600},
+              {"wait = 5", 5},
+              {"WAIT=7", 7},
+              {"respond-async, wait=3", 3},
+              {"return=minimal", 0},
+              {"nowait=5", 0},
+              {" wait=9 ", 9},
+              {"handling=lenient,wait=2", 2}};
     for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
         print_message("Prefer: %s\n", ok[i].h);
         assert_int_equal(eph_api_validate_prefer(ok[i].h, 600, &w, &e), 0);
         assert_int_equal(w, ok[i].want);
     }
-    const char *bad[] = {"wait=601", "wait=-1", "wait=", "wait", "wait=abc", "wait=1x",
+    const char *bad[] = {"wait=601",       "wait=-1",    "wait=",
+                         "wait",           "wait=abc",   "wait=1x",
                          "wait=1, wait=2", "wait=1;x=2", "wait=99999999999999999999999999",
-                         "wait=+1", "wait=1 2"};
+                         "wait=+1",        "wait=1 2"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         print_message("Prefer: %s\n", bad[i]);
         assert_int_equal(eph_api_validate_prefer(bad[i], 600, &w, &e), -EINVAL);
@@ -276,7 +291,8 @@ static void test_connection_rules(void **state)
     assert_string_equal(conn_param("{\"name\": \"GH\", \"base_url\": \"https://a.example\"}"),
                         "name");
     assert_string_equal(
-        conn_param("{\"name\": \"g\", \"base_url\": \"https://a.example\", \"methods\": [\"TRACE\"]}"),
+        conn_param(
+            "{\"name\": \"g\", \"base_url\": \"https://a.example\", \"methods\": [\"TRACE\"]}"),
         "methods");
     assert_string_equal(conn_param("{\"name\": \"g\", \"base_url\": \"https://a.example\", "
                                    "\"headers\": {\"X\": \"a\\r\\nB: c\"}}"),
@@ -383,8 +399,8 @@ static void admit_refused_releases(void **state, bool zdr, const char *id)
     struct eph_event first;
     make_run(f, id, zdr, &r, &first);
     bool queue_failed = false;
-    int rc = eph_api_run_admit(&f->svc, &r, &first, "the prompt", NULL, submit_fails,
-                               &queue_failed);
+    int rc =
+        eph_api_run_admit(&f->svc, &r, &first, "the prompt", NULL, submit_fails, &queue_failed);
     assert_int_equal(rc, -ENOMEM);
     assert_true(queue_failed);
     /* Nothing reserved, nothing charged. */
@@ -424,8 +440,8 @@ static void test_admit_store_refusal_leaves_nothing_live(void **state)
     r.cost.reserved_micros = 100001; /* more than the balance */
     bool queue_failed = true;
     submitted[0] = '\0';
-    assert_int_equal(
-        eph_api_run_admit(&f->svc, &r, &first, NULL, NULL, submit_ok, &queue_failed), -EDQUOT);
+    assert_int_equal(eph_api_run_admit(&f->svc, &r, &first, NULL, NULL, submit_ok, &queue_failed),
+                     -EDQUOT);
     assert_false(queue_failed);
     assert_string_equal(submitted, "");
     assert_null(eph_live_get(r.id));
@@ -442,8 +458,8 @@ static void test_admit_ok(void **state)
     struct eph_event first;
     make_run(f, "run_00000000000000000000000000000004", false, &r, &first);
     bool queue_failed = true;
-    assert_int_equal(
-        eph_api_run_admit(&f->svc, &r, &first, NULL, NULL, submit_ok, &queue_failed), 0);
+    assert_int_equal(eph_api_run_admit(&f->svc, &r, &first, NULL, NULL, submit_ok, &queue_failed),
+                     0);
     assert_false(queue_failed);
     assert_string_equal(submitted, r.id);
     struct eph_live *l = eph_live_get(r.id);
@@ -471,10 +487,9 @@ int main(void)
         cmocka_unit_test(test_connection_rules),
         cmocka_unit_test(test_money_rules),
         cmocka_unit_test_setup_teardown(test_admit_queue_failure, admit_setup, admit_teardown),
-        cmocka_unit_test_setup_teardown(test_admit_queue_failure_zdr, admit_setup,
+        cmocka_unit_test_setup_teardown(test_admit_queue_failure_zdr, admit_setup, admit_teardown),
+        cmocka_unit_test_setup_teardown(test_admit_store_refusal_leaves_nothing_live, admit_setup,
                                         admit_teardown),
-        cmocka_unit_test_setup_teardown(test_admit_store_refusal_leaves_nothing_live,
-                                        admit_setup, admit_teardown),
         cmocka_unit_test_setup_teardown(test_admit_ok, admit_setup, admit_teardown),
     };
     return cmocka_run_group_tests(tests, setup_cfg, teardown_cfg);
