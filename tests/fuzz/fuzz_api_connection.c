@@ -14,8 +14,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    json_t *body = json_loadb((const char *)data, size, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL,
-                              NULL);
+    json_t *body =
+        json_loadb((const char *)data, size, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, NULL);
     if (!body)
         return 0;
     struct eph_connection c;
@@ -32,7 +32,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         abort();
     const char *host = strncmp(c.base_url, "https://", 8) == 0  ? c.base_url + 8
                        : strncmp(c.base_url, "http://", 7) == 0 ? c.base_url + 7
-                                                                 : NULL;
+                                                                : NULL;
     if (!host || !*host)
         abort();
     size_t authority = strcspn(host, "/?#");

@@ -48,8 +48,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         values[n++] = eq ? eq + 1 : NULL;
     }
     struct eph_api_query q;
-    if (eph_api_validate_query(route, data[0] & 0x80 ? "POST" : "GET", n, names, values, &q,
-                               &e) == 0) {
+    if (eph_api_validate_query(route, data[0] & 0x80 ? "POST" : "GET", n, names, values, &q, &e) ==
+        0) {
         if (q.limit < 1 || q.limit > 100 || (q.after && !eph_id_is_run(q.after)))
             abort();
         if (n && ((data[0] & 0x80) || strcmp(route, "/v1/balance") == 0))
