@@ -511,6 +511,17 @@ static int route(struct eph_api_req *req)
     return rt->fn ? rt->fn(req) : rt->fn_id(req, id);
 }
 
+/* 413, counted under the route the body was meant for. */
+static int body_too_large(struct eph_api_req *req)
+{
+    char id[80];
+    const char *r = match_pattern(req->path, id, sizeof(id));
+    req->route = r ? r : "other";
+    return eph_api_reply_error(req, 413, "invalid_request_error", "body_too_large", NULL,
+                               "request body over the limit of %zu bytes",
+                               req->svc->cfg->max_body_bytes);
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
                                   const char *method, const char *version, const char *upload_data,
                                   size_t *upload_data_size, void **state)
@@ -534,15 +545,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         eph_buf_init(&req->body, api->svc->cfg->max_body_bytes);
         *state = req;
         const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
-        if (cl && strtoull(cl, NULL, 10) > api->svc->cfg->max_body_bytes) {
-            /* Counted under the route it was meant for. */
-            char id[80];
-            const char *r = match_pattern(url, id, sizeof(id));
-            req->route = r ? r : "other";
-            return (enum MHD_Result)eph_api_reply_error(
-                req, 413, "invalid_request_error", "body_too_large", NULL,
-                "request body over the limit of %zu bytes", api->svc->cfg->max_body_bytes);
-        }
+        if (cl && strtoull(cl, NULL, 10) > api->svc->cfg->max_body_bytes)
+            return (enum MHD_Result)body_too_large(req);
         return MHD_YES;
     }
     if (*upload_data_size) {
@@ -554,18 +558,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     if (req->answered)
         return MHD_YES;
     eph_log_set_request(req->request_id);
-    if (req->body_too_large) {
-        char id[80];
-        const char *r = match_pattern(url, id, sizeof(id));
-        req->route = r ? r : "other";
-        int trc = eph_api_reply_error(req, 413, "invalid_request_error", "body_too_large", NULL,
-                                      "request body over the limit of %zu bytes",
-                                      api->svc->cfg->max_body_bytes);
-        eph_log_set_request(NULL);
-        return (enum MHD_Result)trc;
-    }
     int rc;
-    if (req->parked) {
+    if (req->body_too_large) {
+        rc = body_too_large(req);
+    } else if (req->parked) {
         /* Resumed by the parker: the handler takes up where it left off. */
         req->parked = false;
         rc = req->resume(req);

@@ -6,7 +6,7 @@
 # cancelled at once, all of its budget released.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/api_common.sh"
-test_deadline 90
+test_deadline 180
 have_image || skip "no sandbox image (make image)"
 start_api_server '"max_concurrent_runs": 1'
 
