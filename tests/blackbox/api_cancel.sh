@@ -82,8 +82,9 @@ api POST "/v1/runs/$busy/cancel" >/dev/null
 
 # Cancelled while its files are being placed: cancelled (it was failed, files_error). Ten MiB of
 # files take a while to place; the cancel is sent the moment the stream shows worker.started, the
-# event just before the files are written.
-python3 - "$TEST_TMP/files.json" "$QUICK_PROMPT" <<'PY'
+# event just before the files are written. Should it land after them, the run is in its long
+# command and a cancel there must give the same answer; the message says which moment it hit.
+python3 - "$TEST_TMP/files.json" "$SLOW_PROMPT" <<'PY'
 import base64, json, os, sys
 files = [{"path": f"data/f{i}", "content_base64": base64.b64encode(os.urandom(100 * 1024)).decode()}
          for i in range(100)]
