@@ -8,7 +8,7 @@
 # and `ephemerald admin credit`, and applied once per idempotency key. No sandbox is needed.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/api_common.sh"
-test_deadline 90
+test_deadline 180
 start_api_server '"max_body_bytes": 4096'
 ADMIN=$EPHEMERAL_API_KEY
 H=$TEST_TMP/headers
