@@ -3,12 +3,25 @@
 // the Authorization header) and resumed after a drop with Last-Event-ID.
 
 const KEY = "ephemeral.api_key";
+const ROLE = "ephemeral.role";
 
 export function getKey() {
   try { return sessionStorage.getItem(KEY) || ""; } catch { return ""; }
 }
 export function setKey(k) {
-  try { if (k) sessionStorage.setItem(KEY, k); else sessionStorage.removeItem(KEY); } catch { /* private mode */ }
+  try {
+    if (k) sessionStorage.setItem(KEY, k); else sessionStorage.removeItem(KEY);
+    sessionStorage.removeItem(ROLE);
+  } catch { /* private mode */ }
+}
+
+// The key's role, once the admin page has learnt it ("admin" or "member"; "" while unknown). The
+// API has no endpoint that says it without a refusal, so the page does not probe for it.
+export function getRole() {
+  try { return sessionStorage.getItem(ROLE) || ""; } catch { return ""; }
+}
+export function setRole(r) {
+  try { sessionStorage.setItem(ROLE, r); } catch { /* private mode */ }
 }
 
 export class ApiError extends Error {

@@ -64,12 +64,10 @@ const state = { role: null, seed: null, form: null };
 async function refreshAccount() {
   const bal = document.getElementById("balance");
   const btn = document.getElementById("key-button");
-  const nav = document.getElementById("nav-admin");
   if (!api.getKey()) {
     bal.textContent = "";
     btn.textContent = "Set API key";
     btn.classList.add("primary");
-    nav.hidden = true;
     state.role = null;
     return;
   }
@@ -85,15 +83,7 @@ async function refreshAccount() {
     bal.title = err.message;
     bal.classList.add("bad");
   }
-  if (state.role === null) {
-    try {
-      await api.request("GET", "/v1/keys");
-      state.role = "admin";
-    } catch (err) {
-      state.role = err.status === 403 ? "member" : null;
-    }
-    nav.hidden = state.role !== "admin";
-  }
+  state.role = api.getRole();
 }
 
 function openKeyDialog(message) {
@@ -123,7 +113,6 @@ function setupKeyDialog() {
     const key = input.value.trim();
     if (!key) { showError(err, { message: "Paste a key first." }); return; }
     api.setKey(key);
-    state.role = null;
     try {
       await api.request("GET", "/v1/balance");
     } catch (ex) {
@@ -384,7 +373,7 @@ function playgroundPage(main) {
   renderConnections(null);
   renderFiles();
 
-  form.addEventListener("input", sync);
+  form.addEventListener("input", (e) => { e.target.removeAttribute("aria-invalid"); sync(); });
   form.addEventListener("change", sync);
   resetBtn.addEventListener("click", () => {
     state.form = null;
@@ -412,6 +401,10 @@ function playgroundPage(main) {
       runBtn.disabled = false;
       runBtn.textContent = "Run";
       if (err.status === 401) refreshAccount();
+      // The field at fault, when the server names one the form has.
+      const at = { prompt, timeout_seconds: timeout, max_cost_micros: budget, model,
+                   web: allow, connections: connText }[String(err.param || "").split(/[.[]/)[0]];
+      if (at && !at.closest("[hidden]")) { at.setAttribute("aria-invalid", "true"); at.focus(); }
     }
   });
 
@@ -465,7 +458,8 @@ function renderMarkdown(el, text) {
   const esc = (s) => s.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;").replace(/"/g, "&quot;");
   renderer.html = (html) => esc(typeof html === "string" ? html : html.text || "");
   renderer.image = (href, title, alt) => esc(`[image: ${alt || ""}] ${href || ""}`);
-  const html = window.marked.parse(text, { renderer, mangle: false, headerIds: false });
+  // breaks: a single newline is a line break, as a model that answers line by line means it.
+  const html = window.marked.parse(text, { renderer, mangle: false, headerIds: false, breaks: true });
   const clean = window.DOMPurify.sanitize(html, {
     FORBID_TAGS: ["style", "img", "form", "input", "button", "iframe", "svg", "math"],
     FORBID_ATTR: ["style"],
@@ -487,22 +481,25 @@ function costBar(cost, reserved, live) {
   if (!live) {
     bar.append(h("span", { class: "seg model" }), h("span", { class: "seg web" }), h("span", { class: "seg compute" }));
     const [m, w, c] = bar.children;
-    m.style.width = pct(cost.model_micros);
-    w.style.width = pct(cost.web_micros);
-    c.style.width = pct(cost.compute_micros);
+    // A part too small to see still shows as a sliver (.seg has a minimum width); an empty part
+    // is not drawn.
+    for (const [el, v] of [[m, cost.model_micros], [w, cost.web_micros], [c, cost.compute_micros]]) {
+      el.style.width = pct(v);
+      el.hidden = !(v > 0);
+    }
   }
   const legend = live
     ? h("p", { class: "legend" }, h("strong", {}, fmt.money(reserved)), " reserved · charged when the run ends")
     : h("p", { class: "legend" },
-      h("span", { class: "key model" }), `Model ${fmt.money(cost.model_micros)}`,
-      h("span", { class: "key web" }), `Web ${fmt.money(cost.web_micros)}`,
-      h("span", { class: "key compute" }), `Compute ${fmt.money(cost.compute_micros)}`,
-      h("span", { class: "key released" }), `Released ${fmt.money(cost.released_micros)}`);
+      ...[["model", "Model", cost.model_micros], ["web", "Web", cost.web_micros],
+          ["compute", "Compute", cost.compute_micros], ["released", "Released", cost.released_micros]]
+        .map(([cls, name, v]) => h("span", { class: "item" }, h("span", { class: `key ${cls}` }), `${name} ${fmt.money(v)}`)));
   return [bar, legend];
 }
 
 function runPage(main, runId) {
   let run = null;
+  let settledOnLoad = false;
   let stop = null;
   let alive = true;
   const events = [];
@@ -565,10 +562,10 @@ function runPage(main, runId) {
       ? `Model ${fmt.money(c.model_micros)} · Web ${fmt.money(c.web_micros)} · Compute ${fmt.money(c.compute_micros)}`
       : "";
     perms.replaceChildren(...PERMS(run.permissions || {}, run).map(([k, v]) => h("tr", {}, h("th", { scope: "row" }, k), h("td", {}, v))));
-    const u = run.usage || {};
+    const u = terminal ? run.usage || {} : {}; // counted at the settlement
     usage.replaceChildren(...[
       ["Model calls", fmt.thousands(u.model_calls)],
-      ["Tokens", `${fmt.thousands(u.total_tokens)} (${fmt.thousands(u.input_tokens)} in, ${fmt.thousands(u.output_tokens)} out)`],
+      ["Tokens", terminal ? `${fmt.thousands(u.total_tokens)} (${fmt.thousands(u.input_tokens)} in, ${fmt.thousands(u.output_tokens)} out)` : "—"],
       ["Shell commands", fmt.thousands(u.shell_commands)],
       ["Web requests", fmt.thousands(u.web_requests)],
       ["Connection requests", fmt.thousands(u.connection_requests)],
@@ -626,7 +623,9 @@ function runPage(main, runId) {
       if (ev.type.startsWith("run.") && ev.type !== "run.queued") run.status = ev.type.slice(4);
       pill.replaceChildren(statusPill(run.status));
     }
-    if (ev.type === "worker.destroyed") refetch();
+    // The settled run (result, usage, cost) once its last event is in, unless it was already
+    // settled when the page loaded it.
+    if (ev.type === "worker.destroyed" && !settledOnLoad) refetch();
   };
 
   const refetch = async () => {
@@ -742,6 +741,7 @@ function runPage(main, runId) {
       return;
     }
     if (!alive) return;
+    settledOnLoad = fmt.TERMINAL.includes(run.status);
     drawRun();
     stop = api.followEvents(runId, {
       onEvent: (ev) => { if (alive) addEvent(ev); },
@@ -862,6 +862,8 @@ function adminPage(main) {
   (async () => {
     try {
       const k = await api.request("GET", "/v1/keys");
+      api.setRole("admin");
+      refreshAccount();
       if (!alive) return;
       for (const x of k.data)
         keys.append(h("tr", {}, h("td", {}, h("code", {}, x.id)), h("td", {}, x.role), h("td", {}, fmt.when(x.created_at))));
@@ -874,6 +876,7 @@ function adminPage(main) {
           h("td", {}, (x.methods || []).join(", ")), h("td", {}, (x.path_prefixes || []).join(", ")),
           h("td", {}, (x.header_names || []).join(", ") || "—")));
     } catch (e) {
+      if (e.status === 403) { api.setRole("member"); refreshAccount(); }
       if (alive) showError(err, e);
     }
   })();
