@@ -333,17 +333,19 @@ function playgroundPage(main) {
         h("button", { type: "button", class: "ghost small", "aria-label": `Remove ${x.path}`,
                       onclick: () => { f.files.splice(i, 1); renderFiles(); sync(); } }, "Remove"))));
   };
+  // Files are read one by one; the list is checked and changed only between reads, so that a
+  // drop while a choice is still being read loses nothing.
   const addFiles = async (list) => {
-    let total = f.files.reduce((n, x) => n + x.size, 0);
-    for (const file of list) {
-      if (f.files.length >= 100) { showError(formError, { message: "At most 100 files." }); break; }
+    for (const file of [...list]) {
+      const others = () => f.files.filter((x) => x.path !== file.name);
+      const total = others().reduce((n, x) => n + x.size, 0);
+      if (others().length >= 100) { showError(formError, { message: "At most 100 files." }); break; }
       if (total + file.size > MAX_FILES_BYTES) { showError(formError, { message: `${file.name}: the files would be over 10 MiB in all.` }); break; }
-      total += file.size;
-      f.files = f.files.filter((x) => x.path !== file.name);
-      f.files.push({ path: file.name, size: file.size, body: await readFile(file) });
+      const body = await readFile(file);
+      f.files = [...others(), { path: file.name, size: file.size, body }];
+      renderFiles();
+      sync();
     }
-    renderFiles();
-    sync();
   };
   fileInput.addEventListener("change", () => { addFiles(fileInput.files); fileInput.value = ""; });
   drop.addEventListener("dragover", (e) => { e.preventDefault(); drop.classList.add("over"); });
@@ -518,7 +520,7 @@ function runPage(main, runId) {
   const costLine = h("p", { class: "costline", id: "cost-line" });
   const perms = h("tbody", { id: "perms" });
   const usage = h("tbody", { id: "usage" });
-  const replayBox = h("div", { class: "replay", id: "replay", hidden: true });
+  const replayBox = h("div", { class: "replay", id: "replay" });
 
   main.append(
     h("nav", { class: "crumbs", "aria-label": "Breadcrumb" }, h("a", { href: "/runs", "data-nav": true }, "← All runs")),
@@ -640,78 +642,85 @@ function runPage(main, runId) {
     }
   };
 
-  /* Replay: the finished timeline again, with its original spacing, at x1, x4 or x16. */
-  let replay = null;
-  const drawReplay = () => {
-    if (replayBox.childElementCount || !events.length) { replayBox.hidden = !events.length; return; }
-    const tMax = Math.max(...events.map((e) => e.t || 0));
-    const playBtn = h("button", { type: "button", class: "primary small", id: "replay-play" }, "▶ Replay");
-    const speeds = h("div", { class: "speeds", role: "radiogroup", "aria-label": "Replay speed" });
-    const range = h("input", { type: "range", id: "replay-pos", min: "0", max: String(Math.ceil(tMax * 100)), step: "1", value: String(Math.ceil(tMax * 100)), "aria-label": "Replay position (jump)" });
-    const clock = h("span", { class: "clock", id: "replay-clock" }, `${tMax.toFixed(2)} / ${tMax.toFixed(2)} s`);
-    replay = { speed: 1, playing: false, pos: tMax, base: 0, t0: 0, raf: 0 };
-    for (const s of [1, 4, 16]) {
-      const b = h("button", { type: "button", role: "radio", class: "ghost small", "data-speed": s, "aria-checked": s === 1 ? "true" : "false" }, `×${s}`);
-      b.addEventListener("click", () => {
-        setPos(currentPos());
-        replay.speed = s;
-        for (const x of speeds.children) x.setAttribute("aria-checked", x === b ? "true" : "false");
-      });
-      speeds.append(b);
+  /* Replay: the finished timeline again, with its original spacing, at x1, x4 or x16. The
+   * controls have their place from the start (disabled while the run goes on), so that nothing
+   * moves when the run ends. */
+  const replay = { speed: 1, playing: false, pos: 0, base: 0, t0: 0, raf: 0, tMax: 0 };
+  const playBtn = h("button", { type: "button", class: "primary small", id: "replay-play", disabled: true }, "▶ Replay");
+  const speeds = h("div", { class: "speeds", role: "radiogroup", "aria-label": "Replay speed" });
+  const range = h("input", { type: "range", id: "replay-pos", min: "0", max: "0", step: "1", value: "0", disabled: true, "aria-label": "Replay position (jump)" });
+  const clock = h("span", { class: "clock", id: "replay-clock" }, "replay when the run ends");
+  const currentPos = () => replay.playing ? replay.base + ((performance.now() - replay.t0) / 1000) * replay.speed : replay.pos;
+  const setPos = (p) => { replay.pos = p; replay.base = p; replay.t0 = performance.now(); };
+  for (const sp of [1, 4, 16]) {
+    const b = h("button", { type: "button", role: "radio", class: "ghost small", "data-speed": sp, "aria-checked": sp === 1 ? "true" : "false" }, `×${sp}`);
+    b.addEventListener("click", () => {
+      setPos(currentPos());
+      replay.speed = sp;
+      for (const x of speeds.children) x.setAttribute("aria-checked", x === b ? "true" : "false");
+    });
+    speeds.append(b);
+  }
+  const show = (p) => {
+    let last = null;
+    for (const ev of events) {
+      const tr = rows.get(ev.seq);
+      const visible = (ev.t || 0) <= p + 1e-9;
+      tr.hidden = !visible;
+      tr.classList.remove("current");
+      if (visible) last = tr;
     }
-    const currentPos = () => replay.playing ? replay.base + ((performance.now() - replay.t0) / 1000) * replay.speed : replay.pos;
-    const setPos = (p) => { replay.pos = p; replay.base = p; replay.t0 = performance.now(); };
-    const show = (p) => {
-      let last = null;
-      for (const ev of events) {
-        const tr = rows.get(ev.seq);
-        const visible = (ev.t || 0) <= p + 1e-9;
-        tr.hidden = !visible;
-        tr.classList.remove("current");
-        if (visible) last = tr;
-      }
-      if (last && p < tMax) last.classList.add("current");
-      range.value = String(Math.round(p * 100));
-      clock.textContent = `${p.toFixed(2)} / ${tMax.toFixed(2)} s`;
-    };
-    const frame = () => {
-      if (!replay.playing) return;
-      const p = currentPos();
-      if (p >= tMax) {
-        replay.playing = false;
-        replay.pos = tMax;
-        show(tMax);
-        playBtn.textContent = "▶ Replay";
-        replayBox.dataset.state = "ended";
-        return;
-      }
-      show(p);
-      replay.raf = requestAnimationFrame(frame);
-    };
-    playBtn.addEventListener("click", () => {
-      if (replay.playing) {
-        replay.pos = currentPos();
-        replay.playing = false;
-        cancelAnimationFrame(replay.raf);
-        playBtn.textContent = "▶ Resume";
-        replayBox.dataset.state = "paused";
-        return;
-      }
-      let p = replay.pos >= tMax ? 0 : replay.pos;
-      setPos(p);
-      replay.playing = true;
-      playBtn.textContent = "❚❚ Pause";
-      replayBox.dataset.state = "playing";
-      show(p);
-      replay.raf = requestAnimationFrame(frame);
-    });
-    range.addEventListener("input", () => {
-      const p = Number(range.value) / 100;
-      setPos(p);
-      show(p);
-    });
-    replayBox.append(playBtn, speeds, range, clock);
-    replayBox.hidden = false;
+    if (last && p < replay.tMax) last.classList.add("current");
+    range.value = String(Math.round(p * 100));
+    clock.textContent = `${p.toFixed(2)} / ${replay.tMax.toFixed(2)} s`;
+  };
+  const frame = () => {
+    if (!replay.playing) return;
+    const p = currentPos();
+    if (p >= replay.tMax) {
+      replay.playing = false;
+      replay.pos = replay.tMax;
+      show(replay.tMax);
+      playBtn.textContent = "▶ Replay";
+      replayBox.dataset.state = "ended";
+      return;
+    }
+    show(p);
+    replay.raf = requestAnimationFrame(frame);
+  };
+  playBtn.addEventListener("click", () => {
+    if (replay.playing) {
+      replay.pos = currentPos();
+      replay.playing = false;
+      cancelAnimationFrame(replay.raf);
+      playBtn.textContent = "▶ Resume";
+      replayBox.dataset.state = "paused";
+      return;
+    }
+    const p = replay.pos >= replay.tMax ? 0 : replay.pos;
+    setPos(p);
+    replay.playing = true;
+    playBtn.textContent = "❚❚ Pause";
+    replayBox.dataset.state = "playing";
+    show(p);
+    replay.raf = requestAnimationFrame(frame);
+  });
+  range.addEventListener("input", () => {
+    const p = Number(range.value) / 100;
+    setPos(p);
+    show(p);
+  });
+  replayBox.append(playBtn, speeds, range, clock);
+  const drawReplay = () => {
+    if (!events.length || replayBox.dataset.state) return;
+    replay.tMax = Math.max(...events.map((e) => e.t || 0));
+    replay.pos = replay.tMax;
+    range.max = String(Math.ceil(replay.tMax * 100));
+    range.value = range.max;
+    clock.textContent = `${replay.tMax.toFixed(2)} / ${replay.tMax.toFixed(2)} s`;
+    playBtn.disabled = false;
+    range.disabled = false;
+    replayBox.dataset.state = "ready";
   };
 
   cancelBtn.addEventListener("click", async () => {
@@ -760,7 +769,8 @@ function runPage(main, runId) {
   return () => {
     alive = false;
     if (stop) stop();
-    if (replay) { replay.playing = false; cancelAnimationFrame(replay.raf); }
+    replay.playing = false;
+    cancelAnimationFrame(replay.raf);
   };
 }
 

@@ -221,8 +221,12 @@ def use_key(b, key):
     b.find("#key-button").click()
     b.wait_js("the key dialog", "return document.getElementById('key-dialog').open")
     fill(b, "#key-input", key)
+    b.js("document.querySelector('#main > *').setAttribute('data-before-key', '')")
     b.find("#key-form button[type=submit]").click()
     b.wait_js("the dialog to close", "return !document.getElementById('key-dialog').open")
+    # Saving a key draws the page again with it: wait for the new page, not the old one.
+    b.wait_js("the page drawn with the key", "return !document.querySelector('#main > [data-before-key]')"
+              " && !!document.getElementById('pg-run')")
     b.wait_js("the balance", "return document.getElementById('balance').textContent.startsWith('Balance')")
 
 
@@ -366,6 +370,9 @@ def run_from_the_playground_streams_live(b):
     assert live["status"] in ("Running", "Starting", "Queued"), live
     assert "live" in live["live"], live
     shot(b, "03-run-live")
+    where = ("return ['#cost', '#timeline-body tr', '.side', '.runhead h1', '#tl-title']"
+             ".map(s => Math.round(document.querySelector(s).getBoundingClientRect().top))")
+    before = b.js(where)
     msg = wait_destroyed(b)
     assert re.fullmatch(r"\$[0-9.]+ charged, \$[0-9.]+ released", msg), msg
     run = finished(run_id)
@@ -381,6 +388,8 @@ def run_from_the_playground_streams_live(b):
     assert summary.startswith(f"{money(c['charged_micros'])} of {money(c['reserved_micros'])}"), summary
     result = b.wait_js("the result", "return document.getElementById('result').textContent")
     assert "Counted: one, two, three." in result, result
+    # No layout shift while it streamed and settled: what was on the screen has not moved.
+    assert b.js(where) == before, (before, b.js(where))
     # Every event once, in order, as the API has them.
     rows = timeline(b)
     api_events = events_of(run_id)
@@ -423,13 +432,75 @@ def the_seed_example_end_to_end(b):
 
 
 @test()
+def files_are_sent_inline(b):
+    """Chosen and dropped files go inline: text as content, binary as content_base64."""
+    text_path = os.path.join(TMP, "notes.txt")
+    bin_path = os.path.join(TMP, "blob.bin")
+    with open(text_path, "w") as f:
+        f.write("hello from the browser\n")
+    with open(bin_path, "wb") as f:
+        f.write(bytes([0, 255, 1, 254]))
+    use_key(b, MEMBER_KEY)
+    b.find("#pg-reset").click()
+    b.wait_js("the form", "return !!document.getElementById('pg-prompt')")
+    fill(b, "#pg-prompt", XSS_PROMPT)
+    b.find("#pg-files").send_keys(text_path + "\n" + bin_path)
+    b.js("""const dt = new DataTransfer();
+            dt.items.add(new File(['dropped text'], 'dropped.txt', {type: 'text/plain'}));
+            document.querySelector('.drop').dispatchEvent(new DragEvent('drop', {dataTransfer: dt, bubbles: true}));""")
+    files = b.wait_js("three files in the JSON",
+                      "const f = JSON.parse(document.getElementById('request-json').textContent).files;"
+                      "return f && f.length === 3 ? f : null")
+    by = {f["path"]: f for f in files}
+    assert by["notes.txt"] == {"path": "notes.txt", "content": "hello from the browser\n"}, by
+    assert by["blob.bin"] == {"path": "blob.bin", "content_base64": "AP8B/g=="}, by
+    assert by["dropped.txt"] == {"path": "dropped.txt", "content": "dropped text"}, by
+    shot(b, "05b-playground-files")
+    b.find("#pg-run").click()
+    run_id = b.wait("the run's page", lambda: re.search(r"/runs/(run_[0-9a-f]{32})$", b.url)).group(1)
+    row = b.wait_js("the files in the permissions table",
+                    "const r = [...document.querySelectorAll('#perms tr')].find(r => r.textContent.startsWith('Files'));"
+                    "return r && r.textContent.includes('blob.bin') ? r.textContent : null")
+    assert all(n in row for n in ("notes.txt", "blob.bin", "dropped.txt")), row
+    st, run = api("GET", f"/v1/runs/{run_id}", MEMBER_KEY)
+    assert sorted(run["permissions"]["files"]) == ["blob.bin", "dropped.txt", "notes.txt"], run
+    wait_destroyed(b)
+
+
+@test()
+def zero_data_retention_result_is_shown_once(b):
+    """A ZDR run's result reaches the page that follows it (the stream), and is kept nowhere."""
+    use_key(b, MEMBER_KEY)
+    b.find("#pg-reset").click()
+    b.wait_js("the form", "return !!document.getElementById('pg-prompt')")
+    fill(b, "#pg-prompt", SPACED_PROMPT)
+    b.find("label.toggle:has(#pg-zdr)").click()
+    b.wait_js("zero data retention in the JSON",
+              "return JSON.parse(document.getElementById('request-json').textContent).zero_data_retention === true")
+    b.find("#pg-run").click()
+    run_id = b.wait("the run's page", lambda: re.search(r"/runs/(run_[0-9a-f]{32})$", b.url)).group(1)
+    wait_destroyed(b)
+    shown = b.wait_js("the result from the stream",
+                      "const t = document.getElementById('result').textContent; return t.includes('Counted') && t")
+    assert "Counted: one, two, three." in shown, shown
+    run = finished(run_id)
+    assert run["result"] is None and run["permissions"]["zero_data_retention"], run
+    shot(b, "05c-zdr-result")
+    # Opened again, the page says the result was not kept.
+    open_run(b, run_id, settled=True)
+    text = b.wait_js("the ZDR note", "const t = document.getElementById('result').textContent;"
+                     "return t.includes('not kept') && t")
+    assert "Counted" not in text, text
+
+
+@test()
 def replay_keeps_the_original_timing(b):
     """Replay at x1 and x4: the events in their order and spacing, scaled; pause; jump."""
     run_id = ctx.runs.get("spaced") or new_run(SPACED_PROMPT)
     finished(run_id)
     open_run(b, run_id, settled=True)
     wait_destroyed(b)
-    b.wait_js("the replay control", "return !document.getElementById('replay').hidden")
+    b.wait_js("the replay control", "return document.getElementById('replay').dataset.state === 'ready'")
     evs = events_of(run_id)
     shells = [e for e in evs if e["type"] == "shell.command"]
     assert len(shells) == 3 and shells[2]["t"] - shells[0]["t"] > 1.5, shells
@@ -781,13 +852,15 @@ def main():
     port = int(SERVER.rsplit(":", 1)[1])
     ctx.proxy = Proxy(port)
     ctx.url = f"http://127.0.0.1:{ctx.proxy.port}"
-    failed = 0
+    failed = ran = 0
     with Browser(os.path.join(TMP, "chromium-profile"), os.path.join(TMP, "chromedriver.log")) as b:
         b.get("about:blank")
         b.console()
         b.network_urls()  # the browser's own start-up pages, before ours
-        for t in TESTS:
+        only = sys.argv[1:]  # names to run (all when none): for working on one test
+        for t in [t for t in TESTS if not only or t.__name__ in only]:
             start = time.monotonic()
+            ran += 1
             try:
                 if t.__code__.co_argcount:
                     t(b)
@@ -809,7 +882,7 @@ def main():
                     b.network_urls()
                 except Exception:
                     pass
-    print(f"{len(TESTS) - failed} passed, {failed} failed; screenshots in {SHOTS}")
+    print(f"{ran - failed} passed, {failed} failed; screenshots in {SHOTS}")
     return 1 if failed else 0
 
 
