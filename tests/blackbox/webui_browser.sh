@@ -36,7 +36,7 @@ WEBUI_SERVER=$EPHEMERAL_URL ADMIN_KEY=$EPHEMERAL_API_KEY MEMBER_KEY=$MEMBER_KEY 
     SPACED_PROMPT=$(jq -r .prompt "$TOP/tests/fixtures/webui/spaced/request.json") \
     XSS_PROMPT=$(jq -r .prompt "$TOP/tests/fixtures/webui/xss/request.json") \
     SLOW_PROMPT=$SLOW_PROMPT \
-    python3 "$TOP/tests/browser/test_webui.py" &
+    python3 -B "$TOP/tests/browser/test_webui.py" &
 py=$!
 _pids+=("$py")
 wait "$py" || fail "browser tests failed (screenshots in $shots)"
