@@ -624,6 +624,7 @@ function runPage(main, runId) {
       if (ev.type === "sandbox.ready" || ev.type === "worker.started") run.status = "running";
       if (ev.type.startsWith("run.") && ev.type !== "run.queued") run.status = ev.type.slice(4);
       pill.replaceChildren(statusPill(run.status));
+      cancelBtn.hidden = fmt.TERMINAL.includes(run.status);
     }
     // The settled run (result, usage, cost) once its last event is in, unless it was already
     // settled when the page loaded it.

@@ -231,7 +231,11 @@ def use_key(b, key):
 
 
 def open_run(b, run_id, settled=False):
-    """Opens a run's page; when settled, waits until its event stream has ended."""
+    """Opens a run's page (with the member's key, unless the tab holds one); when settled, waits
+    until its event stream has ended."""
+    if not b.js("try { return sessionStorage.getItem('ephemeral.api_key') } catch { return null }"):
+        b.get(ctx.url + "/")
+        b.js("sessionStorage.setItem('ephemeral.api_key', arguments[0])", MEMBER_KEY)
     b.get(f"{ctx.url}/runs/{run_id}")
     status = b.wait_js("the run's header", "return document.getElementById('run-status').textContent")
     if settled:
@@ -536,11 +540,11 @@ def replay_keeps_the_original_timing(b):
         for e in shells:
             expected = e["t"] / speed
             got = seen[e["seq"]]
-            assert abs(got - expected) <= max(0.25, 0.15 * expected), \
+            assert abs(got - expected) <= max(0.3, 0.15 * expected), \
                 f"x{speed}: event {e['seq']} at {got:.2f} s, expected {expected:.2f} s"
         gap = seen[shells[2]["seq"]] - seen[shells[0]["seq"]]
         want = (shells[2]["t"] - shells[0]["t"]) / speed
-        assert abs(gap - want) <= max(0.2, 0.15 * want), f"x{speed}: spacing {gap:.2f} s, want {want:.2f}"
+        assert abs(gap - want) <= max(0.25, 0.15 * want), f"x{speed}: spacing {gap:.2f} s, want {want:.2f}"
         shot(b, f"06-replay-x{speed}-ended")
 
     # Pause holds the clock; Resume goes on to the end.
@@ -571,23 +575,27 @@ def replay_keeps_the_original_timing(b):
 @test(allow=[r"/events - Failed to load resource: net::ERR_(INCOMPLETE_CHUNKED_ENCODING|EMPTY_RESPONSE|CONNECTION_RESET)"])
 def reconnects_without_losing_or_doubling(b):
     """A network drop mid-run: the page resumes with Last-Event-ID; every event exactly once."""
-    run_id = new_run(SPACED_PROMPT)
+    # The slow fixture blocks in a 60 s command: the run is surely live during the drop, and its
+    # remaining events (cancelled, destroyed) come after it.
+    run_id = new_run(SLOW_PROMPT, 50000)
     open_run(b, run_id)
-    before = b.wait_js("a command before the drop",
+    before = b.wait_js("the model's call before the drop",
                        "const rows = [...document.querySelectorAll('#timeline-body tr')];"
-                       "return rows.some(r => r.dataset.type === 'shell.command') ?"
+                       "return rows.some(r => r.dataset.type === 'model.call') ?"
                        " rows.map(r => Number(r.dataset.seq)) : null")
-    st, run = api("GET", f"/v1/runs/{run_id}", MEMBER_KEY)
-    assert run["status"] not in TERMINAL, "the run ended before the drop: the test proves nothing"
     n = ctx.proxy.cut()
     assert n > 0, "no connection to cut"
+    resumed = lambda: [r for r in ctx.proxy.seen("GET", f"/v1/runs/{run_id}/events") if "last-event-id" in r[2]]
+    b.wait("the page to resume the stream", resumed)
+    b.wait_js("the page to say it is live again", "return document.getElementById('live-state').dataset.state === 'live'")
+    st, run = api("POST", f"/v1/runs/{run_id}/cancel", MEMBER_KEY)
+    assert st == 200 and run["status"] == "cancelled", run
     wait_destroyed(b)
     rows = timeline(b)
     api_seqs = [e["seq"] for e in events_of(run_id)]
     assert [r["seq"] for r in rows] == api_seqs, ([r["seq"] for r in rows], api_seqs)
-    resumed = [r for r in ctx.proxy.seen("GET", f"/v1/runs/{run_id}/events") if "last-event-id" in r[2]]
-    assert resumed, "no request resumed with Last-Event-ID"
-    assert int(resumed[0][2]["last-event-id"]) >= max(before), (resumed[0], before)
+    first = resumed()[0]
+    assert int(first[2]["last-event-id"]) >= max(before), (first, before)
     shot(b, "08-reconnected")
 
 
@@ -602,7 +610,7 @@ def cancel_a_running_run(b):
     b.wait_js("the cancelled status", "return document.getElementById('run-status').textContent === 'Cancelled'",
               timeout=30)
     wait_destroyed(b, timeout=30)
-    assert b.js("return document.getElementById('cancel').hidden")
+    b.wait_js("the Cancel button to go", "return document.getElementById('cancel').hidden")
     shot(b, "09-cancelled")
 
 
