@@ -3,6 +3,7 @@
  * idempotency of POSTs, metrics of every request, and the JSON answer helpers.
  */
 #include "api/api.h"
+#include "api/static.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -377,6 +378,8 @@ struct route {
 static const struct route routes[] = {
     {"/healthz", "GET", eph_api_healthz, NULL, true, false},
     {"/metrics", "GET", eph_api_metrics, NULL, true, false},
+    /* The web UI's pages and assets need no key: the page asks for one and sends it itself. */
+    {"web", "GET", eph_api_static_serve, NULL, true, false},
     {"/v1/runs", "GET", eph_api_runs_list, NULL, false, false},
     {"/v1/runs", "POST", eph_api_runs_create, NULL, false, true},
     {"/v1/runs/{id}", "GET", NULL, eph_api_runs_get, false, false},
@@ -414,6 +417,8 @@ static const char *match_pattern(const char *p, char *id, size_t idlen)
         return "/v1/keys/{id}";
     if (match_id_path(p, "/v1/connections/", id, idlen, &tail) && !*tail)
         return "/v1/connections/{name}";
+    if (eph_api_static_match(p))
+        return "web";
     return NULL;
 }
 
