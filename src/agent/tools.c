@@ -63,10 +63,49 @@ json_t *eph_tools_declare(bool shell, bool web)
     return tools;
 }
 
+/* The broker's part of the system prompt (SPEC 8.5: true, and nothing that does not work): how
+ * the web is reached, and each connection by name with its methods and path prefixes. */
+static char *broker_prompt(const struct eph_run *r)
+{
+    struct eph_buf b;
+    eph_buf_init(&b, 64 * 1024);
+    int rc = 0;
+    if (r->web)
+        rc = eph_buf_appends(&b, "Web is on: the sandbox reaches public http and https sites "
+                                 "only through the proxy at http://127.0.0.1:3128, already set "
+                                 "in HTTP_PROXY and HTTPS_PROXY (curl, pip, git and Python use "
+                                 "it as they are); names resolve on the proxy, not in the "
+                                 "sandbox; private and local addresses are refused. The "
+                                 "web_fetch tool fetches a URL for you. ");
+    size_t n = r->connections ? json_array_size(r->connections) : 0;
+    if (!r->web && n == 0)
+        rc = eph_buf_appends(&b, "There is no network: the sandbox cannot reach the internet.");
+    else if (!r->web)
+        rc = eph_buf_appends(&b, "Web is off: there is no internet access, only the "
+                                 "connections below. ");
+    if (!rc && n) {
+        rc = eph_buf_appends(&b, "Connections (external APIs; the proxy adds their credential, "
+                                 "which you never see and must not ask for): call "
+                                 "http://127.0.0.1:3128/NAME/PATH in plain http, e.g. curl -sS "
+                                 "http://127.0.0.1:3128/NAME/PATH. Allowed:");
+        for (size_t i = 0; !rc && i < n; i++)
+            rc = eph_buf_appendf(&b, " %s", json_string_value(json_array_get(r->connections, i)));
+        if (!rc)
+            rc = eph_buf_appends(&b, " (other methods and paths than the connection allows are "
+                                     "refused with 403). ");
+    }
+    if (rc) {
+        eph_buf_release(&b);
+        return NULL;
+    }
+    return eph_buf_steal(&b);
+}
+
 char *eph_agent_system_prompt(const struct eph_agent_ctx *ctx)
 {
     const struct eph_run *r = ctx->run;
     char *s = NULL;
+    char *broker = broker_prompt(r);
     int n = asprintf(
         &s,
         "You are an agent working inside a disposable, isolated sandbox (%s backend) that is "
@@ -80,10 +119,8 @@ char *eph_agent_system_prompt(const struct eph_agent_ctx *ctx)
         r->web ? "on" : "off",
         r->connections && json_array_size(r->connections) ? "as listed" : "none",
         ctx->limits->memory_mib, ctx->limits->pids, ctx->limits->disk_mib,
-        ctx->command_timeout_ms / 1000, ctx->output_cap,
-        r->web ? "Web access goes only through web_fetch and the proxy."
-               : "There is no network: the sandbox cannot reach the internet.",
-        r->timeout_seconds);
+        ctx->command_timeout_ms / 1000, ctx->output_cap, broker ? broker : "", r->timeout_seconds);
+    free(broker);
     return n < 0 ? NULL : s;
 }
 
@@ -227,6 +264,12 @@ static int run_shell(struct eph_agent_ctx *ctx, const char *command, char **cont
         return 0;
     }
 
+    if (ctx->broker && eph_broker_exhausted(ctx->broker)) {
+        /* A transfer through the broker was cut where the budget ended (or a request's fee did
+         * not fit): the run stops here, budget_exhausted. */
+        eph_exec_result_release(&res);
+        return -EDQUOT;
+    }
     if (res.timed_out && stop) {
         /* Killed at the run's deadline or at the instant compute would exhaust the budget: the
          * run is over, and the sandbox goes now rather than after another turn. */

@@ -1,0 +1,80 @@
+#!/usr/bin/env python3
+"""A loopback HTTP upstream for the broker's tests. Python standard library only.
+
+    broker_upstream.py --log FILE [--max-seconds N]
+
+Listens on 127.0.0.1 (a free port, printed alone on the first line of stdout). Every request is
+appended to the log as one JSON line (method, path with its query, headers) before it is answered:
+that is how a test proves what reached the upstream (the credential) and what did not (a denied
+request). Answers:
+
+    /big?n=N      N bytes of a fixed pattern (Content-Length)
+    anything else 200, text/plain, echoing the method, the path and the Authorization header it
+                  received, in the body and in an X-Echo header (an upstream that echoes the
+                  credential back, as some do)
+"""
+import argparse, json, sys, threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import urlsplit, parse_qs
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def handle_any(self):
+        n = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(n) if n else b""
+        with open(self.server.log, "a") as f:
+            f.write(json.dumps({"method": self.command, "path": self.path,
+                                "headers": {k.lower(): v for k, v in self.headers.items()},
+                                "body": body.decode("utf-8", "replace")}) + "\n")
+        u = urlsplit(self.path)
+        if u.path.endswith("/big"):
+            size = int(parse_qs(u.query).get("n", ["0"])[0])
+            self.send_response(200)
+            self.send_header("Content-Type", "application/octet-stream")
+            self.send_header("Content-Length", str(size))
+            self.end_headers()
+            chunk = bytes(range(97, 123)) * 2521
+            sent = 0
+            try:
+                while sent < size:
+                    part = chunk[: min(len(chunk), size - sent)]
+                    self.wfile.write(part)
+                    sent += len(part)
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+            return
+        auth = self.headers.get("Authorization", "")
+        text = "%s %s auth=[%s] body=[%s]\n" % (self.command, self.path, auth,
+                                                 body.decode("utf-8", "replace"))
+        data = text.encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("X-Echo", auth)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(data)
+
+    do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = handle_any
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--log", required=True)
+    ap.add_argument("--max-seconds", type=int, default=300)
+    a = ap.parse_args()
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    srv.daemon_threads = True
+    srv.log = a.log
+    print(srv.server_address[1], flush=True)
+    threading.Timer(a.max_seconds, lambda: srv.shutdown()).start()
+    srv.serve_forever()
+
+
+if __name__ == "__main__":
+    main()
