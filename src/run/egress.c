@@ -69,10 +69,14 @@ static void on_event(void *arg, const struct eph_broker_event *ev)
         eph_live_emit(e->live, e->store, source, type, data, "CONNECT %s:%u → %d · %s bytes%s%s",
                       ev->host, ev->port, ev->status, bytes, ev->denied ? " · " : "",
                       ev->denied ? ev->denied : "");
-    else
-        eph_live_emit(e->live, e->store, source, type, data, "%s %s://%s%s → %d · %s bytes%s%s",
-                      ev->method, ev->scheme, ev->host, ev->path, ev->status, bytes,
+    else {
+        char port[16] = "";
+        if (ev->port && ev->port != (strcmp(ev->scheme, "https") == 0 ? 443u : 80u))
+            snprintf(port, sizeof(port), ":%u", ev->port);
+        eph_live_emit(e->live, e->store, source, type, data, "%s %s://%s%s%s → %d · %s bytes%s%s",
+                      ev->method, ev->scheme, ev->host, port, ev->path, ev->status, bytes,
                       ev->denied ? " · " : "", ev->denied ? ev->denied : "");
+    }
 }
 
 /* The connections a run names, from the store, credentials unsealed. */
