@@ -9,6 +9,8 @@ that is how a test proves what reached the upstream (the credential) and what di
 request). Answers:
 
     /big?n=N      N bytes of a fixed pattern (Content-Length)
+    /html         a small HTML page (with a script the text must not show)
+    /redirect?to=URL   a 302 to URL
     anything else 200, text/plain, echoing the method, the path and the Authorization header it
                   received, in the body and in an X-Echo header (an upstream that echoes the
                   credential back, as some do)
@@ -48,6 +50,17 @@ class Handler(BaseHTTPRequestHandler):
             except (BrokenPipeError, ConnectionResetError):
                 pass
             return
+        if u.path.endswith("/html"):
+            return self.reply(200, "text/html; charset=utf-8",
+                              b"<html><head><title>t</title><script>var hidden = 1;</script>"
+                              b"</head><body><h1>Fetched page</h1><p>Hello &amp; welcome</p>"
+                              b"</body></html>")
+        if u.path.endswith("/redirect"):
+            self.send_response(302)
+            self.send_header("Location", parse_qs(u.query).get("to", ["/"])[0])
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
         auth = self.headers.get("Authorization", "")
         text = "%s %s auth=[%s] body=[%s]\n" % (self.command, self.path, auth,
                                                  body.decode("utf-8", "replace"))
@@ -59,6 +72,13 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(data)
+
+    def reply(self, status, ctype, data):
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
 
     do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = handle_any
 

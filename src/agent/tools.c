@@ -335,6 +335,36 @@ static int run_read_file(struct eph_agent_ctx *ctx, const char *path, char **con
     return 0;
 }
 
+/* web_fetch: executed by the run's broker on this thread (it meters on the budget), each hop an
+ * event of its own. */
+static int run_web_fetch(struct eph_agent_ctx *ctx, const char *url, char **content)
+{
+    if (!ctx->broker) {
+        *content = tool_error("web_fetch is not available in this run");
+        return 0;
+    }
+    struct eph_web_fetch f;
+    char err[256] = "";
+    int rc = eph_broker_web_fetch(ctx->broker, url, ctx->output_cap, &f, err, sizeof(err));
+    record_progress(ctx);
+    if (rc == -EDQUOT)
+        return -EDQUOT;
+    if (rc) {
+        *content = tool_error("%s", err[0] ? err : eph_strerror(rc));
+        return 0;
+    }
+    struct eph_buf b = {.data = f.text, .len = strlen(f.text)};
+    json_t *o =
+        json_pack("{s:i, s:s, s:o, s:b}", "status", f.status, "content_type", f.content_type,
+                  "text", capped_text(&b, b.len, b.len, false), "truncated", f.truncated);
+    if (f.redirects)
+        json_object_set_new(o, "redirects", json_integer(f.redirects));
+    *content = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    free(f.text);
+    return 0;
+}
+
 int eph_tools_execute(struct eph_agent_ctx *ctx, const struct eph_tool_call *call, char **content)
 {
     struct eph_run *r = ctx->run;
@@ -408,7 +438,12 @@ int eph_tools_execute(struct eph_agent_ctx *ctx, const struct eph_tool_call *cal
     } else if (is_read) {
         rc = run_read_file(ctx, json_string_value(json_object_get(args, "path")), content);
     } else {
-        *content = tool_error("web_fetch is not available yet on this server");
+        const char *url = json_string_value(json_object_get(args, "url"));
+        size_t len = json_string_length(json_object_get(args, "url"));
+        if (!url || len == 0 || len > 2000 || strlen(url) != len)
+            *content = tool_error("url must be an http(s) URL of at most 2000 bytes");
+        else
+            rc = run_web_fetch(ctx, url, content);
     }
 out:
     json_decref(args);

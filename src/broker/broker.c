@@ -20,6 +20,7 @@
 #include <curl/curl.h>
 #include <sodium.h>
 
+#include "broker/html.h"
 #include "broker/http.h"
 #include "broker/meter.h"
 #include "broker/policy.h"
@@ -1092,4 +1093,212 @@ out:
     free(head);
     free(rc);
     return NULL;
+}
+
+/* ---- web_fetch -------------------------------------------------------------------------- */
+
+#define FETCH_MAX_REDIRECTS 5
+#define FETCH_MAX_BODY (2u << 20)
+
+struct fetch_io {
+    struct eph_broker *b;
+    struct eph_meter *meter;
+    struct eph_buf body;
+    char ctype[128];
+    char location[2048];
+    bool cut;
+    bool over;
+    uint64_t bytes;
+};
+
+static size_t fetch_header(char *p, size_t size, size_t n, void *arg)
+{
+    struct fetch_io *io = arg;
+    size_t len = size * n;
+    if (len > 13 && strncasecmp(p, "content-type:", 13) == 0) {
+        size_t s0 = 13;
+        while (s0 < len && p[s0] == ' ')
+            s0++;
+        size_t l = len - s0;
+        while (l && (p[s0 + l - 1] == '\r' || p[s0 + l - 1] == '\n' || p[s0 + l - 1] == ' '))
+            l--;
+        snprintf(io->ctype, sizeof(io->ctype), "%.*s", (int)l, p + s0);
+    }
+    return len;
+}
+
+static size_t fetch_body(char *p, size_t size, size_t n, void *arg)
+{
+    struct fetch_io *io = arg;
+    size_t len = size * n;
+    size_t k =
+        io->b->budget ? eph_meter_take(io->meter, io->b->budget, eph_clock_mono_ns(), len) : len;
+    io->bytes += k;
+    if (k < len) {
+        io->cut = true;
+        atomic_store(&io->b->exhausted, true);
+    }
+    size_t room = io->body.max - io->body.len;
+    if (k > room) {
+        k = room;
+        io->over = true;
+    }
+    if (k && eph_buf_append(&io->body, p, k))
+        return 0;
+    /* Past the cap or the budget: stop the transfer (what came is kept). */
+    return io->cut || io->over ? 0 : len;
+}
+
+int eph_broker_web_fetch(struct eph_broker *b, const char *url, size_t text_cap,
+                         struct eph_web_fetch *out, char *err, size_t errlen)
+{
+    memset(out, 0, sizeof(*out));
+    if (!b->web) {
+        snprintf(err, errlen, "this run has no web access");
+        return -EACCES;
+    }
+    char cur[2048];
+    if (strlen(url) >= sizeof(cur)) {
+        snprintf(err, errlen, "the URL is too long");
+        return -EINVAL;
+    }
+    strcpy(cur, url);
+    int rc = 0;
+    for (unsigned hop = 0;; hop++) {
+        struct eph_http_url u;
+        if (eph_http_parse_url(cur, strlen(cur), &u)) {
+            snprintf(err, errlen, "not an http(s) URL this broker accepts");
+            return -EINVAL;
+        }
+        struct req_ctx rc0 = {0};
+        struct bstream fake = {.b = b, .fd = -1, .up = -1};
+        rc0.s = &fake;
+        rc0.start_ns = eph_clock_mono_ns();
+        rc0.ev.scheme = u.https ? "https" : "http";
+        rc0.ev.port = u.auth.port;
+        snprintf(rc0.method, sizeof(rc0.method), "GET");
+        snprintf(rc0.host, sizeof(rc0.host), "%s", u.auth.host.name);
+        snprintf(rc0.path, sizeof(rc0.path), "%.*s", (int)u.path_len, u.path);
+        eph_meter_init(&fake.meter, b->s.micros_per_request, b->s.micros_per_mib);
+        if (b->nweb_allow &&
+            !eph_policy_domain_allowed(u.auth.host.name, (const char *const *)b->web_allow,
+                                       b->nweb_allow)) {
+            rc0.ev.status = 403;
+            rc0.ev.denied = "host_not_allowed";
+            emit(&rc0);
+            snprintf(err, errlen, "this run may not reach %s", u.auth.host.name);
+            return -EACCES;
+        }
+        struct eph_addr a;
+        enum eph_addr_class cls;
+        rc = eph_broker_resolve(&u.auth.host, b->s.allow_private, b->s.nallow_private, &a, &cls);
+        if (rc) {
+            rc0.ev.status = rc == -EACCES ? 403 : 502;
+            rc0.ev.denied = rc == -EACCES ? "address_not_allowed" : "dns_failed";
+            emit(&rc0);
+            if (rc == -EACCES)
+                snprintf(err, errlen, "%s is not a public address (%s)", u.auth.host.name,
+                         eph_addr_class_name(cls));
+            else
+                snprintf(err, errlen, "%s does not resolve", u.auth.host.name);
+            return rc;
+        }
+        if (b->budget && eph_meter_start(&fake.meter, b->budget, eph_clock_mono_ns())) {
+            atomic_store(&b->exhausted, true);
+            rc0.ev.status = 402;
+            rc0.ev.denied = "budget_exhausted";
+            emit(&rc0);
+            snprintf(err, errlen, "the run's budget does not cover this request");
+            return -EDQUOT;
+        }
+        struct fetch_io io = {.b = b, .meter = &fake.meter};
+        uint64_t cap =
+            b->s.max_response_bytes < FETCH_MAX_BODY ? b->s.max_response_bytes : FETCH_MAX_BODY;
+        eph_buf_init(&io.body, (size_t)cap);
+        char resolve[EPH_HOST_NAME_MAX + EPH_ADDR_STRLEN + 16], astr[EPH_ADDR_STRLEN];
+        eph_addr_format(&a, astr);
+        snprintf(resolve, sizeof(resolve), a.family == AF_INET6 ? "%s:%u:[%s]" : "%s:%u:%s",
+                 u.auth.host.name, u.auth.port, astr);
+        struct curl_slist *pin = curl_slist_append(NULL, resolve);
+        struct curl_slist *hdrs = curl_slist_append(NULL, "Accept-Encoding: identity");
+        CURL *h = curl_easy_init();
+        long status = 0;
+        char *redirect = NULL;
+        CURLcode cr = CURLE_OUT_OF_MEMORY;
+        if (h && pin && hdrs) {
+            curl_easy_setopt(h, CURLOPT_URL, cur);
+            curl_easy_setopt(h, CURLOPT_RESOLVE, pin);
+            curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
+            curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
+            curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
+            curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+            curl_easy_setopt(h, CURLOPT_NOPROXY, "*");
+            curl_easy_setopt(h, CURLOPT_USERAGENT, "ephemeral-web-fetch");
+            if (b->s.extra_ca_file) {
+                curl_easy_setopt(h, CURLOPT_CAINFO, b->s.extra_ca_file);
+                curl_easy_setopt(h, CURLOPT_CAPATH, "/etc/ssl/certs");
+            }
+            curl_easy_setopt(h, CURLOPT_TIMEOUT, (long)b->s.request_timeout_seconds);
+            curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT, 10L);
+            curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, fetch_header);
+            curl_easy_setopt(h, CURLOPT_HEADERDATA, &io);
+            curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, fetch_body);
+            curl_easy_setopt(h, CURLOPT_WRITEDATA, &io);
+            cr = curl_easy_perform(h);
+            curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+            if (curl_easy_getinfo(h, CURLINFO_REDIRECT_URL, &redirect) == CURLE_OK && redirect)
+                snprintf(io.location, sizeof(io.location), "%s", redirect);
+        }
+        rc0.ev.status = status ? (int)status : 502;
+        rc0.ev.bytes_down = io.bytes;
+        rc0.ev.cost_micros = fake.meter.charged;
+        rc0.ev.duration_ms = (eph_clock_mono_ns() - rc0.start_ns) / 1000000u;
+        if (b->on_event)
+            b->on_event(b->event_arg, &rc0.ev);
+        pthread_mutex_lock(&b->lock);
+        b->web_count++;
+        pthread_mutex_unlock(&b->lock);
+        if (h)
+            curl_easy_cleanup(h);
+        curl_slist_free_all(pin);
+        curl_slist_free_all(hdrs);
+        bool ok_end = cr == CURLE_OK || ((io.over || io.cut) && cr == CURLE_WRITE_ERROR);
+        if (!ok_end) {
+            eph_buf_release(&io.body);
+            snprintf(err, errlen, "the fetch failed: %s", curl_easy_strerror(cr));
+            return -EIO;
+        }
+        if (io.cut) {
+            eph_buf_release(&io.body);
+            snprintf(err, errlen, "the run's budget ended during the download");
+            return -EDQUOT;
+        }
+        if (status >= 300 && status < 400 && io.location[0]) {
+            eph_buf_release(&io.body);
+            if (hop + 1 > FETCH_MAX_REDIRECTS) {
+                snprintf(err, errlen, "more than %d redirects", FETCH_MAX_REDIRECTS);
+                return -ELOOP;
+            }
+            snprintf(cur, sizeof(cur), "%s", io.location);
+            out->redirects++;
+            continue;
+        }
+        out->status = (int)status;
+        snprintf(out->content_type, sizeof(out->content_type), "%s", io.ctype);
+        const char *data = io.body.data ? io.body.data : "";
+        char *text = strncasecmp(io.ctype, "text/html", 9) == 0 ||
+                             strncasecmp(io.ctype, "application/xhtml", 17) == 0
+                         ? eph_html_to_text(data, io.body.len)
+                         : strndup(data, io.body.len);
+        eph_buf_release(&io.body);
+        if (!text)
+            return -ENOMEM;
+        out->truncated = io.over;
+        if (strlen(text) > text_cap) {
+            text[text_cap] = '\0';
+            out->truncated = true;
+        }
+        out->text = text;
+        return 0;
+    }
 }

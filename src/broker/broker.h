@@ -107,6 +107,24 @@ void eph_broker_counts(struct eph_broker *b, uint64_t *web, uint64_t *connection
 void eph_broker_close(struct eph_broker *b);
 void eph_broker_free(struct eph_broker *b);
 
+/* The result of web_fetch. */
+struct eph_web_fetch {
+    int status;
+    char content_type[128];
+    char *text;     /* HTML reduced to text, or the body as text; capped; free() */
+    bool truncated; /* cut at the cap */
+    unsigned redirects;
+};
+
+/* web_fetch, executed by the broker for the model (SPEC 7), on the worker's thread (it meters on
+ * the run's budget itself): http(s) only, the SSRF guard and the allow-list on every hop, at most 5
+ * redirects, the body capped (the text at text_cap bytes), each hop an event. 0 with *out filled
+ * (free out->text); -EDQUOT when the budget cannot pay (the run must stop); another negative error
+ * with a message for the model in err. */
+int eph_broker_web_fetch(struct eph_broker *b, const char *url, size_t text_cap,
+                         struct eph_web_fetch *out, char *err, size_t errlen)
+    __attribute__((warn_unused_result));
+
 /* Resolves host on the host and checks every address with the SSRF guard: 0 with the address to
  * connect to (the first), -EACCES when any address is not allowed (*cls says why), -ENOENT when
  * the name does not resolve. Exposed for web_fetch and the tests. */

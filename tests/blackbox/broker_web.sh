@@ -24,7 +24,10 @@ calls=$(jq -nc \
     --argjson r5 "$(shell_call w8 "$(code http://0x7f000002:$U/r5)")" \
     --argjson r6 "$(shell_call w9 "$(code -p http://127.0.0.2:$U/r6)")" \
     --argjson r7 "$(shell_call w10 "curl -sS --request-target 'http://0x7f.0.0.2:$U/r7' http://127.0.0.1:$U/")" \
-    '[{tool_calls: [$get, $tun, $py, $r1, $r2, $r3, $r4, $r5, $r6, $r7]}, {text: "done"}]')
+    --argjson f1 "$(jq -nc --arg u "http://127.0.0.1:$U/redirect?to=/html" '{id: "f1", name: "web_fetch", arguments: ({url: $u} | tojson)}')" \
+    --argjson f2 "$(jq -nc --arg u "http://127.0.0.1:$U/redirect?to=http://127.0.0.2:$U/inside" '{id: "f2", name: "web_fetch", arguments: ({url: $u} | tojson)}')" \
+    --argjson f3 "$(jq -nc '{id: "f3", name: "web_fetch", arguments: ({url: "file:///etc/passwd"} | tojson)}')" \
+    '[{tool_calls: [$get, $tun, $py, $r1, $r2, $r3, $r4, $r5, $r6, $r7, $f1, $f2, $f3]}, {text: "done"}]')
 fake_start web "$calls"
 fake_start none "$(jq -nc --argjson c "$(shell_call n1 "env | grep -ci proxy; curl -sS -m 5 -x http://127.0.0.1:3128 http://127.0.0.1:$U/none 2>&1")" '[{tool_calls: [$c]}, {text: "done"}]')"
 fake_start big "$(jq -nc --argjson c "$(shell_call b1 "curl -sS http://127.0.0.1:$U/big?n=50000000 | wc -c")" '[{tool_calls: [$c]}, {text: "not reached"}]')"
@@ -48,15 +51,25 @@ for c in w4 w5 w6 w7 w8; do
 done
 assert_eq "$(res w9)" "000 403" "CONNECT to 127.0.0.2 refused"
 assert_eq "$(res w10 | jq -r .error.code)" address_not_allowed "a hex-dotted host refused"
+# web_fetch, executed by the broker: redirects followed and checked hop by hop, HTML as text.
+f=$(tool_result web 1 f1)
+assert_eq "$(jq -r .status <<<"$f")" 200 "web_fetch status"
+assert_eq "$(jq -r .text <<<"$f")" "Fetched page
+
+Hello & welcome" "web_fetch text"
+assert_eq "$(jq -r .redirects <<<"$f")" 1 "web_fetch redirects"
+assert_contains "$(tool_result web 1 f2 | jq -r .error)" "127.0.0.2 is not a public address (loopback)" "redirect to a loopback form refused"
+assert_contains "$(tool_result web 1 f3 | jq -r .error)" "not an http(s) URL" "file:// refused"
 ups=$(upstream_requests site)
 assert_eq "$(jq -r '[.[].path | select(startswith("/big") | not)] | sort | join(" ")' <<<"$ups")" \
-    "/plain /py /tunnel" "only the allowed requests reached the upstream"
+    "/html /plain /py /redirect?to=/html /redirect?to=http://127.0.0.2:$U/inside /tunnel" \
+    "only the allowed requests reached the upstream"
 ev=$(run_events "$web_id")
-assert_eq "$(jq '[.data[] | select(.type == "web.request")] | length' <<<"$ev")" 10 "web events"
-assert_eq "$(jq '[.data[] | select(.type == "web.request" and .data.denied == "address_not_allowed")] | length' <<<"$ev")" 7 "refusal events"
+assert_eq "$(jq '[.data[] | select(.type == "web.request")] | length' <<<"$ev")" 14 "web events"
+assert_eq "$(jq '[.data[] | select(.type == "web.request" and .data.denied == "address_not_allowed")] | length' <<<"$ev")" 8 "refusal events"
 assert_contains "$(jq -r '[.data[] | select(.type == "web.request")][0].message' <<<"$ev")" \
     "GET http://127.0.0.1:$U/plain → 200 · " "web event message"
-assert_eq "$(jq .usage.web_requests <<<"$run")" 10 "usage.web_requests"
+assert_eq "$(jq .usage.web_requests <<<"$run")" 14 "usage.web_requests"
 
 # No web, no connections: no proxy variables, nothing listening.
 run=$(run_wait "$none_id" 60)
