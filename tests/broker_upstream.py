@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
 """A loopback HTTP upstream for the broker's tests. Python standard library only.
 
-    broker_upstream.py --log FILE [--max-seconds N]
+    broker_upstream.py --log FILE [--max-seconds N] [--cert PEM --key PEM]
 
 Listens on 127.0.0.1 (a free port, printed alone on the first line of stdout). Every request is
 appended to the log as one JSON line (method, path with its query, headers) before it is answered:
 that is how a test proves what reached the upstream (the credential) and what did not (a denied
-request). Answers:
+request). With --cert and --key it speaks HTTPS. Answers:
 
     /big?n=N      N bytes of a fixed pattern (Content-Length)
     /html         a small HTML page (with a script the text must not show)
@@ -87,8 +87,15 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--log", required=True)
     ap.add_argument("--max-seconds", type=int, default=300)
+    ap.add_argument("--cert")
+    ap.add_argument("--key")
     a = ap.parse_args()
     srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    if a.cert:
+        import ssl
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(a.cert, a.key)
+        srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
     srv.daemon_threads = True
     srv.log = a.log
     print(srv.server_address[1], flush=True)

@@ -8,20 +8,35 @@
 #   upstream_requests NAME       the upstream's requests, as one JSON array
 #   shell_call ID COMMAND        a tool call of the fake model running COMMAND
 
-upstream_start() { # NAME
-    : >"$TEST_TMP/$1.up"
-    python3 "$TOP/tests/broker_upstream.py" --log "$TEST_TMP/$1.up" --max-seconds 240 \
-        >"$TEST_TMP/$1.port" 2>>"$TEST_TMP/$1.err" &
+upstream_start() { # NAME [upstream args...]
+    local name=$1
+    shift
+    : >"$TEST_TMP/$name.up"
+    python3 "$TOP/tests/broker_upstream.py" --log "$TEST_TMP/$name.up" --max-seconds 240 "$@" \
+        >"$TEST_TMP/$name.port" 2>>"$TEST_TMP/$name.err" &
     local pid=$!
     _pids+=("$pid")
     UP_PORT=
     for _ in $(seq 200); do
-        UP_PORT=$(head -n 1 "$TEST_TMP/$1.port" 2>/dev/null)
+        UP_PORT=$(head -n 1 "$TEST_TMP/$name.port" 2>/dev/null)
         [ -n "$UP_PORT" ] && break
-        kill -0 "$pid" 2>/dev/null || fail "upstream $1 exited"
+        kill -0 "$pid" 2>/dev/null || fail "upstream $name exited"
         sleep 0.05
     done
-    [ -n "$UP_PORT" ] || fail "upstream $1 did not start"
+    [ -n "$UP_PORT" ] || fail "upstream $name did not start"
+}
+
+# A test CA and a certificate for 127.0.0.1 signed by it: $TEST_TMP/ca.pem, server.pem, server.key.
+make_test_ca() {
+    command -v openssl >/dev/null || skip "openssl is needed for the HTTPS upstream"
+    (cd "$TEST_TMP" &&
+        openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=ephemeral test CA" \
+            -keyout ca.key -out ca.pem 2>/dev/null &&
+        openssl req -newkey rsa:2048 -nodes -subj "/CN=127.0.0.1" -keyout server.key \
+            -out server.csr 2>/dev/null &&
+        printf 'subjectAltName=IP:127.0.0.1\n' >san.ext &&
+        openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 \
+            -extfile san.ext -out server.pem 2>/dev/null) || fail "cannot make the test CA"
 }
 
 broker_server() { # MODELS [BROKER JSON] [PRICES JSON]

@@ -11,6 +11,16 @@ cd "$TOP"
 SECRET=brokercanary$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')
 
 upstream_start api
+API_PORT=$UP_PORT
+make_test_ca
+upstream_start tls --cert "$TEST_TMP/server.pem" --key "$TEST_TMP/server.key"
+TLS_PORT=$UP_PORT
+# The same CA's name on another certificate the broker must not trust: a self-signed one.
+(cd "$TEST_TMP" && openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=127.0.0.1" \
+    -addext subjectAltName=IP:127.0.0.1 -keyout rogue.key -out rogue.pem 2>/dev/null) || fail "rogue cert"
+upstream_start rogue --cert "$TEST_TMP/rogue.pem" --key "$TEST_TMP/rogue.key"
+ROGUE_PORT=$UP_PORT
+UP_PORT=$API_PORT
 P=http://127.0.0.1:3128
 calls=$(jq -nc \
     --argjson ok "$(shell_call c1 "curl -sS -D - '$P/echo/allowed/x?q=1'")" \
@@ -23,9 +33,12 @@ calls=$(jq -nc \
     --argjson unk "$(shell_call c8 "curl -sS $P/nope/allowed/x")" \
     --argjson web "$(shell_call c9 "curl -sS http://127.0.0.1:$UP_PORT/web")" \
     --argjson look "$(shell_call c10 "a=${SECRET:0:10}; b=${SECRET:10}; env; cat /proc/[0-9]*/cmdline | tr '\\0' ' '; grep -rl \"\$a\$b\" /tmp /home /etc /var /run /dev/shm 2>/dev/null; echo searched")" \
-    '[{tool_calls: [$ok, $post, $meth, $path, $walk, $enc, $dbl, $unk, $web, $look]}, {text: "done"}]')
+    --argjson tls "$(shell_call c11 "curl -sS $P/secure/allowed/tls")" \
+    --argjson rogue "$(shell_call c12 "curl -sS $P/rogue/allowed/x")" \
+    '[{tool_calls: [$ok, $post, $meth, $path, $walk, $enc, $dbl, $unk, $web, $look, $tls, $rogue]}, {text: "done"}]')
 fake_start model "$calls"
-broker_server "$(jq -s . <(fake_model fake openai model))"
+broker_server "$(jq -s . <(fake_model fake openai model))" \
+    "$(jq -nc --arg ca "$TEST_TMP/ca.pem" '{allow_private_cidrs: ["127.0.0.1/32"], extra_ca_file: $ca}')"
 
 conn=$(jq -cn --arg s "$SECRET" --arg url "http://127.0.0.1:$UP_PORT" '{name: "echo",
     base_url: $url, methods: ["GET", "POST"], path_prefixes: ["/allowed"],
@@ -33,8 +46,16 @@ conn=$(jq -cn --arg s "$SECRET" --arg url "http://127.0.0.1:$UP_PORT" '{name: "e
 out=$(api POST /v1/connections -H 'Content-Type: application/json' -d "$conn")
 assert_eq "${out##*HTTP }" 201 "create connection: $out"
 
+for c in "secure https://127.0.0.1:$TLS_PORT" "rogue https://127.0.0.1:$ROGUE_PORT"; do
+    conn=$(jq -cn --arg s "$SECRET" --arg n "${c%% *}" --arg url "${c#* }" '{name: $n,
+        base_url: $url, methods: ["GET"], path_prefixes: ["/allowed"],
+        headers: {"Authorization": ("Bearer " + $s)}}')
+    out=$(api POST /v1/connections -H 'Content-Type: application/json' -d "$conn")
+    assert_eq "${out##*HTTP }" 201 "create connection: $out"
+done
+
 id=$(run_create '{"prompt": "call the api", "model": "fake", "max_cost_micros": 200000,
-    "connections": ["echo"]}')
+    "connections": ["echo", "secure", "rogue"]}')
 run=$(run_wait "$id" 120)
 assert_eq "$(jq -r .status <<<"$run")" completed "status ($(jq -c .error <<<"$run"))"
 check_settled "$run"
@@ -67,15 +88,22 @@ assert_contains "$r" "searched" "the search ran"
 assert_not_contains "$r" "$SECRET" "the credential inside the sandbox"
 assert_contains "$r" "HTTP_PROXY=http://127.0.0.1:3128" "proxy environment"
 
+# HTTPS upstreams: verified against the system store plus broker.extra_ca_file; one whose
+# certificate no trusted CA signed gets nothing (the credential is not sent to it).
+assert_eq "$(res c11 | jq -r .stdout)" "GET /allowed/tls auth=[[REDACTED]] body=[]" "HTTPS connection"
+assert_eq "$(jq -r '.[0].headers.authorization' <<<"$(upstream_requests tls)")" "Bearer $SECRET" "credential over TLS"
+assert_eq "$(res c12 | jq -r .stdout | jq -r .error.code)" upstream_failed "untrusted certificate refused"
+assert_eq "$(jq length <<<"$(upstream_requests rogue)")" 0 "nothing sent to the untrusted upstream"
+
 # The timeline: one event per request, denials with their reason, never the credential.
 ev=$(run_events "$id")
-assert_eq "$(jq '[.data[] | select(.type == "connection.request")] | length' <<<"$ev")" 8 "connection events"
+assert_eq "$(jq '[.data[] | select(.type == "connection.request")] | length' <<<"$ev")" 10 "connection events"
 assert_eq "$(jq '[.data[] | select(.type == "web.request")] | length' <<<"$ev")" 1 "web events"
 assert_eq "$(jq -r '[.data[] | select(.type == "connection.request" and .data.status == 200)][0].message' <<<"$ev")" \
     "echo · GET /allowed/x → 200" "event message"
 assert_eq "$(jq -r '[.data[] | select(.type == "connection.request") | .data.denied // empty] | sort | join(",")' <<<"$ev")" \
     "method_not_allowed,path_not_allowed,path_not_allowed,path_not_allowed,path_not_allowed,unknown_connection" "denial reasons"
-assert_eq "$(jq .usage.connection_requests <<<"$run")" 8 "usage.connection_requests"
+assert_eq "$(jq .usage.connection_requests <<<"$run")" 10 "usage.connection_requests"
 assert_eq "$(jq .usage.web_requests <<<"$run")" 1 "usage.web_requests"
 [ "$(jq .cost.web_micros <<<"$run")" -gt 0 ] || fail "web cost not charged"
 # Nowhere on the host but the sealed store: events, transcript, database file, logs.
