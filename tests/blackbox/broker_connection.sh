@@ -88,6 +88,13 @@ assert_contains "$r" "searched" "the search ran"
 assert_not_contains "$r" "$SECRET" "the credential inside the sandbox"
 assert_contains "$r" "HTTP_PROXY=http://127.0.0.1:3128" "proxy environment"
 
+# The system prompt says how to reach the connections, by name, and that web is off.
+sys=$(fake_requests model | jq -r '.[0].body.messages[0].content')
+assert_contains "$sys" "http://127.0.0.1:3128/NAME/PATH" "prompt: how to call a connection"
+assert_contains "$sys" "Allowed: echo secure rogue" "prompt: the connections by name"
+assert_contains "$sys" "Web is off" "prompt: web off"
+assert_eq "$(fake_requests model | jq -r '[.[0].body.tools[].function.name] | index("web_fetch")')" null "no web_fetch without web"
+
 # HTTPS upstreams: verified against the system store plus broker.extra_ca_file; one whose
 # certificate no trusted CA signed gets nothing (the credential is not sent to it).
 assert_eq "$(res c11 | jq -r .stdout)" "GET /allowed/tls auth=[[REDACTED]] body=[]" "HTTPS connection"

@@ -30,14 +30,17 @@ calls=$(jq -nc \
     '[{tool_calls: [$get, $tun, $py, $r1, $r2, $r3, $r4, $r5, $r6, $r7, $f1, $f2, $f3]}, {text: "done"}]')
 fake_start web "$calls"
 fake_start none "$(jq -nc --argjson c "$(shell_call n1 "env | grep -ci proxy; curl -sS -m 5 -x http://127.0.0.1:3128 http://127.0.0.1:$U/none 2>&1")" '[{tool_calls: [$c]}, {text: "done"}]')"
+fake_start zdr "$(jq -nc --argjson c "$(shell_call z1 "curl -sS http://127.0.0.1:$U/private-path?token=zdrcanary")" '[{tool_calls: [$c]}, {text: "done"}]')"
 fake_start big "$(jq -nc --argjson c "$(shell_call b1 "curl -sS http://127.0.0.1:$U/big?n=50000000 | wc -c")" '[{tool_calls: [$c]}, {text: "not reached"}]')"
 # A price that makes bytes dear: 10 micros per request, 100000 per MiB.
 broker_server "$(jq -s . <(fake_model web openai web) <(fake_model none openai none) \
-    <(fake_model big openai big))" '' '{"web_micros_per_request": 10, "web_micros_per_mib": 100000}'
+    <(fake_model big openai big) <(fake_model zdr openai zdr))" '' '{"web_micros_per_request": 10, "web_micros_per_mib": 100000}'
 
 web_id=$(run_create '{"prompt": "browse", "model": "web", "max_cost_micros": 500000, "web": true}')
 none_id=$(run_create '{"prompt": "offline", "model": "none", "max_cost_micros": 100000}')
 big_id=$(run_create '{"prompt": "download", "model": "big", "max_cost_micros": 30000, "web": true}')
+zdr_id=$(run_create '{"prompt": "private", "model": "zdr", "max_cost_micros": 100000, "web": true,
+    "zero_data_retention": true}')
 
 run=$(run_wait "$web_id" 120)
 assert_eq "$(jq -r .status <<<"$run")" completed "web status ($(jq -c .error <<<"$run"))"
@@ -61,7 +64,7 @@ assert_eq "$(jq -r .redirects <<<"$f")" 1 "web_fetch redirects"
 assert_contains "$(tool_result web 1 f2 | jq -r .error)" "127.0.0.2 is not a public address (loopback)" "redirect to a loopback form refused"
 assert_contains "$(tool_result web 1 f3 | jq -r .error)" "not an http(s) URL" "file:// refused"
 ups=$(upstream_requests site)
-assert_eq "$(jq -r '[.[].path | select(startswith("/big") | not)] | sort | join(" ")' <<<"$ups")" \
+assert_eq "$(jq -r '[.[].path | select(startswith("/big") or startswith("/private") | not)] | sort | join(" ")' <<<"$ups")" \
     "/html /plain /py /redirect?to=/html /redirect?to=http://127.0.0.2:$U/inside /tunnel" \
     "only the allowed requests reached the upstream"
 ev=$(run_events "$web_id")
@@ -77,6 +80,21 @@ assert_eq "$(jq -r .status <<<"$run")" completed "offline status"
 r=$(tool_result none 1 n1 | jq -r .stdout)
 assert_contains "$r" "0" "no proxy variable"
 assert_contains "$r" "Failed to connect to 127.0.0.1 port 3128" "no listener"
+
+# Zero data retention: the egress record keeps method, host and status, nothing of the path.
+run=$(run_wait "$zdr_id" 60)
+assert_eq "$(jq -r .status <<<"$run")" completed "zdr status"
+ev=$(run_events "$zdr_id")
+assert_eq "$(jq -c '[.data[] | select(.type == "web.request") | .data | keys]' <<<"$ev")" \
+    '[["host","method","status"]]' "zdr event data"
+assert_not_contains "$ev" "private-path" "zdr events"
+assert_not_contains "$ev" "zdrcanary" "zdr events"
+
+# The system prompt says web is on and offers web_fetch.
+sys=$(fake_requests web | jq -r '.[0].body.messages[0].content')
+assert_contains "$sys" "Web is on" "prompt: web on"
+assert_contains "$sys" "HTTP_PROXY" "prompt: the proxy"
+assert_eq "$(fake_requests web | jq -r '[.[0].body.tools[].function.name] | index("web_fetch") != null')" true "web_fetch offered"
 
 # The budget ends mid-download: cut at the byte, budget_exhausted, the ledger balanced.
 run=$(run_wait "$big_id" 120)
