@@ -131,7 +131,8 @@ int eph_redactor_feed(struct eph_redactor *r, const void *data, size_t n, struct
         r->scratch = s;
         r->scratch_cap = need;
     }
-    memcpy(r->scratch, r->hold, r->hold_len);
+    if (r->hold_len) /* hold is NULL when the longest value is one byte */
+        memcpy(r->scratch, r->hold, r->hold_len);
     memcpy(r->scratch + r->hold_len, data, n);
     return redact(r, r->scratch, need, 0, out);
 }
