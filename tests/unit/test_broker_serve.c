@@ -31,6 +31,7 @@ static unsigned up_port;
 static atomic_bool up_stop;
 static pthread_t up_thread;
 static atomic_int up_served;
+static atomic_int up_active; /* upstream connections still open (their threads hold a socket) */
 
 /* One upstream connection: reads the head, then behaves as its path says. */
 static void *up_conn(void *arg)
@@ -74,6 +75,7 @@ static void *up_conn(void *arg)
     }
 out:
     close(fd);
+    atomic_fetch_sub(&up_active, 1);
     return NULL;
 }
 
@@ -87,16 +89,23 @@ static void *up_main(void *arg)
         if (c < 0)
             continue;
         pthread_t t;
-        if (pthread_create(&t, NULL, up_conn, (void *)(intptr_t)c) == 0)
+        atomic_fetch_add(&up_active, 1);
+        if (pthread_create(&t, NULL, up_conn, (void *)(intptr_t)c) == 0) {
             pthread_detach(t);
-        else
+        } else {
             close(c);
+            atomic_fetch_sub(&up_active, 1);
+        }
     }
     return NULL;
 }
 
+/* The process's open descriptors, once the test's own upstream has closed its connections (its
+ * threads are this process's too). */
 static int count_fds(void)
 {
+    for (int i = 0; i < 500 && atomic_load(&up_active) > 0; i++)
+        usleep(10000);
     int n = 0;
     DIR *d = opendir("/proc/self/fd");
     struct dirent *e;
@@ -291,6 +300,8 @@ static void test_many(void **state)
         free(ans);
     }
     free(req);
+    /* A stream's event follows its answer: count once every stream thread is joined. */
+    eph_broker_close(b);
     uint64_t web, conn;
     eph_broker_counts(b, &web, &conn);
     assert_int_equal(web, 1000);
