@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -40,6 +41,11 @@ static const char *const recipe_hooks[] = {
      * backends; gvisor mounts over it a file naming that library). They must be in the image:
      * runsc's gofer creates a missing mount point in the image directory on the host. */
     "mkdir -p \"$1/.ephemeral\" && : > \"$1/etc/ld.so.preload\"",
+    /* The image lies on the host, readable: no set-id program in it may run for a host user (the
+     * sandbox cannot use them anyway, under no_new_privs), and no device node (every backend makes
+     * its own /dev; mmdebstrap's dev/console is 0666 and would be the host's console). */
+    "find \"$1\" -xdev -type f -perm /6000 -exec chmod ug-s {} +",
+    "find \"$1/dev\" -mindepth 1 \\( -type c -o -type b -o -type p \\) -delete",
 };
 static const char *const recipe_dpkg_opts[] = {
     "path-exclude=/usr/share/doc/*",
@@ -215,6 +221,29 @@ static int point_link(const char *link, const char *target)
     return 0;
 }
 
+/* Takes the build lock of one cache entry, waiting for another build to finish. */
+static int lock_build(const char *base)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof(path), "%s/lock", base);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0) {
+        fprintf(stderr, "ephemerald: cannot open '%s': %s\n", path, strerror(errno));
+        return -1;
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        fprintf(stderr, "image: another build of this image is under way; waiting for it\n");
+        while (flock(fd, LOCK_EX) != 0) {
+            if (errno != EINTR) {
+                fprintf(stderr, "ephemerald: cannot lock '%s': %s\n", path, strerror(errno));
+                close(fd);
+                return -1;
+            }
+        }
+    }
+    return fd;
+}
+
 static int image_build(const char *dir, bool quiet)
 {
     char codename[64];
@@ -254,11 +283,18 @@ static int image_build(const char *dir, bool quiet)
     snprintf(marker, sizeof(marker), "%s/complete", base);
     snprintf(tmp, sizeof(tmp), "%s/rootfs.tmp", base);
     struct stat sb;
+    int lock_fd = -1;
     if (stat(marker, &sb) != 0) {
         if ((rc = mkdir_p(base))) {
             fprintf(stderr, "ephemerald: cannot create '%s': %s\n", base, strerror(-rc));
             return 1;
         }
+        /* One build at a time per key, host-wide: two builds in one rootfs.tmp would destroy each
+         * other's. The second waits, then finds the image the first built. */
+        if ((lock_fd = lock_build(base)) < 0)
+            return 1;
+    }
+    if (stat(marker, &sb) != 0) {
         /* A half-built image of an interrupted build is removed first. */
         char *rm[] = {"rm", "-rf", "--one-file-system", tmp, rootfs, NULL};
         run_command(rm);
@@ -304,6 +340,8 @@ static int image_build(const char *dir, bool quiet)
         }
         fprintf(stderr, "image: built %s\n", rootfs);
     }
+    if (lock_fd >= 0)
+        close(lock_fd);
     for (size_t i = 0; i < nsources; i++)
         free(sources[i]);
     free(sources);
