@@ -35,7 +35,10 @@ done
 # The unshare tool the image ships, as an agent would try it.
 sb_run -- unshare -U true
 [ "$SB_RC" -ne 0 ] || fail "unshare -U succeeded"
-assert_contains "$SB_ERR" "Operation not permitted" "unshare -U"
+assert_contains "$SB_ERR" "unshare failed: Operation not permitted" "unshare -U"
 sb_run -- unshare -r -n true
 [ "$SB_RC" -ne 0 ] || fail "unshare -r -n succeeded"
+# The right reason: the filter's EPERM on unshare itself (not, say, a missing program or a map
+# write that failed after the namespaces were made).
+assert_contains "$SB_ERR" "unshare failed: Operation not permitted" "unshare -r -n"
 echo ok

@@ -67,9 +67,11 @@ static int setup_tmp(const struct eph_ns_plan *p)
 
 static const char *const proc_readonly[] = {"proc/sys", "proc/sysrq-trigger", "proc/irq",
                                             "proc/bus"};
-/* Kernel information an unprivileged user has no use for (Docker masks the same). */
-static const char *const proc_masked[] = {"proc/kcore", "proc/keys", "proc/timer_list",
-                                          "proc/sched_debug", "proc/latency_stats"};
+/* Kernel information an unprivileged user has no use for (Docker masks the first five), and what
+ * names the host: its boot command line, its disks, its boot id. */
+static const char *const proc_masked[] = {
+    "proc/kcore",         "proc/keys",    "proc/timer_list", "proc/sched_debug",
+    "proc/latency_stats", "proc/cmdline", "proc/partitions", "proc/sys/kernel/random/boot_id"};
 #define N_READONLY (sizeof(proc_readonly) / sizeof(proc_readonly[0]))
 #define N_MASKED (sizeof(proc_masked) / sizeof(proc_masked[0]))
 
