@@ -221,27 +221,30 @@ static int point_link(const char *link, const char *target)
     return 0;
 }
 
-/* Takes the build lock of one cache entry, waiting for another build to finish. */
-static int lock_build(const char *base)
+/* Takes the build lock of one cached image; returns its descriptor, or -1 with a message. */
+static int lock_cache(const char *base)
 {
     char path[PATH_MAX];
-    snprintf(path, sizeof(path), "%s/lock", base);
-    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    snprintf(path, sizeof(path), "%s/.lock", base);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
     if (fd < 0) {
         fprintf(stderr, "ephemerald: cannot open '%s': %s\n", path, strerror(errno));
         return -1;
     }
-    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    if (flock(fd, LOCK_EX | LOCK_NB) == 0)
+        return fd;
+    if (errno == EWOULDBLOCK) {
         fprintf(stderr, "image: another build of this image is under way; waiting for it\n");
-        while (flock(fd, LOCK_EX) != 0) {
-            if (errno != EINTR) {
-                fprintf(stderr, "ephemerald: cannot lock '%s': %s\n", path, strerror(errno));
-                close(fd);
-                return -1;
-            }
-        }
+        int rc;
+        do
+            rc = flock(fd, LOCK_EX);
+        while (rc && errno == EINTR);
+        if (rc == 0)
+            return fd;
     }
-    return fd;
+    fprintf(stderr, "ephemerald: cannot lock '%s': %s\n", path, strerror(errno));
+    close(fd);
+    return -1;
 }
 
 static int image_build(const char *dir, bool quiet)
@@ -282,18 +285,17 @@ static int image_build(const char *dir, bool quiet)
     snprintf(rootfs, sizeof(rootfs), "%s/rootfs", base);
     snprintf(marker, sizeof(marker), "%s/complete", base);
     snprintf(tmp, sizeof(tmp), "%s/rootfs.tmp", base);
-    struct stat sb;
-    int lock_fd = -1;
-    if (stat(marker, &sb) != 0) {
-        if ((rc = mkdir_p(base))) {
-            fprintf(stderr, "ephemerald: cannot create '%s': %s\n", base, strerror(-rc));
-            return 1;
-        }
-        /* One build at a time per key, host-wide: two builds in one rootfs.tmp would destroy each
-         * other's. The second waits, then finds the image the first built. */
-        if ((lock_fd = lock_build(base)) < 0)
-            return 1;
+    if ((rc = mkdir_p(base))) {
+        fprintf(stderr, "ephemerald: cannot create '%s': %s\n", base, strerror(-rc));
+        return 1;
     }
+    /* Two builds of one recipe at once (two clones, two `make image`) would remove each other's
+     * half-built root: the second waits for the first, then finds the image complete. The lock
+     * is held until the microvm disk is built too, and released when the process ends. */
+    int lock = lock_cache(base);
+    if (lock < 0)
+        return 1;
+    struct stat sb;
     if (stat(marker, &sb) != 0) {
         /* A half-built image of an interrupted build is removed first. */
         char *rm[] = {"rm", "-rf", "--one-file-system", tmp, rootfs, NULL};
@@ -340,8 +342,6 @@ static int image_build(const char *dir, bool quiet)
         }
         fprintf(stderr, "image: built %s\n", rootfs);
     }
-    if (lock_fd >= 0)
-        close(lock_fd);
     for (size_t i = 0; i < nsources; i++)
         free(sources[i]);
     free(sources);
@@ -354,6 +354,7 @@ static int image_build(const char *dir, bool quiet)
     if (eph_image_vm_build(cache_root(), base, quiet) != 0)
         fprintf(stderr, "image: the microvm backend's disk and kernel were not built (see above); "
                         "the other backends are unaffected\n");
+    close(lock);
     return 0;
 }
 
