@@ -66,7 +66,7 @@ if mode == "hold":
 # ---- 1. sandbox A holds everything it can; host root and sandbox B are unaffected -----------
 mark_a=$SB_MARK
 sb_mark # B's
-"$EPHD" sandbox run --env "EPH_TEST_MARK=$mark_a" -- python3 -c "$hog" hold \
+"$EPHD" sandbox run --backend "$SB_BACKEND" --env "EPH_TEST_MARK=$mark_a" -- python3 -c "$hog" hold \
     >"$TEST_TMP/a.out" 2>"$TEST_TMP/a.err" &
 a_pid=$!
 _pids+=("$a_pid")
