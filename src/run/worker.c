@@ -291,6 +291,15 @@ void eph_worker_run(struct eph_service *svc, const char *run_id)
         goto settle;
     }
 
+    if (r.zdr && eph_sandbox_records_commands(svc->sandbox_ops)) {
+        /* The backend writes every command and its output to the host's disk (a debug setting):
+         * the promise of a zero-data-retention run could not be kept. */
+        fail_run(&r, EPH_RUN_FAILED, "sandbox_error",
+                 "zero data retention is refused while the sandbox backend records every command "
+                 "(EPHEMERAL_RUNSC_DEBUG_DIR is set)");
+        goto settle;
+    }
+
     r.status = EPH_RUN_STARTING;
     r.started_at_ms = eph_clock_real_ms();
     if ((rc = st->ops->run_update(st, &r)))
