@@ -30,6 +30,7 @@ struct fixture {
     json_t *messages;
     json_t *tools;
     struct eph_model_response resp;
+    struct attempt_log log; /* every attempt of the last call */
     char err[512];
 };
 
@@ -74,7 +75,11 @@ static int call_with(struct fixture *f, uint64_t deadline_ns, const atomic_bool 
                                     .cancel = cancel,
                                     .prompt = "list the files"};
     f->err[0] = '\0';
-    return eph_model_anthropic_ops.call(f->model, &req, &f->resp, f->err, sizeof(f->err));
+    uint32_t cap = f->log.cap;
+    memset(&f->log, 0, sizeof(f->log));
+    f->log.cap = cap;
+    struct eph_model_meter meter = {attempt_log_authorise, attempt_log_record, &f->log};
+    return eph_model_call(f->model, &req, &meter, &f->resp, f->err, sizeof(f->err));
 }
 
 static int call(struct fixture *f)
@@ -397,9 +402,22 @@ static void test_stream_error_event_retried_and_both_paid(void **state)
     assert_int_equal(call(&f), 0);
     assert_string_equal(f.resp.content, "second");
     assert_int_equal(f.resp.attempts, 2);
-    /* the first attempt's message_start reported 40 in, 1 out before the error */
-    assert_int_equal(f.resp.input_tokens, 80);
-    assert_int_equal(f.resp.output_tokens, 7);
+    assert_int_equal(f.log.n, 2);
+    /* The first attempt broke off after message_start (40 in, 1 out): its usage is not the
+     * whole of it, so the meter charges its worst case. */
+    assert_int_equal(f.log.a[0].outcome, EPH_ATTEMPT_CUT);
+    assert_true(f.log.a[0].sent);
+    assert_true(f.log.a[0].retryable);
+    assert_false(f.log.a[0].usage_final);
+    assert_int_equal(f.log.a[0].input, 40);
+    assert_int_equal(f.log.a[0].output, 1);
+    /* The second is whole: message_delta gave the final output count. */
+    assert_int_equal(f.log.a[1].outcome, EPH_ATTEMPT_OK);
+    assert_true(f.log.a[1].usage_final);
+    assert_int_equal(f.log.a[1].input, 40);
+    assert_int_equal(f.log.a[1].output, 6);
+    assert_int_equal(f.resp.input_tokens, 40);
+    assert_int_equal(f.resp.output_tokens, 6);
     finish(&f);
 }
 

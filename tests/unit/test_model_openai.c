@@ -31,6 +31,7 @@ struct fixture {
     json_t *messages;
     json_t *tools;
     struct eph_model_response resp;
+    struct attempt_log log; /* every attempt of the last call */
     char err[512];
 };
 
@@ -76,7 +77,11 @@ static int call_with(struct fixture *f, uint64_t deadline_ns, const atomic_bool 
                                     .cancel = cancel,
                                     .prompt = "list the files"};
     f->err[0] = '\0';
-    return eph_model_openai_ops.call(f->model, &req, &f->resp, f->err, sizeof(f->err));
+    uint32_t cap = f->log.cap;
+    memset(&f->log, 0, sizeof(f->log));
+    f->log.cap = cap;
+    struct eph_model_meter meter = {attempt_log_authorise, attempt_log_record, &f->log};
+    return eph_model_call(f->model, &req, &meter, &f->resp, f->err, sizeof(f->err));
 }
 
 static int call(struct fixture *f)
