@@ -158,19 +158,26 @@ static void meter_record(void *p, const struct eph_model_attempt *a)
         json_object_set_new(data, "above_bound", json_true());
     if (data && a->rc)
         json_object_set_new(data, "failed", json_true());
-    char tok[32], money[EPH_MONEY_FMT_MAX], status[24] = "";
+    /* The common case reads as before ("model call 2 · 1,877 tokens · $0.00012"); a retry or a
+     * failed attempt says which and how. */
+    char tok[32], money[EPH_MONEY_FMT_MAX], which[64] = "";
     eph_format_thousands(tokens, tok);
     eph_money_format(cost.micros, money);
-    if (a->outcome == EPH_ATTEMPT_HTTP_ERROR)
-        snprintf(status, sizeof(status), " %ld", resp->http_status);
+    size_t w = 0;
+    if (a->number > 1)
+        w += (size_t)snprintf(which + w, sizeof(which) - w, " · attempt %u", a->number);
+    if (a->outcome != EPH_ATTEMPT_OK && w < sizeof(which))
+        w += (size_t)snprintf(which + w, sizeof(which) - w, " · %s", outcome_name);
+    if (a->outcome == EPH_ATTEMPT_HTTP_ERROR && w < sizeof(which))
+        snprintf(which + w, sizeof(which) - w, " %ld", resp->http_status);
     const char *why = how == EPH_CHARGE_EARMARK
                           ? (a->rc ? " · cut without usage: worst case charged"
                                    : " · no usage reported: worst case charged")
                       : how == EPH_CHARGE_NOTHING && a->rc ? " · not billed"
                                                            : "";
     eph_live_emit(ctx->live, ctx->store, "model", "model.call", data,
-                  "model call %u attempt %u · %s%s · %s tokens · %s%s%s%s%s", mt->call, a->number,
-                  outcome_name, status, tok, money, resp->replayed ? " · replayed" : "", why,
+                  "model call %u%s · %s tokens · %s%s%s%s%s", mt->call, which, tok, money,
+                  resp->replayed ? " · replayed" : "", why,
                   cost.above_bound ? " · usage above the bound" : "",
                   cost.capped ? " · capped at the reservation" : "");
     if (a->rc && a->err && a->err[0])

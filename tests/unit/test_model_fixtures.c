@@ -78,9 +78,9 @@ static void answer_case(const json_t *c)
                  ? eph_openai_parse_answer(body, len, stream, 0, &r, err, sizeof(err))
                  : eph_anthropic_parse_answer(body, len, stream, 0, &r, err, sizeof(err));
     const json_t *want = json_object_get(e, "rc");
-    int want_rc = json_is_integer(want)                               ? 0
+    int want_rc = json_is_integer(want)                            ? 0
                   : strcmp(json_string_value(want), "EPROTO") == 0 ? -EPROTO
-                                                                    : -EIO;
+                                                                   : -EIO;
     if (rc != want_rc)
         fail_msg("%s: rc %d (%s), want %d", file, rc, err, want_rc);
     if (rc == 0) {
