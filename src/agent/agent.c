@@ -42,12 +42,12 @@ static void stop_for(struct eph_agent_ctx *ctx, int rc, struct eph_agent_outcome
 struct meter {
     struct eph_agent_ctx *ctx;
     struct eph_price price;
-    unsigned call;     /* the turn */
-    uint32_t wanted;   /* the max_tokens the model would get with an unlimited budget */
-    bool lowered;      /* the budget lowered max_tokens of the last attempt */
-    bool budget_first; /* the last attempt's deadline was the compute deadline */
-    bool capped;       /* some attempt of this call was charged less than it reported */
-    int64_t available; /* what was left when the last attempt was authorised */
+    unsigned call;        /* the turn */
+    bool lowered;         /* the budget lowered max_tokens of the last attempt */
+    bool budget_first;    /* the last attempt's deadline was the compute deadline */
+    bool capped;          /* some attempt of this call was charged less than it reported */
+    int64_t available;    /* what was left when the last attempt was authorised */
+    uint64_t deadline_ns; /* the last attempt's deadline */
 };
 
 /* The longest an attempt may take, for the compute set aside while it is in flight: the idle
@@ -84,6 +84,7 @@ static int meter_authorise(void *p, unsigned attempt, uint64_t at_ns, uint64_t i
     mt->budget_first = budget_end < *deadline_ns;
     if (mt->budget_first)
         *deadline_ns = budget_end;
+    mt->deadline_ns = *deadline_ns;
     EPH_DEBUG("agent",
               "run %s: model call %u attempt %u authorised: input bound %llu, "
               "max_tokens %u, earmark %lld",
@@ -267,6 +268,7 @@ int eph_agent_run(struct eph_agent_ctx *ctx, struct eph_agent_outcome *out)
         }
         mt.call = turn;
         mt.lowered = mt.budget_first = mt.capped = false;
+        mt.deadline_ns = ctx->deadline_ns;
         struct eph_model_request req = {.messages = messages,
                                         .tools = tools,
                                         .max_tokens = m->max_output_tokens,
@@ -282,9 +284,11 @@ int eph_agent_run(struct eph_agent_ctx *ctx, struct eph_agent_outcome *out)
                 outcome(out, EPH_RUN_BUDGET_EXHAUSTED, "budget_exhausted",
                         truncated ? "the budget left cannot cover the rest of the answer"
                                   : "the budget left cannot cover another model call");
-            } else if (rc == -ECANCELED || rc == -ETIMEDOUT) {
+            } else if (rc == -ECANCELED ||
+                       (rc == -ETIMEDOUT && eph_clock_mono_ns() >= mt.deadline_ns)) {
                 stop_for(ctx, rc == -ETIMEDOUT && mt.budget_first ? -EDQUOT : rc, out);
             } else {
+                /* an idle timeout is the provider's failure, not the run's time limit */
                 char msg[300];
                 snprintf(msg, sizeof(msg), "model call %u failed: %s", turn, err);
                 outcome(out, EPH_RUN_FAILED, rc == -ENOENT ? "no_recording" : "model_error", msg);
