@@ -181,3 +181,9 @@ clean:
 	rm -rf $(BUILD)
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
+
+# One short run against each real model provider whose key is in the environment
+# (OPENAI_API_KEY, ANTHROPIC_API_KEY); skipped without keys. Not part of `make test`.
+.PHONY: check-providers
+check-providers: all
+	$(Q)BUILD=$(BUILD) tests/providers/check_providers.sh

@@ -244,4 +244,52 @@ static FAKE_UNUSED double fake_seconds_since(uint64_t t0)
     return (double)(eph_clock_mono_ns() - t0) / 1e9;
 }
 
+/* A meter for eph_model_call that authorises every attempt (max_tokens lowered to cap when cap is
+ * not 0) and keeps a copy of what each attempt reported. */
+#include "agent/model.h"
+
+struct attempt_log {
+    unsigned n;
+    uint32_t cap;
+    struct {
+        enum eph_model_outcome outcome;
+        uint32_t max_tokens;
+        uint64_t input_bound, input, cached, cache_write, cache_write_1h, output, reasoning;
+        bool usage_final, sent, retryable;
+        long status;
+    } a[8];
+};
+
+static FAKE_UNUSED int attempt_log_authorise(void *ctx, unsigned attempt, uint64_t at_ns,
+                                             uint64_t input_bound, bool check_only,
+                                             uint32_t *max_tokens, uint64_t *deadline_ns)
+{
+    struct attempt_log *l = ctx;
+    if (l->cap && *max_tokens > l->cap)
+        *max_tokens = l->cap;
+    return 0;
+}
+
+static FAKE_UNUSED void attempt_log_record(void *ctx, const struct eph_model_attempt *at)
+{
+    struct attempt_log *l = ctx;
+    if (l->n >= sizeof(l->a) / sizeof(l->a[0]))
+        return;
+    const struct eph_model_response *r = at->resp;
+    l->a[l->n].outcome = at->outcome;
+    l->a[l->n].max_tokens = at->max_tokens;
+    l->a[l->n].input_bound = at->input_bound;
+    l->a[l->n].input = r->input_tokens;
+    l->a[l->n].cached = r->cached_input_tokens;
+    l->a[l->n].cache_write = r->cache_write_tokens;
+    l->a[l->n].cache_write_1h = r->cache_write_1h_tokens;
+    l->a[l->n].output = r->output_tokens;
+    l->a[l->n].reasoning = r->reasoning_tokens;
+    l->a[l->n].usage_final = r->usage_final;
+    l->a[l->n].sent = r->sent;
+    l->a[l->n].retryable = r->retryable;
+    l->a[l->n].status = r->http_status;
+    l->n++;
+}
+
 #endif

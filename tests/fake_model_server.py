@@ -31,6 +31,15 @@ when the script is used up the answer is a 500. Entry fields, all optional:
     no_index       OpenAI streaming: tool call deltas without "index"
     no_done        streaming: leave out data: [DONE] / message_stop (and the finish)
     stream_error   streaming: after the first event, an error event with this message, and the end
+    error_type     with error: the provider's error type (and OpenAI's code), e.g.
+                   "insufficient_quota", "overloaded_error"
+    refusal        a refusal text: OpenAI message.refusal (delta.refusal when streaming);
+                   Anthropic stop_reason "refusal" with the text as content
+    pieces         streaming: how many deltas the text is split into (3)
+    hold_open      streaming: seconds to keep the connection open after the complete answer
+    cut_after      streaming: send this many events, then drop the connection (no end chunk)
+    interleave     OpenAI streaming: the deltas of the tool calls alternate between indices
+    usage also takes "cache_write", "cache_write_1h" (Anthropic) and "reasoning" (OpenAI)
 
 Every request is appended to the log as one JSON line before it is answered: n, method, path,
 headers (lowercased; authorization and x-api-key values replaced by "<redacted>"), auth_present,
@@ -143,11 +152,12 @@ class Handler(BaseHTTPRequestHandler):
     def send_json(self, status, obj, extra=None):
         self.send_bytes(status, json.dumps(obj).encode(), extra=extra)
 
-    def send_error_body(self, status, message, anthropic, extra=None):
+    def send_error_body(self, status, message, anthropic, extra=None, etype=None):
         if anthropic:
-            obj = {"type": "error", "error": {"type": "api_error", "message": message}}
+            obj = {"type": "error", "error": {"type": etype or "api_error", "message": message}}
         else:
-            obj = {"error": {"message": message, "type": "server_error", "code": None}}
+            obj = {"error": {"message": message, "type": etype or "server_error",
+                             "code": etype}}
         self.send_json(status, obj, extra)
 
     def start_stream(self, extra, ctype="text/event-stream"):
@@ -167,9 +177,25 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
         self.wfile.flush()
 
-    def end_stream(self):
+    def end_stream(self, entry=None):
+        if entry and entry.get("hold_open"):
+            # The answer is complete; a client that waits for the close waits this long.
+            time.sleep(float(entry["hold_open"]))
         self.wfile.write(b"0\r\n\r\n")
         self.wfile.flush()
+
+    def send_events(self, entry, chunks):
+        """Sends SSE chunks, pausing as the entry says; with cut_after, drops the connection
+        after that many, without the end chunk. Returns False when it cut."""
+        for k, c in enumerate(chunks):
+            if entry.get("cut_after") is not None and k >= int(entry["cut_after"]):
+                self.close_connection = True
+                self.wfile.flush()
+                self.connection.shutdown(2)
+                return False
+            self.chunk(c)
+            self.event_pause(entry, k == 0)
+        return True
 
     # ---- answers ----
 
@@ -181,7 +207,8 @@ class Handler(BaseHTTPRequestHandler):
                                                                       "application/json"), extra)
             return
         if "error" in entry:
-            self.send_error_body(entry.get("status", 500), entry["error"], anthropic, extra)
+            self.send_error_body(entry.get("status", 500), entry["error"], anthropic, extra,
+                                 entry.get("error_type"))
             return
         stream = entry.get("stream")
         if stream is None:
@@ -202,12 +229,17 @@ class Handler(BaseHTTPRequestHandler):
         u = usage_of(entry)
         if u is None:
             return None
-        return {"prompt_tokens": u.get("input", 0), "completion_tokens": u.get("output", 0),
-                "total_tokens": u.get("input", 0) + u.get("output", 0),
-                "prompt_tokens_details": {"cached_tokens": u.get("cached", 0)}}
+        out = {"prompt_tokens": u.get("input", 0), "completion_tokens": u.get("output", 0),
+               "total_tokens": u.get("input", 0) + u.get("output", 0),
+               "prompt_tokens_details": {"cached_tokens": u.get("cached", 0)}}
+        if "reasoning" in u:
+            out["completion_tokens_details"] = {"reasoning_tokens": u["reasoning"]}
+        return out
 
     def openai_plain(self, entry, body):
         msg = {"role": "assistant", "content": entry.get("text")}
+        if entry.get("refusal") is not None:
+            msg["refusal"] = entry["refusal"]
         calls = entry.get("tool_calls") or []
         if calls:
             msg["tool_calls"] = []
@@ -259,21 +291,40 @@ class Handler(BaseHTTPRequestHandler):
             events.append(e)
 
         ev({"role": "assistant", "content": ""})
-        for piece in split(entry.get("text") or ""):
+        pieces = int(entry.get("pieces", 3))
+        for piece in split(entry.get("text") or "", pieces):
             if piece:
                 ev({"content": piece})
+        if entry.get("refusal") is not None:
+            for piece in split(entry["refusal"], pieces):
+                ev({"refusal": piece})
+        call_events = []
         for i, c in enumerate(entry.get("tool_calls") or []):
+            mine = []
             first = {"type": "function", "function": {"name": c["name"], "arguments": ""}}
             if not entry.get("no_index"):
                 first["index"] = i
             if c.get("id") is not None:
                 first["id"] = c["id"]
-            ev({"tool_calls": [first]})
+            mine.append({"tool_calls": [first]})
             for piece in split(c.get("arguments", "{}")):
                 d = {"function": {"arguments": piece}}
                 if not entry.get("no_index"):
                     d["index"] = i
-                ev({"tool_calls": [d]})
+                mine.append({"tool_calls": [d]})
+            call_events.append(mine)
+        if entry.get("interleave"):
+            # one delta of each call in turn: 0, 1, 0, 1...
+            k = 0
+            while any(k < len(m) for m in call_events):
+                for m in call_events:
+                    if k < len(m):
+                        ev(m[k])
+                k += 1
+        else:
+            for m in call_events:
+                for d in m:
+                    ev(d)
         calls = entry.get("tool_calls") or []
         if not entry.get("no_done"):
             ev({}, entry.get("finish_reason", "tool_calls" if calls else "stop"))
@@ -287,24 +338,31 @@ class Handler(BaseHTTPRequestHandler):
         if entry.get("stream_error"):
             events = events[:1]
             events.append({"error": {"message": entry["stream_error"], "type": "server_error"}})
-        for k, e in enumerate(events):
-            self.chunk("data: " + json.dumps(e) + "\n\n")
-            self.event_pause(entry, k == 0)
+        chunks = ["data: " + json.dumps(e) + "\n\n" for e in events]
         if not entry.get("no_done") and not entry.get("stream_error"):
-            self.chunk("data: [DONE]\n\n")
-        self.end_stream()
+            chunks.append("data: [DONE]\n\n")
+        if self.send_events(entry, chunks):
+            self.end_stream(entry)
 
     def anthropic_usage(self, entry):
         u = usage_of(entry)
         if u is None:
             return None
-        return {"input_tokens": u.get("input", 0), "output_tokens": u.get("output", 0),
-                "cache_read_input_tokens": u.get("cached", 0), "cache_creation_input_tokens": 0}
+        out = {"input_tokens": u.get("input", 0), "output_tokens": u.get("output", 0),
+               "cache_read_input_tokens": u.get("cached", 0),
+               "cache_creation_input_tokens": u.get("cache_write", 0) + u.get("cache_write_1h", 0)}
+        if "cache_write_1h" in u:
+            out["cache_creation"] = {"ephemeral_5m_input_tokens": u.get("cache_write", 0),
+                                     "ephemeral_1h_input_tokens": u["cache_write_1h"]}
+        return out
 
     def anthropic_plain(self, entry, body):
         content = []
-        if entry.get("text") is not None:
-            content.append({"type": "text", "text": entry["text"]})
+        text = entry.get("text")
+        if entry.get("refusal") is not None:
+            text = entry["refusal"]
+        if text is not None:
+            content.append({"type": "text", "text": text})
         calls = entry.get("tool_calls") or []
         for c in calls:
             if "input" in c:
@@ -320,7 +378,8 @@ class Handler(BaseHTTPRequestHandler):
             content.append(b)
         out = {"id": "msg_fake", "type": "message", "role": "assistant",
                "model": body.get("model", "fake"), "content": content,
-               "stop_reason": entry.get("finish_reason", "tool_use" if calls else "end_turn"),
+               "stop_reason": entry.get("finish_reason", "refusal" if entry.get("refusal")
+                                        is not None else "tool_use" if calls else "end_turn"),
                "stop_sequence": None}
         u = self.anthropic_usage(entry)
         if u is not None:
@@ -341,9 +400,8 @@ class Handler(BaseHTTPRequestHandler):
 
         start_usage = None
         if u is not None:
-            start_usage = {"input_tokens": u["input_tokens"], "output_tokens": 1,
-                           "cache_read_input_tokens": u["cache_read_input_tokens"],
-                           "cache_creation_input_tokens": 0}
+            start_usage = dict(u)
+            start_usage["output_tokens"] = 1
         msg = {"id": "msg_fake", "type": "message", "role": "assistant", "content": [],
                "model": "fake", "stop_reason": None, "stop_sequence": None}
         if start_usage is not None:
@@ -351,10 +409,13 @@ class Handler(BaseHTTPRequestHandler):
         ev("message_start", {"message": msg})
         ev("ping", {})
         index = 0
-        if entry.get("text") is not None:
+        text = entry.get("text")
+        if entry.get("refusal") is not None:
+            text = entry["refusal"]
+        if text is not None:
             ev("content_block_start", {"index": index, "content_block": {"type": "text",
                                                                           "text": ""}})
-            for piece in split(entry["text"]):
+            for piece in split(text, int(entry.get("pieces", 3))):
                 ev("content_block_delta", {"index": index,
                                            "delta": {"type": "text_delta", "text": piece}})
             ev("content_block_stop", {"index": index})
@@ -374,9 +435,9 @@ class Handler(BaseHTTPRequestHandler):
             ev("content_block_stop", {"index": index})
             index += 1
         if not entry.get("no_done"):
-            delta = {"delta": {"stop_reason": entry.get("finish_reason",
-                                                        "tool_use" if calls else "end_turn"),
-                               "stop_sequence": None}}
+            stop = entry.get("finish_reason", "refusal" if entry.get("refusal") is not None
+                             else "tool_use" if calls else "end_turn")
+            delta = {"delta": {"stop_reason": stop, "stop_sequence": None}}
             if u is not None:
                 delta["usage"] = {"output_tokens": u["output_tokens"]}
             ev("message_delta", delta)
@@ -386,10 +447,9 @@ class Handler(BaseHTTPRequestHandler):
             events = events[:1]
             events.append(("error", {"type": "error", "error": {"type": "overloaded_error",
                                                                 "message": entry["stream_error"]}}))
-        for k, (name, obj) in enumerate(events):
-            self.chunk("event: %s\ndata: %s\n\n" % (name, json.dumps(obj)))
-            self.event_pause(entry, k == 0)
-        self.end_stream()
+        chunks = ["event: %s\ndata: %s\n\n" % (name, json.dumps(obj)) for name, obj in events]
+        if self.send_events(entry, chunks):
+            self.end_stream(entry)
 
 
 def main():

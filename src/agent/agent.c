@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/buf.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/metrics.h"
@@ -15,16 +16,6 @@
 
 /* The smallest answer worth asking for: below this, the budget is exhausted. */
 #define MIN_OUTPUT_TOKENS 16
-
-/* An estimate of the input tokens of a conversation, on the high side: one token per three bytes
- * of its JSON (English text averages about four). Underestimating would only make the worst case
- * smaller; the charge is capped at the reservation in any case. */
-static uint64_t estimate_input_tokens(json_t *messages, json_t *tools)
-{
-    size_t n =
-        json_dumpb(messages, NULL, 0, JSON_COMPACT) + json_dumpb(tools, NULL, 0, JSON_COMPACT);
-    return n / 3 + 16;
-}
 
 static void outcome(struct eph_agent_outcome *out, enum eph_run_status st, const char *code,
                     const char *msg)
@@ -46,59 +37,157 @@ static void stop_for(struct eph_agent_ctx *ctx, int rc, struct eph_agent_outcome
         outcome(out, EPH_RUN_TIMED_OUT, "timeout", "the run reached its time limit");
 }
 
-/* Charges a finished (or failed but reported) call and records its model.call event. Returns
- * whether the charge was capped at the reservation, that is whether the budget is now spent. */
-static bool record_model_usage(struct eph_agent_ctx *ctx, const struct eph_model_response *resp,
-                               uint64_t latency_ms, unsigned call_no, int call_rc)
-{
-    struct eph_run *r = ctx->run;
-    const struct eph_model_config *m = ctx->mcfg;
-    struct eph_price price = {m->input_micros_per_mtok, m->cached_input_micros_per_mtok,
-                              m->output_micros_per_mtok};
-    bool capped = false;
-    /* An answer without usage is charged the worst case earmarked for it: the user agreed to pay
-     * up to that, and less cannot be known. Anything less would be a guess billed as a fact. */
-    bool missing = resp->usage_missing && !call_rc;
-    int64_t cost =
-        missing ? eph_budget_charge_model_worst_case(ctx->budget, eph_clock_mono_ns(),
-                                                     resp->input_tokens, resp->cached_input_tokens,
-                                                     resp->output_tokens, &price, &capped)
-                : eph_budget_charge_model_call(ctx->budget, eph_clock_mono_ns(), resp->input_tokens,
-                                               resp->cached_input_tokens, resp->output_tokens,
-                                               &price, &capped);
-    uint64_t in = resp->input_tokens + resp->cached_input_tokens;
-    uint64_t tokens = in + resp->output_tokens;
-    r->usage.model_calls++;
-    r->usage.input_tokens += in;
-    r->usage.output_tokens += resp->output_tokens;
-    r->cost.model_micros = ctx->budget->model;
+/* The budget's side of one model call (struct eph_model_meter): every attempt is authorised
+ * against what is left before it is sent, and charged and recorded after it ended. */
+struct meter {
+    struct eph_agent_ctx *ctx;
+    struct eph_price price;
+    unsigned call;        /* the turn */
+    bool lowered;         /* the budget lowered max_tokens of the last attempt */
+    bool budget_first;    /* the last attempt's deadline was the compute deadline */
+    bool capped;          /* some attempt of this call was charged less than it reported */
+    int64_t available;    /* what was left when the last attempt was authorised */
+    uint64_t deadline_ns; /* the last attempt's deadline */
+};
 
-    json_t *data = json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:b}", "call", (json_int_t)call_no,
-                             "input_tokens", (json_int_t)in, "cached_input_tokens",
-                             (json_int_t)resp->cached_input_tokens, "output_tokens",
-                             (json_int_t)resp->output_tokens, "cost_micros", (json_int_t)cost,
-                             "latency_ms", (json_int_t)latency_ms, "replayed", resp->replayed);
-    if (resp->attempts > 1)
-        json_object_set_new(data, "attempts", json_integer(resp->attempts));
-    if (missing)
+/* The longest an attempt may take, for the compute set aside while it is in flight: the idle
+ * timeout (a live answer may take longer; its deadline then is the compute deadline). */
+static uint64_t attempt_ns(const struct eph_agent_ctx *ctx, uint64_t now)
+{
+    const struct eph_model_config *m = ctx->mcfg;
+    uint64_t ns = (uint64_t)(m->timeout_seconds ? m->timeout_seconds : 120) * 1000000000u;
+    if (now < ctx->deadline_ns && ns > ctx->deadline_ns - now)
+        ns = ctx->deadline_ns - now;
+    return ns;
+}
+
+static int meter_authorise(void *p, unsigned attempt, uint64_t at_ns, uint64_t input_bound,
+                           bool check_only, uint32_t *max_tokens, uint64_t *deadline_ns)
+{
+    struct meter *mt = p;
+    struct eph_agent_ctx *ctx = mt->ctx;
+    if (check_only) {
+        struct eph_budget probe = *ctx->budget;
+        return eph_budget_authorise(&probe, at_ns, input_bound, attempt_ns(ctx, at_ns), &mt->price,
+                                    MIN_OUTPUT_TOKENS, max_tokens);
+    }
+    uint32_t asked = *max_tokens;
+    mt->available = eph_budget_available(ctx->budget, at_ns);
+    int rc = eph_budget_authorise(ctx->budget, at_ns, input_bound, attempt_ns(ctx, at_ns),
+                                  &mt->price, MIN_OUTPUT_TOKENS, max_tokens);
+    if (rc)
+        return rc;
+    mt->lowered = *max_tokens < asked;
+    /* The attempt may last until the deadline or until compute, with its worst case earmarked,
+     * would exhaust the budget. */
+    uint64_t budget_end = eph_budget_compute_deadline(ctx->budget);
+    mt->budget_first = budget_end < *deadline_ns;
+    if (mt->budget_first)
+        *deadline_ns = budget_end;
+    mt->deadline_ns = *deadline_ns;
+    EPH_DEBUG("agent",
+              "run %s: model call %u attempt %u authorised: input bound %llu, "
+              "max_tokens %u, earmark %lld",
+              ctx->run->id, mt->call, attempt, (unsigned long long)input_bound, *max_tokens,
+              (long long)ctx->budget->earmark);
+    return 0;
+}
+
+/* How an attempt is charged (docs/MONEY.md): what the provider reported when it reported its
+ * whole usage; its worst case when it may bill without having said how much (an answer without
+ * usage, a stream cut after the request went out); nothing when it cannot bill (an HTTP error
+ * status, a request that never went out whole). */
+static enum eph_attempt_charge charge_kind(const struct eph_model_attempt *a)
+{
+    const struct eph_model_response *r = a->resp;
+    if (r->usage_final)
+        return EPH_CHARGE_USAGE;
+    if (a->outcome == EPH_ATTEMPT_HTTP_ERROR || a->outcome == EPH_ATTEMPT_NOT_SENT || !r->sent)
+        return EPH_CHARGE_NOTHING;
+    return EPH_CHARGE_EARMARK;
+}
+
+static void meter_record(void *p, const struct eph_model_attempt *a)
+{
+    struct meter *mt = p;
+    struct eph_agent_ctx *ctx = mt->ctx;
+    struct eph_run *r = ctx->run;
+    const struct eph_model_response *resp = a->resp;
+    struct eph_token_usage u = {.input_tokens = resp->input_tokens,
+                                .cached_input_tokens = resp->cached_input_tokens,
+                                .cache_write_tokens = resp->cache_write_tokens,
+                                .cache_write_1h_tokens = resp->cache_write_1h_tokens,
+                                .output_tokens = resp->output_tokens,
+                                .reasoning_tokens = resp->reasoning_tokens};
+    enum eph_attempt_charge how = charge_kind(a);
+    struct eph_attempt_cost cost;
+    eph_budget_charge_attempt(ctx->budget, eph_clock_mono_ns(), how, &u, &mt->price, &cost);
+    if (cost.capped)
+        mt->capped = true;
+    uint64_t in = eph_tokens_add(eph_tokens_add(u.input_tokens, u.cached_input_tokens),
+                                 eph_tokens_add(u.cache_write_tokens, u.cache_write_1h_tokens));
+    uint64_t tokens = eph_tokens_add(in, u.output_tokens);
+    r->usage.model_calls = eph_tokens_add(r->usage.model_calls, 1);
+    r->usage.input_tokens = eph_tokens_add(r->usage.input_tokens, in);
+    r->usage.output_tokens = eph_tokens_add(r->usage.output_tokens, u.output_tokens);
+    r->cost.model_micros = ctx->budget->model;
+    eph_metrics_observe_model_call(a->latency_ns);
+
+    const char *outcome_name = eph_model_outcome_name(a->outcome);
+    json_t *data = json_pack(
+        "{s:I, s:I, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:b}", "call",
+        (json_int_t)mt->call, "attempt", (json_int_t)a->number, "outcome", outcome_name,
+        "input_tokens", (json_int_t)in, "cached_input_tokens", (json_int_t)u.cached_input_tokens,
+        "cache_write_tokens", (json_int_t)u.cache_write_tokens, "cache_write_1h_tokens",
+        (json_int_t)u.cache_write_1h_tokens, "output_tokens", (json_int_t)u.output_tokens,
+        "reasoning_tokens", (json_int_t)u.reasoning_tokens, "cost_micros", (json_int_t)cost.micros,
+        "earmark_micros", (json_int_t)cost.earmark, "max_tokens", (json_int_t)a->max_tokens,
+        "input_bound_tokens",
+        (json_int_t)(a->input_bound > EPH_TOKENS_MAX ? EPH_TOKENS_MAX : a->input_bound),
+        "latency_ms", (json_int_t)(a->latency_ns / 1000000u), "replayed", resp->replayed);
+    if (data)
+        json_object_set_new(data, "available_micros", json_integer(mt->available));
+    if (data && resp->http_status)
+        json_object_set_new(data, "http_status", json_integer(resp->http_status));
+    if (data && resp->finish_reason)
+        json_object_set_new(data, "finish_reason", json_string(resp->finish_reason));
+    if (data && how == EPH_CHARGE_EARMARK)
         json_object_set_new(data, "usage_missing", json_true());
-    if (capped)
+    if (data && cost.capped)
         json_object_set_new(data, "capped_at_reservation", json_true());
-    if (call_rc)
+    if (data && cost.above_bound)
+        json_object_set_new(data, "above_bound", json_true());
+    if (data && a->rc)
         json_object_set_new(data, "failed", json_true());
-    char tok[32], money[EPH_MONEY_FMT_MAX];
+    /* The common case reads as before ("model call 2 · 1,877 tokens · $0.00012"); a retry or a
+     * failed attempt says which and how. */
+    char tok[32], money[EPH_MONEY_FMT_MAX], which[64] = "";
     eph_format_thousands(tokens, tok);
-    eph_money_format(cost, money);
+    eph_money_format(cost.micros, money);
+    size_t w = 0;
+    if (a->number > 1)
+        w += (size_t)snprintf(which + w, sizeof(which) - w, " · attempt %u", a->number);
+    if (a->outcome != EPH_ATTEMPT_OK && w < sizeof(which))
+        w += (size_t)snprintf(which + w, sizeof(which) - w, " · %s", outcome_name);
+    if (a->outcome == EPH_ATTEMPT_HTTP_ERROR && w < sizeof(which))
+        snprintf(which + w, sizeof(which) - w, " %ld", resp->http_status);
+    const char *why = how == EPH_CHARGE_EARMARK
+                          ? (a->rc ? " · cut without usage: worst case charged"
+                                   : " · no usage reported: worst case charged")
+                      : how == EPH_CHARGE_NOTHING && a->rc ? " · not billed"
+                                                           : "";
     eph_live_emit(ctx->live, ctx->store, "model", "model.call", data,
-                  "model call %u · %s tokens · %s%s%s%s", call_no, tok, money,
-                  resp->replayed ? " · replayed" : "",
-                  missing ? " · no usage reported: worst case charged" : "",
-                  capped ? " · capped at the reservation" : "");
+                  "model call %u%s · %s tokens · %s%s%s%s%s", mt->call, which, tok, money,
+                  resp->replayed ? " · replayed" : "", why,
+                  cost.above_bound ? " · usage above the bound" : "",
+                  cost.capped ? " · capped at the reservation" : "");
+    if (a->rc && a->err && a->err[0])
+        EPH_INFO("agent", "run %s: model call %u attempt %u: %s", r->id, mt->call, a->number,
+                 a->err);
     r->cost.compute_micros = eph_budget_compute(ctx->budget, eph_clock_mono_ns());
     int rc = ctx->store->ops->run_progress(ctx->store, r);
     if (rc)
         EPH_WARN("agent", "run %s: cannot record progress: %s", r->id, strerror(-rc));
-    return capped;
 }
 
 static json_t *assistant_message(const struct eph_model_response *resp)
@@ -111,6 +200,29 @@ static json_t *assistant_message(const struct eph_model_response *resp)
                                         resp->calls[i].arguments ? resp->calls[i].arguments : ""));
     return json_pack("{s:s, s:o, s:o}", "role", "assistant", "content",
                      resp->content ? json_string(resp->content) : json_null(), "tool_calls", calls);
+}
+
+/* What the model is told when its answer was cut by max_tokens. */
+#define CONTINUE_PROMPT                                                                            \
+    "Your answer was cut off by the output token limit. Continue exactly where it stopped, "       \
+    "without repeating anything."
+
+/* The model's refusal, as the run's error. */
+static void refused(struct eph_agent_outcome *out, const struct eph_model_response *resp)
+{
+    char msg[256];
+    if (resp->refusal && resp->refusal[0])
+        snprintf(msg, sizeof(msg), "the model refused: %s", resp->refusal);
+    else if (resp->finish_reason && strcmp(resp->finish_reason, "content_filter") == 0)
+        snprintf(msg, sizeof(msg), "the provider's content filter stopped the answer");
+    else
+        snprintf(msg, sizeof(msg), "the model refused to answer");
+    outcome(out, EPH_RUN_FAILED, "model_refused", msg);
+}
+
+static bool finish_is(const struct eph_model_response *resp, const char *word)
+{
+    return resp->finish_reason && strcmp(resp->finish_reason, word) == 0;
 }
 
 int eph_agent_run(struct eph_agent_ctx *ctx, struct eph_agent_outcome *out)
@@ -129,8 +241,19 @@ int eph_agent_run(struct eph_agent_ctx *ctx, struct eph_agent_outcome *out)
         return -ENOMEM;
     }
     const struct eph_model_config *m = ctx->mcfg;
-    struct eph_price price = {m->input_micros_per_mtok, m->cached_input_micros_per_mtok,
-                              m->output_micros_per_mtok};
+    struct meter mt = {
+        .ctx = ctx,
+        .price = {.input_micros_per_mtok = m->input_micros_per_mtok,
+                  .cached_input_micros_per_mtok = m->cached_input_micros_per_mtok,
+                  .output_micros_per_mtok = m->output_micros_per_mtok,
+                  .cache_write_micros_per_mtok = m->cache_write_micros_per_mtok,
+                  .cache_write_1h_micros_per_mtok = m->cache_write_1h_micros_per_mtok},
+    };
+    struct eph_model_meter meter = {meter_authorise, meter_record, &mt};
+    /* A final answer cut by max_tokens, continued over the next turns. */
+    struct eph_buf partial;
+    eph_buf_init(&partial, EPH_MODEL_RESPONSE_MAX);
+    bool truncated = false, truncated_by_budget = false;
 
     unsigned turn;
     for (turn = 1; turn <= ctx->turn_limit; turn++) {
@@ -143,62 +266,83 @@ int eph_agent_run(struct eph_agent_ctx *ctx, struct eph_agent_outcome *out)
             stop_for(ctx, -ETIMEDOUT, out);
             goto done;
         }
-        uint32_t max_tokens = m->max_output_tokens;
-        /* The longest this call may take: one attempt's timeout, never past the deadline. */
-        uint64_t call_ns = (uint64_t)(m->timeout_seconds ? m->timeout_seconds : 120) * 1000000000u;
-        if (call_ns > ctx->deadline_ns - now)
-            call_ns = ctx->deadline_ns - now;
-        int rc =
-            eph_budget_plan_model_call(ctx->budget, now, estimate_input_tokens(messages, tools),
-                                       call_ns, &price, MIN_OUTPUT_TOKENS, &max_tokens);
-        if (rc) {
-            outcome(out, EPH_RUN_BUDGET_EXHAUSTED, "budget_exhausted",
-                    "the budget left cannot cover another model call");
-            goto done;
-        }
-        /* The call may last until the deadline or until compute, with the call's worst case
-         * earmarked, would exhaust the budget. */
-        uint64_t deadline = ctx->deadline_ns;
-        uint64_t budget_end = eph_budget_compute_deadline(ctx->budget);
-        bool budget_first = budget_end < deadline;
-        if (budget_first)
-            deadline = budget_end;
+        mt.call = turn;
+        mt.lowered = mt.budget_first = mt.capped = false;
+        mt.deadline_ns = ctx->deadline_ns;
         struct eph_model_request req = {.messages = messages,
                                         .tools = tools,
-                                        .max_tokens = max_tokens,
-                                        .deadline_ns = deadline,
+                                        .max_tokens = m->max_output_tokens,
+                                        .deadline_ns = ctx->deadline_ns,
                                         .cancel = eph_live_cancel_flag(ctx->live),
                                         .prompt = r->prompt};
         struct eph_model_response resp;
-        memset(&resp, 0, sizeof(resp));
         char err[256] = "";
-        uint64_t t0 = eph_clock_mono_ns();
-        rc = ctx->model->ops->call(ctx->model, &req, &resp, err, sizeof(err));
-        uint64_t latency_ms = (eph_clock_mono_ns() - t0) / 1000000u;
-        eph_metrics_observe_model_call(eph_clock_mono_ns() - t0);
-        bool spent = false;
-        if (!rc || resp.input_tokens || resp.cached_input_tokens || resp.output_tokens)
-            spent = record_model_usage(ctx, &resp, latency_ms, turn, rc);
-        else
-            ctx->budget->earmark = 0;
+        int rc = eph_model_call(ctx->model, &req, &meter, &resp, err, sizeof(err));
         if (rc) {
             eph_model_response_release(&resp);
-            if (rc == -ECANCELED || rc == -ETIMEDOUT) {
-                stop_for(ctx, rc == -ETIMEDOUT && budget_first ? -EDQUOT : rc, out);
+            if (rc == -EDQUOT) {
+                outcome(out, EPH_RUN_BUDGET_EXHAUSTED, "budget_exhausted",
+                        truncated ? "the budget left cannot cover the rest of the answer"
+                                  : "the budget left cannot cover another model call");
+            } else if (rc == -ECANCELED ||
+                       (rc == -ETIMEDOUT && eph_clock_mono_ns() >= mt.deadline_ns)) {
+                stop_for(ctx, rc == -ETIMEDOUT && mt.budget_first ? -EDQUOT : rc, out);
             } else {
+                /* an idle timeout is the provider's failure, not the run's time limit */
                 char msg[300];
                 snprintf(msg, sizeof(msg), "model call %u failed: %s", turn, err);
                 outcome(out, EPH_RUN_FAILED, rc == -ENOENT ? "no_recording" : "model_error", msg);
             }
             goto done;
         }
+        if (resp.refusal || finish_is(&resp, "refusal") || finish_is(&resp, "content_filter")) {
+            refused(out, &resp);
+            eph_model_response_release(&resp);
+            goto done;
+        }
+        if (resp.ncalls == 0 && finish_is(&resp, "length")) {
+            /* Never reported as a result: the model is asked to go on, within the budget and
+             * the turn limit. */
+            truncated = true;
+            truncated_by_budget = mt.lowered;
+            json_t *cut = json_pack("{s:s, s:s, s:[]}", "role", "assistant", "content",
+                                    resp.content ? resp.content : "", "tool_calls");
+            json_t *more = json_pack("{s:s, s:s}", "role", "user", "content", CONTINUE_PROMPT);
+            int arc = resp.content ? eph_buf_appends(&partial, resp.content) : 0;
+            eph_model_response_release(&resp);
+            if (arc == -EMSGSIZE) {
+                json_decref(cut);
+                json_decref(more);
+                outcome(out, EPH_RUN_FAILED, "model_output_truncated",
+                        "the answer grew past its size limit");
+                goto done;
+            }
+            if (arc || json_array_append_new(messages, cut) ||
+                json_array_append_new(messages, more)) {
+                outcome(out, EPH_RUN_FAILED, "internal_error", "out of memory");
+                goto done;
+            }
+            continue;
+        }
         if (resp.ncalls == 0) {
-            out->result = strdup(resp.content ? resp.content : "");
+            if (truncated && resp.content && eph_buf_appends(&partial, resp.content)) {
+                eph_model_response_release(&resp);
+                outcome(out, EPH_RUN_FAILED, "model_output_truncated",
+                        "the answer grew past its size limit");
+                goto done;
+            }
+            out->result =
+                truncated ? eph_buf_steal(&partial) : strdup(resp.content ? resp.content : "");
+            if (truncated && !out->result)
+                out->result = strdup("");
             outcome(out, EPH_RUN_COMPLETED, NULL, NULL);
             eph_model_response_release(&resp);
             goto done;
         }
-        if (spent) {
+        /* Tool calls after a continuation: what came before was not the final answer. */
+        truncated = truncated_by_budget = false;
+        eph_buf_reset(&partial);
+        if (mt.capped) {
             /* The answer cost more than was left: nothing remains to run its tools with. */
             eph_model_response_release(&resp);
             outcome(out, EPH_RUN_BUDGET_EXHAUSTED, "budget_exhausted",
@@ -237,12 +381,23 @@ int eph_agent_run(struct eph_agent_ctx *ctx, struct eph_agent_outcome *out)
         }
         eph_model_response_release(&resp);
     }
-    {
+    if (truncated && truncated_by_budget) {
+        outcome(out, EPH_RUN_BUDGET_EXHAUSTED, "budget_exhausted",
+                "the budget cut the answer short and the turn limit allows no more");
+    } else if (truncated) {
+        char msg[160];
+        snprintf(msg, sizeof(msg),
+                 "the answer was still cut by the output token limit after %u "
+                 "turns",
+                 ctx->turn_limit);
+        outcome(out, EPH_RUN_FAILED, "model_output_truncated", msg);
+    } else {
         char msg[128];
         snprintf(msg, sizeof(msg), "the model did not finish within %u turns", ctx->turn_limit);
         outcome(out, EPH_RUN_FAILED, "turn_limit", msg);
     }
 done:
+    eph_buf_release(&partial);
     json_decref(messages);
     json_decref(tools);
     return 0;

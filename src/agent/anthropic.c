@@ -23,6 +23,7 @@
 #include "agent/providers.h"
 #include "common/buf.h"
 #include "common/log.h"
+#include "ledger/budget.h"
 
 #define SSE_LINE_MAX (1u << 20)
 #define MAX_BLOCKS 256
@@ -42,11 +43,12 @@ struct an_ctx {
     struct an_block blocks[MAX_BLOCKS];
     size_t nblocks;
     char stop[64];
-    bool done; /* message_stop */
-    bool have_usage;
-    uint64_t input, cache_read, cache_write, output;
-    uint64_t paid_input, paid_cached, paid_output; /* from attempts that failed later */
-    char msg[320];                                 /* why an event handler failed */
+    bool done;        /* message_stop */
+    bool have_usage;  /* some usage was reported */
+    bool final_usage; /* the answer's last word on usage (message_delta, or a plain answer) */
+    uint64_t input, cache_read, cache_write, cache_write_5m, cache_write_1h, output;
+    bool split_writes; /* usage.cache_creation said how the writes split by lifetime */
+    char msg[320];     /* why an event handler failed */
     const char *secret;
 };
 
@@ -82,24 +84,10 @@ static void an_ctx_release(struct an_ctx *c)
     an_ctx_clear_blocks(c);
 }
 
-/* Before each attempt: drop what a failed attempt assembled, keep what it reported using. */
-static void an_on_attempt(void *ctx, unsigned attempt)
-{
-    struct an_ctx *c = ctx;
-    c->paid_input += c->input + c->cache_write;
-    c->paid_cached += c->cache_read;
-    c->paid_output += c->output;
-    c->input = c->cache_read = c->cache_write = c->output = 0;
-    c->have_usage = false;
-    eph_buf_reset(&c->content);
-    an_ctx_clear_blocks(c);
-    c->stop[0] = '\0';
-    c->done = false;
-    c->msg[0] = '\0';
-}
-
 /* Usage fields present in u replace the ones known: message_start carries the input side,
- * message_delta the cumulative output (and, in newer versions, the input side again). */
+ * message_delta the cumulative output (and, in newer versions, the input side again).
+ * input_tokens excludes cache reads and writes; cache_creation, when present, splits the writes
+ * by lifetime (5 minutes, 1 hour), which are billed at different prices. */
 static void an_usage(struct an_ctx *c, const json_t *u)
 {
     if (!json_is_object(u))
@@ -112,18 +100,31 @@ static void an_usage(struct an_ctx *c, const json_t *u)
         c->cache_read = eph_model_json_tokens(v);
     if ((v = json_object_get(u, "cache_creation_input_tokens")))
         c->cache_write = eph_model_json_tokens(v);
+    const json_t *cc = json_object_get(u, "cache_creation");
+    if (json_is_object(cc)) {
+        c->split_writes = true;
+        c->cache_write_5m = eph_model_json_tokens(json_object_get(cc, "ephemeral_5m_input_tokens"));
+        c->cache_write_1h = eph_model_json_tokens(json_object_get(cc, "ephemeral_1h_input_tokens"));
+    }
     if ((v = json_object_get(u, "output_tokens")))
         c->output = eph_model_json_tokens(v);
 }
 
-/* input_tokens excludes cache reads and writes. Cache writes are billed at the input price here
- * (the neutral response has no field for them; Ephemeral never asks for caching, so they are 0
- * unless a proxy adds cache_control). */
 static void an_usage_to_resp(const struct an_ctx *c, struct eph_model_response *r)
 {
-    r->input_tokens = c->paid_input + c->input + c->cache_write;
-    r->cached_input_tokens = c->paid_cached + c->cache_read;
-    r->output_tokens = c->paid_output + c->output;
+    r->input_tokens = c->input;
+    r->cached_input_tokens = c->cache_read;
+    if (c->split_writes) {
+        /* the split is authoritative; writes it does not cover are billed as 5-minute ones */
+        uint64_t split = eph_tokens_add(c->cache_write_5m, c->cache_write_1h);
+        r->cache_write_1h_tokens = c->cache_write_1h;
+        r->cache_write_tokens =
+            eph_tokens_add(c->cache_write_5m, c->cache_write > split ? c->cache_write - split : 0);
+    } else {
+        r->cache_write_tokens = c->cache_write;
+    }
+    r->output_tokens = c->output;
+    r->usage_final = c->final_usage;
 }
 
 /* ---- the request ---- */
@@ -293,9 +294,18 @@ static const char *an_finish(const char *stop, size_t ncalls)
         return ncalls ? "tool_calls" : "stop";
     if (strcmp(stop, "tool_use") == 0)
         return "tool_calls";
-    if (strcmp(stop, "max_tokens") == 0)
+    if (strcmp(stop, "max_tokens") == 0 || strcmp(stop, "model_context_window_exceeded") == 0)
         return "length";
-    return stop;
+    return stop; /* "refusal" and the ones to come, as they are */
+}
+
+/* stop_reason "refusal": the text so far is the refusal (it may be empty). */
+static int an_refusal(struct eph_model_response *resp)
+{
+    if (!resp->finish_reason || strcmp(resp->finish_reason, "refusal") != 0)
+        return 0;
+    resp->refusal = strdup(resp->content && resp->content[0] ? resp->content : "");
+    return resp->refusal ? 0 : -ENOMEM;
 }
 
 /* A tool_use input as the raw arguments string: objects serialised, a string (not what the API
@@ -323,6 +333,7 @@ static int an_parse_plain(const char *body, size_t len, unsigned prior, struct a
         goto done;
     }
     an_usage(c, json_object_get(root, "usage"));
+    c->final_usage = c->have_usage;
     const char *type = str_field(root, "type");
     if ((type && strcmp(type, "error") == 0) || json_is_object(json_object_get(root, "error"))) {
         char msg[EPH_HTTP_ERROR_MAX];
@@ -370,7 +381,7 @@ static int an_parse_plain(const char *body, size_t len, unsigned prior, struct a
             goto nomem;
     }
     resp->finish_reason = strdup(an_finish(str_field(root, "stop_reason"), resp->ncalls));
-    if (!resp->finish_reason)
+    if (!resp->finish_reason || an_refusal(resp))
         goto nomem;
     goto done;
 nomem:
@@ -456,9 +467,13 @@ static int an_on_event(void *ctx, const char *event, const char *data, size_t le
         const char *stop = str_field(json_object_get(chunk, "delta"), "stop_reason");
         if (stop)
             snprintf(c->stop, sizeof(c->stop), "%s", stop);
-        an_usage(c, json_object_get(chunk, "usage"));
+        const json_t *u = json_object_get(chunk, "usage");
+        an_usage(c, u);
+        if (json_is_object(u))
+            c->final_usage = true;
     } else if (strcmp(type, "message_stop") == 0) {
         c->done = true;
+        rc = EPH_SSE_STOP; /* the end, whether or not the server closes the connection */
     } else if (strcmp(type, "error") == 0) {
         char m[EPH_HTTP_ERROR_MAX];
         eph_http_error_message(data, len, c->secret, m, sizeof(m));
@@ -505,7 +520,7 @@ static int an_stream_to_resp(struct an_ctx *c, unsigned prior, struct eph_model_
             goto nomem;
     }
     resp->finish_reason = strdup(an_finish(c->stop, resp->ncalls));
-    if (!resp->finish_reason)
+    if (!resp->finish_reason || an_refusal(resp))
         goto nomem;
     return 0;
 nomem:
@@ -529,6 +544,8 @@ int eph_anthropic_parse_answer(const char *body, size_t len, bool stream, unsign
     int rc;
     if (stream) {
         rc = eph_sse_parse(body, len, SSE_LINE_MAX, an_on_event, c);
+        if (rc == EPH_SSE_STOP)
+            rc = 0;
         if (rc)
             snprintf(err, errlen, "%s", c->msg[0] ? c->msg : "anthropic: bad event stream");
         if (rc == -EAGAIN)
@@ -539,7 +556,7 @@ int eph_anthropic_parse_answer(const char *body, size_t len, bool stream, unsign
         rc = an_parse_plain(body, len, prior, c, resp, err, errlen);
     }
     an_usage_to_resp(c, resp);
-    resp->usage_missing = rc == 0 && !c->have_usage;
+    resp->usage_missing = rc == 0 && !c->final_usage;
     an_ctx_release(c);
     free(c);
     return rc;
@@ -574,6 +591,20 @@ static void anthropic_free(struct eph_model *base)
     free(m);
 }
 
+static int anthropic_input_bound(struct eph_model *base, const struct eph_model_request *req,
+                                 uint64_t *tokens, char *err, size_t errlen)
+{
+    struct eph_http_model *m = (struct eph_http_model *)base;
+    int rc;
+    char *body = an_body(m, req, &rc, err, errlen);
+    if (!body)
+        return rc;
+    *tokens = eph_http_model_input_bound(m, strlen(body));
+    free(body);
+    return 0;
+}
+
+/* One attempt (eph_model_call retries). */
 static int anthropic_call(struct eph_model *base, const struct eph_model_request *req,
                           struct eph_model_response *resp, char *err, size_t errlen)
 {
@@ -615,31 +646,31 @@ static int anthropic_call(struct eph_model *base, const struct eph_model_request
         .body = body,
         .body_len = strlen(body),
         .deadline_ns = req->deadline_ns,
-        .attempt_timeout_ms = m->timeout_ms,
+        .idle_timeout_ms = m->idle_timeout_ms,
         .cancel = req->cancel,
         .max_body = EPH_MODEL_RESPONSE_MAX,
+        .max_attempts = 1,
         .on_event = m->stream ? an_on_event : NULL,
         .sse_line_max = SSE_LINE_MAX,
         .event_error = c->msg,
-        .on_attempt = an_on_attempt,
         .ctx = c,
         .secret = m->key,
     };
     struct eph_http_response hresp;
     rc = eph_http_post(&hr, &hresp, err, errlen);
+    resp->sent = hresp.sent;
+    resp->http_status = hresp.status;
+    resp->retry_after_ms = hresp.retry_after_ms;
     if (rc) {
-        /* err says why */
+        /* err says why; an overloaded_error event after message_start, a lost connection and
+         * an idle server may do better next time */
+        resp->retryable = hresp.transient;
     } else if (hresp.status >= 200 && hresp.status < 300) {
         const char *data = hresp.body.data ? hresp.body.data : "";
         bool sniffed = !hresp.streamed && m->stream && eph_sse_sniff(data, hresp.body.len);
-        if (sniffed) {
-            /* an event stream under another content type */
-            rc = eph_sse_parse(data, hresp.body.len, SSE_LINE_MAX, an_on_event, c);
-            if (rc)
-                snprintf(err, errlen, "%s", c->msg[0] ? c->msg : "anthropic: bad event stream");
-            if (rc == -EAGAIN)
-                rc = -EIO;
-        }
+        if (sniffed) /* an event stream under another content type */
+            rc = eph_model_parse_sniffed(data, hresp.body.len, an_on_event, c, c->msg, "anthropic",
+                                         &resp->retryable, err, errlen);
         if (rc)
             ; /* err says why */
         else if (hresp.streamed || sniffed)
@@ -651,38 +682,22 @@ static int anthropic_call(struct eph_model *base, const struct eph_model_request
         eph_http_error_message(hresp.body.data, hresp.body.len, m->key, msg, sizeof(msg));
         rc = -EIO;
         snprintf(err, errlen, "anthropic: http %ld%s%s", hresp.status, msg[0] ? ": " : "", msg);
-        if (hresp.attempts > 1) {
-            size_t l = strlen(err);
-            snprintf(err + l, errlen - l, " (after %u attempts)", hresp.attempts);
-        }
+        resp->retryable = eph_model_retry_class(hresp.status, hresp.body.data, hresp.body.len);
     }
-    unsigned attempts = hresp.attempts;
     eph_http_response_release(&hresp);
     free(body);
     an_usage_to_resp(c, resp);
-    resp->attempts = attempts;
-    if (rc == 0 && !c->have_usage) {
-        /* The worker charges the worst case it earmarked: we cannot know less. */
-        resp->usage_missing = true;
+    if (rc == 0 && !c->final_usage)
         EPH_WARN("model", "anthropic: model '%s' reported no usage: the worst case is charged",
                  cfg->id ? cfg->id : "");
-    }
     an_ctx_release(c);
     free(c);
     if (auth) {
         explicit_bzero(auth, strlen(auth));
         free(auth);
     }
-    if (rc) {
-        /* keep the usage (it is paid for), drop a half-built answer */
-        uint64_t in = resp->input_tokens, cached = resp->cached_input_tokens,
-                 out = resp->output_tokens;
-        eph_model_response_release(resp);
-        resp->input_tokens = in;
-        resp->cached_input_tokens = cached;
-        resp->output_tokens = out;
-        resp->attempts = attempts;
-    }
+    if (rc)
+        eph_model_response_drop_answer(resp);
     return rc;
 }
 
@@ -690,5 +705,6 @@ const struct eph_model_ops eph_model_anthropic_ops = {
     .name = "anthropic",
     .open = anthropic_open,
     .call = anthropic_call,
+    .input_bound = anthropic_input_bound,
     .free = anthropic_free,
 };

@@ -28,7 +28,7 @@
 #define DEFAULT_ATTEMPTS 4
 #define BACKOFF_BASE_MS 500
 #define BACKOFF_MAX_MS 8000
-#define RETRY_AFTER_MAX_MS 20000
+#define RETRY_AFTER_MAX_MS 3600000u /* parsing only: the caller decides whether to wait */
 #define CONNECT_TIMEOUT_MS 30000
 #define ERROR_MESSAGE_MAX (EPH_HTTP_ERROR_MAX - 1)
 
@@ -289,7 +289,10 @@ struct attempt {
     struct eph_http_response *resp;
     struct eph_sse sse;
     bool decided; /* the body's destination (SSE or buffer) is chosen at its first byte */
+    bool stopped; /* on_event said the answer is complete */
     size_t received;
+    uint64_t last_byte_ns; /* the last sign of life: a byte in, or upload progress */
+    curl_off_t last_ul;
     int rc; /* why a callback aborted the transfer */
     char why[160];
 };
@@ -308,8 +311,9 @@ static size_t on_write(char *p, size_t size, size_t nmemb, void *userdata)
 {
     struct attempt *a = userdata;
     size_t n = size * nmemb;
-    if (a->rc)
+    if (a->rc || a->stopped)
         return 0;
+    a->last_byte_ns = eph_clock_mono_ns();
     if (n > a->req->max_body || a->received > a->req->max_body - n) {
         a->rc = -EMSGSIZE;
         snprintf(a->why, sizeof(a->why), "response too large (over %zu bytes)", a->req->max_body);
@@ -335,6 +339,12 @@ static size_t on_write(char *p, size_t size, size_t nmemb, void *userdata)
     } else {
         rc = eph_buf_append(&a->resp->body, p, n);
     }
+    if (rc == EPH_SSE_STOP) {
+        /* The answer is complete: what may follow (a server holding the connection open) is
+         * not waited for. */
+        a->stopped = true;
+        return 0;
+    }
     if (rc) {
         a->rc = rc;
         return 0;
@@ -348,6 +358,7 @@ static size_t on_header(char *p, size_t size, size_t nmemb, void *userdata)
     struct attempt *a = userdata;
     size_t n = size * nmemb;
     char line[256];
+    a->last_byte_ns = eph_clock_mono_ns();
     if (n >= 5 && memcmp(p, "HTTP/", 5) == 0) {
         a->resp->retry_after_ms = 0; /* a new answer (after a 100 Continue, say) */
         return n;
@@ -394,7 +405,17 @@ static int on_xferinfo(void *userdata, curl_off_t dltotal, curl_off_t dlnow, cur
                        curl_off_t ulnow)
 {
     struct attempt *a = userdata;
-    return cancelled(a->req) || past_deadline(a->req);
+    if (ulnow != a->last_ul) {
+        a->last_ul = ulnow;
+        a->last_byte_ns = eph_clock_mono_ns();
+    }
+    return cancelled(a->req) || past_deadline(a->req) || a->stopped;
+}
+
+static bool idle_too_long(const struct attempt *a)
+{
+    return a->req->idle_timeout_ms &&
+           eph_clock_mono_ns() - a->last_byte_ns >= (uint64_t)a->req->idle_timeout_ms * 1000000u;
 }
 
 static bool curl_transient(CURLcode c)
@@ -435,6 +456,7 @@ static int http_attempt(const struct eph_http_request *req, struct curl_slist *h
     *transient = false;
     resp->status = 0;
     resp->streamed = false;
+    resp->sent = resp->idle = resp->stopped = resp->transient = false;
     eph_buf_reset(&resp->body);
     eph_sse_init(&a.sse, req->sse_line_max ? req->sse_line_max : (1u << 20), req->on_event,
                  req->ctx);
@@ -446,10 +468,12 @@ static int http_attempt(const struct eph_http_request *req, struct curl_slist *h
         snprintf(err, errlen, "%s: cannot create an http handle", req->what);
         goto out;
     }
+    /* No limit on the whole transfer: a slow but live answer goes on until the deadline. The
+     * loop below ends an attempt at the deadline or after idle_timeout_ms without a byte;
+     * libcurl's own timeout is only a backstop past the deadline. */
     uint64_t left = remaining_ms(req);
-    uint64_t limit = req->attempt_timeout_ms ? req->attempt_timeout_ms : UINT64_MAX;
-    if (left != UINT64_MAX && left + 1000 < limit)
-        limit = left + 1000; /* a backstop: the loop below enforces the deadline itself */
+    uint64_t limit = left == UINT64_MAX ? UINT64_MAX : left + 1000;
+    a.last_byte_ns = eph_clock_mono_ns();
     CURL *e = a.easy;
     curl_easy_setopt(e, CURLOPT_URL, req->url);
     curl_easy_setopt(e, CURLOPT_POST, 1L);
@@ -505,16 +529,31 @@ static int http_attempt(const struct eph_http_request *req, struct curl_slist *h
             snprintf(err, errlen, "%s: call cancelled", req->what);
             goto out_remove;
         }
+        if (a.stopped)
+            break;
         uint64_t rem = remaining_ms(req);
         if (rem == 0) {
             rc = -ETIMEDOUT;
             snprintf(err, errlen, "%s: deadline passed during the call", req->what);
             goto out_remove;
         }
+        if (idle_too_long(&a)) {
+            rc = -ETIMEDOUT;
+            resp->idle = true;
+            *transient = true;
+            snprintf(err, errlen, "%s: no byte from the server for %u s", req->what,
+                     req->idle_timeout_ms / 1000);
+            goto out_remove;
+        }
         curl_multi_poll(multi, NULL, 0, (int)(rem < POLL_SLICE_MS ? rem : POLL_SLICE_MS), NULL);
     }
 
-    if (a.rc) {
+    if (a.stopped) {
+        long status = 0;
+        curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &status);
+        resp->status = status;
+        resp->stopped = true;
+    } else if (a.rc) {
         rc = a.rc;
         if (a.why[0])
             snprintf(err, errlen, "%s: %s", req->what, a.why);
@@ -552,7 +591,12 @@ static int http_attempt(const struct eph_http_request *req, struct curl_slist *h
         }
     }
 
-out_remove:
+out_remove : {
+    curl_off_t up = 0;
+    if (curl_easy_getinfo(e, CURLINFO_SIZE_UPLOAD_T, &up) == CURLE_OK && up >= 0 &&
+        (uint64_t)up >= req->body_len)
+        resp->sent = true;
+}
     curl_multi_remove_handle(multi, e);
 out:
     if (a.easy)
@@ -565,14 +609,12 @@ out:
 
 /* ---- retries ---- */
 
-static bool status_retryable(long status)
+bool eph_http_status_retryable(long status)
 {
-    return status == 429 || status == 408 || (status >= 500 && status <= 599);
+    return status == 408 || status == 409 || status == 429 || (status >= 500 && status <= 599);
 }
 
-/* Exponential backoff with "equal jitter": between half and all of base * 2^(attempt-1), capped;
- * Retry-After, when the server sent one, wins when it is longer. */
-static uint64_t backoff_ms(unsigned attempt, uint64_t retry_after_ms)
+uint64_t eph_http_backoff_ms(unsigned attempt, uint64_t retry_after_ms)
 {
     uint64_t d = BACKOFF_BASE_MS;
     for (unsigned i = 1; i < attempt && d < BACKOFF_MAX_MS; i++)
@@ -584,13 +626,11 @@ static uint64_t backoff_ms(unsigned attempt, uint64_t retry_after_ms)
         r = (uint32_t)eph_clock_mono_ns();
     d = d / 2 + r % (d / 2 + 1);
     if (retry_after_ms > d)
-        d = retry_after_ms > RETRY_AFTER_MAX_MS ? RETRY_AFTER_MAX_MS : retry_after_ms;
+        d = retry_after_ms;
     return d;
 }
 
-/* Sleeps ms in short slices, returning -ECANCELED as soon as the flag turns true. The caller
- * made sure the sleep ends before the deadline. */
-static int sleep_cancellable(uint64_t ms, const atomic_bool *cancel)
+int eph_http_sleep(uint64_t ms, const atomic_bool *cancel)
 {
     uint64_t end = eph_clock_mono_ns() + ms * 1000000u;
     for (;;) {
@@ -649,11 +689,12 @@ int eph_http_post(const struct eph_http_request *req, struct eph_http_response *
         bool transient = false;
         err[0] = '\0';
         rc = http_attempt(req, headers, resp, &transient, err, errlen);
-        bool retry = rc ? transient : status_retryable(resp->status);
+        resp->transient = transient;
+        bool retry = rc ? transient : eph_http_status_retryable(resp->status);
         if (!retry || attempt >= max)
             break;
 
-        uint64_t wait = backoff_ms(attempt, rc ? 0 : resp->retry_after_ms);
+        uint64_t wait = eph_http_backoff_ms(attempt, rc ? 0 : resp->retry_after_ms);
         if (req->deadline_ns && eph_clock_mono_ns() + wait * 1000000u >= req->deadline_ns) {
             /* Waiting would end past the deadline: report what went wrong now rather than a
              * timeout, since that is the real reason the call failed. */
@@ -666,7 +707,7 @@ int eph_http_post(const struct eph_http_request *req, struct eph_http_response *
         else
             EPH_INFO("model", "%s: http %ld; attempt %u of %u, retrying in %llu ms", req->what,
                      resp->status, attempt, max, (unsigned long long)wait);
-        int src = sleep_cancellable(wait, req->cancel);
+        int src = eph_http_sleep(wait, req->cancel);
         if (src) {
             rc = src;
             snprintf(err, errlen, "%s: call cancelled", req->what);

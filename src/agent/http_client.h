@@ -35,6 +35,9 @@ int eph_http_global_init(void) __attribute__((warn_unused_result));
  * data grows past line_max. An event without data is not dispatched.
  */
 typedef int (*eph_sse_event_fn)(void *ctx, const char *event, const char *data, size_t len);
+/* What on_event returns when the answer is complete ([DONE], message_stop): the transfer ends
+ * there, a success, even if the server keeps the connection open. */
+#define EPH_SSE_STOP 1
 
 struct eph_sse {
     struct eph_buf line;
@@ -66,11 +69,12 @@ struct eph_http_request {
     const char *const *headers; /* NULL-terminated "Name: value" lines; may be NULL */
     const char *body;
     size_t body_len;
-    uint64_t deadline_ns;        /* CLOCK_MONOTONIC; 0 for none */
-    uint32_t attempt_timeout_ms; /* per attempt; 0 for none (the deadline still applies) */
-    const atomic_bool *cancel;   /* may be NULL */
-    size_t max_body;             /* cap on the bytes received per attempt */
-    unsigned max_attempts;       /* 0 means the default, 4 */
+    uint64_t deadline_ns;      /* CLOCK_MONOTONIC; 0 for none */
+    uint32_t idle_timeout_ms;  /* the longest wait for a byte (answer or upload progress), from
+                                  the start of an attempt; 0 for none (the deadline applies) */
+    const atomic_bool *cancel; /* may be NULL */
+    size_t max_body;           /* cap on the bytes received per attempt */
+    unsigned max_attempts;     /* 0 means the default, 4 */
     /* Streaming: when on_event is set, a 2xx text/event-stream answer goes through an SSE parser
      * with lines capped at sse_line_max, and on_event sees each event. */
     eph_sse_event_fn on_event;
@@ -90,12 +94,17 @@ struct eph_http_response {
     struct eph_buf body; /* the body when not streamed; release with eph_http_response_release */
     unsigned attempts;   /* attempts made */
     uint64_t retry_after_ms; /* the last Retry-After (or retry-after-ms) seen, 0 when none */
+    /* Of the last attempt: */
+    bool sent;      /* the whole request body went out */
+    bool idle;      /* it ended because no byte came for idle_timeout_ms (-ETIMEDOUT) */
+    bool stopped;   /* on_event said EPH_SSE_STOP: the answer is complete */
+    bool transient; /* when it failed: another attempt may succeed */
 };
 
 /*
- * POSTs the request, retrying on 429, 408, 5xx and transient network errors with exponential
- * backoff and jitter (0.5 s, 1 s, 2 s... each between half and all of that, Retry-After honoured up
- * to 20 s), never sleeping past the deadline, at most max_attempts attempts.
+ * POSTs the request, retrying on 408, 409, 429, 5xx and transient network errors with exponential
+ * backoff and jitter (eph_http_backoff_ms), never sleeping past the deadline, at most
+ * max_attempts attempts (the model providers ask for one: eph_model_call retries, metered).
  *
  * Returns 0 when an answer came back, whatever its status (the caller reads resp->status; after
  * the last retry the answer is the last 429 or 5xx). Otherwise a negative errno with a message in
@@ -107,6 +116,14 @@ int eph_http_post(const struct eph_http_request *req, struct eph_http_response *
                   size_t errlen) __attribute__((warn_unused_result));
 
 void eph_http_response_release(struct eph_http_response *resp);
+
+/* Whether an HTTP status is worth another attempt: 408, 409, 429 and 5xx. */
+bool eph_http_status_retryable(long status);
+/* The wait before attempt + 1: exponential backoff with "equal jitter" (between half and all of
+ * 0.5 s x 2^(attempt-1), at most 8 s), or the server's Retry-After when longer. */
+uint64_t eph_http_backoff_ms(unsigned attempt, uint64_t retry_after_ms);
+/* Sleeps ms in short slices; -ECANCELED as soon as the flag (may be NULL) turns true, else 0. */
+int eph_http_sleep(uint64_t ms, const atomic_bool *cancel);
 
 /*
  * The provider's error message from an error body, for people: error.message (OpenAI, Anthropic,

@@ -11,7 +11,9 @@
 
 #include "agent/http_client.h"
 #include "agent/providers.h"
+#include "common/clock.h"
 #include "common/log.h"
+#include "ledger/budget.h"
 
 static const struct eph_model_ops *const providers[] = {
     &eph_model_openai_ops,
@@ -41,7 +43,138 @@ void eph_model_response_release(struct eph_model_response *r)
     }
     free(r->calls);
     free(r->finish_reason);
+    free(r->refusal);
     memset(r, 0, sizeof(*r));
+}
+
+const char *eph_model_outcome_name(enum eph_model_outcome o)
+{
+    switch (o) {
+    case EPH_ATTEMPT_OK:
+        return "ok";
+    case EPH_ATTEMPT_HTTP_ERROR:
+        return "http_error";
+    case EPH_ATTEMPT_CUT:
+        return "cut";
+    case EPH_ATTEMPT_TIMEOUT:
+        return "timeout";
+    case EPH_ATTEMPT_CANCELLED:
+        return "cancelled";
+    case EPH_ATTEMPT_NOT_SENT:
+        return "not_sent";
+    }
+    return "cut";
+}
+
+/* ---- one call: metered attempts ---- */
+
+int eph_model_input_bound(struct eph_model *m, const struct eph_model_request *req,
+                          uint64_t *tokens, char *err, size_t errlen)
+{
+    if (m->ops->input_bound)
+        return m->ops->input_bound(m, req, tokens, err, errlen);
+    /* Every token stands for at least one byte of what it encodes, and the JSON of the
+     * conversation holds every byte the model reads, plus quotes and escapes. */
+    size_t n = json_dumpb(req->messages, NULL, 0, JSON_COMPACT);
+    if (req->tools)
+        n += json_dumpb(req->tools, NULL, 0, JSON_COMPACT);
+    *tokens = eph_tokens_add((uint64_t)n, m->cfg->input_overhead_tokens);
+    return 0;
+}
+
+static enum eph_model_outcome classify(int rc, const struct eph_model_response *r)
+{
+    if (rc == 0)
+        return EPH_ATTEMPT_OK;
+    if (rc == -ECANCELED)
+        return EPH_ATTEMPT_CANCELLED;
+    if (rc == -ETIMEDOUT)
+        return EPH_ATTEMPT_TIMEOUT;
+    if (r->http_status && (r->http_status < 200 || r->http_status > 299))
+        return EPH_ATTEMPT_HTTP_ERROR;
+    if (!r->sent)
+        return EPH_ATTEMPT_NOT_SENT;
+    return EPH_ATTEMPT_CUT;
+}
+
+int eph_model_call(struct eph_model *m, const struct eph_model_request *req,
+                   const struct eph_model_meter *meter, struct eph_model_response *resp, char *err,
+                   size_t errlen)
+{
+    memset(resp, 0, sizeof(*resp));
+    err[0] = '\0';
+    struct eph_model_request at = *req;
+    uint32_t wanted = eph_model_max_tokens(m->cfg, req);
+    int rc = 0;
+    for (unsigned n = 1;; n++) {
+        if (req->cancel && atomic_load(req->cancel)) {
+            snprintf(err, errlen, "%s: call cancelled", m->ops->name);
+            return -ECANCELED;
+        }
+        uint64_t now = eph_clock_mono_ns();
+        if (req->deadline_ns && now >= req->deadline_ns) {
+            snprintf(err, errlen, "%s: deadline passed before the call", m->ops->name);
+            return -ETIMEDOUT;
+        }
+        at.max_tokens = wanted;
+        at.deadline_ns = req->deadline_ns;
+        uint64_t bound = 0;
+        rc = eph_model_input_bound(m, &at, &bound, err, errlen);
+        if (rc)
+            return rc; /* err says why: the request cannot be built */
+        if (meter) {
+            rc =
+                meter->authorise(meter->ctx, n, now, bound, false, &at.max_tokens, &at.deadline_ns);
+            if (rc) {
+                snprintf(err, errlen, "the budget left cannot cover model attempt %u", n);
+                return rc;
+            }
+        }
+        unsigned done = n;
+        eph_model_response_release(resp);
+        uint64_t t0 = eph_clock_mono_ns();
+        rc = m->ops->call(m, &at, resp, err, errlen);
+        resp->attempts = done;
+        resp->usage_missing = rc == 0 && !resp->usage_final;
+        struct eph_model_attempt a = {.number = n,
+                                      .rc = rc,
+                                      .err = err,
+                                      .outcome = classify(rc, resp),
+                                      .max_tokens = at.max_tokens,
+                                      .input_bound = bound,
+                                      .latency_ns = eph_clock_mono_ns() - t0,
+                                      .resp = resp};
+        if (meter)
+            meter->record(meter->ctx, &a);
+        if (rc == 0 || !resp->retryable || n >= EPH_MODEL_MAX_ATTEMPTS)
+            break;
+        uint64_t wait = resp->retry_at_once ? 0 : eph_http_backoff_ms(n, resp->retry_after_ms);
+        uint64_t wake = eph_clock_mono_ns() + wait * 1000000u;
+        if (req->deadline_ns && wake >= req->deadline_ns) {
+            EPH_INFO("model", "%s: no time left to retry after attempt %u (wait %llu ms)",
+                     m->ops->name, n, (unsigned long long)wait);
+            break;
+        }
+        uint32_t probe = wanted;
+        uint64_t dl = req->deadline_ns;
+        if (meter && meter->authorise(meter->ctx, n + 1, wake, bound, true, &probe, &dl)) {
+            EPH_INFO("model", "%s: the budget cannot cover a retry after attempt %u", m->ops->name,
+                     n);
+            break;
+        }
+        EPH_INFO("model", "%s; attempt %u of %u, retrying in %llu ms", err[0] ? err : "failed", n,
+                 EPH_MODEL_MAX_ATTEMPTS, (unsigned long long)wait);
+        int src = eph_http_sleep(wait, req->cancel);
+        if (src) {
+            snprintf(err, errlen, "%s: call cancelled", m->ops->name);
+            return src;
+        }
+    }
+    if (rc && resp->attempts > 1) {
+        size_t len = strlen(err);
+        snprintf(err + len, errlen - len, " (after %u attempts)", resp->attempts);
+    }
+    return rc;
 }
 
 /* ---- shared by the HTTP providers ---- */
@@ -97,7 +230,7 @@ int eph_http_model_init(struct eph_http_model *m, const struct eph_model_ops *op
     }
     if (!m->url || !m->upstream)
         goto nomem;
-    m->timeout_ms = (cfg->timeout_seconds ? cfg->timeout_seconds : 120) * 1000u;
+    m->idle_timeout_ms = (cfg->timeout_seconds ? cfg->timeout_seconds : 120) * 1000u;
     return 0;
 nomem:
     eph_http_model_release(m);
@@ -154,6 +287,30 @@ uint64_t eph_model_json_tokens(const json_t *v)
     return 0;
 }
 
+int eph_model_retry_class(long status, const char *body, size_t len)
+{
+    if (!eph_http_status_retryable(status))
+        return 0;
+    if (status != 429 || !body || !len)
+        return 1;
+    /* A quota or billing error will not clear by waiting: OpenAI's insufficient_quota (as type
+     * or code), and the like from compatible servers. */
+    json_error_t jerr;
+    json_t *root = json_loadb(body, len, 0, &jerr);
+    json_t *e = json_object_get(root, "error");
+    const char *words[] = {json_string_value(json_object_get(e, "type")),
+                           json_string_value(json_object_get(e, "code")),
+                           json_string_value(json_object_get(root, "code"))};
+    int retry = 1;
+    for (size_t i = 0; i < sizeof(words) / sizeof(words[0]); i++)
+        if (words[i] &&
+            (strcmp(words[i], "insufficient_quota") == 0 ||
+             strcmp(words[i], "billing_error") == 0 || strcmp(words[i], "quota_exceeded") == 0))
+            retry = 0;
+    json_decref(root);
+    return retry;
+}
+
 int eph_model_add_call(struct eph_model_response *r, const char *id, const char *name,
                        const char *arguments, unsigned n)
 {
@@ -180,4 +337,37 @@ int eph_model_add_call(struct eph_model_response *r, const char *id, const char 
     }
     r->ncalls++;
     return 0;
+}
+
+uint64_t eph_http_model_input_bound(const struct eph_http_model *m, size_t body_len)
+{
+    return eph_tokens_add((uint64_t)body_len, m->base.cfg->input_overhead_tokens);
+}
+
+int eph_model_parse_sniffed(const char *data, size_t len, eph_sse_event_fn on_event, void *ctx,
+                            const char *msg, const char *what, bool *retryable, char *err,
+                            size_t errlen)
+{
+    int rc = eph_sse_parse(data, len, 1u << 20, on_event, ctx);
+    if (rc == EPH_SSE_STOP)
+        rc = 0;
+    if (rc && msg && msg[0])
+        snprintf(err, errlen, "%s", msg);
+    else if (rc)
+        snprintf(err, errlen, "%s: bad event stream", what);
+    if (rc == -EAGAIN) {
+        rc = -EIO;
+        *retryable = true;
+    }
+    return rc;
+}
+
+void eph_model_response_drop_answer(struct eph_model_response *r)
+{
+    struct eph_model_response keep = *r;
+    keep.content = keep.finish_reason = keep.refusal = NULL;
+    keep.calls = NULL;
+    keep.ncalls = 0;
+    eph_model_response_release(r);
+    *r = keep;
 }

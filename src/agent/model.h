@@ -37,10 +37,14 @@ struct eph_model_config {
     char *api_key_env; /* name of the environment variable holding the key */
     char *transcripts; /* replay: folder of recorded examples */
     uint64_t input_micros_per_mtok;
-    uint64_t output_micros_per_mtok;
-    uint64_t cached_input_micros_per_mtok;
+    uint64_t output_micros_per_mtok;       /* reasoning tokens are output tokens */
+    uint64_t cached_input_micros_per_mtok; /* cache reads (default: the input price) */
+    uint64_t cache_write_micros_per_mtok;  /* 5-minute cache writes (see docs/MODELS.md) */
+    uint64_t cache_write_1h_micros_per_mtok;
+    uint64_t input_overhead_tokens; /* what the provider adds to the input (tool-use system
+                                       prompt, message framing), for the input bound */
     uint32_t max_output_tokens;
-    uint32_t timeout_seconds; /* per HTTP attempt (default 120) */
+    uint32_t timeout_seconds; /* idle time allowed between bytes of an answer (default 120) */
     char *upstream_model;     /* model name sent on the wire (default: id after the last '/'
                                  for openai, id for anthropic) */
     bool stream;              /* "stream": ask for Server-Sent Events (openai, anthropic) */
@@ -49,7 +53,8 @@ struct eph_model_config {
 struct eph_model_request {
     json_t *messages;          /* borrowed; the neutral conversation */
     json_t *tools;             /* borrowed; may be an empty array */
-    uint32_t max_tokens;       /* already lowered to what the budget allows */
+    uint32_t max_tokens;       /* 0: the model's max_output_tokens; eph_model_call lowers it to
+                                  what the meter authorises */
     uint64_t deadline_ns;      /* CLOCK_MONOTONIC; abandon the call when it passes */
     const atomic_bool *cancel; /* abandon the call at once when it turns true; may be NULL */
     const char *prompt;        /* the run's original prompt (replay matches on it) */
@@ -65,16 +70,27 @@ struct eph_model_response {
     char *content; /* final text, may be NULL when there are tool calls */
     struct eph_tool_call *calls;
     size_t ncalls;
-    char *finish_reason;   /* provider's word, normalised: "stop", "tool_calls", "length",
-                              or what it said */
-    uint64_t input_tokens; /* as reported by the provider (uncached part) */
+    char *finish_reason; /* provider's word, normalised: "stop", "tool_calls", "length",
+                            "refusal", "content_filter", or what it said */
+    char *refusal;       /* the model's refusal text (finish_reason "refusal"), or NULL */
+    /* What the last attempt reported using (each class apart; saturating, never negative). */
+    uint64_t input_tokens; /* uncached part */
     uint64_t cached_input_tokens;
-    uint64_t output_tokens;
-    unsigned attempts; /* HTTP attempts made, retries included */
+    uint64_t cache_write_tokens;    /* 5-minute cache writes */
+    uint64_t cache_write_1h_tokens; /* 1-hour cache writes */
+    uint64_t output_tokens;         /* reasoning included */
+    uint64_t reasoning_tokens;      /* the part of output_tokens spent reasoning, when reported */
+    bool usage_final;   /* the provider reported the attempt's whole usage (a stream cut before its
+                           last usage event may carry only part of it) */
+    bool usage_missing; /* the attempt succeeded but reported no final usage */
+    /* How the last attempt went (set by ops->call, read by eph_model_call). */
+    bool sent;               /* the whole request went out: the provider may bill it */
+    long http_status;        /* 0 when no answer came back */
+    bool retryable;          /* another attempt may succeed */
+    bool retry_at_once;      /* the request was changed to suit the server: retry without waiting */
+    uint64_t retry_after_ms; /* the server's Retry-After, 0 when none */
+    unsigned attempts;       /* attempts made, retries included (eph_model_call) */
     bool replayed;
-    bool usage_missing; /* the call succeeded but its answer reported no usage: the
-                           token counts are 0 (or only what failed attempts reported)
-                           and the worker charges the worst case it earmarked */
 };
 
 void eph_model_response_release(struct eph_model_response *r);
@@ -84,13 +100,19 @@ struct eph_model_ops {
     /* Builds a model from its config; *out owned by the caller (free with ops->free). */
     int (*open)(const struct eph_model_config *cfg, struct eph_model **out, char *err,
                 size_t errlen);
-    /* One model call with retries on 429/5xx/network errors, within the deadline. 0, or a negative
-     * errno and a lowercase message in err: -ETIMEDOUT, -ECANCELED, -EPROTO (bad response),
-     * -EMSGSIZE (response over the cap), -EIO (transport or HTTP error after retries), -ENOENT
-     * (replay: no recording for this prompt). On error resp may still carry usage that was
-     * reported and must be paid for. */
+    /* One attempt (no retries: eph_model_call retries), with req->max_tokens as given, within
+     * req->deadline_ns. 0, or a negative errno and a lowercase message in err: -ETIMEDOUT (the
+     * deadline, or no byte for the idle timeout), -ECANCELED, -EPROTO (bad response), -EMSGSIZE
+     * (response over the cap), -EIO (transport or HTTP error), -ENOENT (replay: no recording
+     * for this prompt). resp is filled either way: usage reported, sent, http_status, retryable,
+     * retry_after_ms. */
     int (*call)(struct eph_model *m, const struct eph_model_request *req,
                 struct eph_model_response *resp, char *err, size_t errlen);
+    /* An upper bound of the input tokens the provider can count for req, never below the truth
+     * (docs/MONEY.md says what it assumes): the exact request's bytes plus the model's
+     * input_overhead_tokens. 0 or -ENOMEM/-EINVAL. NULL: eph_model_input_bound's default. */
+    int (*input_bound)(struct eph_model *m, const struct eph_model_request *req, uint64_t *tokens,
+                       char *err, size_t errlen);
     void (*free)(struct eph_model *m);
 };
 
@@ -100,6 +122,64 @@ struct eph_model {
 };
 
 const struct eph_model_ops *eph_model_provider(const char *name);
+
+/* The outcome of one attempt, as model.call events name it. */
+enum eph_model_outcome {
+    EPH_ATTEMPT_OK,         /* "ok" */
+    EPH_ATTEMPT_HTTP_ERROR, /* "http_error": an error status; providers do not bill those */
+    EPH_ATTEMPT_CUT,        /* "cut": the answer broke off (connection lost, size cap, an error
+                               event or a bad answer after the provider began) */
+    EPH_ATTEMPT_TIMEOUT,    /* "timeout": the deadline or the idle timeout */
+    EPH_ATTEMPT_CANCELLED,  /* "cancelled" */
+    EPH_ATTEMPT_NOT_SENT,   /* "not_sent": the request never reached the provider whole */
+};
+const char *eph_model_outcome_name(enum eph_model_outcome o);
+
+/* One attempt as the meter sees it after it ended. */
+struct eph_model_attempt {
+    unsigned number; /* 1 for the first try */
+    int rc;          /* what ops->call returned */
+    const char *err; /* its message, "" on success */
+    enum eph_model_outcome outcome;
+    uint32_t max_tokens;  /* as sent */
+    uint64_t input_bound; /* as authorised */
+    uint64_t latency_ns;
+    const struct eph_model_response *resp; /* usage, sent, http_status... */
+};
+
+/*
+ * The budget's hook into eph_model_call: every attempt is authorised before it is sent and
+ * recorded after it ended, whatever happened. authorise may lower *max_tokens (never raise it)
+ * and bring *deadline_ns forward; it returns 0 to send, or a negative errno (-EDQUOT: the budget
+ * cannot cover the attempt) and the attempt is not sent. With check_only it says whether an
+ * attempt of that bound could be authorised at at_ns (after a backoff), changing nothing.
+ */
+struct eph_model_meter {
+    int (*authorise)(void *ctx, unsigned attempt, uint64_t at_ns, uint64_t input_bound,
+                     bool check_only, uint32_t *max_tokens, uint64_t *deadline_ns);
+    void (*record)(void *ctx, const struct eph_model_attempt *a);
+    void *ctx;
+};
+
+/* Attempts at most, per call. */
+#define EPH_MODEL_MAX_ATTEMPTS 4
+
+/*
+ * One model call: attempts of m's ops->call, each authorised by meter (NULL: unmetered), retried
+ * when the attempt says it may succeed (never an HTTP 4xx but 408, 409 and 429, never a quota
+ * error), after a backoff with jitter or the server's Retry-After, as long as the wait ends before
+ * the deadline and the budget can still cover an attempt then; at most EPH_MODEL_MAX_ATTEMPTS.
+ * Returns what the last attempt returned, or -EDQUOT when the meter refused one (err says which),
+ * or -ECANCELED / -ETIMEDOUT. resp holds the last attempt; release it even on error.
+ */
+int eph_model_call(struct eph_model *m, const struct eph_model_request *req,
+                   const struct eph_model_meter *meter, struct eph_model_response *resp, char *err,
+                   size_t errlen) __attribute__((warn_unused_result));
+
+/* The input bound (see ops->input_bound) of req for m. */
+int eph_model_input_bound(struct eph_model *m, const struct eph_model_request *req,
+                          uint64_t *tokens, char *err, size_t errlen)
+    __attribute__((warn_unused_result));
 
 /* Upper bound of a response body from a provider. */
 #define EPH_MODEL_RESPONSE_MAX (8u << 20)

@@ -23,6 +23,7 @@
 #include "agent/providers.h"
 #include "common/buf.h"
 #include "common/log.h"
+#include "ledger/budget.h"
 
 #define SSE_LINE_MAX (1u << 20)
 
@@ -43,15 +44,14 @@ struct oa_call {
 /* The state of one call: what the stream assembled so far and the usage to pay for. */
 struct oa_ctx {
     struct eph_buf content;
+    struct eph_buf refusal;
     struct oa_call calls[EPH_MODEL_MAX_CALLS];
     size_t ncalls; /* highest index seen + 1 */
     size_t last;   /* the call the last delta went to (deltas without an index) */
     char finish[64];
     bool done; /* data: [DONE] */
     bool have_usage;
-    uint64_t prompt, cached, completion;
-    /* usage reported by attempts that failed later: still paid for */
-    uint64_t paid_prompt, paid_cached, paid_completion;
+    uint64_t prompt, cached, completion, reasoning;
     char msg[320]; /* why an event handler failed */
     const char *secret;
 };
@@ -61,6 +61,7 @@ static void oa_ctx_init(struct oa_ctx *c, const char *secret)
     memset(c, 0, sizeof(*c));
     c->secret = secret;
     eph_buf_init(&c->content, EPH_MODEL_RESPONSE_MAX);
+    eph_buf_init(&c->refusal, EPH_MODEL_RESPONSE_MAX);
     for (size_t i = 0; i < EPH_MODEL_MAX_CALLS; i++) {
         eph_buf_init(&c->calls[i].id, 256);
         eph_buf_init(&c->calls[i].name, 256);
@@ -84,25 +85,15 @@ static void oa_ctx_clear_calls(struct oa_ctx *c)
 static void oa_ctx_release(struct oa_ctx *c)
 {
     eph_buf_release(&c->content);
+    eph_buf_release(&c->refusal);
     oa_ctx_clear_calls(c);
 }
 
-/* Before each attempt: what a failed attempt assembled is dropped, what it reported is kept. */
-static void oa_on_attempt(void *ctx, unsigned attempt)
-{
-    struct oa_ctx *c = ctx;
-    c->paid_prompt += c->prompt;
-    c->paid_cached += c->cached;
-    c->paid_completion += c->completion;
-    c->prompt = c->cached = c->completion = 0;
-    c->have_usage = false;
-    eph_buf_reset(&c->content);
-    oa_ctx_clear_calls(c);
-    c->finish[0] = '\0';
-    c->done = false;
-    c->msg[0] = '\0';
-}
-
+/*
+ * prompt_tokens counts every input token, cached_tokens (prompt_tokens_details) the part read
+ * from the cache; completion_tokens counts every output token, reasoning_tokens
+ * (completion_tokens_details) included. Any field may be missing or hostile: counts are clamped.
+ */
 static void oa_usage(struct oa_ctx *c, const json_t *usage)
 {
     if (!json_is_object(usage))
@@ -112,18 +103,19 @@ static void oa_usage(struct oa_ctx *c, const json_t *usage)
     c->completion = eph_model_json_tokens(json_object_get(usage, "completion_tokens"));
     c->cached = eph_model_json_tokens(
         json_object_get(json_object_get(usage, "prompt_tokens_details"), "cached_tokens"));
+    c->reasoning = eph_model_json_tokens(
+        json_object_get(json_object_get(usage, "completion_tokens_details"), "reasoning_tokens"));
 }
 
-/* The usage of every attempt, the cached part split out (it is billed at the cached price). */
+/* The attempt's usage, the cached part split out (it is billed at the cached price). */
 static void oa_usage_to_resp(const struct oa_ctx *c, struct eph_model_response *r)
 {
     uint64_t cached = c->cached < c->prompt ? c->cached : c->prompt;
-    r->input_tokens = c->paid_prompt -
-                      (c->paid_cached < c->paid_prompt ? c->paid_cached : c->paid_prompt) +
-                      (c->prompt - cached);
-    r->cached_input_tokens =
-        (c->paid_cached < c->paid_prompt ? c->paid_cached : c->paid_prompt) + cached;
-    r->output_tokens = c->paid_completion + c->completion;
+    r->input_tokens = c->prompt - cached;
+    r->cached_input_tokens = cached;
+    r->output_tokens = c->completion;
+    r->reasoning_tokens = c->reasoning < c->completion ? c->reasoning : c->completion;
+    r->usage_final = c->have_usage;
 }
 
 /* ---- the request ---- */
@@ -373,6 +365,9 @@ static int oa_parse_plain(const char *body, size_t len, unsigned prior, struct o
     rc = oa_content(json_object_get(message, "content"), &resp->content);
     if (rc)
         goto nomem;
+    const char *refusal = str_field(message, "refusal");
+    if (refusal && refusal[0] && !(resp->refusal = strdup(refusal)))
+        goto nomem;
     const json_t *calls = json_object_get(message, "tool_calls");
     size_t i;
     const json_t *tc;
@@ -407,7 +402,8 @@ static int oa_parse_plain(const char *body, size_t len, unsigned prior, struct o
         free(resp->content);
         resp->content = NULL;
     }
-    resp->finish_reason = strdup(oa_finish(str_field(choice, "finish_reason"), resp->ncalls));
+    resp->finish_reason = strdup(
+        resp->refusal ? "refusal" : oa_finish(str_field(choice, "finish_reason"), resp->ncalls));
     if (!resp->finish_reason)
         goto nomem;
     goto done;
@@ -482,7 +478,7 @@ static int oa_on_event(void *ctx, const char *event, const char *data, size_t le
     struct oa_ctx *c = ctx;
     if (len == 6 && memcmp(data, "[DONE]", 6) == 0) {
         c->done = true;
-        return 0;
+        return EPH_SSE_STOP; /* the end, whether or not the server closes the connection */
     }
     json_error_t jerr;
     json_t *chunk = json_loadb(data, len, 0, &jerr);
@@ -514,6 +510,9 @@ static int oa_on_event(void *ctx, const char *event, const char *data, size_t le
             rc = eph_buf_appends(&c->content, s);
         free(s);
     }
+    const json_t *refusal = json_object_get(delta, "refusal");
+    if (!rc && json_is_string(refusal))
+        rc = eph_buf_appends(&c->refusal, json_string_value(refusal));
     if (rc) {
         snprintf(c->msg, sizeof(c->msg), "openai: response too large");
         goto done;
@@ -568,7 +567,9 @@ static int oa_stream_to_resp(struct oa_ctx *c, unsigned prior, struct eph_model_
         if (!resp->content)
             goto nomem;
     }
-    resp->finish_reason = strdup(oa_finish(c->finish, resp->ncalls));
+    if (c->refusal.len && !(resp->refusal = eph_buf_steal(&c->refusal)))
+        goto nomem;
+    resp->finish_reason = strdup(resp->refusal ? "refusal" : oa_finish(c->finish, resp->ncalls));
     if (!resp->finish_reason)
         goto nomem;
     return 0;
@@ -593,6 +594,8 @@ int eph_openai_parse_answer(const char *body, size_t len, bool stream, unsigned 
     int rc;
     if (stream) {
         rc = eph_sse_parse(body, len, SSE_LINE_MAX, oa_on_event, c);
+        if (rc == EPH_SSE_STOP)
+            rc = 0;
         if (rc)
             snprintf(err, errlen, "%s", c->msg[0] ? c->msg : "openai: bad event stream");
         if (rc == -EAGAIN)
@@ -607,6 +610,20 @@ int eph_openai_parse_answer(const char *body, size_t len, bool stream, unsigned 
     oa_ctx_release(c);
     free(c);
     return rc;
+}
+
+/* The exact body, with the model's current choice of token field. */
+static int openai_input_bound(struct eph_model *base, const struct eph_model_request *req,
+                              uint64_t *tokens, char *err, size_t errlen)
+{
+    struct openai_model *m = (struct openai_model *)base;
+    int rc;
+    char *body = oa_body(m, req, atomic_load(&m->completion_tokens), &rc, err, errlen);
+    if (!body)
+        return rc;
+    *tokens = eph_http_model_input_bound(&m->http, strlen(body));
+    free(body);
+    return 0;
 }
 
 /* ---- ops ---- */
@@ -646,6 +663,9 @@ static void openai_free(struct eph_model *base)
     free(m);
 }
 
+/* One attempt (eph_model_call retries). A 400 that names max_completion_tokens flips the model's
+ * token field and asks for an immediate retry: the server refused the request, it billed
+ * nothing. */
 static int openai_call(struct eph_model *base, const struct eph_model_request *req,
                        struct eph_model_response *resp, char *err, size_t errlen)
 {
@@ -675,96 +695,77 @@ static int openai_call(struct eph_model *base, const struct eph_model_request *r
         NULL,
     };
     int rc = 0;
-    unsigned attempts = 0;
-    for (int pass = 0; pass < 2; pass++) {
-        bool ct = atomic_load(&m->completion_tokens);
-        char *body = oa_body(m, req, ct, &rc, err, errlen);
-        if (!body)
-            break;
-        struct eph_http_request hr = {
-            .what = "openai",
-            .url = m->http.url,
-            .headers = headers,
-            .body = body,
-            .body_len = strlen(body),
-            .deadline_ns = req->deadline_ns,
-            .attempt_timeout_ms = m->http.timeout_ms,
-            .cancel = req->cancel,
-            .max_body = EPH_MODEL_RESPONSE_MAX,
-            .on_event = m->http.stream ? oa_on_event : NULL,
-            .sse_line_max = SSE_LINE_MAX,
-            .event_error = c->msg,
-            .on_attempt = oa_on_attempt,
-            .ctx = c,
-            .secret = m->http.key,
-        };
-        struct eph_http_response hresp;
-        rc = eph_http_post(&hr, &hresp, err, errlen);
-        free(body);
-        attempts += hresp.attempts;
-        if (rc) {
-            /* err says why */
-        } else if (hresp.status >= 200 && hresp.status < 300) {
-            const char *data = hresp.body.data ? hresp.body.data : "";
-            bool sniffed = !hresp.streamed && m->http.stream && eph_sse_sniff(data, hresp.body.len);
-            if (sniffed) {
-                /* an event stream under another content type */
-                rc = eph_sse_parse(data, hresp.body.len, SSE_LINE_MAX, oa_on_event, c);
-                if (rc)
-                    snprintf(err, errlen, "%s", c->msg[0] ? c->msg : "openai: bad event stream");
-                if (rc == -EAGAIN)
-                    rc = -EIO;
-            }
-            if (rc)
-                ; /* err says why */
-            else if (hresp.streamed || sniffed)
-                rc = oa_stream_to_resp(c, prior, resp, err, errlen);
-            else
-                rc = oa_parse_plain(data, hresp.body.len, prior, c, resp, err, errlen);
-        } else {
-            char msg[EPH_HTTP_ERROR_MAX];
-            eph_http_error_message(hresp.body.data, hresp.body.len, m->http.key, msg, sizeof(msg));
-            if (pass == 0 && hresp.status == 400 && strstr(msg, "max_completion_tokens")) {
-                atomic_store(&m->completion_tokens, !ct);
-                EPH_INFO("model", "openai: model '%s' now sends %s", cfg->id ? cfg->id : "",
-                         ct ? "max_tokens" : "max_completion_tokens");
-                eph_http_response_release(&hresp);
-                continue;
-            }
-            rc = -EIO;
-            snprintf(err, errlen, "openai: http %ld%s%s", hresp.status, msg[0] ? ": " : "", msg);
-            if (hresp.attempts > 1) {
-                size_t l = strlen(err);
-                snprintf(err + l, errlen - l, " (after %u attempts)", hresp.attempts);
-            }
+    bool ct = atomic_load(&m->completion_tokens);
+    char *body = oa_body(m, req, ct, &rc, err, errlen);
+    struct eph_http_response hresp;
+    memset(&hresp, 0, sizeof(hresp));
+    if (!body)
+        goto out;
+    struct eph_http_request hr = {
+        .what = "openai",
+        .url = m->http.url,
+        .headers = headers,
+        .body = body,
+        .body_len = strlen(body),
+        .deadline_ns = req->deadline_ns,
+        .idle_timeout_ms = m->http.idle_timeout_ms,
+        .cancel = req->cancel,
+        .max_body = EPH_MODEL_RESPONSE_MAX,
+        .max_attempts = 1,
+        .on_event = m->http.stream ? oa_on_event : NULL,
+        .sse_line_max = SSE_LINE_MAX,
+        .event_error = c->msg,
+        .ctx = c,
+        .secret = m->http.key,
+    };
+    rc = eph_http_post(&hr, &hresp, err, errlen);
+    free(body);
+    resp->sent = hresp.sent;
+    resp->http_status = hresp.status;
+    resp->retry_after_ms = hresp.retry_after_ms;
+    if (rc) {
+        /* err says why; a stream that broke off or carried an error event, a lost connection
+         * and an idle server may do better next time */
+        resp->retryable = hresp.transient;
+    } else if (hresp.status >= 200 && hresp.status < 300) {
+        const char *data = hresp.body.data ? hresp.body.data : "";
+        bool sniffed = !hresp.streamed && m->http.stream && eph_sse_sniff(data, hresp.body.len);
+        if (sniffed) /* an event stream under another content type */
+            rc = eph_model_parse_sniffed(data, hresp.body.len, oa_on_event, c, c->msg, "openai",
+                                         &resp->retryable, err, errlen);
+        if (rc)
+            ; /* err says why */
+        else if (hresp.streamed || sniffed)
+            rc = oa_stream_to_resp(c, prior, resp, err, errlen);
+        else
+            rc = oa_parse_plain(data, hresp.body.len, prior, c, resp, err, errlen);
+    } else {
+        char msg[EPH_HTTP_ERROR_MAX];
+        eph_http_error_message(hresp.body.data, hresp.body.len, m->http.key, msg, sizeof(msg));
+        rc = -EIO;
+        snprintf(err, errlen, "openai: http %ld%s%s", hresp.status, msg[0] ? ": " : "", msg);
+        resp->retryable = eph_model_retry_class(hresp.status, hresp.body.data, hresp.body.len);
+        if (hresp.status == 400 && strstr(msg, "max_completion_tokens")) {
+            atomic_store(&m->completion_tokens, !ct);
+            EPH_INFO("model", "openai: model '%s' now sends %s", cfg->id ? cfg->id : "",
+                     ct ? "max_tokens" : "max_completion_tokens");
+            resp->retryable = resp->retry_at_once = true;
         }
-        eph_http_response_release(&hresp);
-        break;
     }
+out:
+    eph_http_response_release(&hresp);
     oa_usage_to_resp(c, resp);
-    resp->attempts = attempts;
-    if (rc == 0 && !c->have_usage) {
-        /* The worker charges the worst case it earmarked: we cannot know less. */
-        resp->usage_missing = true;
+    if (rc == 0 && !c->have_usage)
         EPH_WARN("model", "openai: model '%s' reported no usage: the worst case is charged",
                  cfg->id ? cfg->id : "");
-    }
     oa_ctx_release(c);
     free(c);
     if (auth) {
         explicit_bzero(auth, strlen(auth));
         free(auth);
     }
-    if (rc) {
-        /* keep the usage (it is paid for), drop a half-built answer */
-        uint64_t in = resp->input_tokens, cached = resp->cached_input_tokens,
-                 out = resp->output_tokens;
-        eph_model_response_release(resp);
-        resp->input_tokens = in;
-        resp->cached_input_tokens = cached;
-        resp->output_tokens = out;
-        resp->attempts = attempts;
-    }
+    if (rc)
+        eph_model_response_drop_answer(resp);
     return rc;
 }
 
@@ -772,5 +773,6 @@ const struct eph_model_ops eph_model_openai_ops = {
     .name = "openai",
     .open = openai_open,
     .call = openai_call,
+    .input_bound = openai_input_bound,
     .free = openai_free,
 };

@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "agent/http_client.h"
 #include "agent/model.h"
 
 extern const struct eph_model_ops eph_model_openai_ops;    /* openai.c */
@@ -25,11 +26,11 @@ int eph_model_set_stream(struct eph_model *m, bool stream);
 /* What an HTTP provider's model holds. base comes first: ops get &base and cast back. */
 struct eph_http_model {
     struct eph_model base;
-    char *url;           /* base_url + the provider's path */
-    char *key;           /* the API key, or NULL (no api_key_env, or the variable is unset) */
-    bool key_missing;    /* api_key_env names a variable that is unset or empty */
-    char *upstream;      /* the model name sent on the wire */
-    uint32_t timeout_ms; /* per attempt */
+    char *url;                /* base_url + the provider's path */
+    char *key;                /* the API key, or NULL (no api_key_env, or the variable is unset) */
+    bool key_missing;         /* api_key_env names a variable that is unset or empty */
+    char *upstream;           /* the model name sent on the wire */
+    uint32_t idle_timeout_ms; /* the longest silence of the server within an attempt */
     bool stream;
 };
 
@@ -54,6 +55,28 @@ unsigned eph_model_count_calls(const json_t *messages);
 
 /* A token count from a usage field: a non-negative integer (or an integral real), else 0. */
 uint64_t eph_model_json_tokens(const json_t *v);
+
+/* A 2xx body that is an event stream under another content type, through the SSE parser with
+ * on_event: 0 when it ended well ([DONE] / message_stop included), else the parser's or
+ * on_event's error with the handler's message (msg, or "<what>: bad event stream") in err; an
+ * error event inside (-EAGAIN) becomes -EIO and sets *retryable. */
+int eph_model_parse_sniffed(const char *data, size_t len, eph_sse_event_fn on_event, void *ctx,
+                            const char *msg, const char *what, bool *retryable, char *err,
+                            size_t errlen) __attribute__((warn_unused_result));
+
+/* After a failed attempt: drops the half-built answer (content, calls, finish reason, refusal),
+ * keeps the usage and how the attempt went. */
+void eph_model_response_drop_answer(struct eph_model_response *r);
+
+/* Whether an answer with this HTTP status and error body is worth another attempt: 1 for 408,
+ * 409, 429 and 5xx, except a 429 that says the quota or the billing is the problem
+ * (insufficient_quota); 0 otherwise. */
+int eph_model_retry_class(long status, const char *body, size_t len);
+
+/* The input bound of an HTTP provider's request body: its bytes (every token stands for at least
+ * one byte of the text it encodes, and the body holds every byte the model reads) plus the
+ * model's input_overhead_tokens. */
+uint64_t eph_http_model_input_bound(const struct eph_http_model *m, size_t body_len);
 
 /* Appends a tool call to r (copies). id NULL or "" gets "call_<n>"; name NULL becomes "";
  * arguments NULL becomes "{}". 0, -EMSGSIZE past EPH_MODEL_MAX_CALLS, -ENOMEM. */

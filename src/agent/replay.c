@@ -295,6 +295,9 @@ static int replay_call(struct eph_model *base, const struct eph_model_request *r
         snprintf(err, errlen, "the recording has no model turn %zu", turn + 1);
         return -EPROTO;
     }
+    /* A recording bills nobody, but the run is charged its recorded usage, as if sent. */
+    resp->sent = true;
+    resp->usage_final = true;
     json_t *usage = json_object_get(rt, "usage");
     resp->input_tokens = eph_model_json_tokens(json_object_get(usage, "input_tokens"));
     resp->cached_input_tokens =

@@ -171,7 +171,7 @@ int eph_metrics_render(struct eph_buf *b)
     } hists[] = {
         {"ephemeral_sandbox_start_seconds", "Sandbox creation to ready.", &sandbox_start},
         {"ephemeral_exec_seconds", "Commands run in sandboxes, start to exit.", &exec_latency},
-        {"ephemeral_model_call_seconds", "Model calls, retries included.", &model_call},
+        {"ephemeral_model_call_seconds", "Model call attempts, each retry apart.", &model_call},
     };
     int rc = 0;
     for (size_t i = 0; i < sizeof(hists) / sizeof(hists[0]) && !rc; i++) {

@@ -287,7 +287,12 @@ static int load_broker(struct eph_config *cfg, json_t *o, char *err, size_t errl
             free(v);
             return -EINVAL;
         }
-        v[i] = strdup(json_string_value(e));
+        if (!(v[i] = strdup(json_string_value(e)))) {
+            for (size_t k = 0; k < i; k++)
+                free(v[k]);
+            free(v);
+            return -ENOMEM;
+        }
     }
     for (size_t i = 0; i < cfg->broker.nallow_private_cidrs; i++)
         free(cfg->broker.allow_private_cidrs[i]);
@@ -297,16 +302,36 @@ static int load_broker(struct eph_config *cfg, json_t *o, char *err, size_t errl
     return 0;
 }
 
+/* Cache writes and the input overhead as each provider bills them (docs/MODELS.md): Anthropic
+ * bills a 5-minute cache write at 1.25 times the input price and a 1-hour one at twice it, and
+ * adds a tool-use system prompt of a few hundred tokens (at most 530 in its published table);
+ * OpenAI bills cache writes as plain input and adds a little framing per message and tool. */
+static void model_defaults(struct eph_model_config *m, bool overhead_set)
+{
+    bool anthropic = strcmp(m->provider, "anthropic") == 0;
+    uint64_t in = m->input_micros_per_mtok;
+    if (!m->cache_write_micros_per_mtok)
+        m->cache_write_micros_per_mtok = anthropic ? in + (in + 3) / 4 : in;
+    if (!m->cache_write_1h_micros_per_mtok)
+        m->cache_write_1h_micros_per_mtok = anthropic ? 2 * in : in;
+    if (!overhead_set)
+        m->input_overhead_tokens = anthropic ? 1024 : strcmp(m->provider, "openai") == 0 ? 256 : 0;
+}
+
 static int load_model(struct eph_model_config *m, json_t *o, char *err, size_t errlen)
 {
     static const char *const strs[] = {"id",          "provider",    "base_url",
                                        "api_key_env", "transcripts", "upstream_model"};
     char **fields[] = {&m->id,          &m->provider,    &m->base_url,
                        &m->api_key_env, &m->transcripts, &m->upstream_model};
-    static const char *const nums[] = {"input_micros_per_mtok", "output_micros_per_mtok",
-                                       "cached_input_micros_per_mtok"};
-    uint64_t *nfields[] = {&m->input_micros_per_mtok, &m->output_micros_per_mtok,
-                           &m->cached_input_micros_per_mtok};
+    static const char *const nums[] = {
+        "input_micros_per_mtok",          "output_micros_per_mtok",
+        "cached_input_micros_per_mtok",   "cache_write_micros_per_mtok",
+        "cache_write_1h_micros_per_mtok", "input_overhead_tokens"};
+    uint64_t *nfields[] = {&m->input_micros_per_mtok,          &m->output_micros_per_mtok,
+                           &m->cached_input_micros_per_mtok,   &m->cache_write_micros_per_mtok,
+                           &m->cache_write_1h_micros_per_mtok, &m->input_overhead_tokens};
+    bool overhead_set = false;
     m->max_output_tokens = 1024;
     m->timeout_seconds = 120;
     const char *name;
@@ -333,6 +358,7 @@ static int load_model(struct eph_model_config *m, json_t *o, char *err, size_t e
                     return -EINVAL;
                 }
                 *nfields[i] = (uint64_t)json_integer_value(v);
+                overhead_set |= nfields[i] == &m->input_overhead_tokens;
                 known = true;
             }
         }
@@ -377,6 +403,7 @@ static int load_model(struct eph_model_config *m, json_t *o, char *err, size_t e
     }
     if (!m->cached_input_micros_per_mtok)
         m->cached_input_micros_per_mtok = m->input_micros_per_mtok;
+    model_defaults(m, overhead_set);
     return 0;
 }
 

@@ -4,6 +4,8 @@
 
 #include "common/money.h"
 
+typedef unsigned __int128 u128;
+
 void eph_budget_init(struct eph_budget *b, int64_t reserved, uint64_t compute_price)
 {
     *b = (struct eph_budget){.reserved = reserved < 0 ? 0 : reserved,
@@ -23,10 +25,11 @@ void eph_budget_sandbox_stopped(struct eph_budget *b, uint64_t now_ns)
         b->sandbox_end_ns = now_ns < b->sandbox_start_ns ? b->sandbox_start_ns : now_ns;
 }
 
-/* What model and web leave for compute. */
+/* What model, web and the earmark leave for compute: compute never eats into the worst case of
+ * the attempt in flight, so that attempt's charge always fits. */
 static int64_t compute_room(const struct eph_budget *b)
 {
-    int64_t room = b->reserved - b->model - b->web;
+    int64_t room = b->reserved - b->model - b->web - b->earmark;
     return room < 0 ? 0 : room;
 }
 
@@ -51,96 +54,124 @@ uint64_t eph_budget_compute_deadline(const struct eph_budget *b)
 {
     if (!b->started || b->sandbox_end_ns || b->compute_price == 0)
         return UINT64_MAX;
-    int64_t room = b->reserved - b->model - b->web - b->earmark;
+    int64_t room = compute_room(b);
     if (room <= 0)
         return b->sandbox_start_ns;
     /* The largest duration whose cost (rounded up) still fits room: floor(room * 1e9 / price). */
-    unsigned __int128 ns = (unsigned __int128)room * 1000000000u / b->compute_price;
-    unsigned __int128 deadline = (unsigned __int128)b->sandbox_start_ns + ns;
+    u128 ns = (u128)room * 1000000000u / b->compute_price;
+    u128 deadline = (u128)b->sandbox_start_ns + ns;
     return deadline > UINT64_MAX ? UINT64_MAX : (uint64_t)deadline;
 }
 
-int eph_budget_plan_model_call(struct eph_budget *b, uint64_t now_ns, uint64_t input_tokens_est,
-                               uint64_t call_ns, const struct eph_price *p, uint32_t min_tokens,
-                               uint32_t *max_tokens)
+/* ---- prices ---- */
+
+static u128 add_sat(u128 a, u128 b)
+{
+    return a + b < a ? ~(u128)0 : a + b;
+}
+
+/* tokens x price, each below 2^64: the product fits 128 bits. */
+static u128 mul(uint64_t tokens, uint64_t price)
+{
+    return (u128)tokens * price;
+}
+
+/* A numerator (micro-micros) to micros, rounded up, saturating at INT64_MAX. */
+static int64_t to_micros(u128 num)
+{
+    u128 m = num / 1000000u + (num % 1000000u ? 1 : 0);
+    return m > (u128)INT64_MAX ? INT64_MAX : (int64_t)m;
+}
+
+uint64_t eph_price_input_max(const struct eph_price *p)
+{
+    uint64_t m = p->input_micros_per_mtok;
+    if (p->cached_input_micros_per_mtok > m)
+        m = p->cached_input_micros_per_mtok;
+    if (p->cache_write_micros_per_mtok > m)
+        m = p->cache_write_micros_per_mtok;
+    if (p->cache_write_1h_micros_per_mtok > m)
+        m = p->cache_write_1h_micros_per_mtok;
+    return m;
+}
+
+int64_t eph_price_cost(const struct eph_price *p, const struct eph_token_usage *u)
+{
+    u128 num = mul(u->input_tokens, p->input_micros_per_mtok);
+    num = add_sat(num, mul(u->cached_input_tokens, p->cached_input_micros_per_mtok));
+    num = add_sat(num, mul(u->cache_write_tokens, p->cache_write_micros_per_mtok));
+    num = add_sat(num, mul(u->cache_write_1h_tokens, p->cache_write_1h_micros_per_mtok));
+    num = add_sat(num, mul(u->output_tokens, p->output_micros_per_mtok));
+    return to_micros(num);
+}
+
+int64_t eph_price_worst_case(const struct eph_price *p, uint64_t input_bound, uint64_t max_tokens)
+{
+    return to_micros(add_sat(mul(input_bound, eph_price_input_max(p)),
+                             mul(max_tokens, p->output_micros_per_mtok)));
+}
+
+/* ---- model attempts ---- */
+
+int eph_budget_authorise(struct eph_budget *b, uint64_t now_ns, uint64_t input_bound,
+                         uint64_t call_ns, const struct eph_price *p, uint32_t min_tokens,
+                         uint32_t *max_tokens)
 {
     b->earmark = 0;
     int64_t room = eph_budget_available(b, now_ns);
-    /* Without this, a worst case that took everything would leave the call no time at all: its
-     * deadline, the compute deadline, would be now. */
+    /* Without this, a worst case that took everything would leave the attempt no time at all:
+     * its deadline, the compute deadline, would be now. */
     if (b->started && !b->sandbox_end_ns && b->compute_price) {
         uint64_t keep = eph_money_compute_cost(call_ns, b->compute_price);
         if (keep > (uint64_t)room / 2)
             keep = (uint64_t)room / 2;
         room -= (int64_t)keep;
     }
-    unsigned __int128 avail = (unsigned __int128)room * 1000000u;
-    unsigned __int128 in = (unsigned __int128)input_tokens_est * p->input_micros_per_mtok;
+    u128 avail = (u128)room * 1000000u;
+    u128 in = mul(input_bound, eph_price_input_max(p));
     if (in > avail)
         return -EDQUOT;
-    unsigned __int128 left = avail - in;
+    u128 left = avail - in;
     uint64_t fit = *max_tokens;
     if (p->output_micros_per_mtok) {
-        unsigned __int128 n = left / p->output_micros_per_mtok;
+        u128 n = left / p->output_micros_per_mtok;
         if (n < fit)
             fit = (uint64_t)n;
     }
     if (fit < min_tokens || fit == 0)
         return -EDQUOT;
     *max_tokens = (uint32_t)fit;
-    unsigned __int128 worst = in + (unsigned __int128)fit * p->output_micros_per_mtok;
-    b->earmark = (int64_t)(worst / 1000000u + (worst % 1000000u ? 1 : 0));
+    /* fits room, so it is below INT64_MAX */
+    b->earmark = eph_price_worst_case(p, input_bound, fit);
     return 0;
 }
 
-/* One numerator per call, divided once, rounded up; 128-bit, so absurd usages cannot wrap. */
-static unsigned __int128 model_cost(uint64_t input_tokens, uint64_t cached_input_tokens,
-                                    uint64_t output_tokens, const struct eph_price *p)
+int64_t eph_budget_charge_attempt(struct eph_budget *b, uint64_t now_ns,
+                                  enum eph_attempt_charge how, const struct eph_token_usage *u,
+                                  const struct eph_price *p, struct eph_attempt_cost *out)
 {
-    unsigned __int128 num =
-        (unsigned __int128)input_tokens * p->input_micros_per_mtok +
-        (unsigned __int128)cached_input_tokens * p->cached_input_micros_per_mtok +
-        (unsigned __int128)output_tokens * p->output_micros_per_mtok;
-    return num / 1000000u + (num % 1000000u ? 1 : 0);
-}
-
-/* Drops the earmark and charges cost to the model, capped at what is left. */
-static int64_t charge_model(struct eph_budget *b, uint64_t now_ns, unsigned __int128 cost,
-                            bool *capped)
-{
-    b->earmark = 0;
+    int64_t earmark = b->earmark > 0 ? b->earmark : 0;
+    /* What the attempt may take: its earmark and whatever else is left. Compute is measured with
+     * the earmark still set aside, so an attempt billed within its bound always fits whole. */
     int64_t left = b->reserved - b->model - b->web - eph_budget_compute(b, now_ns);
     if (left < 0)
         left = 0;
-    int64_t charge;
-    *capped = false;
-    if (cost > (unsigned __int128)left) {
-        charge = left;
-        *capped = true;
+    int64_t cost = 0;
+    if (how == EPH_CHARGE_USAGE && u)
+        cost = eph_price_cost(p, u);
+    else if (how == EPH_CHARGE_EARMARK)
+        cost = earmark;
+    *out = (struct eph_attempt_cost){.earmark = earmark,
+                                     .above_bound = how == EPH_CHARGE_USAGE && cost > earmark};
+    if (cost > left) {
+        cost = left;
+        out->capped = true;
         b->capped = true;
-    } else {
-        charge = (int64_t)cost;
     }
-    b->model += charge;
-    return charge;
-}
-
-int64_t eph_budget_charge_model_call(struct eph_budget *b, uint64_t now_ns, uint64_t input_tokens,
-                                     uint64_t cached_input_tokens, uint64_t output_tokens,
-                                     const struct eph_price *p, bool *capped)
-{
-    return charge_model(b, now_ns, model_cost(input_tokens, cached_input_tokens, output_tokens, p),
-                        capped);
-}
-
-int64_t eph_budget_charge_model_worst_case(struct eph_budget *b, uint64_t now_ns,
-                                           uint64_t input_tokens, uint64_t cached_input_tokens,
-                                           uint64_t output_tokens, const struct eph_price *p,
-                                           bool *capped)
-{
-    unsigned __int128 cost = model_cost(input_tokens, cached_input_tokens, output_tokens, p) +
-                             (unsigned __int128)(b->earmark > 0 ? b->earmark : 0);
-    return charge_model(b, now_ns, cost, capped);
+    b->earmark = 0;
+    b->model += cost;
+    out->micros = cost;
+    return cost;
 }
 
 int64_t eph_budget_charge_web(struct eph_budget *b, uint64_t now_ns, int64_t micros, bool *capped)
@@ -160,7 +191,7 @@ int64_t eph_budget_charge_web(struct eph_budget *b, uint64_t now_ns, int64_t mic
 
 bool eph_budget_fits(const struct eph_budget *b, uint64_t now_ns, int64_t micros)
 {
-    return micros <= eph_budget_available(b, now_ns);
+    return micros >= 0 && micros <= eph_budget_available(b, now_ns);
 }
 
 void eph_budget_settle(const struct eph_budget *b, uint64_t end_ns, int64_t *model, int64_t *web,

@@ -7,7 +7,7 @@
 #                                      FAKE_PORT; its request log is $TEST_TMP/NAME.log
 #   fake_model ID PROVIDER NAME [JSON] a "models" entry pointing at fake server NAME (prices and
 #                                      other keys merged from the JSON object)
-#   agent_server 'MODELS JSON ARRAY' ['PRICES JSON']
+#   agent_server 'MODELS JSON ARRAY' ['PRICES JSON'] ['EXTRA CONFIG JSON']
 #                                      writes the config and starts ephemerald with it (on the
 #                                      backend $EPHEMERAL_TEST_SANDBOX when set, else auto)
 #   run_create 'BODY JSON'             POST /v1/runs; prints the run id
@@ -54,11 +54,12 @@ fake_model() { # ID PROVIDER NAME [EXTRA JSON]
           output_micros_per_mtok: 2000000, max_output_tokens: 1024, timeout_seconds: 60} + $extra'
 }
 
-agent_server() { # MODELS [PRICES]
-    local prices=${2:-}
+agent_server() { # MODELS [PRICES] [EXTRA TOP-LEVEL CONFIG]
+    local prices=${2:-} extra=${3:-}
     [ -n "$prices" ] || prices='{}'
-    jq -n --argjson models "$1" --argjson prices "$prices" \
-        '{default_model: $models[0].id, models: $models} + (if $prices == {} then {} else {prices: $prices} end)' \
+    [ -n "$extra" ] || extra='{}'
+    jq -n --argjson models "$1" --argjson prices "$prices" --argjson extra "$extra" \
+        '{default_model: $models[0].id, models: $models} + (if $prices == {} then {} else {prices: $prices} end) + $extra' \
         >"$TEST_TMP/config.json" || fail "config"
     # EPHEMERAL_TEST_SANDBOX=namespaces (or gvisor...) runs the agent's tests on that backend.
     start_server --config "$TEST_TMP/config.json" \
@@ -122,4 +123,27 @@ check_settled() { # RUN_JSON
         "$charged" "ledger charge of $id"
     assert_eq "$(sqlite3 "$DB" "SELECT COALESCE(SUM(micros), 0) FROM ledger WHERE run_id = '$id' AND kind = 'release'")" \
         "$released" "ledger release of $id"
+}
+
+# Every request the fake server NAME received is one attempt of run ID, in order, and each went
+# out within what the budget allowed at that moment: one model.call event per request, the
+# max_tokens the server received is the event's, its worst case (earmark) fits what was left when
+# it was authorised, and it was charged no more than that unless the provider reported past the
+# bound (above_bound). Prints the events (a JSON array).
+check_attempts() { # NAME RUN_ID
+    local ev reqs n
+    ev=$(run_events "$2" | jq -c '[.data[] | select(.type == "model.call") | .data]')
+    reqs=$(fake_requests "$1")
+    n=$(jq length <<<"$reqs")
+    assert_eq "$(jq length <<<"$ev")" "$n" "$1: one model.call event per request received"
+    assert_eq "$(jq -c '[.[] | .body.max_tokens // .body.max_completion_tokens]' <<<"$reqs")" \
+        "$(jq -c '[.[] | .max_tokens]' <<<"$ev")" "$1: max_tokens received = authorised"
+    assert_eq "$(jq '[.[] | select(.earmark_micros > .available_micros)] | length' <<<"$ev")" 0 \
+        "$1: every attempt's worst case fitted what was left"
+    assert_eq "$(jq '[.[] | select(.cost_micros > .earmark_micros and (.above_bound | not))] | length' <<<"$ev")" 0 \
+        "$1: no attempt charged past its earmark within the bound"
+    assert_eq "$(jq -c '[.[] | .attempt]' <<<"$ev")" \
+        "$(jq -c '[foreach .[] as $e ({}; .[$e.call | tostring] += 1; .[$e.call | tostring])]' <<<"$ev")" \
+        "$1: attempts numbered within each call"
+    printf '%s\n' "$ev"
 }

@@ -1,8 +1,11 @@
 #!/bin/bash
-# Retries through the real server (SPEC 8.3): a provider 500 then a success is retried, the
-# model.call event shows attempts 2, and every attempt's reported cost is counted: an Anthropic
-# stream that reports its input usage and then fails with an error event is paid for as well as
-# the attempt that succeeds. A provider that keeps failing fails the run (model_error), settled.
+# Retries through the real server (SPEC 8.3, 8.4): every attempt is a model.call event and counts
+# in usage. A provider 500 then a success: two attempts, the 500 not billed (providers do not bill
+# an error status), the success charged its usage. An Anthropic stream that fails with an
+# overloaded error event after message_start: the provider may bill the broken attempt and did
+# not say how much, so it is charged the worst case earmarked for it (the event says so), then
+# the second attempt its usage. A provider that keeps failing: four attempts, then failed
+# (model_error), nothing charged, settled.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/agent_common.sh"
 cd "$TOP"
@@ -21,30 +24,46 @@ oa_id=$(run_create '{"prompt": "hello", "model": "oa", "max_cost_micros": 100000
 an_id=$(run_create '{"prompt": "hello", "model": "an", "max_cost_micros": 100000}')
 down_id=$(run_create '{"prompt": "hello", "model": "down", "max_cost_micros": 100000}')
 
+attempts() { run_events "$1" | jq -c '[.data[] | select(.type == "model.call") | .data]'; }
+
 run=$(run_wait "$oa_id")
 assert_eq "$(jq -r .status <<<"$run")" completed "oa status ($(jq -c .error <<<"$run"))"
 assert_eq "$(jq -r .result <<<"$run")" "after the retry" "oa result"
 assert_eq "$(wc -l <"$TEST_TMP/oa.log")" 2 "oa requests"
-ev=$(run_events "$oa_id" | jq -c '.data[] | select(.type == "model.call") | .data')
-assert_eq "$(jq -s length <<<"$ev")" 1 "oa one model call"
-assert_eq "$(jq .attempts <<<"$ev")" 2 "oa attempts"
-# The 500 reported nothing; the success 1000 in at $1/Mtok + 100 out at $2/Mtok.
-assert_eq "$(jq .cost_micros <<<"$ev")" 1200 "oa cost"
+ev=$(attempts "$oa_id")
+assert_eq "$(jq length <<<"$ev")" 2 "oa: one event per attempt"
+assert_eq "$(jq -c '[.[] | [.call, .attempt, .outcome]]' <<<"$ev")" '[[1,1,"http_error"],[1,2,"ok"]]' "oa attempts"
+assert_eq "$(jq '.[0].http_status' <<<"$ev")" 500 "oa: the first attempt's status"
+assert_eq "$(jq '.[0].cost_micros' <<<"$ev")" 0 "oa: an error status is not charged"
+# The success: 1000 in at $1/Mtok + 100 out at $2/Mtok.
+assert_eq "$(jq '.[1].cost_micros' <<<"$ev")" 1200 "oa cost"
 assert_eq "$(jq .cost.model_micros <<<"$run")" 1200 "oa model cost"
+assert_eq "$(jq .usage.model_calls <<<"$run")" 2 "oa: both attempts count in usage"
 check_settled "$run"
 
 run=$(run_wait "$an_id")
 assert_eq "$(jq -r .status <<<"$run")" completed "an status ($(jq -c .error <<<"$run"))"
 assert_eq "$(jq -r .result <<<"$run")" "second attempt" "an result"
 assert_eq "$(wc -l <"$TEST_TMP/an.log")" 2 "an requests"
-ev=$(run_events "$an_id" | jq -c '.data[] | select(.type == "model.call") | .data')
-assert_eq "$(jq .attempts <<<"$ev")" 2 "an attempts"
-# First attempt: message_start reported 1000 in and 1 out, then the error event. Second: 1000 in,
-# 100 out. Both are paid: 2000 in, 101 out = 2000 + 202 micros.
-assert_eq "$(jq .input_tokens <<<"$ev")" 2000 "an input tokens of both attempts"
-assert_eq "$(jq .output_tokens <<<"$ev")" 101 "an output tokens of both attempts"
-assert_eq "$(jq .cost_micros <<<"$ev")" 2202 "an cost of both attempts"
-assert_eq "$(jq .cost.model_micros <<<"$run")" 2202 "an model cost"
+ev=$(attempts "$an_id")
+assert_eq "$(jq -c '[.[] | [.attempt, .outcome]]' <<<"$ev")" '[[1,"cut"],[2,"ok"]]' "an attempts"
+first=$(jq -c '.[0]' <<<"$ev")
+assert_eq "$(jq .usage_missing <<<"$first")" true "an: the cut attempt says its usage is missing"
+# Its worst case: the input bound at the dearest input price (1-hour cache writes: twice the
+# input price, $2/Mtok) + max_tokens at $2/Mtok, rounded up.
+max=$(fake_requests an | jq '.[0].body.max_tokens')
+bound=$(jq .input_bound_tokens <<<"$first")
+want=$(((bound * 2000000 + max * 2000000 + 999999) / 1000000))
+assert_eq "$(jq .max_tokens <<<"$first")" "$max" "an: the event says the max_tokens sent"
+assert_eq "$(jq .earmark_micros <<<"$first")" "$want" "an: the earmark is the worst case"
+assert_eq "$(jq .cost_micros <<<"$first")" "$want" "an: the cut attempt is charged its earmark"
+assert_contains "$(run_events "$an_id" | jq -r '[.data[] | select(.type == "model.call")][0].message')" \
+    "worst case charged" "an: the message says so"
+# The input bound is never below the truth: at least the request's bytes.
+body_bytes=$(fake_requests an | jq -c '.[0].body' | wc -c)
+[ "$bound" -ge $((body_bytes - 1)) ] || fail "an: input bound $bound below the body's $body_bytes bytes"
+assert_eq "$(jq '.[1].cost_micros' <<<"$ev")" 1200 "an: the second attempt, its usage"
+assert_eq "$(jq .cost.model_micros <<<"$run")" "$((want + 1200))" "an model cost"
 check_settled "$run"
 
 run=$(run_wait "$down_id")
@@ -53,6 +72,10 @@ assert_eq "$(jq -r .error.code <<<"$run")" model_error "down error"
 assert_contains "$(jq -r .error.message <<<"$run")" "http 503" "down message"
 assert_contains "$(jq -r .error.message <<<"$run")" "after 4 attempts" "down attempts"
 assert_eq "$(wc -l <"$TEST_TMP/down.log")" 4 "down requests"
-assert_eq "$(jq .cost.model_micros <<<"$run")" 0 "down: nothing reported, nothing charged"
+ev=$(attempts "$down_id")
+assert_eq "$(jq -c '[.[] | .outcome] | unique' <<<"$ev")" '["http_error"]' "down: four http errors"
+assert_eq "$(jq length <<<"$ev")" 4 "down: four events"
+assert_eq "$(jq .cost.model_micros <<<"$run")" 0 "down: nothing billed, nothing charged"
+assert_eq "$(jq .usage.model_calls <<<"$run")" 4 "down: four attempts in usage"
 check_settled "$run"
 echo "retries ok"

@@ -1,10 +1,14 @@
-/* The hard limit (SPEC 4): planning, capping, the compute deadline, and a property test over many
- * random sequences of prices, usages, compute times and web charges. */
+/* The hard limit (SPEC 4, 8.4): pre-authorisation of each model attempt, how an attempt is
+ * charged, the compute deadline, prices per token class, saturating counts, and a property test:
+ * over 100 000 random runs of attempts, cuts, usages, prices, compute and web traffic, what a
+ * provider can bill never exceeds the reservation, the charge never understates it, and the
+ * settlement adds up. */
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,99 +18,155 @@
 
 #define SEC 1000000000ull
 
-static void test_plan_lowers_max_tokens(void **state)
+static void test_authorise_lowers_max_tokens(void **state)
 {
     struct eph_budget b;
     struct eph_price p = {50000, 50000, 200000};
     eph_budget_init(&b, 1000, 0);
     uint32_t max = 100000;
     /* 1000 micros: input 10000 tokens = 500, leaves 500 micros = 2500 output tokens. */
-    assert_int_equal(eph_budget_plan_model_call(&b, 0, 10000, 0, &p, 16, &max), 0);
+    assert_int_equal(eph_budget_authorise(&b, 0, 10000, 0, &p, 16, &max), 0);
     assert_int_equal(max, 2500);
     assert_int_equal(b.earmark, 1000);
     assert_int_equal(eph_budget_available(&b, 0), 0);
+    /* A max_tokens that fits is left alone. */
+    eph_budget_init(&b, 1000000, 0);
+    max = 100;
+    assert_int_equal(eph_budget_authorise(&b, 0, 10000, 0, &p, 16, &max), 0);
+    assert_int_equal(max, 100);
+    assert_int_equal(b.earmark, 520);
 }
 
-static void test_plan_leaves_compute_for_the_call(void **state)
+static void test_authorise_prices_input_at_the_dearest_class(void **state)
+{
+    struct eph_budget b;
+    /* input $1, cache reads $0.10, output $2, cache writes $1.25 and $2 per Mtok: any input
+     * token may turn out to be a 1-hour cache write, so the bound prices them all at $2. */
+    struct eph_price p = {1000000, 100000, 2000000, 1250000, 2000000};
+    assert_int_equal(eph_price_input_max(&p), 2000000);
+    assert_int_equal(eph_price_worst_case(&p, 1000, 500), 3000);
+    eph_budget_init(&b, 3000, 0);
+    uint32_t max = 500;
+    assert_int_equal(eph_budget_authorise(&b, 0, 1000, 0, &p, 16, &max), 0);
+    assert_int_equal(max, 500);
+    assert_int_equal(b.earmark, 3000);
+    eph_budget_init(&b, 2999, 0);
+    max = 500;
+    assert_int_equal(eph_budget_authorise(&b, 0, 1000, 0, &p, 16, &max), 0);
+    assert_int_equal(max, 499);
+}
+
+static void test_authorise_leaves_compute_for_the_attempt(void **state)
 {
     struct eph_budget b;
     struct eph_price p = {0, 0, 1000000}; /* output only: 1 micro a token */
     eph_budget_init(&b, 10000, 100);      /* 100 micros per sandbox-second */
     eph_budget_sandbox_started(&b, 0);
     uint32_t max = 100000;
-    /* 20 s of the call's compute (2000 micros) stays out of the worst case. */
-    assert_int_equal(eph_budget_plan_model_call(&b, 0, 0, 20 * SEC, &p, 16, &max), 0);
+    /* 20 s of the attempt's compute (2000 micros) stays out of the worst case. */
+    assert_int_equal(eph_budget_authorise(&b, 0, 0, 20 * SEC, &p, 16, &max), 0);
     assert_int_equal(max, 8000);
     assert_int_equal(b.earmark, 8000);
-    /* so the call has those 20 s before compute would exhaust the budget */
+    /* so the attempt has those 20 s before compute would exhaust the budget */
     assert_int_equal(eph_budget_compute_deadline(&b), 20 * SEC);
-    /* A call that may take very long: at most half of what is left is set aside. */
+    /* An attempt that may take very long: at most half of what is left is set aside. */
     max = 100000;
-    assert_int_equal(eph_budget_plan_model_call(&b, 0, 0, 1000 * SEC, &p, 16, &max), 0);
+    assert_int_equal(eph_budget_authorise(&b, 0, 0, 1000 * SEC, &p, 16, &max), 0);
     assert_int_equal(max, 5000);
-    /* No sandbox yet, no compute during the call: nothing set aside. */
+    /* No sandbox yet, no compute during the attempt: nothing set aside. */
     eph_budget_init(&b, 10000, 100);
     max = 100000;
-    assert_int_equal(eph_budget_plan_model_call(&b, 0, 0, 1000 * SEC, &p, 16, &max), 0);
+    assert_int_equal(eph_budget_authorise(&b, 0, 0, 1000 * SEC, &p, 16, &max), 0);
     assert_int_equal(max, 10000);
 }
 
-static void test_plan_refuses_when_nothing_fits(void **state)
+static void test_authorise_refuses_when_nothing_fits(void **state)
 {
     struct eph_budget b;
     struct eph_price p = {50000, 50000, 200000};
     eph_budget_init(&b, 10, 0);
     uint32_t max = 1024;
     /* Input alone (1000 tokens = 50 micros) is over the 10 left. */
-    assert_int_equal(eph_budget_plan_model_call(&b, 0, 1000, 0, &p, 16, &max), -EDQUOT);
-    eph_budget_init(&b, 51, 0);
-    max = 1024;
-    /* 1 micro left after input = 5 output tokens, below the minimum of 16. */
-    assert_int_equal(eph_budget_plan_model_call(&b, 0, 1000, 0, &p, 16, &max), -EDQUOT);
-}
-
-static void test_charge_capped_at_reservation(void **state)
-{
-    struct eph_budget b;
-    struct eph_price p = {50000, 50000, 200000};
-    eph_budget_init(&b, 40000, 240);
-    bool capped;
-    int64_t c = eph_budget_charge_model_call(&b, 0, 1000000000, 0, 1000000000, &p, &capped);
-    assert_true(capped);
-    assert_int_equal(c, 40000);
-    int64_t m, w, comp, charged, released;
-    eph_budget_sandbox_started(&b, 0);
-    eph_budget_settle(&b, 100 * SEC, &m, &w, &comp, &charged, &released);
-    assert_int_equal(charged, 40000);
-    assert_int_equal(released, 0);
-    assert_int_equal(comp, 0);
-}
-
-static void test_missing_usage_charges_worst_case(void **state)
-{
-    struct eph_budget b;
-    struct eph_price p = {50000, 50000, 200000};
-    eph_budget_init(&b, 1000, 0);
-    uint32_t max = 1024;
-    /* 1000 input tokens = 50 micros, 1024 output tokens = 204.8: a worst case of 255. */
-    assert_int_equal(eph_budget_plan_model_call(&b, 0, 1000, 0, &p, 16, &max), 0);
-    assert_int_equal(b.earmark, 255);
-    bool capped;
-    assert_int_equal(eph_budget_charge_model_worst_case(&b, 0, 0, 0, 0, &p, &capped), 255);
-    assert_false(capped);
+    assert_int_equal(eph_budget_authorise(&b, 0, 1000, 0, &p, 16, &max), -EDQUOT);
     assert_int_equal(b.earmark, 0);
-    assert_int_equal(b.model, 255);
-    /* Usage reported by a failed earlier attempt is added to the worst case. */
-    max = 1024;
-    assert_int_equal(eph_budget_plan_model_call(&b, 0, 1000, 0, &p, 16, &max), 0);
-    assert_int_equal(eph_budget_charge_model_worst_case(&b, 0, 1000, 0, 0, &p, &capped), 305);
-    assert_int_equal(b.model, 560);
-    /* And the sum is capped at what is left: the limit holds. */
-    max = 1024;
-    assert_int_equal(eph_budget_plan_model_call(&b, 0, 1000, 0, &p, 16, &max), 0);
-    assert_int_equal(eph_budget_charge_model_worst_case(&b, 0, 100000, 0, 0, &p, &capped), 440);
-    assert_true(capped);
-    assert_int_equal(b.model, 1000);
+    assert_int_equal(max, 1024);
+    eph_budget_init(&b, 51, 0);
+    /* 1 micro left after input = 5 output tokens, below the minimum of 16. */
+    assert_int_equal(eph_budget_authorise(&b, 0, 1000, 0, &p, 16, &max), -EDQUOT);
+    /* An absurd bound does not wrap into something that fits. */
+    eph_budget_init(&b, INT64_MAX, 0);
+    struct eph_price dear = {UINT64_MAX, 0, UINT64_MAX};
+    assert_int_equal(eph_budget_authorise(&b, 0, UINT64_MAX, 0, &dear, 16, &max), -EDQUOT);
+}
+
+static void test_charge_attempt_kinds(void **state)
+{
+    struct eph_budget b;
+    struct eph_price p = {50000, 5000, 200000};
+    struct eph_attempt_cost c;
+    eph_budget_init(&b, 100000, 0);
+    uint32_t max = 1024;
+    /* worst case: 1000 x 0.05 + 1024 x 0.2 = 254.8 -> 255 */
+    assert_int_equal(eph_budget_authorise(&b, 0, 1000, 0, &p, 16, &max), 0);
+    assert_int_equal(b.earmark, 255);
+    /* The reported usage is charged, not the earmark. */
+    struct eph_token_usage u = {
+        .input_tokens = 600, .cached_input_tokens = 400, .output_tokens = 100};
+    assert_int_equal(eph_budget_charge_attempt(&b, 0, EPH_CHARGE_USAGE, &u, &p, &c), 52);
+    assert_int_equal(c.earmark, 255);
+    assert_false(c.capped);
+    assert_false(c.above_bound);
+    assert_int_equal(b.earmark, 0);
+    assert_int_equal(b.model, 52);
+    /* No usage but the provider may bill: the earmark. */
+    assert_int_equal(eph_budget_authorise(&b, 0, 1000, 0, &p, 16, &max), 0);
+    assert_int_equal(eph_budget_charge_attempt(&b, 0, EPH_CHARGE_EARMARK, NULL, &p, &c), 255);
+    assert_int_equal(b.model, 307);
+    /* An HTTP error: nothing, even with a usage in hand. */
+    assert_int_equal(eph_budget_authorise(&b, 0, 1000, 0, &p, 16, &max), 0);
+    assert_int_equal(eph_budget_charge_attempt(&b, 0, EPH_CHARGE_NOTHING, &u, &p, &c), 0);
+    assert_int_equal(b.model, 307);
+    assert_int_equal(b.earmark, 0);
+    /* A usage above the bound is flagged and charged up to what is left. */
+    assert_int_equal(eph_budget_authorise(&b, 0, 1000, 0, &p, 16, &max), 0);
+    struct eph_token_usage huge = {.input_tokens = 1000000000000ull,
+                                   .output_tokens = 1000000000000ull};
+    assert_int_equal(eph_budget_charge_attempt(&b, 0, EPH_CHARGE_USAGE, &huge, &p, &c),
+                     100000 - 307);
+    assert_true(c.above_bound);
+    assert_true(c.capped);
+    assert_true(b.capped);
+    assert_int_equal(eph_budget_available(&b, 0), 0);
+}
+
+static void test_cost_per_token_class(void **state)
+{
+    /* $3 in, $0.30 cache read, $15 out, $3.75 5-minute writes, $6 1-hour writes */
+    struct eph_price p = {3000000, 300000, 15000000, 3750000, 6000000};
+    struct eph_token_usage u = {.input_tokens = 1000,
+                                .cached_input_tokens = 10000,
+                                .cache_write_tokens = 2000,
+                                .cache_write_1h_tokens = 1000,
+                                .output_tokens = 500,
+                                .reasoning_tokens = 400};
+    /* 3000 + 3000 + 7500 + 6000 + 7500 micros; reasoning is inside output, not added. */
+    assert_int_equal(eph_price_cost(&p, &u), 27000);
+    struct eph_token_usage one = {.output_tokens = 1};
+    assert_int_equal(eph_price_cost(&p, &one), 15);
+    struct eph_price cheap = {1, 1, 1, 1, 1};
+    assert_int_equal(eph_price_cost(&cheap, &one), 1); /* rounded up once */
+    struct eph_token_usage max = {UINT64_MAX, UINT64_MAX, UINT64_MAX, UINT64_MAX, UINT64_MAX, 0};
+    struct eph_price dear = {UINT64_MAX, UINT64_MAX, UINT64_MAX, UINT64_MAX, UINT64_MAX};
+    assert_int_equal(eph_price_cost(&dear, &max), INT64_MAX); /* saturates, never wraps */
+}
+
+static void test_tokens_saturate(void **state)
+{
+    assert_int_equal(eph_tokens_add(1, 2), 3);
+    assert_int_equal(eph_tokens_add(EPH_TOKENS_MAX, 1), EPH_TOKENS_MAX);
+    assert_int_equal(eph_tokens_add(UINT64_MAX, UINT64_MAX), EPH_TOKENS_MAX);
+    assert_int_equal(eph_tokens_add(EPH_TOKENS_MAX - 5, 5), EPH_TOKENS_MAX);
+    assert_true((int64_t)eph_tokens_add(UINT64_MAX, 0) > 0);
 }
 
 static void test_compute_deadline(void **state)
@@ -125,6 +185,55 @@ static void test_compute_deadline(void **state)
     assert_int_equal(eph_budget_compute(&b, 100 * SEC), 240);
 }
 
+static void test_compute_never_eats_the_earmark(void **state)
+{
+    struct eph_budget b;
+    struct eph_price p = {0, 0, 1000000};
+    eph_budget_init(&b, 10000, 1000); /* 1000 micros a second */
+    eph_budget_sandbox_started(&b, 0);
+    uint32_t max = 100000;
+    assert_int_equal(eph_budget_authorise(&b, 0, 0, 2 * SEC, &p, 16, &max), 0);
+    assert_int_equal(b.earmark, 8000);
+    /* The sandbox outlives the compute deadline (2 s) by far: compute stops at 2000... */
+    assert_int_equal(eph_budget_compute(&b, 9 * SEC), 2000);
+    /* ...so an attempt billed its whole worst case still fits, uncapped. */
+    struct eph_attempt_cost c;
+    struct eph_token_usage u = {.output_tokens = max};
+    assert_int_equal(eph_budget_charge_attempt(&b, 9 * SEC, EPH_CHARGE_USAGE, &u, &p, &c), 8000);
+    assert_false(c.capped);
+    int64_t m, w, comp, charged, released;
+    eph_budget_sandbox_stopped(&b, 9 * SEC);
+    eph_budget_settle(&b, 9 * SEC, &m, &w, &comp, &charged, &released);
+    assert_int_equal(charged, 10000);
+    assert_int_equal(comp, 2000);
+    assert_int_equal(released, 0);
+}
+
+static void test_web_charge_as_bytes_flow(void **state)
+{
+    struct eph_budget b;
+    struct eph_price p = {0, 0, 1000000};
+    bool capped;
+    eph_budget_init(&b, 1000, 0);
+    assert_int_equal(eph_budget_charge_web(&b, 0, -50, &capped), 0); /* never a credit */
+    assert_false(capped);
+    assert_int_equal(eph_budget_charge_web(&b, 0, 100, &capped), 100);
+    uint32_t max = 100000;
+    assert_int_equal(eph_budget_authorise(&b, 0, 0, 0, &p, 16, &max), 0);
+    assert_int_equal(b.earmark, 900);
+    /* Traffic during an attempt cannot take the attempt's earmark. */
+    assert_false(eph_budget_fits(&b, 0, 1));
+    assert_true(eph_budget_fits(&b, 0, 0));
+    assert_false(eph_budget_fits(&b, 0, -1));
+    assert_int_equal(eph_budget_charge_web(&b, 0, 10, &capped), 0);
+    assert_true(capped);
+    struct eph_attempt_cost c;
+    assert_int_equal(eph_budget_charge_attempt(&b, 0, EPH_CHARGE_NOTHING, NULL, &p, &c), 0);
+    assert_int_equal(eph_budget_charge_web(&b, 0, INT64_MAX, &capped), 900);
+    assert_true(capped);
+    assert_int_equal(b.web, 1000);
+}
+
 /* A small deterministic generator, so a failure can be replayed from its seed. */
 static uint64_t rng_state;
 static uint64_t rnd(uint64_t n)
@@ -133,50 +242,127 @@ static uint64_t rnd(uint64_t n)
     return n ? (rng_state >> 17) % n : 0;
 }
 
-static void test_property_random_sequences(void **state)
+/* A usage the provider may bill for an attempt of that bound: input split among the classes,
+ * never more than input_bound in all, output at most max_tokens. */
+static struct eph_token_usage honest_usage(uint64_t input_bound, uint32_t max)
 {
-    for (uint64_t seed = 1; seed <= 20000; seed++) {
+    struct eph_token_usage u = {0};
+    uint64_t in = rnd(4) ? input_bound - rnd(input_bound / 2 + 1) : rnd(input_bound + 1);
+    u.cached_input_tokens = rnd(in + 1);
+    in -= u.cached_input_tokens;
+    u.cache_write_tokens = rnd(in + 1);
+    in -= u.cache_write_tokens;
+    u.cache_write_1h_tokens = rnd(in + 1);
+    in -= u.cache_write_1h_tokens;
+    u.input_tokens = in;
+    u.output_tokens = rnd(3) ? rnd((uint64_t)max + 1) : max;
+    u.reasoning_tokens = rnd(u.output_tokens + 1);
+    return u;
+}
+
+#define PROPERTY_RUNS 100000
+
+static void test_property_provider_spend_within_reservation(void **state)
+{
+    uint64_t attempts = 0, cut = 0, lowered = 0, refused = 0;
+    for (uint64_t seed = 1; seed <= PROPERTY_RUNS; seed++) {
         rng_state = seed;
         struct eph_budget b;
-        int64_t reserved = (int64_t)rnd(5) == 0 ? (int64_t)rnd(100) + 1 : (int64_t)rnd(5000000) + 1;
+        int64_t reserved = rnd(5) == 0 ? (int64_t)rnd(100) + 1 : (int64_t)rnd(5000000) + 1;
         eph_budget_init(&b, reserved, rnd(4) ? rnd(10000) : 0);
         uint64_t now = rnd(1000) * 1000000ull;
         eph_budget_sandbox_started(&b, now);
-        struct eph_price p = {rnd(20000000), rnd(20000000), rnd(80000000)};
+        uint64_t in_price = rnd(20000000);
+        struct eph_price p = {in_price, rnd(in_price + 1), rnd(80000000),
+                              rnd(3) ? in_price + in_price / 4 : 0, rnd(3) ? 2 * in_price : 0};
+        /* Some runs have a provider that reports past the bound it is assumed to respect: the
+         * user's limit must hold all the same, and the event must say so. */
+        bool liar = rnd(10) == 0;
+        int64_t billable = 0; /* what the provider can bill for the run */
         int steps = (int)rnd(40);
         for (int i = 0; i < steps; i++) {
             now += rnd(3 * SEC);
             switch (rnd(3)) {
             case 0: {
-                uint32_t max = (uint32_t)rnd(100000) + 1;
-                uint64_t est = rnd(200000);
-                int rc = eph_budget_plan_model_call(&b, now, est, rnd(200) * SEC, &p, 16, &max);
-                if (rc == 0) {
-                    assert_true(b.earmark <= reserved);
-                    /* The model may report anything, including far more than asked. */
-                    uint64_t in = rnd(4) ? est : rnd(UINT32_MAX);
-                    uint64_t out = rnd(4) ? rnd(max + 1) : rnd(UINT32_MAX);
-                    bool capped;
-                    now += rnd(SEC);
-                    if (rnd(5) == 0) /* no usage reported: the worst case */
-                        eph_budget_charge_model_worst_case(&b, now, rnd(2) ? 0 : in, 0, 0, &p,
-                                                           &capped);
-                    else
-                        eph_budget_charge_model_call(&b, now, in, rnd(1000), out, &p, &capped);
+                uint32_t asked = (uint32_t)rnd(100000) + 1, max = asked;
+                uint64_t bound = rnd(8) ? rnd(200000) : rnd(UINT32_MAX);
+                int rc = eph_budget_authorise(&b, now, bound, rnd(200) * SEC, &p, 16, &max);
+                if (rc) {
+                    assert_int_equal(rc, -EDQUOT);
+                    assert_int_equal(b.earmark, 0);
+                    refused++;
+                    break;
                 }
+                attempts++;
+                lowered += max < asked;
+                assert_true(max <= asked && max >= 16);
+                assert_true(b.earmark == eph_price_worst_case(&p, bound, max));
+                assert_true(b.model + b.web + b.earmark + eph_budget_compute(&b, now) <= reserved);
+                /* The attempt is in flight until at most the compute deadline, and sometimes
+                 * a little past it (the sandbox takes time to die). */
+                uint64_t end = eph_budget_compute_deadline(&b);
+                uint64_t t = now + rnd(10 * SEC);
+                if (end != UINT64_MAX && t > end && rnd(4))
+                    t = end > now ? end : now;
+                now = t;
+                struct eph_token_usage u = honest_usage(bound, max);
+                enum eph_attempt_charge how;
+                int64_t bill;
+                switch (rnd(6)) {
+                case 0: /* an HTTP error status: not billed */
+                    how = EPH_CHARGE_NOTHING;
+                    bill = 0;
+                    break;
+                case 1: /* cut after the request went out, no usage: billed, unknown */
+                case 2: /* an answer without usage */
+                    how = EPH_CHARGE_EARMARK;
+                    bill = eph_price_cost(&p, &u);
+                    cut++;
+                    break;
+                default:
+                    how = EPH_CHARGE_USAGE;
+                    if (liar && rnd(2)) {
+                        u.input_tokens = eph_tokens_add(u.input_tokens, rnd(UINT32_MAX));
+                        u.output_tokens = eph_tokens_add(u.output_tokens, rnd(UINT32_MAX));
+                    }
+                    bill = eph_price_cost(&p, &u);
+                    break;
+                }
+                int64_t before = b.model;
+                struct eph_attempt_cost c;
+                int64_t charged = eph_budget_charge_attempt(&b, now, how, &u, &p, &c);
+                assert_int_equal(charged, b.model - before);
+                assert_int_equal(b.earmark, 0);
+                if (how == EPH_CHARGE_EARMARK || how == EPH_CHARGE_USAGE)
+                    assert_true(bill <= c.earmark || c.above_bound);
+                if (!c.above_bound) {
+                    /* Within the bound: charged in full, never less than billed. */
+                    assert_false(c.capped);
+                    assert_true(charged >= bill);
+                    if (how == EPH_CHARGE_USAGE)
+                        assert_int_equal(charged, bill);
+                }
+                billable += bill;
                 break;
             }
             case 1: {
                 bool capped;
-                eph_budget_charge_web(&b, now, (int64_t)rnd(2000), &capped);
+                int64_t before = b.web;
+                int64_t want = (int64_t)rnd(2000) - 100;
+                int64_t got = eph_budget_charge_web(&b, now, want, &capped);
+                assert_true(got >= 0 && got <= (want > 0 ? want : 0));
+                assert_int_equal(b.web - before, got);
                 break;
             }
             default:
                 break;
             }
-            /* At every instant: nothing spent beyond the reservation. */
-            assert_true(b.model >= 0 && b.web >= 0);
+            /* At every instant: nothing spent beyond the reservation, and (within the bound)
+             * nothing the provider can bill beyond it either. */
+            assert_true(b.model >= 0 && b.web >= 0 && b.earmark == 0);
             assert_true(b.model + b.web + eph_budget_compute(&b, now) <= reserved);
+            if (!liar)
+                assert_true(billable + b.web + eph_budget_compute(&b, now) <= reserved);
             assert_true(eph_budget_available(&b, now) >= 0);
         }
         now += rnd(100 * SEC);
@@ -187,19 +373,35 @@ static void test_property_random_sequences(void **state)
         assert_true(charged >= 0 && released >= 0);
         assert_int_equal(charged + released, reserved);
         assert_int_equal(charged, m + w + c);
+        if (!liar) {
+            assert_true(billable + w + c <= reserved);
+            assert_true(m >= billable);
+        }
     }
+    /* The generator reaches every case often, or the property says little. */
+    assert_true(attempts > PROPERTY_RUNS);
+    assert_true(cut > PROPERTY_RUNS / 10 && lowered > PROPERTY_RUNS / 10 &&
+                refused > PROPERTY_RUNS / 10);
+    printf("property: %d runs, %llu attempts (%llu cut or without usage, %llu lowered), %llu "
+           "refused\n",
+           PROPERTY_RUNS, (unsigned long long)attempts, (unsigned long long)cut,
+           (unsigned long long)lowered, (unsigned long long)refused);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_plan_lowers_max_tokens),
-        cmocka_unit_test(test_plan_leaves_compute_for_the_call),
-        cmocka_unit_test(test_plan_refuses_when_nothing_fits),
-        cmocka_unit_test(test_charge_capped_at_reservation),
-        cmocka_unit_test(test_missing_usage_charges_worst_case),
+        cmocka_unit_test(test_authorise_lowers_max_tokens),
+        cmocka_unit_test(test_authorise_prices_input_at_the_dearest_class),
+        cmocka_unit_test(test_authorise_leaves_compute_for_the_attempt),
+        cmocka_unit_test(test_authorise_refuses_when_nothing_fits),
+        cmocka_unit_test(test_charge_attempt_kinds),
+        cmocka_unit_test(test_cost_per_token_class),
+        cmocka_unit_test(test_tokens_saturate),
         cmocka_unit_test(test_compute_deadline),
-        cmocka_unit_test(test_property_random_sequences),
+        cmocka_unit_test(test_compute_never_eats_the_earmark),
+        cmocka_unit_test(test_web_charge_as_bytes_flow),
+        cmocka_unit_test(test_property_provider_spend_within_reservation),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -30,6 +30,7 @@ struct fixture {
     json_t *messages;
     json_t *tools;
     struct eph_model_response resp;
+    struct attempt_log log; /* every attempt of the last call */
     char err[512];
 };
 
@@ -74,7 +75,11 @@ static int call_with(struct fixture *f, uint64_t deadline_ns, const atomic_bool 
                                     .cancel = cancel,
                                     .prompt = "list the files"};
     f->err[0] = '\0';
-    return eph_model_anthropic_ops.call(f->model, &req, &f->resp, f->err, sizeof(f->err));
+    uint32_t cap = f->log.cap;
+    memset(&f->log, 0, sizeof(f->log));
+    f->log.cap = cap;
+    struct eph_model_meter meter = {attempt_log_authorise, attempt_log_record, &f->log};
+    return eph_model_call(f->model, &req, &meter, &f->resp, f->err, sizeof(f->err));
 }
 
 static int call(struct fixture *f)
@@ -397,9 +402,22 @@ static void test_stream_error_event_retried_and_both_paid(void **state)
     assert_int_equal(call(&f), 0);
     assert_string_equal(f.resp.content, "second");
     assert_int_equal(f.resp.attempts, 2);
-    /* the first attempt's message_start reported 40 in, 1 out before the error */
-    assert_int_equal(f.resp.input_tokens, 80);
-    assert_int_equal(f.resp.output_tokens, 7);
+    assert_int_equal(f.log.n, 2);
+    /* The first attempt broke off after message_start (40 in, 1 out): its usage is not the
+     * whole of it, so the meter charges its worst case. */
+    assert_int_equal(f.log.a[0].outcome, EPH_ATTEMPT_CUT);
+    assert_true(f.log.a[0].sent);
+    assert_true(f.log.a[0].retryable);
+    assert_false(f.log.a[0].usage_final);
+    assert_int_equal(f.log.a[0].input, 40);
+    assert_int_equal(f.log.a[0].output, 1);
+    /* The second is whole: message_delta gave the final output count. */
+    assert_int_equal(f.log.a[1].outcome, EPH_ATTEMPT_OK);
+    assert_true(f.log.a[1].usage_final);
+    assert_int_equal(f.log.a[1].input, 40);
+    assert_int_equal(f.log.a[1].output, 6);
+    assert_int_equal(f.resp.input_tokens, 40);
+    assert_int_equal(f.resp.output_tokens, 6);
     finish(&f);
 }
 
@@ -532,6 +550,85 @@ static void test_default_base_url(void **state)
     eph_model_anthropic_ops.free(m);
 }
 
+/* ---- metering, stream ends, finish reasons, prices (SPEC 8.4) ---- */
+
+static void test_cache_writes_by_lifetime(void **state)
+{
+    struct fixture f;
+    for (int stream = 0; stream < 2; stream++) {
+        start(&f,
+              "[{\"text\":\"ok\",\"usage\":{\"input\":10,\"output\":4,\"cached\":300,"
+              "\"cache_write\":200,\"cache_write_1h\":50}}]",
+              stream);
+        assert_int_equal(call(&f), 0);
+        assert_int_equal(f.resp.input_tokens, 10);
+        assert_int_equal(f.resp.cached_input_tokens, 300);
+        assert_int_equal(f.resp.cache_write_tokens, 200);
+        assert_int_equal(f.resp.cache_write_1h_tokens, 50);
+        assert_int_equal(f.resp.output_tokens, 4);
+        assert_true(f.resp.usage_final);
+        finish(&f);
+    }
+    /* Without the split, every write is a 5-minute one. */
+    start(&f, "[{\"text\":\"ok\",\"usage\":{\"input\":10,\"output\":4,\"cache_write\":70}}]",
+          false);
+    assert_int_equal(call(&f), 0);
+    assert_int_equal(f.resp.cache_write_tokens, 70);
+    assert_int_equal(f.resp.cache_write_1h_tokens, 0);
+    finish(&f);
+}
+
+static void test_stream_held_open_after_message_stop(void **state)
+{
+    struct fixture f;
+    start(&f, "[{\"text\":\"complete\",\"hold_open\":30,\"usage\":{\"input\":5,\"output\":2}}]",
+          true);
+    uint64_t t0 = eph_clock_mono_ns();
+    assert_int_equal(call(&f), 0);
+    assert_true(fake_seconds_since(t0) < 15);
+    assert_string_equal(f.resp.content, "complete");
+    assert_true(f.resp.usage_final);
+    assert_int_equal(f.resp.output_tokens, 2);
+    assert_int_equal(f.resp.attempts, 1);
+    finish(&f);
+}
+
+static void test_refusal_stop_reason(void **state)
+{
+    struct fixture f;
+    for (int stream = 0; stream < 2; stream++) {
+        start(&f, "[{\"refusal\":\"I will not do that.\"}]", stream);
+        assert_int_equal(call(&f), 0);
+        assert_string_equal(f.resp.finish_reason, "refusal");
+        assert_string_equal(f.resp.refusal, "I will not do that.");
+        finish(&f);
+    }
+}
+
+static void test_overloaded_529_retried_and_metered(void **state)
+{
+    struct fixture f;
+    start(&f,
+          "[{\"status\":529,\"error\":\"Overloaded\",\"error_type\":\"overloaded_error\"},"
+          "{\"text\":\"fine\",\"usage\":{\"input\":5,\"output\":2}}]",
+          true);
+    f.log.cap = 50;
+    assert_int_equal(call(&f), 0);
+    assert_int_equal(f.log.n, 2);
+    assert_int_equal(f.log.a[0].outcome, EPH_ATTEMPT_HTTP_ERROR);
+    assert_int_equal(f.log.a[0].status, 529);
+    json_t *reqs = fake_requests(&f.srv);
+    for (size_t i = 0; i < 2; i++) {
+        assert_int_equal(json_integer_value(json_object_get(fake_body(reqs, i), "max_tokens")), 50);
+        char *body = json_dumps(fake_body(reqs, i), JSON_COMPACT);
+        /* the bytes received plus the tool-use system prompt Anthropic documents */
+        assert_true(f.log.a[i].input_bound >= strlen(body));
+        free(body);
+    }
+    json_decref(reqs);
+    finish(&f);
+}
+
 int main(void)
 {
     assert_int_equal(eph_http_global_init(), 0);
@@ -566,6 +663,10 @@ int main(void)
         cmocka_unit_test(test_missing_usage),
         cmocka_unit_test(test_unknown_role_rejected),
         cmocka_unit_test(test_default_base_url),
+        cmocka_unit_test(test_cache_writes_by_lifetime),
+        cmocka_unit_test(test_stream_held_open_after_message_stop),
+        cmocka_unit_test(test_refusal_stop_reason),
+        cmocka_unit_test(test_overloaded_529_retried_and_metered),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -31,6 +31,7 @@ struct fixture {
     json_t *messages;
     json_t *tools;
     struct eph_model_response resp;
+    struct attempt_log log; /* every attempt of the last call */
     char err[512];
 };
 
@@ -76,7 +77,11 @@ static int call_with(struct fixture *f, uint64_t deadline_ns, const atomic_bool 
                                     .cancel = cancel,
                                     .prompt = "list the files"};
     f->err[0] = '\0';
-    return eph_model_openai_ops.call(f->model, &req, &f->resp, f->err, sizeof(f->err));
+    uint32_t cap = f->log.cap;
+    memset(&f->log, 0, sizeof(f->log));
+    f->log.cap = cap;
+    struct eph_model_meter meter = {attempt_log_authorise, attempt_log_record, &f->log};
+    return eph_model_call(f->model, &req, &meter, &f->resp, f->err, sizeof(f->err));
 }
 
 static int call(struct fixture *f)
@@ -787,6 +792,204 @@ static void test_bad_base_url(void **state)
     assert_non_null(strstr(err, "base_url"));
 }
 
+/* ---- metering, retry rules, stream ends, finish reasons (SPEC 8.4) ---- */
+
+static void test_meter_sees_every_attempt_and_lowers_max_tokens(void **state)
+{
+    struct fixture f;
+    start(&f,
+          "[{\"status\":500,\"error\":\"hiccup\"},"
+          "{\"text\":\"ok\",\"usage\":{\"input\":100,\"output\":7,\"cached\":40,\"reasoning\":3}}]",
+          false);
+    f.log.cap = 77;
+    assert_int_equal(call(&f), 0);
+    assert_int_equal(f.log.n, 2);
+    assert_int_equal(f.log.a[0].outcome, EPH_ATTEMPT_HTTP_ERROR);
+    assert_int_equal(f.log.a[0].status, 500);
+    assert_false(f.log.a[0].usage_final);
+    assert_int_equal(f.log.a[1].outcome, EPH_ATTEMPT_OK);
+    assert_true(f.log.a[1].usage_final);
+    assert_true(f.log.a[1].sent);
+    assert_int_equal(f.log.a[1].input, 60);
+    assert_int_equal(f.log.a[1].cached, 40);
+    assert_int_equal(f.log.a[1].output, 7);
+    assert_int_equal(f.log.a[1].reasoning, 3);
+    /* What the meter authorised is what the server received, on every attempt. */
+    json_t *reqs = fake_requests(&f.srv);
+    for (size_t i = 0; i < 2; i++) {
+        assert_int_equal(f.log.a[i].max_tokens, 77);
+        assert_int_equal(json_integer_value(json_object_get(fake_body(reqs, i), "max_tokens")), 77);
+        /* The bound is never below the bytes of the body received. */
+        char *body = json_dumps(fake_body(reqs, i), JSON_COMPACT);
+        assert_true(f.log.a[i].input_bound >= strlen(body));
+        free(body);
+    }
+    json_decref(reqs);
+    finish(&f);
+}
+
+/* A meter that refuses the second attempt: it is not sent. */
+static int refuse_second(void *ctx, unsigned attempt, uint64_t at_ns, uint64_t input_bound,
+                         bool check_only, uint32_t *max_tokens, uint64_t *deadline_ns)
+{
+    return attempt >= 2 ? -EDQUOT : 0;
+}
+
+static void test_retry_not_sent_when_the_budget_refuses(void **state)
+{
+    struct fixture f;
+    start(&f, "[{\"status\":503,\"error\":\"busy\"},{\"text\":\"never\"}]", false);
+    struct eph_model_request req = {.messages = f.messages,
+                                    .tools = f.tools,
+                                    .max_tokens = 256,
+                                    .deadline_ns = eph_clock_mono_ns() + 30ull * 1000000000u};
+    struct eph_model_meter meter = {refuse_second, attempt_log_record, &f.log};
+    assert_int_equal(eph_model_call(f.model, &req, &meter, &f.resp, f.err, sizeof(f.err)), -EIO);
+    assert_int_equal(f.log.n, 1);
+    assert_int_equal(fake_request_count(&f.srv), 1);
+    finish(&f);
+}
+
+static void test_insufficient_quota_not_retried(void **state)
+{
+    struct fixture f;
+    start(&f,
+          "[{\"status\":429,\"error\":\"You exceeded your current quota\","
+          "\"error_type\":\"insufficient_quota\"},{\"text\":\"never\"}]",
+          false);
+    assert_int_equal(call(&f), -EIO);
+    assert_non_null(strstr(f.err, "quota"));
+    assert_int_equal(fake_request_count(&f.srv), 1);
+    assert_false(f.log.a[0].retryable);
+    finish(&f);
+}
+
+static void test_4xx_retry_rules(void **state)
+{
+    struct fixture f;
+    /* 409 (a conflict) and 408 are worth another attempt... */
+    start(&f,
+          "[{\"status\":409,\"error\":\"conflict\"},{\"status\":408,\"error\":\"late\"},"
+          "{\"text\":\"third\"}]",
+          false);
+    assert_int_equal(call(&f), 0);
+    assert_int_equal(fake_request_count(&f.srv), 3);
+    finish(&f);
+    /* ...a 404 or a 422 is not */
+    start(&f, "[{\"status\":404,\"error\":\"no such model\"},{\"text\":\"never\"}]", false);
+    assert_int_equal(call(&f), -EIO);
+    assert_int_equal(fake_request_count(&f.srv), 1);
+    finish(&f);
+    start(&f, "[{\"status\":422,\"error\":\"bad\"},{\"text\":\"never\"}]", false);
+    assert_int_equal(call(&f), -EIO);
+    assert_int_equal(fake_request_count(&f.srv), 1);
+    finish(&f);
+}
+
+static void test_stream_held_open_after_done(void **state)
+{
+    struct fixture f;
+    start(&f, "[{\"text\":\"complete\",\"hold_open\":30,\"usage\":{\"input\":5,\"output\":2}}]",
+          true);
+    uint64_t t0 = eph_clock_mono_ns();
+    assert_int_equal(call(&f), 0);
+    /* Not the 30 s the server holds the connection, nor a retry. */
+    assert_true(fake_seconds_since(t0) < 15);
+    assert_string_equal(f.resp.content, "complete");
+    assert_true(f.resp.usage_final);
+    assert_int_equal(f.resp.attempts, 1);
+    finish(&f);
+}
+
+static void test_stream_slow_but_live_is_not_cut(void **state)
+{
+    struct fixture f;
+    /* One event every 0.6 s for longer than the 1 s idle timeout. */
+    start(&f,
+          "[{\"text\":\"a b c d\",\"pieces\":4,\"chunk_delay\":0.6,"
+          "\"usage\":{\"input\":5,\"output\":4}}]",
+          true);
+    f.cfg.timeout_seconds = 1;
+    eph_model_openai_ops.free(f.model);
+    assert_int_equal(eph_model_openai_ops.open(&f.cfg, &f.model, f.err, sizeof(f.err)), 0);
+    assert_int_equal(eph_model_set_stream(f.model, true), 0);
+    uint64_t t0 = eph_clock_mono_ns();
+    assert_int_equal(call(&f), 0);
+    assert_true(fake_seconds_since(t0) > 1.0);
+    assert_string_equal(f.resp.content, "a b c d");
+    assert_int_equal(f.resp.attempts, 1);
+    finish(&f);
+}
+
+static void test_stream_idle_is_cut_and_retried(void **state)
+{
+    struct fixture f;
+    start(&f, "[{\"text\":\"x\",\"stall_after\":20},{\"text\":\"second\"}]", true);
+    f.cfg.timeout_seconds = 1;
+    eph_model_openai_ops.free(f.model);
+    assert_int_equal(eph_model_openai_ops.open(&f.cfg, &f.model, f.err, sizeof(f.err)), 0);
+    assert_int_equal(eph_model_set_stream(f.model, true), 0);
+    assert_int_equal(call(&f), 0);
+    assert_string_equal(f.resp.content, "second");
+    assert_int_equal(f.log.n, 2);
+    assert_int_equal(f.log.a[0].outcome, EPH_ATTEMPT_TIMEOUT);
+    assert_true(f.log.a[0].sent); /* billable: the meter charges its earmark */
+    assert_false(f.log.a[0].usage_final);
+    finish(&f);
+}
+
+static void test_stream_cut_is_retried(void **state)
+{
+    struct fixture f;
+    start(&f,
+          "[{\"text\":\"one two three\",\"pieces\":3,\"cut_after\":2},"
+          "{\"text\":\"whole\",\"usage\":{\"input\":5,\"output\":1}}]",
+          true);
+    assert_int_equal(call(&f), 0);
+    assert_string_equal(f.resp.content, "whole");
+    assert_int_equal(f.log.n, 2);
+    assert_int_equal(f.log.a[0].outcome, EPH_ATTEMPT_CUT);
+    assert_true(f.log.a[0].sent);
+    assert_false(f.log.a[0].usage_final);
+    finish(&f);
+}
+
+static void test_refusal_and_content_filter(void **state)
+{
+    struct fixture f;
+    for (int stream = 0; stream < 2; stream++) {
+        start(&f, "[{\"refusal\":\"I cannot help with that.\"}]", stream);
+        assert_int_equal(call(&f), 0);
+        assert_string_equal(f.resp.finish_reason, "refusal");
+        assert_string_equal(f.resp.refusal, "I cannot help with that.");
+        finish(&f);
+        start(&f, "[{\"text\":\"\",\"finish_reason\":\"content_filter\"}]", stream);
+        assert_int_equal(call(&f), 0);
+        assert_string_equal(f.resp.finish_reason, "content_filter");
+        finish(&f);
+    }
+}
+
+static void test_stream_tool_calls_interleaved(void **state)
+{
+    struct fixture f;
+    start(
+        &f,
+        "[{\"interleave\":true,\"tool_calls\":["
+        "{\"id\":\"c0\",\"name\":\"shell\",\"arguments\":\"{\\\"command\\\":\\\"echo zero\\\"}\"},"
+        "{\"id\":\"c1\",\"name\":\"read_file\",\"arguments\":\"{\\\"path\\\":\\\"one.txt\\\"}\"}]}"
+        "]",
+        true);
+    assert_int_equal(call(&f), 0);
+    assert_int_equal(f.resp.ncalls, 2);
+    assert_string_equal(f.resp.calls[0].id, "c0");
+    assert_string_equal(f.resp.calls[0].arguments, "{\"command\":\"echo zero\"}");
+    assert_string_equal(f.resp.calls[1].id, "c1");
+    assert_string_equal(f.resp.calls[1].name, "read_file");
+    assert_string_equal(f.resp.calls[1].arguments, "{\"path\":\"one.txt\"}");
+    finish(&f);
+}
+
 int main(void)
 {
     assert_int_equal(eph_http_global_init(), 0);
@@ -837,6 +1040,16 @@ int main(void)
         cmocka_unit_test(test_error_message_sanitiser),
         cmocka_unit_test(test_provider_table),
         cmocka_unit_test(test_bad_base_url),
+        cmocka_unit_test(test_meter_sees_every_attempt_and_lowers_max_tokens),
+        cmocka_unit_test(test_retry_not_sent_when_the_budget_refuses),
+        cmocka_unit_test(test_insufficient_quota_not_retried),
+        cmocka_unit_test(test_4xx_retry_rules),
+        cmocka_unit_test(test_stream_held_open_after_done),
+        cmocka_unit_test(test_stream_slow_but_live_is_not_cut),
+        cmocka_unit_test(test_stream_idle_is_cut_and_retried),
+        cmocka_unit_test(test_stream_cut_is_retried),
+        cmocka_unit_test(test_refusal_and_content_filter),
+        cmocka_unit_test(test_stream_tool_calls_interleaved),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
