@@ -145,6 +145,12 @@ int eph_cmd_serve(int argc, char **argv)
         }
     }
 
+    if (cfg.node_id && *cfg.node_id)
+        snprintf(svc.node_id, sizeof(svc.node_id), "%s", cfg.node_id);
+    else if (gethostname(svc.node_id, sizeof(svc.node_id) - 1) != 0 || !svc.node_id[0])
+        snprintf(svc.node_id, sizeof(svc.node_id), "node");
+    EPH_INFO("serve", "node %s, store %s", svc.node_id, svc.store->ops->name);
+
     unsigned lost = 0, requeued = 0;
     if ((rc = eph_scheduler_start(&svc))) {
         EPH_ERROR("serve", "cannot start the worker pool: %s", eph_strerror(rc));

@@ -20,6 +20,8 @@ struct eph_live {
     uint64_t last_seq;
     bool closed;
     atomic_bool cancel;
+    atomic_bool lease_lost;
+    _Atomic uint64_t compute_start_ns; /* 0: no compute accruing (lease renewals checkpoint it) */
     struct eph_sandbox *sb;
     char *zdr_result;
     char *zdr_prompt;
@@ -79,6 +81,8 @@ int eph_live_register(const char *run_id, int64_t created_at_ms, uint64_t last_s
     l->refs = 1; /* the registry's */
     l->registered = true;
     atomic_init(&l->cancel, false);
+    atomic_init(&l->lease_lost, false);
+    atomic_init(&l->compute_start_ns, 0);
     pthread_mutex_lock(&live_lock);
     l->next = live_head;
     live_head = l;
@@ -331,5 +335,47 @@ int eph_live_set_zdr_result(struct eph_live *l, const char *result)
     free(l->zdr_result);
     l->zdr_result = copy;
     pthread_mutex_unlock(&live_lock);
+    return 0;
+}
+
+void eph_live_set_compute_start(struct eph_live *l, uint64_t start_ns)
+{
+    atomic_store(&l->compute_start_ns, start_ns);
+}
+
+uint64_t eph_live_compute_start(struct eph_live *l)
+{
+    return atomic_load(&l->compute_start_ns);
+}
+
+void eph_live_lease_lost(struct eph_live *l)
+{
+    atomic_store(&l->lease_lost, true);
+    eph_live_cancel(l);
+}
+
+bool eph_live_is_lease_lost(struct eph_live *l)
+{
+    return atomic_load(&l->lease_lost);
+}
+
+int eph_live_foreach(void (*fn)(struct eph_live *l, void *ctx), void *ctx)
+{
+    pthread_mutex_lock(&live_lock);
+    struct eph_live **all = calloc(live_n ? live_n : 1, sizeof(*all));
+    size_t n = 0;
+    if (all)
+        for (struct eph_live *l = live_head; l && n < live_n; l = l->next) {
+            l->refs++;
+            all[n++] = l;
+        }
+    pthread_mutex_unlock(&live_lock);
+    if (!all)
+        return -ENOMEM;
+    for (size_t i = 0; i < n; i++) {
+        fn(all[i], ctx);
+        eph_live_put(all[i]);
+    }
+    free(all);
     return 0;
 }

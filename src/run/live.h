@@ -77,6 +77,17 @@ void eph_live_state(struct eph_live *l, uint64_t *last_seq, bool *closed);
  * must not call back into this module. NULL removes it. */
 void eph_live_set_observer(void (*fn)(void));
 
+/* Leases (scheduler.c renews them): the instant compute started accruing for the run's sandbox
+ * (0 before it and once the sandbox is destroyed), so that a renewal can checkpoint compute. */
+void eph_live_set_compute_start(struct eph_live *l, uint64_t start_ns);
+uint64_t eph_live_compute_start(struct eph_live *l);
+/* The node lost the run's lease (another node settled it): cancels it, and the worker must not
+ * settle it. */
+void eph_live_lease_lost(struct eph_live *l);
+bool eph_live_is_lease_lost(struct eph_live *l);
+/* Calls fn for every registered run, with a reference held and no lock held. */
+int eph_live_foreach(void (*fn)(struct eph_live *l, void *ctx), void *ctx);
+
 /* Cancels every live run (shutdown). */
 void eph_live_cancel_all(void);
 unsigned eph_live_count(void);

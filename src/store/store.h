@@ -6,8 +6,10 @@
  *
  * Ownership: strings and structs filled by a store function belong to the caller
  * (eph_run_release(), free()). Errors: 0 or a negative errno; -ENOENT no such object, -EDQUOT the
- * balance cannot cover a reservation, -EEXIST a uniqueness conflict, -EIO the database failed
- * (logged with its message), -EROFS / -ENOSPC passed through from the database.
+ * balance cannot cover a reservation, -EEXIST a uniqueness conflict, -EOVERFLOW an amount the
+ * running totals cannot hold (nothing written), -EIO the database failed (logged with its
+ * message), -EROFS / -ENOSPC passed through from the database, -ENOTCONN the database cannot be
+ * reached (PostgreSQL: retried by the caller).
  *
  * Threads: a store may be used from every thread at once.
  */
@@ -47,6 +49,9 @@ struct eph_run_final {
                                        charged/released, log_expires_at */
     const struct eph_event *events; /* appended in the same transaction */
     size_t nevents;
+    /* Non-zero: settle only if the run's lease ended before this instant (another node finishing
+     * a lost run); -EALREADY when the owner renewed it meanwhile. */
+    int64_t lease_expired_before_ms;
 };
 
 struct eph_idem {
@@ -89,6 +94,7 @@ typedef int (*eph_status_count_cb)(const char *status, uint64_t count, void *ctx
 
 struct eph_store_ops {
     const char *name;
+    bool shared; /* several nodes may use the same database */
     int (*open)(const char *target, struct eph_store **out, char *err, size_t errlen);
     void (*close)(struct eph_store *s);
     int (*ping)(struct eph_store *s);
@@ -142,6 +148,16 @@ struct eph_store_ops {
     /* The terminal transaction: status, ledger charge + release, closing events. -EALREADY when
      * the run was already terminal (nothing written). */
     int (*run_finish)(struct eph_store *s, const struct eph_run_final *f);
+    /* Leases. A node claims a queued run before working on it (-EALREADY when it is not queued
+     * or another node holds it), renews the lease while it works, and the renewal records compute
+     * measured so far (the checkpoint a lost run is charged to, never lowered, capped at what the
+     * reservation leaves). renew: -ESTALE when the run is no longer this node's to work on. */
+    int (*run_claim)(struct eph_store *s, const char *run_id, const char *node_id,
+                     int64_t lease_until_ms);
+    int (*run_renew)(struct eph_store *s, const char *run_id, const char *node_id,
+                     int64_t lease_until_ms, int64_t compute_micros);
+    /* Non-terminal claimed runs whose lease ended before now_ms (any node), oldest first. */
+    int (*runs_lease_expired)(struct eph_store *s, int64_t now_ms, eph_run_cb cb, void *ctx);
     /* Runs in a given state (all orgs), oldest first. */
     int (*runs_in_state)(struct eph_store *s, enum eph_run_status st, eph_run_cb cb, void *ctx);
     /* Drops the log (prompt, files, event outputs, result) of runs finished before cutoff. */
