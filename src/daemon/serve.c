@@ -100,7 +100,7 @@ int eph_cmd_serve(int argc, char **argv)
         goto out;
     }
     eph_options_ensure_db_dir(cfg.db);
-    int rc = eph_store_open(cfg.db, &svc.store, err, sizeof(err));
+    int rc = eph_store_open_pool(cfg.db, cfg.db_pool_size, &svc.store, err, sizeof(err));
     if (rc) {
         EPH_ERROR("serve", "%s", err);
         goto out;

@@ -7,13 +7,29 @@
 
 #include "common/clock.h"
 
+bool eph_store_target_is_postgres(const char *target)
+{
+    return strncmp(target, "postgres://", 11) == 0 || strncmp(target, "postgresql://", 13) == 0;
+}
+
 int eph_store_open(const char *target, struct eph_store **out, char *err, size_t errlen)
 {
-    if (strncmp(target, "postgres://", 11) == 0 || strncmp(target, "postgresql://", 13) == 0) {
-        snprintf(err, errlen, "the postgres store is not available in this build");
-        return -ENOTSUP;
-    }
+    if (eph_store_target_is_postgres(target))
+        return eph_store_postgres_ops.open(target, out, err, errlen);
     return eph_store_sqlite_ops.open(target, out, err, errlen);
+}
+
+int eph_store_open_pool(const char *target, unsigned pool_size, struct eph_store **out, char *err,
+                        size_t errlen)
+{
+    if (!eph_store_target_is_postgres(target) || !pool_size || strstr(target, "pool_size="))
+        return eph_store_open(target, out, err, errlen);
+    char *t = NULL;
+    if (asprintf(&t, "%s%cpool_size=%u", target, strchr(target, '?') ? '&' : '?', pool_size) < 0)
+        return -ENOMEM;
+    int rc = eph_store_open(t, out, err, errlen);
+    free(t);
+    return rc;
 }
 
 void eph_event_release(struct eph_event *e)

@@ -188,8 +188,16 @@ struct eph_store {
 };
 
 extern const struct eph_store_ops eph_store_sqlite_ops;
+extern const struct eph_store_ops eph_store_postgres_ops;
 
-/* Opens the store named by target: "postgres://..." (not yet available) or a SQLite path. */
+/* Opens the store named by target: a PostgreSQL URI ("postgres://user@host:port/db", libpq's
+ * syntax, optionally "?pool_size=N") or a SQLite path. */
 int eph_store_open(const char *target, struct eph_store **out, char *err, size_t errlen);
+/* The same with the PostgreSQL pool size from the configuration (ignored for SQLite). */
+int eph_store_open_pool(const char *target, unsigned pool_size, struct eph_store **out, char *err,
+                        size_t errlen);
+bool eph_store_target_is_postgres(const char *target);
+/* Statements sent to PostgreSQL since open (the bench's round trips per run). */
+unsigned long eph_store_postgres_round_trips(struct eph_store *s);
 
 #endif
