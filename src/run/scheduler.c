@@ -56,12 +56,13 @@ static void renew_one(struct eph_live *l, void *ctx)
         return;
     uint64_t start = eph_live_compute_start(l);
     uint64_t now = eph_clock_mono_ns();
-    int64_t compute = start && now > start ? (int64_t)eph_money_compute_cost(
-                                                 now - start, svc->cfg->prices.compute_micros_per_second)
-                                           : 0;
-    int rc = svc->store->ops->run_renew(svc->store, eph_live_id(l), svc->node_id,
-                                        eph_clock_real_ms() + (int64_t)svc->cfg->lease_seconds * 1000,
-                                        compute);
+    int64_t compute = start && now > start
+                          ? (int64_t)eph_money_compute_cost(
+                                now - start, svc->cfg->prices.compute_micros_per_second)
+                          : 0;
+    int rc = svc->store->ops->run_renew(
+        svc->store, eph_live_id(l), svc->node_id,
+        eph_clock_real_ms() + (int64_t)svc->cfg->lease_seconds * 1000, compute);
     if (rc == -ESTALE) {
         eph_live_state(l, &last, &closed);
         if (!closed && eph_live_compute_start(l)) {

@@ -161,7 +161,7 @@ static int settle(struct eph_service *svc, struct eph_live *live, struct eph_run
      * run stays unsettled in the store and the next start settles it (worker_lost). */
     for (unsigned tries = 0;
          (rc == -ENOSPC || rc == -EROFS || rc == -EBUSY || rc == -EIO || rc == -ENOTCONN) &&
-                             tries < SETTLE_RETRIES && !atomic_load(&svc->shutting_down);
+         tries < SETTLE_RETRIES && !atomic_load(&svc->shutting_down);
          tries++) {
         if (tries == 0)
             EPH_ERROR("worker", "run %s: cannot settle yet: %s; retrying", r->id, eph_strerror(rc));

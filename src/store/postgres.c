@@ -358,8 +358,8 @@ static int apply_migrations(struct pg_store *s, struct pg_conn *c)
         struct params p = {0};
         p_i64(&p, m->version);
         PGresult *have = NULL;
-        if ((rc = run(s, c, "SELECT 1 FROM schema_migrations WHERE version = $1::integer", &p, &have,
-                      NULL, "migration check")))
+        if ((rc = run(s, c, "SELECT 1 FROM schema_migrations WHERE version = $1::integer", &p,
+                      &have, NULL, "migration check")))
             break;
         int n = PQntuples(have);
         PQclear(have);
@@ -591,8 +591,7 @@ static int org_ensure_once(struct pg_store *s, struct pg_conn *c, const char *na
         rollback(c);
         return org_find_once(s, c, name, org_id, idlen);
     }
-    if (initial_credit > 0 &&
-        (rc = insert_ledger(s, c, id, NULL, "credit", initial_credit, now)))
+    if (initial_credit > 0 && (rc = insert_ledger(s, c, id, NULL, "credit", initial_credit, now)))
         return rc;
     if ((rc = commit(s, c)))
         return rc;
@@ -736,9 +735,9 @@ static int key_lookup_once(struct pg_store *s, struct pg_conn *c, const char *ke
     struct params p = {0};
     p_text(&p, key_hash);
     PGresult *r = NULL;
-    int rc = run(s, c,
-                 "SELECT org_id, role FROM api_keys WHERE key_hash = $1 AND revoked_at IS NULL",
-                 &p, &r, NULL, "key lookup");
+    int rc =
+        run(s, c, "SELECT org_id, role FROM api_keys WHERE key_hash = $1 AND revoked_at IS NULL",
+            &p, &r, NULL, "key lookup");
     if (rc)
         return rc;
     if (PQntuples(r)) {
@@ -939,8 +938,8 @@ static int count_queued_once(struct pg_store *s, struct pg_conn *c, const char *
     struct params p = {0};
     p_text(&p, org_id);
     PGresult *r = NULL;
-    int rc = run(s, c, "SELECT COUNT(*) FROM runs WHERE org_id = $1 AND status = 'queued'", &p,
-                 &r, NULL, "count queued");
+    int rc = run(s, c, "SELECT COUNT(*) FROM runs WHERE org_id = $1 AND status = 'queued'", &p, &r,
+                 NULL, "count queued");
     if (!rc) {
         *out = (unsigned)col_i64(r, 0, 0);
         PQclear(r);
@@ -1446,9 +1445,9 @@ static int idem_begin_once(struct pg_store *s, struct pg_conn *c, const char *or
     p_text(&p, key);
     p_i64(&p, expired_before_ms);
     /* An expired key is gone, whether or not the reaper has come by yet. */
-    if ((rc = run(s, c,
-                  "DELETE FROM idempotency WHERE org_id = $1 AND key = $2 AND created_at < $3", &p,
-                  NULL, NULL, "idempotency expire key")))
+    if ((rc =
+             run(s, c, "DELETE FROM idempotency WHERE org_id = $1 AND key = $2 AND created_at < $3",
+                 &p, NULL, NULL, "idempotency expire key")))
         return rc;
     struct params q = {0};
     p_text(&q, org_id);
@@ -1492,8 +1491,8 @@ static int pg_idem_begin(struct eph_store *base, const char *org_id, const char 
                          struct eph_idem *existing)
 {
     struct pg_store *s = P(base);
-    return WITH_CONN(s, idem_begin_once(s, c, org_id, key, request_hash, now_ms,
-                                        expired_before_ms, existing));
+    return WITH_CONN(
+        s, idem_begin_once(s, c, org_id, key, request_hash, now_ms, expired_before_ms, existing));
 }
 
 static int pg_idem_complete(struct eph_store *base, const char *org_id, const char *key,

@@ -247,8 +247,8 @@ static int conn_open(struct sq_conn *c, const char *target, const char *pragmas,
     pthread_mutex_init(&c->lock, NULL);
     /* Each connection is used under its own mutex: SQLite's own per-connection mutex is not
      * needed (NOMUTEX). */
-    int rc = sqlite3_open_v2(target, &c->db,
-                             SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
+    int rc = sqlite3_open_v2(
+        target, &c->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
     if (rc != SQLITE_OK) {
         snprintf(err, errlen, "cannot open database '%s': %s", target,
                  c->db ? sqlite3_errmsg(c->db) : sqlite3_errstr(rc));
@@ -847,8 +847,7 @@ static int sq_ledger_totals(struct eph_store *base, const char *org_id, int64_t 
     return rc;
 }
 
-static int event_insert_locked(struct sq_conn *s, const char *run_id,
-                               const struct eph_event *e)
+static int event_insert_locked(struct sq_conn *s, const char *run_id, const struct eph_event *e)
 {
     sqlite3_stmt *st;
     int rc = prepare(s,
@@ -1026,8 +1025,8 @@ static int sq_run_get(struct eph_store *base, const char *id, const char *org_id
 
 /* Runs the rows of a prepared SELECT RUN_COLUMNS through cb, at most limit (0 = all). Called and
  * returns with the lock held; the callback runs with it released. */
-static int each_run(struct sq_conn *s, sqlite3_stmt *st, unsigned limit, eph_run_cb cb,
-                    void *ctx, bool *has_more)
+static int each_run(struct sq_conn *s, sqlite3_stmt *st, unsigned limit, eph_run_cb cb, void *ctx,
+                    bool *has_more)
 {
     /* Collect first: callbacks may call back into the store. */
     struct eph_run *rows = NULL;
