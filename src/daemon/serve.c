@@ -165,6 +165,11 @@ int eph_cmd_serve(int argc, char **argv)
                  "runs resumed",
                  lost, requeued);
 
+    if ((rc = eph_cluster_start(&svc))) {
+        EPH_ERROR("serve", "cannot listen to the other nodes: %s", eph_strerror(rc));
+        goto out;
+    }
+
     if (pthread_create(&reaper, NULL, reaper_main, &svc) == 0)
         reaper_started = true;
 

@@ -127,16 +127,78 @@ static void *lease_main(void *arg)
     return NULL;
 }
 
+/* Shared stores: with nothing queued here, an idle worker looks for a run no node holds when
+ * kicked (a run was queued somewhere) and at least every renewal interval. */
+static bool q_kicked;
+
+void eph_scheduler_kick(void)
+{
+    pthread_mutex_lock(&q_lock);
+    q_kicked = true;
+    pthread_cond_signal(&q_cond);
+    pthread_mutex_unlock(&q_lock);
+}
+
+/* Works on one run; q_running was counted by the caller under q_lock. */
+static void run_one(const char *id)
+{
+    eph_worker_run(q_svc, id);
+    pthread_mutex_lock(&q_lock);
+    q_running--;
+    pthread_cond_broadcast(&q_idle);
+    pthread_mutex_unlock(&q_lock);
+}
+
 static void *worker_main(void *arg)
 {
     (void)arg;
+    bool shared = q_svc->store->ops->run_claim_next != NULL;
+    unsigned every = renew_seconds(q_svc->cfg);
     for (;;) {
         pthread_mutex_lock(&q_lock);
-        while (!q_head && !q_stopping)
-            pthread_cond_wait(&q_cond, &q_lock);
+        bool look = false;
+        while (!q_head && !q_stopping && !look) {
+            if (!shared) {
+                pthread_cond_wait(&q_cond, &q_lock);
+                continue;
+            }
+            if (q_kicked) {
+                q_kicked = false;
+                look = true;
+                break;
+            }
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_sec += every;
+            if (pthread_cond_timedwait(&q_cond, &q_lock, &ts) == ETIMEDOUT)
+                look = true;
+        }
         if (q_stopping) {
             pthread_mutex_unlock(&q_lock);
             return NULL;
+        }
+        if (!q_head) {
+            pthread_mutex_unlock(&q_lock);
+            char id[EPH_RUN_ID_LEN + 1];
+            int trc = atomic_load(&q_svc->shutting_down)
+                          ? -ESHUTDOWN
+                          : eph_cluster_take_next(q_svc, id, sizeof(id));
+            /* Without the database this node takes no run (and /healthz says so); the runs stay
+             * queued for a node that can reach it. */
+            static atomic_bool said_unreachable;
+            if (trc == -ENOTCONN && !atomic_exchange(&said_unreachable, true))
+                EPH_ERROR("scheduler", "the database cannot be reached: taking no runs");
+            else if (trc != -ENOTCONN && atomic_exchange(&said_unreachable, false))
+                EPH_INFO("scheduler", "the database answers again: taking runs");
+            if (trc == 0) {
+                pthread_mutex_lock(&q_lock);
+                q_running++;
+                pthread_mutex_unlock(&q_lock);
+                /* Another run may be waiting: let another idle worker look too. */
+                eph_scheduler_kick();
+                run_one(id);
+            }
+            continue;
         }
         struct qitem *it = q_head;
         q_head = it->next;
@@ -145,14 +207,8 @@ static void *worker_main(void *arg)
         q_depth--;
         q_running++;
         pthread_mutex_unlock(&q_lock);
-
-        eph_worker_run(q_svc, it->id);
+        run_one(it->id);
         free(it);
-
-        pthread_mutex_lock(&q_lock);
-        q_running--;
-        pthread_cond_broadcast(&q_idle);
-        pthread_mutex_unlock(&q_lock);
     }
 }
 

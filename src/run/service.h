@@ -13,6 +13,8 @@
 #include "sandbox/sandbox.h"
 #include "store/store.h"
 
+struct eph_live;
+
 struct eph_service {
     struct eph_config *cfg;
     struct eph_store *store;
@@ -37,6 +39,19 @@ int eph_scheduler_withdraw(const char *run_id);
  * and settles as worker_lost the runs of any node whose lease expired. Started by
  * eph_scheduler_start, stopped by eph_scheduler_stop. One pass, for tests and start-up: */
 void eph_lease_pass(struct eph_service *svc);
+/* Wakes one idle worker to look for a run to claim (shared stores). */
+void eph_scheduler_kick(void);
+
+/* Several nodes on one shared store (cluster.c); each does nothing on a single-node store.
+ * start: listens for other nodes' events, queued runs and cancels. follow: the live entry of a
+ * run, registered as followed when another node works on it (NULL when finished or unknown);
+ * the caller puts it. cancel: tells the node working on the run. take_next: claims the oldest
+ * unclaimed queued run and registers it live here (-ENOENT when none). */
+int eph_cluster_start(struct eph_service *svc);
+struct eph_live *eph_cluster_follow(struct eph_service *svc, const char *run_id);
+int eph_cluster_cancel(struct eph_service *svc, const char *run_id);
+int eph_cluster_take_next(struct eph_service *svc, char *run_id, size_t idlen);
+
 /* Runs waiting for a worker. */
 unsigned eph_scheduler_queue_depth(void);
 unsigned eph_scheduler_running(void);

@@ -227,6 +227,12 @@ static int place_files(struct eph_sandbox *sb, const struct eph_run *r, char *er
     return 0;
 }
 
+static int last_seq_cb(const struct eph_event *e, void *ctx)
+{
+    *(uint64_t *)ctx = e->seq;
+    return 0;
+}
+
 void eph_worker_run(struct eph_service *svc, const char *run_id)
 {
     struct eph_store *st = svc->store;
@@ -243,6 +249,13 @@ void eph_worker_run(struct eph_service *svc, const char *run_id)
         return;
     }
     if (r.status != EPH_RUN_QUEUED) {
+        /* Settled or taken elsewhere (another node, a cancel): a finished run no worker here
+         * will close leaves the registry; a running one stays followed. */
+        if (eph_run_status_terminal(r.status) && !eph_live_worked_here(live)) {
+            uint64_t last = 0;
+            st->ops->events_list(st, run_id, 0, 0, last_seq_cb, &last);
+            eph_live_close(live, last, NULL);
+        }
         eph_run_release(&r);
         eph_live_put(live);
         return;
@@ -251,11 +264,14 @@ void eph_worker_run(struct eph_service *svc, const char *run_id)
     rc = st->ops->run_claim(st, run_id, svc->node_id,
                             eph_clock_real_ms() + (int64_t)svc->cfg->lease_seconds * 1000);
     if (rc) {
-        EPH_WARN("worker", "run %s: not claimed: %s", run_id, eph_strerror(rc));
+        /* -EALREADY: another node took it first; it is followed here until it ends. */
+        if (rc != -EALREADY)
+            EPH_WARN("worker", "run %s: not claimed: %s", run_id, eph_strerror(rc));
         eph_run_release(&r);
         eph_live_put(live);
         return;
     }
+    eph_live_set_worked_here(live);
     const struct eph_model_config *mcfg = eph_config_model(svc->cfg, r.model);
     struct eph_model *model = eph_service_model(svc, r.model);
     struct eph_budget budget;
@@ -388,12 +404,6 @@ struct recovery {
     struct eph_service *svc;
     unsigned lost, requeued;
 };
-
-static int last_seq_cb(const struct eph_event *e, void *ctx)
-{
-    *(uint64_t *)ctx = e->seq;
-    return 0;
-}
 
 int eph_worker_settle_lost(struct eph_service *svc, const char *run_id,
                            int64_t lease_expired_before_ms)

@@ -16,6 +16,8 @@
  * together migrate once.
  */
 #include <errno.h>
+#include <poll.h>
+#include <stdatomic.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,6 +49,11 @@ struct pg_conn {
 struct pg_store {
     struct eph_store base;
     char *conninfo;
+    /* The listening thread: its own connection, outside the pool. */
+    pthread_t listener;
+    bool listening;
+    atomic_bool stop_listening;
+    struct eph_store_listener lis;
     pthread_mutex_t lock;
     pthread_cond_t cond;
     struct pg_conn *pool;
@@ -391,6 +398,11 @@ static void pg_close(struct eph_store *base)
     struct pg_store *s = P(base);
     if (!s)
         return;
+    if (s->listening) {
+        atomic_store(&s->stop_listening, true);
+        pthread_join(s->listener, NULL);
+        s->listening = false;
+    }
     for (unsigned i = 0; i < s->n; i++)
         if (s->pool[i].c)
             PQfinish(s->pool[i].c);
@@ -983,8 +995,9 @@ static int event_insert(struct pg_store *s, struct pg_conn *c, const char *run_i
      * committed, never before. The payload is the run id and the seq, never the content. */
     int rc = run(s, c,
                  "WITH ins AS (INSERT INTO events (run_id, seq, t_ms, at_ms, source, type, "
-                 "message, data) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING run_id, seq) "
-                 "SELECT pg_notify('eph_events', run_id || ' ' || seq) FROM ins",
+                 "message, data) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING run_id, seq, "
+                 "type) SELECT pg_notify('eph_events', run_id || ' ' || seq || ' ' || type) "
+                 "FROM ins",
                  &p, NULL, NULL, "event insert");
     p_free(&p);
     return rc;
@@ -1024,10 +1037,13 @@ static int run_insert_once(struct pg_store *s, struct pg_conn *c, const struct e
     p_i64(&p, r->timeout_seconds);
     p_i64(&p, r->created_at_ms);
     p_i64(&p, r->cost.reserved_micros);
+    p_text(&p, r->node_id[0] ? r->node_id : NULL);
+    p_ms(&p, r->lease_expires_at_ms);
     rc = run(s, c,
              "INSERT INTO runs (id, org_id, status, model, prompt, files, connections, "
-             "metadata, shell, web, zdr, timeout_seconds, created_at, reserved_micros) "
-             "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
+             "metadata, shell, web, zdr, timeout_seconds, created_at, reserved_micros, node_id, "
+             "lease_expires_at) "
+             "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)",
              &p, NULL, NULL, "run insert");
     p_free(&p);
     if (rc)
@@ -1534,6 +1550,141 @@ static int pg_idem_expire(struct eph_store *base, int64_t cutoff_ms)
                                      "idempotency expire"));
 }
 
+/* ---- notifications between nodes ---- */
+
+static PGconn *listen_connect(struct pg_store *s)
+{
+    PGconn *c = PQconnectdb(s->conninfo);
+    if (PQstatus(c) != CONNECTION_OK) {
+        PQfinish(c);
+        return NULL;
+    }
+    PQsetNoticeProcessor(c, NULL, NULL);
+    PGresult *r = PQexec(c, "LISTEN eph_events; LISTEN eph_queued; LISTEN eph_cancel");
+    bool ok = PQresultStatus(r) == PGRES_COMMAND_OK;
+    PQclear(r);
+    if (!ok) {
+        PQfinish(c);
+        return NULL;
+    }
+    return c;
+}
+
+static void deliver(struct pg_store *s, PGnotify *n)
+{
+    const struct eph_store_listener *l = &s->lis;
+    if (strcmp(n->relname, "eph_events") == 0 && l->event) {
+        /* "run_id seq type": written by event_insert, never by a client. */
+        char id[64], type[40];
+        unsigned long long seq;
+        if (sscanf(n->extra, "%63s %llu %39s", id, &seq, type) == 3)
+            l->event(id, seq, type, l->ctx);
+    } else if (strcmp(n->relname, "eph_queued") == 0 && l->queued) {
+        l->queued(n->extra, l->ctx);
+    } else if (strcmp(n->relname, "eph_cancel") == 0 && l->cancel) {
+        l->cancel(n->extra, l->ctx);
+    }
+}
+
+static void *listen_main(void *arg)
+{
+    struct pg_store *s = arg;
+    PGconn *c = NULL;
+    unsigned backoff_ms = 100;
+    while (!atomic_load(&s->stop_listening)) {
+        if (!c) {
+            c = listen_connect(s);
+            if (!c) {
+                struct timespec ts = {0, (long)backoff_ms * 1000000L};
+                nanosleep(&ts, NULL);
+                if (backoff_ms < 1000)
+                    backoff_ms *= 2;
+                continue;
+            }
+            backoff_ms = 100;
+            /* Anything committed while nobody listened is found by looking again. */
+            if (s->lis.resync)
+                s->lis.resync(s->lis.ctx);
+        }
+        struct pollfd pfd = {.fd = PQsocket(c), .events = POLLIN};
+        int pr = poll(&pfd, 1, 200);
+        if (pr < 0 && errno != EINTR)
+            break;
+        if (pr > 0 && !PQconsumeInput(c)) {
+            EPH_WARN("store", "PostgreSQL notifications lost their connection; reconnecting");
+            PQfinish(c);
+            c = NULL;
+            continue;
+        }
+        PGnotify *n;
+        while ((n = PQnotifies(c))) {
+            deliver(s, n);
+            PQfreemem(n);
+        }
+        if (PQstatus(c) != CONNECTION_OK) {
+            PQfinish(c);
+            c = NULL;
+        }
+    }
+    if (c)
+        PQfinish(c);
+    return NULL;
+}
+
+static int pg_listen(struct eph_store *base, const struct eph_store_listener *l)
+{
+    struct pg_store *s = P(base);
+    if (s->listening)
+        return -EALREADY;
+    s->lis = *l;
+    atomic_store(&s->stop_listening, false);
+    int rc = pthread_create(&s->listener, NULL, listen_main, s);
+    if (rc)
+        return -rc;
+    s->listening = true;
+    return 0;
+}
+
+static int pg_notify_cancel(struct eph_store *base, const char *run_id)
+{
+    struct pg_store *s = P(base);
+    struct params p = {0};
+    p_text(&p, run_id);
+    return WITH_CONN(
+        s, run(s, c, "SELECT pg_notify('eph_cancel', $1)", &p, NULL, NULL, "notify cancel"));
+}
+
+static int claim_next_once(struct pg_store *s, struct pg_conn *c, const char *node_id,
+                           int64_t lease_until_ms, char *run_id, size_t idlen)
+{
+    struct params p = {0};
+    p_text(&p, node_id);
+    p_i64(&p, lease_until_ms);
+    PGresult *r = NULL;
+    /* One statement: the row lock taken by the sub-select is held until the update, and rows
+     * another node is claiming at this instant are skipped, not waited for. */
+    int rc = run(s, c,
+                 "UPDATE runs SET node_id = $1, lease_expires_at = $2 WHERE id = "
+                 "(SELECT id FROM runs WHERE status = 'queued' AND node_id IS NULL AND zdr = 0 "
+                 "ORDER BY created_at, seq LIMIT 1 FOR UPDATE SKIP LOCKED) RETURNING id",
+                 &p, &r, NULL, "claim next");
+    if (rc)
+        return rc;
+    if (PQntuples(r))
+        col_copy(r, 0, 0, run_id, idlen);
+    else
+        rc = -ENOENT;
+    PQclear(r);
+    return rc;
+}
+
+static int pg_run_claim_next(struct eph_store *base, const char *node_id, int64_t lease_until_ms,
+                             char *run_id, size_t idlen)
+{
+    struct pg_store *s = P(base);
+    return WITH_CONN(s, claim_next_once(s, c, node_id, lease_until_ms, run_id, idlen));
+}
+
 unsigned long eph_store_postgres_round_trips(struct eph_store *base)
 {
     struct pg_store *s = P(base);
@@ -1574,6 +1725,9 @@ const struct eph_store_ops eph_store_postgres_ops = {
     .run_claim = pg_run_claim,
     .run_renew = pg_run_renew,
     .runs_lease_expired = pg_runs_lease_expired,
+    .run_claim_next = pg_run_claim_next,
+    .listen = pg_listen,
+    .notify_cancel = pg_notify_cancel,
     .purge_logs = pg_purge_logs,
     .event_append = pg_event_append,
     .events_list = pg_events_list,

@@ -897,8 +897,9 @@ static int sq_run_insert_capped(struct eph_store *base, const struct eph_run *r,
     sqlite3_stmt *st;
     rc = prepare(s,
                  "INSERT INTO runs (id, org_id, status, model, prompt, files, connections, "
-                 "metadata, shell, web, zdr, timeout_seconds, created_at, reserved_micros) "
-                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                 "metadata, shell, web, zdr, timeout_seconds, created_at, reserved_micros, "
+                 "node_id, lease_expires_at) "
+                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                  &st);
     if (rc)
         goto fail;
@@ -922,6 +923,8 @@ static int sq_run_insert_capped(struct eph_store *base, const struct eph_run *r,
     sqlite3_bind_int(st, 12, (int)r->timeout_seconds);
     sqlite3_bind_int64(st, 13, r->created_at_ms);
     sqlite3_bind_int64(st, 14, r->cost.reserved_micros);
+    bind_text_or_null(st, 15, r->node_id[0] ? r->node_id : NULL);
+    bind_ms_or_null(st, 16, r->lease_expires_at_ms);
     if ((rc = step_done(s, st, "run insert")))
         goto fail;
     if ((rc = insert_ledger(s, r->org_id, r->id, "reserve", r->cost.reserved_micros,

@@ -65,3 +65,14 @@ json_t *eph_event_to_json(const struct eph_event *e)
                      "type", e->type, "message", e->message ? e->message : "", "data",
                      e->data ? json_incref(e->data) : json_object());
 }
+
+int eph_store_health(struct eph_store *s, char *reason, size_t len)
+{
+    int rc = s->ops->ping(s);
+    if (rc && reason && len)
+        snprintf(reason, len, "%s store unreachable: %s", s->ops->name,
+                 rc == -ENOTCONN ? "no connection to the database" : strerror(-rc));
+    else if (reason && len)
+        reason[0] = '\0';
+    return rc;
+}

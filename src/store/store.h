@@ -86,6 +86,20 @@ struct eph_connection {
 
 void eph_connection_release(struct eph_connection *c);
 
+/* What a shared store tells every node (PostgreSQL: LISTEN/NOTIFY), called from the store's own
+ * listening thread, quick and without calling back into the listener. */
+struct eph_store_listener {
+    /* An event was committed (any node): its run, number and type. */
+    void (*event)(const char *run_id, uint64_t seq, const char *type, void *ctx);
+    /* A run was queued (any node). */
+    void (*queued)(const char *run_id, void *ctx);
+    /* A cancel was asked on some node. */
+    void (*cancel)(const char *run_id, void *ctx);
+    /* Notifications may have been missed (the connection was lost and is back): look again. */
+    void (*resync)(void *ctx);
+    void *ctx;
+};
+
 typedef int (*eph_event_cb)(const struct eph_event *e, void *ctx);
 typedef int (*eph_run_cb)(const struct eph_run *r, void *ctx);
 typedef int (*eph_key_cb)(const struct eph_key_info *k, void *ctx);
@@ -156,6 +170,11 @@ struct eph_store_ops {
                      int64_t lease_until_ms);
     int (*run_renew)(struct eph_store *s, const char *run_id, const char *node_id,
                      int64_t lease_until_ms, int64_t compute_micros);
+    /* Claims the oldest queued run that no node holds, skipping rows another node is claiming
+     * (FOR UPDATE SKIP LOCKED) and zero-data-retention runs (their prompt lives on the node that
+     * took it); -ENOENT when there is none. NULL on a single-node store. */
+    int (*run_claim_next)(struct eph_store *s, const char *node_id, int64_t lease_until_ms,
+                          char *run_id, size_t idlen);
     /* Non-terminal claimed runs whose lease ended before now_ms (any node), oldest first. */
     int (*runs_lease_expired)(struct eph_store *s, int64_t now_ms, eph_run_cb cb, void *ctx);
     /* Runs in a given state (all orgs), oldest first. */
@@ -178,6 +197,12 @@ struct eph_store_ops {
     int (*idem_abandon)(struct eph_store *s, const char *org_id, const char *key);
     int (*idem_expire)(struct eph_store *s, int64_t cutoff_ms);
 
+    /* Shared stores only (NULL otherwise): notifications between nodes. listen starts them
+     * (the listener must outlive the store's close, which stops them); notify_cancel tells every
+     * node that a run's cancel was asked. */
+    int (*listen)(struct eph_store *s, const struct eph_store_listener *l);
+    int (*notify_cancel)(struct eph_store *s, const char *run_id);
+
     /* Sum of every ledger entry of an org by kind, for audits and tests. */
     int (*ledger_totals)(struct eph_store *s, const char *org_id, int64_t *credits,
                          int64_t *reserves, int64_t *charges, int64_t *releases);
@@ -197,6 +222,9 @@ int eph_store_open(const char *target, struct eph_store **out, char *err, size_t
 int eph_store_open_pool(const char *target, unsigned pool_size, struct eph_store **out, char *err,
                         size_t errlen);
 bool eph_store_target_is_postgres(const char *target);
+/* The store's part of a health report (/healthz): 0 when the database answers now, else a
+ * negative errno and a short reason (no credentials, no host details). */
+int eph_store_health(struct eph_store *s, char *reason, size_t len);
 /* Statements sent to PostgreSQL since open (the bench's round trips per run). */
 unsigned long eph_store_postgres_round_trips(struct eph_store *s);
 

@@ -41,6 +41,14 @@ start_server() {
     local port; port=$(free_port)
     export EPHEMERAL_URL="http://127.0.0.1:$port"
     export DB="$TEST_TMP/ephemeral.db"
+    # Under api_postgres.sh: a fresh database on the PostgreSQL it started instead.
+    if [ -n "${EPH_TEST_PG:-}" ]; then
+        local name
+        name="eph_$(od -An -N6 -tx1 /dev/urandom | tr -d ' \n')"
+        "$PG_BIN/psql" -X -q "${EPH_TEST_PG}postgres" -c "CREATE DATABASE $name" ||
+            fail "cannot create a PostgreSQL database"
+        DB="${EPH_TEST_PG}$name"
+    fi
     SERVER_LOG="$TEST_TMP/server.log"
     EPHEMERAL_API_KEY=$("$EPHD" admin init --db "$DB") || fail "admin init failed"
     export EPHEMERAL_API_KEY
