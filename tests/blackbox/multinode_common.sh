@@ -11,7 +11,10 @@ multinode_setup() {
     pg_createdb eph_nodes
     DB="${PG_URL}eph_nodes"
     export DB
-    # Short leases so that a lost node is noticed within seconds.
+    # The API fixtures, with a long command of its own (a marker no other test uses), and short
+    # leases so that a lost node is noticed within seconds.
+    FIXTURES=$TOP/tests/fixtures/multinode
+    MARKER="sleep 61.417"
     api_config "$TEST_TMP/config.json" \
         "\"lease_seconds\": ${LEASE:-4}, \"lease_renew_seconds\": 1${1:+, $1}"
     EPHEMERAL_API_KEY=$("$EPHD" admin init --db "$DB") || fail "admin init on PostgreSQL"
@@ -62,6 +65,9 @@ kill_node() {
     kill -KILL "$pid" 2>/dev/null
     wait "$pid" 2>/dev/null
 }
+
+# Sandboxed commands of the multi-node fixtures still running on this host.
+sleepers() { pgrep -f "$MARKER" | wc -l; }
 
 # The node that holds (or held) a run's lease.
 run_node() { pg_sql eph_nodes "SELECT COALESCE(node_id, '') FROM runs WHERE id = '$1'"; }

@@ -74,3 +74,4 @@ pg_restart_same() {
     _pids+=("$PG_PID")
     pg_wait_ready || fail "PostgreSQL did not restart"
 }
+export -f pg_sql
