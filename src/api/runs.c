@@ -426,6 +426,8 @@ int eph_api_runs_create(struct eph_api_req *req)
         lrc = eph_live_set_prompt(r.id, c.prompt, c.files);
     if (!lrc)
         req->live = eph_live_get(r.id); /* before submitting: the run may settle at once */
+    if (!lrc && c.zdr && req->live)
+        eph_live_set_worked_here(req->live); /* this node holds it from birth */
     if (lrc || eph_scheduler_submit(r.id))
         EPH_ERROR("api", "run %s: cannot queue: out of memory", r.id);
     EPH_INFO("api", "run %s queued (org %s, budget %s)", r.id, r.org_id, money);

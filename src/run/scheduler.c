@@ -52,7 +52,9 @@ static void renew_one(struct eph_live *l, void *ctx)
     uint64_t last;
     bool closed;
     eph_live_state(l, &last, &closed);
-    if (closed)
+    /* Only runs this node holds have a lease here: not the ones waiting in its queue, nor the
+     * ones it follows for another node. */
+    if (closed || !eph_live_worked_here(l))
         return;
     uint64_t start = eph_live_compute_start(l);
     uint64_t now = eph_clock_mono_ns();

@@ -263,14 +263,17 @@ void eph_worker_run(struct eph_service *svc, const char *run_id)
     /* The lease: from here this node works on the run; the lease keeper renews it. */
     rc = st->ops->run_claim(st, run_id, svc->node_id,
                             eph_clock_real_ms() + (int64_t)svc->cfg->lease_seconds * 1000);
-    if (rc) {
-        /* -EALREADY: another node took it first; it is followed here until it ends. */
+    if (rc == -EALREADY || (rc && st->ops->shared)) {
+        /* Another node took it first (it is followed here until it ends), or the database is
+         * out of reach (the run stays queued there for whichever node reaches it first). */
         if (rc != -EALREADY)
             EPH_WARN("worker", "run %s: not claimed: %s", run_id, eph_strerror(rc));
         eph_run_release(&r);
         eph_live_put(live);
         return;
     }
+    if (rc) /* one node: nobody else could take it; work on it, the renewals will lease it */
+        EPH_WARN("worker", "run %s: cannot record its lease: %s", run_id, eph_strerror(rc));
     eph_live_set_worked_here(live);
     const struct eph_model_config *mcfg = eph_config_model(svc->cfg, r.model);
     struct eph_model *model = eph_service_model(svc, r.model);
