@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -215,6 +216,32 @@ static int point_link(const char *link, const char *target)
     return 0;
 }
 
+/* Takes the build lock of one cached image; returns its descriptor, or -1 with a message. */
+static int lock_cache(const char *base)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof(path), "%s/.lock", base);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        fprintf(stderr, "ephemerald: cannot open '%s': %s\n", path, strerror(errno));
+        return -1;
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) == 0)
+        return fd;
+    if (errno == EWOULDBLOCK) {
+        fprintf(stderr, "image: another build of this image is under way; waiting for it\n");
+        int rc;
+        do
+            rc = flock(fd, LOCK_EX);
+        while (rc && errno == EINTR);
+        if (rc == 0)
+            return fd;
+    }
+    fprintf(stderr, "ephemerald: cannot lock '%s': %s\n", path, strerror(errno));
+    close(fd);
+    return -1;
+}
+
 static int image_build(const char *dir, bool quiet)
 {
     char codename[64];
@@ -253,12 +280,18 @@ static int image_build(const char *dir, bool quiet)
     snprintf(rootfs, sizeof(rootfs), "%s/rootfs", base);
     snprintf(marker, sizeof(marker), "%s/complete", base);
     snprintf(tmp, sizeof(tmp), "%s/rootfs.tmp", base);
+    if ((rc = mkdir_p(base))) {
+        fprintf(stderr, "ephemerald: cannot create '%s': %s\n", base, strerror(-rc));
+        return 1;
+    }
+    /* Two builds of one recipe at once (two clones, two `make image`) would remove each other's
+     * half-built root: the second waits for the first, then finds the image complete. The lock
+     * is held until the microvm disk is built too, and released when the process ends. */
+    int lock = lock_cache(base);
+    if (lock < 0)
+        return 1;
     struct stat sb;
     if (stat(marker, &sb) != 0) {
-        if ((rc = mkdir_p(base))) {
-            fprintf(stderr, "ephemerald: cannot create '%s': %s\n", base, strerror(-rc));
-            return 1;
-        }
         /* A half-built image of an interrupted build is removed first. */
         char *rm[] = {"rm", "-rf", "--one-file-system", tmp, rootfs, NULL};
         run_command(rm);
@@ -316,6 +349,7 @@ static int image_build(const char *dir, bool quiet)
     if (eph_image_vm_build(cache_root(), base, quiet) != 0)
         fprintf(stderr, "image: the microvm backend's disk and kernel were not built (see above); "
                         "the other backends are unaffected\n");
+    close(lock);
     return 0;
 }
 
