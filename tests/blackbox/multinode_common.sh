@@ -16,7 +16,7 @@ multinode_setup() {
     FIXTURES=$TOP/tests/fixtures/multinode
     MARKER="sleep 61.417"
     api_config "$TEST_TMP/config.json" \
-        "\"lease_seconds\": ${LEASE:-4}, \"lease_renew_seconds\": 1${1:+, $1}"
+        "\"lease_seconds\": ${LEASE:-10}, \"lease_renew_seconds\": 1${1:+, $1}"
     EPHEMERAL_API_KEY=$("$EPHD" admin init --db "$DB") || fail "admin init on PostgreSQL"
     export EPHEMERAL_API_KEY
 }

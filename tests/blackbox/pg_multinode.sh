@@ -13,6 +13,7 @@ multinode_setup
 # 1. Node a alone takes the slow run; with its one worker busy, the runs created on it are
 # claimed by the nodes started next.
 start_node a --max-concurrent-runs 1
+export EPHEMERAL_URL=$(node_url a) # api() without a node: node a
 slow=$(EPHEMERAL_URL=$(node_url a) new_run "$SLOW_PROMPT" 50000)
 EPHEMERAL_URL=$(node_url a) wait_command_running "$slow"
 assert_eq "$(run_node "$slow")" a "node of the slow run"
@@ -28,12 +29,15 @@ done
 
 # 2. One idempotency key, two nodes, at once: one run, the same answer.
 body=$(jq -cn --arg p "$QUICK_PROMPT" '{prompt: $p, max_cost_micros: 20000}')
+# The requests' own PIDs: the nodes and the watchdog are background jobs too.
+reqs=()
+wait_reqs() { for j in "${reqs[@]}"; do wait "$j"; done; reqs=(); }
 for n in b c; do
     napi "$n" POST /v1/runs -H 'Content-Type: application/json' -H 'Idempotency-Key: shared-1' \
         -d "$body" >"$TEST_TMP/idem-$n.out" &
+    reqs+=($!)
 done
-wait_jobs() { for j in $(jobs -p); do wait "$j"; done; }
-wait_jobs
+wait_reqs
 id_b=$(body_of "$(cat "$TEST_TMP/idem-b.out")" | jq -r .id)
 id_c=$(body_of "$(cat "$TEST_TMP/idem-c.out")" | jq -r .id)
 codes="$(code_of "$(cat "$TEST_TMP/idem-b.out")") $(code_of "$(cat "$TEST_TMP/idem-c.out")")"
@@ -46,15 +50,17 @@ made=$(pg_sql eph_nodes "SELECT COUNT(*) FROM runs WHERE prompt = '$QUICK_PROMPT
 assert_eq "$made" 1 "runs made by one idempotency key on two nodes"
 if [[ $codes != *409* ]]; then assert_eq "$id_b" "$id_c" "the run both nodes answered"; fi
 
-# 3. Ten concurrent creates across three nodes against a balance for exactly four.
+# 3. Ten concurrent creates across three nodes against a balance for exactly four (runs that
+# block in a long command, so that no reservation is released meanwhile).
 key4=$(new_org four 80000)
 for i in $(seq 10); do
     n=$(echo a b c | cut -d' ' -f$(((i % 3) + 1)))
     EPHEMERAL_API_KEY=$key4 napi "$n" POST /v1/runs -H 'Content-Type: application/json' \
-        -d "$(jq -cn --arg p "$QUICK_PROMPT" '{prompt: $p, max_cost_micros: 20000}')" \
+        -d "$(jq -cn --arg p "$SLOW_PROMPT" '{prompt: $p, max_cost_micros: 20000}')" \
         >"$TEST_TMP/four-$i.out" &
+    reqs+=($!)
 done
-wait_jobs
+wait_reqs
 ok=0 refused=0
 for i in $(seq 10); do
     case "$(code_of "$(cat "$TEST_TMP/four-$i.out")")" in
@@ -64,6 +70,10 @@ for i in $(seq 10); do
     esac
 done
 assert_eq "$ok/$refused" "4/6" "creates that fit a balance for four"
+for i in $(seq 10); do
+    id=$(body_of "$(cat "$TEST_TMP/four-$i.out")" | jq -r '.id // empty')
+    [ -n "$id" ] && EPHEMERAL_API_KEY=$key4 napi a POST "/v1/runs/$id/cancel" >/dev/null
+done
 
 # 4. A run streamed live from a node that does not run it: every event, in order, to the end.
 tick=$(EPHEMERAL_URL=$(node_url b) new_run "$TICKER_PROMPT" 30000)
@@ -77,7 +87,7 @@ grep -q '^event: worker.destroyed' "$TEST_TMP/sse.txt" || fail "the stream from 
 seqs=$(grep '^id: ' "$TEST_TMP/sse.txt" | cut -d' ' -f2 | tr '\n' ' ')
 n=$(wc -w <<<"$seqs")
 assert_eq "$seqs" "$(seq -s ' ' 1 "$n") " "event numbers streamed from $viewer (run on $owner)"
-assert_eq "$n" "$(api GET "/v1/runs/$tick/events" | sed '$d' | jq '.data | length')" "events streamed"
+assert_eq "$n" "$(napi "$owner" GET "/v1/runs/$tick/events" | sed '$d' | jq '.data | length')" "events streamed"
 grep -q 'one' "$TEST_TMP/sse.txt" && grep -q 'three' "$TEST_TMP/sse.txt" || fail "command outputs missing from the stream"
 # The viewer streamed it live: it was not settled when the stream began (it has three timed
 # commands), and the viewer's log shows no worker for it.

@@ -10,7 +10,7 @@
 . "$(dirname "$0")/multinode_common.sh"
 have_image || skip "no sandbox image (make image)"
 test_deadline 240
-LEASE=4
+LEASE=5
 multinode_setup
 [ "$(sleepers)" -eq 0 ] || skip "another process already runs '$MARKER'"
 

@@ -12,6 +12,7 @@ test_deadline 240
 multinode_setup
 start_node a
 start_node b
+export EPHEMERAL_URL=$(node_url a) # api() without a node: node a
 # An undisturbed run: the timeline every run must have.
 ref=$(EPHEMERAL_URL=$(node_url a) new_run "$TICKER_PROMPT" 30000)
 EPHEMERAL_URL=$(node_url a) wait_until "the reference run" 400 run_status_is "$ref" completed
