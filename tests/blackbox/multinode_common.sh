@@ -67,7 +67,9 @@ kill_node() {
 }
 
 # Sandboxed commands of the multi-node fixtures still running on this host.
+# (Called in this shell: a `bash -c` with the marker in its own command line would count itself.)
 sleepers() { pgrep -f "$MARKER" | wc -l; }
+no_sleepers() { [ "$(sleepers)" -eq 0 ]; }
 
 # The node that holds (or held) a run's lease.
 run_node() { pg_sql eph_nodes "SELECT COALESCE(node_id, '') FROM runs WHERE id = '$1'"; }

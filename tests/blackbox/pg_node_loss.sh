@@ -52,7 +52,7 @@ assert_ledger_consistent
 grep -q 'lease of node a expired' "$TEST_TMP/node-b.log" || fail "b did not log the lost lease"
 # The dead node's sandboxes died with it; restarted, it leaves nothing behind and settles nothing.
 start_node a
-wait_until "the dead node's sandboxes to be gone" 200 bash -c "[ \$(pgrep -f '$MARKER' | wc -l) -eq 0 ]"
+wait_until "the dead node's sandboxes to be gone" 200 no_sleepers
 grep -q 'worker_lost' "$TEST_TMP/node-a.log" && fail "the restarted node settled a run again"
 
 # ---- SIGSTOP past the lease ----
@@ -67,7 +67,7 @@ for id in "${paused[@]}"; do
 done
 kill -CONT "$(node_pid a)"
 # Resumed, a finds its leases taken at its next renewal and stops the sandboxes.
-wait_until "a to stop its sandboxes" 300 bash -c "[ \$(pgrep -f '$MARKER' | wc -l) -eq 0 ]"
+wait_until "a to stop its sandboxes" 300 no_sleepers
 wait_until "a to log the lost lease" 100 grep -q 'lease lost' "$TEST_TMP/node-a.log"
 for id in "${paused[@]}"; do
     run=$(napi a GET "/v1/runs/$id" | sed '$d')
