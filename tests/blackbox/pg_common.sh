@@ -27,14 +27,20 @@ pg_start() {
     PG_PORT=$(free_port)
     # The postmaster itself (exec'd, so its PID is ours to stop); loopback only, a socket in our
     # directory; durability off, as the server and its data are thrown away after the test.
-    as_pg "$PG_BIN/postgres" -D "$PG_DIR/data" -p "$PG_PORT" -k "$PG_DIR" \
-        -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off \
-        -c full_page_writes=off -c max_connections=200 >"$TEST_TMP/postgres.log" 2>&1 &
-    PG_PID=$!
+    pg_spawn >"$TEST_TMP/postgres.log" 2>&1
     _pids+=("$PG_PID")
     PG_URL="postgresql://postgres@127.0.0.1:$PG_PORT/"
     export PG_URL PG_PID PG_PORT PG_BIN
     pg_wait_ready || { cat "$TEST_TMP/postgres.log" >&2; fail "PostgreSQL did not start"; }
+}
+
+# The postmaster, started in the background with setpriv exec'ing it: $! is the postmaster's PID
+# itself (a shell function run with & would fork a subshell and hide it). Sets PG_PID.
+pg_spawn() {
+    setpriv --reuid=postgres --regid=postgres --init-groups -- "$PG_BIN/postgres" \
+        -D "$PG_DIR/data" -p "$PG_PORT" -k "$PG_DIR" -c listen_addresses=127.0.0.1 \
+        -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200 &
+    PG_PID=$!
 }
 
 as_pg() {
@@ -67,10 +73,7 @@ pg_stop() {
 
 # Starts it again on the same port and data (after pg_stop).
 pg_restart_same() {
-    as_pg "$PG_BIN/postgres" -D "$PG_DIR/data" -p "$PG_PORT" -k "$PG_DIR" \
-        -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off \
-        -c full_page_writes=off -c max_connections=200 >>"$TEST_TMP/postgres.log" 2>&1 &
-    PG_PID=$!
+    pg_spawn >>"$TEST_TMP/postgres.log" 2>&1
     _pids+=("$PG_PID")
     pg_wait_ready || fail "PostgreSQL did not restart"
 }
