@@ -886,11 +886,14 @@ def bench_pg(ctx, rep):
     if res:
         last = res[max(res)]
         if last["db_cpu_ms"] > 0:
-            rep.add(f"Estimate: at {last['db_cpu_ms']:.2f} ms of database CPU and "
-                    f"{last['statements_per_run']:.0f} round trips per run, one database core "
-                    f"serves about {1000 / last['db_cpu_ms']:.0f} runs/s; a 16-core server, "
-                    f"with half its cores for the commit path, several thousand. The nodes scale "
-                    "out: each run costs its node the CPU above, plus its sandbox.")
+            per_core = 1000 / last["db_cpu_ms"]
+            rep.add(f"Estimate: {last['db_cpu_ms']:.2f} ms of database CPU and "
+                    f"{last['statements_per_run']:.0f} round trips per run (measured above, "
+                    f"CPU in clock ticks, so coarse on few runs): one database core serves about "
+                    f"{per_core:.0f} runs/s, a 16-core database about {16 * per_core:.0f} runs/s "
+                    "if the CPU is the limit (commits are batched by PostgreSQL's group commit, "
+                    "so fsync is not one per run). The nodes scale out: each run costs its node "
+                    "the CPU above, plus its sandbox.")
             rep.add()
     return res
 
