@@ -157,7 +157,14 @@ $(BENCH_BIN): bench/bench_exec.c $(DAEMON_LIB_OBJ) $(BUILD)/.flags
 	@echo "  BENCH   $@"
 	$(Q)$(CC) $(CFLAGS_ALL) $(LDFLAGS_ALL) -o $@ $< $(DAEMON_LIB_OBJ) $(LIBS)
 
-bench: all image $(BENCH_BIN)
+# The broker's benchmark (bench/bench_broker.c): latency and tunnel throughput through the proxy.
+BENCH_BROKER := $(BUILD)/bench/bench_broker
+$(BENCH_BROKER): bench/bench_broker.c $(DAEMON_LIB_OBJ) $(BUILD)/.flags
+	$(Q)mkdir -p $(dir $@)
+	@echo "  BENCH   $@"
+	$(Q)$(CC) $(CFLAGS_ALL) $(LDFLAGS_ALL) -o $@ $< $(DAEMON_LIB_OBJ) $(LIBS)
+
+bench: all image $(BENCH_BIN) $(BENCH_BROKER)
 	$(Q)scripts/setup-deps.sh bench
 	$(Q)bench/run.sh $(BUILD)
 

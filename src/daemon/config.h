@@ -48,6 +48,15 @@ struct eph_config {
         uint64_t web_micros_per_request;    /* 100 */
         uint64_t web_micros_per_mib;        /* 50 */
     } prices;
+    struct {
+        char **allow_private_cidrs;       /* none: only public addresses (SPEC 7) */
+        size_t nallow_private_cidrs;      /* at most 64, each checked at load */
+        char *extra_ca_file;              /* PEM added to the system store, or NULL */
+        uint64_t max_request_bytes;       /* 10 MiB */
+        uint64_t max_response_bytes;      /* 50 MiB */
+        unsigned request_timeout_seconds; /* 60 */
+        unsigned max_tunnels_per_run;     /* 16 */
+    } broker;
     char *default_model;
     struct eph_model_config *models;
     size_t nmodels;
@@ -57,6 +66,9 @@ struct eph_config {
 int eph_config_defaults(struct eph_config *cfg);
 /* Merges a JSON config file; unknown keys are an error (typos must not pass silently). */
 int eph_config_load_file(struct eph_config *cfg, const char *path, char *err, size_t errlen);
+/* The same from len bytes in memory; name stands for the file in messages (the fuzz driver). */
+int eph_config_load_buffer(struct eph_config *cfg, const char *data, size_t len, const char *name,
+                           char *err, size_t errlen);
 /* Merges EPHEMERALD_LISTEN, _DB, _SANDBOX, _LOG_FORMAT, _MAX_CONCURRENT_RUNS, ... */
 int eph_config_load_env(struct eph_config *cfg, char *err, size_t errlen);
 void eph_config_release(struct eph_config *cfg);

@@ -72,5 +72,9 @@ int eph_worker_settle_lost(struct eph_service *svc, const char *run_id,
 
 /* One run, start to settlement (worker.c). */
 void eph_worker_run(struct eph_service *svc, const char *run_id);
+/* Settles a stored, live, never started run as failed with code and message: nothing charged,
+ * its whole reservation released, its live entry closed. For a run that could not be queued. */
+int eph_worker_refuse(struct eph_service *svc, const char *run_id, const char *code,
+                      const char *message);
 
 #endif
