@@ -13,7 +13,7 @@ BUILD ?= build
 SANITIZE ?=
 Q ?= @
 
-PKGS := libmicrohttpd jansson libcurl libseccomp libsodium sqlite3
+PKGS := libmicrohttpd jansson libcurl libseccomp libsodium sqlite3 libpq
 WARN := -Wall -Wextra -Werror -Wshadow -Wmissing-prototypes -Wstrict-prototypes -Wformat=2 \
         -Wvla -Wno-unused-parameter -Wno-missing-field-initializers -Wno-format-truncation
 BASE_CFLAGS := -std=gnu11 -g -O2 -D_GNU_SOURCE -Isrc -fstack-protector-strong -fPIE \

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """bench.py - Ephemeral side by side with bubblewrap and gVisor (runsc). Run by bench/run.sh.
 
-    bench/bench.py BUILD [--quick] [--only start,exec,api,queue,density]
+    bench/bench.py BUILD [--quick] [--only start,exec,api,pg,queue,density]
 
 Four measurements, each interleaved with its peers after a warm-up, every loop bounded in count
 and in time; the table goes to stdout and to bench/results/YYYY-MM-DD-HHMM.md. docs/BENCH.md says
@@ -688,6 +688,216 @@ def bench_api(ctx, rep):
     return res
 
 
+# ---- 3b. runs per second with one, two and three nodes on one PostgreSQL ----------------------
+
+PG_RUNS = 48           # runs per node count
+PG_CONC = 8
+
+
+def pg_bindir():
+    try:
+        d = subprocess.run(["pg_config", "--bindir"], capture_output=True, text=True).stdout.strip()
+        if d and os.access(os.path.join(d, "initdb"), os.X_OK):
+            return d
+    except OSError:
+        pass
+    import glob
+    for d in sorted(glob.glob("/usr/lib/postgresql/*/bin"), reverse=True):
+        if os.access(os.path.join(d, "initdb"), os.X_OK):
+            return d
+    return None
+
+
+class Postgres:
+    """A throw-away PostgreSQL as the postgres user on a free loopback port (as the tests do),
+    with pg_stat_statements to count the statements the nodes send."""
+
+    def __init__(self):
+        import pwd
+        import socket
+        self.bin = pg_bindir()
+        if not self.bin:
+            raise RuntimeError("PostgreSQL server binaries not installed")
+        pw = pwd.getpwnam("postgres")
+        self.dir = os.path.join(TMP, "pg")
+        os.makedirs(self.dir)
+        os.chmod(TMP, 0o711)
+        os.chown(self.dir, pw.pw_uid, pw.pw_gid)
+        as_pg = ["setpriv", f"--reuid={pw.pw_uid}", f"--regid={pw.pw_gid}", "--init-groups", "--"]
+        subprocess.run(as_pg + [os.path.join(self.bin, "initdb"), "-D", self.dir + "/data", "-A",
+                                "trust", "-U", "postgres", "--no-sync"],
+                       check=True, capture_output=True)
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        self.port = s.getsockname()[1]
+        s.close()
+        self.logf = open(os.path.join(TMP, "postgres.log"), "w")
+        # Durable settings (fsync on): the figures are those of a real database.
+        self.proc = subprocess.Popen(
+            as_pg + [os.path.join(self.bin, "postgres"), "-D", self.dir + "/data", "-p",
+                     str(self.port), "-k", self.dir, "-c", "listen_addresses=127.0.0.1",
+                     "-c", "max_connections=200",
+                     "-c", "shared_preload_libraries=pg_stat_statements"],
+            stdout=self.logf, stderr=self.logf, stdin=subprocess.DEVNULL)
+        track(self.proc.pid)
+        self.pid = self.proc.pid
+        self.url = f"postgresql://postgres@127.0.0.1:{self.port}/"
+        for _ in range(300):
+            if subprocess.run([os.path.join(self.bin, "pg_isready"), "-q", "-h", "127.0.0.1", "-p",
+                               str(self.port)]).returncode == 0:
+                break
+            time.sleep(0.05)
+        else:
+            raise RuntimeError("PostgreSQL did not start")
+
+    def sql(self, db, q):
+        return subprocess.run([os.path.join(self.bin, "psql"), "-X", "-q", "-A", "-t",
+                               self.url + db, "-c", q], capture_output=True, text=True,
+                              check=True).stdout.strip()
+
+    def cpu_s(self):
+        """CPU of the postmaster and every backend, in seconds."""
+        tck = os.sysconf("SC_CLK_TCK")
+        total = 0
+        for pid in [self.pid] + descendants(self.pid):
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    v = f.read()
+                v = v[v.rindex(")") + 2:].split()
+                total += int(v[11]) + int(v[12]) + int(v[13]) + int(v[14])
+            except (OSError, ValueError):
+                pass
+        return total / tck
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        _started[:] = [x for x in _started if x[0] != self.pid]
+        self.logf.close()
+
+
+class Node(Server):
+    """One ephemerald node on the shared database."""
+
+    def __init__(self, ctx, name, db_url, key):
+        import socket
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        self.port = s.getsockname()[1]
+        s.close()
+        self.key = key
+        env = dict(os.environ, EPHEMERALD_NODE_ID=name)
+        self.logf = open(os.path.join(TMP, f"node-{name}.log"), "w")
+        self.proc = subprocess.Popen(
+            [ctx["ephd"], "serve", "--listen", f"127.0.0.1:{self.port}", "--db", db_url,
+             "--sandbox", "namespaces", "--log-level", "warn"],
+            stdout=self.logf, stderr=self.logf, stdin=subprocess.DEVNULL, env=env, cwd=ROOT)
+        track(self.proc.pid)
+        self.pid = self.proc.pid
+        self.start = proc_starttime(self.pid)
+        for _ in range(300):
+            try:
+                if self.request("GET", "/healthz", auth=False)[0] == 200:
+                    return
+            except OSError:
+                pass
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"node {name} exited")
+            time.sleep(0.05)
+        raise RuntimeError(f"node {name} did not become healthy")
+
+
+class Spread:
+    """Posts each run to the next node in turn (a round-robin balancer)."""
+
+    def __init__(self, nodes):
+        self.nodes, self.i, self.lock = nodes, 0, threading.Lock()
+
+    def request(self, method, path, body=None, headers=None, auth=True, timeout=120):
+        if method == "POST":
+            with self.lock:
+                self.i += 1
+                n = self.nodes[self.i % len(self.nodes)]
+            return n.request(method, path, body, headers, auth, timeout)
+        return self.nodes[0].request(method, path, body, headers, auth, timeout)
+
+
+def bench_pg(ctx, rep):
+    with open(os.path.join(ROOT, "examples/sandbox-proof/request.json"), "rb") as f:
+        body = f.read()
+    pg = Postgres()
+    rows, res = [], {}
+    try:
+        for nnodes in (1, 2, 3):
+            db = f"bench{nnodes}"
+            pg.sql("postgres", f"CREATE DATABASE {db}")
+            url = pg.url + db
+            key = subprocess.run([ctx["ephd"], "admin", "init", "--db", url], capture_output=True,
+                                 text=True, check=True, cwd=ROOT).stdout.strip()
+            nodes = [Node(ctx, f"n{i}", url, key) for i in range(nnodes)]
+            try:
+                spread = Spread(nodes)
+                drive(spread, body, 4, 2)  # warm-up
+                pg.sql(db, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+                pg.sql(db, "SELECT pg_stat_statements_reset()")
+                n = ctx["n"](PG_RUNS)
+                log(f"pg: {n} runs on {nnodes} node(s) at concurrency {PG_CONC}")
+                c0 = [x.cpu_s() for x in nodes]
+                p0 = pg.cpu_s()
+                wall, lat, statuses = drive(spread, body, n, PG_CONC)
+                c1 = [x.cpu_s() for x in nodes]
+                p1 = pg.cpu_s()
+                calls = int(pg.sql(db, "SELECT COALESCE(SUM(calls), 0) FROM pg_stat_statements "
+                                       "WHERE query NOT LIKE '%pg_stat_statements%'") or 0)
+                done = statuses.get("completed", 0)
+                rps = done / wall if wall > 0 else 0
+                runs = max(1, len(lat))
+                own = sum(b[0] - a[0] for a, b in zip(c0, c1)) * 1000 / runs
+                db_ms = (p1 - p0) * 1000 / runs
+                rt = calls / runs
+                s = summary(lat)
+                res[nnodes] = {"rps": rps, "server_cpu_ms": own, "db_cpu_ms": db_ms,
+                               "statements_per_run": rt}
+                rows.append([str(nnodes), str(len(lat)), f"{rps:.1f}", fmt(s["median"]),
+                             fmt(s["p90"]), fmt(own), fmt(db_ms), f"{rt:.1f}",
+                             ", ".join(f"{k} {v}" for k, v in sorted(statuses.items()))])
+            finally:
+                for x in nodes:
+                    x.stop()
+    finally:
+        pg.stop()
+    rep.add("### 3b. Runs per second with one, two and three nodes on one PostgreSQL")
+    rep.add()
+    rep.add(f"The seed example posted round-robin to the nodes at concurrency {PG_CONC}, each run "
+            "waited for on the first node (which follows runs it does not work on). All nodes "
+            "and PostgreSQL share this machine's CPUs, so runs/s does not grow with nodes here; "
+            "what matters for scale is the per-run cost: the nodes' CPU, the database's CPU "
+            "(postmaster and backends, /proc) and the statements the nodes send per run "
+            "(pg_stat_statements: every statement is one round trip). PostgreSQL runs with "
+            "fsync on.")
+    rep.add()
+    rep.table(["nodes", "runs", "runs/s", "median ms", "p90", "nodes' CPU ms/run",
+               "database CPU ms/run", "statements/run", "outcomes"], rows)
+    if res:
+        last = res[max(res)]
+        if last["db_cpu_ms"] > 0:
+            per_core = 1000 / last["db_cpu_ms"]
+            rep.add(f"Estimate: {last['db_cpu_ms']:.2f} ms of database CPU and "
+                    f"{last['statements_per_run']:.0f} round trips per run (measured above, "
+                    f"CPU in clock ticks, so coarse on few runs): one database core serves about "
+                    f"{per_core:.0f} runs/s, a 16-core database about {16 * per_core:.0f} runs/s "
+                    "if the CPU is the limit (commits are batched by PostgreSQL's group commit, "
+                    "so fsync is not one per run). The nodes scale out: each run costs its node "
+                    "the CPU above, plus its sandbox.")
+            rep.add()
+    return res
+
+
 # ---- 4a. server memory per queued run ---------------------------------------------------------
 
 def bench_queue(ctx, rep):
@@ -981,6 +1191,8 @@ def main():
             results["exec"] = section("exec", bench_exec)
         if want("api"):
             results["api"] = section("api", bench_api)
+        if want("pg"):
+            results["pg"] = section("pg", bench_pg)
         queue = section("queue", bench_queue) if want("queue") else None
         if want("density"):
             results["density"] = section("density", bench_density, queue)

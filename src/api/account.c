@@ -68,6 +68,9 @@ int eph_api_credits(struct eph_api_req *req)
         return eph_api_reply_error(req, 400, "invalid_request_error", "invalid_parameter", "micros",
                                    "%s", why);
     int rc = st->ops->credit_add(st, req->org_id, micros);
+    if (rc == -EOVERFLOW) /* another credit landed between the check and ours */
+        return eph_api_reply_error(req, 400, "invalid_request_error", "invalid_parameter", "micros",
+                                   "the balance would exceed the largest amount it can hold");
     if (rc)
         return eph_api_reply_error(req, 503, "api_error", "store_unavailable", NULL,
                                    "the credit could not be stored");
@@ -84,7 +87,8 @@ int eph_api_credits(struct eph_api_req *req)
 int eph_api_healthz(struct eph_api_req *req)
 {
     struct eph_service *svc = req->svc;
-    bool store_ok = svc->store->ops->ping(svc->store) == 0;
+    char why[128];
+    bool store_ok = eph_store_health(svc->store, why, sizeof(why)) == 0;
     bool shutting = atomic_load(&svc->shutting_down);
     bool ok = store_ok && svc->sandbox_ops && !shutting;
     return eph_api_reply_json(req, ok ? 200 : 503,

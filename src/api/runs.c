@@ -101,6 +101,14 @@ int eph_api_run_admit(struct eph_service *svc, const struct eph_run *r,
     int rc = eph_live_register(r->id, r->created_at_ms, 1);
     if (!rc && r->zdr && (rc = eph_live_set_prompt(r->id, zdr_prompt, zdr_files)))
         live_drop(r->id);
+    if (!rc && r->zdr) {
+        /* This node holds a zero-data-retention run from birth. */
+        struct eph_live *l = eph_live_get(r->id);
+        if (l) {
+            eph_live_set_worked_here(l);
+            eph_live_put(l);
+        }
+    }
     if (rc) {
         *queue_failed = true;
         return rc;
@@ -144,6 +152,12 @@ static int new_run(struct eph_api_req *req, const struct eph_api_create *c, stru
     r->timeout_seconds = c->timeout;
     r->created_at_ms = eph_clock_real_ms();
     r->cost.reserved_micros = c->max_cost;
+    if (c->zdr) {
+        /* Its prompt lives only in this process: this node holds it from birth (a lease its
+         * keeper renews), and no other node may claim it. */
+        snprintf(r->node_id, sizeof(r->node_id), "%s", req->svc->node_id);
+        r->lease_expires_at_ms = r->created_at_ms + (int64_t)req->svc->cfg->lease_seconds * 1000;
+    }
     if (!rc && (!r->model || (!c->zdr && !r->prompt) || !r->connections || !r->metadata))
         rc = -ENOMEM;
 
@@ -295,7 +309,7 @@ int eph_api_runs_get(struct eph_api_req *req, const char *id)
     eph_run_release(&r);
     /* A live reference: to wait on the run, or for the result a ZDR run keeps only in memory. */
     if (!terminal || zdr)
-        req->live = eph_live_get(id);
+        req->live = eph_cluster_follow(req->svc, id);
     unsigned wait;
     if (!eph_api_prefer_wait(req, EPH_API_WAIT_MAX, &wait))
         return MHD_YES;
@@ -534,7 +548,7 @@ int eph_api_runs_events(struct eph_api_req *req, const char *id)
     s->keepalive_due = eph_clock_mono_ns() + s->keepalive_ns;
     s->waiter.conn = req->conn;
     /* Take the live reference before reading the store, so that no event falls between. */
-    s->live = eph_live_get(id);
+    s->live = eph_cluster_follow(req->svc, id);
     eph_buf_init(&s->pending, 1u << 20);
     struct MHD_Response *resp =
         MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, sse_read, s, sse_free);
@@ -571,15 +585,24 @@ int eph_api_runs_cancel(struct eph_api_req *req, const char *id)
     eph_run_release(&r);
     /* Cancelling a finished run changes nothing: the answer is the run as it is. */
     if (!terminal || zdr)
-        req->live = eph_live_get(id);
+        req->live = eph_cluster_follow(req->svc, id);
     if (!terminal && req->live) {
         eph_live_cancel(req->live);
         EPH_INFO("api", "run %s: cancel requested", id);
         /* A run still waiting for a worker would wait for one just to be cancelled: take it out
          * of the queue and settle it here. With the cancel flag set, the worker's code settles
          * it at once (nothing started, everything released) without a sandbox. */
-        if (eph_scheduler_withdraw(id) == 0)
+        struct eph_store *st = req->svc->store;
+        /* On a shared store, a queued run no node holds is claimed here for that; one another
+         * node works on is cancelled there. */
+        if (eph_scheduler_withdraw(id) == 0 ||
+            (st->ops->shared && !eph_live_worked_here(req->live) &&
+             st->ops->run_claim(st, id, req->svc->node_id,
+                                eph_clock_real_ms() +
+                                    (int64_t)req->svc->cfg->lease_seconds * 1000) == 0))
             eph_worker_run(req->svc, id);
+        if (!eph_live_worked_here(req->live) && eph_cluster_cancel(req->svc, id))
+            EPH_WARN("api", "run %s: cannot tell the node working on it", id);
         /* Cancelling is prompt: wait briefly so the answer usually shows the final state. */
         if (eph_api_park_until_settled(req, deadline_in(CANCEL_WAIT_SECONDS), cancel_resume))
             return MHD_YES;

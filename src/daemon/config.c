@@ -47,6 +47,9 @@ int eph_config_defaults(struct eph_config *cfg)
     cfg->secret_key_file = strdup("var/secret.key");
     cfg->idempotency_ttl_seconds = 86400;
     cfg->sse_keepalive_seconds = 15;
+    cfg->lease_seconds = 30;
+    cfg->lease_renew_seconds = 10;
+    cfg->db_pool_size = 4;
     cfg->sandbox.backend = strdup("auto");
     cfg->sandbox.image = strdup(eph_default_image_path());
     cfg->sandbox.init_path = strdup(eph_default_init_path());
@@ -92,6 +95,7 @@ void eph_config_release(struct eph_config *cfg)
     free(cfg->sandbox.init_path);
     free(cfg->default_model);
     free(cfg->secret_key_file);
+    free(cfg->node_id);
     for (size_t i = 0; i < cfg->broker.nallow_private_cidrs; i++)
         free(cfg->broker.allow_private_cidrs[i]);
     free(cfg->broker.allow_private_cidrs);
@@ -155,6 +159,10 @@ static const struct key top_keys[] = {
     KS("secret_key_file", secret_key_file),
     KU("idempotency_ttl_seconds", idempotency_ttl_seconds, 30 * 86400),
     KU("sse_keepalive_seconds", sse_keepalive_seconds, 3600),
+    KS("node_id", node_id),
+    KU("lease_seconds", lease_seconds, 86400),
+    KU("lease_renew_seconds", lease_renew_seconds, 3600),
+    KU("db_pool_size", db_pool_size, 256),
     {NULL, K_STR, 0, 0},
 };
 
@@ -544,6 +552,7 @@ int eph_config_load_env(struct eph_config *cfg, char *err, size_t errlen)
         {"EPHEMERALD_LOG_LEVEL", offsetof(struct eph_config, log_level)},
         {"EPHEMERALD_DEFAULT_MODEL", offsetof(struct eph_config, default_model)},
         {"EPHEMERALD_SECRET_KEY_FILE", offsetof(struct eph_config, secret_key_file)},
+        {"EPHEMERALD_NODE_ID", offsetof(struct eph_config, node_id)},
     };
     for (size_t i = 0; i < sizeof(strs) / sizeof(strs[0]); i++) {
         const char *v = getenv(strs[i].env);

@@ -30,6 +30,10 @@ struct eph_config {
     char *secret_key_file;            /* "var/secret.key": seals connection credentials */
     unsigned idempotency_ttl_seconds; /* 86400: how long an Idempotency-Key is remembered */
     unsigned sse_keepalive_seconds;   /* 15: comment lines on an idle event stream */
+    char *node_id;                    /* NULL: the host name; names this node's run leases */
+    unsigned lease_seconds;           /* 30: a run whose lease is older is lost (worker_lost) */
+    unsigned lease_renew_seconds;     /* 10: renewal and compute checkpoint interval */
+    unsigned db_pool_size;            /* 4: PostgreSQL connections per node */
     struct {
         char *backend;   /* "auto" */
         char *image;     /* "var/images/default" */

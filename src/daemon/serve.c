@@ -100,7 +100,7 @@ int eph_cmd_serve(int argc, char **argv)
         goto out;
     }
     eph_options_ensure_db_dir(cfg.db);
-    int rc = eph_store_open(cfg.db, &svc.store, err, sizeof(err));
+    int rc = eph_store_open_pool(cfg.db, cfg.db_pool_size, &svc.store, err, sizeof(err));
     if (rc) {
         EPH_ERROR("serve", "%s", err);
         goto out;
@@ -145,6 +145,12 @@ int eph_cmd_serve(int argc, char **argv)
         }
     }
 
+    if (cfg.node_id && *cfg.node_id)
+        snprintf(svc.node_id, sizeof(svc.node_id), "%s", cfg.node_id);
+    else if (gethostname(svc.node_id, sizeof(svc.node_id) - 1) != 0 || !svc.node_id[0])
+        snprintf(svc.node_id, sizeof(svc.node_id), "node");
+    EPH_INFO("serve", "node %s, store %s", svc.node_id, svc.store->ops->name);
+
     unsigned lost = 0, requeued = 0;
     if ((rc = eph_scheduler_start(&svc))) {
         EPH_ERROR("serve", "cannot start the worker pool: %s", eph_strerror(rc));
@@ -158,6 +164,11 @@ int eph_cmd_serve(int argc, char **argv)
                  "recovery: %u runs of a dead server settled as worker_lost, %u queued "
                  "runs resumed",
                  lost, requeued);
+
+    if ((rc = eph_cluster_start(&svc))) {
+        EPH_ERROR("serve", "cannot listen to the other nodes: %s", eph_strerror(rc));
+        goto out;
+    }
 
     if (pthread_create(&reaper, NULL, reaper_main, &svc) == 0)
         reaper_started = true;

@@ -20,6 +20,12 @@ struct eph_live {
     uint64_t last_seq;
     bool closed;
     atomic_bool cancel;
+    atomic_bool lease_lost;
+    atomic_bool worked_here; /* a worker of this process works on it (else: followed) */
+    /* Serialises this run's emitters: numbers are assigned and events stored in order, outside
+     * live_lock, so that a slow store write never holds up another run or a reader. */
+    pthread_mutex_t emit_lock;
+    _Atomic uint64_t compute_start_ns; /* 0: no compute accruing (lease renewals checkpoint it) */
     struct eph_sandbox *sb;
     char *zdr_result;
     char *zdr_prompt;
@@ -79,7 +85,20 @@ int eph_live_register(const char *run_id, int64_t created_at_ms, uint64_t last_s
     l->refs = 1; /* the registry's */
     l->registered = true;
     atomic_init(&l->cancel, false);
+    atomic_init(&l->lease_lost, false);
+    atomic_init(&l->worked_here, false);
+    pthread_mutex_init(&l->emit_lock, NULL);
+    atomic_init(&l->compute_start_ns, 0);
     pthread_mutex_lock(&live_lock);
+    /* One entry per run: a second registration (a run followed by two requests at once, or
+     * re-queued while followed) finds the first. */
+    for (struct eph_live *o = live_head; o; o = o->next)
+        if (strcmp(o->id, run_id) == 0) {
+            pthread_mutex_unlock(&live_lock);
+            pthread_mutex_destroy(&l->emit_lock);
+            free(l);
+            return -EEXIST;
+        }
     l->next = live_head;
     live_head = l;
     live_n++;
@@ -102,6 +121,7 @@ struct eph_live *eph_live_get(const char *run_id)
 
 static void live_free(struct eph_live *l)
 {
+    pthread_mutex_destroy(&l->emit_lock);
     if (l->zdr_prompt)
         sodium_memzero(l->zdr_prompt, strlen(l->zdr_prompt));
     free(l->zdr_prompt);
@@ -148,9 +168,11 @@ void eph_live_prepare(struct eph_live *l, struct eph_event *e, const char *sourc
     va_start(ap, fmt);
     fill_event(l, e, source, type, data, fmt, ap);
     va_end(ap);
+    pthread_mutex_lock(&l->emit_lock);
     pthread_mutex_lock(&live_lock);
     e->seq = ++l->last_seq;
     pthread_mutex_unlock(&live_lock);
+    pthread_mutex_unlock(&l->emit_lock);
 }
 
 int eph_live_emit(struct eph_live *l, struct eph_store *st, const char *source, const char *type,
@@ -161,15 +183,21 @@ int eph_live_emit(struct eph_live *l, struct eph_store *st, const char *source, 
     va_start(ap, fmt);
     fill_event(l, &e, source, type, data, fmt, ap);
     va_end(ap);
-    /* Numbering and storing under one lock keeps the stored order the numbered order. */
+    /* The run's emit lock keeps the stored order the numbered order; live_lock is held only to
+     * read and publish the number, never across the store's write. */
+    pthread_mutex_lock(&l->emit_lock);
     pthread_mutex_lock(&live_lock);
     e.seq = l->last_seq + 1;
+    pthread_mutex_unlock(&live_lock);
     int rc = st->ops->event_append(st, l->id, &e);
     if (!rc) {
-        l->last_seq = e.seq;
+        pthread_mutex_lock(&live_lock);
+        if (e.seq > l->last_seq)
+            l->last_seq = e.seq;
         pthread_cond_broadcast(&live_cond);
+        pthread_mutex_unlock(&live_lock);
     }
-    pthread_mutex_unlock(&live_lock);
+    pthread_mutex_unlock(&l->emit_lock);
     if (!rc)
         notify();
     if (rc)
@@ -332,4 +360,76 @@ int eph_live_set_zdr_result(struct eph_live *l, const char *result)
     l->zdr_result = copy;
     pthread_mutex_unlock(&live_lock);
     return 0;
+}
+
+void eph_live_set_compute_start(struct eph_live *l, uint64_t start_ns)
+{
+    atomic_store(&l->compute_start_ns, start_ns);
+}
+
+uint64_t eph_live_compute_start(struct eph_live *l)
+{
+    return atomic_load(&l->compute_start_ns);
+}
+
+void eph_live_lease_lost(struct eph_live *l)
+{
+    atomic_store(&l->lease_lost, true);
+    eph_live_cancel(l);
+}
+
+bool eph_live_is_lease_lost(struct eph_live *l)
+{
+    return atomic_load(&l->lease_lost);
+}
+
+int eph_live_foreach(void (*fn)(struct eph_live *l, void *ctx), void *ctx)
+{
+    pthread_mutex_lock(&live_lock);
+    struct eph_live **all = calloc(live_n ? live_n : 1, sizeof(*all));
+    size_t n = 0;
+    if (all)
+        for (struct eph_live *l = live_head; l && n < live_n; l = l->next) {
+            l->refs++;
+            all[n++] = l;
+        }
+    pthread_mutex_unlock(&live_lock);
+    if (!all)
+        return -ENOMEM;
+    for (size_t i = 0; i < n; i++) {
+        fn(all[i], ctx);
+        eph_live_put(all[i]);
+    }
+    free(all);
+    return 0;
+}
+
+void eph_live_set_worked_here(struct eph_live *l)
+{
+    atomic_store(&l->worked_here, true);
+}
+
+bool eph_live_worked_here(struct eph_live *l)
+{
+    return atomic_load(&l->worked_here);
+}
+
+void eph_live_observe(struct eph_live *l, uint64_t seq, bool final)
+{
+    pthread_mutex_lock(&live_lock);
+    bool changed = seq > l->last_seq && !l->closed;
+    if (changed)
+        l->last_seq = seq;
+    pthread_cond_broadcast(&live_cond);
+    pthread_mutex_unlock(&live_lock);
+    if (final && !atomic_load(&l->worked_here)) {
+        uint64_t last;
+        bool closed;
+        eph_live_state(l, &last, &closed);
+        if (!closed)
+            eph_live_close(l, last > seq ? last : seq, NULL);
+        return;
+    }
+    if (changed)
+        notify();
 }

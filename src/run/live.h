@@ -77,6 +77,24 @@ void eph_live_state(struct eph_live *l, uint64_t *last_seq, bool *closed);
  * must not call back into this module. NULL removes it. */
 void eph_live_set_observer(void (*fn)(void));
 
+/* Leases (scheduler.c renews them): the instant compute started accruing for the run's sandbox
+ * (0 before it and once the sandbox is destroyed), so that a renewal can checkpoint compute. */
+void eph_live_set_compute_start(struct eph_live *l, uint64_t start_ns);
+uint64_t eph_live_compute_start(struct eph_live *l);
+/* The node lost the run's lease (another node settled it): cancels it, and the worker must not
+ * settle it. */
+void eph_live_lease_lost(struct eph_live *l);
+bool eph_live_is_lease_lost(struct eph_live *l);
+/* Several nodes: a run registered here is either worked on by a worker of this process
+ * (set_worked_here, at its claim) or only followed for the clients streaming it. observe
+ * publishes an event another process stored (seq), and with final (worker.destroyed) closes a
+ * followed run. */
+void eph_live_set_worked_here(struct eph_live *l);
+bool eph_live_worked_here(struct eph_live *l);
+void eph_live_observe(struct eph_live *l, uint64_t seq, bool final);
+/* Calls fn for every registered run, with a reference held and no lock held. */
+int eph_live_foreach(void (*fn)(struct eph_live *l, void *ctx), void *ctx);
+
 /* Cancels every live run (shutdown). */
 void eph_live_cancel_all(void);
 unsigned eph_live_count(void);

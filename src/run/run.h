@@ -65,6 +65,8 @@ struct eph_run {
     unsigned vcpus, memory_mib;
     int64_t log_expires_at_ms; /* set at finish: finished_at + retention */
     bool log_purged;
+    char node_id[40];            /* the node working on it; "" while unclaimed */
+    int64_t lease_expires_at_ms; /* that node's lease; 0 while unclaimed */
 };
 
 void eph_run_init(struct eph_run *r);

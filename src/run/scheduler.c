@@ -10,7 +10,9 @@
 #include <time.h>
 
 #include "common/clock.h"
+#include "common/error.h"
 #include "common/log.h"
+#include "common/money.h"
 #include "run/live.h"
 #include "run/service.h"
 
@@ -29,16 +31,176 @@ static pthread_t *workers;
 static unsigned nworkers;
 static struct eph_service *q_svc;
 
+/* The lease keeper's thread and its stop flag (under q_lock, signalled on lease_cond). */
+static pthread_t lease_thread;
+static bool lease_started;
+static pthread_cond_t lease_cond;
+
+static unsigned renew_seconds(const struct eph_config *cfg)
+{
+    unsigned lease = cfg->lease_seconds ? cfg->lease_seconds : 30;
+    unsigned renew = cfg->lease_renew_seconds ? cfg->lease_renew_seconds : 10;
+    /* A renewal must come well before the lease ends. */
+    if (renew * 2 > lease)
+        renew = lease / 3 ? lease / 3 : 1;
+    return renew;
+}
+
+static void renew_one(struct eph_live *l, void *ctx)
+{
+    struct eph_service *svc = ctx;
+    uint64_t last;
+    bool closed;
+    eph_live_state(l, &last, &closed);
+    /* Only runs this node holds have a lease here: not the ones waiting in its queue, nor the
+     * ones it follows for another node. */
+    if (closed || !eph_live_worked_here(l))
+        return;
+    uint64_t start = eph_live_compute_start(l);
+    uint64_t now = eph_clock_mono_ns();
+    int64_t compute = start && now > start
+                          ? (int64_t)eph_money_compute_cost(
+                                now - start, svc->cfg->prices.compute_micros_per_second)
+                          : 0;
+    int rc = svc->store->ops->run_renew(
+        svc->store, eph_live_id(l), svc->node_id,
+        eph_clock_real_ms() + (int64_t)svc->cfg->lease_seconds * 1000, compute);
+    if (rc == -ESTALE) {
+        eph_live_state(l, &last, &closed);
+        if (!closed && eph_live_compute_start(l)) {
+            EPH_WARN("scheduler", "run %s: lease lost (settled by another node); stopping it",
+                     eph_live_id(l));
+            eph_live_lease_lost(l);
+        }
+    } else if (rc && rc != -ESTALE) {
+        EPH_WARN("scheduler", "run %s: cannot renew its lease: %s", eph_live_id(l),
+                 eph_strerror(rc));
+    }
+}
+
+struct reap {
+    struct eph_service *svc;
+    int64_t now_ms;
+};
+
+static int reap_one(const struct eph_run *r, void *ctx)
+{
+    struct reap *rp = ctx;
+    /* A run this process still works on is renewed, not reaped (a late keeper pass). */
+    struct eph_live *l = eph_live_get(r->id);
+    if (l) {
+        bool ours = strcmp(r->node_id, rp->svc->node_id) == 0;
+        eph_live_put(l);
+        if (ours)
+            return 0;
+    }
+    int rc = eph_worker_settle_lost(rp->svc, r->id, rp->now_ms);
+    if (rc == 0)
+        EPH_WARN("scheduler", "run %s: the lease of node %s expired: settled as worker_lost", r->id,
+                 r->node_id);
+    return 0;
+}
+
+void eph_lease_pass(struct eph_service *svc)
+{
+    eph_live_foreach(renew_one, svc);
+    struct reap rp = {.svc = svc, .now_ms = eph_clock_real_ms()};
+    svc->store->ops->runs_lease_expired(svc->store, rp.now_ms, reap_one, &rp);
+}
+
+static void *lease_main(void *arg)
+{
+    struct eph_service *svc = arg;
+    unsigned every = renew_seconds(svc->cfg);
+    pthread_mutex_lock(&q_lock);
+    while (!q_stopping) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        ts.tv_sec += every;
+        while (!q_stopping && pthread_cond_timedwait(&lease_cond, &q_lock, &ts) != ETIMEDOUT)
+            ;
+        if (q_stopping)
+            break;
+        pthread_mutex_unlock(&q_lock);
+        eph_lease_pass(svc);
+        pthread_mutex_lock(&q_lock);
+    }
+    pthread_mutex_unlock(&q_lock);
+    return NULL;
+}
+
+/* Shared stores: with nothing queued here, an idle worker looks for a run no node holds when
+ * kicked (a run was queued somewhere) and at least every renewal interval. */
+static bool q_kicked;
+
+void eph_scheduler_kick(void)
+{
+    pthread_mutex_lock(&q_lock);
+    q_kicked = true;
+    pthread_cond_signal(&q_cond);
+    pthread_mutex_unlock(&q_lock);
+}
+
+/* Works on one run; q_running was counted by the caller under q_lock. */
+static void run_one(const char *id)
+{
+    eph_worker_run(q_svc, id);
+    pthread_mutex_lock(&q_lock);
+    q_running--;
+    pthread_cond_broadcast(&q_idle);
+    pthread_mutex_unlock(&q_lock);
+}
+
 static void *worker_main(void *arg)
 {
     (void)arg;
+    bool shared = q_svc->store->ops->run_claim_next != NULL;
+    unsigned every = renew_seconds(q_svc->cfg);
     for (;;) {
         pthread_mutex_lock(&q_lock);
-        while (!q_head && !q_stopping)
-            pthread_cond_wait(&q_cond, &q_lock);
+        bool look = false;
+        while (!q_head && !q_stopping && !look) {
+            if (!shared) {
+                pthread_cond_wait(&q_cond, &q_lock);
+                continue;
+            }
+            if (q_kicked) {
+                q_kicked = false;
+                look = true;
+                break;
+            }
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_sec += every;
+            if (pthread_cond_timedwait(&q_cond, &q_lock, &ts) == ETIMEDOUT)
+                look = true;
+        }
         if (q_stopping) {
             pthread_mutex_unlock(&q_lock);
             return NULL;
+        }
+        if (!q_head) {
+            pthread_mutex_unlock(&q_lock);
+            char id[EPH_RUN_ID_LEN + 1];
+            int trc = atomic_load(&q_svc->shutting_down)
+                          ? -ESHUTDOWN
+                          : eph_cluster_take_next(q_svc, id, sizeof(id));
+            /* Without the database this node takes no run (and /healthz says so); the runs stay
+             * queued for a node that can reach it. */
+            static atomic_bool said_unreachable;
+            if (trc == -ENOTCONN && !atomic_exchange(&said_unreachable, true))
+                EPH_ERROR("scheduler", "the database cannot be reached: taking no runs");
+            else if (trc != -ENOTCONN && atomic_exchange(&said_unreachable, false))
+                EPH_INFO("scheduler", "the database answers again: taking runs");
+            if (trc == 0) {
+                pthread_mutex_lock(&q_lock);
+                q_running++;
+                pthread_mutex_unlock(&q_lock);
+                /* Another run may be waiting: let another idle worker look too. */
+                eph_scheduler_kick();
+                run_one(id);
+            }
+            continue;
         }
         struct qitem *it = q_head;
         q_head = it->next;
@@ -47,14 +209,8 @@ static void *worker_main(void *arg)
         q_depth--;
         q_running++;
         pthread_mutex_unlock(&q_lock);
-
-        eph_worker_run(q_svc, it->id);
+        run_one(it->id);
         free(it);
-
-        pthread_mutex_lock(&q_lock);
-        q_running--;
-        pthread_cond_broadcast(&q_idle);
-        pthread_mutex_unlock(&q_lock);
     }
 }
 
@@ -78,6 +234,17 @@ int eph_scheduler_start(struct eph_service *svc)
         nworkers++;
     }
     pthread_attr_destroy(&attr);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&lease_cond, &ca);
+    pthread_condattr_destroy(&ca);
+    int rc = pthread_create(&lease_thread, NULL, lease_main, svc);
+    if (rc) {
+        EPH_ERROR("scheduler", "cannot start the lease keeper: %s", strerror(rc));
+        return -rc;
+    }
+    lease_started = true;
     return 0;
 }
 
@@ -173,7 +340,12 @@ void eph_scheduler_stop(unsigned grace_seconds)
     pthread_mutex_lock(&q_lock);
     q_stopping = true;
     pthread_cond_broadcast(&q_cond);
+    pthread_cond_broadcast(&lease_cond);
     pthread_mutex_unlock(&q_lock);
+    if (lease_started) {
+        pthread_join(lease_thread, NULL);
+        lease_started = false;
+    }
     for (unsigned i = 0; i < nworkers; i++)
         pthread_join(workers[i], NULL);
     free(workers);

@@ -61,7 +61,7 @@ static const char *run_event_type(enum eph_run_status st)
 /* Writes the terminal transaction and closes the live entry (may be NULL). r carries status,
  * error, result and cost (model/web/compute); charged and released are computed here. */
 static int settle(struct eph_service *svc, struct eph_live *live, struct eph_run *r,
-                  uint64_t last_seq_if_not_live)
+                  uint64_t last_seq_if_not_live, int64_t lease_expired_before_ms)
 {
     struct eph_cost *c = &r->cost;
     /* The hard limit, enforced once more where the money is written. */
@@ -111,7 +111,7 @@ static int settle(struct eph_service *svc, struct eph_live *live, struct eph_run
         eph_live_prepare(live, &ev[1], "worker", "worker.destroyed", money,
                          "%s charged, %s released", charged, released);
     } else {
-        /* Recovery: no live entry; number the events after what is stored. */
+        /* A lost run: no live entry; number the events after what is stored. */
         for (int i = 0; i < 2; i++) {
             memset(&ev[i], 0, sizeof(ev[i]));
             ev[i].seq = last_seq_if_not_live + 1 + (uint64_t)i;
@@ -131,13 +131,39 @@ static int settle(struct eph_service *svc, struct eph_live *live, struct eph_run
         if (asprintf(&ev[1].message, "%s charged, %s released", charged, released) < 0)
             ev[1].message = NULL;
     }
-    struct eph_run_final fin = {.run = r, .events = ev, .nevents = 2};
+    struct eph_event all[3];
+    size_t nev = 0;
+    if (!live && r->sandbox_backend) {
+        /* Its sandbox died with its worker (or is destroyed by that node's restart): the
+         * timeline says so before it closes. */
+        memset(&all[0], 0, sizeof(all[0]));
+        all[0].at_ms = ev[0].at_ms;
+        all[0].t_ms = ev[0].t_ms;
+        snprintf(all[0].source, sizeof(all[0].source), "sandbox");
+        snprintf(all[0].type, sizeof(all[0].type), "sandbox.destroyed");
+        all[0].data = json_pack("{s:s, s:b}", "backend", r->sandbox_backend, "worker_lost", 1);
+        all[0].message = strdup("sandbox lost with its worker; compute charged to the last "
+                                "checkpoint");
+        nev = 1;
+    }
+    for (int i = 0; i < 2; i++) {
+        all[nev] = ev[i];
+        all[nev].seq = live ? ev[i].seq : last_seq_if_not_live + 1 + nev;
+        nev++;
+    }
+    if (nev == 3)
+        all[0].seq = last_seq_if_not_live + 1;
+    struct eph_run_final fin = {.run = r,
+                                .events = all,
+                                .nevents = nev,
+                                .lease_expired_before_ms = lease_expired_before_ms};
     int rc = svc->store->ops->run_finish(svc->store, &fin);
     /* A full disk, a read-only file or a busy database is usually temporary: keep trying for a
      * while, so the money is settled as soon as the store takes writes again. Past that, the
      * run stays unsettled in the store and the next start settles it (worker_lost). */
-    for (unsigned tries = 0; (rc == -ENOSPC || rc == -EROFS || rc == -EBUSY || rc == -EIO) &&
-                             tries < SETTLE_RETRIES && !atomic_load(&svc->shutting_down);
+    for (unsigned tries = 0;
+         (rc == -ENOSPC || rc == -EROFS || rc == -EBUSY || rc == -EIO || rc == -ENOTCONN) &&
+         tries < SETTLE_RETRIES && !atomic_load(&svc->shutting_down);
          tries++) {
         if (tries == 0)
             EPH_ERROR("worker", "run %s: cannot settle yet: %s; retrying", r->id, eph_strerror(rc));
@@ -145,14 +171,16 @@ static int settle(struct eph_service *svc, struct eph_live *live, struct eph_run
         nanosleep(&ts, NULL);
         rc = svc->store->ops->run_finish(svc->store, &fin);
     }
-    if (rc)
+    if (rc == -EALREADY && (lease_expired_before_ms || (live && eph_live_is_lease_lost(live))))
+        EPH_INFO("worker", "run %s: settled elsewhere; not settled here", r->id);
+    else if (rc)
         EPH_ERROR("worker", "run %s: cannot settle: %s", r->id, eph_strerror(rc));
     else
         EPH_INFO("worker", "run %s %s: %s charged, %s released", r->id,
                  eph_run_status_name(r->status), charged, released);
-    uint64_t last = ev[1].seq;
-    eph_event_release(&ev[0]);
-    eph_event_release(&ev[1]);
+    uint64_t last = all[nev - 1].seq;
+    for (size_t i = 0; i < nev; i++)
+        eph_event_release(&all[i]);
     if (live) {
         char *zdr_result = r->zdr && r->result ? strdup(r->result) : NULL;
         eph_live_close(live, rc ? last - 2 : last, zdr_result);
@@ -206,7 +234,7 @@ int eph_worker_refuse(struct eph_service *svc, const char *run_id, const char *c
         return rc;
     struct eph_live *live = eph_live_get(run_id);
     fail_run(&r, EPH_RUN_FAILED, code, message);
-    rc = settle(svc, live, &r, 1);
+    rc = settle(svc, live, &r, 1, 0);
     eph_run_release(&r);
     eph_live_put(live);
     return rc;
@@ -245,6 +273,12 @@ static int place_files(struct eph_sandbox *sb, const struct eph_run *r, char *er
     return 0;
 }
 
+static int last_seq_cb(const struct eph_event *e, void *ctx)
+{
+    *(uint64_t *)ctx = e->seq;
+    return 0;
+}
+
 void eph_worker_run(struct eph_service *svc, const char *run_id)
 {
     struct eph_store *st = svc->store;
@@ -261,10 +295,32 @@ void eph_worker_run(struct eph_service *svc, const char *run_id)
         return;
     }
     if (r.status != EPH_RUN_QUEUED) {
+        /* Settled or taken elsewhere (another node, a cancel): a finished run no worker here
+         * will close leaves the registry; a running one stays followed. */
+        if (eph_run_status_terminal(r.status) && !eph_live_worked_here(live)) {
+            uint64_t last = 0;
+            st->ops->events_list(st, run_id, 0, 0, last_seq_cb, &last);
+            eph_live_close(live, last, NULL);
+        }
         eph_run_release(&r);
         eph_live_put(live);
         return;
     }
+    /* The lease: from here this node works on the run; the lease keeper renews it. */
+    rc = st->ops->run_claim(st, run_id, svc->node_id,
+                            eph_clock_real_ms() + (int64_t)svc->cfg->lease_seconds * 1000);
+    if (rc == -EALREADY || (rc && st->ops->shared)) {
+        /* Another node took it first (it is followed here until it ends), or the database is
+         * out of reach (the run stays queued there for whichever node reaches it first). */
+        if (rc != -EALREADY)
+            EPH_WARN("worker", "run %s: not claimed: %s", run_id, eph_strerror(rc));
+        eph_run_release(&r);
+        eph_live_put(live);
+        return;
+    }
+    if (rc) /* one node: nobody else could take it; work on it, the renewals will lease it */
+        EPH_WARN("worker", "run %s: cannot record its lease: %s", run_id, eph_strerror(rc));
+    eph_live_set_worked_here(live);
     const struct eph_model_config *mcfg = eph_config_model(svc->cfg, r.model);
     struct eph_model *model = eph_service_model(svc, r.model);
     struct eph_budget budget;
@@ -314,8 +370,10 @@ void eph_worker_run(struct eph_service *svc, const char *run_id)
     rc = eph_sandbox_pool_take(svc->sandbox_ops, &svc->sandbox_cfg, &sb, &pooled);
     uint64_t ready_ns = eph_clock_mono_ns();
     eph_budget_sandbox_started(&budget, pooled ? ready_ns : start_ns);
+    eph_live_set_compute_start(live, pooled ? ready_ns : start_ns);
     if (rc) {
         eph_budget_sandbox_stopped(&budget, ready_ns);
+        eph_live_set_compute_start(live, 0);
         EPH_ERROR("worker", "run %s: sandbox create failed: %s", r.id, eph_strerror(rc));
         char msg[128];
         snprintf(msg, sizeof(msg), "the sandbox could not be created: %s", eph_strerror(rc));
@@ -396,6 +454,7 @@ void eph_worker_run(struct eph_service *svc, const char *run_id)
     eph_egress_free(egress);
     uint64_t end_ns = eph_clock_mono_ns();
     eph_budget_sandbox_stopped(&budget, end_ns);
+    eph_live_set_compute_start(live, 0);
     if (rc)
         EPH_ERROR("worker", "run %s: sandbox destroy reported: %s", r.id, eph_strerror(rc));
     eph_live_emit(live, st, "sandbox", "sandbox.destroyed",
@@ -409,7 +468,7 @@ settle_costs:;
     eph_budget_settle(&budget, eph_clock_mono_ns(), &r.cost.model_micros, &r.cost.web_micros,
                       &r.cost.compute_micros, &charged, &released);
 settle:
-    settle(svc, live, &r, 0);
+    settle(svc, live, &r, 0, 0);
     eph_run_release(&r);
     eph_live_put(live);
 }
@@ -421,27 +480,36 @@ struct recovery {
     unsigned lost, requeued;
 };
 
-static int last_seq_cb(const struct eph_event *e, void *ctx)
+int eph_worker_settle_lost(struct eph_service *svc, const char *run_id,
+                           int64_t lease_expired_before_ms)
 {
-    *(uint64_t *)ctx = e->seq;
-    return 0;
+    struct eph_run r;
+    int rc = svc->store->ops->run_get(svc->store, run_id, NULL, &r);
+    if (rc)
+        return rc;
+    if (eph_run_status_terminal(r.status)) {
+        eph_run_release(&r);
+        return -EALREADY;
+    }
+    uint64_t last = 0;
+    svc->store->ops->events_list(svc->store, r.id, 0, 0, last_seq_cb, &last);
+    fail_run(&r, EPH_RUN_FAILED, "worker_lost",
+             "the server running this run stopped; it was settled for what was measured");
+    rc = settle(svc, NULL, &r, last, lease_expired_before_ms);
+    eph_run_release(&r);
+    return rc;
 }
 
 static int recover_lost(const struct eph_run *stored, void *ctx)
 {
     struct recovery *rec = ctx;
     struct eph_service *svc = rec->svc;
-    struct eph_run r;
-    /* A copy we may change: re-read it. */
-    if (svc->store->ops->run_get(svc->store, stored->id, NULL, &r))
+    /* On a shared store, another node's run is its own until its lease expires (the lease keeper
+     * settles it then); this node's own runs died with its previous process. */
+    if (svc->store->ops->shared && stored->node_id[0] && strcmp(stored->node_id, svc->node_id))
         return 0;
-    uint64_t last = 0;
-    svc->store->ops->events_list(svc->store, r.id, 0, 0, last_seq_cb, &last);
-    fail_run(&r, EPH_RUN_FAILED, "worker_lost",
-             "the server running this run stopped; it was settled for what was measured");
-    if (!settle(svc, NULL, &r, last))
+    if (!eph_worker_settle_lost(svc, stored->id, 0))
         rec->lost++;
-    eph_run_release(&r);
     return 0;
 }
 

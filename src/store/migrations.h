@@ -15,5 +15,7 @@ struct eph_migration {
 
 extern const struct eph_migration eph_sqlite_migrations[];
 extern const unsigned eph_sqlite_migrations_count;
+extern const struct eph_migration eph_postgres_migrations[];
+extern const unsigned eph_postgres_migrations_count;
 
 #endif

@@ -100,9 +100,24 @@ static const char v2[] = "ALTER TABLE api_keys ADD COLUMN prefix TEXT;"
                           * (rowid), not by the random id. */
                          "CREATE INDEX runs_org_created_rowid ON runs(org_id, created_at);";
 
+/* The balance becomes a running total kept on the org in the same transaction as each ledger entry
+ * (no sum over the whole history per request); runs record the node that works on them and the
+ * instant its lease ends (the lease renewal is also the compute checkpoint). */
+static const char v3[] =
+    "ALTER TABLE orgs ADD COLUMN balance_micros INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE orgs ADD COLUMN reserved_micros INTEGER NOT NULL DEFAULT 0;"
+    "UPDATE orgs SET"
+    "  balance_micros = (SELECT COALESCE(SUM(CASE kind WHEN 'credit' THEN micros"
+    "    WHEN 'charge' THEN -micros ELSE 0 END), 0) FROM ledger WHERE org_id = orgs.id),"
+    "  reserved_micros = (SELECT COALESCE(SUM(CASE kind WHEN 'reserve' THEN micros"
+    "    WHEN 'credit' THEN 0 ELSE -micros END), 0) FROM ledger WHERE org_id = orgs.id);"
+    "ALTER TABLE runs ADD COLUMN node_id TEXT;"
+    "ALTER TABLE runs ADD COLUMN lease_expires_at INTEGER;";
+
 const struct eph_migration eph_sqlite_migrations[] = {
     {1, "initial schema", v1},
     {2, "key prefixes, connections", v2},
+    {3, "running balance, leases", v3},
 };
 const unsigned eph_sqlite_migrations_count =
     sizeof(eph_sqlite_migrations) / sizeof(eph_sqlite_migrations[0]);

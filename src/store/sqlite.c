@@ -1,12 +1,17 @@
 /*
  * sqlite.c - the embedded store: one SQLite file in WAL mode.
  *
- * One connection, serialised by a mutex: SQLite allows one writer at a time anyway, and a single
- * connection makes every "check then write" (a reservation against the balance) trivially atomic
- * inside BEGIN IMMEDIATE. synchronous=FULL: a committed ledger entry survives a power cut.
+ * One writer connection and a few reader connections, each serialised by its own mutex. SQLite
+ * allows one writer at a time anyway, and a single writer makes every "check then write" (a
+ * reservation against the balance) trivially atomic inside BEGIN IMMEDIATE. In WAL mode a reader
+ * sees the last committed state without waiting for the writer, so a long poll, an SSE scan or a
+ * key lookup never queues behind a worker's fsync. Every statement is prepared once per
+ * connection and kept (the cache is keyed by the SQL text's address: every statement is a
+ * literal). synchronous=FULL: a committed ledger entry survives a power cut.
  */
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,16 +25,38 @@
 #include "store/migrations.h"
 #include "store/store.h"
 
-struct sqlite_store {
-    struct eph_store base;
+#define STMT_CACHE 64
+#define NREADERS 4
+
+struct sq_conn {
     sqlite3 *db;
     pthread_mutex_t lock;
+    struct {
+        const char *sql;
+        sqlite3_stmt *st;
+    } cache[STMT_CACHE];
+    unsigned ncache;
+};
+
+struct sqlite_store {
+    struct eph_store base;
+    struct sq_conn writer;
+    struct sq_conn readers[NREADERS];
+    atomic_uint next_reader;
 };
 
 #define S(s) ((struct sqlite_store *)(s))
+#define WRITER(b) (&S(b)->writer)
+#define READER(b) pick_reader(S(b))
+
+/* Round robin: a reader waits only behind another reader of the same connection. */
+static struct sq_conn *pick_reader(struct sqlite_store *s)
+{
+    return &s->readers[atomic_fetch_add(&s->next_reader, 1) % NREADERS];
+}
 
 /* Maps a SQLite result to a negative errno, logging the database's message. */
-static int db_err(struct sqlite_store *s, int rc, const char *what)
+static int db_err(struct sq_conn *s, int rc, const char *what)
 {
     int ext = sqlite3_extended_errcode(s->db);
     switch (rc & 0xff) {
@@ -55,7 +82,7 @@ static int db_err(struct sqlite_store *s, int rc, const char *what)
     }
 }
 
-static int exec_sql(struct sqlite_store *s, const char *sql, const char *what)
+static int exec_sql(struct sq_conn *s, const char *sql, const char *what)
 {
     char *msg = NULL;
     int rc = sqlite3_exec(s->db, sql, NULL, NULL, &msg);
@@ -67,34 +94,54 @@ static int exec_sql(struct sqlite_store *s, const char *sql, const char *what)
     return 0;
 }
 
-static int prepare(struct sqlite_store *s, const char *sql, sqlite3_stmt **st)
+static int prepare(struct sq_conn *s, const char *sql, sqlite3_stmt **st)
 {
-    int rc = sqlite3_prepare_v2(s->db, sql, -1, st, NULL);
+    for (unsigned i = 0; i < s->ncache; i++)
+        if (s->cache[i].sql == sql) {
+            *st = s->cache[i].st;
+            return 0;
+        }
+    unsigned flags = s->ncache < STMT_CACHE ? SQLITE_PREPARE_PERSISTENT : 0;
+    int rc = sqlite3_prepare_v3(s->db, sql, -1, flags, st, NULL);
     if (rc != SQLITE_OK)
         return db_err(s, rc, "prepare");
+    if (s->ncache < STMT_CACHE) {
+        s->cache[s->ncache].sql = sql;
+        s->cache[s->ncache].st = *st;
+        s->ncache++;
+    } else {
+        EPH_WARN("store", "statement cache full: %.60s", sql);
+    }
     return 0;
 }
 
+/* Gives a statement back: cached statements are reset for their next use, others finalized. */
+static void done(sqlite3_stmt *st)
+{
+    sqlite3_reset(st);
+    sqlite3_clear_bindings(st);
+}
+
 /* Steps a statement that returns no rows, then finalizes it. */
-static int step_done(struct sqlite_store *s, sqlite3_stmt *st, const char *what)
+static int step_done(struct sq_conn *s, sqlite3_stmt *st, const char *what)
 {
     int rc = sqlite3_step(st);
     int r = (rc == SQLITE_DONE || rc == SQLITE_ROW) ? 0 : db_err(s, rc, what);
-    sqlite3_finalize(st);
+    done(st);
     return r;
 }
 
-static int begin(struct sqlite_store *s)
+static int begin(struct sq_conn *s)
 {
     return exec_sql(s, "BEGIN IMMEDIATE", "begin");
 }
 
-static int commit(struct sqlite_store *s)
+static int commit(struct sq_conn *s)
 {
     return exec_sql(s, "COMMIT", "commit");
 }
 
-static void rollback(struct sqlite_store *s)
+static void rollback(struct sq_conn *s)
 {
     sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
 }
@@ -142,7 +189,7 @@ static json_t *col_json(sqlite3_stmt *st, int i)
     return json_loads((const char *)t, JSON_DECODE_ANY, NULL);
 }
 
-static int apply_migrations(struct sqlite_store *s)
+static int apply_migrations(struct sq_conn *s)
 {
     int rc = exec_sql(s,
                       "CREATE TABLE IF NOT EXISTS schema_migrations ("
@@ -158,7 +205,7 @@ static int apply_migrations(struct sqlite_store *s)
             return rc;
         sqlite3_bind_int(st, 1, m->version);
         int have = sqlite3_step(st) == SQLITE_ROW;
-        sqlite3_finalize(st);
+        done(st);
         if (have)
             continue;
         if ((rc = begin(s)))
@@ -183,6 +230,55 @@ static int apply_migrations(struct sqlite_store *s)
     return 0;
 }
 
+static void conn_close(struct sq_conn *c)
+{
+    for (unsigned i = 0; i < c->ncache; i++)
+        sqlite3_finalize(c->cache[i].st);
+    c->ncache = 0;
+    sqlite3_close(c->db);
+    c->db = NULL;
+    pthread_mutex_destroy(&c->lock);
+}
+
+/* Opens one connection; pragmas are the writer's or a reader's. */
+static int conn_open(struct sq_conn *c, const char *target, const char *pragmas, char *err,
+                     size_t errlen)
+{
+    pthread_mutex_init(&c->lock, NULL);
+    /* Each connection is used under its own mutex: SQLite's own per-connection mutex is not
+     * needed (NOMUTEX). */
+    int rc = sqlite3_open_v2(
+        target, &c->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
+    if (rc != SQLITE_OK) {
+        snprintf(err, errlen, "cannot open database '%s': %s", target,
+                 c->db ? sqlite3_errmsg(c->db) : sqlite3_errstr(rc));
+        conn_close(c);
+        return -EIO;
+    }
+    sqlite3_busy_timeout(c->db, 5000);
+    sqlite3_extended_result_codes(c->db, 1);
+    rc = exec_sql(c, pragmas, "pragmas");
+    if (rc) {
+        snprintf(err, errlen, "cannot prepare database '%s': %s", target,
+                 rc == -EROFS ? "read-only" : sqlite3_errmsg(c->db));
+        conn_close(c);
+    }
+    return rc;
+}
+
+static void sq_close(struct eph_store *base)
+{
+    struct sqlite_store *s = S(base);
+    if (!s)
+        return;
+    for (unsigned i = 0; i < NREADERS; i++)
+        if (s->readers[i].db)
+            conn_close(&s->readers[i]);
+    if (s->writer.db)
+        conn_close(&s->writer);
+    free(s);
+}
+
 static int sq_open(const char *target, struct eph_store **out, char *err, size_t errlen)
 {
     /* SQLite in WAL mode cannot even read a database it cannot write (the -shm file): say so
@@ -197,63 +293,80 @@ static int sq_open(const char *target, struct eph_store **out, char *err, size_t
     if (!s)
         return -ENOMEM;
     s->base.ops = &eph_store_sqlite_ops;
-    pthread_mutex_init(&s->lock, NULL);
-    int rc = sqlite3_open_v2(
-        target, &s->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, NULL);
-    if (rc != SQLITE_OK) {
-        snprintf(err, errlen, "cannot open database '%s': %s", target,
-                 s->db ? sqlite3_errmsg(s->db) : sqlite3_errstr(rc));
-        sqlite3_close(s->db);
-        free(s);
-        return -EIO;
-    }
-    sqlite3_busy_timeout(s->db, 5000);
-    sqlite3_extended_result_codes(s->db, 1);
-    rc = exec_sql(s,
-                  "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;"
-                  "PRAGMA secure_delete=ON;",
-                  "pragmas");
-    if (!rc)
-        rc = apply_migrations(s);
+    int rc = conn_open(&s->writer, target,
+                       "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;"
+                       "PRAGMA secure_delete=ON;",
+                       err, errlen);
     if (rc) {
-        snprintf(err, errlen, "cannot prepare database '%s': %s", target,
-                 rc == -EROFS ? "read-only" : sqlite3_errmsg(s->db));
-        sqlite3_close(s->db);
         free(s);
         return rc;
     }
+    if ((rc = apply_migrations(&s->writer))) {
+        snprintf(err, errlen, "cannot prepare database '%s': %s", target,
+                 rc == -EROFS ? "read-only" : sqlite3_errmsg(s->writer.db));
+        sq_close(&s->base);
+        return rc;
+    }
+    /* Readers never write (query_only), so a bug cannot bypass the writer's transactions. */
+    for (unsigned i = 0; i < NREADERS; i++)
+        if ((rc = conn_open(&s->readers[i], target, "PRAGMA query_only=1;", err, errlen))) {
+            sq_close(&s->base);
+            return rc;
+        }
     *out = &s->base;
     return 0;
 }
 
-static void sq_close(struct eph_store *base)
-{
-    struct sqlite_store *s = S(base);
-    if (!s)
-        return;
-    sqlite3_close(s->db);
-    pthread_mutex_destroy(&s->lock);
-    free(s);
-}
-
 static int sq_ping(struct eph_store *base)
 {
-    struct sqlite_store *s = S(base);
+    struct sq_conn *s = READER(base);
     pthread_mutex_lock(&s->lock);
     int rc = exec_sql(s, "SELECT 1", "ping");
     pthread_mutex_unlock(&s->lock);
     return rc;
 }
 
-static int insert_ledger(struct sqlite_store *s, const char *org_id, const char *run_id,
+/* Appends a ledger entry and moves the org's running totals in the same transaction (the caller's).
+ * balance = credits - charges, reserved = reserves - charges - releases. A credit that would take
+ * the balance past what 64 bits hold is refused (-EOVERFLOW), so the totals always fit. */
+static int insert_ledger(struct sq_conn *s, const char *org_id, const char *run_id,
                          const char *kind, int64_t micros, int64_t now)
 {
+    int64_t dbal = 0, dres = 0;
+    if (strcmp(kind, "credit") == 0)
+        dbal = micros;
+    else if (strcmp(kind, "reserve") == 0)
+        dres = micros;
+    else if (strcmp(kind, "charge") == 0)
+        dbal = dres = -micros;
+    else
+        dres = -micros;
     sqlite3_stmt *st;
     int rc = prepare(s,
-                     "INSERT INTO ledger (org_id, run_id, kind, micros, created_at) "
-                     "VALUES (?, ?, ?, ?, ?)",
+                     "UPDATE orgs SET balance_micros = balance_micros + ?1, "
+                     "reserved_micros = reserved_micros + ?2 WHERE id = ?3 AND "
+                     "(?1 <= 0 OR balance_micros <= 9223372036854775807 - ?1)",
                      &st);
     if (rc)
+        return rc;
+    sqlite3_bind_int64(st, 1, dbal);
+    sqlite3_bind_int64(st, 2, dres);
+    sqlite3_bind_text(st, 3, org_id, -1, SQLITE_TRANSIENT);
+    if ((rc = step_done(s, st, "balance update")))
+        return rc;
+    if (sqlite3_changes(s->db) == 0) {
+        /* No row: either no such org, or the credit would overflow. */
+        if ((rc = prepare(s, "SELECT 1 FROM orgs WHERE id = ?", &st)))
+            return rc;
+        sqlite3_bind_text(st, 1, org_id, -1, SQLITE_TRANSIENT);
+        int have = sqlite3_step(st) == SQLITE_ROW;
+        done(st);
+        return have ? -EOVERFLOW : -ENOENT;
+    }
+    if ((rc = prepare(s,
+                      "INSERT INTO ledger (org_id, run_id, kind, micros, created_at) "
+                      "VALUES (?, ?, ?, ?, ?)",
+                      &st)))
         return rc;
     sqlite3_bind_text(st, 1, org_id, -1, SQLITE_TRANSIENT);
     bind_text_or_null(st, 2, run_id);
@@ -263,7 +376,7 @@ static int insert_ledger(struct sqlite_store *s, const char *org_id, const char 
     return step_done(s, st, "ledger insert");
 }
 
-static int org_find_locked(struct sqlite_store *s, const char *name, char *org_id, size_t idlen)
+static int org_find_locked(struct sq_conn *s, const char *name, char *org_id, size_t idlen)
 {
     sqlite3_stmt *st;
     int rc = prepare(s, "SELECT id FROM orgs WHERE name = ?", &st);
@@ -277,13 +390,13 @@ static int org_find_locked(struct sqlite_store *s, const char *name, char *org_i
     } else {
         rc = rc == SQLITE_DONE ? -ENOENT : db_err(s, rc, "org find");
     }
-    sqlite3_finalize(st);
+    done(st);
     return rc;
 }
 
 static int sq_org_find(struct eph_store *base, const char *name, char *org_id, size_t idlen)
 {
-    struct sqlite_store *s = S(base);
+    struct sq_conn *s = READER(base);
     pthread_mutex_lock(&s->lock);
     int rc = org_find_locked(s, name, org_id, idlen);
     pthread_mutex_unlock(&s->lock);
@@ -293,7 +406,7 @@ static int sq_org_find(struct eph_store *base, const char *name, char *org_id, s
 static int sq_org_ensure(struct eph_store *base, const char *name, int64_t initial_credit,
                          char *org_id, size_t idlen, bool *created)
 {
-    struct sqlite_store *s = S(base);
+    struct sq_conn *s = WRITER(base);
     pthread_mutex_lock(&s->lock);
     *created = false;
     int rc = begin(s);
@@ -335,19 +448,26 @@ out:
 
 static int sq_credit_add(struct eph_store *base, const char *org_id, int64_t micros)
 {
-    struct sqlite_store *s = S(base);
+    struct sq_conn *s = WRITER(base);
     if (micros <= 0)
         return -EINVAL;
     pthread_mutex_lock(&s->lock);
-    int rc = insert_ledger(s, org_id, NULL, "credit", micros, eph_clock_real_ms());
+    int rc = begin(s);
+    if (!rc) {
+        rc = insert_ledger(s, org_id, NULL, "credit", micros, eph_clock_real_ms());
+        if (!rc)
+            rc = commit(s);
+        if (rc)
+            rollback(s);
+    }
     pthread_mutex_unlock(&s->lock);
-    return rc == -EEXIST ? -ENOENT : rc; /* a foreign-key failure: no such org */
+    return rc;
 }
 
 static int sq_key_insert(struct eph_store *base, const char *org_id, const char *key_hash,
                          const char *role, const char *prefix, char *key_id, size_t idlen)
 {
-    struct sqlite_store *s = S(base);
+    struct sq_conn *s = WRITER(base);
     char id[48];
     int rc = eph_id_hex("key_", 12, id, sizeof(id));
     if (rc)
@@ -376,7 +496,7 @@ static int sq_key_insert(struct eph_store *base, const char *org_id, const char 
 static int sq_key_lookup(struct eph_store *base, const char *key_hash, char *org_id, size_t idlen,
                          char *role, size_t rolelen)
 {
-    struct sqlite_store *s = S(base);
+    struct sq_conn *s = READER(base);
     pthread_mutex_lock(&s->lock);
     sqlite3_stmt *st;
     /* The lookup is by the hash of the key, so its timing reveals nothing about the key. */
@@ -391,7 +511,7 @@ static int sq_key_lookup(struct eph_store *base, const char *key_hash, char *org
         } else {
             rc = r == SQLITE_DONE ? -ENOENT : db_err(s, r, "key lookup");
         }
-        sqlite3_finalize(st);
+        done(st);
     }
     pthread_mutex_unlock(&s->lock);
     return rc;
@@ -399,7 +519,7 @@ static int sq_key_lookup(struct eph_store *base, const char *key_hash, char *org
 
 static int sq_key_list(struct eph_store *base, const char *org_id, eph_key_cb cb, void *ctx)
 {
-    struct sqlite_store *s = S(base);
+    struct sq_conn *s = READER(base);
     struct eph_key_info *rows = NULL;
     size_t n = 0, cap = 0;
     pthread_mutex_lock(&s->lock);
@@ -431,7 +551,7 @@ static int sq_key_list(struct eph_store *base, const char *org_id, eph_key_cb cb
         }
         if (!rc && r != SQLITE_DONE)
             rc = db_err(s, r, "key list");
-        sqlite3_finalize(st);
+        done(st);
     }
     pthread_mutex_unlock(&s->lock);
     for (size_t i = 0; i < n && !rc; i++)
@@ -443,7 +563,7 @@ static int sq_key_list(struct eph_store *base, const char *org_id, eph_key_cb cb
 static int sq_key_revoke(struct eph_store *base, const char *org_id, const char *key_id,
                          int64_t now_ms)
 {
-    struct sqlite_store *s = S(base);
+    struct sq_conn *s = WRITER(base);
     pthread_mutex_lock(&s->lock);
     sqlite3_stmt *st;
     int rc = prepare(s,
@@ -465,7 +585,7 @@ static int sq_key_revoke(struct eph_store *base, const char *org_id, const char 
 static int sq_conn_insert(struct eph_store *base, const char *org_id,
                           const struct eph_connection *c, char *conn_id, size_t idlen)
 {
-    struct sqlite_store *s = S(base);
+    struct sq_conn *s = WRITER(base);
     char id[48];
     int rc = eph_id_hex("conn_", 12, id, sizeof(id));
     if (rc)
@@ -526,7 +646,7 @@ static int row_to_conn(sqlite3_stmt *st, struct eph_connection *c)
 
 static int sq_conn_list(struct eph_store *base, const char *org_id, eph_conn_cb cb, void *ctx)
 {
-    struct sqlite_store *s = S(base);
+    struct sq_conn *s = READER(base);
     struct eph_connection *rows = NULL;
     size_t n = 0, cap = 0;
     pthread_mutex_lock(&s->lock);
@@ -553,7 +673,7 @@ static int sq_conn_list(struct eph_store *base, const char *org_id, eph_conn_cb 
         }
         if (!rc && r != SQLITE_DONE)
             rc = db_err(s, r, "connection list");
-        sqlite3_finalize(st);
+        done(st);
     }
     pthread_mutex_unlock(&s->lock);
     for (size_t i = 0; i < n; i++) {
@@ -568,7 +688,7 @@ static int sq_conn_list(struct eph_store *base, const char *org_id, eph_conn_cb 
 static int sq_conn_get(struct eph_store *base, const char *org_id, const char *name,
                        struct eph_connection *out)
 {
-    struct sqlite_store *s = S(base);
+    struct sq_conn *s = READER(base);
     pthread_mutex_lock(&s->lock);
     sqlite3_stmt *st;
     int rc =
@@ -581,7 +701,7 @@ static int sq_conn_get(struct eph_store *base, const char *org_id, const char *n
             rc = row_to_conn(st, out);
         else
             rc = r == SQLITE_DONE ? -ENOENT : db_err(s, r, "connection get");
-        sqlite3_finalize(st);
+        done(st);
     }
     pthread_mutex_unlock(&s->lock);
     return rc;
@@ -589,7 +709,7 @@ static int sq_conn_get(struct eph_store *base, const char *org_id, const char *n
 
 static int sq_conn_delete(struct eph_store *base, const char *org_id, const char *name_or_id)
 {
-    struct sqlite_store *s = S(base);
+    struct sq_conn *s = WRITER(base);
     pthread_mutex_lock(&s->lock);
     sqlite3_stmt *st;
     int rc =
@@ -605,7 +725,7 @@ static int sq_conn_delete(struct eph_store *base, const char *org_id, const char
     return rc;
 }
 
-static int count_queued_locked(struct sqlite_store *s, const char *org_id, unsigned *out)
+static int count_queued_locked(struct sq_conn *s, const char *org_id, unsigned *out)
 {
     sqlite3_stmt *st;
     int rc = prepare(s, "SELECT COUNT(*) FROM runs WHERE org_id = ? AND status = 'queued'", &st);
@@ -617,13 +737,13 @@ static int count_queued_locked(struct sqlite_store *s, const char *org_id, unsig
         *out = (unsigned)sqlite3_column_int64(st, 0);
     else
         rc = db_err(s, r, "count queued");
-    sqlite3_finalize(st);
+    done(st);
     return rc;
 }
 
 static int sq_runs_count_queued(struct eph_store *base, const char *org_id, unsigned *out)
 {
-    struct sqlite_store *s = S(base);
+    struct sq_conn *s = READER(base);
     pthread_mutex_lock(&s->lock);
     int rc = count_queued_locked(s, org_id, out);
     pthread_mutex_unlock(&s->lock);
@@ -632,7 +752,7 @@ static int sq_runs_count_queued(struct eph_store *base, const char *org_id, unsi
 
 static int sq_runs_count_by_status(struct eph_store *base, eph_status_count_cb cb, void *ctx)
 {
-    struct sqlite_store *s = S(base);
+    struct sq_conn *s = READER(base);
     struct {
         char status[24];
         uint64_t n;
@@ -651,7 +771,7 @@ static int sq_runs_count_by_status(struct eph_store *base, eph_status_count_cb c
         }
         if (r != SQLITE_DONE && r != SQLITE_ROW)
             rc = db_err(s, r, "count by status");
-        sqlite3_finalize(st);
+        done(st);
     }
     pthread_mutex_unlock(&s->lock);
     for (size_t i = 0; i < n && !rc; i++)
@@ -659,7 +779,7 @@ static int sq_runs_count_by_status(struct eph_store *base, eph_status_count_cb c
     return rc;
 }
 
-static int ledger_totals_locked(struct sqlite_store *s, const char *org_id, int64_t *credits,
+static int ledger_totals_locked(struct sq_conn *s, const char *org_id, int64_t *credits,
                                 int64_t *reserves, int64_t *charges, int64_t *releases)
 {
     sqlite3_stmt *st;
@@ -684,25 +804,33 @@ static int ledger_totals_locked(struct sqlite_store *s, const char *org_id, int6
     } else {
         rc = db_err(s, rc, "ledger totals");
     }
-    sqlite3_finalize(st);
+    done(st);
     return rc;
 }
 
-static int balance_locked(struct sqlite_store *s, const char *org_id, struct eph_balance *out)
+static int balance_locked(struct sq_conn *s, const char *org_id, struct eph_balance *out)
 {
-    int64_t credits, reserves, charges, releases;
-    int rc = ledger_totals_locked(s, org_id, &credits, &reserves, &charges, &releases);
+    sqlite3_stmt *st;
+    int rc = prepare(s, "SELECT balance_micros, reserved_micros FROM orgs WHERE id = ?", &st);
     if (rc)
         return rc;
-    out->balance_micros = credits - charges;
-    out->reserved_micros = reserves - charges - releases;
-    out->available_micros = out->balance_micros - out->reserved_micros;
-    return 0;
+    sqlite3_bind_text(st, 1, org_id, -1, SQLITE_TRANSIENT);
+    rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        out->balance_micros = sqlite3_column_int64(st, 0);
+        out->reserved_micros = sqlite3_column_int64(st, 1);
+        out->available_micros = out->balance_micros - out->reserved_micros;
+        rc = 0;
+    } else {
+        rc = rc == SQLITE_DONE ? -ENOENT : db_err(s, rc, "balance");
+    }
+    done(st);
+    return rc;
 }
 
 static int sq_balance(struct eph_store *base, const char *org_id, struct eph_balance *out)
 {
-    struct sqlite_store *s = S(base);
+    struct sq_conn *s = READER(base);
     pthread_mutex_lock(&s->lock);
     int rc = balance_locked(s, org_id, out);
     pthread_mutex_unlock(&s->lock);
@@ -712,15 +840,14 @@ static int sq_balance(struct eph_store *base, const char *org_id, struct eph_bal
 static int sq_ledger_totals(struct eph_store *base, const char *org_id, int64_t *credits,
                             int64_t *reserves, int64_t *charges, int64_t *releases)
 {
-    struct sqlite_store *s = S(base);
+    struct sq_conn *s = READER(base);
     pthread_mutex_lock(&s->lock);
     int rc = ledger_totals_locked(s, org_id, credits, reserves, charges, releases);
     pthread_mutex_unlock(&s->lock);
     return rc;
 }
 
-static int event_insert_locked(struct sqlite_store *s, const char *run_id,
-                               const struct eph_event *e)
+static int event_insert_locked(struct sq_conn *s, const char *run_id, const struct eph_event *e)
 {
     sqlite3_stmt *st;
     int rc = prepare(s,
@@ -746,7 +873,7 @@ static int event_insert_locked(struct sqlite_store *s, const char *run_id,
 static int sq_run_insert_capped(struct eph_store *base, const struct eph_run *r,
                                 const struct eph_event *first, unsigned max_queued)
 {
-    struct sqlite_store *s = S(base);
+    struct sq_conn *s = WRITER(base);
     pthread_mutex_lock(&s->lock);
     int rc = begin(s);
     if (rc)
@@ -770,8 +897,9 @@ static int sq_run_insert_capped(struct eph_store *base, const struct eph_run *r,
     sqlite3_stmt *st;
     rc = prepare(s,
                  "INSERT INTO runs (id, org_id, status, model, prompt, files, connections, "
-                 "metadata, shell, web, zdr, timeout_seconds, created_at, reserved_micros) "
-                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                 "metadata, shell, web, zdr, timeout_seconds, created_at, reserved_micros, "
+                 "node_id, lease_expires_at) "
+                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                  &st);
     if (rc)
         goto fail;
@@ -795,6 +923,8 @@ static int sq_run_insert_capped(struct eph_store *base, const struct eph_run *r,
     sqlite3_bind_int(st, 12, (int)r->timeout_seconds);
     sqlite3_bind_int64(st, 13, r->created_at_ms);
     sqlite3_bind_int64(st, 14, r->cost.reserved_micros);
+    bind_text_or_null(st, 15, r->node_id[0] ? r->node_id : NULL);
+    bind_ms_or_null(st, 16, r->lease_expires_at_ms);
     if ((rc = step_done(s, st, "run insert")))
         goto fail;
     if ((rc = insert_ledger(s, r->org_id, r->id, "reserve", r->cost.reserved_micros,
@@ -825,7 +955,7 @@ static int sq_run_insert(struct eph_store *base, const struct eph_run *r,
     "error_message, model_calls, input_tokens, output_tokens, shell_commands, web_requests, "      \
     "connection_requests, reserved_micros, model_micros, web_micros, compute_micros, "             \
     "charged_micros, released_micros, sandbox_backend, vcpus, memory_mib, log_expires_at, "        \
-    "log_purged"
+    "log_purged, node_id, lease_expires_at"
 
 static void row_to_run(sqlite3_stmt *st, struct eph_run *r)
 {
@@ -866,12 +996,15 @@ static void row_to_run(sqlite3_stmt *st, struct eph_run *r)
     r->memory_mib = (unsigned)sqlite3_column_int(st, 33);
     r->log_expires_at_ms = sqlite3_column_int64(st, 34);
     r->log_purged = sqlite3_column_int(st, 35);
+    const unsigned char *node = sqlite3_column_text(st, 36);
+    snprintf(r->node_id, sizeof(r->node_id), "%s", node ? (const char *)node : "");
+    r->lease_expires_at_ms = sqlite3_column_int64(st, 37);
 }
 
 static int sq_run_get(struct eph_store *base, const char *id, const char *org_id,
                       struct eph_run *out)
 {
-    struct sqlite_store *s = S(base);
+    struct sq_conn *s = READER(base);
     pthread_mutex_lock(&s->lock);
     sqlite3_stmt *st;
     int rc = prepare(s, "SELECT " RUN_COLUMNS " FROM runs WHERE id = ?", &st);
@@ -887,7 +1020,7 @@ static int sq_run_get(struct eph_store *base, const char *id, const char *org_id
         } else {
             rc = r == SQLITE_DONE ? -ENOENT : db_err(s, r, "run get");
         }
-        sqlite3_finalize(st);
+        done(st);
     }
     pthread_mutex_unlock(&s->lock);
     return rc;
@@ -895,8 +1028,8 @@ static int sq_run_get(struct eph_store *base, const char *id, const char *org_id
 
 /* Runs the rows of a prepared SELECT RUN_COLUMNS through cb, at most limit (0 = all). Called and
  * returns with the lock held; the callback runs with it released. */
-static int each_run(struct sqlite_store *s, sqlite3_stmt *st, unsigned limit, eph_run_cb cb,
-                    void *ctx, bool *has_more)
+static int each_run(struct sq_conn *s, sqlite3_stmt *st, unsigned limit, eph_run_cb cb, void *ctx,
+                    bool *has_more)
 {
     /* Collect first: callbacks may call back into the store. */
     struct eph_run *rows = NULL;
@@ -924,7 +1057,7 @@ static int each_run(struct sqlite_store *s, sqlite3_stmt *st, unsigned limit, ep
     }
     if (!rc && r != SQLITE_ROW && r != SQLITE_DONE)
         rc = db_err(s, r, "run list");
-    sqlite3_finalize(st);
+    done(st);
     pthread_mutex_unlock(&s->lock);
     for (size_t i = 0; i < n; i++) {
         if (!rc)
@@ -940,7 +1073,7 @@ static int sq_run_list(struct eph_store *base, const char *org_id, unsigned limi
                        const char *after, const char *status, eph_run_cb cb, void *ctx,
                        bool *has_more)
 {
-    struct sqlite_store *s = S(base);
+    struct sq_conn *s = READER(base);
     pthread_mutex_lock(&s->lock);
     sqlite3_stmt *st;
     int rc = prepare(s,
@@ -964,7 +1097,7 @@ static int sq_run_list(struct eph_store *base, const char *org_id, unsigned limi
 static int sq_runs_in_state(struct eph_store *base, enum eph_run_status state, eph_run_cb cb,
                             void *ctx)
 {
-    struct sqlite_store *s = S(base);
+    struct sq_conn *s = READER(base);
     pthread_mutex_lock(&s->lock);
     sqlite3_stmt *st;
     int rc =
@@ -979,7 +1112,7 @@ static int sq_runs_in_state(struct eph_store *base, enum eph_run_status state, e
 
 static int sq_run_update(struct eph_store *base, const struct eph_run *r)
 {
-    struct sqlite_store *s = S(base);
+    struct sq_conn *s = WRITER(base);
     pthread_mutex_lock(&s->lock);
     sqlite3_stmt *st;
     int rc = prepare(s,
@@ -1017,7 +1150,7 @@ static void bind_usage_cost(sqlite3_stmt *st, int i, const struct eph_run *r)
 
 static int sq_run_progress(struct eph_store *base, const struct eph_run *r)
 {
-    struct sqlite_store *s = S(base);
+    struct sq_conn *s = WRITER(base);
     pthread_mutex_lock(&s->lock);
     sqlite3_stmt *st;
     int rc = prepare(s,
@@ -1037,7 +1170,7 @@ static int sq_run_progress(struct eph_store *base, const struct eph_run *r)
 
 static int sq_run_finish(struct eph_store *base, const struct eph_run_final *f)
 {
-    struct sqlite_store *s = S(base);
+    struct sq_conn *s = WRITER(base);
     const struct eph_run *r = f->run;
     if (!eph_run_status_terminal(r->status))
         return -EINVAL;
@@ -1061,7 +1194,8 @@ static int sq_run_finish(struct eph_store *base, const struct eph_run_final *f)
                  "charged_micros = ?, released_micros = ?, log_expires_at = ?, "
                  "started_at = COALESCE(started_at, ?), "
                  "sandbox_backend = COALESCE(?, sandbox_backend) "
-                 "WHERE id = ? AND status IN ('queued', 'starting', 'running')",
+                 "WHERE id = ? AND status IN ('queued', 'starting', 'running') "
+                 "AND (?22 = 0 OR lease_expires_at < ?22)",
                  &st);
     if (rc)
         goto fail;
@@ -1078,6 +1212,7 @@ static int sq_run_finish(struct eph_store *base, const struct eph_run_final *f)
     bind_ms_or_null(st, 19, r->started_at_ms);
     bind_text_or_null(st, 20, r->sandbox_backend);
     sqlite3_bind_text(st, 21, r->id, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(st, 22, f->lease_expired_before_ms);
     if ((rc = step_done(s, st, "run finish")))
         goto fail;
     if (sqlite3_changes(s->db) == 0) {
@@ -1102,9 +1237,76 @@ out:
     return rc;
 }
 
+static int sq_run_claim(struct eph_store *base, const char *run_id, const char *node_id,
+                        int64_t lease_until_ms)
+{
+    struct sq_conn *s = WRITER(base);
+    pthread_mutex_lock(&s->lock);
+    sqlite3_stmt *st;
+    int rc = prepare(s,
+                     "UPDATE runs SET node_id = ?1, lease_expires_at = ?2 WHERE id = ?3 AND "
+                     "status = 'queued' AND (node_id IS NULL OR node_id = ?1)",
+                     &st);
+    if (!rc) {
+        sqlite3_bind_text(st, 1, node_id, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_int64(st, 2, lease_until_ms);
+        sqlite3_bind_text(st, 3, run_id, -1, SQLITE_TRANSIENT);
+        rc = step_done(s, st, "run claim");
+        if (!rc && sqlite3_changes(s->db) == 0)
+            rc = -EALREADY;
+    }
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
+static int sq_run_renew(struct eph_store *base, const char *run_id, const char *node_id,
+                        int64_t lease_until_ms, int64_t compute_micros)
+{
+    struct sq_conn *s = WRITER(base);
+    pthread_mutex_lock(&s->lock);
+    sqlite3_stmt *st;
+    /* The checkpoint never lowers what was measured and never exceeds what the reservation leaves
+     * after the model and web charges. */
+    int rc = prepare(s,
+                     "UPDATE runs SET lease_expires_at = ?1, compute_micros = "
+                     "MAX(compute_micros, MIN(?2, reserved_micros - model_micros - web_micros)) "
+                     "WHERE id = ?3 AND node_id = ?4 AND status IN ('queued', 'starting', "
+                     "'running')",
+                     &st);
+    if (!rc) {
+        sqlite3_bind_int64(st, 1, lease_until_ms);
+        sqlite3_bind_int64(st, 2, compute_micros);
+        sqlite3_bind_text(st, 3, run_id, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_text(st, 4, node_id, -1, SQLITE_TRANSIENT);
+        rc = step_done(s, st, "run renew");
+        if (!rc && sqlite3_changes(s->db) == 0)
+            rc = -ESTALE;
+    }
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
+static int sq_runs_lease_expired(struct eph_store *base, int64_t now_ms, eph_run_cb cb, void *ctx)
+{
+    struct sq_conn *s = READER(base);
+    pthread_mutex_lock(&s->lock);
+    sqlite3_stmt *st;
+    int rc = prepare(s,
+                     "SELECT " RUN_COLUMNS " FROM runs WHERE status IN ('queued', 'starting', "
+                     "'running') AND node_id IS NOT NULL AND lease_expires_at < ? "
+                     "ORDER BY created_at",
+                     &st);
+    if (!rc) {
+        sqlite3_bind_int64(st, 1, now_ms);
+        rc = each_run(s, st, 0, cb, ctx, NULL);
+    }
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
 static int sq_purge_logs(struct eph_store *base, int64_t now_ms, unsigned *purged)
 {
-    struct sqlite_store *s = S(base);
+    struct sq_conn *s = WRITER(base);
     pthread_mutex_lock(&s->lock);
     int rc = begin(s);
     if (rc)
@@ -1140,7 +1342,7 @@ out:
 
 static int sq_event_append(struct eph_store *base, const char *run_id, const struct eph_event *e)
 {
-    struct sqlite_store *s = S(base);
+    struct sq_conn *s = WRITER(base);
     pthread_mutex_lock(&s->lock);
     int rc = event_insert_locked(s, run_id, e);
     pthread_mutex_unlock(&s->lock);
@@ -1150,7 +1352,7 @@ static int sq_event_append(struct eph_store *base, const char *run_id, const str
 static int sq_events_list(struct eph_store *base, const char *run_id, uint64_t after_seq,
                           unsigned limit, eph_event_cb cb, void *ctx)
 {
-    struct sqlite_store *s = S(base);
+    struct sq_conn *s = READER(base);
     struct eph_event *rows = NULL;
     size_t n = 0, cap = 0;
     pthread_mutex_lock(&s->lock);
@@ -1189,7 +1391,7 @@ static int sq_events_list(struct eph_store *base, const char *run_id, uint64_t a
         }
         if (!rc && r != SQLITE_DONE)
             rc = db_err(s, r, "events list");
-        sqlite3_finalize(st);
+        done(st);
     }
     pthread_mutex_unlock(&s->lock);
     for (size_t i = 0; i < n; i++) {
@@ -1205,7 +1407,7 @@ static int sq_idem_begin(struct eph_store *base, const char *org_id, const char 
                          const char *request_hash, int64_t now_ms, int64_t expired_before_ms,
                          struct eph_idem *existing)
 {
-    struct sqlite_store *s = S(base);
+    struct sq_conn *s = WRITER(base);
     pthread_mutex_lock(&s->lock);
     int rc = begin(s);
     if (rc)
@@ -1234,11 +1436,11 @@ static int sq_idem_begin(struct eph_store *base, const char *org_id, const char 
         existing->status_code = sqlite3_column_int(st, 1);
         existing->response_body = col_strdup(st, 2);
         existing->created_at_ms = sqlite3_column_int64(st, 3);
-        sqlite3_finalize(st);
+        done(st);
         rc = -EEXIST;
         goto fail;
     }
-    sqlite3_finalize(st);
+    done(st);
     if (r != SQLITE_DONE) {
         rc = db_err(s, r, "idempotency lookup");
         goto fail;
@@ -1265,7 +1467,7 @@ out:
 static int sq_idem_complete(struct eph_store *base, const char *org_id, const char *key,
                             int status_code, const char *body)
 {
-    struct sqlite_store *s = S(base);
+    struct sq_conn *s = WRITER(base);
     pthread_mutex_lock(&s->lock);
     sqlite3_stmt *st;
     int rc = prepare(s,
@@ -1285,7 +1487,7 @@ static int sq_idem_complete(struct eph_store *base, const char *org_id, const ch
 
 static int sq_idem_abandon(struct eph_store *base, const char *org_id, const char *key)
 {
-    struct sqlite_store *s = S(base);
+    struct sq_conn *s = WRITER(base);
     pthread_mutex_lock(&s->lock);
     sqlite3_stmt *st;
     int rc =
@@ -1301,7 +1503,7 @@ static int sq_idem_abandon(struct eph_store *base, const char *org_id, const cha
 
 static int sq_idem_expire(struct eph_store *base, int64_t cutoff_ms)
 {
-    struct sqlite_store *s = S(base);
+    struct sq_conn *s = WRITER(base);
     pthread_mutex_lock(&s->lock);
     sqlite3_stmt *st;
     int rc = prepare(s, "DELETE FROM idempotency WHERE created_at < ?", &st);
@@ -1340,6 +1542,9 @@ const struct eph_store_ops eph_store_sqlite_ops = {
     .run_progress = sq_run_progress,
     .run_finish = sq_run_finish,
     .runs_in_state = sq_runs_in_state,
+    .run_claim = sq_run_claim,
+    .run_renew = sq_run_renew,
+    .runs_lease_expired = sq_runs_lease_expired,
     .purge_logs = sq_purge_logs,
     .event_append = sq_event_append,
     .events_list = sq_events_list,

@@ -7,13 +7,29 @@
 
 #include "common/clock.h"
 
+bool eph_store_target_is_postgres(const char *target)
+{
+    return strncmp(target, "postgres://", 11) == 0 || strncmp(target, "postgresql://", 13) == 0;
+}
+
 int eph_store_open(const char *target, struct eph_store **out, char *err, size_t errlen)
 {
-    if (strncmp(target, "postgres://", 11) == 0 || strncmp(target, "postgresql://", 13) == 0) {
-        snprintf(err, errlen, "the postgres store is not available in this build");
-        return -ENOTSUP;
-    }
+    if (eph_store_target_is_postgres(target))
+        return eph_store_postgres_ops.open(target, out, err, errlen);
     return eph_store_sqlite_ops.open(target, out, err, errlen);
+}
+
+int eph_store_open_pool(const char *target, unsigned pool_size, struct eph_store **out, char *err,
+                        size_t errlen)
+{
+    if (!eph_store_target_is_postgres(target) || !pool_size || strstr(target, "pool_size="))
+        return eph_store_open(target, out, err, errlen);
+    char *t = NULL;
+    if (asprintf(&t, "%s%cpool_size=%u", target, strchr(target, '?') ? '&' : '?', pool_size) < 0)
+        return -ENOMEM;
+    int rc = eph_store_open(t, out, err, errlen);
+    free(t);
+    return rc;
 }
 
 void eph_event_release(struct eph_event *e)
@@ -48,4 +64,15 @@ json_t *eph_event_to_json(const struct eph_event *e)
                      eph_clock_format_iso8601(e->at_ms, at, sizeof(at)), "source", e->source,
                      "type", e->type, "message", e->message ? e->message : "", "data",
                      e->data ? json_incref(e->data) : json_object());
+}
+
+int eph_store_health(struct eph_store *s, char *reason, size_t len)
+{
+    int rc = s->ops->ping(s);
+    if (rc && reason && len)
+        snprintf(reason, len, "%s store unreachable: %s", s->ops->name,
+                 rc == -ENOTCONN ? "no connection to the database" : strerror(-rc));
+    else if (reason && len)
+        reason[0] = '\0';
+    return rc;
 }

@@ -6,8 +6,10 @@
  *
  * Ownership: strings and structs filled by a store function belong to the caller
  * (eph_run_release(), free()). Errors: 0 or a negative errno; -ENOENT no such object, -EDQUOT the
- * balance cannot cover a reservation, -EEXIST a uniqueness conflict, -EIO the database failed
- * (logged with its message), -EROFS / -ENOSPC passed through from the database.
+ * balance cannot cover a reservation, -EEXIST a uniqueness conflict, -EOVERFLOW an amount the
+ * running totals cannot hold (nothing written), -EIO the database failed (logged with its
+ * message), -EROFS / -ENOSPC passed through from the database, -ENOTCONN the database cannot be
+ * reached (PostgreSQL: retried by the caller).
  *
  * Threads: a store may be used from every thread at once.
  */
@@ -47,6 +49,9 @@ struct eph_run_final {
                                        charged/released, log_expires_at */
     const struct eph_event *events; /* appended in the same transaction */
     size_t nevents;
+    /* Non-zero: settle only if the run's lease ended before this instant (another node finishing
+     * a lost run); -EALREADY when the owner renewed it meanwhile. */
+    int64_t lease_expired_before_ms;
 };
 
 struct eph_idem {
@@ -81,6 +86,20 @@ struct eph_connection {
 
 void eph_connection_release(struct eph_connection *c);
 
+/* What a shared store tells every node (PostgreSQL: LISTEN/NOTIFY), called from the store's own
+ * listening thread, quick and without calling back into the listener. */
+struct eph_store_listener {
+    /* An event was committed (any node): its run, number and type. */
+    void (*event)(const char *run_id, uint64_t seq, const char *type, void *ctx);
+    /* A run was queued (any node). */
+    void (*queued)(const char *run_id, void *ctx);
+    /* A cancel was asked on some node. */
+    void (*cancel)(const char *run_id, void *ctx);
+    /* Notifications may have been missed (the connection was lost and is back): look again. */
+    void (*resync)(void *ctx);
+    void *ctx;
+};
+
 typedef int (*eph_event_cb)(const struct eph_event *e, void *ctx);
 typedef int (*eph_run_cb)(const struct eph_run *r, void *ctx);
 typedef int (*eph_key_cb)(const struct eph_key_info *k, void *ctx);
@@ -89,6 +108,7 @@ typedef int (*eph_status_count_cb)(const char *status, uint64_t count, void *ctx
 
 struct eph_store_ops {
     const char *name;
+    bool shared; /* several nodes may use the same database */
     int (*open)(const char *target, struct eph_store **out, char *err, size_t errlen);
     void (*close)(struct eph_store *s);
     int (*ping)(struct eph_store *s);
@@ -142,6 +162,21 @@ struct eph_store_ops {
     /* The terminal transaction: status, ledger charge + release, closing events. -EALREADY when
      * the run was already terminal (nothing written). */
     int (*run_finish)(struct eph_store *s, const struct eph_run_final *f);
+    /* Leases. A node claims a queued run before working on it (-EALREADY when it is not queued
+     * or another node holds it), renews the lease while it works, and the renewal records compute
+     * measured so far (the checkpoint a lost run is charged to, never lowered, capped at what the
+     * reservation leaves). renew: -ESTALE when the run is no longer this node's to work on. */
+    int (*run_claim)(struct eph_store *s, const char *run_id, const char *node_id,
+                     int64_t lease_until_ms);
+    int (*run_renew)(struct eph_store *s, const char *run_id, const char *node_id,
+                     int64_t lease_until_ms, int64_t compute_micros);
+    /* Claims the oldest queued run that no node holds, skipping rows another node is claiming
+     * (FOR UPDATE SKIP LOCKED) and zero-data-retention runs (their prompt lives on the node that
+     * took it); -ENOENT when there is none. NULL on a single-node store. */
+    int (*run_claim_next)(struct eph_store *s, const char *node_id, int64_t lease_until_ms,
+                          char *run_id, size_t idlen);
+    /* Non-terminal claimed runs whose lease ended before now_ms (any node), oldest first. */
+    int (*runs_lease_expired)(struct eph_store *s, int64_t now_ms, eph_run_cb cb, void *ctx);
     /* Runs in a given state (all orgs), oldest first. */
     int (*runs_in_state)(struct eph_store *s, enum eph_run_status st, eph_run_cb cb, void *ctx);
     /* Drops the log (prompt, files, event outputs, result) of runs finished before cutoff. */
@@ -162,6 +197,12 @@ struct eph_store_ops {
     int (*idem_abandon)(struct eph_store *s, const char *org_id, const char *key);
     int (*idem_expire)(struct eph_store *s, int64_t cutoff_ms);
 
+    /* Shared stores only (NULL otherwise): notifications between nodes. listen starts them
+     * (the listener must outlive the store's close, which stops them); notify_cancel tells every
+     * node that a run's cancel was asked. */
+    int (*listen)(struct eph_store *s, const struct eph_store_listener *l);
+    int (*notify_cancel)(struct eph_store *s, const char *run_id);
+
     /* Sum of every ledger entry of an org by kind, for audits and tests. */
     int (*ledger_totals)(struct eph_store *s, const char *org_id, int64_t *credits,
                          int64_t *reserves, int64_t *charges, int64_t *releases);
@@ -172,8 +213,19 @@ struct eph_store {
 };
 
 extern const struct eph_store_ops eph_store_sqlite_ops;
+extern const struct eph_store_ops eph_store_postgres_ops;
 
-/* Opens the store named by target: "postgres://..." (not yet available) or a SQLite path. */
+/* Opens the store named by target: a PostgreSQL URI ("postgres://user@host:port/db", libpq's
+ * syntax, optionally "?pool_size=N") or a SQLite path. */
 int eph_store_open(const char *target, struct eph_store **out, char *err, size_t errlen);
+/* The same with the PostgreSQL pool size from the configuration (ignored for SQLite). */
+int eph_store_open_pool(const char *target, unsigned pool_size, struct eph_store **out, char *err,
+                        size_t errlen);
+bool eph_store_target_is_postgres(const char *target);
+/* The store's part of a health report (/healthz): 0 when the database answers now, else a
+ * negative errno and a short reason (no credentials, no host details). */
+int eph_store_health(struct eph_store *s, char *reason, size_t len);
+/* Statements sent to PostgreSQL since open (the bench's round trips per run). */
+unsigned long eph_store_postgres_round_trips(struct eph_store *s);
 
 #endif

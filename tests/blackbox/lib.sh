@@ -41,6 +41,17 @@ start_server() {
     local port; port=$(free_port)
     export EPHEMERAL_URL="http://127.0.0.1:$port"
     export DB="$TEST_TMP/ephemeral.db"
+    # Under api_postgres.sh: a database of this test on the PostgreSQL it started instead, the
+    # same one each time the test starts a server (as the SQLite file is).
+    if [ -n "${EPH_TEST_PG:-}" ]; then
+        local name
+        name="eph_$(printf '%s' "$TEST_TMP" | md5sum | cut -c1-12)"
+        [ "$("$PG_BIN/psql" -X -A -t "${EPH_TEST_PG}postgres" \
+            -c "SELECT 1 FROM pg_database WHERE datname = '$name'")" = 1 ] ||
+            "$PG_BIN/psql" -X -q "${EPH_TEST_PG}postgres" -c "CREATE DATABASE $name" ||
+            fail "cannot create a PostgreSQL database"
+        DB="${EPH_TEST_PG}$name"
+    fi
     SERVER_LOG="$TEST_TMP/server.log"
     EPHEMERAL_API_KEY=$("$EPHD" admin init --db "$DB") || fail "admin init failed"
     export EPHEMERAL_API_KEY

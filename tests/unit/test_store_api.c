@@ -19,6 +19,7 @@
 #include "common/metrics.h"
 #include "common/secret.h"
 #include "store/store.h"
+#include "store_target.h"
 
 struct fixture {
     char dir[64];
@@ -33,8 +34,7 @@ static int setup(void **state)
     snprintf(f->dir, sizeof(f->dir), "/tmp/eph-storeapi-XXXXXX");
     assert_non_null(mkdtemp(f->dir));
     snprintf(f->path, sizeof(f->path), "%s/test.db", f->dir);
-    char err[256];
-    assert_int_equal(eph_store_open(f->path, &f->st, err, sizeof(err)), 0);
+    assert_int_equal(test_store_open(f->path, &f->st), 0);
     bool created;
     assert_int_equal(
         f->st->ops->org_ensure(f->st, "acme", 100000, f->org, sizeof(f->org), &created), 0);
