@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -190,6 +191,15 @@ static int run_command(char *const argv[])
     return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -EIO;
 }
 
+/* Takes an exclusive lock on fd, waiting for it (EINTR retried). */
+static int flock_wait(int fd)
+{
+    while (flock(fd, LOCK_EX) < 0)
+        if (errno != EINTR)
+            return -errno;
+    return 0;
+}
+
 /* Points link at target, replacing an older link. */
 static int point_link(const char *link, const char *target)
 {
@@ -215,18 +225,26 @@ static int point_link(const char *link, const char *target)
     return 0;
 }
 
-static int image_build(const char *dir, bool quiet)
+static void free_sources(char **sources, size_t n)
 {
-    char codename[64];
-    if (host_codename(codename, sizeof(codename))) {
-        fprintf(stderr, "ephemerald: cannot tell the host's Debian release from /etc/os-release\n");
-        return 1;
+    for (size_t i = 0; i < n; i++)
+        free(sources[i]);
+    free(sources);
+}
+
+/* The recipe's cache key (16 hex digits) from the recipe, the host's release and its apt
+ * sources; the release and the source files are returned for the build. 0, or a negative errno
+ * with a reason in why. */
+static int recipe_key(char hash[17], char *codename, size_t codelen, char ***sources,
+                      size_t *nsources, char *why, size_t whylen)
+{
+    if (host_codename(codename, codelen)) {
+        snprintf(why, whylen, "cannot tell the host's Debian release from /etc/os-release");
+        return -ENOENT;
     }
-    char **sources;
-    size_t nsources;
-    if (apt_sources(&sources, &nsources)) {
-        fprintf(stderr, "ephemerald: this machine has no apt sources to build the image from\n");
-        return 1;
+    if (apt_sources(sources, nsources)) {
+        snprintf(why, whylen, "this machine has no apt sources to build the image from");
+        return -ENOENT;
     }
     /* The key: recipe, release, and the sources' contents. */
     struct eph_buf key;
@@ -237,16 +255,45 @@ static int image_build(const char *dir, bool quiet)
         rc = eph_buf_appendf(&key, "hook %s\n", recipe_hooks[i]);
     for (size_t i = 0; !rc && i < sizeof(recipe_dpkg_opts) / sizeof(recipe_dpkg_opts[0]); i++)
         rc = eph_buf_appendf(&key, "dpkg %s\n", recipe_dpkg_opts[i]);
-    for (size_t i = 0; !rc && i < nsources; i++)
-        rc = read_file_into(sources[i], &key);
+    for (size_t i = 0; !rc && i < *nsources; i++)
+        rc = read_file_into((*sources)[i], &key);
     if (rc) {
-        fprintf(stderr, "ephemerald: cannot read the apt sources: %s\n", strerror(-rc));
+        snprintf(why, whylen, "cannot read the apt sources: %s", strerror(-rc));
+        eph_buf_release(&key);
+        free_sources(*sources, *nsources);
+        *sources = NULL;
+        *nsources = 0;
+        return rc;
+    }
+    char full[65];
+    eph_sha256_hex(key.data, key.len, full);
+    eph_buf_release(&key);
+    memcpy(hash, full, 16);
+    hash[16] = '\0';
+    return 0;
+}
+
+int eph_image_recipe_hash(char hash[17], char *why, size_t whylen)
+{
+    char codename[64];
+    char **sources;
+    size_t nsources;
+    int rc = recipe_key(hash, codename, sizeof(codename), &sources, &nsources, why, whylen);
+    if (!rc)
+        free_sources(sources, nsources);
+    return rc;
+}
+
+static int image_build(const char *dir, bool quiet)
+{
+    char codename[64], hash[17], why[256];
+    char **sources;
+    size_t nsources;
+    int rc = recipe_key(hash, codename, sizeof(codename), &sources, &nsources, why, sizeof(why));
+    if (rc) {
+        fprintf(stderr, "ephemerald: %s\n", why);
         return 1;
     }
-    char hash[65];
-    eph_sha256_hex(key.data, key.len, hash);
-    eph_buf_release(&key);
-    hash[16] = '\0';
 
     char base[PATH_MAX], rootfs[PATH_MAX], tmp[PATH_MAX], marker[PATH_MAX];
     snprintf(base, sizeof(base), "%s/images/%s", cache_root(), hash);
@@ -254,11 +301,22 @@ static int image_build(const char *dir, bool quiet)
     snprintf(marker, sizeof(marker), "%s/complete", base);
     snprintf(tmp, sizeof(tmp), "%s/rootfs.tmp", base);
     struct stat sb;
+    if ((rc = mkdir_p(base))) {
+        fprintf(stderr, "ephemerald: cannot create '%s': %s\n", base, strerror(-rc));
+        return 1;
+    }
+    /* One build at a time per recipe: a second `make image` waits for the first and then finds
+     * the image built, instead of removing the first one's half-built tree. */
+    char lockpath[PATH_MAX];
+    snprintf(lockpath, sizeof(lockpath), "%s/lock", base);
+    int lockfd = open(lockpath, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (lockfd < 0 || flock_wait(lockfd)) {
+        fprintf(stderr, "ephemerald: cannot lock '%s': %s\n", lockpath, strerror(errno));
+        if (lockfd >= 0)
+            close(lockfd);
+        return 1;
+    }
     if (stat(marker, &sb) != 0) {
-        if ((rc = mkdir_p(base))) {
-            fprintf(stderr, "ephemerald: cannot create '%s': %s\n", base, strerror(-rc));
-            return 1;
-        }
         /* A half-built image of an interrupted build is removed first. */
         char *rm[] = {"rm", "-rf", "--one-file-system", tmp, rootfs, NULL};
         run_command(rm);
@@ -291,10 +349,12 @@ static int image_build(const char *dir, bool quiet)
         argv[a] = NULL;
         if ((rc = run_command(argv))) {
             fprintf(stderr, "ephemerald: mmdebstrap failed; the image was not built\n");
+            close(lockfd);
             return 1;
         }
         if (rename(tmp, rootfs)) {
             fprintf(stderr, "ephemerald: cannot move the image into place: %s\n", strerror(errno));
+            close(lockfd);
             return 1;
         }
         int fd = open(marker, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -304,11 +364,10 @@ static int image_build(const char *dir, bool quiet)
         }
         fprintf(stderr, "image: built %s\n", rootfs);
     }
-    for (size_t i = 0; i < nsources; i++)
-        free(sources[i]);
-    free(sources);
+    free_sources(sources, nsources);
     if ((rc = point_link(dir, rootfs))) {
         fprintf(stderr, "ephemerald: cannot point '%s' at the image: %s\n", dir, strerror(-rc));
+        close(lockfd);
         return 1;
     }
     /* The microvm backend's root disk and kernel, next to the image (src/daemon/image_vm.c).
@@ -316,6 +375,7 @@ static int image_build(const char *dir, bool quiet)
     if (eph_image_vm_build(cache_root(), base, quiet) != 0)
         fprintf(stderr, "image: the microvm backend's disk and kernel were not built (see above); "
                         "the other backends are unaffected\n");
+    close(lockfd);
     return 0;
 }
 
