@@ -46,6 +46,7 @@ int eph_config_defaults(struct eph_config *cfg)
     cfg->secret_key_file = strdup("var/secret.key");
     cfg->idempotency_ttl_seconds = 86400;
     cfg->sse_keepalive_seconds = 15;
+    cfg->on_unready = strdup("refuse");
     cfg->sandbox.backend = strdup("auto");
     cfg->sandbox.image = strdup(eph_default_image_path());
     cfg->sandbox.init_path = strdup(eph_default_init_path());
@@ -60,7 +61,7 @@ int eph_config_defaults(struct eph_config *cfg)
     cfg->models = calloc(1, sizeof(*cfg->models));
     if (!cfg->listen || !cfg->db || !cfg->log_format || !cfg->log_level || !cfg->sandbox.backend ||
         !cfg->sandbox.image || !cfg->sandbox.init_path || !cfg->default_model || !cfg->models ||
-        !cfg->secret_key_file)
+        !cfg->secret_key_file || !cfg->on_unready)
         return -ENOMEM;
     cfg->nmodels = 1;
     struct eph_model_config *m = &cfg->models[0];
@@ -87,6 +88,7 @@ void eph_config_release(struct eph_config *cfg)
     free(cfg->sandbox.init_path);
     free(cfg->default_model);
     free(cfg->secret_key_file);
+    free(cfg->on_unready);
     for (size_t i = 0; i < cfg->nmodels; i++)
         model_release(&cfg->models[i]);
     free(cfg->models);
@@ -146,6 +148,7 @@ static const struct key top_keys[] = {
     KS("secret_key_file", secret_key_file),
     KU("idempotency_ttl_seconds", idempotency_ttl_seconds, 30 * 86400),
     KU("sse_keepalive_seconds", sse_keepalive_seconds, 3600),
+    KS("on_unready", on_unready),
     {NULL, K_STR, 0, 0},
 };
 
@@ -374,6 +377,11 @@ int eph_config_load_file(struct eph_config *cfg, const char *path, char *err, si
         free(cfg->models);
         cfg->models = ms;
         cfg->nmodels = n;
+    }
+    if (strcmp(cfg->on_unready, "refuse") != 0 && strcmp(cfg->on_unready, "serve") != 0) {
+        snprintf(err, errlen, "config: 'on_unready' must be \"refuse\" or \"serve\"");
+        rc = -EINVAL;
+        goto out;
     }
     if (!eph_config_model(cfg, cfg->default_model)) {
         snprintf(err, errlen, "config: default_model '%s' is not one of the models",

@@ -30,6 +30,8 @@ struct eph_config {
     char *secret_key_file;            /* "var/secret.key": seals connection credentials */
     unsigned idempotency_ttl_seconds; /* 86400: how long an Idempotency-Key is remembered */
     unsigned sse_keepalive_seconds;   /* 15: comment lines on an idle event stream */
+    char *on_unready;                 /* "refuse": serve exits when the image or the backend is
+                                         unusable at start-up; "serve": it starts not ready */
     struct {
         char *backend;   /* "auto" */
         char *image;     /* "var/images/default" */
