@@ -189,10 +189,19 @@ int eph_readiness_check_backend(const struct eph_sandbox_ops *ops,
     if (rc)
         snprintf(why, whylen, "a %s sandbox cannot run a command: %s", ops->name, eph_strerror(rc));
     else if (res.signal || res.exit_code != 0) {
-        snprintf(why, whylen, "a %s sandbox cannot run a command: `exit 0` ended with %s %d%s%.*s",
+        /* The sandbox's stderr is hostile: its first line, printable ASCII only, capped. */
+        char first[121];
+        size_t n = 0;
+        for (size_t i = 0; i < res.err.len && n < sizeof(first) - 1; i++) {
+            unsigned char c = (unsigned char)res.err.data[i];
+            if (c == '\n')
+                break;
+            first[n++] = c >= 0x20 && c < 0x7f ? (char)c : '?';
+        }
+        first[n] = '\0';
+        snprintf(why, whylen, "a %s sandbox cannot run a command: `exit 0` ended with %s %d%s%s",
                  ops->name, res.signal ? "signal" : "status",
-                 res.signal ? res.signal : res.exit_code, res.err.len ? ": " : "",
-                 (int)(res.err.len > 120 ? 120 : res.err.len), res.err.len ? res.err.data : "");
+                 res.signal ? res.signal : res.exit_code, n ? ": " : "", first);
         rc = -EIO;
     }
     eph_exec_result_release(&res);

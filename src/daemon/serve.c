@@ -119,9 +119,7 @@ int eph_cmd_serve(int argc, char **argv)
         goto out;
     rc = eph_sandbox_choose(&svc.sandbox_cfg, &svc.sandbox_ops, err, sizeof(err));
     if (rc) {
-        EPH_ERROR("serve", "no usable sandbox backend: %s", err);
-        if (refuse_unready)
-            goto out;
+        /* Reported with the other parts below, which may say what is missing. */
         svc.sandbox_ops = NULL;
         eph_readiness_no_backend(svc.readiness, err);
     } else {
