@@ -47,7 +47,7 @@ start_server() {
     "$EPHD" serve --listen "127.0.0.1:$port" --db "$DB" "$@" >>"$SERVER_LOG" 2>&1 &
     SERVER_PID=$!
     _pids+=("$SERVER_PID")
-    for _ in $(seq 300); do
+    for _ in $(seq 600); do
         if curl -fsS "$EPHEMERAL_URL/healthz" >/dev/null 2>&1; then return 0; fi
         kill -0 "$SERVER_PID" 2>/dev/null || { cat "$SERVER_LOG" >&2; fail "server exited"; }
         sleep 0.05
