@@ -191,15 +191,6 @@ static int run_command(char *const argv[])
     return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -EIO;
 }
 
-/* Takes an exclusive lock on fd, waiting for it (EINTR retried). */
-static int flock_wait(int fd)
-{
-    while (flock(fd, LOCK_EX) < 0)
-        if (errno != EINTR)
-            return -errno;
-    return 0;
-}
-
 /* Points link at target, replacing an older link. */
 static int point_link(const char *link, const char *target)
 {
@@ -223,6 +214,32 @@ static int point_link(const char *link, const char *target)
         return e;
     }
     return 0;
+}
+
+/* Takes the build lock of one cached image; returns its descriptor, or -1 with a message. */
+static int lock_cache(const char *base)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof(path), "%s/.lock", base);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        fprintf(stderr, "ephemerald: cannot open '%s': %s\n", path, strerror(errno));
+        return -1;
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) == 0)
+        return fd;
+    if (errno == EWOULDBLOCK) {
+        fprintf(stderr, "image: another build of this image is under way; waiting for it\n");
+        int rc;
+        do
+            rc = flock(fd, LOCK_EX);
+        while (rc && errno == EINTR);
+        if (rc == 0)
+            return fd;
+    }
+    fprintf(stderr, "ephemerald: cannot lock '%s': %s\n", path, strerror(errno));
+    close(fd);
+    return -1;
 }
 
 static void free_sources(char **sources, size_t n)
@@ -300,22 +317,17 @@ static int image_build(const char *dir, bool quiet)
     snprintf(rootfs, sizeof(rootfs), "%s/rootfs", base);
     snprintf(marker, sizeof(marker), "%s/complete", base);
     snprintf(tmp, sizeof(tmp), "%s/rootfs.tmp", base);
-    struct stat sb;
     if ((rc = mkdir_p(base))) {
         fprintf(stderr, "ephemerald: cannot create '%s': %s\n", base, strerror(-rc));
         return 1;
     }
-    /* One build at a time per recipe: a second `make image` waits for the first and then finds
-     * the image built, instead of removing the first one's half-built tree. */
-    char lockpath[PATH_MAX];
-    snprintf(lockpath, sizeof(lockpath), "%s/lock", base);
-    int lockfd = open(lockpath, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-    if (lockfd < 0 || flock_wait(lockfd)) {
-        fprintf(stderr, "ephemerald: cannot lock '%s': %s\n", lockpath, strerror(errno));
-        if (lockfd >= 0)
-            close(lockfd);
+    /* Two builds of one recipe at once (two clones, two `make image`) would remove each other's
+     * half-built root: the second waits for the first, then finds the image complete. The lock
+     * is held until the microvm disk is built too, and released when the process ends. */
+    int lock = lock_cache(base);
+    if (lock < 0)
         return 1;
-    }
+    struct stat sb;
     if (stat(marker, &sb) != 0) {
         /* A half-built image of an interrupted build is removed first. */
         char *rm[] = {"rm", "-rf", "--one-file-system", tmp, rootfs, NULL};
@@ -349,12 +361,12 @@ static int image_build(const char *dir, bool quiet)
         argv[a] = NULL;
         if ((rc = run_command(argv))) {
             fprintf(stderr, "ephemerald: mmdebstrap failed; the image was not built\n");
-            close(lockfd);
+            close(lock);
             return 1;
         }
         if (rename(tmp, rootfs)) {
             fprintf(stderr, "ephemerald: cannot move the image into place: %s\n", strerror(errno));
-            close(lockfd);
+            close(lock);
             return 1;
         }
         int fd = open(marker, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -367,7 +379,7 @@ static int image_build(const char *dir, bool quiet)
     free_sources(sources, nsources);
     if ((rc = point_link(dir, rootfs))) {
         fprintf(stderr, "ephemerald: cannot point '%s' at the image: %s\n", dir, strerror(-rc));
-        close(lockfd);
+        close(lock);
         return 1;
     }
     /* The microvm backend's root disk and kernel, next to the image (src/daemon/image_vm.c).
@@ -375,7 +387,7 @@ static int image_build(const char *dir, bool quiet)
     if (eph_image_vm_build(cache_root(), base, quiet) != 0)
         fprintf(stderr, "image: the microvm backend's disk and kernel were not built (see above); "
                         "the other backends are unaffected\n");
-    close(lockfd);
+    close(lock);
     return 0;
 }
 
