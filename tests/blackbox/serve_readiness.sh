@@ -122,6 +122,23 @@ assert_eq "$(jq -r .backend.ok <<<"$body")" false "backend part"
 assert_contains "$(jq -r .backend.message <<<"$body")" namespaces "backend message"
 kill -TERM "$PID"; wait "$PID"
 
+# ... and no backend at all (one that cannot be chosen): started not ready, a run fails cleanly.
+key=$("$EPHD" admin init --db "$TEST_TMP/no-backend.db") || fail "admin init"
+serve_with no-backend '{"on_unready": "serve", "sandbox": {"backend": "nosuch"}}'
+read -r code body <<<"$(health)"
+assert_eq "$code" 503 "healthz without a backend"
+assert_eq "$(jq -r .backend.message <<<"$body")" \
+    "no usable sandbox backend: unknown sandbox backend 'nosuch'" "no backend message"
+run=$(curl -sS -X POST "http://127.0.0.1:$PORT/v1/runs" -H "Authorization: Bearer $key" \
+    -H 'Content-Type: application/json' -H 'Prefer: wait=30' \
+    -d @examples/sandbox-proof/request.json)
+assert_eq "$(jq -r .status <<<"$run")" failed "a run without a backend ($run)"
+assert_eq "$(jq -r .error.code <<<"$run")" sandbox_error "its error"
+assert_eq "$(jq -r .error.message <<<"$run")" "this server has no usable sandbox backend" "its message"
+assert_eq "$(jq '.cost.charged_micros + .cost.released_micros' <<<"$run")" \
+    "$(jq .permissions.max_cost_micros <<<"$run")" "settled"
+kill -TERM "$PID"; wait "$PID"
+
 # 5. A store that cannot open (its path is a directory): never started, whatever on_unready says.
 mkdir -p "$TEST_TMP/store-dir.db"
 for mode in refuse serve; do
