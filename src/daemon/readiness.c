@@ -97,7 +97,7 @@ static int check_guest_agent(const char *init_path, char *why, size_t whylen)
 }
 
 /* The recipe key an image from the cache was built from (images/KEY/complete beside
- * images/KEY/rootfs, which image is or links to), or 0 with key[0] = '\0' for an image of another
+ * images/KEY/rootfs, which image is or links to), or key[0] = '\0' for an image of another
  * origin. */
 static void image_recipe(const char *image, char key[17])
 {
@@ -127,10 +127,10 @@ static void image_recipe(const char *image, char key[17])
     char buf[17] = {0};
     ssize_t got = read(fd, buf, 16);
     close(fd);
-    if (got == 16) {
-        memcpy(key, buf, 16);
-        key[16] = '\0';
-    }
+    if (got != 16 || strspn(buf, "0123456789abcdef") != 16)
+        return; /* not a key `image build` wrote */
+    memcpy(key, buf, 16);
+    key[16] = '\0';
 }
 
 int eph_readiness_check_image(const char *image, const char *init_path, const char *recipe,
