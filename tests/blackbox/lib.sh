@@ -5,6 +5,10 @@ set -u
 : "${BUILD:?run through tests/run.sh}"
 : "${TEST_TMP:=$(mktemp -d /tmp/ephemeral-test.XXXXXX)}"
 EPHD=$BUILD/ephemerald
+# The image by its absolute path, so that a server started from another directory (store_full
+# runs in $TEST_TMP) finds it: serve refuses to start without a usable image.
+: "${EPHEMERAL_IMAGE:=${TOP:?run through tests/run.sh}/var/images/default}"
+export EPHEMERAL_IMAGE
 EPH=$BUILD/ephemeral
 _pids=()
 
