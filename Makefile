@@ -47,7 +47,12 @@ DAEMON_LIB_SRC := $(COMMON_SRC) $(SHARED_GUEST_SRC) \
 CLI_SRC := $(wildcard src/cli/*.c)
 INIT_SRC := $(wildcard src/guest/*.c)
 
-DAEMON_LIB_OBJ := $(DAEMON_LIB_SRC:%.c=$(OBJ)/%.o)
+# The web UI, built into ephemerald (src/api/static.c): web/ and the libraries of Debian's
+# libjs-marked and node-dompurify, and the seed example that the playground starts from.
+WEB_LIBS := /usr/share/javascript/marked/marked.min.js /usr/share/nodejs/dompurify/dist/purify.min.js
+WEB_SRC := $(sort $(wildcard web/*)) examples/sandbox-proof/request.json $(WEB_LIBS)
+WEB_OBJ := $(OBJ)/gen/web_files.o
+DAEMON_LIB_OBJ := $(DAEMON_LIB_SRC:%.c=$(OBJ)/%.o) $(WEB_OBJ)
 CLI_OBJ := $(CLI_SRC:%.c=$(OBJ)/%.o) $(COMMON_SRC:%.c=$(OBJ)/%.o)
 INIT_OBJ := $(INIT_SRC:%.c=$(BUILD)/init-obj/%.o)
 
@@ -96,6 +101,18 @@ $(OBJ)/%.o: %.c $(BUILD)/.flags
 	$(Q)mkdir -p $(dir $@)
 	@echo "  CC      $<"
 	$(Q)$(CC) $(CFLAGS_ALL) -MMD -MP -c $< -o $@
+
+$(OBJ)/gen/web_files.c: scripts/embed-web.sh $(WEB_SRC)
+	$(Q)mkdir -p $(dir $@)
+	@echo "  GEN     $@"
+	$(Q)scripts/embed-web.sh $@ $(WEB_SRC)
+
+$(WEB_OBJ): $(OBJ)/gen/web_files.c $(BUILD)/.flags
+	@echo "  CC      $<"
+	$(Q)$(CC) $(CFLAGS_ALL) -c $< -o $@
+
+$(WEB_LIBS):
+	$(Q)scripts/setup-deps.sh build
 
 $(BUILD)/init-obj/%.o: %.c $(BUILD)/.flags
 	$(Q)mkdir -p $(dir $@)
@@ -156,7 +173,14 @@ $(BENCH_BIN): bench/bench_exec.c $(DAEMON_LIB_OBJ) $(BUILD)/.flags
 	@echo "  BENCH   $@"
 	$(Q)$(CC) $(CFLAGS_ALL) $(LDFLAGS_ALL) -o $@ $< $(DAEMON_LIB_OBJ) $(LIBS)
 
-bench: all image $(BENCH_BIN)
+# The broker's benchmark (bench/bench_broker.c): latency and tunnel throughput through the proxy.
+BENCH_BROKER := $(BUILD)/bench/bench_broker
+$(BENCH_BROKER): bench/bench_broker.c $(DAEMON_LIB_OBJ) $(BUILD)/.flags
+	$(Q)mkdir -p $(dir $@)
+	@echo "  BENCH   $@"
+	$(Q)$(CC) $(CFLAGS_ALL) $(LDFLAGS_ALL) -o $@ $< $(DAEMON_LIB_OBJ) $(LIBS)
+
+bench: all image $(BENCH_BIN) $(BENCH_BROKER)
 	$(Q)bench/run.sh $(BUILD)
 
 lint: deps

@@ -4,9 +4,10 @@
 set -eu
 
 build="build-essential pkg-config libmicrohttpd-dev libjansson-dev libcurl4-openssl-dev
-       libseccomp-dev libsodium-dev libsqlite3-dev libcmocka-dev mmdebstrap debootstrap"
+       libseccomp-dev libsodium-dev libsqlite3-dev libcmocka-dev mmdebstrap debootstrap
+       libjs-marked node-dompurify"
 test="$build curl jq uuid-runtime sqlite3 python3 python3-yaml iproute2 procps util-linux
-      qemu-system-x86 e2fsprogs"
+      qemu-system-x86 e2fsprogs chromium chromium-driver"
 bench="$test bubblewrap runsc"
 lint="$build cppcheck clang-format clang-tidy"
 fuzz="$build clang libclang-rt-14-dev"

@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "agent/model.h"
+#include "broker/broker.h"
 #include "ledger/budget.h"
 #include "run/live.h"
 #include "run/run.h"
@@ -33,6 +34,7 @@ struct eph_agent_ctx {
     unsigned output_cap; /* bytes per stream returned to the model */
     const struct eph_sandbox_limits *limits;
     const char *backend_name;
+    struct eph_broker *broker; /* the run's way out (web, connections), or NULL */
 };
 
 struct eph_agent_outcome {

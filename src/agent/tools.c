@@ -63,10 +63,49 @@ json_t *eph_tools_declare(bool shell, bool web)
     return tools;
 }
 
+/* The broker's part of the system prompt (SPEC 8.5: true, and nothing that does not work): how
+ * the web is reached, and each connection by name with its methods and path prefixes. */
+static char *broker_prompt(const struct eph_run *r)
+{
+    struct eph_buf b;
+    eph_buf_init(&b, 64 * 1024);
+    int rc = 0;
+    if (r->web)
+        rc = eph_buf_appends(&b, "Web is on: the sandbox reaches public http and https sites "
+                                 "only through the proxy at http://127.0.0.1:3128, already set "
+                                 "in HTTP_PROXY and HTTPS_PROXY (curl, pip, git and Python use "
+                                 "it as they are); names resolve on the proxy, not in the "
+                                 "sandbox; private and local addresses are refused. The "
+                                 "web_fetch tool fetches a URL for you. ");
+    size_t n = r->connections ? json_array_size(r->connections) : 0;
+    if (!r->web && n == 0)
+        rc = eph_buf_appends(&b, "There is no network: the sandbox cannot reach the internet.");
+    else if (!r->web)
+        rc = eph_buf_appends(&b, "Web is off: there is no internet access, only the "
+                                 "connections below. ");
+    if (!rc && n) {
+        rc = eph_buf_appends(&b, "Connections (external APIs; the proxy adds their credential, "
+                                 "which you never see and must not ask for): call "
+                                 "http://127.0.0.1:3128/NAME/PATH in plain http, e.g. curl -sS "
+                                 "http://127.0.0.1:3128/NAME/PATH. Allowed:");
+        for (size_t i = 0; !rc && i < n; i++)
+            rc = eph_buf_appendf(&b, " %s", json_string_value(json_array_get(r->connections, i)));
+        if (!rc)
+            rc = eph_buf_appends(&b, " (other methods and paths than the connection allows are "
+                                     "refused with 403). ");
+    }
+    if (rc) {
+        eph_buf_release(&b);
+        return NULL;
+    }
+    return eph_buf_steal(&b);
+}
+
 char *eph_agent_system_prompt(const struct eph_agent_ctx *ctx)
 {
     const struct eph_run *r = ctx->run;
     char *s = NULL;
+    char *broker = broker_prompt(r);
     int n = asprintf(
         &s,
         "You are an agent working inside a disposable, isolated sandbox (%s backend) that is "
@@ -80,10 +119,8 @@ char *eph_agent_system_prompt(const struct eph_agent_ctx *ctx)
         r->web ? "on" : "off",
         r->connections && json_array_size(r->connections) ? "as listed" : "none",
         ctx->limits->memory_mib, ctx->limits->pids, ctx->limits->disk_mib,
-        ctx->command_timeout_ms / 1000, ctx->output_cap,
-        r->web ? "Web access goes only through web_fetch and the proxy."
-               : "There is no network: the sandbox cannot reach the internet.",
-        r->timeout_seconds);
+        ctx->command_timeout_ms / 1000, ctx->output_cap, broker ? broker : "", r->timeout_seconds);
+    free(broker);
     return n < 0 ? NULL : s;
 }
 
@@ -227,6 +264,12 @@ static int run_shell(struct eph_agent_ctx *ctx, const char *command, char **cont
         return 0;
     }
 
+    if (ctx->broker && eph_broker_exhausted(ctx->broker)) {
+        /* A transfer through the broker was cut where the budget ended (or a request's fee did
+         * not fit): the run stops here, budget_exhausted. */
+        eph_exec_result_release(&res);
+        return -EDQUOT;
+    }
     if (res.timed_out && stop) {
         /* Killed at the run's deadline or at the instant compute would exhaust the budget: the
          * run is over, and the sandbox goes now rather than after another turn. */
@@ -289,6 +332,36 @@ static int run_read_file(struct eph_agent_ctx *ctx, const char *path, char **con
         json_decref(o);
     }
     eph_buf_release(&b);
+    return 0;
+}
+
+/* web_fetch: executed by the run's broker on this thread (it meters on the budget), each hop an
+ * event of its own. */
+static int run_web_fetch(struct eph_agent_ctx *ctx, const char *url, char **content)
+{
+    if (!ctx->broker) {
+        *content = tool_error("web_fetch is not available in this run");
+        return 0;
+    }
+    struct eph_web_fetch f;
+    char err[256] = "";
+    int rc = eph_broker_web_fetch(ctx->broker, url, ctx->output_cap, &f, err, sizeof(err));
+    record_progress(ctx);
+    if (rc == -EDQUOT)
+        return -EDQUOT;
+    if (rc) {
+        *content = tool_error("%s", err[0] ? err : eph_strerror(rc));
+        return 0;
+    }
+    struct eph_buf b = {.data = f.text, .len = strlen(f.text)};
+    json_t *o =
+        json_pack("{s:i, s:s, s:o, s:b}", "status", f.status, "content_type", f.content_type,
+                  "text", capped_text(&b, b.len, b.len, false), "truncated", f.truncated);
+    if (f.redirects)
+        json_object_set_new(o, "redirects", json_integer(f.redirects));
+    *content = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    free(f.text);
     return 0;
 }
 
@@ -365,7 +438,12 @@ int eph_tools_execute(struct eph_agent_ctx *ctx, const struct eph_tool_call *cal
     } else if (is_read) {
         rc = run_read_file(ctx, json_string_value(json_object_get(args, "path")), content);
     } else {
-        *content = tool_error("web_fetch is not available yet on this server");
+        const char *url = json_string_value(json_object_get(args, "url"));
+        size_t len = json_string_length(json_object_get(args, "url"));
+        if (!url || len == 0 || len > 2000 || strlen(url) != len)
+            *content = tool_error("url must be an http(s) URL of at most 2000 bytes");
+        else
+            rc = run_web_fetch(ctx, url, content);
     }
 out:
     json_decref(args);

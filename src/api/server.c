@@ -3,6 +3,7 @@
  * idempotency of POSTs, metrics of every request, and the JSON answer helpers.
  */
 #include "api/api.h"
+#include "api/static.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -392,9 +393,15 @@ static int route(struct eph_api_req *req)
         req->route = "/v1/keys/{id}";
     else if (match_id_path(p, "/v1/connections/", id, sizeof(id), &tail) && !*tail)
         req->route = "/v1/connections/{name}";
+    else if (eph_api_static_match(p))
+        req->route = "web";
     else
         return no_such_path(req);
     const char *r = req->route;
+
+    /* The web UI's pages and assets need no key: the page asks for one and sends it itself. */
+    if (strcmp(r, "web") == 0)
+        return get || strcmp(m, "HEAD") == 0 ? eph_api_static_serve(req) : method_not_allowed(req);
 
     if (strcmp(r, "/healthz") == 0)
         return get ? eph_api_healthz(req) : method_not_allowed(req);

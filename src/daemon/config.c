@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "broker/broker.h"
 #include "daemon/commands.h"
 
 int eph_config_set(char **field, const char *value)
@@ -57,6 +58,10 @@ int eph_config_defaults(struct eph_config *cfg)
     cfg->prices.compute_micros_per_second = 240;
     cfg->prices.web_micros_per_request = 100;
     cfg->prices.web_micros_per_mib = 50;
+    cfg->broker.max_request_bytes = 10u << 20;
+    cfg->broker.max_response_bytes = 50u << 20;
+    cfg->broker.request_timeout_seconds = 60;
+    cfg->broker.max_tunnels_per_run = 16;
     cfg->default_model = strdup("openai/gpt-6-luna");
     cfg->models = calloc(1, sizeof(*cfg->models));
     if (!cfg->listen || !cfg->db || !cfg->log_format || !cfg->log_level || !cfg->sandbox.backend ||
@@ -89,6 +94,10 @@ void eph_config_release(struct eph_config *cfg)
     free(cfg->default_model);
     free(cfg->secret_key_file);
     free(cfg->on_unready);
+    for (size_t i = 0; i < cfg->broker.nallow_private_cidrs; i++)
+        free(cfg->broker.allow_private_cidrs[i]);
+    free(cfg->broker.allow_private_cidrs);
+    free(cfg->broker.extra_ca_file);
     for (size_t i = 0; i < cfg->nmodels; i++)
         model_release(&cfg->models[i]);
     free(cfg->models);
@@ -174,6 +183,14 @@ static const struct key price_keys[] = {
     {NULL, K_STR, 0, 0},
 };
 
+static const struct key broker_keys[] = {
+    KL("max_request_bytes", broker.max_request_bytes, 1ull << 40),
+    KL("max_response_bytes", broker.max_response_bytes, 1ull << 40),
+    KU("request_timeout_seconds", broker.request_timeout_seconds, 86400),
+    KU("max_tunnels_per_run", broker.max_tunnels_per_run, 64),
+    {NULL, K_STR, 0, 0},
+};
+
 static int set_key(void *base, const struct key *k, json_t *v, const char *where, char *err,
                    size_t errlen)
 {
@@ -226,6 +243,60 @@ static int load_object(void *base, const struct key *keys, json_t *obj, const ch
         if (rc)
             return rc;
     }
+    return 0;
+}
+
+/* broker.*: the scalar keys, the allow-list (each entry a CIDR the broker can parse) and the
+ * extra CA file (a path, or null). */
+static int load_broker(struct eph_config *cfg, json_t *o, char *err, size_t errlen)
+{
+    static const char *const special[] = {"allow_private_cidrs", "extra_ca_file", NULL};
+    int rc = load_object(cfg, broker_keys, o, "broker.", special, err, errlen);
+    if (rc)
+        return rc;
+    json_t *ca = json_object_get(o, "extra_ca_file");
+    if (ca && !json_is_null(ca)) {
+        if (!json_is_string(ca) || !json_string_value(ca)[0]) {
+            snprintf(err, errlen, "config: 'broker.extra_ca_file' must be a path or null");
+            return -EINVAL;
+        }
+        if (eph_config_set(&cfg->broker.extra_ca_file, json_string_value(ca)))
+            return -ENOMEM;
+    }
+    json_t *list = json_object_get(o, "allow_private_cidrs");
+    if (!list)
+        return 0;
+    if (!json_is_array(list) || json_array_size(list) > EPH_BROKER_MAX_ALLOW_CIDRS) {
+        snprintf(err, errlen,
+                 "config: 'broker.allow_private_cidrs' must be an array of at most "
+                 "%d CIDRs",
+                 EPH_BROKER_MAX_ALLOW_CIDRS);
+        return -EINVAL;
+    }
+    size_t n = json_array_size(list);
+    char **v = calloc(n + 1, sizeof(char *));
+    if (!v)
+        return -ENOMEM;
+    for (size_t i = 0; i < n; i++) {
+        json_t *e = json_array_get(list, i);
+        struct eph_cidr c;
+        if (!json_is_string(e) || eph_cidr_parse(json_string_value(e), &c) != 0) {
+            snprintf(err, errlen,
+                     "config: broker.allow_private_cidrs[%zu] is not a CIDR "
+                     "(a.b.c.d/n or an IPv6 prefix)",
+                     i);
+            for (size_t k = 0; k < i; k++)
+                free(v[k]);
+            free(v);
+            return -EINVAL;
+        }
+        v[i] = strdup(json_string_value(e));
+    }
+    for (size_t i = 0; i < cfg->broker.nallow_private_cidrs; i++)
+        free(cfg->broker.allow_private_cidrs[i]);
+    free(cfg->broker.allow_private_cidrs);
+    cfg->broker.allow_private_cidrs = v;
+    cfg->broker.nallow_private_cidrs = n;
     return 0;
 }
 
@@ -325,7 +396,7 @@ int eph_config_load_file(struct eph_config *cfg, const char *path, char *err, si
         snprintf(err, errlen, "config: %s: the top level must be an object", path);
         goto out;
     }
-    static const char *const nested[] = {"sandbox", "prices", "models", NULL};
+    static const char *const nested[] = {"sandbox", "prices", "models", "broker", NULL};
     if ((rc = load_object(cfg, top_keys, root, "", nested, err, errlen)))
         goto out;
     json_t *sb = json_object_get(root, "sandbox");
@@ -341,6 +412,13 @@ int eph_config_load_file(struct eph_config *cfg, const char *path, char *err, si
                (rc = load_object(cfg, price_keys, pr, "prices.", NULL, err, errlen)))) {
         if (!rc)
             snprintf(err, errlen, "config: 'prices' must be an object");
+        rc = -EINVAL;
+        goto out;
+    }
+    json_t *br = json_object_get(root, "broker");
+    if (br && (!json_is_object(br) || (rc = load_broker(cfg, br, err, errlen)))) {
+        if (!rc)
+            snprintf(err, errlen, "config: 'broker' must be an object");
         rc = -EINVAL;
         goto out;
     }

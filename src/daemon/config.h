@@ -46,6 +46,15 @@ struct eph_config {
         uint64_t web_micros_per_request;    /* 100 */
         uint64_t web_micros_per_mib;        /* 50 */
     } prices;
+    struct {
+        char **allow_private_cidrs;       /* none: only public addresses (SPEC 7) */
+        size_t nallow_private_cidrs;      /* at most 64, each checked at load */
+        char *extra_ca_file;              /* PEM added to the system store, or NULL */
+        uint64_t max_request_bytes;       /* 10 MiB */
+        uint64_t max_response_bytes;      /* 50 MiB */
+        unsigned request_timeout_seconds; /* 60 */
+        unsigned max_tunnels_per_run;     /* 16 */
+    } broker;
     char *default_model;
     struct eph_model_config *models;
     size_t nmodels;

@@ -35,6 +35,7 @@
 #include <unistd.h>
 
 #include "guest/protocol.h"
+#include "guest/tunnel.h"
 #include "guest/vm.h"
 
 #define CHANNEL_FD 3
@@ -52,6 +53,7 @@ static const char *scratch_dir;
 static const char *home_dir;
 static int sig_fd = -1;
 static bool channel_broken;
+static size_t rx_off, rx_len; /* rx_raw[rx_off..rx_len): read from the channel, not decoded yet */
 
 static uint64_t mono_ms(void)
 {
@@ -182,6 +184,10 @@ static int build_env(const struct eph_proto_exec *ex, const char **envp, size_t 
     size_t n = 0;
     for (size_t i = 0; i < sizeof(base) / sizeof(base[0]); i++)
         envp[n++] = base[i];
+    /* With the broker tunnel on, every program finds the proxy the usual way. */
+    const char *const *proxy = eph_gtunnel_env();
+    for (size_t i = 0; proxy && proxy[i] && n + 1 < max; i++)
+        envp[n++] = proxy[i];
     for (uint32_t i = 0; i < ex->env_count && n + 1 < max; i++) {
         const char *e = ex->env[i];
         size_t klen = (size_t)(strchr(e, '=') - e) + 1;
@@ -250,10 +256,13 @@ static pid_t spawn(const struct eph_proto_exec *ex, const char *const *envp, int
     return clone(spawn_child, stack + sizeof(stack), CLONE_VM | CLONE_VFORK | SIGCHLD, &a);
 }
 
+static bool channel_read(void);
+static void channel_drain(bool busy);
+
 static void do_exec(uint32_t id, const uint8_t *payload, size_t len)
 {
     static struct eph_proto_exec ex;
-    static const char *envp[EPH_PROTO_MAX_ENV + 8];
+    static const char *envp[EPH_PROTO_MAX_ENV + 16];
     int out[2] = {-1, -1}, err[2] = {-1, -1};
 
     int rc = eph_proto_exec_decode(payload, len, &ex);
@@ -289,24 +298,36 @@ static void do_exec(uint32_t id, const uint8_t *payload, size_t len)
     uint64_t deadline = ex.timeout_ms ? start + ex.timeout_ms : 0;
     uint64_t drain_until = 0;
 
+    /* Tunnel frames that came in the same read as this request. */
+    channel_drain(true);
     while (!exited || ((out_open || err_open) && mono_ms() < drain_until)) {
-        struct pollfd pfd[4] = {
+        struct pollfd pfd[4 + EPH_GTUNNEL_MAX_POLLFDS] = {
             {.fd = out_open ? out[0] : -1, .events = POLLIN},
             {.fd = err_open ? err[0] : -1, .events = POLLIN},
             {.fd = sig_fd, .events = POLLIN},
-            /* events 0: only hangup and error, so pending requests do not spin the loop. */
-            {.fd = CHANNEL_FD, .events = 0},
+            /* events 0 without the tunnel: only hangup and error (no request comes while this
+             * one runs). With it, the host's tunnel frames are read while the command runs,
+             * since the command is usually the proxy's client. */
+            {.fd = CHANNEL_FD, .events = eph_gtunnel_on() ? POLLIN : 0},
         };
+        size_t nt = eph_gtunnel_pollfds(pfd + 4, EPH_GTUNNEL_MAX_POLLFDS);
         int wait_ms = -1;
         uint64_t now = mono_ms();
         uint64_t until = exited ? drain_until : (timed_out ? 0 : deadline);
         if (until)
             wait_ms = until > now ? (int)(until - now) : 0;
-        int n = poll(pfd, 4, wait_ms);
+        int n = poll(pfd, 4 + nt, wait_ms);
         if (n < 0 && errno != EINTR)
             break;
-        if (pfd[3].revents & (POLLHUP | POLLERR))
+        if (pfd[3].revents & POLLIN) {
+            if (!channel_read())
+                die_all(0);
+            channel_drain(true);
+        } else if (pfd[3].revents & (POLLHUP | POLLERR)) {
             die_all(0);
+        }
+        if (n > 0)
+            eph_gtunnel_service(pfd + 4, nt);
         if (pfd[0].revents)
             out_open = stream_pump(&so, id);
         if (pfd[1].revents)
@@ -498,6 +519,18 @@ static void dispatch(const struct eph_proto_frame *f)
     case EPH_PROTO_READ_FILE:
         do_read_file(f->hdr.id, f->payload, f->hdr.length);
         break;
+    case EPH_PROTO_TUNNEL_LISTEN: {
+        uint16_t port;
+        uint32_t max;
+        int rc = eph_proto_tunnel_listen_decode(f->payload, f->hdr.length, &port, &max);
+        if (!rc)
+            rc = eph_gtunnel_listen(port, max);
+        if (rc)
+            reply_error(f->hdr.id, rc, "cannot open the proxy listener");
+        else
+            reply_empty(EPH_PROTO_OK, f->hdr.id, NULL, 0);
+        break;
+    }
     case EPH_PROTO_SHUTDOWN:
         kill(-1, SIGKILL);
         reap(0, NULL);
@@ -506,6 +539,57 @@ static void dispatch(const struct eph_proto_frame *f)
     default:
         reply_error(f->hdr.id, -EPROTO, "unexpected frame type");
         break;
+    }
+}
+
+static bool is_tunnel_frame(uint8_t type)
+{
+    return type == EPH_PROTO_TUNNEL_DATA || type == EPH_PROTO_TUNNEL_WINDOW ||
+           type == EPH_PROTO_TUNNEL_CLOSE;
+}
+
+/* Reads what the channel has into rx_raw (only once what was read before is decoded). Returns
+ * false when the host closed the channel. */
+static bool channel_read(void)
+{
+    if (rx_off < rx_len)
+        return true;
+    ssize_t n = read(CHANNEL_FD, rx_raw, sizeof(rx_raw));
+    if (n < 0 && (errno == EINTR || errno == EAGAIN))
+        return true;
+    if (n <= 0)
+        return false;
+    rx_off = 0;
+    rx_len = (size_t)n;
+    return true;
+}
+
+/* Decodes and serves every frame read so far. busy: an exec runs, so only tunnel frames may come;
+ * a request is answered with an error. An exec dispatched from here drains the rest itself (the
+ * state is shared), so the loop simply finds nothing left when it returns. */
+static void channel_drain(bool busy)
+{
+    while (rx_off < rx_len) {
+        struct eph_proto_frame f;
+        size_t used = 0;
+        int rc = eph_proto_decode(&dec, rx_raw + rx_off, rx_len - rx_off, &used, &f);
+        rx_off += used;
+        if (rc < 0) {
+            /* The stream is out of step: say so once, drop what was read and start over on
+             * the next read, rather than die on garbage. */
+            reply_error(0, rc, "bad frame");
+            eph_proto_decoder_reset(&dec);
+            rx_off = rx_len;
+            return;
+        }
+        if (rc != 1)
+            continue;
+        if (is_tunnel_frame(f.hdr.type))
+            eph_gtunnel_frame(&f);
+        else if (busy)
+            reply_error(f.hdr.id, -EBUSY, "a request is already in flight");
+        else
+            dispatch(&f);
     }
 }
 
@@ -537,43 +621,28 @@ int main(int argc, char **argv)
     if (chdir(scratch_dir) != 0)
         return 2;
     eph_proto_decoder_init(&dec, EPH_PROTO_FROM_HOST, rx_payload, sizeof(rx_payload));
+    eph_gtunnel_init(send_all);
 
     int hl = eph_proto_hello_encode(tx_small, sizeof(tx_small), (uint32_t)getpid());
     if (hl > 0)
         send_all(tx_small, (size_t)hl);
 
     for (;;) {
-        struct pollfd pfd[2] = {{.fd = CHANNEL_FD, .events = POLLIN},
-                                {.fd = sig_fd, .events = POLLIN}};
-        if (poll(pfd, 2, -1) < 0) {
+        struct pollfd pfd[2 + EPH_GTUNNEL_MAX_POLLFDS] = {{.fd = CHANNEL_FD, .events = POLLIN},
+                                                          {.fd = sig_fd, .events = POLLIN}};
+        size_t nt = eph_gtunnel_pollfds(pfd + 2, EPH_GTUNNEL_MAX_POLLFDS);
+        if (poll(pfd, 2 + nt, -1) < 0) {
             if (errno == EINTR)
                 continue;
             die_all(1);
         }
         if (pfd[1].revents)
             reap(0, NULL);
+        eph_gtunnel_service(pfd + 2, nt);
         if (!pfd[0].revents)
             continue;
-        ssize_t n = read(CHANNEL_FD, rx_raw, sizeof(rx_raw));
-        if (n < 0 && (errno == EINTR || errno == EAGAIN))
-            continue;
-        if (n <= 0)
+        if (!channel_read())
             die_all(0); /* the host closed the channel */
-        size_t off = 0;
-        while (off < (size_t)n) {
-            struct eph_proto_frame f;
-            size_t used = 0;
-            int rc = eph_proto_decode(&dec, rx_raw + off, (size_t)n - off, &used, &f);
-            off += used;
-            if (rc < 0) {
-                /* The stream is out of step: say so once, drop what was read and start over on
-                 * the next read, rather than die on garbage. */
-                reply_error(0, rc, "bad frame");
-                eph_proto_decoder_reset(&dec);
-                break;
-            }
-            if (rc == 1)
-                dispatch(&f);
-        }
+        channel_drain(false);
     }
 }

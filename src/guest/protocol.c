@@ -33,6 +33,11 @@ static const struct type_info types[] = {
     {EPH_PROTO_FILE_DATA, EPH_PROTO_FROM_GUEST, 1, EPH_PROTO_CHUNK, "file_data"},
     {EPH_PROTO_FILE_END, EPH_PROTO_FROM_GUEST, 8, 8, "file_end"},
     {EPH_PROTO_SHUTDOWN, EPH_PROTO_FROM_HOST, 0, 0, "shutdown"},
+    {EPH_PROTO_TUNNEL_LISTEN, EPH_PROTO_FROM_HOST, 8, 8, "tunnel_listen"},
+    {EPH_PROTO_TUNNEL_OPEN, EPH_PROTO_FROM_GUEST, 0, 0, "tunnel_open"},
+    {EPH_PROTO_TUNNEL_DATA, EPH_PROTO_FROM_BOTH, 1, EPH_PROTO_CHUNK, "tunnel_data"},
+    {EPH_PROTO_TUNNEL_WINDOW, EPH_PROTO_FROM_BOTH, 4, 4, "tunnel_window"},
+    {EPH_PROTO_TUNNEL_CLOSE, EPH_PROTO_FROM_BOTH, 4, 4, "tunnel_close"},
 };
 
 static const struct type_info *type_find(uint8_t type)
@@ -100,7 +105,7 @@ int eph_proto_header_parse(const uint8_t raw[EPH_PROTO_HEADER_SIZE], enum eph_pr
     if (raw[0] != EPH_PROTO_MAGIC0 || raw[1] != EPH_PROTO_MAGIC1 || raw[2] != EPH_PROTO_VERSION)
         return -EPROTO;
     const struct type_info *t = type_find(raw[3]);
-    if (!t || t->dir != from)
+    if (!t || !(t->dir & from))
         return -EPROTO;
     /* Version 1 defines no header flags and no reserved bits: anything set is a peer we do not
      * understand, and guessing would be worse than refusing. */
@@ -577,5 +582,61 @@ int eph_proto_path_check(const char *path)
         if (slash && *p == '\0')
             return -EINVAL;
     }
+    return 0;
+}
+
+/* ---- Tunnel ------------------------------------------------------------------------------ */
+
+int eph_proto_tunnel_listen_encode(uint8_t *buf, size_t cap, uint32_t id, uint16_t port,
+                                   uint32_t max_streams)
+{
+    uint8_t p[8];
+    if (port == 0 || max_streams == 0 || max_streams > 1024)
+        return -EINVAL;
+    put32(p, port);
+    put32(p + 4, max_streams);
+    return eph_proto_raw_encode(buf, cap, EPH_PROTO_TUNNEL_LISTEN, 0, id, p, sizeof(p));
+}
+
+int eph_proto_tunnel_listen_decode(const uint8_t *payload, size_t len, uint16_t *port,
+                                   uint32_t *max_streams)
+{
+    if (len != 8)
+        return -EPROTO;
+    uint32_t p = le32(payload), n = le32(payload + 4);
+    if (p == 0 || p > 65535 || n == 0 || n > 1024)
+        return -EPROTO;
+    *port = (uint16_t)p;
+    *max_streams = n;
+    return 0;
+}
+
+static bool tunnel_value_ok(uint8_t type, uint32_t v)
+{
+    if (type == EPH_PROTO_TUNNEL_WINDOW)
+        return v >= 1 && v <= EPH_PROTO_TUNNEL_WINDOW_SIZE;
+    if (type == EPH_PROTO_TUNNEL_CLOSE)
+        return v == EPH_PROTO_CLOSE_WRITE || v == EPH_PROTO_CLOSE_RESET;
+    return false;
+}
+
+int eph_proto_tunnel_u32_encode(uint8_t *buf, size_t cap, uint8_t type, uint32_t stream,
+                                uint32_t value)
+{
+    uint8_t p[4];
+    if (!tunnel_value_ok(type, value))
+        return -EINVAL;
+    put32(p, value);
+    return eph_proto_raw_encode(buf, cap, type, 0, stream, p, sizeof(p));
+}
+
+int eph_proto_tunnel_u32_decode(uint8_t type, const uint8_t *payload, size_t len, uint32_t *value)
+{
+    if (len != 4)
+        return -EPROTO;
+    uint32_t v = le32(payload);
+    if (!tunnel_value_ok(type, v))
+        return -EPROTO;
+    *value = v;
     return 0;
 }

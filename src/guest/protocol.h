@@ -61,17 +61,31 @@ enum eph_proto_type {
     EPH_PROTO_FILE_DATA = 0x22,   /* guest -> host: raw bytes, at most EPH_PROTO_CHUNK */
     EPH_PROTO_FILE_END = 0x23,    /* guest -> host: u64 size: the file was sent whole */
     EPH_PROTO_SHUTDOWN = 0x30,    /* host -> guest: empty; the guest kills everything, says OK */
-    /* 0x40-0x4f are reserved for the broker tunnel (connect, data, close): not yet defined. */
+    /* The broker tunnel (docs/BROKER.md). The id of a tunnel frame is its stream's id, chosen by
+     * the guest (odd) when it accepts a connection; tunnel frames interleave with the replies of
+     * the request in flight. 0x45-0x4f stay reserved. */
+    EPH_PROTO_TUNNEL_LISTEN = 0x40, /* host -> guest: u32 port, u32 max streams; ok or error */
+    EPH_PROTO_TUNNEL_OPEN = 0x41,   /* guest -> host: empty; a new stream */
+    EPH_PROTO_TUNNEL_DATA = 0x42,   /* both: raw bytes of the stream, at most EPH_PROTO_CHUNK */
+    EPH_PROTO_TUNNEL_WINDOW = 0x43, /* both: u32 more bytes the peer may send on the stream */
+    EPH_PROTO_TUNNEL_CLOSE = 0x44,  /* both: u32 EPH_PROTO_CLOSE_* */
 };
 
-/* Which side may send a type; the decoder of each side rejects the other's. */
+/* Which side may send a type (a bit mask: tunnel data travels both ways); the decoder of each
+ * side rejects what only the other may send. */
 enum eph_proto_dir { EPH_PROTO_FROM_HOST = 1, EPH_PROTO_FROM_GUEST = 2 };
+#define EPH_PROTO_FROM_BOTH 3
 
 /* Flags. */
 #define EPH_PROTO_EXIT_TIMED_OUT 0x1u
 #define EPH_PROTO_EXIT_STDOUT_TRUNCATED 0x2u
 #define EPH_PROTO_EXIT_STDERR_TRUNCATED 0x4u
 #define EPH_PROTO_WRITE_APPEND 0x1u /* append instead of create-or-truncate */
+#define EPH_PROTO_CLOSE_WRITE 1u    /* tunnel_close: no more data from me (half close) */
+#define EPH_PROTO_CLOSE_RESET 2u    /* tunnel_close: the stream is over, both ways */
+/* Each side of a stream may send this many bytes before the peer grants more (tunnel_window);
+ * a grant never takes the credit above it either. */
+#define EPH_PROTO_TUNNEL_WINDOW_SIZE (256u * 1024u)
 
 struct eph_proto_header {
     uint8_t type;
@@ -236,6 +250,18 @@ int eph_proto_hello_decode(const uint8_t *payload, size_t len, uint32_t *version
 /* A frame with a raw payload (ping, pong, chunks, file data, ok, shutdown, file end...). */
 int eph_proto_raw_encode(uint8_t *buf, size_t cap, uint8_t type, uint16_t flags, uint32_t id,
                          const void *payload, size_t len) __attribute__((warn_unused_result));
+
+/* Tunnel frames. A window grant is 1..EPH_PROTO_TUNNEL_WINDOW_SIZE, a close one of
+ * EPH_PROTO_CLOSE_*, a listen's port 1..65535 and its stream count 1..1024. */
+int eph_proto_tunnel_listen_encode(uint8_t *buf, size_t cap, uint32_t id, uint16_t port,
+                                   uint32_t max_streams) __attribute__((warn_unused_result));
+int eph_proto_tunnel_listen_decode(const uint8_t *payload, size_t len, uint16_t *port,
+                                   uint32_t *max_streams) __attribute__((warn_unused_result));
+int eph_proto_tunnel_u32_encode(uint8_t *buf, size_t cap, uint8_t type, uint32_t stream,
+                                uint32_t value) __attribute__((warn_unused_result));
+/* A window or close payload: checks the value's range for the type. */
+int eph_proto_tunnel_u32_decode(uint8_t type, const uint8_t *payload, size_t len, uint32_t *value)
+    __attribute__((warn_unused_result));
 
 /* Validates a path for write_file/read_file: non-empty, at most EPH_PROTO_MAX_PATH bytes, no
  * "..", no empty components except a leading "/" (absolute = inside the sandbox). */

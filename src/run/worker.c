@@ -26,6 +26,7 @@
 #include "common/metrics.h"
 #include "common/money.h"
 #include "ledger/budget.h"
+#include "run/egress.h"
 #include "run/live.h"
 #include "run/service.h"
 #include "sandbox/pool.h"
@@ -292,8 +293,12 @@ void eph_worker_run(struct eph_service *svc, const char *run_id)
                   r.web ? "on" : "off");
 
     char err[256];
+    struct eph_egress *egress = NULL;
     if (r.files && json_array_size(r.files) && (rc = place_files(sb, &r, err, sizeof(err)))) {
         fail_run(&r, EPH_RUN_FAILED, "files_error", err);
+    } else if ((rc = eph_egress_start(svc, &r, live, &budget, sb, &egress, err, sizeof(err)))) {
+        EPH_ERROR("worker", "run %s: broker: %s", r.id, err);
+        fail_run(&r, EPH_RUN_FAILED, "broker_error", err);
     } else {
         struct eph_agent_ctx ctx = {
             .store = st,
@@ -309,6 +314,7 @@ void eph_worker_run(struct eph_service *svc, const char *run_id)
             .output_cap = svc->cfg->sandbox.output_cap_bytes,
             .limits = &svc->sandbox_cfg.limits,
             .backend_name = svc->sandbox_ops->name,
+            .broker = eph_egress_broker(egress),
         };
         struct eph_agent_outcome out;
         eph_agent_run(&ctx, &out);
@@ -324,9 +330,12 @@ void eph_worker_run(struct eph_service *svc, const char *run_id)
         }
     }
 
+    /* Every tunnel ends before the sandbox does. */
+    eph_egress_stop(egress, &r);
     eph_live_attach_sandbox(live, NULL);
     uint64_t d0 = eph_clock_mono_ns();
     rc = eph_sandbox_destroy(sb);
+    eph_egress_free(egress);
     uint64_t end_ns = eph_clock_mono_ns();
     eph_budget_sandbox_stopped(&budget, end_ns);
     if (rc)

@@ -15,6 +15,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "sandbox/guest_tunnel.h"
 
 #define COMPONENT "guest"
 /* How long past a command's own timeout the guest gets to report its end: it kills the group at
@@ -52,6 +53,8 @@ void eph_guest_client_release(struct eph_guest_client *c)
     free(c->rx_payload);
     free(c->tx);
     c->rx_payload = c->tx = NULL;
+    eph_guest_tunnel_free(c->tunnel);
+    c->tunnel = NULL;
     if (!c->broken)
         c->broken = -EPIPE;
 }
@@ -74,8 +77,143 @@ static int remaining_ms(uint64_t deadline_ns)
     return ms > 60000u ? 60000 : (int)ms;
 }
 
+static bool is_tunnel_type(uint8_t type)
+{
+    return type == EPH_PROTO_TUNNEL_OPEN || type == EPH_PROTO_TUNNEL_DATA ||
+           type == EPH_PROTO_TUNNEL_WINDOW || type == EPH_PROTO_TUNNEL_CLOSE;
+}
+
+/* Decodes what was read. Tunnel frames go to the tunnel; the first other frame is returned
+ * (1), or kept in the stash when stash is set (then 1 too). 0 when everything read is used. */
+static int decode_some(struct eph_guest_client *c, bool stash, struct eph_proto_frame *f)
+{
+    while (c->rpos < c->rlen) {
+        size_t used = 0;
+        int rc = eph_proto_decode(&c->dec, c->rbuf + c->rpos, c->rlen - c->rpos, &used, f);
+        c->rpos += used;
+        if (rc < 0)
+            return fail(c, rc);
+        if (rc == 0)
+            continue;
+        if (is_tunnel_type(f->hdr.type)) {
+            if (!c->tunnel)
+                return fail(c, -EPROTO);
+            rc = eph_guest_tunnel_frame(c->tunnel, f);
+            if (rc)
+                return fail(c, rc);
+            continue;
+        }
+        if (stash) {
+            c->stash = *f;
+            c->stashed = true;
+        }
+        return 1;
+    }
+    return 0;
+}
+
+/* Reads once from the channel (it was reported readable). */
+static int read_some(struct eph_guest_client *c)
+{
+    ssize_t r = read(c->fd, c->rbuf, sizeof(c->rbuf));
+    if (r < 0 && (errno == EINTR || errno == EAGAIN))
+        return 0;
+    if (r < 0)
+        return fail(c, errno == ECONNRESET ? -EPIPE : -errno);
+    if (r == 0) {
+        /* The guest is gone. Mid-frame, that is a protocol error; between frames, a hangup. */
+        int rc = eph_proto_decoder_finish(&c->dec);
+        return fail(c, rc ? rc : -EPIPE);
+    }
+    c->rpos = 0;
+    c->rlen = (size_t)r;
+    return 0;
+}
+
+/* Writes what it can of the tunnel's queue without blocking. */
+static int write_out(struct eph_guest_client *c)
+{
+    struct eph_buf *q = eph_guest_tunnel_out(c->tunnel);
+    while (c->out_off < q->len) {
+        ssize_t w =
+            send(c->fd, q->data + c->out_off, q->len - c->out_off, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w < 0 && errno == ENOTSOCK)
+            w = write(c->fd, q->data + c->out_off, q->len - c->out_off);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0 && errno == EAGAIN)
+            break;
+        if (w < 0)
+            return fail(c, errno == EPIPE || errno == ECONNRESET ? -EPIPE : -errno);
+        c->out_off += (size_t)w;
+    }
+    if (c->out_off == q->len) {
+        eph_buf_reset(q);
+        c->out_off = 0;
+    }
+    return 0;
+}
+
+static bool out_pending(const struct eph_guest_client *c)
+{
+    return c->tunnel && c->out_off < eph_guest_tunnel_out(c->tunnel)->len;
+}
+
+/* One round of waiting on the channel (and the tunnel's streams): reads when there is room to
+ * (nothing undecoded, nothing stashed), writes the tunnel's queue when want_queue, serves the
+ * streams. want_out: the caller waits to write a request (POLLOUT on the channel). */
+static int wait_round(struct eph_guest_client *c, uint64_t deadline_ns, bool want_out,
+                      bool want_queue, bool *writable)
+{
+    struct pollfd pfd[1 + EPH_GUEST_TUNNEL_MAX_STREAMS];
+    int ms = remaining_ms(deadline_ns);
+    if (ms == 0)
+        return fail(c, -ETIMEDOUT);
+    bool may_read = !c->stashed && c->rpos >= c->rlen;
+    pfd[0] = (struct pollfd){
+        .fd = c->fd,
+        .events = (short)((may_read ? POLLIN : 0) |
+                          (want_out || (want_queue && out_pending(c)) ? POLLOUT : 0))};
+    size_t nt =
+        c->tunnel ? eph_guest_tunnel_pollfds(c->tunnel, pfd + 1, EPH_GUEST_TUNNEL_MAX_STREAMS) : 0;
+    int n = poll(pfd, 1 + nt, ms);
+    if (n < 0 && errno != EINTR)
+        return fail(c, -errno);
+    if (n <= 0)
+        return 0;
+    if (writable)
+        *writable = (pfd[0].revents & (POLLOUT | POLLERR | POLLHUP)) != 0;
+    if (want_queue && (pfd[0].revents & POLLOUT)) {
+        int rc = write_out(c);
+        if (rc)
+            return rc;
+    }
+    if (may_read && (pfd[0].revents & (POLLIN | POLLHUP | POLLERR))) {
+        int rc = read_some(c);
+        if (rc)
+            return rc;
+    }
+    if (nt)
+        eph_guest_tunnel_service(c->tunnel, pfd + 1, nt);
+    return 0;
+}
+
 static int send_all(struct eph_guest_client *c, const uint8_t *p, size_t n, uint64_t deadline_ns)
 {
+    struct eph_proto_frame f;
+    /* The tunnel's queued frames go first and whole, so that a request never splits one. */
+    while (out_pending(c)) {
+        int rc = write_out(c);
+        if (rc)
+            return rc;
+        if (!out_pending(c))
+            break;
+        rc = wait_round(c, deadline_ns, false, true, NULL);
+        if (!rc && c->tunnel)
+            rc = decode_some(c, true, &f) < 0 ? c->broken : 0;
+        if (rc)
+            return rc;
+    }
     while (n) {
         /* MSG_NOSIGNAL: a dead guest must be an error here, not a SIGPIPE for the whole server. */
         ssize_t w = send(c->fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -90,6 +228,16 @@ static int send_all(struct eph_guest_client *c, const uint8_t *p, size_t n, uint
             continue;
         if (w < 0 && errno != EAGAIN)
             return fail(c, errno == EPIPE || errno == ECONNRESET ? -EPIPE : -errno);
+        if (c->tunnel) {
+            /* Keep reading while the guest's side is full: the guest may itself be blocked
+             * writing tunnel data to us, and only our reading unblocks it. */
+            int rc = wait_round(c, deadline_ns, true, false, NULL);
+            if (!rc)
+                rc = decode_some(c, true, &f) < 0 ? c->broken : 0;
+            if (rc)
+                return rc;
+            continue;
+        }
         int ms = remaining_ms(deadline_ns);
         if (ms == 0)
             return fail(c, -ETIMEDOUT);
@@ -100,41 +248,37 @@ static int send_all(struct eph_guest_client *c, const uint8_t *p, size_t n, uint
     return 0;
 }
 
-/* The next frame from the guest, by the deadline. The payload is valid until the next call. */
+/* The next frame from the guest that is not a tunnel frame, by the deadline. The payload is valid
+ * until the next call. The tunnel is served all the while. */
 static int next_frame(struct eph_guest_client *c, uint64_t deadline_ns, struct eph_proto_frame *f)
 {
     for (;;) {
-        if (c->rpos < c->rlen) {
-            size_t used = 0;
-            int rc = eph_proto_decode(&c->dec, c->rbuf + c->rpos, c->rlen - c->rpos, &used, f);
-            c->rpos += used;
-            if (rc < 0)
-                return fail(c, rc);
-            if (rc == 1)
-                return 0;
-            continue;
+        if (c->stashed) {
+            *f = c->stash;
+            c->stashed = false;
+            return 0;
         }
-        int ms = remaining_ms(deadline_ns);
-        if (ms == 0)
-            return fail(c, -ETIMEDOUT);
-        struct pollfd pfd = {.fd = c->fd, .events = POLLIN};
-        int n = poll(&pfd, 1, ms);
-        if (n < 0 && errno != EINTR)
-            return fail(c, -errno);
-        if (n <= 0)
-            continue;
-        ssize_t r = read(c->fd, c->rbuf, sizeof(c->rbuf));
-        if (r < 0 && (errno == EINTR || errno == EAGAIN))
-            continue;
-        if (r < 0)
-            return fail(c, errno == ECONNRESET ? -EPIPE : -errno);
-        if (r == 0) {
-            /* The guest is gone. Mid-frame, that is a protocol error; between frames, a hangup. */
-            int rc = eph_proto_decoder_finish(&c->dec);
-            return fail(c, rc ? rc : -EPIPE);
+        int rc = decode_some(c, false, f);
+        if (rc < 0)
+            return rc;
+        if (rc == 1)
+            return 0;
+        if (!c->tunnel) {
+            int ms = remaining_ms(deadline_ns);
+            if (ms == 0)
+                return fail(c, -ETIMEDOUT);
+            struct pollfd pfd = {.fd = c->fd, .events = POLLIN};
+            int n = poll(&pfd, 1, ms);
+            if (n < 0 && errno != EINTR)
+                return fail(c, -errno);
+            if (n <= 0)
+                continue;
+            rc = read_some(c);
+        } else {
+            rc = wait_round(c, deadline_ns, false, true, NULL);
         }
-        c->rpos = 0;
-        c->rlen = (size_t)r;
+        if (rc)
+            return rc;
     }
 }
 
@@ -351,6 +495,44 @@ int eph_guest_client_read_file(struct eph_guest_client *c, const char *path, siz
     }
 }
 
+int eph_guest_client_open_tunnel(struct eph_guest_client *c, const struct eph_sandbox_tunnel *cfg,
+                                 uint64_t deadline_ns)
+{
+    struct eph_proto_frame f;
+    if (c->broken)
+        return c->broken;
+    if (c->tunnel)
+        return -EALREADY;
+    struct eph_guest_tunnel *t;
+    int rc = eph_guest_tunnel_new(cfg, &t);
+    if (rc)
+        return rc;
+    uint32_t id = c->next_id++;
+    int len = eph_proto_tunnel_listen_encode(c->tx, EPH_PROTO_HEADER_SIZE + EPH_PROTO_MAX_PAYLOAD,
+                                             id, cfg->port, cfg->max_streams);
+    if (len < 0) {
+        eph_guest_tunnel_free(t);
+        return len;
+    }
+    rc = send_all(c, c->tx, (size_t)len, deadline_ns);
+    if (!rc)
+        rc = next_reply(c, id, deadline_ns, &f);
+    if (rc) {
+        eph_guest_tunnel_free(t);
+        return rc;
+    }
+    if (f.hdr.type == EPH_PROTO_ERROR) {
+        eph_guest_tunnel_free(t);
+        return guest_error(c, &f);
+    }
+    if (f.hdr.type != EPH_PROTO_OK) {
+        eph_guest_tunnel_free(t);
+        return fail(c, -EPROTO);
+    }
+    c->tunnel = t;
+    return 0;
+}
+
 int eph_guest_client_shutdown(struct eph_guest_client *c, uint64_t deadline_ns)
 {
     struct eph_proto_frame f;
@@ -402,6 +584,15 @@ int eph_guest_sandbox_read_file(struct eph_guest_client *c, const atomic_bool *i
         return -ECANCELED;
     uint64_t deadline = eph_clock_mono_ns() + (uint64_t)EPH_GUEST_FILE_TIMEOUT_MS * 1000000u;
     return after_interrupt(interrupted, eph_guest_client_read_file(c, path, cap, out, deadline));
+}
+
+int eph_guest_sandbox_open_tunnel(struct eph_guest_client *c, const atomic_bool *interrupted,
+                                  const struct eph_sandbox_tunnel *cfg)
+{
+    if (atomic_load(interrupted))
+        return -ECANCELED;
+    uint64_t deadline = eph_clock_mono_ns() + (uint64_t)EPH_GUEST_FILE_TIMEOUT_MS * 1000000u;
+    return after_interrupt(interrupted, eph_guest_client_open_tunnel(c, cfg, deadline));
 }
 
 void eph_guest_sandbox_kill(pid_t pid, int pidfd)

@@ -24,6 +24,8 @@
 #include "guest/protocol.h"
 #include "sandbox/sandbox.h"
 
+struct eph_guest_tunnel;
+
 struct eph_guest_client {
     int fd;
     uint32_t next_id;
@@ -34,6 +36,12 @@ struct eph_guest_client {
     uint8_t rbuf[65536]; /* bytes read but not yet decoded */
     size_t rpos, rlen;
     uint32_t guest_pid; /* from the guest's hello */
+    /* The broker tunnel, once opened: its frames interleave with the replies, and its streams
+     * are relayed whenever the client waits on the channel. */
+    struct eph_guest_tunnel *tunnel;
+    size_t out_off; /* bytes of the tunnel's queue already written */
+    bool stashed;   /* a reply read while sending, kept for next_frame */
+    struct eph_proto_frame stash;
 };
 
 /* Takes ownership of fd (closed by release) and makes it non-blocking. 0 or -ENOMEM. */
@@ -59,6 +67,9 @@ int eph_guest_client_write_file(struct eph_guest_client *c, const char *path, co
 int eph_guest_client_read_file(struct eph_guest_client *c, const char *path, size_t cap,
                                struct eph_buf *out, uint64_t deadline_ns)
     __attribute__((warn_unused_result));
+/* Opens the broker tunnel (guest_tunnel.h): the guest listens on cfg->port inside the sandbox. */
+int eph_guest_client_open_tunnel(struct eph_guest_client *c, const struct eph_sandbox_tunnel *cfg,
+                                 uint64_t deadline_ns) __attribute__((warn_unused_result));
 /* Asks the guest to kill everything and exit. */
 int eph_guest_client_shutdown(struct eph_guest_client *c, uint64_t deadline_ns)
     __attribute__((warn_unused_result));
@@ -79,6 +90,9 @@ int eph_guest_sandbox_write_file(struct eph_guest_client *c, const atomic_bool *
     __attribute__((warn_unused_result));
 int eph_guest_sandbox_read_file(struct eph_guest_client *c, const atomic_bool *interrupted,
                                 const char *path, size_t cap, struct eph_buf *out)
+    __attribute__((warn_unused_result));
+int eph_guest_sandbox_open_tunnel(struct eph_guest_client *c, const atomic_bool *interrupted,
+                                  const struct eph_sandbox_tunnel *cfg)
     __attribute__((warn_unused_result));
 /* SIGKILLs a child the caller has not reaped yet: through its pidfd when there is one, else by
  * pid (safe only because an unreaped pid cannot be reused). */

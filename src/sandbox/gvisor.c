@@ -931,6 +931,12 @@ static int gv_read_file(struct eph_sandbox *base, const char *path, size_t cap, 
     return eph_guest_sandbox_read_file(&sb->client, &sb->interrupted, path, cap, out);
 }
 
+static int gv_open_tunnel(struct eph_sandbox *base, const struct eph_sandbox_tunnel *t)
+{
+    struct gv_sandbox *sb = (struct gv_sandbox *)base;
+    return eph_guest_sandbox_open_tunnel(&sb->client, &sb->interrupted, t);
+}
+
 static const char *gv_scratch_dir(struct eph_sandbox *base)
 {
     return ((struct gv_sandbox *)base)->scratch;
@@ -1225,6 +1231,7 @@ const struct eph_sandbox_ops eph_sandbox_gvisor_ops = {
     .read_file = gv_read_file,
     .scratch_dir = gv_scratch_dir,
     .interrupt = gv_interrupt,
+    .open_tunnel = gv_open_tunnel,
     .destroy = gv_destroy,
     .cleanup_orphans = gv_cleanup_orphans,
 };

@@ -861,6 +861,12 @@ static int vm_read_file(struct eph_sandbox *base, const char *path, size_t cap, 
     return eph_guest_sandbox_read_file(&sb->client, &sb->interrupted, path, cap, out);
 }
 
+static int vm_open_tunnel(struct eph_sandbox *base, const struct eph_sandbox_tunnel *t)
+{
+    struct vm_sandbox *sb = (struct vm_sandbox *)base;
+    return eph_guest_sandbox_open_tunnel(&sb->client, &sb->interrupted, t);
+}
+
 static const char *vm_scratch_dir(struct eph_sandbox *base)
 {
     return ((struct vm_sandbox *)base)->scratch;
@@ -1119,6 +1125,7 @@ const struct eph_sandbox_ops eph_sandbox_microvm_ops = {
     .read_file = vm_read_file,
     .scratch_dir = vm_scratch_dir,
     .interrupt = vm_interrupt,
+    .open_tunnel = vm_open_tunnel,
     .destroy = vm_destroy,
     .cleanup_orphans = vm_cleanup_orphans,
 };

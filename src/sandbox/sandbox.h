@@ -63,6 +63,22 @@ struct eph_exec_result {
     uint64_t stderr_total;
 };
 
+/* The broker tunnel (docs/BROKER.md): a proxy listener inside the sandbox whose connections come
+ * out on the host as byte streams. */
+struct eph_sandbox_tunnel {
+    uint16_t port;        /* inside the sandbox, on 127.0.0.1: 3128 */
+    uint32_t max_streams; /* connections open at once; more are refused inside */
+    /* Called on the thread that drives the sandbox, for each connection a program makes, with
+     * the stream's id and the host end of its byte stream (a non-blocking socket the callee owns
+     * and closes). Must not block: hand the socket to another thread. A negative return resets
+     * the stream. */
+    int (*on_stream)(void *arg, uint32_t stream, int fd);
+    /* Optional, on the same thread: n bytes of the stream are about to cross (either way);
+     * returns how many may. Fewer cuts the stream at that byte (the budget is spent). */
+    size_t (*on_bytes)(void *arg, uint32_t stream, size_t n);
+    void *arg;
+};
+
 void eph_exec_result_init(struct eph_exec_result *r);
 void eph_exec_result_release(struct eph_exec_result *r);
 
@@ -84,6 +100,10 @@ struct eph_sandbox_ops {
     /* Absolute path of the scratch directory inside the sandbox. */
     const char *(*scratch_dir)(struct eph_sandbox *sb);
     void (*interrupt)(struct eph_sandbox *sb);
+    /* Opens the broker tunnel's listener inside the sandbox (once; only for runs with web or
+     * connections). Streams are relayed while a call on the sandbox (exec, files) is in flight.
+     * The backend's guest client owns the tunnel from then on; destroy closes every stream. */
+    int (*open_tunnel)(struct eph_sandbox *sb, const struct eph_sandbox_tunnel *t);
     /* Kills everything in the machine and removes every host-side trace. Always frees sb. Returns
      * 0, or a negative errno when something could not be removed (logged). */
     int (*destroy)(struct eph_sandbox *sb);

@@ -17,7 +17,7 @@ static uint8_t payload[EPH_PROTO_MAX_PAYLOAD];
 static void parse(const struct eph_proto_frame *f)
 {
     if (f->hdr.length > eph_proto_type_cap(f->hdr.type) ||
-        eph_proto_type_dir(f->hdr.type) != EPH_PROTO_FROM_GUEST)
+        !(eph_proto_type_dir(f->hdr.type) & EPH_PROTO_FROM_GUEST))
         abort();
     switch (f->hdr.type) {
     case EPH_PROTO_EXEC_EXIT: {
@@ -38,6 +38,21 @@ static void parse(const struct eph_proto_frame *f)
         (void)eph_proto_hello_decode(f->payload, f->hdr.length, &v, &pid);
         break;
     }
+    case EPH_PROTO_TUNNEL_WINDOW:
+    case EPH_PROTO_TUNNEL_CLOSE: {
+        uint32_t v;
+        if (eph_proto_tunnel_u32_decode(f->hdr.type, f->payload, f->hdr.length, &v) == 0 &&
+            (v == 0 ||
+             (f->hdr.type == EPH_PROTO_TUNNEL_WINDOW && v > EPH_PROTO_TUNNEL_WINDOW_SIZE) ||
+             (f->hdr.type == EPH_PROTO_TUNNEL_CLOSE && v != EPH_PROTO_CLOSE_WRITE &&
+              v != EPH_PROTO_CLOSE_RESET)))
+            abort();
+        break;
+    }
+    case EPH_PROTO_TUNNEL_DATA:
+        if (f->hdr.length == 0 || f->hdr.length > EPH_PROTO_CHUNK)
+            abort();
+        break;
     default:
         break;
     }
@@ -50,6 +65,11 @@ static void parse_host(const uint8_t *data, size_t size)
     struct eph_proto_exec ex;
     struct eph_proto_write_file wf;
     struct eph_proto_read_file rf;
+    uint16_t port;
+    uint32_t streams;
+    if (eph_proto_tunnel_listen_decode(data, size, &port, &streams) == 0 &&
+        (port == 0 || streams == 0 || streams > 1024))
+        abort();
     if (eph_proto_exec_decode(data, size, &ex) == 0) {
         if (ex.env_count > EPH_PROTO_MAX_ENV || strlen(ex.command) == 0)
             abort();

@@ -72,7 +72,9 @@ static void test_header_rejects(void **state)
 
     raw_header(h, 0x7f, 1, 4); /* unknown type */
     assert_int_equal(eph_proto_header_parse(h, EPH_PROTO_FROM_GUEST, &out), -EPROTO);
-    raw_header(h, 0x40, 1, 4); /* reserved for the tunnel, not defined */
+    raw_header(h, 0x45, 1, 4); /* reserved for the tunnel, not defined */
+    assert_int_equal(eph_proto_header_parse(h, EPH_PROTO_FROM_GUEST, &out), -EPROTO);
+    raw_header(h, EPH_PROTO_TUNNEL_LISTEN, 1, 8); /* the host's to send */
     assert_int_equal(eph_proto_header_parse(h, EPH_PROTO_FROM_GUEST, &out), -EPROTO);
 
     /* A guest may not send requests; a host may not send output. */
@@ -400,6 +402,75 @@ static void test_path_check(void **state)
     free(longp);
 }
 
+/* The tunnel frames (docs/BROKER.md): who may send each, exact sizes, value ranges. */
+static void test_tunnel_frames(void **state)
+{
+    struct eph_proto_frame f;
+    uint16_t port;
+    uint32_t streams, v;
+    int n = eph_proto_tunnel_listen_encode(frame, sizeof(frame), 7, 3128, 16);
+    assert_int_equal(n, EPH_PROTO_HEADER_SIZE + 8);
+    assert_int_equal(decode_all(frame, (size_t)n, EPH_PROTO_FROM_HOST, &f), 1);
+    assert_int_equal(f.hdr.type, EPH_PROTO_TUNNEL_LISTEN);
+    assert_int_equal(eph_proto_tunnel_listen_decode(f.payload, f.hdr.length, &port, &streams), 0);
+    assert_int_equal(port, 3128);
+    assert_int_equal(streams, 16);
+    /* Only the host opens the listener, only the guest opens a stream. */
+    assert_int_equal(decode_all(frame, (size_t)n, EPH_PROTO_FROM_GUEST, &f), -EPROTO);
+    n = eph_proto_raw_encode(frame, sizeof(frame), EPH_PROTO_TUNNEL_OPEN, 0, 3, NULL, 0);
+    assert_int_equal(decode_all(frame, (size_t)n, EPH_PROTO_FROM_GUEST, &f), 1);
+    assert_int_equal(f.hdr.id, 3);
+    assert_int_equal(decode_all(frame, (size_t)n, EPH_PROTO_FROM_HOST, &f), -EPROTO);
+    /* Data, window and close travel both ways. */
+    static const enum eph_proto_dir dirs[] = {EPH_PROTO_FROM_HOST, EPH_PROTO_FROM_GUEST};
+    for (size_t i = 0; i < 2; i++) {
+        n = eph_proto_raw_encode(frame, sizeof(frame), EPH_PROTO_TUNNEL_DATA, 0, 3, "abc", 3);
+        assert_int_equal(decode_all(frame, (size_t)n, dirs[i], &f), 1);
+        assert_int_equal(f.hdr.length, 3);
+        n = eph_proto_tunnel_u32_encode(frame, sizeof(frame), EPH_PROTO_TUNNEL_WINDOW, 3, 4096);
+        assert_int_equal(decode_all(frame, (size_t)n, dirs[i], &f), 1);
+        assert_int_equal(eph_proto_tunnel_u32_decode(f.hdr.type, f.payload, f.hdr.length, &v), 0);
+        assert_int_equal(v, 4096);
+        n = eph_proto_tunnel_u32_encode(frame, sizeof(frame), EPH_PROTO_TUNNEL_CLOSE, 3,
+                                        EPH_PROTO_CLOSE_RESET);
+        assert_int_equal(decode_all(frame, (size_t)n, dirs[i], &f), 1);
+        assert_int_equal(eph_proto_tunnel_u32_decode(f.hdr.type, f.payload, f.hdr.length, &v), 0);
+        assert_int_equal(v, EPH_PROTO_CLOSE_RESET);
+    }
+    /* Empty data, oversized data, a window or close of the wrong size: refused by the header. */
+    raw_header(frame, EPH_PROTO_TUNNEL_DATA, 3, 0);
+    assert_int_equal(decode_all(frame, EPH_PROTO_HEADER_SIZE, EPH_PROTO_FROM_GUEST, &f), -EPROTO);
+    raw_header(frame, EPH_PROTO_TUNNEL_DATA, 3, EPH_PROTO_CHUNK + 1);
+    assert_int_equal(decode_all(frame, EPH_PROTO_HEADER_SIZE, EPH_PROTO_FROM_GUEST, &f), -EMSGSIZE);
+    raw_header(frame, EPH_PROTO_TUNNEL_WINDOW, 3, 8);
+    assert_int_equal(decode_all(frame, EPH_PROTO_HEADER_SIZE, EPH_PROTO_FROM_GUEST, &f), -EMSGSIZE);
+    raw_header(frame, EPH_PROTO_TUNNEL_OPEN, 3, 1);
+    assert_int_equal(decode_all(frame, EPH_PROTO_HEADER_SIZE, EPH_PROTO_FROM_GUEST, &f), -EMSGSIZE);
+    /* Values out of range. */
+    uint8_t p[8] = {0};
+    assert_int_equal(eph_proto_tunnel_u32_decode(EPH_PROTO_TUNNEL_WINDOW, p, 4, &v), -EPROTO);
+    p[0] = 1;
+    assert_int_equal(eph_proto_tunnel_u32_decode(EPH_PROTO_TUNNEL_WINDOW, p, 4, &v), 0);
+    p[0] = 0, p[2] = 0x10; /* 1 MiB: more than a window */
+    assert_int_equal(eph_proto_tunnel_u32_decode(EPH_PROTO_TUNNEL_WINDOW, p, 4, &v), -EPROTO);
+    p[0] = 3, p[2] = 0;
+    assert_int_equal(eph_proto_tunnel_u32_decode(EPH_PROTO_TUNNEL_CLOSE, p, 4, &v), -EPROTO);
+    assert_int_equal(eph_proto_tunnel_u32_decode(EPH_PROTO_TUNNEL_CLOSE, p, 3, &v), -EPROTO);
+    assert_int_equal(
+        eph_proto_tunnel_u32_encode(frame, sizeof(frame), EPH_PROTO_TUNNEL_WINDOW, 3, 0), -EINVAL);
+    assert_int_equal(eph_proto_tunnel_u32_encode(frame, sizeof(frame), EPH_PROTO_TUNNEL_DATA, 3, 1),
+                     -EINVAL);
+    memset(p, 0, sizeof(p));
+    assert_int_equal(eph_proto_tunnel_listen_decode(p, 8, &port, &streams), -EPROTO);
+    p[0] = 0x38, p[1] = 0x0c, p[4] = 1;
+    assert_int_equal(eph_proto_tunnel_listen_decode(p, 8, &port, &streams), 0);
+    p[2] = 1; /* port 65536 + 3128 */
+    assert_int_equal(eph_proto_tunnel_listen_decode(p, 8, &port, &streams), -EPROTO);
+    p[2] = 0, p[5] = 0x10; /* 4097 streams */
+    assert_int_equal(eph_proto_tunnel_listen_decode(p, 8, &port, &streams), -EPROTO);
+    assert_int_equal(eph_proto_tunnel_listen_encode(frame, sizeof(frame), 1, 0, 1), -EINVAL);
+}
+
 /* ---- the client against a fake guest ------------------------------------------------------ */
 
 struct fake {
@@ -579,6 +650,7 @@ int main(void)
         cmocka_unit_test(test_exit_roundtrip_and_rejects),
         cmocka_unit_test(test_files_and_errors),
         cmocka_unit_test(test_path_check),
+        cmocka_unit_test(test_tunnel_frames),
         cmocka_unit_test(test_client_hello),
         cmocka_unit_test(test_client_garbage_and_death),
         cmocka_unit_test(test_client_exec),

@@ -547,6 +547,12 @@ static int ns_read_file(struct eph_sandbox *base, const char *path, size_t cap, 
     return eph_guest_sandbox_read_file(&sb->client, &sb->interrupted, path, cap, out);
 }
 
+static int ns_open_tunnel(struct eph_sandbox *base, const struct eph_sandbox_tunnel *t)
+{
+    struct ns_sandbox *sb = (struct ns_sandbox *)base;
+    return eph_guest_sandbox_open_tunnel(&sb->client, &sb->interrupted, t);
+}
+
 static const char *ns_scratch_dir(struct eph_sandbox *base)
 {
     return ((struct ns_sandbox *)base)->plan.scratch;
@@ -613,6 +619,7 @@ const struct eph_sandbox_ops eph_sandbox_namespaces_ops = {
     .read_file = ns_read_file,
     .scratch_dir = ns_scratch_dir,
     .interrupt = ns_interrupt,
+    .open_tunnel = ns_open_tunnel,
     .destroy = ns_destroy,
     .cleanup_orphans = eph_ns_cgroup_cleanup_orphans,
 };

@@ -1,0 +1,1304 @@
+/*
+ * broker.c - one run's broker. See broker.h and docs/BROKER.md.
+ */
+#include "broker/broker.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <curl/curl.h>
+#include <sodium.h>
+
+#include "broker/html.h"
+#include "broker/http.h"
+#include "broker/meter.h"
+#include "broker/policy.h"
+#include "broker/redact.h"
+#include "common/buf.h"
+#include "common/clock.h"
+#include "common/log.h"
+
+#define COMPONENT "broker"
+#define IO_CHUNK 65536
+
+struct conn_copy {
+    char *name, *base_url;
+    char **methods, **prefixes, **hnames, **hvalues, **qnames, **qvalues;
+    size_t nmethods, nprefixes, nheaders, nquery;
+};
+
+struct bstream {
+    struct eph_broker *b;
+    uint32_t id;
+    int fd;                 /* the program's connection; closed by the thread */
+    int up;                 /* the upstream socket of web requests, or -1 */
+    struct eph_meter meter; /* written on the worker's thread, read under b->lock */
+    bool no_budget;         /* the fee did not fit */
+    bool done;              /* the thread has finished */
+    pthread_t thread;
+    struct bstream *next;
+};
+
+struct eph_broker {
+    struct eph_broker_settings s;
+    bool web;
+    char **web_allow;
+    size_t nweb_allow;
+    struct conn_copy *conns;
+    size_t nconns;
+    struct eph_budget *budget;
+    eph_broker_event_fn on_event;
+    void *event_arg;
+    pthread_mutex_t lock; /* streams, meters, counters */
+    struct bstream *streams;
+    atomic_bool closing;
+    atomic_bool exhausted;
+    uint64_t web_count, conn_count;
+};
+
+/* ---- set-up ------------------------------------------------------------------------------- */
+
+void eph_broker_settings_default(struct eph_broker_settings *s)
+{
+    memset(s, 0, sizeof(*s));
+    s->max_request_bytes = 10u << 20;
+    s->max_response_bytes = 50u << 20;
+    s->request_timeout_seconds = 60;
+    s->max_tunnels_per_run = 16;
+    s->micros_per_request = 100;
+    s->micros_per_mib = 50;
+}
+
+static char **copy_strv(const char *const *v, size_t n)
+{
+    char **out = calloc(n + 1, sizeof(char *));
+    if (!out)
+        return NULL;
+    for (size_t i = 0; i < n; i++) {
+        out[i] = strdup(v[i]);
+        if (!out[i]) {
+            for (size_t k = 0; k < i; k++)
+                free(out[k]);
+            free(out);
+            return NULL;
+        }
+    }
+    return out;
+}
+
+/* Frees a copied vector, wiping it first (credentials). */
+static void free_strv(char **v, size_t n)
+{
+    if (!v)
+        return;
+    for (size_t i = 0; i < n; i++) {
+        if (v[i]) {
+            sodium_memzero(v[i], strlen(v[i]));
+            free(v[i]);
+        }
+    }
+    free(v);
+}
+
+static void conn_release(struct conn_copy *c)
+{
+    free(c->name);
+    free(c->base_url);
+    free_strv(c->methods, c->nmethods);
+    free_strv(c->prefixes, c->nprefixes);
+    free_strv(c->hnames, c->nheaders);
+    free_strv(c->hvalues, c->nheaders);
+    free_strv(c->qnames, c->nquery);
+    free_strv(c->qvalues, c->nquery);
+}
+
+int eph_broker_new(const struct eph_broker_settings *settings, const struct eph_broker_run *run,
+                   struct eph_broker **out)
+{
+    struct eph_broker *b = calloc(1, sizeof(*b));
+    if (!b)
+        return -ENOMEM;
+    b->s = *settings;
+    b->s.extra_ca_file = settings->extra_ca_file ? strdup(settings->extra_ca_file) : NULL;
+    b->web = run->web;
+    b->budget = run->budget;
+    b->on_event = run->on_event;
+    b->event_arg = run->event_arg;
+    pthread_mutex_init(&b->lock, NULL);
+    b->nweb_allow = run->nweb_allow;
+    b->web_allow = copy_strv(run->web_allow, run->nweb_allow);
+    b->conns = calloc(run->nconns + 1, sizeof(*b->conns));
+    if (!b->web_allow || !b->conns)
+        goto nomem;
+    for (size_t i = 0; i < run->nconns; i++) {
+        const struct eph_broker_conn *in = &run->conns[i];
+        struct conn_copy *c = &b->conns[i];
+        b->nconns++;
+        c->name = strdup(in->name);
+        c->base_url = strdup(in->base_url);
+        c->nmethods = in->nmethods;
+        c->nprefixes = in->nprefixes;
+        c->nheaders = in->nheaders;
+        c->nquery = in->nquery;
+        c->methods = copy_strv(in->methods, in->nmethods);
+        c->prefixes = copy_strv(in->prefixes, in->nprefixes);
+        c->hnames = copy_strv(in->header_names, in->nheaders);
+        c->hvalues = copy_strv(in->header_values, in->nheaders);
+        c->qnames = copy_strv(in->query_names, in->nquery);
+        c->qvalues = copy_strv(in->query_values, in->nquery);
+        if (!c->name || !c->base_url || !c->methods || !c->prefixes || !c->hnames || !c->hvalues ||
+            !c->qnames || !c->qvalues)
+            goto nomem;
+    }
+    *out = b;
+    return 0;
+nomem:
+    eph_broker_free(b);
+    return -ENOMEM;
+}
+
+void eph_broker_close(struct eph_broker *b)
+{
+    if (!b)
+        return;
+    atomic_store(&b->closing, true);
+    pthread_mutex_lock(&b->lock);
+    for (struct bstream *s = b->streams; s; s = s->next) {
+        if (!s->done) {
+            shutdown(s->fd, SHUT_RDWR);
+            if (s->up >= 0)
+                shutdown(s->up, SHUT_RDWR);
+        }
+    }
+    pthread_mutex_unlock(&b->lock);
+    for (;;) {
+        pthread_mutex_lock(&b->lock);
+        struct bstream *s = b->streams;
+        if (s)
+            b->streams = s->next;
+        pthread_mutex_unlock(&b->lock);
+        if (!s)
+            break;
+        pthread_join(s->thread, NULL);
+        free(s);
+    }
+}
+
+void eph_broker_free(struct eph_broker *b)
+{
+    if (!b)
+        return;
+    eph_broker_close(b);
+    free_strv(b->web_allow, b->nweb_allow);
+    for (size_t i = 0; i < b->nconns; i++)
+        conn_release(&b->conns[i]);
+    free(b->conns);
+    free((char *)b->s.extra_ca_file);
+    pthread_mutex_destroy(&b->lock);
+    free(b);
+}
+
+bool eph_broker_exhausted(struct eph_broker *b)
+{
+    return b && atomic_load(&b->exhausted);
+}
+
+void eph_broker_counts(struct eph_broker *b, uint64_t *web, uint64_t *connection)
+{
+    pthread_mutex_lock(&b->lock);
+    *web = b->web_count;
+    *connection = b->conn_count;
+    pthread_mutex_unlock(&b->lock);
+}
+
+/* ---- the worker's side: streams open, bytes metered ------------------------------------ */
+
+static void *serve(void *arg);
+
+int eph_broker_on_stream(void *arg, uint32_t stream, int fd)
+{
+    struct eph_broker *b = arg;
+    if (atomic_load(&b->closing)) {
+        close(fd);
+        return -ECANCELED;
+    }
+    struct bstream *s = calloc(1, sizeof(*s));
+    if (!s) {
+        close(fd);
+        return -ENOMEM;
+    }
+    s->b = b;
+    s->id = stream;
+    s->fd = fd;
+    s->up = -1;
+    eph_meter_init(&s->meter, b->s.micros_per_request, b->s.micros_per_mib);
+    /* The fee, before a byte goes anywhere (this is the budget's thread). */
+    if (b->budget && eph_meter_start(&s->meter, b->budget, eph_clock_mono_ns()) != 0) {
+        s->no_budget = true;
+        atomic_store(&b->exhausted, true);
+    }
+    pthread_mutex_lock(&b->lock);
+    s->next = b->streams;
+    b->streams = s;
+    int rc = pthread_create(&s->thread, NULL, serve, s);
+    if (rc) {
+        b->streams = s->next;
+        pthread_mutex_unlock(&b->lock);
+        close(fd);
+        free(s);
+        return -rc;
+    }
+    pthread_mutex_unlock(&b->lock);
+    return 0;
+}
+
+size_t eph_broker_on_bytes(void *arg, uint32_t stream, size_t n)
+{
+    struct eph_broker *b = arg;
+    if (!b->budget || atomic_load(&b->closing))
+        return n; /* nothing reaches an upstream any more */
+    size_t k = n;
+    pthread_mutex_lock(&b->lock);
+    for (struct bstream *s = b->streams; s; s = s->next) {
+        if (s->id != stream)
+            continue;
+        /* A stream refused for its fee carries only the broker's 402: free, like a denial. */
+        if (!s->no_budget)
+            k = eph_meter_take(&s->meter, b->budget, eph_clock_mono_ns(), n);
+        break;
+    }
+    pthread_mutex_unlock(&b->lock);
+    if (k < n)
+        atomic_store(&b->exhausted, true);
+    return k;
+}
+
+/* ---- I/O with deadlines ----------------------------------------------------------------- */
+
+static int wait_fd(int fd, short ev, uint64_t deadline_ns)
+{
+    for (;;) {
+        uint64_t now = eph_clock_mono_ns();
+        if (now >= deadline_ns)
+            return -ETIMEDOUT;
+        uint64_t ms = (deadline_ns - now) / 1000000u + 1;
+        struct pollfd p = {.fd = fd, .events = ev};
+        int n = poll(&p, 1, ms > 60000 ? 60000 : (int)ms);
+        if (n < 0 && errno != EINTR)
+            return -errno;
+        if (n > 0)
+            return 0;
+    }
+}
+
+static int write_all(int fd, const void *data, size_t n, uint64_t deadline_ns)
+{
+    const char *p = data;
+    while (n) {
+        ssize_t w = send(fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w > 0) {
+            p += w;
+            n -= (size_t)w;
+            continue;
+        }
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0 && errno != EAGAIN)
+            return -errno;
+        int rc = wait_fd(fd, POLLOUT, deadline_ns);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+/* Reads at most n bytes: > 0, 0 at end of stream, or a negative error. */
+static ssize_t read_some(int fd, void *buf, size_t n, uint64_t deadline_ns)
+{
+    for (;;) {
+        ssize_t r = recv(fd, buf, n, MSG_DONTWAIT);
+        if (r >= 0)
+            return r;
+        if (errno == EINTR)
+            continue;
+        if (errno != EAGAIN)
+            return -errno;
+        int rc = wait_fd(fd, POLLIN, deadline_ns);
+        if (rc)
+            return rc;
+    }
+}
+
+/* ---- answers of the broker's own ---------------------------------------------------------- */
+
+struct req_ctx {
+    struct bstream *s;
+    uint64_t start_ns, deadline_ns;
+    struct eph_broker_event ev;
+    char host[EPH_HOST_NAME_MAX];
+    char method[32];
+    char path[EPH_BROKER_PATH_MAX];
+};
+
+static const char *reason_phrase(int status)
+{
+    switch (status) {
+    case 200:
+        return "OK";
+    case 400:
+        return "Bad Request";
+    case 402:
+        return "Payment Required";
+    case 403:
+        return "Forbidden";
+    case 411:
+        return "Length Required";
+    case 413:
+        return "Content Too Large";
+    case 502:
+        return "Bad Gateway";
+    case 504:
+        return "Gateway Timeout";
+    }
+    return "Error";
+}
+
+/* Answers the program with SPEC 7's JSON error, and records the refusal. */
+static void answer_error(struct req_ctx *rc, int status, const char *type, const char *code,
+                         const char *message)
+{
+    char body[512], head[256];
+    int bn = snprintf(body, sizeof(body),
+                      "{\"error\": {\"type\": \"%s\", \"code\": \"%s\", \"message\": \"%s\"}}\n",
+                      type, code, message);
+    int hn = snprintf(head, sizeof(head),
+                      "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
+                      "Connection: close\r\n\r\n",
+                      status, reason_phrase(status), bn);
+    (void)write_all(rc->s->fd, head, (size_t)hn, rc->deadline_ns);
+    (void)write_all(rc->s->fd, body, (size_t)bn, rc->deadline_ns);
+    rc->ev.status = status;
+    if (status == 403 || status == 402 || status == 400 || status == 411 || status == 413)
+        rc->ev.denied = code;
+}
+
+static void emit(struct req_ctx *rc)
+{
+    struct eph_broker *b = rc->s->b;
+    rc->ev.duration_ms = (eph_clock_mono_ns() - rc->start_ns) / 1000000u;
+    pthread_mutex_lock(&b->lock);
+    rc->ev.cost_micros = rc->s->meter.charged;
+    if (rc->ev.connection)
+        b->conn_count++;
+    else
+        b->web_count++;
+    pthread_mutex_unlock(&b->lock);
+    if (!rc->ev.method)
+        rc->ev.method = rc->method;
+    if (!rc->ev.host)
+        rc->ev.host = rc->host;
+    if (!rc->ev.path)
+        rc->ev.path = rc->path;
+    if (!rc->ev.scheme)
+        rc->ev.scheme = "http";
+    if (b->on_event)
+        b->on_event(b->event_arg, &rc->ev);
+}
+
+/* ---- the SSRF guard around a resolver ----------------------------------------------------- */
+
+int eph_broker_resolve(const struct eph_host *host, const struct eph_cidr *allow, size_t nallow,
+                       struct eph_addr *out, enum eph_addr_class *cls)
+{
+    enum eph_addr_class c = EPH_ADDR_PUBLIC;
+    if (host->literal) {
+        *out = host->addr;
+        int rc = eph_addr_check(out, allow, nallow, &c);
+        if (cls)
+            *cls = c;
+        return rc;
+    }
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
+    struct addrinfo *res = NULL;
+    int g = getaddrinfo(host->name, NULL, &hints, &res);
+    if (g != 0 || !res)
+        return -ENOENT;
+    int rc = -ENOENT;
+    bool have = false;
+    /* Every answer must pass: a name that also points inside is refused, whichever answer a
+     * later lookup would have given. */
+    for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
+        struct eph_addr a;
+        if (eph_addr_from_sockaddr(ai->ai_addr, &a))
+            continue;
+        enum eph_addr_class ac;
+        if (eph_addr_check(&a, allow, nallow, &ac)) {
+            c = ac;
+            rc = -EACCES;
+            break;
+        }
+        if (!have) {
+            *out = a;
+            have = true;
+            rc = 0;
+        }
+    }
+    freeaddrinfo(res);
+    if (cls)
+        *cls = c;
+    return rc;
+}
+
+/* Connects to exactly the address checked. */
+static int connect_to(const struct eph_addr *a, unsigned port, uint64_t deadline_ns, int *out)
+{
+    struct sockaddr_storage ss;
+    socklen_t len;
+    memset(&ss, 0, sizeof(ss));
+    if (a->family == AF_INET) {
+        struct sockaddr_in *in = (struct sockaddr_in *)&ss;
+        in->sin_family = AF_INET;
+        in->sin_port = htons((uint16_t)port);
+        memcpy(&in->sin_addr, a->bytes, 4);
+        len = sizeof(*in);
+    } else {
+        struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&ss;
+        in6->sin6_family = AF_INET6;
+        in6->sin6_port = htons((uint16_t)port);
+        memcpy(&in6->sin6_addr, a->bytes, 16);
+        len = sizeof(*in6);
+    }
+    int fd = socket(a->family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -errno;
+    if (connect(fd, (struct sockaddr *)&ss, len) != 0 && errno != EINPROGRESS) {
+        int e = errno;
+        close(fd);
+        return -e;
+    }
+    int rc = wait_fd(fd, POLLOUT, deadline_ns);
+    int err = 0;
+    socklen_t el = sizeof(err);
+    if (!rc && getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) == 0 && err)
+        rc = -err;
+    if (rc) {
+        close(fd);
+        return rc;
+    }
+    *out = fd;
+    return 0;
+}
+
+/* Resolves, guards and connects for a web request; answers the program on failure. */
+static int web_connect(struct req_ctx *rc, const struct eph_http_authority *auth)
+{
+    struct eph_broker *b = rc->s->b;
+    snprintf(rc->host, sizeof(rc->host), "%s", auth->host.name);
+    rc->ev.port = auth->port;
+    if (b->nweb_allow && !eph_policy_domain_allowed(
+                             auth->host.name, (const char *const *)b->web_allow, b->nweb_allow)) {
+        answer_error(rc, 403, "permission_error", "host_not_allowed",
+                     "this run may not reach that host");
+        return -EACCES;
+    }
+    struct eph_addr a;
+    enum eph_addr_class cls;
+    int r = eph_broker_resolve(&auth->host, b->s.allow_private, b->s.nallow_private, &a, &cls);
+    if (r == -EACCES) {
+        char msg[128];
+        snprintf(msg, sizeof(msg), "the address is not public (%s)", eph_addr_class_name(cls));
+        answer_error(rc, 403, "permission_error", "address_not_allowed", msg);
+        return r;
+    }
+    if (r) {
+        answer_error(rc, 502, "api_error", "dns_failed", "the host name does not resolve");
+        return r;
+    }
+    r = connect_to(&a, auth->port, rc->deadline_ns, &rc->s->up);
+    if (r) {
+        answer_error(rc, r == -ETIMEDOUT ? 504 : 502, "api_error", "connect_failed",
+                     "cannot connect to the upstream");
+        return r;
+    }
+    return 0;
+}
+
+/* Relays both ways until both sides are done, the time is up or a write fails. The first
+ * response line seen from upstream sets the event's status (when parse_status). */
+static void relay(struct req_ctx *rc, const char *pending, size_t npending, bool parse_status)
+{
+    int fd = rc->s->fd, up = rc->s->up;
+    char *buf = malloc(IO_CHUNK);
+    bool down_open = true, up_open = true;
+    char status_line[16];
+    size_t status_have = 0;
+    if (!buf)
+        return;
+    if (npending && write_all(up, pending, npending, rc->deadline_ns) == 0)
+        rc->ev.bytes_up += npending;
+    while (down_open || up_open) {
+        struct pollfd p[2] = {{.fd = up_open ? fd : -1, .events = POLLIN},
+                              {.fd = down_open ? up : -1, .events = POLLIN}};
+        uint64_t now = eph_clock_mono_ns();
+        if (now >= rc->deadline_ns || atomic_load(&rc->s->b->closing))
+            break;
+        uint64_t ms = (rc->deadline_ns - now) / 1000000u + 1;
+        int n = poll(p, 2, ms > 60000 ? 60000 : (int)ms);
+        if (n < 0 && errno != EINTR)
+            break;
+        if (n <= 0)
+            continue;
+        if (p[0].revents) {
+            ssize_t r = recv(fd, buf, IO_CHUNK, MSG_DONTWAIT);
+            if (r > 0) {
+                if (write_all(up, buf, (size_t)r, rc->deadline_ns))
+                    break;
+                rc->ev.bytes_up += (uint64_t)r;
+            } else if (r == 0 || (errno != EAGAIN && errno != EINTR)) {
+                up_open = false;
+                shutdown(up, SHUT_WR);
+            }
+        }
+        if (p[1].revents) {
+            ssize_t r = recv(up, buf, IO_CHUNK, MSG_DONTWAIT);
+            if (r > 0) {
+                if (parse_status && status_have < sizeof(status_line)) {
+                    size_t take = sizeof(status_line) - status_have;
+                    if (take > (size_t)r)
+                        take = (size_t)r;
+                    memcpy(status_line + status_have, buf, take);
+                    status_have += take;
+                    if (status_have >= 12 && memcmp(status_line, "HTTP/1.", 7) == 0)
+                        rc->ev.status = atoi(status_line + 9);
+                }
+                if (write_all(fd, buf, (size_t)r, rc->deadline_ns))
+                    break;
+                rc->ev.bytes_down += (uint64_t)r;
+                if (rc->ev.bytes_down > rc->s->b->s.max_response_bytes)
+                    break;
+            } else if (r == 0 || (errno != EAGAIN && errno != EINTR)) {
+                down_open = false;
+                shutdown(fd, SHUT_WR);
+            }
+        }
+    }
+    free(buf);
+}
+
+/* Headers never forwarded as the client wrote them: hop-by-hop ones (RFC 9110 7.6.1), the
+ * proxy's own, and the framing the broker sets itself. */
+static bool hop_by_hop(const struct eph_http_header *h)
+{
+    static const char *const names[] = {"connection",
+                                        "keep-alive",
+                                        "proxy-connection",
+                                        "proxy-authorization",
+                                        "proxy-authenticate",
+                                        "te",
+                                        "trailer",
+                                        "upgrade",
+                                        "host"};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        if (h->name_len == strlen(names[i]) && strncasecmp(h->name, names[i], h->name_len) == 0)
+            return true;
+    return false;
+}
+
+/* A plain-HTTP web request in absolute form: rebuilt from its parts and sent to the checked
+ * address; the answer relayed as it comes. */
+static void serve_web_http(struct req_ctx *rc, const struct eph_http_request *req,
+                           const char *after_head, size_t nafter)
+{
+    struct eph_http_url u;
+    rc->ev.scheme = "http";
+    if (eph_http_parse_url(req->target, req->target_len, &u) || u.https) {
+        answer_error(rc, 400, "invalid_request_error", "bad_target",
+                     "use an absolute http:// URL, or CONNECT for https");
+        return;
+    }
+    size_t pl = u.path_len < sizeof(rc->path) - 1 ? u.path_len : sizeof(rc->path) - 1;
+    memcpy(rc->path, u.path, pl);
+    rc->path[pl] = '\0';
+    if (web_connect(rc, &u.auth))
+        return;
+    struct eph_buf head;
+    eph_buf_init(&head, EPH_HTTP_MAX_HEAD + 1024);
+    int r = eph_buf_appendf(&head, "%.*s %.*s%s%.*s HTTP/1.1\r\nHost: %s", (int)req->method_len,
+                            req->method, (int)u.path_len, u.path, u.query ? "?" : "",
+                            (int)u.query_len, u.query ? u.query : "", u.auth.host.name);
+    if (!r && u.auth.port != 80)
+        r = eph_buf_appendf(&head, ":%u", u.auth.port);
+    if (!r)
+        r = eph_buf_appends(&head, "\r\n");
+    for (size_t i = 0; !r && i < req->nheaders; i++) {
+        const struct eph_http_header *h = &req->headers[i];
+        if (hop_by_hop(h))
+            continue;
+        r = eph_buf_appendf(&head, "%.*s: %.*s\r\n", (int)h->name_len, h->name, (int)h->value_len,
+                            h->value);
+    }
+    if (!r)
+        r = eph_buf_appends(&head, "Connection: close\r\n\r\n");
+    if (r) {
+        eph_buf_release(&head);
+        answer_error(rc, 400, "invalid_request_error", "bad_request", "request head too large");
+        return;
+    }
+    if (write_all(rc->s->up, head.data, head.len, rc->deadline_ns) == 0)
+        rc->ev.bytes_up += head.len;
+    eph_buf_release(&head);
+    rc->ev.status = 502;
+    relay(rc, after_head, nafter, true);
+}
+
+static void serve_connect(struct req_ctx *rc, const struct eph_http_request *req,
+                          const char *after_head, size_t nafter)
+{
+    struct eph_http_authority auth;
+    rc->ev.scheme = "tunnel";
+    if (eph_http_parse_authority(req->target, req->target_len, 0, &auth)) {
+        answer_error(rc, 400, "invalid_request_error", "bad_target", "CONNECT needs host:port");
+        return;
+    }
+    rc->path[0] = '\0';
+    if (web_connect(rc, &auth))
+        return;
+    static const char ok[] = "HTTP/1.1 200 Connection established\r\n\r\n";
+    if (write_all(rc->s->fd, ok, sizeof(ok) - 1, rc->deadline_ns))
+        return;
+    rc->ev.status = 200;
+    relay(rc, after_head, nafter, false);
+}
+
+/* ---- connections ----------------------------------------------------------------------- */
+
+struct curl_out {
+    struct req_ctx *rc;
+    struct eph_redactor red;
+    struct eph_buf buf;
+    bool in_head; /* within a header block */
+    bool skip_block;
+    bool head_done;
+    int error;
+};
+
+static int flush_out(struct curl_out *o)
+{
+    if (o->buf.len == 0)
+        return 0;
+    int r = write_all(o->rc->s->fd, o->buf.data, o->buf.len, o->rc->deadline_ns);
+    o->rc->ev.bytes_down += o->buf.len;
+    eph_buf_reset(&o->buf);
+    return r;
+}
+
+static size_t on_header(char *p, size_t size, size_t n, void *arg)
+{
+    struct curl_out *o = arg;
+    size_t len = size * n;
+    if (len >= 5 && memcmp(p, "HTTP/", 5) == 0) {
+        const char *sp = memchr(p, ' ', len);
+        int status = sp ? atoi(sp + 1) : 0;
+        o->skip_block = status >= 100 && status < 200;
+        if (!o->skip_block)
+            o->rc->ev.status = status;
+    }
+    if (o->skip_block)
+        return len;
+    if (len == 2 && p[0] == '\r') {
+        /* The end of the head: the broker's own framing. */
+        static const char end[] = "Connection: close\r\n\r\n";
+        if (eph_redactor_feed(&o->red, end, sizeof(end) - 1, &o->buf) || flush_out(o))
+            return 0;
+        o->head_done = true;
+        return len;
+    }
+    static const char *const drop[] = {
+        "connection:", "keep-alive:", "transfer-encoding:", "content-length:", "proxy-"};
+    for (size_t i = 0; i < sizeof(drop) / sizeof(drop[0]); i++)
+        if (len >= strlen(drop[i]) && strncasecmp(p, drop[i], strlen(drop[i])) == 0)
+            return len;
+    if (eph_redactor_feed(&o->red, p, len, &o->buf) || flush_out(o))
+        return 0;
+    return len;
+}
+
+static size_t on_body(char *p, size_t size, size_t n, void *arg)
+{
+    struct curl_out *o = arg;
+    size_t len = size * n;
+    if (o->rc->ev.bytes_down + len > o->rc->s->b->s.max_response_bytes) {
+        o->error = -EMSGSIZE;
+        return 0;
+    }
+    if (eph_redactor_feed(&o->red, p, len, &o->buf) || flush_out(o))
+        return 0;
+    return len;
+}
+
+/* Reads the request body that follows the head (Content-Length only), capped. */
+static int read_body(struct req_ctx *rc, const struct eph_http_request *req, const char *after,
+                     size_t nafter, struct eph_buf *body)
+{
+    enum eph_http_body kind;
+    uint64_t want;
+    if (eph_http_request_body(req, &kind, &want)) {
+        answer_error(rc, 400, "invalid_request_error", "bad_request", "ambiguous body length");
+        return -EINVAL;
+    }
+    if (kind == EPH_HTTP_BODY_CHUNKED) {
+        answer_error(rc, 411, "invalid_request_error", "length_required", "send a Content-Length");
+        return -EINVAL;
+    }
+    if (want > rc->s->b->s.max_request_bytes) {
+        answer_error(rc, 413, "invalid_request_error", "request_too_large",
+                     "the request body is over the broker's cap");
+        return -EMSGSIZE;
+    }
+    eph_buf_init(body, (size_t)want);
+    size_t take = nafter < want ? nafter : (size_t)want;
+    if (eph_buf_append(body, after, take))
+        return -ENOMEM;
+    char tmp[IO_CHUNK];
+    while (body->len < want) {
+        size_t n = want - body->len < sizeof(tmp) ? (size_t)(want - body->len) : sizeof(tmp);
+        ssize_t r = read_some(rc->s->fd, tmp, n, rc->deadline_ns);
+        if (r <= 0)
+            return r ? (int)r : -EPIPE;
+        if (eph_buf_append(body, tmp, (size_t)r))
+            return -ENOMEM;
+    }
+    rc->ev.bytes_up += body->len;
+    return 0;
+}
+
+static const struct conn_copy *find_conn(struct eph_broker *b, const char *name)
+{
+    for (size_t i = 0; i < b->nconns; i++)
+        if (strcmp(b->conns[i].name, name) == 0)
+            return &b->conns[i];
+    return NULL;
+}
+
+static bool conn_sets_header(const struct conn_copy *c, const struct eph_http_header *h)
+{
+    for (size_t i = 0; i < c->nheaders; i++)
+        if (strlen(c->hnames[i]) == h->name_len &&
+            strncasecmp(c->hnames[i], h->name, h->name_len) == 0)
+            return true;
+    return false;
+}
+
+static void serve_connection(struct req_ctx *rc, const struct eph_http_request *req,
+                             const char *after_head, size_t nafter)
+{
+    struct eph_broker *b = rc->s->b;
+    static struct eph_conn_target zero;
+    struct eph_conn_target *t = malloc(sizeof(*t));
+    if (!t)
+        return;
+    *t = zero;
+    rc->ev.scheme = "https";
+    if (eph_conn_target_parse(req->target, req->target_len, t)) {
+        rc->ev.connection = "?";
+        answer_error(rc, 403, "permission_error", "path_not_allowed",
+                     "the path does not normalise to an allowed form");
+        free(t);
+        return;
+    }
+    const struct conn_copy *c = find_conn(b, t->name);
+    snprintf(rc->path, sizeof(rc->path), "%s", t->path);
+    if (!c) {
+        rc->ev.connection = "?";
+        snprintf(rc->host, sizeof(rc->host), "%s", t->name);
+        answer_error(rc, 403, "permission_error", "unknown_connection",
+                     "this run has no connection of that name");
+        free(t);
+        return;
+    }
+    rc->ev.connection = c->name;
+    bool https = strncmp(c->base_url, "https://", 8) == 0;
+    rc->ev.scheme = https ? "https" : "http";
+    struct eph_http_url base;
+    if (eph_http_parse_url(c->base_url, strlen(c->base_url), &base)) {
+        answer_error(rc, 502, "api_error", "bad_connection",
+                     "the connection's base URL is invalid");
+        free(t);
+        return;
+    }
+    snprintf(rc->host, sizeof(rc->host), "%s", base.auth.host.name);
+    rc->ev.port = base.auth.port;
+    enum eph_policy_denial d =
+        eph_policy_check(req->method, req->method_len, t->path, (const char *const *)c->methods,
+                         c->nmethods, (const char *const *)c->prefixes, c->nprefixes);
+    if (d != EPH_POLICY_ALLOWED) {
+        answer_error(rc, 403, "permission_error", eph_policy_denial_code(d),
+                     d == EPH_POLICY_METHOD_NOT_ALLOWED
+                         ? "this connection does not allow that method"
+                         : "this connection does not allow that path");
+        free(t);
+        return;
+    }
+    struct eph_addr a;
+    enum eph_addr_class cls;
+    int r = eph_broker_resolve(&base.auth.host, b->s.allow_private, b->s.nallow_private, &a, &cls);
+    if (r) {
+        answer_error(rc, r == -EACCES ? 403 : 502, r == -EACCES ? "permission_error" : "api_error",
+                     r == -EACCES ? "address_not_allowed" : "dns_failed",
+                     r == -EACCES ? "the connection's address is not public"
+                                  : "the connection's host does not resolve");
+        free(t);
+        return;
+    }
+    struct eph_buf body;
+    memset(&body, 0, sizeof(body));
+    if (read_body(rc, req, after_head, nafter, &body)) {
+        eph_buf_release(&body);
+        free(t);
+        return;
+    }
+
+    /* The URL: the base (its path prefix kept, without a trailing "/"), the normalised path,
+     * the client's query, then the connection's own query parameters. */
+    struct eph_buf url;
+    eph_buf_init(&url, EPH_BROKER_PATH_MAX * 2 + 8192);
+    size_t bpl = base.path_len;
+    while (bpl > 0 && base.path[bpl - 1] == '/')
+        bpl--;
+    size_t base_len = (size_t)(base.path - c->base_url);
+    if (base.path[0] != '/' || strcmp(base.path, "/") == 0)
+        base_len = strlen(c->base_url), bpl = 0;
+    while (base_len > 0 && c->base_url[base_len - 1] == '/')
+        base_len--;
+    CURL *h = curl_easy_init();
+    int err = h ? 0 : -ENOMEM;
+    if (!err)
+        err = eph_buf_appendf(&url, "%.*s%.*s%s", (int)base_len, c->base_url, (int)bpl,
+                              bpl ? base.path : "", t->path);
+    char sep = '?';
+    if (!err && t->query) {
+        err = eph_buf_appendf(&url, "?%.*s", (int)t->query_len, t->query);
+        sep = '&';
+    }
+    for (size_t i = 0; !err && i < c->nquery; i++) {
+        char *k = curl_easy_escape(h, c->qnames[i], 0), *v = curl_easy_escape(h, c->qvalues[i], 0);
+        err = k && v ? eph_buf_appendf(&url, "%c%s=%s", sep, k, v) : -ENOMEM;
+        sep = '&';
+        curl_free(k);
+        if (v) {
+            sodium_memzero(v, strlen(v));
+            curl_free(v);
+        }
+    }
+    struct curl_slist *hdrs = NULL;
+    for (size_t i = 0; !err && i < req->nheaders; i++) {
+        const struct eph_http_header *hh = &req->headers[i];
+        if (hop_by_hop(hh) || conn_sets_header(c, hh) ||
+            (hh->name_len == 15 && strncasecmp(hh->name, "accept-encoding", 15) == 0) ||
+            (hh->name_len == 14 && strncasecmp(hh->name, "content-length", 14) == 0) ||
+            (hh->name_len == 17 && strncasecmp(hh->name, "transfer-encoding", 17) == 0))
+            continue;
+        char line[8192];
+        snprintf(line, sizeof(line), "%.*s: %.*s", (int)hh->name_len, hh->name, (int)hh->value_len,
+                 hh->value);
+        hdrs = curl_slist_append(hdrs, line);
+    }
+    hdrs = curl_slist_append(hdrs, "Accept-Encoding: identity");
+    hdrs = curl_slist_append(hdrs, "Expect:");
+    for (size_t i = 0; !err && i < c->nheaders; i++) {
+        size_t ln = strlen(c->hnames[i]) + strlen(c->hvalues[i]) + 3;
+        char *line = malloc(ln);
+        if (!line) {
+            err = -ENOMEM;
+            break;
+        }
+        snprintf(line, ln, "%s: %s", c->hnames[i], c->hvalues[i]);
+        hdrs = curl_slist_append(hdrs, line);
+        sodium_memzero(line, ln);
+        free(line);
+    }
+
+    /* What the upstream may echo: every header and query value, and a bearer token alone. */
+    const char *vals[EPH_REDACT_MAX_VALUES];
+    size_t nv = 0;
+    for (size_t i = 0; i < c->nheaders && nv < EPH_REDACT_MAX_VALUES; i++) {
+        vals[nv++] = c->hvalues[i];
+        const char *sp = strchr(c->hvalues[i], ' ');
+        if (sp && sp[1] && nv < EPH_REDACT_MAX_VALUES)
+            vals[nv++] = sp + 1;
+    }
+    for (size_t i = 0; i < c->nquery && nv < EPH_REDACT_MAX_VALUES; i++)
+        vals[nv++] = c->qvalues[i];
+    struct curl_out o = {.rc = rc};
+    eph_buf_init(&o.buf, 4 * IO_CHUNK);
+    if (!err)
+        err = eph_redactor_init(&o.red, vals, nv);
+
+    char resolve[EPH_HOST_NAME_MAX + EPH_ADDR_STRLEN + 16], astr[EPH_ADDR_STRLEN];
+    eph_addr_format(&a, astr);
+    snprintf(resolve, sizeof(resolve), a.family == AF_INET6 ? "%s:%u:[%s]" : "%s:%u:%s",
+             base.auth.host.name, base.auth.port, astr);
+    struct curl_slist *pin = curl_slist_append(NULL, resolve);
+    if (!err) {
+        char method[32];
+        snprintf(method, sizeof(method), "%.*s", (int)req->method_len, req->method);
+        curl_easy_setopt(h, CURLOPT_URL, url.data);
+        curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
+        curl_easy_setopt(h, CURLOPT_RESOLVE, pin);
+        curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
+        curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
+        curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
+        curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+        curl_easy_setopt(h, CURLOPT_NOPROXY, "*");
+        curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, 1L);
+        curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, 2L);
+        if (b->s.extra_ca_file) {
+            curl_easy_setopt(h, CURLOPT_CAINFO, b->s.extra_ca_file);
+            curl_easy_setopt(h, CURLOPT_CAPATH, "/etc/ssl/certs");
+        }
+        curl_easy_setopt(h, CURLOPT_TIMEOUT, (long)b->s.request_timeout_seconds);
+        curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT, 10L);
+        curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
+        curl_easy_setopt(h, CURLOPT_HEADERDATA, &o);
+        curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
+        curl_easy_setopt(h, CURLOPT_WRITEDATA, &o);
+        if (strcmp(method, "HEAD") == 0)
+            curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
+        if (body.len || strcmp(method, "POST") == 0 || strcmp(method, "PUT") == 0 ||
+            strcmp(method, "PATCH") == 0) {
+            curl_easy_setopt(h, CURLOPT_POSTFIELDS, body.data ? body.data : "");
+            curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body.len);
+        }
+        rc->ev.status = 502;
+        CURLcode cr = curl_easy_perform(h);
+        if (cr == CURLE_OK) {
+            if (eph_redactor_finish(&o.red, &o.buf) == 0)
+                (void)flush_out(&o);
+        } else if (!o.head_done) {
+            EPH_INFO(COMPONENT, "connection %s: %s", c->name, curl_easy_strerror(cr));
+            answer_error(rc, cr == CURLE_OPERATION_TIMEDOUT ? 504 : 502, "api_error",
+                         cr == CURLE_OPERATION_TIMEDOUT ? "upstream_timeout" : "upstream_failed",
+                         "the connection's upstream did not answer properly");
+        }
+    } else {
+        answer_error(rc, 502, "api_error", "broker_error", "the broker could not send the request");
+    }
+    eph_redactor_release(&o.red);
+    eph_buf_release(&o.buf);
+    curl_slist_free_all(pin);
+    /* The headers hold the credential: wipe before freeing. */
+    for (struct curl_slist *l = hdrs; l; l = l->next)
+        sodium_memzero(l->data, strlen(l->data));
+    curl_slist_free_all(hdrs);
+    if (url.data)
+        sodium_memzero(url.data, url.len);
+    eph_buf_release(&url);
+    eph_buf_release(&body);
+    if (h)
+        curl_easy_cleanup(h);
+    free(t);
+}
+
+/* ---- one stream ------------------------------------------------------------------------- */
+
+static void *serve(void *arg)
+{
+    struct bstream *s = arg;
+    struct eph_broker *b = s->b;
+    struct req_ctx *rc = calloc(1, sizeof(*rc));
+    char *head = malloc(EPH_HTTP_MAX_HEAD);
+    static struct eph_http_request zero_req;
+    struct eph_http_request *req = malloc(sizeof(*req));
+    if (!rc || !head || !req)
+        goto out;
+    *req = zero_req;
+    rc->s = s;
+    rc->start_ns = eph_clock_mono_ns();
+    rc->deadline_ns = rc->start_ns + (uint64_t)b->s.request_timeout_seconds * 1000000000u;
+    size_t have = 0;
+    int r;
+    for (;;) {
+        r = eph_http_parse_request(head, have, req);
+        if (r != -EAGAIN)
+            break;
+        ssize_t n = read_some(s->fd, head + have, EPH_HTTP_MAX_HEAD - have, rc->deadline_ns);
+        if (n <= 0)
+            goto out; /* the program went away before asking anything */
+        have += (size_t)n;
+    }
+    snprintf(rc->method, sizeof(rc->method), "%.*s",
+             (int)(r == 0 && req->method_len < sizeof(rc->method) ? req->method_len : 0),
+             r == 0 ? req->method : "");
+    if (r) {
+        answer_error(rc, 400, "invalid_request_error", "bad_request",
+                     r == -EMSGSIZE ? "the request head is too large" : "malformed request");
+        emit(rc);
+        goto out;
+    }
+    const char *after = head + req->head_len;
+    size_t nafter = have - req->head_len;
+    bool is_connect = req->method_len == 7 && memcmp(req->method, "CONNECT", 7) == 0;
+    bool absolute = req->target_len > 0 && req->target[0] != '/';
+    struct eph_http_url u;
+    if (absolute && !is_connect && eph_http_parse_url(req->target, req->target_len, &u) == 0 &&
+        !u.https && u.auth.port == EPH_BROKER_PORT && u.path >= req->target &&
+        u.path < req->target + req->target_len &&
+        (strcmp(u.auth.host.name, "127.0.0.1") == 0 ||
+         strcmp(u.auth.host.name, "localhost") == 0)) {
+        /* A client that sends everything to its proxy asks the proxy itself for a connection:
+         * the same as the origin form. */
+        const char *end = u.query ? u.query + u.query_len : u.path + u.path_len;
+        req->target_len = (size_t)(end - u.path);
+        req->target = u.path;
+        absolute = false;
+    }
+    if (s->no_budget) {
+        rc->ev.connection = absolute || is_connect ? NULL : "?";
+        answer_error(rc, 402, "insufficient_balance_error", "budget_exhausted",
+                     "the run's budget does not cover this request");
+    } else if (is_connect || absolute) {
+        if (!b->web) {
+            answer_error(rc, 403, "permission_error", "web_not_allowed",
+                         "this run has no web access");
+        } else if (is_connect) {
+            serve_connect(rc, req, after, nafter);
+        } else {
+            serve_web_http(rc, req, after, nafter);
+        }
+    } else {
+        serve_connection(rc, req, after, nafter);
+    }
+    emit(rc);
+out:
+    pthread_mutex_lock(&b->lock);
+    s->done = true;
+    if (s->up >= 0)
+        close(s->up);
+    s->up = -1;
+    close(s->fd);
+    s->fd = -1;
+    pthread_mutex_unlock(&b->lock);
+    free(req);
+    free(head);
+    free(rc);
+    return NULL;
+}
+
+/* ---- web_fetch -------------------------------------------------------------------------- */
+
+#define FETCH_MAX_REDIRECTS 5
+#define FETCH_MAX_BODY (2u << 20)
+
+struct fetch_io {
+    struct eph_broker *b;
+    struct eph_meter *meter;
+    struct eph_buf body;
+    char ctype[128];
+    char location[2048];
+    bool cut;
+    bool over;
+    uint64_t bytes;
+};
+
+static size_t fetch_header(char *p, size_t size, size_t n, void *arg)
+{
+    struct fetch_io *io = arg;
+    size_t len = size * n;
+    if (len > 13 && strncasecmp(p, "content-type:", 13) == 0) {
+        size_t s0 = 13;
+        while (s0 < len && p[s0] == ' ')
+            s0++;
+        size_t l = len - s0;
+        while (l && (p[s0 + l - 1] == '\r' || p[s0 + l - 1] == '\n' || p[s0 + l - 1] == ' '))
+            l--;
+        snprintf(io->ctype, sizeof(io->ctype), "%.*s", (int)l, p + s0);
+    }
+    return len;
+}
+
+static size_t fetch_body(char *p, size_t size, size_t n, void *arg)
+{
+    struct fetch_io *io = arg;
+    size_t len = size * n;
+    size_t k =
+        io->b->budget ? eph_meter_take(io->meter, io->b->budget, eph_clock_mono_ns(), len) : len;
+    io->bytes += k;
+    if (k < len) {
+        io->cut = true;
+        atomic_store(&io->b->exhausted, true);
+    }
+    size_t room = io->body.max - io->body.len;
+    if (k > room) {
+        k = room;
+        io->over = true;
+    }
+    if (k && eph_buf_append(&io->body, p, k))
+        return 0;
+    /* Past the cap or the budget: stop the transfer (what came is kept). */
+    return io->cut || io->over ? 0 : len;
+}
+
+int eph_broker_web_fetch(struct eph_broker *b, const char *url, size_t text_cap,
+                         struct eph_web_fetch *out, char *err, size_t errlen)
+{
+    memset(out, 0, sizeof(*out));
+    if (!b->web) {
+        snprintf(err, errlen, "this run has no web access");
+        return -EACCES;
+    }
+    char cur[2048];
+    if (strlen(url) >= sizeof(cur)) {
+        snprintf(err, errlen, "the URL is too long");
+        return -EINVAL;
+    }
+    strcpy(cur, url);
+    int rc = 0;
+    for (unsigned hop = 0;; hop++) {
+        struct eph_http_url u;
+        if (eph_http_parse_url(cur, strlen(cur), &u)) {
+            snprintf(err, errlen, "not an http(s) URL this broker accepts");
+            return -EINVAL;
+        }
+        struct req_ctx rc0 = {0};
+        struct bstream fake = {.b = b, .fd = -1, .up = -1};
+        rc0.s = &fake;
+        rc0.start_ns = eph_clock_mono_ns();
+        rc0.ev.scheme = u.https ? "https" : "http";
+        rc0.ev.port = u.auth.port;
+        snprintf(rc0.method, sizeof(rc0.method), "GET");
+        snprintf(rc0.host, sizeof(rc0.host), "%s", u.auth.host.name);
+        snprintf(rc0.path, sizeof(rc0.path), "%.*s", (int)u.path_len, u.path);
+        eph_meter_init(&fake.meter, b->s.micros_per_request, b->s.micros_per_mib);
+        if (b->nweb_allow &&
+            !eph_policy_domain_allowed(u.auth.host.name, (const char *const *)b->web_allow,
+                                       b->nweb_allow)) {
+            rc0.ev.status = 403;
+            rc0.ev.denied = "host_not_allowed";
+            emit(&rc0);
+            snprintf(err, errlen, "this run may not reach %s", u.auth.host.name);
+            return -EACCES;
+        }
+        struct eph_addr a;
+        enum eph_addr_class cls;
+        rc = eph_broker_resolve(&u.auth.host, b->s.allow_private, b->s.nallow_private, &a, &cls);
+        if (rc) {
+            rc0.ev.status = rc == -EACCES ? 403 : 502;
+            rc0.ev.denied = rc == -EACCES ? "address_not_allowed" : "dns_failed";
+            emit(&rc0);
+            if (rc == -EACCES)
+                snprintf(err, errlen, "%s is not a public address (%s)", u.auth.host.name,
+                         eph_addr_class_name(cls));
+            else
+                snprintf(err, errlen, "%s does not resolve", u.auth.host.name);
+            return rc;
+        }
+        if (b->budget && eph_meter_start(&fake.meter, b->budget, eph_clock_mono_ns())) {
+            atomic_store(&b->exhausted, true);
+            rc0.ev.status = 402;
+            rc0.ev.denied = "budget_exhausted";
+            emit(&rc0);
+            snprintf(err, errlen, "the run's budget does not cover this request");
+            return -EDQUOT;
+        }
+        struct fetch_io io = {.b = b, .meter = &fake.meter};
+        uint64_t cap =
+            b->s.max_response_bytes < FETCH_MAX_BODY ? b->s.max_response_bytes : FETCH_MAX_BODY;
+        eph_buf_init(&io.body, (size_t)cap);
+        char resolve[EPH_HOST_NAME_MAX + EPH_ADDR_STRLEN + 16], astr[EPH_ADDR_STRLEN];
+        eph_addr_format(&a, astr);
+        snprintf(resolve, sizeof(resolve), a.family == AF_INET6 ? "%s:%u:[%s]" : "%s:%u:%s",
+                 u.auth.host.name, u.auth.port, astr);
+        struct curl_slist *pin = curl_slist_append(NULL, resolve);
+        struct curl_slist *hdrs = curl_slist_append(NULL, "Accept-Encoding: identity");
+        CURL *h = curl_easy_init();
+        long status = 0;
+        char *redirect = NULL;
+        CURLcode cr = CURLE_OUT_OF_MEMORY;
+        if (h && pin && hdrs) {
+            curl_easy_setopt(h, CURLOPT_URL, cur);
+            curl_easy_setopt(h, CURLOPT_RESOLVE, pin);
+            curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
+            curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
+            curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
+            curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+            curl_easy_setopt(h, CURLOPT_NOPROXY, "*");
+            curl_easy_setopt(h, CURLOPT_USERAGENT, "ephemeral-web-fetch");
+            if (b->s.extra_ca_file) {
+                curl_easy_setopt(h, CURLOPT_CAINFO, b->s.extra_ca_file);
+                curl_easy_setopt(h, CURLOPT_CAPATH, "/etc/ssl/certs");
+            }
+            curl_easy_setopt(h, CURLOPT_TIMEOUT, (long)b->s.request_timeout_seconds);
+            curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT, 10L);
+            curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, fetch_header);
+            curl_easy_setopt(h, CURLOPT_HEADERDATA, &io);
+            curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, fetch_body);
+            curl_easy_setopt(h, CURLOPT_WRITEDATA, &io);
+            cr = curl_easy_perform(h);
+            curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+            if (curl_easy_getinfo(h, CURLINFO_REDIRECT_URL, &redirect) == CURLE_OK && redirect)
+                snprintf(io.location, sizeof(io.location), "%s", redirect);
+        }
+        rc0.ev.status = status ? (int)status : 502;
+        rc0.ev.bytes_down = io.bytes;
+        rc0.ev.cost_micros = fake.meter.charged;
+        rc0.ev.duration_ms = (eph_clock_mono_ns() - rc0.start_ns) / 1000000u;
+        if (b->on_event)
+            b->on_event(b->event_arg, &rc0.ev);
+        pthread_mutex_lock(&b->lock);
+        b->web_count++;
+        pthread_mutex_unlock(&b->lock);
+        if (h)
+            curl_easy_cleanup(h);
+        curl_slist_free_all(pin);
+        curl_slist_free_all(hdrs);
+        bool ok_end = cr == CURLE_OK || ((io.over || io.cut) && cr == CURLE_WRITE_ERROR);
+        if (!ok_end) {
+            eph_buf_release(&io.body);
+            snprintf(err, errlen, "the fetch failed: %s", curl_easy_strerror(cr));
+            return -EIO;
+        }
+        if (io.cut) {
+            eph_buf_release(&io.body);
+            snprintf(err, errlen, "the run's budget ended during the download");
+            return -EDQUOT;
+        }
+        if (status >= 300 && status < 400 && io.location[0]) {
+            eph_buf_release(&io.body);
+            if (hop + 1 > FETCH_MAX_REDIRECTS) {
+                snprintf(err, errlen, "more than %d redirects", FETCH_MAX_REDIRECTS);
+                return -ELOOP;
+            }
+            snprintf(cur, sizeof(cur), "%s", io.location);
+            out->redirects++;
+            continue;
+        }
+        out->status = (int)status;
+        snprintf(out->content_type, sizeof(out->content_type), "%s", io.ctype);
+        const char *data = io.body.data ? io.body.data : "";
+        char *text = strncasecmp(io.ctype, "text/html", 9) == 0 ||
+                             strncasecmp(io.ctype, "application/xhtml", 17) == 0
+                         ? eph_html_to_text(data, io.body.len)
+                         : strndup(data, io.body.len);
+        eph_buf_release(&io.body);
+        if (!text)
+            return -ENOMEM;
+        out->truncated = io.over;
+        if (strlen(text) > text_cap) {
+            text[text_cap] = '\0';
+            out->truncated = true;
+        }
+        out->text = text;
+        return 0;
+    }
+}

@@ -1,0 +1,135 @@
+/*
+ * broker.h - one run's broker: the host end of every connection a program in the sandbox makes to
+ * the proxy (SPEC 7, docs/BROKER.md).
+ *
+ * The worker creates a broker for a run with web or connections and opens the sandbox's tunnel
+ * with eph_broker_on_stream / eph_broker_on_bytes as its callbacks. Each stream is served on a
+ * thread of its own: the request head is read and parsed, then it is a web request (absolute URI,
+ * public or allow-listed hosts only), a CONNECT tunnel, or a connection request
+ * (/name/path, rules checked after normalisation, the credential added, the answer redacted);
+ * anything else is refused with SPEC 7's JSON and an event, and no byte goes upstream.
+ *
+ * Metering runs on the worker's thread, inside the tunnel's relay (the only thread that touches
+ * the run's budget): the fee when a stream opens, each byte as it crosses. A stream whose fee does
+ * not fit is answered 402 and never connects; a transfer is cut at the byte where the budget ends,
+ * and eph_broker_exhausted() then tells the worker to stop the run budget_exhausted.
+ *
+ * Threads: eph_broker_new, eph_broker_close and eph_broker_free on the worker's thread; the
+ * callbacks on the thread that drives the sandbox (the same); the events from the stream threads
+ * (the sink must be thread-safe).
+ */
+#ifndef EPH_BROKER_H
+#define EPH_BROKER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "broker/addr.h"
+#include "ledger/budget.h"
+
+#define EPH_BROKER_PORT 3128
+#define EPH_BROKER_MAX_ALLOW_CIDRS 64
+
+/* broker.* and the web prices of the server's configuration. */
+struct eph_broker_settings {
+    struct eph_cidr allow_private[EPH_BROKER_MAX_ALLOW_CIDRS]; /* broker.allow_private_cidrs */
+    size_t nallow_private;
+    const char *extra_ca_file; /* PEM, added to the system store; may be NULL */
+    uint64_t max_request_bytes;
+    uint64_t max_response_bytes;
+    unsigned request_timeout_seconds;
+    unsigned max_tunnels_per_run;
+    uint64_t micros_per_request;
+    uint64_t micros_per_mib;
+};
+
+void eph_broker_settings_default(struct eph_broker_settings *s);
+
+/* A connection a run may use, its credential in clear (the broker copies what it needs). */
+struct eph_broker_conn {
+    const char *name;
+    const char *base_url; /* https://host[:port][/base] or http://... */
+    const char *const *methods;
+    size_t nmethods;
+    const char *const *prefixes;
+    size_t nprefixes;
+    const char *const *header_names; /* added to each request; their values are redacted */
+    const char *const *header_values;
+    size_t nheaders;
+    const char *const *query_names; /* added to each request's query; values redacted too */
+    const char *const *query_values;
+    size_t nquery;
+};
+
+/* One request or tunnel, for the run's timeline (web.request / connection.request). Strings are
+ * valid during the call only. */
+struct eph_broker_event {
+    const char *connection; /* NULL for web */
+    const char *method;
+    const char *scheme; /* "http", "https", "tunnel" */
+    const char *host;
+    unsigned port;
+    const char *path; /* without the query; may be "" */
+    int status;       /* the upstream's, or the broker's own answer (403, 402, 502...) */
+    uint64_t bytes_up, bytes_down;
+    uint64_t duration_ms;
+    int64_t cost_micros;
+    const char *denied; /* the reason of a refusal, or NULL */
+};
+
+typedef void (*eph_broker_event_fn)(void *arg, const struct eph_broker_event *ev);
+
+struct eph_broker_run {
+    bool web;
+    const char *const *web_allow; /* NULL with nweb_allow 0: every public host */
+    size_t nweb_allow;
+    const struct eph_broker_conn *conns;
+    size_t nconns;
+    struct eph_budget *budget; /* the run's; touched only from the tunnel callbacks */
+    eph_broker_event_fn on_event;
+    void *event_arg;
+};
+
+struct eph_broker;
+
+/* Copies what it needs of settings and run (credentials included, wiped on free). */
+int eph_broker_new(const struct eph_broker_settings *settings, const struct eph_broker_run *run,
+                   struct eph_broker **out) __attribute__((warn_unused_result));
+/* The tunnel's callbacks (struct eph_sandbox_tunnel); arg is the broker. */
+int eph_broker_on_stream(void *arg, uint32_t stream, int fd);
+size_t eph_broker_on_bytes(void *arg, uint32_t stream, size_t n);
+/* Whether some transfer was cut because the budget ended (the run must stop). */
+bool eph_broker_exhausted(struct eph_broker *b);
+/* Requests and tunnels served so far (web, connection). */
+void eph_broker_counts(struct eph_broker *b, uint64_t *web, uint64_t *connection);
+/* Ends every stream at once (cancel, deadline, end of run) and waits for their threads. */
+void eph_broker_close(struct eph_broker *b);
+void eph_broker_free(struct eph_broker *b);
+
+/* The result of web_fetch. */
+struct eph_web_fetch {
+    int status;
+    char content_type[128];
+    char *text;     /* HTML reduced to text, or the body as text; capped; free() */
+    bool truncated; /* cut at the cap */
+    unsigned redirects;
+};
+
+/* web_fetch, executed by the broker for the model (SPEC 7), on the worker's thread (it meters on
+ * the run's budget itself): http(s) only, the SSRF guard and the allow-list on every hop, at most 5
+ * redirects, the body capped (the text at text_cap bytes), each hop an event. 0 with *out filled
+ * (free out->text); -EDQUOT when the budget cannot pay (the run must stop); another negative error
+ * with a message for the model in err. */
+int eph_broker_web_fetch(struct eph_broker *b, const char *url, size_t text_cap,
+                         struct eph_web_fetch *out, char *err, size_t errlen)
+    __attribute__((warn_unused_result));
+
+/* Resolves host on the host and checks every address with the SSRF guard: 0 with the address to
+ * connect to (the first), -EACCES when any address is not allowed (*cls says why), -ENOENT when
+ * the name does not resolve. Exposed for web_fetch and the tests. */
+int eph_broker_resolve(const struct eph_host *host, const struct eph_cidr *allow, size_t nallow,
+                       struct eph_addr *out, enum eph_addr_class *cls)
+    __attribute__((warn_unused_result));
+
+#endif

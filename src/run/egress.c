@@ -1,0 +1,299 @@
+/*
+ * egress.c - a run's way out. See egress.h.
+ */
+#include "run/egress.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+#include <sodium.h>
+
+#include "broker/broker.h"
+#include "common/log.h"
+#include "common/money.h"
+#include "common/secret.h"
+
+struct eph_egress {
+    struct eph_broker *broker;
+    struct eph_live *live;
+    struct eph_store *store;
+    bool zdr;
+};
+
+bool eph_egress_wanted(const struct eph_run *r)
+{
+    return r->web || (r->connections && json_array_size(r->connections) > 0);
+}
+
+struct eph_broker *eph_egress_broker(struct eph_egress *e)
+{
+    return e ? e->broker : NULL;
+}
+
+/* The timeline's record of one request (SPEC 5 and 7): called from the broker's threads. */
+static void on_event(void *arg, const struct eph_broker_event *ev)
+{
+    struct eph_egress *e = arg;
+    const char *source = ev->connection ? "connection" : "web";
+    const char *type = ev->connection ? "connection.request" : "web.request";
+    json_t *data;
+    if (e->zdr) {
+        /* Zero data retention: method, host and status only. */
+        data = json_pack("{s:s, s:s, s:i}", "method", ev->method, "host", ev->host, "status",
+                         ev->status);
+        if (ev->connection)
+            json_object_set_new(data, "connection", json_string(ev->connection));
+        eph_live_emit(e->live, e->store, source, type, data, "%s %s → %d", ev->method, ev->host,
+                      ev->status);
+        return;
+    }
+    data = json_pack("{s:s, s:s, s:s, s:i, s:s, s:i, s:I, s:I, s:I, s:I}", "method", ev->method,
+                     "scheme", ev->scheme, "host", ev->host, "port", (int)ev->port, "path",
+                     ev->path, "status", ev->status, "bytes_up", (json_int_t)ev->bytes_up,
+                     "bytes_down", (json_int_t)ev->bytes_down, "duration_ms",
+                     (json_int_t)ev->duration_ms, "cost_micros", (json_int_t)ev->cost_micros);
+    if (ev->connection)
+        json_object_set_new(data, "connection", json_string(ev->connection));
+    if (ev->denied)
+        json_object_set_new(data, "denied", json_string(ev->denied));
+    char bytes[32];
+    eph_format_thousands(ev->bytes_down, bytes);
+    if (ev->connection)
+        eph_live_emit(e->live, e->store, source, type, data, "%s · %s %s → %d%s%s", ev->connection,
+                      ev->method, ev->path, ev->status, ev->denied ? " · " : "",
+                      ev->denied ? ev->denied : "");
+    else if (strcmp(ev->scheme, "tunnel") == 0)
+        eph_live_emit(e->live, e->store, source, type, data, "CONNECT %s:%u → %d · %s bytes%s%s",
+                      ev->host, ev->port, ev->status, bytes, ev->denied ? " · " : "",
+                      ev->denied ? ev->denied : "");
+    else {
+        char port[16] = "";
+        if (ev->port && ev->port != (strcmp(ev->scheme, "https") == 0 ? 443u : 80u))
+            snprintf(port, sizeof(port), ":%u", ev->port);
+        eph_live_emit(e->live, e->store, source, type, data, "%s %s://%s%s%s → %d · %s bytes%s%s",
+                      ev->method, ev->scheme, ev->host, port, ev->path, ev->status, bytes,
+                      ev->denied ? " · " : "", ev->denied ? ev->denied : "");
+    }
+}
+
+/* The connections a run names, from the store, credentials unsealed. */
+struct loaded {
+    struct eph_broker_conn *conns;
+    size_t n;
+    struct eph_connection *rows;
+    json_t **creds; /* the unsealed name -> value objects */
+    const char ***hnames, ***hvalues, ***methods, ***prefixes;
+};
+
+static void loaded_release(struct loaded *l)
+{
+    for (size_t i = 0; i < l->n; i++) {
+        if (l->creds && l->creds[i]) {
+            const char *k;
+            json_t *v;
+            json_object_foreach(l->creds[i], k, v)
+            {
+                if (json_is_string(v))
+                    sodium_memzero((char *)json_string_value(v), json_string_length(v));
+            }
+            json_decref(l->creds[i]);
+        }
+        if (l->rows)
+            eph_connection_release(&l->rows[i]);
+        if (l->hnames)
+            free(l->hnames[i]);
+        if (l->hvalues)
+            free(l->hvalues[i]);
+        if (l->methods)
+            free(l->methods[i]);
+        if (l->prefixes)
+            free(l->prefixes[i]);
+    }
+    free(l->conns);
+    free(l->rows);
+    free(l->creds);
+    free(l->hnames);
+    free(l->hvalues);
+    free(l->methods);
+    free(l->prefixes);
+    memset(l, 0, sizeof(*l));
+}
+
+static const char **strings_of(json_t *arr, size_t *n)
+{
+    *n = json_is_array(arr) ? json_array_size(arr) : 0;
+    const char **v = calloc(*n + 1, sizeof(char *));
+    for (size_t i = 0; v && i < *n; i++) {
+        json_t *s = json_array_get(arr, i);
+        v[i] = json_is_string(s) ? json_string_value(s) : "";
+    }
+    return v;
+}
+
+static int load_connections(struct eph_service *svc, const struct eph_run *r, struct loaded *l,
+                            char *err, size_t errlen)
+{
+    size_t n = r->connections ? json_array_size(r->connections) : 0;
+    memset(l, 0, sizeof(*l));
+    if (n == 0)
+        return 0;
+    l->conns = calloc(n, sizeof(*l->conns));
+    l->rows = calloc(n, sizeof(*l->rows));
+    l->creds = calloc(n, sizeof(*l->creds));
+    l->hnames = calloc(n, sizeof(*l->hnames));
+    l->hvalues = calloc(n, sizeof(*l->hvalues));
+    l->methods = calloc(n, sizeof(*l->methods));
+    l->prefixes = calloc(n, sizeof(*l->prefixes));
+    if (!l->conns || !l->rows || !l->creds || !l->hnames || !l->hvalues || !l->methods ||
+        !l->prefixes)
+        return -ENOMEM;
+    struct eph_secret key;
+    int rc = eph_secret_load(svc->cfg->secret_key_file, false, &key, err, errlen);
+    if (rc)
+        return rc;
+    for (size_t i = 0; i < n; i++) {
+        const char *name = json_string_value(json_array_get(r->connections, i));
+        l->n = i + 1;
+        rc = name ? svc->store->ops->conn_get(svc->store, r->org_id, name, &l->rows[i]) : -EINVAL;
+        if (rc) {
+            snprintf(err, errlen, "the connection '%.64s' is not available", name ? name : "?");
+            break;
+        }
+        unsigned char *plain = NULL;
+        size_t plen = 0;
+        rc = eph_secret_open(&key, l->rows[i].sealed, l->rows[i].sealed_len, &plain, &plen);
+        if (rc) {
+            snprintf(err, errlen, "the credential of connection '%.64s' cannot be opened", name);
+            break;
+        }
+        l->creds[i] = json_loadb((const char *)plain, plen, 0, NULL);
+        sodium_memzero(plain, plen);
+        free(plain);
+        if (!json_is_object(l->creds[i])) {
+            snprintf(err, errlen, "the credential of connection '%.64s' is malformed", name);
+            rc = -EINVAL;
+            break;
+        }
+        size_t nh = json_object_size(l->creds[i]), k = 0;
+        l->hnames[i] = calloc(nh + 1, sizeof(char *));
+        l->hvalues[i] = calloc(nh + 1, sizeof(char *));
+        if (!l->hnames[i] || !l->hvalues[i]) {
+            rc = -ENOMEM;
+            break;
+        }
+        const char *hn;
+        json_t *hv;
+        json_object_foreach(l->creds[i], hn, hv)
+        {
+            if (!json_is_string(hv))
+                continue;
+            l->hnames[i][k] = hn;
+            l->hvalues[i][k] = json_string_value(hv);
+            k++;
+        }
+        struct eph_broker_conn *c = &l->conns[i];
+        c->name = l->rows[i].name;
+        c->base_url = l->rows[i].base_url;
+        l->methods[i] = strings_of(l->rows[i].methods, &c->nmethods);
+        l->prefixes[i] = strings_of(l->rows[i].path_prefixes, &c->nprefixes);
+        if (!l->methods[i] || !l->prefixes[i]) {
+            rc = -ENOMEM;
+            break;
+        }
+        c->methods = l->methods[i];
+        c->prefixes = l->prefixes[i];
+        c->header_names = l->hnames[i];
+        c->header_values = l->hvalues[i];
+        c->nheaders = k;
+    }
+    eph_secret_clear(&key);
+    return rc;
+}
+
+int eph_egress_start(struct eph_service *svc, struct eph_run *r, struct eph_live *live,
+                     struct eph_budget *budget, struct eph_sandbox *sb, struct eph_egress **out,
+                     char *err, size_t errlen)
+{
+    *out = NULL;
+    if (!eph_egress_wanted(r))
+        return 0;
+    if (!sb->ops->open_tunnel) {
+        snprintf(err, errlen, "the %s backend has no way out for web or connections",
+                 sb->ops->name);
+        return -ENOTSUP;
+    }
+    const struct eph_config *cfg = svc->cfg;
+    struct eph_broker_settings s;
+    eph_broker_settings_default(&s);
+    for (size_t i = 0; i < cfg->broker.nallow_private_cidrs && i < EPH_BROKER_MAX_ALLOW_CIDRS; i++)
+        if (eph_cidr_parse(cfg->broker.allow_private_cidrs[i],
+                           &s.allow_private[s.nallow_private]) == 0)
+            s.nallow_private++;
+    s.extra_ca_file = cfg->broker.extra_ca_file;
+    s.max_request_bytes = cfg->broker.max_request_bytes;
+    s.max_response_bytes = cfg->broker.max_response_bytes;
+    s.request_timeout_seconds = cfg->broker.request_timeout_seconds;
+    s.max_tunnels_per_run = cfg->broker.max_tunnels_per_run;
+    s.micros_per_request = cfg->prices.web_micros_per_request;
+    s.micros_per_mib = cfg->prices.web_micros_per_mib;
+
+    struct eph_egress *e = calloc(1, sizeof(*e));
+    if (!e)
+        return -ENOMEM;
+    e->live = live;
+    e->store = svc->store;
+    e->zdr = r->zdr;
+    struct loaded l;
+    int rc = load_connections(svc, r, &l, err, errlen);
+    if (!rc) {
+        struct eph_broker_run run = {.web = r->web,
+                                     .conns = l.conns,
+                                     .nconns = l.n,
+                                     .budget = budget,
+                                     .on_event = on_event,
+                                     .event_arg = e};
+        rc = eph_broker_new(&s, &run, &e->broker);
+        if (rc)
+            snprintf(err, errlen, "the broker could not start: %s", strerror(-rc));
+    }
+    loaded_release(&l);
+    if (!rc) {
+        struct eph_sandbox_tunnel t = {.port = EPH_BROKER_PORT,
+                                       .max_streams = s.max_tunnels_per_run,
+                                       .on_stream = eph_broker_on_stream,
+                                       .on_bytes = eph_broker_on_bytes,
+                                       .arg = e->broker};
+        rc = sb->ops->open_tunnel(sb, &t);
+        if (rc)
+            snprintf(err, errlen, "the sandbox's proxy listener could not open: %s", strerror(-rc));
+    }
+    if (rc) {
+        eph_broker_free(e->broker);
+        free(e);
+        return rc;
+    }
+    *out = e;
+    return 0;
+}
+
+void eph_egress_stop(struct eph_egress *e, struct eph_run *r)
+{
+    if (!e)
+        return;
+    eph_broker_close(e->broker);
+    uint64_t web = 0, conn = 0;
+    eph_broker_counts(e->broker, &web, &conn);
+    r->usage.web_requests += web;
+    r->usage.connection_requests += conn;
+}
+
+void eph_egress_free(struct eph_egress *e)
+{
+    if (!e)
+        return;
+    eph_broker_free(e->broker);
+    free(e);
+}

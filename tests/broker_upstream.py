@@ -1,0 +1,107 @@
+#!/usr/bin/env python3
+"""A loopback HTTP upstream for the broker's tests. Python standard library only.
+
+    broker_upstream.py --log FILE [--max-seconds N] [--cert PEM --key PEM]
+
+Listens on 127.0.0.1 (a free port, printed alone on the first line of stdout). Every request is
+appended to the log as one JSON line (method, path with its query, headers) before it is answered:
+that is how a test proves what reached the upstream (the credential) and what did not (a denied
+request). With --cert and --key it speaks HTTPS. Answers:
+
+    /big?n=N      N bytes of a fixed pattern (Content-Length)
+    /html         a small HTML page (with a script the text must not show)
+    /redirect?to=URL   a 302 to URL
+    anything else 200, text/plain, echoing the method, the path and the Authorization header it
+                  received, in the body and in an X-Echo header (an upstream that echoes the
+                  credential back, as some do)
+"""
+import argparse, json, sys, threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import urlsplit, parse_qs
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def handle_any(self):
+        n = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(n) if n else b""
+        with open(self.server.log, "a") as f:
+            f.write(json.dumps({"method": self.command, "path": self.path,
+                                "headers": {k.lower(): v for k, v in self.headers.items()},
+                                "body": body.decode("utf-8", "replace")}) + "\n")
+        u = urlsplit(self.path)
+        if u.path.endswith("/big"):
+            size = int(parse_qs(u.query).get("n", ["0"])[0])
+            self.send_response(200)
+            self.send_header("Content-Type", "application/octet-stream")
+            self.send_header("Content-Length", str(size))
+            self.end_headers()
+            chunk = bytes(range(97, 123)) * 2521
+            sent = 0
+            try:
+                while sent < size:
+                    part = chunk[: min(len(chunk), size - sent)]
+                    self.wfile.write(part)
+                    sent += len(part)
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+            return
+        if u.path.endswith("/html"):
+            return self.reply(200, "text/html; charset=utf-8",
+                              b"<html><head><title>t</title><script>var hidden = 1;</script>"
+                              b"</head><body><h1>Fetched page</h1><p>Hello &amp; welcome</p>"
+                              b"</body></html>")
+        if u.path.endswith("/redirect"):
+            self.send_response(302)
+            self.send_header("Location", parse_qs(u.query).get("to", ["/"])[0])
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        auth = self.headers.get("Authorization", "")
+        text = "%s %s auth=[%s] body=[%s]\n" % (self.command, self.path, auth,
+                                                 body.decode("utf-8", "replace"))
+        data = text.encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("X-Echo", auth)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(data)
+
+    def reply(self, status, ctype, data):
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = handle_any
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--log", required=True)
+    ap.add_argument("--max-seconds", type=int, default=300)
+    ap.add_argument("--cert")
+    ap.add_argument("--key")
+    a = ap.parse_args()
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    if a.cert:
+        import ssl
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(a.cert, a.key)
+        srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
+    srv.daemon_threads = True
+    srv.log = a.log
+    print(srv.server_address[1], flush=True)
+    threading.Timer(a.max_seconds, lambda: srv.shutdown()).start()
+    srv.serve_forever()
+
+
+if __name__ == "__main__":
+    main()

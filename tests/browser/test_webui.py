@@ -1,0 +1,898 @@
+"""The web UI in a real headless Chromium (Debian's chromium and chromium-driver), against a real
+ephemerald. Run by tests/blackbox/webui_browser.sh, which starts the server and sets:
+
+    WEBUI_SERVER   the server's URL          ADMIN_KEY, MEMBER_KEY   keys of the org "default"
+    SHOTS          where screenshots go      TEST_TMP                a scratch directory
+    SEED_REQUEST, SPACED_PROMPT, XSS_PROMPT, SLOW_PROMPT            the fixtures' prompts
+
+The browser reaches the server through a small TCP proxy on another loopback port, which logs
+every request line and header and can cut every connection at once (a network drop). Each test
+prints PASS or FAIL; after every test the browser's console must hold no error, and every URL the
+page requested must be of the page's own origin. Screenshots are saved under SHOTS for a person to
+look at.
+"""
+
+import json
+import os
+import re
+import signal
+import socket
+import sys
+import threading
+import time
+import traceback
+import urllib.error
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from webdriver import Browser, KEYS  # noqa: E402
+
+SERVER = os.environ["WEBUI_SERVER"]
+ADMIN_KEY = os.environ["ADMIN_KEY"]
+MEMBER_KEY = os.environ["MEMBER_KEY"]
+SHOTS = os.environ["SHOTS"]
+TMP = os.environ["TEST_TMP"]
+SEED = json.load(open(os.environ["SEED_REQUEST"]))
+SPACED_PROMPT = os.environ["SPACED_PROMPT"]
+XSS_PROMPT = os.environ["XSS_PROMPT"]
+SLOW_PROMPT = os.environ["SLOW_PROMPT"]
+TERMINAL = {"completed", "failed", "timed_out", "budget_exhausted", "cancelled"}
+
+
+# ---------------------------------------------------------------- the proxy
+
+class Proxy:
+    """A loopback TCP proxy in front of the server: logs requests, cuts connections on demand."""
+
+    def __init__(self, target_port):
+        self.target = target_port
+        self.lsock = socket.socket()
+        self.lsock.bind(("127.0.0.1", 0))
+        self.lsock.listen(64)
+        self.port = self.lsock.getsockname()[1]
+        self.lock = threading.Lock()
+        self.socks = set()
+        self.requests = []  # (method, path, {header: value}) in arrival order
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                c, _ = self.lsock.accept()
+            except OSError:
+                return
+            try:
+                u = socket.create_connection(("127.0.0.1", self.target))
+            except OSError:
+                c.close()
+                continue
+            with self.lock:
+                self.socks.update((c, u))
+            threading.Thread(target=self._pump, args=(c, u, True), daemon=True).start()
+            threading.Thread(target=self._pump, args=(u, c, False), daemon=True).start()
+
+    def _pump(self, src, dst, log):
+        buf, skip = b"", 0
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                if log:
+                    buf += data
+                    while True:
+                        if skip:
+                            n = min(skip, len(buf))
+                            buf, skip = buf[n:], skip - n
+                            if skip:
+                                break
+                        end = buf.find(b"\r\n\r\n")
+                        if end < 0:
+                            break
+                        head = buf[:end].decode("latin-1").split("\r\n")
+                        buf = buf[end + 4:]
+                        method, path = (head[0].split(" ") + ["", ""])[:2]
+                        hdrs = {}
+                        for line in head[1:]:
+                            k, _, v = line.partition(":")
+                            hdrs[k.strip().lower()] = v.strip()
+                        with self.lock:
+                            self.requests.append((method, path, hdrs))
+                        skip = int(hdrs.get("content-length", "0") or 0)
+                dst.sendall(data)
+        except OSError:
+            pass
+        for s in (src, dst):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        with self.lock:
+            self.socks.discard(src)
+            self.socks.discard(dst)
+        src.close()
+
+    def cut(self):
+        """Drops every open connection, both ways: the browser sees its streams end."""
+        with self.lock:
+            socks = list(self.socks)
+        for s in socks:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        return len(socks)
+
+    def seen(self, method=None, prefix=""):
+        with self.lock:
+            return [r for r in self.requests
+                    if (method is None or r[0] == method) and r[1].startswith(prefix)]
+
+
+# ---------------------------------------------------------------- the API, directly
+
+def api(method, path, key, body=None, headers=None, wait=None):
+    """(status, json) from the server itself (not through the browser)."""
+    h = {"Authorization": f"Bearer {key}", **(headers or {})}
+    data = None
+    if body is not None:
+        data = json.dumps(body).encode()
+        h["Content-Type"] = "application/json"
+    if wait:
+        h["Prefer"] = f"wait={wait}"
+    req = urllib.request.Request(SERVER + path, data=data, method=method, headers=h)
+    try:
+        with urllib.request.urlopen(req, timeout=120) as r:
+            return r.status, json.loads(r.read() or b"null")
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read() or b"null")
+
+
+def new_run(prompt, cost=30000):
+    st, run = api("POST", "/v1/runs", MEMBER_KEY, {"prompt": prompt, "max_cost_micros": cost})
+    assert st == 201, f"create run: {st} {run}"
+    return run["id"]
+
+
+def finished(run_id, timeout=90):
+    st, run = api("GET", f"/v1/runs/{run_id}", MEMBER_KEY, wait=timeout)
+    assert st == 200 and run["status"] in TERMINAL, f"run {run_id} did not finish: {run}"
+    return run
+
+
+def events_of(run_id):
+    st, ev = api("GET", f"/v1/runs/{run_id}/events", MEMBER_KEY)
+    assert st == 200, ev
+    return ev["data"]
+
+
+def money(micros):
+    """SPEC 4, as the page must print it."""
+    sign = "-" if micros < 0 else ""
+    m = abs(micros)
+    tens = m // 10 + (1 if m % 10 >= 5 else 0)
+    digits = f"{tens % 100000:05d}"
+    while len(digits) > 2 and digits.endswith("0"):
+        digits = digits[:-1]
+    return f"{sign}${tens // 100000}.{digits}"
+
+
+# ---------------------------------------------------------------- the tests
+
+TESTS = []
+
+
+HTTP_4XX = r"Failed to load resource: the server responded with a status of 4\d\d"
+
+
+def test(allow=()):
+    """A test; allow: patterns of console errors the test provokes on purpose (the browser logs
+    every refused request as one), checked after it like any other error."""
+    def mark(fn):
+        fn.allow = allow
+        TESTS.append(fn)
+        return fn
+    return mark
+
+
+class Ctx:
+    pass
+
+
+ctx = Ctx()
+ctx.runs = {}
+
+
+def shot(b, name, full=True):
+    b.screenshot(os.path.join(SHOTS, f"{name}.png"), full_page=full)
+
+
+def fill(b, css, text):
+    """Replaces a field's value as typing would (input events included)."""
+    el = b.find(css)
+    el.clear()
+    el.send_keys(text)
+
+
+def use_key(b, key):
+    """The key as a person enters it: the header's button, the dialog, Save."""
+    b.get(ctx.url + "/")
+    b.wait_js("the page", "return !!document.getElementById('pg-run')")
+    b.find("#key-button").click()
+    b.wait_js("the key dialog", "return document.getElementById('key-dialog').open")
+    fill(b, "#key-input", key)
+    b.js("document.querySelector('#main > *').setAttribute('data-before-key', '')")
+    b.find("#key-form button[type=submit]").click()
+    b.wait_js("the dialog to close", "return !document.getElementById('key-dialog').open")
+    # Saving a key draws the page again with it: wait for the new page, not the old one.
+    b.wait_js("the page drawn with the key", "return !document.querySelector('#main > [data-before-key]')"
+              " && !!document.getElementById('pg-run')")
+    b.wait_js("the balance", "return document.getElementById('balance').textContent.startsWith('Balance')")
+
+
+def open_run(b, run_id, settled=False):
+    """Opens a run's page (with the member's key, unless the tab holds one); when settled, waits
+    until its event stream has ended."""
+    if not b.js("try { return sessionStorage.getItem('ephemeral.api_key') } catch { return null }"):
+        b.get(ctx.url + "/")
+        b.js("sessionStorage.setItem('ephemeral.api_key', arguments[0])", MEMBER_KEY)
+    b.get(f"{ctx.url}/runs/{run_id}")
+    status = b.wait_js("the run's header", "return document.getElementById('run-status').textContent")
+    if settled:
+        b.wait_js("the end of the event stream",
+                  "return document.getElementById('live-state').dataset.state === 'done'")
+    return status
+
+
+def wait_destroyed(b, timeout=90):
+    return b.wait_js("'Worker destroyed' in the timeline",
+                     "const r = document.querySelector('#timeline-body tr[data-type=\"worker.destroyed\"]');"
+                     "return r && !r.hidden ? r.querySelector('.msg').textContent : null", timeout=timeout)
+
+
+def timeline(b):
+    return b.js("return [...document.querySelectorAll('#timeline-body tr')].map(r => ({"
+                "seq: Number(r.dataset.seq), type: r.dataset.type, hidden: r.hidden,"
+                "t: r.querySelector('.t').textContent, src: r.querySelector('.src').textContent,"
+                "msg: r.querySelector('.msg').textContent}))")
+
+
+@test()
+def static_files_and_headers():
+    """GET / and the assets: CSP, nosniff, no-referrer, caching; 304, 404 and 405 answers."""
+    req = urllib.request.Request(SERVER + "/")
+    with urllib.request.urlopen(req) as r:
+        html = r.read().decode()
+        h = r.headers
+    csp = h["Content-Security-Policy"]
+    assert csp, "no Content-Security-Policy"
+    directives = dict((d.strip().split(" ", 1) + [""])[:2] for d in csp.split(";"))
+    assert directives["default-src"] == "'none'", csp
+    for d in ("script-src", "style-src", "connect-src", "img-src"):
+        assert directives[d] == "'self'", f"{d} must be 'self' only: {csp}"
+    assert directives.get("frame-ancestors") == "'none'" and directives.get("base-uri") == "'none'", csp
+    assert "unsafe" not in csp and "http" not in csp and "*" not in csp, csp
+    assert h["X-Content-Type-Options"] == "nosniff"
+    assert h["Referrer-Policy"] == "no-referrer"
+    assert h["Cache-Control"] == "no-cache" and re.fullmatch(r'"[0-9a-f]{16}"', h["ETag"]), dict(h)
+    assert h["Content-Type"].startswith("text/html")
+    assert not re.search(r"<script(?![^>]*\bsrc=)", html), "an inline script in index.html"
+    assert not re.search(r"\son[a-z]+\s*=", html), "an event handler attribute in index.html"
+    assert not re.search(r"\sstyle\s*=|<style", html), "an inline style in index.html"
+    for src in re.findall(r'(?:src|href)="([^"]+)"', html):
+        assert src.startswith("/") or src.startswith("#"), f"another origin in index.html: {src}"
+    # Revalidation: the same ETag gives 304 without a body.
+    req = urllib.request.Request(SERVER + "/assets/app.js", headers={"If-None-Match": h["ETag"]})
+    with urllib.request.urlopen(req) as r:
+        js_etag = r.headers["ETag"]
+        assert r.headers["Content-Type"].startswith("text/javascript")
+        assert r.headers["Content-Security-Policy"] == csp
+    try:
+        urllib.request.urlopen(urllib.request.Request(SERVER + "/assets/app.js",
+                                                      headers={"If-None-Match": js_etag}))
+        raise AssertionError("no 304 for a matching ETag")
+    except urllib.error.HTTPError as e:
+        assert e.code == 304, e.code
+    # The libraries come from the Debian packages, served from this origin.
+    for name, marker in (("marked.min.js", "marked"), ("purify.min.js", "DOMPurify")):
+        with urllib.request.urlopen(SERVER + "/assets/" + name) as r:
+            assert marker in r.read().decode(), name
+    # Every page path is the same shell; unknown assets are 404 with the same headers.
+    for path in ("/runs", "/runs/run_0123456789abcdef0123456789abcdef", "/keys"):
+        with urllib.request.urlopen(SERVER + path) as r:
+            assert r.headers["ETag"] == h["ETag"], path
+    for path, code in (("/assets/nope.js", 404), ("/assets/.hidden", 404), ("/nope", 404)):
+        try:
+            urllib.request.urlopen(SERVER + path)
+            raise AssertionError(f"{path} answered 200")
+        except urllib.error.HTTPError as e:
+            assert e.code == code, (path, e.code)
+            if path.startswith("/assets"):
+                assert e.headers["Content-Security-Policy"] == csp
+                assert e.headers["X-Content-Type-Options"] == "nosniff"
+    try:
+        urllib.request.urlopen(urllib.request.Request(SERVER + "/", data=b"x", method="POST"))
+        raise AssertionError("POST / answered 200")
+    except urllib.error.HTTPError as e:
+        assert e.code == 405, e.code
+
+
+@test()
+def playground_shows_the_seed_and_its_curl(b):
+    """The seed pre-filled; request.json and curl follow every edit."""
+    use_key(b, MEMBER_KEY)
+    b.find("#pg-reset").click()
+    b.wait_js("the form", "return !!document.getElementById('pg-prompt')")
+    assert b.find("#pg-prompt").prop("value") == SEED["prompt"]
+    body = b.find("#request-json").text
+    assert json.loads(body) == SEED and list(json.loads(body)) == list(SEED), body
+    curl = b.find("#curl").text
+    for line in ("curl -X POST $EPHEMERAL_URL/v1/runs", '-H "Authorization: Bearer $EPHEMERAL_API_KEY"',
+                 '-H "Content-Type: application/json"', '-H "Idempotency-Key: $(uuidgen)"'):
+        assert line in curl, f"{line!r} not in the curl command: {curl}"
+    assert "-d '" in curl and '"max_cost_micros":40000' in curl, curl
+    assert MEMBER_KEY not in b.js("return document.body.innerText"), "the key is shown"
+    shot(b, "01-playground-seed")
+
+    fill(b, "#pg-budget", "0.05")
+    b.wait_js("the JSON to follow the budget",
+              "return JSON.parse(document.getElementById('request-json').textContent).max_cost_micros === 50000")
+    assert '"max_cost_micros":50000' in b.find("#curl").text
+    b.find("label.toggle:has(#pg-web)").click()
+    b.wait_js("the allow-list field", "return !document.getElementById('pg-allow').closest('.field').hidden")
+    b.find("#pg-allow").send_keys("example.com\n*.example.org")
+    b.wait_js("the JSON to follow the web toggle",
+              "const w = JSON.parse(document.getElementById('request-json').textContent).web;"
+              "return w && w.allow && w.allow.join() === 'example.com,*.example.org'")
+    assert '"web":{"allow":["example.com","*.example.org"]}' in b.find("#curl").text
+    b.find("label.toggle:has(#pg-zdr)").click()
+    b.wait_js("zero data retention in the JSON",
+              "return JSON.parse(document.getElementById('request-json').textContent).zero_data_retention === true")
+    shot(b, "02-playground-edited")
+    b.find("#pg-reset").click()
+    b.wait_js("the seed again",
+              "return JSON.parse(document.getElementById('request-json').textContent).max_cost_micros === 40000")
+
+
+@test()
+def run_from_the_playground_streams_live(b):
+    """Run switches to the run's view; the timeline grows live to 'Worker destroyed'."""
+    use_key(b, MEMBER_KEY)
+    b.find("#pg-reset").click()
+    b.wait_js("the form", "return !!document.getElementById('pg-prompt')")
+    fill(b, "#pg-prompt", SPACED_PROMPT)
+    b.find("#pg-run").click()
+    url = b.wait("the run's page", lambda: re.search(r"/runs/(run_[0-9a-f]{32})$", b.url))
+    run_id = url.group(1)
+    ctx.runs["spaced"] = run_id
+    # Live: a command is on the page while the run is still going (the fixture's commands are a
+    # second apart, so the run cannot have ended when its first command shows).
+    live = b.wait_js("a command while the run is live",
+                     "const r = document.querySelector('#timeline-body tr[data-type=\"shell.command\"]');"
+                     "const s = document.getElementById('run-status').textContent;"
+                     "return r ? {status: s, live: document.getElementById('live-state').textContent} : null")
+    assert live["status"] in ("Running", "Starting", "Queued"), live
+    assert "live" in live["live"], live
+    shot(b, "03-run-live")
+    where = ("return ['#cost', '#timeline-body tr', '.side', '.runhead h1', '#tl-title']"
+             ".map(s => Math.round(document.querySelector(s).getBoundingClientRect().top))")
+    before = b.js(where)
+    msg = wait_destroyed(b)
+    assert re.fullmatch(r"\$[0-9.]+ charged, \$[0-9.]+ released", msg), msg
+    run = finished(run_id)
+    b.wait_js("the final status", "return document.getElementById('run-status').textContent === 'Completed'")
+    c = run["cost"]
+    line = b.wait_js("the cost line", "return document.getElementById('cost-line').textContent")
+    assert line == f"Model {money(c['model_micros'])} · Web {money(c['web_micros'])} · Compute {money(c['compute_micros'])}", line
+    segs = b.js("return [...document.querySelectorAll('#cost .bar .seg')].map(s => s.className)")
+    assert segs == ["seg model", "seg web", "seg compute"], segs
+    legend = b.find("#cost .legend").text
+    assert f"Released {money(c['released_micros'])}" in legend, legend
+    summary = b.find("#run-summary").text
+    assert summary.startswith(f"{money(c['charged_micros'])} of {money(c['reserved_micros'])}"), summary
+    result = b.wait_js("the result", "return document.getElementById('result').textContent")
+    assert "Counted: one, two, three." in result, result
+    # No layout shift while it streamed and settled: what was on the screen has not moved.
+    assert b.js(where) == before, (before, b.js(where))
+    # Every event once, in order, as the API has them.
+    rows = timeline(b)
+    api_events = events_of(run_id)
+    assert [r["seq"] for r in rows] == [e["seq"] for e in api_events], (rows, api_events)
+    assert all(abs(float(r["t"]) - e["t"]) < 0.006 for r, e in zip(rows, api_events)), rows
+    # A shell command opens to its output.
+    b.find("#timeline-body tr[data-type='shell.command'] summary").click()
+    out = b.wait_js("the command's output",
+                    "const d = document.querySelector('#timeline-body tr[data-type=\"shell.command\"] details');"
+                    "return d.open ? d.textContent : null")
+    assert "one" in out and "exit 0" in out, out
+    shot(b, "04-run-finished")
+
+
+@test()
+def the_seed_example_end_to_end(b):
+    """The seed run from the playground: the seed's timeline shape, its result, its cost."""
+    use_key(b, MEMBER_KEY)
+    b.find("#pg-reset").click()
+    b.wait_js("the form", "return !!document.getElementById('pg-prompt')")
+    b.find("#pg-run").click()
+    run_id = b.wait("the run's page", lambda: re.search(r"/runs/(run_[0-9a-f]{32})$", b.url)).group(1)
+    ctx.runs["seed"] = run_id
+    wait_destroyed(b)
+    b.wait_js("the result", "return document.getElementById('result').textContent.includes('Prime script output')")
+    rows = timeline(b)
+    labels = [r["src"] for r in rows if r["type"] != "model.call"]
+    box = labels[1]
+    assert box in ("Sandbox", "gVisor", "MicroVM"), labels
+    assert labels == ["Queued", box, box, "Shell", "Shell", "Shell", "Shell", box, "Completed",
+                      "Worker destroyed"], labels
+    assert rows[0]["msg"] == "budget of $0.04 reserved", rows[0]
+    result = b.find("#result").text
+    assert "2 3 5 7 11 13 17 19 23 29 31 37 41 43 47" in result, result
+    assert "Could not resolve host" in result, result
+    perms = b.js("return [...document.querySelectorAll('#perms tr')].map(r => r.textContent)")
+    assert "WebOff" in perms and "ShellOn, inside the sealed machine" in perms, perms
+    assert "Budget$0.04, hard limit" in perms and "Time limit120 seconds" in perms, perms
+    shot(b, "05-seed-run")
+
+
+@test()
+def files_are_sent_inline(b):
+    """Chosen and dropped files go inline: text as content, binary as content_base64."""
+    text_path = os.path.join(TMP, "notes.txt")
+    bin_path = os.path.join(TMP, "blob.bin")
+    with open(text_path, "w") as f:
+        f.write("hello from the browser\n")
+    with open(bin_path, "wb") as f:
+        f.write(bytes([0, 255, 1, 254]))
+    use_key(b, MEMBER_KEY)
+    b.find("#pg-reset").click()
+    b.wait_js("the form", "return !!document.getElementById('pg-prompt')")
+    fill(b, "#pg-prompt", XSS_PROMPT)
+    b.find("#pg-files").send_keys(text_path + "\n" + bin_path)
+    b.js("""const dt = new DataTransfer();
+            dt.items.add(new File(['dropped text'], 'dropped.txt', {type: 'text/plain'}));
+            document.querySelector('.drop').dispatchEvent(new DragEvent('drop', {dataTransfer: dt, bubbles: true}));""")
+    files = b.wait_js("three files in the JSON",
+                      "const f = JSON.parse(document.getElementById('request-json').textContent).files;"
+                      "return f && f.length === 3 ? f : null")
+    by = {f["path"]: f for f in files}
+    assert by["notes.txt"] == {"path": "notes.txt", "content": "hello from the browser\n"}, by
+    assert by["blob.bin"] == {"path": "blob.bin", "content_base64": "AP8B/g=="}, by
+    assert by["dropped.txt"] == {"path": "dropped.txt", "content": "dropped text"}, by
+    shot(b, "05b-playground-files")
+    b.find("#pg-run").click()
+    run_id = b.wait("the run's page", lambda: re.search(r"/runs/(run_[0-9a-f]{32})$", b.url)).group(1)
+    row = b.wait_js("the files in the permissions table",
+                    "const r = [...document.querySelectorAll('#perms tr')].find(r => r.textContent.startsWith('Files'));"
+                    "return r && r.textContent.includes('blob.bin') ? r.textContent : null")
+    assert all(n in row for n in ("notes.txt", "blob.bin", "dropped.txt")), row
+    st, run = api("GET", f"/v1/runs/{run_id}", MEMBER_KEY)
+    assert sorted(run["permissions"]["files"]) == ["blob.bin", "dropped.txt", "notes.txt"], run
+    wait_destroyed(b)
+
+
+@test()
+def zero_data_retention_result_is_shown_once(b):
+    """A ZDR run's result reaches the page that follows it (the stream), and is kept nowhere."""
+    use_key(b, MEMBER_KEY)
+    b.find("#pg-reset").click()
+    b.wait_js("the form", "return !!document.getElementById('pg-prompt')")
+    fill(b, "#pg-prompt", SPACED_PROMPT)
+    b.find("label.toggle:has(#pg-zdr)").click()
+    b.wait_js("zero data retention in the JSON",
+              "return JSON.parse(document.getElementById('request-json').textContent).zero_data_retention === true")
+    b.find("#pg-run").click()
+    run_id = b.wait("the run's page", lambda: re.search(r"/runs/(run_[0-9a-f]{32})$", b.url)).group(1)
+    wait_destroyed(b)
+    shown = b.wait_js("the result from the stream",
+                      "const t = document.getElementById('result').textContent; return t.includes('Counted') && t")
+    assert "Counted: one, two, three." in shown, shown
+    run = finished(run_id)
+    assert run["result"] is None and run["permissions"]["zero_data_retention"], run
+    shot(b, "05c-zdr-result")
+    # Opened again, the page says the result was not kept.
+    open_run(b, run_id, settled=True)
+    text = b.wait_js("the ZDR note", "const t = document.getElementById('result').textContent;"
+                     "return t.includes('not kept') && t")
+    assert "Counted" not in text, text
+
+
+@test()
+def replay_keeps_the_original_timing(b):
+    """Replay at x1 and x4: the events in their order and spacing, scaled; pause; jump."""
+    run_id = ctx.runs.get("spaced") or new_run(SPACED_PROMPT)
+    finished(run_id)
+    open_run(b, run_id, settled=True)
+    wait_destroyed(b)
+    b.wait_js("the replay control", "return document.getElementById('replay').dataset.state === 'ready'")
+    evs = events_of(run_id)
+    shells = [e for e in evs if e["type"] == "shell.command"]
+    assert len(shells) == 3 and shells[2]["t"] - shells[0]["t"] > 1.5, shells
+
+    def play(speed):
+        b.find(f"#replay [data-speed='{speed}']").click()
+        b.js("""
+            window.__shown = {};
+            const body = document.getElementById('timeline-body');
+            window.__obs && window.__obs.disconnect();
+            window.__obs = new MutationObserver((list) => {
+              const now = performance.now();
+              for (const m of list) {
+                const r = m.target;
+                if (m.attributeName === 'hidden' && !r.hidden && !(r.dataset.seq in window.__shown))
+                  window.__shown[r.dataset.seq] = now;
+              }
+            });
+            window.__obs.observe(body, {subtree: true, attributes: true, attributeFilter: ['hidden']});
+            window.__start = performance.now();
+            document.getElementById('replay-play').click();
+        """)
+        b.wait_js("the replay to end", "return document.getElementById('replay').dataset.state === 'ended'",
+                  timeout=30)
+        shown = b.js("return {start: window.__start, shown: window.__shown}")
+        return {int(k): (v - shown["start"]) / 1000 for k, v in shown["shown"].items()}
+
+    for speed in (1, 4):
+        seen = play(speed)
+        order = sorted(seen, key=lambda s: (seen[s], s))
+        later = [e["seq"] for e in evs if e["t"] > 0.05]
+        assert [s for s in order if s in later] == later, f"order at x{speed}: {order}"
+        for e in shells:
+            expected = e["t"] / speed
+            got = seen[e["seq"]]
+            assert abs(got - expected) <= max(0.3, 0.15 * expected), \
+                f"x{speed}: event {e['seq']} at {got:.2f} s, expected {expected:.2f} s"
+        gap = seen[shells[2]["seq"]] - seen[shells[0]["seq"]]
+        want = (shells[2]["t"] - shells[0]["t"]) / speed
+        assert abs(gap - want) <= max(0.25, 0.15 * want), f"x{speed}: spacing {gap:.2f} s, want {want:.2f}"
+        shot(b, f"06-replay-x{speed}-ended")
+
+    # Pause holds the clock; Resume goes on to the end.
+    b.find("#replay [data-speed='1']").click()
+    b.find("#replay-play").click()
+    b.wait_js("the first command in the replay",
+              f"return !document.querySelector('#timeline-body tr[data-seq=\"{shells[0]['seq']}\"]').hidden")
+    b.find("#replay-play").click()
+    assert b.js("return document.getElementById('replay').dataset.state") == "paused"
+    clock = b.find("#replay-clock").text
+    time.sleep(0.6)  # the clock must not move while paused: observe it over a while
+    assert b.find("#replay-clock").text == clock, "the clock moved while paused"
+    shot(b, "07-replay-paused")
+    # Jump: between the first and the second command, exactly the events up to there are shown.
+    pos = (shells[0]["t"] + shells[1]["t"]) / 2
+    b.js("const r = document.getElementById('replay-pos'); r.value = String(Math.round(arguments[0] * 100));"
+         "r.dispatchEvent(new Event('input'))", pos)
+    rows = timeline(b)
+    visible = [r["seq"] for r in rows if not r["hidden"]]
+    p = round(pos * 100) / 100
+    want = [e["seq"] for e in evs if e["t"] <= p + 1e-9]
+    assert visible == want, (visible, want)
+    b.find("#replay-play").click()
+    b.wait_js("the replay to end", "return document.getElementById('replay').dataset.state === 'ended'")
+    assert all(not r["hidden"] for r in timeline(b))
+
+
+@test(allow=[r"/events - Failed to load resource: net::ERR_(INCOMPLETE_CHUNKED_ENCODING|EMPTY_RESPONSE|CONNECTION_RESET)"])
+def reconnects_without_losing_or_doubling(b):
+    """A network drop mid-run: the page resumes with Last-Event-ID; every event exactly once."""
+    # The slow fixture blocks in a 60 s command: the run is surely live during the drop, and its
+    # remaining events (cancelled, destroyed) come after it.
+    run_id = new_run(SLOW_PROMPT, 50000)
+    open_run(b, run_id)
+    before = b.wait_js("the model's call before the drop",
+                       "const rows = [...document.querySelectorAll('#timeline-body tr')];"
+                       "return rows.some(r => r.dataset.type === 'model.call') ?"
+                       " rows.map(r => Number(r.dataset.seq)) : null")
+    n = ctx.proxy.cut()
+    assert n > 0, "no connection to cut"
+    resumed = lambda: [r for r in ctx.proxy.seen("GET", f"/v1/runs/{run_id}/events") if "last-event-id" in r[2]]
+    b.wait("the page to resume the stream", resumed)
+    b.wait_js("the page to say it is live again", "return document.getElementById('live-state').dataset.state === 'live'")
+    st, run = api("POST", f"/v1/runs/{run_id}/cancel", MEMBER_KEY)
+    assert st == 200 and run["status"] == "cancelled", run
+    wait_destroyed(b)
+    rows = timeline(b)
+    api_seqs = [e["seq"] for e in events_of(run_id)]
+    assert [r["seq"] for r in rows] == api_seqs, ([r["seq"] for r in rows], api_seqs)
+    first = resumed()[0]
+    assert int(first[2]["last-event-id"]) >= max(before), (first, before)
+    shot(b, "08-reconnected")
+
+
+@test()
+def cancel_a_running_run(b):
+    run_id = new_run(SLOW_PROMPT, 50000)
+    open_run(b, run_id)
+    b.wait_js("the long command to start",
+              "return document.querySelector('#timeline-body tr[data-type=\"worker.started\"]')")
+    b.wait_js("the Cancel button", "return !document.getElementById('cancel').hidden")
+    b.find("#cancel").click()
+    b.wait_js("the cancelled status", "return document.getElementById('run-status').textContent === 'Cancelled'",
+              timeout=30)
+    wait_destroyed(b, timeout=30)
+    b.wait_js("the Cancel button to go", "return document.getElementById('cancel').hidden")
+    shot(b, "09-cancelled")
+
+
+@test()
+def the_result_is_sanitised(b):
+    """<script>, <img onerror>, javascript: links and remote images stay inert text."""
+    run_id = new_run(XSS_PROMPT, 20000)
+    run = finished(run_id)
+    assert "<script>" in run["result"], run["result"]
+    b.get(ctx.url + "/")
+    b.js("window.__xss = undefined")
+    open_run(b, run_id, settled=True)
+    b.wait_js("the result", "return document.getElementById('result').textContent.includes('Hostile result')")
+    r = b.js("""
+        const el = document.getElementById('result');
+        return {
+          xss: window.__xss === undefined ? null : window.__xss,
+          text: el.textContent,
+          tags: [...el.querySelectorAll('script, img, iframe, object, embed, svg, style, form')].map(x => x.tagName),
+          handlers: [...el.querySelectorAll('*')].flatMap(x => [...x.attributes].map(a => a.name)).filter(n => n.startsWith('on')),
+          hrefs: [...el.querySelectorAll('a')].map(a => a.getAttribute('href')),
+          strong: el.querySelectorAll('strong').length,
+        };""")
+    assert r["xss"] is None, r
+    assert not r["tags"] and not r["handlers"], r
+    assert all(h is None or not h.strip().lower().startswith("javascript:") for h in r["hrefs"]), r
+    assert "<script>window.__xss = 1</script>" in r["text"], r["text"]
+    assert 'onerror="window.__xss = 2"' in r["text"], r["text"]
+    assert "http://127.0.0.2/tracker.png" in r["text"], r["text"]
+    assert r["strong"] >= 1, "Markdown was not rendered"
+    for a in b.find_all("#result a"):
+        a.click()
+    assert b.js("return window.__xss === undefined"), "a link ran code"
+    assert re.search(r"/runs/run_", b.url), b.url
+    shot(b, "10-sanitised-result")
+
+
+@test(allow=[HTTP_4XX])
+def api_errors_are_shown_in_words(b):
+    """No key: no request. A wrong key, a 402 and a 400: the server's message on the page."""
+    b.get(ctx.url + "/")
+    b.js("sessionStorage.clear()")
+    b.get(ctx.url + "/")
+    b.wait_js("the form", "return !!document.getElementById('pg-run')")
+    posts = len(ctx.proxy.seen("POST", "/v1/runs"))
+    b.find("#pg-run").click()
+    b.wait_js("the key dialog", "return document.getElementById('key-dialog').open")
+    assert "No API key" in b.find("#pg-error").prop("textContent")
+    assert len(ctx.proxy.seen("POST", "/v1/runs")) == posts, "a request was sent without a key"
+    # A wrong key, in the dialog.
+    b.find("#key-input").send_keys("eph_" + "x" * 40)
+    b.find("#key-form button[type=submit]").click()
+    err = b.wait_js("the 401 message", "const e = document.getElementById('key-error');"
+                    "return !e.hidden && e.textContent.startsWith('The server refused') && e.textContent")
+    st, body = api("GET", "/v1/balance", "eph_" + "x" * 40)
+    assert st == 401 and body["error"]["message"] in err, (err, body)
+    assert err.startswith("The server refused the API key"), err
+    shot(b, "11-error-401")
+    b.find("#key-cancel").click()
+    # 402 and 400: the same body sent straight to the API gives the message the page shows.
+    use_key(b, MEMBER_KEY)
+    for field, value, code, name in (("#pg-budget", "1000000", 402, "12-error-402"),
+                                     ("#pg-timeout", "99999", 400, "13-error-400")):
+        b.find("#pg-reset").click()
+        b.wait_js("the form", "return !!document.getElementById('pg-run')")
+        fill(b, field, value)
+        body = json.loads(b.find("#request-json").text)
+        st, ans = api("POST", "/v1/runs", MEMBER_KEY, body)
+        assert st == code, (st, ans)
+        b.find("#pg-run").click()
+        shown = b.wait_js(f"the {code} message",
+                          "const e = document.getElementById('pg-error'); return !e.hidden && e.textContent")
+        assert ans["error"]["message"] in shown, (shown, ans)
+        assert f"({ans['error']['param']})" in shown, shown
+        assert re.search(r"/$", b.url), "the page left the playground on an error"
+        shot(b, name)
+    # A key revoked while the page holds it: the header says so.
+    st, k = api("POST", "/v1/keys", ADMIN_KEY, {"role": "member"})
+    assert st == 201, k
+    use_key(b, k["key"])
+    st, _ = api("DELETE", f"/v1/keys/{k['id']}", ADMIN_KEY)
+    assert st == 200
+    b.find("#pg-reset").click()
+    b.wait_js("the form", "return !!document.getElementById('pg-run')")
+    b.find("#pg-run").click()
+    shown = b.wait_js("the 401 message", "const e = document.getElementById('pg-error'); return !e.hidden && e.textContent")
+    assert shown.startswith("The server refused the API key: invalid api key"), shown
+    b.get(ctx.url + "/runs/run_0123456789abcdef0123456789abcdef")
+    shown = b.wait_js("the 401 message", "const e = document.getElementById('run-error'); return !e.hidden && e.textContent")
+    assert shown.startswith("The server refused the API key"), shown
+    use_key(b, MEMBER_KEY)
+    b.get(ctx.url + "/runs/run_0123456789abcdef0123456789abcdef")
+    shown = b.wait_js("the 404 message", "const e = document.getElementById('run-error'); return !e.hidden && e.textContent")
+    assert shown.startswith("Not found"), shown
+    b.js("sessionStorage.clear()")
+
+
+@test()
+def keyboard_alone(b):
+    """Tab through the playground to Run (every stop labelled, focus visible), Enter runs."""
+    use_key(b, MEMBER_KEY)
+    b.find("#pg-reset").click()
+    b.get(ctx.url + "/")
+    b.wait_js("the form", "return !!document.getElementById('pg-run')")
+    b.js("document.activeElement && document.activeElement.blur(); window.scrollTo(0, 0)")
+    stops = []
+    for _ in range(80):
+        b.keys(KEYS["TAB"])
+        f = b.js("""
+            const el = document.activeElement;
+            if (!el || el === document.body) return null;
+            const cs = getComputedStyle(el);
+            let name = el.getAttribute('aria-label') || '';
+            if (!name && el.getAttribute('aria-labelledby'))
+              name = el.getAttribute('aria-labelledby').split(' ').map(i => document.getElementById(i)?.textContent || '').join(' ');
+            if (!name && el.labels && el.labels.length) name = el.labels[0].textContent;
+            if (!name && !['INPUT', 'TEXTAREA', 'SELECT'].includes(el.tagName)) name = el.textContent;
+            return {id: el.id, tag: el.tagName, name: name.trim(),
+                    outline: cs.outlineStyle !== 'none' && parseFloat(cs.outlineWidth) >= 2};""")
+        assert f, "the focus left the page"
+        stops.append(f)
+        assert f["name"], f"a control without a label: {f}"
+        assert f["outline"], f"no visible focus on {f}"
+        if f["id"] == "pg-run":
+            break
+    else:
+        raise AssertionError(f"Run never got the focus: {stops}")
+    ids = [s["id"] for s in stops]
+    for want in ("pg-prompt", "pg-shell", "pg-web", "pg-timeout", "pg-budget", "pg-run"):
+        assert want in ids, f"{want} not reached by Tab: {ids}"
+    shot(b, "14-keyboard-focus-on-run", full=False)
+    b.keys(KEYS["ENTER"])
+    run_id = b.wait("Enter to start the run", lambda: re.search(r"/runs/(run_[0-9a-f]{32})$", b.url)).group(1)
+    wait_destroyed(b)
+    ctx.runs["keyboard"] = run_id
+
+
+@test()
+def phone_sized_run_view(b):
+    """390 x 844: the run view fits the width; screenshots of the viewport and the page."""
+    run_id = ctx.runs.get("seed") or ctx.runs.get("keyboard") or new_run(SEED["prompt"], 40000)
+    finished(run_id)
+    b.viewport(390, 844, mobile=True)
+    try:
+        open_run(b, run_id)
+        wait_destroyed(b)
+        b.wait_js("the result", "return document.getElementById('result').textContent.length > 40")
+        width = b.js("return document.documentElement.scrollWidth")
+        assert width <= 390, f"the page is {width} px wide on a 390 px screen"
+        shot(b, "15-run-390x844", full=False)
+        shot(b, "16-run-390-full")
+        b.get(ctx.url + "/")
+        b.wait_js("the form", "return !!document.getElementById('pg-run')")
+        assert b.js("return document.documentElement.scrollWidth") <= 390
+        shot(b, "17-playground-390-full")
+    finally:
+        b.reset_viewport()
+
+
+@test()
+def runs_list_pages_and_filters(b):
+    """Newest first, paged with the API's cursor, filtered by status."""
+    use_key(b, MEMBER_KEY)
+    st, first = api("GET", "/v1/runs?limit=2", MEMBER_KEY)
+    assert st == 200 and first["has_more"], "the test needs more than 2 runs"
+    b.get(ctx.url + "/runs?limit=2")
+    ids = b.wait_js("the first page", "const r = [...document.querySelectorAll('#runs-body tr[data-id]')];"
+                    "return r.length ? r.map(x => x.dataset.id) : null")
+    assert ids == [r["id"] for r in first["data"]], (ids, first)
+    shot(b, "18-runs-page-1")
+    b.find("#older").click()
+    st, second = api("GET", f"/v1/runs?limit=2&after={first['data'][-1]['id']}", MEMBER_KEY)
+    ids2 = b.wait_js("the second page", "const r = [...document.querySelectorAll('#runs-body tr[data-id]')];"
+                     "return r.length && !r.some(x => arguments[0].includes(x.dataset.id)) ? r.map(x => x.dataset.id) : null",
+                     ids)
+    assert ids2 == [r["id"] for r in second["data"]], (ids2, second)
+    b.find("#newer").click()
+    back = b.wait_js("the first page again", "const r = [...document.querySelectorAll('#runs-body tr[data-id]')];"
+                     "return r.length && r[0].dataset.id === arguments[0] ? r.map(x => x.dataset.id) : null",
+                     ids[0])
+    assert back == ids
+    # The status filter.
+    b.get(ctx.url + "/runs")
+    b.wait_js("the list", "return document.querySelectorAll('#runs-body tr[data-id]').length > 0")
+    b.js("const s = document.getElementById('status-filter'); s.value = 'cancelled';"
+         "s.dispatchEvent(new Event('change'))")
+    b.wait("the filtered URL", lambda: "status=cancelled" in b.url)
+    st, cancelled = api("GET", "/v1/runs?status=cancelled", MEMBER_KEY)
+    got = b.wait_js("the filtered list", "const r = [...document.querySelectorAll('#runs-body tr[data-id]')];"
+                    "return r.length ? r.map(x => [x.dataset.id, x.querySelector('.pill').textContent]) : null")
+    assert [g[0] for g in got] == [r["id"] for r in cancelled["data"]], (got, cancelled)
+    assert all(g[1] == "Cancelled" for g in got), got
+    row = b.js("return document.querySelector('#runs-body tr[data-id]').textContent")
+    assert "$" in row and "openai/gpt-6-luna" in row, row
+    shot(b, "19-runs-filtered")
+
+
+@test(allow=[r"/v1/keys - Failed to load resource: the server responded with a status of 403"])
+def header_balance_and_admin_names_only(b):
+    """The balance in the header; an admin sees keys and connections by name, never a value."""
+    canary = "webui-secret-canary-7f3a"
+    st, c = api("POST", "/v1/connections", ADMIN_KEY,
+                {"name": "webui-demo", "base_url": "https://api.example.com", "methods": ["GET"],
+                 "headers": {"Authorization": f"Bearer {canary}"}})
+    assert st == 201, c
+    use_key(b, ADMIN_KEY)
+    st, bal = api("GET", "/v1/balance", ADMIN_KEY)
+    text = b.wait_js("the balance", "return document.getElementById('balance').textContent")
+    assert text == f"Balance {money(bal['available_micros'])}", (text, bal)
+    b.find("#nav-admin").click()
+    b.wait_js("the keys", "return document.querySelectorAll('#keys-body tr').length > 0")
+    b.wait_js("the connections", "return document.getElementById('connections-body').textContent.includes('webui-demo')")
+    page = b.js("return document.body.innerText")
+    st, keys = api("GET", "/v1/keys", ADMIN_KEY)
+    for k in keys["data"]:
+        assert k["id"] in page, k
+    assert "Authorization" in page
+    assert canary not in page and ADMIN_KEY not in page and MEMBER_KEY not in page
+    assert not re.search(r"eph_[A-Za-z0-9]{40}", page), "a key value is on the page"
+    # The playground offers the org's connections by name.
+    b.find("nav a[data-page='playground']").click()
+    b.wait_js("the connection checkbox", "return !!document.querySelector('#pg-connections input[value=\"webui-demo\"]')")
+    b.find("#pg-connections label.toggle").click()
+    b.wait_js("the connection in the JSON", "const j = JSON.parse(document.getElementById('request-json').textContent);"
+              "return j.connections && j.connections[0] === 'webui-demo'")
+    b.find("#pg-connections label.toggle").click()
+    b.find("nav a[data-page='keys']").click()
+    b.wait_js("the connections", "return document.getElementById('connections-body').textContent.includes('webui-demo')")
+    shot(b, "20-admin")
+    # A member is told in words that the page needs an admin key, and sees no connection list.
+    use_key(b, MEMBER_KEY)
+    b.find("#nav-admin").click()
+    shown = b.wait_js("the 403 message", "const e = document.getElementById('admin-error'); return !e.hidden && e.textContent")
+    assert shown.startswith("This needs an admin key"), shown
+    assert "webui-demo" not in b.js("return document.body.innerText")
+    shot(b, "21-admin-as-member")
+    b.find("nav a[data-page='playground']").click()
+    b.wait_js("the connections field", "return !!document.getElementById('pg-conn-text')")
+
+
+# ---------------------------------------------------------------- the runner
+
+def main():
+    # Stopped by the test's deadline: close the browser and its driver on the way out.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
+    os.makedirs(SHOTS, exist_ok=True)
+    port = int(SERVER.rsplit(":", 1)[1])
+    ctx.proxy = Proxy(port)
+    ctx.url = f"http://127.0.0.1:{ctx.proxy.port}"
+    failed = ran = 0
+    with Browser(os.path.join(TMP, "chromium-profile"), os.path.join(TMP, "chromedriver.log")) as b:
+        b.get("about:blank")
+        b.console()
+        b.network_urls()  # the browser's own start-up pages, before ours
+        only = sys.argv[1:]  # names to run (all when none): for working on one test
+        for t in [t for t in TESTS if not only or t.__name__ in only]:
+            start = time.monotonic()
+            ran += 1
+            try:
+                if t.__code__.co_argcount:
+                    t(b)
+                else:
+                    t()
+                urls = [u for u in b.network_urls() if not u.startswith(ctx.url + "/")]
+                assert not urls, f"requests to another origin: {urls}"
+                errors = [e for e in b.console() if e.get("level") == "SEVERE"]
+                errors = [e for e in errors if not any(re.search(p, e["message"]) for p in t.allow)]
+                assert not errors, f"console errors: {errors}"
+                print(f"PASS  {t.__name__}  ({time.monotonic() - start:.1f} s)", flush=True)
+            except Exception:
+                failed += 1
+                print(f"FAIL  {t.__name__}", flush=True)
+                traceback.print_exc()
+                try:
+                    shot(b, f"FAIL-{t.__name__}")
+                    b.console()
+                    b.network_urls()
+                except Exception:
+                    pass
+    print(f"{ran - failed} passed, {failed} failed; screenshots in {SHOTS}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
