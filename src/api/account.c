@@ -8,8 +8,20 @@
 
 #include "api/api.h"
 #include "common/log.h"
+#include "common/money.h"
 #include "common/metrics.h"
 #include "daemon/readiness.h"
+
+static int balance_reply(struct eph_api_req *req, const struct eph_balance *bal)
+{
+    struct eph_balance b = *bal;
+    return eph_api_reply_json(req, 200,
+                              json_pack("{s:s, s:I, s:I, s:I}", "object", "balance",
+                                        "balance_micros", (json_int_t)b.balance_micros,
+                                        "reserved_micros", (json_int_t)b.reserved_micros,
+                                        "available_micros", (json_int_t)b.available_micros),
+                              NULL, NULL);
+}
 
 int eph_api_balance(struct eph_api_req *req)
 {
@@ -17,12 +29,7 @@ int eph_api_balance(struct eph_api_req *req)
     struct eph_balance b;
     if (st->ops->balance(st, req->org_id, &b))
         return eph_api_reply_store_unavailable(req);
-    return eph_api_reply_json(req, 200,
-                              json_pack("{s:s, s:I, s:I, s:I}", "object", "balance",
-                                        "balance_micros", (json_int_t)b.balance_micros,
-                                        "reserved_micros", (json_int_t)b.reserved_micros,
-                                        "available_micros", (json_int_t)b.available_micros),
-                              NULL, NULL);
+    return balance_reply(req, &b);
 }
 
 int eph_api_credits(struct eph_api_req *req)
@@ -46,19 +53,33 @@ int eph_api_credits(struct eph_api_req *req)
         }
     }
     json_t *m = json_object_get(body, "micros");
-    if (!json_is_integer(m) || json_integer_value(m) <= 0 ||
-        json_integer_value(m) > (json_int_t)1000000000000000) {
+    if (!json_is_integer(m) || json_integer_value(m) <= 0) {
         json_decref(body);
         return eph_api_reply_error(req, 400, "invalid_request_error", "invalid_parameter", "micros",
-                                   "the body must be {\"micros\": N} with N > 0");
+                                   "the body must be {\"micros\": N} with N a positive integer");
     }
-    int rc = st->ops->credit_add(st, req->org_id, json_integer_value(m));
+    int64_t micros = json_integer_value(m);
     json_decref(body);
+    struct eph_balance b;
+    if (st->ops->balance(st, req->org_id, &b))
+        return eph_api_reply_store_unavailable(req);
+    /* The same bound as `ephemerald admin credit`: no total can overflow. */
+    const char *why = eph_money_credit_refusal(micros, b.balance_micros);
+    if (why)
+        return eph_api_reply_error(req, 400, "invalid_request_error", "invalid_parameter", "micros",
+                                   "%s", why);
+    int rc = st->ops->credit_add(st, req->org_id, micros);
     if (rc)
         return eph_api_reply_error(req, 503, "api_error", "store_unavailable", NULL,
                                    "the credit could not be stored");
     EPH_INFO("api", "credit added to org %s", req->org_id);
-    return eph_api_balance(req);
+    /* The credit is applied: from here the answer is a success whatever happens, so that the
+     * idempotency key remembers it and a retry does not apply it twice. */
+    if (st->ops->balance(st, req->org_id, &b) == 0)
+        return balance_reply(req, &b);
+    return eph_api_reply_json(
+        req, 200, json_pack("{s:s, s:I}", "object", "credit", "micros", (json_int_t)micros), NULL,
+        NULL);
 }
 
 /* Each part of the server (store, image, backend) with what to do about an unusable one; 503

@@ -18,6 +18,7 @@
 #include <jansson.h>
 
 #include "common/buf.h"
+#include "api/validate.h"
 #include "common/id.h"
 #include "run/service.h"
 
@@ -71,6 +72,8 @@ struct eph_api_req {
     uint64_t start_ns;
     char org_id[48];
     char role[16];
+    char request_id[24]; /* "req_" + 16 hex: in the Request-Id header, every error and log line */
+    struct eph_api_query query; /* the validated query arguments of the route */
 
     /* Idempotency (SPEC 3.5), handled by the server for the POSTs that honour it: set while the
      * request holds a new key, so that its answer is stored (2xx) or the key released. */
@@ -107,17 +110,36 @@ bool eph_api_require_admin(struct eph_api_req *req);
 void eph_api_idem_settle(struct eph_api_req *req, unsigned status, json_t *body);
 /* Checks the bearer key; answers 401 and returns false when it is missing or unknown. */
 bool eph_api_authenticate(struct eph_api_req *req);
-/* A request header or query argument, or NULL. */
+/* A request header, or NULL. The query arguments are validated into req->query. */
 const char *eph_api_header(struct eph_api_req *req, const char *name);
-const char *eph_api_query(struct eph_api_req *req, const char *name);
-/* Prefer: wait=N, capped at max; 0 when absent or malformed. */
-unsigned eph_api_prefer_wait(struct eph_api_req *req, unsigned max);
+/* Prefer: wait=N into *wait (0 when absent); answers 400 and returns false when the header's wait
+ * is not an integer from 0 to max. */
+bool eph_api_prefer_wait(struct eph_api_req *req, unsigned max, unsigned *wait);
+/* Answers a refusal described by the validation functions (validate.h). */
+int eph_api_reply_invalid(struct eph_api_req *req, const struct eph_api_error *e);
+/* Request-Id on every answer; Retry-After on 429 and 503. For handlers that build their own
+ * MHD response (event streams). */
+struct MHD_Response;
+void eph_api_add_common_headers(struct eph_api_req *req, struct MHD_Response *resp,
+                                unsigned status);
+/* Seconds a client is told to wait after a 429 or a 503. */
+#define EPH_API_RETRY_AFTER_SECONDS "1"
 /* Parks req until its run (req->live, taken by the caller) settles or deadline_ns passes; then the
  * server calls resume. False when it did not park (answer now). */
 bool eph_api_park_until_settled(struct eph_api_req *req, uint64_t deadline_ns,
                                 int (*resume)(struct eph_api_req *req));
 /* Parses the body as a JSON object; answers 400 and returns NULL when it is not one. */
 json_t *eph_api_body_object(struct eph_api_req *req);
+
+/* Admits a new run (runs.c): registers it live (with a zero-data-retention prompt and files
+ * held there, never stored), stores it with its reservation and first event, and queues it with
+ * submit (eph_scheduler_submit; tests pass another). Everything that can fail in this process
+ * happens before the store is written; when the queue refuses after that, the run is settled at
+ * once as failed with its whole budget released. 0, or the store's error (-EDQUOT, -EAGAIN, ...)
+ * with nothing written, or a live/queue error with *queue_failed set and nothing reserved. */
+int eph_api_run_admit(struct eph_service *svc, const struct eph_run *r,
+                      const struct eph_event *first, const char *zdr_prompt, json_t *zdr_files,
+                      int (*submit)(const char *run_id), bool *queue_failed);
 
 /* Resource handlers (runs.c, account.c, keys.c, connections.c). Each answers the request. */
 int eph_api_runs_create(struct eph_api_req *req);
@@ -145,5 +167,9 @@ int eph_api_connections_delete(struct eph_api_req *req, const char *name);
 struct eph_connection;
 int eph_api_connection_build(json_t *body, const char *key_path, struct eph_connection *c,
                              const char **param, char *err, size_t errlen);
+/* The same rules without sealing (c->sealed stays NULL): what the fuzz driver and unit tests
+ * call. */
+int eph_api_connection_check(json_t *body, struct eph_connection *c, const char **param, char *err,
+                             size_t errlen);
 
 #endif

@@ -19,187 +19,15 @@
 #include "common/secret.h"
 #include "store/store.h"
 
-#define NAME_MAX_LEN 64
-#define BASE_URL_MAX 2048
-#define PREFIXES_MAX 32
-#define PREFIX_MAX_LEN 512
-#define HEADERS_MAX 32
-#define HEADER_NAME_MAX 128
-#define HEADER_VALUE_MAX 8192
-
-static const char *const methods_allowed[] = {"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD"};
-
-static bool valid_name(const char *s, size_t n)
-{
-    if (n == 0 || n > NAME_MAX_LEN || strlen(s) != n)
-        return false;
-    for (; *s; s++)
-        if (!((*s >= 'a' && *s <= 'z') || (*s >= '0' && *s <= '9') || *s == '_' || *s == '-'))
-            return false;
-    return true;
-}
-
-static bool valid_base_url(const char *s, size_t n)
-{
-    const char *host;
-    if (strncmp(s, "https://", 8) == 0)
-        host = s + 8;
-    else if (strncmp(s, "http://", 7) == 0)
-        host = s + 7;
-    else
-        return false;
-    if (n > BASE_URL_MAX || strlen(s) != n || !*host || *host == '/' || *host == ':' ||
-        *host == '@')
-        return false;
-    for (const char *p = s; *p; p++)
-        if ((unsigned char)*p <= 0x20 || (unsigned char)*p >= 0x7f)
-            return false;
-    return true;
-}
-
-/* An HTTP token (RFC 9110 5.6.2). */
-static bool valid_header_name(const char *s)
-{
-    size_t n = strlen(s);
-    if (n == 0 || n > HEADER_NAME_MAX)
-        return false;
-    for (; *s; s++)
-        if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
-              strchr("!#$%&'*+-.^_`|~", *s)))
-            return false;
-    return true;
-}
-
-/* No CR, LF or NUL (no header injection), no other control character but tab. */
-static bool valid_header_value(const char *s, size_t n)
-{
-    if (n > HEADER_VALUE_MAX || strlen(s) != n)
-        return false;
-    for (; *s; s++)
-        if (((unsigned char)*s < 0x20 && *s != '\t') || *s == 0x7f)
-            return false;
-    return true;
-}
-
-static bool valid_prefix(const char *s, size_t n)
-{
-    if (n == 0 || n > PREFIX_MAX_LEN || strlen(s) != n || s[0] != '/' || strstr(s, ".."))
-        return false;
-    for (; *s; s++)
-        if ((unsigned char)*s <= 0x20 || (unsigned char)*s >= 0x7f)
-            return false;
-    return true;
-}
-
-#define FAIL(p, ...)                                                                               \
-    do {                                                                                           \
-        *param = (p);                                                                              \
-        snprintf(err, errlen, __VA_ARGS__);                                                        \
-        rc = -EINVAL;                                                                              \
-        goto out;                                                                                  \
-    } while (0)
-
 int eph_api_connection_build(json_t *body, const char *key_path, struct eph_connection *c,
                              const char **param, char *err, size_t errlen)
 {
-    int rc = 0;
-    char *plain = NULL;
-    memset(c, 0, sizeof(*c));
-    *param = NULL;
-    json_t *name = json_object_get(body, "name");
-    if (!json_is_string(name) || !valid_name(json_string_value(name), json_string_length(name)))
-        FAIL("name", "'name' must be 1 to 64 characters from a-z, 0-9, '_' and '-'");
-    snprintf(c->name, sizeof(c->name), "%s", json_string_value(name));
-    json_t *url = json_object_get(body, "base_url");
-    if (!json_is_string(url) || !valid_base_url(json_string_value(url), json_string_length(url)))
-        FAIL("base_url",
-             "'base_url' must be an https:// or http:// URL with a host, without "
-             "spaces, of at most %d bytes",
-             BASE_URL_MAX);
-    c->base_url = strdup(json_string_value(url));
-
-    c->methods = json_array();
-    json_t *ms = json_object_get(body, "methods");
-    if (ms) {
-        if (!json_is_array(ms) || json_array_size(ms) == 0)
-            FAIL("methods", "'methods' must be a non-empty array of GET, POST, PUT, PATCH, "
-                            "DELETE, HEAD");
-        size_t i;
-        json_t *m;
-        json_array_foreach(ms, i, m)
-        {
-            const char *s = json_string_value(m);
-            size_t j, nm = sizeof(methods_allowed) / sizeof(methods_allowed[0]);
-            for (j = 0; s && j < nm; j++)
-                if (strcmp(s, methods_allowed[j]) == 0)
-                    break;
-            if (!s || j == nm)
-                FAIL("methods", "'methods' must be a non-empty array of GET, POST, PUT, PATCH, "
-                                "DELETE, HEAD");
-            bool dup = false;
-            size_t x;
-            json_t *have;
-            json_array_foreach(c->methods, x, have) dup |= strcmp(json_string_value(have), s) == 0;
-            if (!dup)
-                json_array_append_new(c->methods, json_string(s));
-        }
-    } else {
-        json_array_append_new(c->methods, json_string("GET"));
-    }
-
-    c->path_prefixes = json_array();
-    json_t *ps = json_object_get(body, "path_prefixes");
-    if (ps) {
-        if (!json_is_array(ps) || json_array_size(ps) > PREFIXES_MAX)
-            FAIL("path_prefixes", "'path_prefixes' must be an array of at most %d paths",
-                 PREFIXES_MAX);
-        size_t i;
-        json_t *p;
-        json_array_foreach(ps, i, p)
-        {
-            if (!json_is_string(p) || !valid_prefix(json_string_value(p), json_string_length(p)))
-                FAIL("path_prefixes",
-                     "each path prefix must start with '/', have no '..', no "
-                     "space or control character, and at most %d bytes",
-                     PREFIX_MAX_LEN);
-            json_array_append(c->path_prefixes, p);
-        }
-    }
-    if (json_array_size(c->path_prefixes) == 0)
-        json_array_append_new(c->path_prefixes, json_string("/"));
-
-    c->header_names = json_array();
+    int rc = eph_api_connection_check(body, c, param, err, errlen);
+    if (rc)
+        return rc;
     json_t *hs = json_object_get(body, "headers");
-    json_t *empty = NULL;
-    if (hs) {
-        if (!json_is_object(hs) || json_object_size(hs) > HEADERS_MAX)
-            FAIL("headers",
-                 "'headers' must be an object of at most %d header names to string "
-                 "values",
-                 HEADERS_MAX);
-        const char *hn;
-        json_t *hv;
-        json_object_foreach(hs, hn, hv)
-        {
-            /* The message names the header, never its value. */
-            if (!valid_header_name(hn))
-                FAIL("headers", "header name '%.64s' is not a valid HTTP header name", hn);
-            if (!json_is_string(hv) ||
-                !valid_header_value(json_string_value(hv), json_string_length(hv)))
-                FAIL("headers",
-                     "the value of header '%.64s' must be a string of at most %d "
-                     "bytes without control characters",
-                     hn, HEADER_VALUE_MAX);
-            json_array_append_new(c->header_names, json_string(hn));
-        }
-    } else {
-        hs = empty = json_object();
-    }
-    if (!c->base_url) {
-        rc = -ENOMEM;
-        goto out;
-    }
-    plain = json_dumps(hs, JSON_COMPACT | JSON_SORT_KEYS);
+    json_t *empty = hs ? NULL : json_object();
+    char *plain = json_dumps(hs ? hs : empty, JSON_COMPACT | JSON_SORT_KEYS);
     json_decref(empty);
     if (!plain) {
         rc = -ENOMEM;
@@ -309,36 +137,73 @@ int eph_api_connections_list(struct eph_api_req *req)
     return eph_api_reply_list(req, data, false);
 }
 
-int eph_api_connections_get(struct eph_api_req *req, const char *name)
+struct by_id {
+    const char *id;
+    json_t *found; /* the connection's JSON form */
+};
+
+static int by_id_cb(const struct eph_connection *c, void *ctx)
 {
-    if (!eph_api_require_admin(req))
-        return MHD_YES;
-    struct eph_store *st = req->svc->store;
-    struct eph_connection c;
-    int rc = st->ops->conn_get(st, req->org_id, name, &c);
-    if (rc == -ENOENT)
-        return eph_api_reply_error(req, 404, "not_found_error", "connection_not_found", NULL,
-                                   "no such connection '%.64s'", name);
-    if (rc)
-        return eph_api_reply_store_unavailable(req);
-    json_t *o = conn_json(&c);
-    eph_connection_release(&c);
-    return eph_api_reply_json(req, 200, o, NULL, NULL);
+    struct by_id *b = ctx;
+    if (!b->found && strcmp(c->id, b->id) == 0)
+        b->found = conn_json(c);
+    return 0;
 }
 
-int eph_api_connections_delete(struct eph_api_req *req, const char *name)
+/* The org's connection named or numbered ref, as the API shows it; answers 404 or 503 and returns
+ * NULL when there is none. */
+static json_t *find_connection(struct eph_api_req *req, const char *ref)
+{
+    struct eph_store *st = req->svc->store;
+    struct eph_connection c;
+    int rc = st->ops->conn_get(st, req->org_id, ref, &c);
+    if (rc == 0) {
+        json_t *o = conn_json(&c);
+        eph_connection_release(&c);
+        return o;
+    }
+    struct by_id b = {.id = ref};
+    if (rc == -ENOENT && (rc = st->ops->conn_list(st, req->org_id, by_id_cb, &b)) == 0 && b.found)
+        return b.found;
+    json_decref(b.found);
+    if (rc == 0 || rc == -ENOENT)
+        eph_api_reply_error(req, 404, "not_found_error", "connection_not_found", NULL,
+                            "no such connection '%.64s'", ref);
+    else
+        eph_api_reply_store_unavailable(req);
+    return NULL;
+}
+
+int eph_api_connections_get(struct eph_api_req *req, const char *ref)
 {
     if (!eph_api_require_admin(req))
         return MHD_YES;
+    json_t *o = find_connection(req, ref);
+    return o ? eph_api_reply_json(req, 200, o, NULL, NULL) : MHD_YES;
+}
+
+int eph_api_connections_delete(struct eph_api_req *req, const char *ref)
+{
+    if (!eph_api_require_admin(req))
+        return MHD_YES;
+    json_t *o = find_connection(req, ref);
+    if (!o)
+        return MHD_YES;
+    /* By its id, whichever way it was named: the answer carries both. */
+    char id[64], name[72];
+    snprintf(id, sizeof(id), "%s", json_string_value(json_object_get(o, "id")));
+    snprintf(name, sizeof(name), "%s", json_string_value(json_object_get(o, "name")));
+    json_decref(o);
     struct eph_store *st = req->svc->store;
-    int rc = st->ops->conn_delete(st, req->org_id, name);
+    int rc = st->ops->conn_delete(st, req->org_id, id);
     if (rc == -ENOENT)
         return eph_api_reply_error(req, 404, "not_found_error", "connection_not_found", NULL,
-                                   "no such connection '%.64s'", name);
+                                   "no such connection '%.64s'", ref);
     if (rc)
         return eph_api_reply_store_unavailable(req);
-    EPH_INFO("api", "org %s: connection '%.64s' deleted", req->org_id, name);
-    return eph_api_reply_json(
-        req, 200, json_pack("{s:s, s:s, s:b}", "object", "connection", "name", name, "deleted", 1),
-        NULL, NULL);
+    EPH_INFO("api", "org %s: connection '%s' (%s) deleted", req->org_id, name, id);
+    return eph_api_reply_json(req, 200,
+                              json_pack("{s:s, s:s, s:s, s:b}", "object", "connection", "id", id,
+                                        "name", name, "deleted", 1),
+                              NULL, NULL);
 }

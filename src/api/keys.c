@@ -101,11 +101,37 @@ int eph_api_keys_list(struct eph_api_req *req)
     return eph_api_reply_list(req, data, false);
 }
 
+struct admins {
+    const char *id;   /* the key to revoke */
+    bool is_admin;    /* it is an admin key */
+    unsigned nadmins; /* the org's admin keys */
+};
+
+static int admins_cb(const struct eph_key_info *k, void *ctx)
+{
+    struct admins *a = ctx;
+    bool admin = strcmp(k->role, "admin") == 0;
+    a->nadmins += admin;
+    if (strcmp(k->id, a->id) == 0)
+        a->is_admin = admin;
+    return 0;
+}
+
 int eph_api_keys_delete(struct eph_api_req *req, const char *id)
 {
     if (!eph_api_require_admin(req))
         return MHD_YES;
     struct eph_store *st = req->svc->store;
+    /* Only an admin revokes keys, so the last admin key could only revoke itself, and then no
+     * one could ever manage the org again through the API. */
+    struct admins a = {.id = id};
+    if (st->ops->key_list(st, req->org_id, admins_cb, &a))
+        return eph_api_reply_store_unavailable(req);
+    if (a.is_admin && a.nadmins == 1)
+        return eph_api_reply_error(req, 409, "invalid_request_error", "last_admin_key", NULL,
+                                   "'%.48s' is the organization's last admin key: create another "
+                                   "admin key before revoking it",
+                                   id);
     int rc = st->ops->key_revoke(st, req->org_id, id, eph_clock_real_ms());
     if (rc == -ENOENT)
         return eph_api_reply_error(req, 404, "not_found_error", "key_not_found", NULL,

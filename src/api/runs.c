@@ -12,300 +12,39 @@
 
 #include "api/api.h"
 #include "common/clock.h"
+#include "common/error.h"
 #include "common/id.h"
 #include "common/log.h"
 #include "common/money.h"
 #include "common/text.h"
 #include "run/live.h"
 
-#define PROMPT_MAX (64u << 10)
-#define FILES_MAX 100
-#define FILES_BYTES_MAX (10u << 20)
-#define METADATA_PAIRS_MAX 16
-#define WAIT_MAX 600
-#define CONNECTIONS_MAX 32
 #define CANCEL_WAIT_SECONDS 5
-
-/* ---- validation ---- */
-
-struct create_req {
-    const char *prompt;
-    const char *model;
-    bool shell, web, zdr;
-    json_t *connections; /* borrowed */
-    json_t *files;       /* new: normalised to {path, content_base64} */
-    json_t *metadata;    /* borrowed */
-    unsigned timeout;
-    int64_t max_cost;
-};
 
 #define BAD(param, ...)                                                                            \
     eph_api_reply_error(req, 400, "invalid_request_error", "invalid_parameter", param, __VA_ARGS__)
 
-static bool want_bool(struct eph_api_req *req, json_t *body, const char *name, bool *out)
+/* Each connection a create names must be one of the org's now; the broker checks it again when
+ * the run uses it, since a connection may be deleted in between. True when they all exist. */
+static bool connections_exist(struct eph_api_req *req, json_t *conns)
 {
-    json_t *v = json_object_get(body, name);
-    if (!v)
-        return true;
-    if (!json_is_boolean(v)) {
-        BAD(name, "'%s' must be a boolean", name);
-        return false;
-    }
-    *out = json_is_true(v);
-    return true;
-}
-
-static char *b64_encode(const unsigned char *data, size_t n)
-{
-    size_t len = sodium_base64_ENCODED_LEN(n, sodium_base64_VARIANT_ORIGINAL);
-    char *out = malloc(len);
-    if (out)
-        sodium_bin2base64(out, len, data, n, sodium_base64_VARIANT_ORIGINAL);
-    return out;
-}
-
-static bool check_files(struct eph_api_req *req, json_t *files, json_t **out)
-{
-    if (!json_is_array(files)) {
-        BAD("files", "'files' must be an array");
-        return false;
-    }
-    if (json_array_size(files) > FILES_MAX) {
-        BAD("files", "at most %d files", FILES_MAX);
-        return false;
-    }
-    json_t *norm = json_array();
-    size_t total = 0, i;
-    json_t *f;
-    char param[32];
-    json_array_foreach(files, i, f)
+    size_t i;
+    json_t *n;
+    json_array_foreach(conns, i, n)
     {
-        snprintf(param, sizeof(param), "files[%zu]", i);
-        if (!json_is_object(f)) {
-            BAD(param, "each file must be an object with 'path' and 'content'");
-            goto fail;
+        struct eph_connection found;
+        int rc = req->svc->store->ops->conn_get(req->svc->store, req->org_id, json_string_value(n),
+                                                &found);
+        if (rc == 0) {
+            eph_connection_release(&found);
+            continue;
         }
-        const char *key;
-        json_t *v;
-        json_object_foreach(f, key, v)
-        {
-            if (strcmp(key, "path") && strcmp(key, "content") && strcmp(key, "content_base64")) {
-                snprintf(param, sizeof(param), "files[%zu].%.12s", i, key);
-                BAD(param, "unknown field '%s' in a file", key);
-                goto fail;
-            }
-        }
-        json_t *path = json_object_get(f, "path");
-        json_t *content = json_object_get(f, "content");
-        json_t *b64 = json_object_get(f, "content_base64");
-        if (!json_is_string(path) ||
-            !eph_text_safe_relpath(json_string_value(path), json_string_length(path))) {
-            snprintf(param, sizeof(param), "files[%zu].path", i);
-            BAD(param, "a file path must be relative, inside the scratch directory, without "
-                       "'..' or NUL");
-            goto fail;
-        }
-        if ((content != NULL) == (b64 != NULL) || (content && !json_is_string(content)) ||
-            (b64 && !json_is_string(b64))) {
-            BAD(param, "a file needs exactly one of 'content' (string) or 'content_base64'");
-            goto fail;
-        }
-        char *encoded;
-        size_t size;
-        if (content) {
-            size = json_string_length(content);
-            encoded = b64_encode((const unsigned char *)json_string_value(content), size);
-        } else {
-            const char *s = json_string_value(b64);
-            size_t slen = json_string_length(b64);
-            unsigned char *bin = malloc(slen / 4 * 3 + 3);
-            if (!bin || sodium_base642bin(bin, slen / 4 * 3 + 3, s, slen, NULL, &size, NULL,
-                                          sodium_base64_VARIANT_ORIGINAL)) {
-                free(bin);
-                snprintf(param, sizeof(param), "files[%zu].content_base64", i);
-                BAD(param, "'content_base64' is not valid base64");
-                goto fail;
-            }
-            free(bin);
-            encoded = strdup(s);
-        }
-        total += size;
-        if (total > FILES_BYTES_MAX) {
-            free(encoded);
-            BAD("files", "files total over 10 MiB");
-            goto fail;
-        }
-        json_array_append_new(norm, json_pack("{s:O, s:s, s:I}", "path", path, "content_base64",
-                                              encoded ? encoded : "", "size", (json_int_t)size));
-        free(encoded);
-    }
-    *out = norm;
-    return true;
-fail:
-    json_decref(norm);
-    return false;
-}
-
-static bool check_metadata(struct eph_api_req *req, json_t *md)
-{
-    if (!json_is_object(md)) {
-        BAD("metadata", "'metadata' must be an object of strings");
+        if (rc == -ENOENT)
+            BAD("connections", "unknown connection '%.64s'", json_string_value(n));
+        else
+            eph_api_reply_store_unavailable(req);
         return false;
     }
-    if (json_object_size(md) > METADATA_PAIRS_MAX) {
-        BAD("metadata", "at most %d metadata pairs", METADATA_PAIRS_MAX);
-        return false;
-    }
-    const char *k;
-    json_t *v;
-    json_object_foreach(md, k, v)
-    {
-        if (strlen(k) == 0 || strlen(k) > 64) {
-            BAD("metadata", "metadata keys must be 1 to 64 bytes");
-            return false;
-        }
-        if (!json_is_string(v) || json_string_length(v) > 512 ||
-            strlen(json_string_value(v)) != json_string_length(v)) {
-            BAD("metadata", "metadata values must be strings of at most 512 bytes");
-            return false;
-        }
-    }
-    return true;
-}
-
-/* Validates the body; on failure answers 400 and returns false. */
-static bool validate_create(struct eph_api_req *req, json_t *body, struct create_req *c)
-{
-    static const char *const known[] = {"prompt",
-                                        "model",
-                                        "shell",
-                                        "web",
-                                        "connections",
-                                        "files",
-                                        "timeout_seconds",
-                                        "max_cost_micros",
-                                        "zero_data_retention",
-                                        "metadata",
-                                        NULL};
-    const struct eph_config *cfg = req->svc->cfg;
-    memset(c, 0, sizeof(*c));
-    c->shell = true;
-    c->timeout = 120;
-    const char *key;
-    json_t *v;
-    json_object_foreach(body, key, v)
-    {
-        bool ok = false;
-        for (const char *const *k = known; *k; k++)
-            ok |= strcmp(*k, key) == 0;
-        if (!ok) {
-            char shown[80];
-            snprintf(shown, sizeof(shown), "%.64s", key);
-            eph_api_reply_error(req, 400, "invalid_request_error", "unknown_parameter", shown,
-                                "unknown field '%s'", shown);
-            return false;
-        }
-    }
-    json_t *prompt = json_object_get(body, "prompt");
-    if (!prompt) {
-        eph_api_reply_error(req, 400, "invalid_request_error", "missing_parameter", "prompt",
-                            "'prompt' is required");
-        return false;
-    }
-    if (!json_is_string(prompt) || json_string_length(prompt) == 0 ||
-        json_string_length(prompt) > PROMPT_MAX ||
-        strlen(json_string_value(prompt)) != json_string_length(prompt)) {
-        BAD("prompt", "'prompt' must be a string of 1 byte to 64 KiB, without NUL");
-        return false;
-    }
-    c->prompt = json_string_value(prompt);
-    json_t *model = json_object_get(body, "model");
-    if (model) {
-        if (!json_is_string(model) ||
-            strlen(json_string_value(model)) != json_string_length(model) ||
-            !eph_config_model(cfg, json_string_value(model))) {
-            BAD("model", "'model' must be one of the configured models");
-            return false;
-        }
-        c->model = json_string_value(model);
-    } else {
-        c->model = cfg->default_model;
-    }
-    if (!want_bool(req, body, "shell", &c->shell) || !want_bool(req, body, "web", &c->web) ||
-        !want_bool(req, body, "zero_data_retention", &c->zdr))
-        return false;
-    json_t *conns = json_object_get(body, "connections");
-    if (conns) {
-        if (!json_is_array(conns)) {
-            BAD("connections", "'connections' must be an array of connection names");
-            return false;
-        }
-        if (json_array_size(conns) > CONNECTIONS_MAX) {
-            BAD("connections", "at most %d connections", CONNECTIONS_MAX);
-            return false;
-        }
-        size_t i;
-        json_t *n;
-        json_array_foreach(conns, i, n)
-        {
-            if (!json_is_string(n) || strlen(json_string_value(n)) != json_string_length(n)) {
-                BAD("connections", "'connections' must be an array of connection names");
-                return false;
-            }
-            /* A name must be one of the org's connections now; the broker checks it again
-             * when the run uses it, since a connection may be deleted in between. */
-            struct eph_connection found;
-            int rc = req->svc->store->ops->conn_get(req->svc->store, req->org_id,
-                                                    json_string_value(n), &found);
-            if (rc == 0) {
-                eph_connection_release(&found);
-                continue;
-            }
-            if (rc == -ENOENT) {
-                BAD("connections", "unknown connection '%.64s'", json_string_value(n));
-            } else {
-                eph_api_reply_store_unavailable(req);
-            }
-            return false;
-        }
-        c->connections = conns;
-    }
-    json_t *files = json_object_get(body, "files");
-    if (files && !check_files(req, files, &c->files))
-        return false;
-    json_t *t = json_object_get(body, "timeout_seconds");
-    if (t) {
-        unsigned max = cfg->max_timeout_seconds < 3600 ? cfg->max_timeout_seconds : 3600;
-        if (!json_is_integer(t) || json_integer_value(t) < 1 || json_integer_value(t) > max) {
-            json_decref(c->files);
-            c->files = NULL;
-            BAD("timeout_seconds", "'timeout_seconds' must be an integer from 1 to %u", max);
-            return false;
-        }
-        c->timeout = (unsigned)json_integer_value(t);
-    }
-    json_t *mc = json_object_get(body, "max_cost_micros");
-    if (!mc) {
-        json_decref(c->files);
-        c->files = NULL;
-        eph_api_reply_error(req, 400, "invalid_request_error", "missing_parameter",
-                            "max_cost_micros", "'max_cost_micros' is required");
-        return false;
-    }
-    if (!json_is_integer(mc) || json_integer_value(mc) <= 0) {
-        json_decref(c->files);
-        c->files = NULL;
-        BAD("max_cost_micros", "'max_cost_micros' must be a positive integer");
-        return false;
-    }
-    c->max_cost = json_integer_value(mc);
-    json_t *md = json_object_get(body, "metadata");
-    if (md && !check_metadata(req, md)) {
-        json_decref(c->files);
-        c->files = NULL;
-        return false;
-    }
-    c->metadata = md;
     return true;
 }
 
@@ -341,97 +80,162 @@ static int create_resume(struct eph_api_req *req)
     return eph_api_reply_json(req, 201, obj, "Location", location);
 }
 
+/* Closes a live entry registered for a run that was never queued. */
+static void live_drop(const char *run_id)
+{
+    struct eph_live *l = eph_live_get(run_id);
+    if (l) {
+        eph_live_close(l, 1, NULL);
+        eph_live_put(l);
+    }
+}
+
+int eph_api_run_admit(struct eph_service *svc, const struct eph_run *r,
+                      const struct eph_event *first, const char *zdr_prompt, json_t *zdr_files,
+                      int (*submit)(const char *run_id), bool *queue_failed)
+{
+    struct eph_store *st = svc->store;
+    *queue_failed = false;
+    /* What can fail in this process is done before the store is written: the live entry and a
+     * zero-data-retention prompt held on it. */
+    int rc = eph_live_register(r->id, r->created_at_ms, 1);
+    if (!rc && r->zdr && (rc = eph_live_set_prompt(r->id, zdr_prompt, zdr_files)))
+        live_drop(r->id);
+    if (rc) {
+        *queue_failed = true;
+        return rc;
+    }
+    /* The queue limit, the balance check, the reservation, the run and its first event: one
+     * transaction, so that concurrent creations can exceed neither the limit nor the balance. */
+    rc = st->ops->run_insert_capped(st, r, first, svc->cfg->max_queued_per_org);
+    if (rc) {
+        live_drop(r->id);
+        return rc;
+    }
+    rc = submit(r->id);
+    if (rc) {
+        /* Stored but not queued: settle it now as failed, everything released, so that no budget
+         * stays reserved until a restart. */
+        *queue_failed = true;
+        EPH_ERROR("api", "run %s: cannot queue: %s; released", r->id, eph_strerror(rc));
+        eph_worker_refuse(svc, r->id, "queue_unavailable",
+                          "the run could not be queued; nothing was charged");
+    }
+    return rc;
+}
+
+/* The run record of a validated create, queued, with its first event. */
+static int new_run(struct eph_api_req *req, const struct eph_api_create *c, struct eph_run *r,
+                   struct eph_event *first)
+{
+    eph_run_init(r);
+    memset(first, 0, sizeof(*first));
+    int rc = eph_id_hex("run_", 16, r->id, sizeof(r->id));
+    snprintf(r->org_id, sizeof(r->org_id), "%s", req->org_id);
+    r->status = EPH_RUN_QUEUED;
+    r->model = strdup(c->model);
+    r->zdr = c->zdr;
+    r->prompt = c->zdr ? NULL : strdup(c->prompt);
+    r->files = c->zdr ? NULL : json_incref(c->files);
+    r->connections = c->connections ? json_incref(c->connections) : json_array();
+    r->metadata = c->metadata ? json_incref(c->metadata) : json_object();
+    r->shell = c->shell;
+    r->web = c->web;
+    r->timeout_seconds = c->timeout;
+    r->created_at_ms = eph_clock_real_ms();
+    r->cost.reserved_micros = c->max_cost;
+    if (!rc && (!r->model || (!c->zdr && !r->prompt) || !r->connections || !r->metadata))
+        rc = -ENOMEM;
+
+    char money[EPH_MONEY_FMT_MAX];
+    first->seq = 1;
+    first->at_ms = r->created_at_ms;
+    snprintf(first->source, sizeof(first->source), "queue");
+    snprintf(first->type, sizeof(first->type), "run.queued");
+    if (asprintf(&first->message, "budget of %s reserved", eph_money_format(c->max_cost, money)) <
+        0) {
+        first->message = NULL;
+        rc = -ENOMEM;
+    }
+    first->data = json_pack("{s:I}", "reserved_micros", (json_int_t)c->max_cost);
+    return rc;
+}
+
+/* The answer to a run that could not be admitted. */
+static int admit_refused(struct eph_api_req *req, int rc, bool queue_failed, int64_t max_cost)
+{
+    struct eph_store *st = req->svc->store;
+    if (queue_failed)
+        return eph_api_reply_error(req, 503, "api_error", "queue_unavailable", NULL,
+                                   "the run could not be queued; nothing was reserved, retry");
+    if (rc == -EDQUOT) {
+        struct eph_balance b = {0};
+        st->ops->balance(st, req->org_id, &b);
+        char want[EPH_MONEY_FMT_MAX], avail[EPH_MONEY_FMT_MAX];
+        return eph_api_reply_error(
+            req, 402, "insufficient_balance_error", "insufficient_balance", "max_cost_micros",
+            "max_cost_micros %s is more than the available balance %s",
+            eph_money_format(max_cost, want), eph_money_format(b.available_micros, avail));
+    }
+    if (rc == -EAGAIN)
+        return eph_api_reply_error(req, 429, "rate_limit_error", "too_many_queued_runs", NULL,
+                                   "the organization already has %u queued runs; retry "
+                                   "when some have started",
+                                   req->svc->cfg->max_queued_per_org);
+    return eph_api_reply_error(req, 503, "api_error", "store_unavailable", NULL,
+                               "the run could not be stored");
+}
+
 int eph_api_runs_create(struct eph_api_req *req)
 {
     struct eph_service *svc = req->svc;
-    struct eph_store *st = svc->store;
     if (atomic_load(&svc->shutting_down))
         return eph_api_reply_error(req, 503, "api_error", "shutting_down", NULL,
                                    "the server is shutting down");
-    const char *ct = eph_api_header(req, "Content-Type");
-    if (ct && strncasecmp(ct, "application/json", 16) != 0)
-        return eph_api_reply_error(req, 400, "invalid_request_error", "invalid_content_type", NULL,
-                                   "the body must be application/json");
+    unsigned wait;
+    if (!eph_api_prefer_wait(req, EPH_API_WAIT_MAX, &wait))
+        return MHD_YES;
     json_t *body = eph_api_body_object(req);
     if (!body)
         return MHD_YES;
-    struct create_req c;
-    if (!validate_create(req, body, &c)) {
+    struct eph_api_create c;
+    struct eph_api_error e;
+    if (eph_api_validate_create(body, svc->cfg, &c, &e)) {
+        json_decref(body);
+        return eph_api_reply_invalid(req, &e);
+    }
+    if (c.connections && !connections_exist(req, c.connections)) {
+        eph_api_create_release(&c);
         json_decref(body);
         return MHD_YES;
     }
 
     struct eph_run r;
-    eph_run_init(&r);
-    int rc = eph_id_hex("run_", 16, r.id, sizeof(r.id));
-    snprintf(r.org_id, sizeof(r.org_id), "%s", req->org_id);
-    r.status = EPH_RUN_QUEUED;
-    r.model = strdup(c.model);
-    r.zdr = c.zdr;
-    r.prompt = c.zdr ? NULL : strdup(c.prompt);
-    r.files = c.zdr ? NULL : json_incref(c.files);
-    r.connections = c.connections ? json_incref(c.connections) : json_array();
-    r.metadata = c.metadata ? json_incref(c.metadata) : json_object();
-    r.shell = c.shell;
-    r.web = c.web;
-    r.timeout_seconds = c.timeout;
-    r.created_at_ms = eph_clock_real_ms();
-    r.cost.reserved_micros = c.max_cost;
-
-    char money[EPH_MONEY_FMT_MAX];
-    struct eph_event first = {.seq = 1, .t_ms = 0, .at_ms = r.created_at_ms};
-    snprintf(first.source, sizeof(first.source), "queue");
-    snprintf(first.type, sizeof(first.type), "run.queued");
-    if (asprintf(&first.message, "budget of %s reserved", eph_money_format(c.max_cost, money)) < 0)
-        first.message = NULL;
-    first.data = json_pack("{s:I}", "reserved_micros", (json_int_t)c.max_cost);
-
-    /* The queue limit, the balance check, the reservation, the run and its first event: one
-     * transaction, so that concurrent creations can exceed neither the limit nor the balance. */
+    struct eph_event first;
+    bool queue_failed = false;
+    int rc = new_run(req, &c, &r, &first);
     if (!rc)
-        rc = st->ops->run_insert_capped(st, &r, &first, svc->cfg->max_queued_per_org);
+        rc = eph_api_run_admit(svc, &r, &first, c.prompt, c.files, eph_scheduler_submit,
+                               &queue_failed);
     eph_event_release(&first);
     if (rc) {
         eph_run_release(&r);
+        eph_api_create_release(&c);
         json_decref(body);
-        json_decref(c.files);
-        if (rc == -EDQUOT) {
-            struct eph_balance b = {0};
-            st->ops->balance(st, req->org_id, &b);
-            char avail[EPH_MONEY_FMT_MAX];
-            return eph_api_reply_error(
-                req, 402, "insufficient_balance_error", "insufficient_balance", "max_cost_micros",
-                "max_cost_micros %s is more than the available balance %s",
-                eph_money_format(c.max_cost, money), eph_money_format(b.available_micros, avail));
-        }
-        if (rc == -EAGAIN)
-            return eph_api_reply_error(req, 429, "rate_limit_error", "too_many_queued_runs", NULL,
-                                       "the organization already has %u queued runs; retry "
-                                       "when some have started",
-                                       svc->cfg->max_queued_per_org);
-        return eph_api_reply_error(req, 503, "api_error", "store_unavailable", NULL,
-                                   "the run could not be stored");
+        return admit_refused(req, rc, queue_failed, c.max_cost);
     }
-
-    /* The prompt of a zero-data-retention run lives only in this process, on the live entry's
-     * worker, never in the store: the worker reads it from here. */
-    int lrc = eph_live_register(r.id, r.created_at_ms, 1);
-    if (!lrc && c.zdr)
-        lrc = eph_live_set_prompt(r.id, c.prompt, c.files);
-    if (!lrc)
-        req->live = eph_live_get(r.id); /* before submitting: the run may settle at once */
-    if (lrc || eph_scheduler_submit(r.id))
-        EPH_ERROR("api", "run %s: cannot queue: out of memory", r.id);
-    EPH_INFO("api", "run %s queued (org %s, budget %s)", r.id, r.org_id, money);
+    req->live = eph_live_get(r.id);
+    char money[EPH_MONEY_FMT_MAX];
+    EPH_INFO("api", "run %s queued (org %s, budget %s)", r.id, r.org_id,
+             eph_money_format(c.max_cost, money));
 
     json_t *obj = eph_run_to_json(&r, svc->cfg->retention_days);
     /* A retry with the same key gets the run from now on, even while this request waits. */
     eph_api_idem_settle(req, 201, obj);
     snprintf(req->run_id, sizeof(req->run_id), "%s", r.id);
     json_decref(body);
-    json_decref(c.files);
+    eph_api_create_release(&c);
     eph_run_release(&r);
-    unsigned wait = eph_api_prefer_wait(req, WAIT_MAX);
     if (wait && eph_api_park_until_settled(req, deadline_in(wait), create_resume)) {
         json_decref(obj);
         return MHD_YES;
@@ -492,7 +296,11 @@ int eph_api_runs_get(struct eph_api_req *req, const char *id)
     /* A live reference: to wait on the run, or for the result a ZDR run keeps only in memory. */
     if (!terminal || zdr)
         req->live = eph_live_get(id);
-    unsigned wait = terminal ? 0 : eph_api_prefer_wait(req, WAIT_MAX);
+    unsigned wait;
+    if (!eph_api_prefer_wait(req, EPH_API_WAIT_MAX, &wait))
+        return MHD_YES;
+    if (terminal)
+        wait = 0;
     if (wait && eph_api_park_until_settled(req, deadline_in(wait), get_resume))
         return MHD_YES;
     return get_resume(req);
@@ -513,22 +321,19 @@ static int list_cb(const struct eph_run *r, void *ctx)
 int eph_api_runs_list(struct eph_api_req *req)
 {
     struct eph_store *st = req->svc->store;
-    unsigned limit = 20;
-    const char *ls = eph_api_query(req, "limit");
-    if (ls) {
-        char *end;
-        unsigned long n = strtoul(ls, &end, 10);
-        if (*end || end == ls || n < 1 || n > 100)
-            return BAD("limit", "'limit' must be an integer from 1 to 100");
-        limit = (unsigned)n;
+    const struct eph_api_query *q = &req->query;
+    /* A page after a run that is not the org's would be an empty last page: say so instead. */
+    if (q->after) {
+        struct eph_run ar;
+        int arc = st->ops->run_get(st, q->after, req->org_id, &ar);
+        if (arc == -ENOENT)
+            return BAD("after", "no run '%.40s' to list after", q->after);
+        if (arc)
+            return eph_api_reply_store_unavailable(req);
+        eph_run_release(&ar);
     }
-    const char *after = eph_api_query(req, "after");
-    if (after && !eph_id_is_run(after))
-        return BAD("after", "'after' must be a run id");
-    const char *status = eph_api_query(req, "status");
-    enum eph_run_status s;
-    if (status && eph_run_status_parse(status, &s))
-        return BAD("status", "unknown status '%.32s'", status);
+    unsigned limit = q->limit;
+    const char *after = q->after, *status = q->status;
     struct list_ctx l = {json_array(), req->svc->cfg->retention_days};
     bool more = false;
     int rc = st->ops->run_list(st, req->org_id, limit, after, status, list_cb, &l, &more);
@@ -697,16 +502,14 @@ int eph_api_runs_events(struct eph_api_req *req, const char *id)
     bool zdr = r.zdr;
     eph_run_release(&r);
 
-    uint64_t after = 0;
-    const char *a = eph_api_query(req, "after");
+    uint64_t after = req->query.has_after_seq ? req->query.after_seq : 0;
     const char *last = eph_api_header(req, "Last-Event-ID");
-    const char *from = last ? last : a;
-    if (from) {
+    if (last) {
         char *end;
         errno = 0;
-        unsigned long long n = strtoull(from, &end, 10);
-        if (*end || end == from || errno || from[0] == '-')
-            return BAD(last ? "Last-Event-ID" : "after", "must be an event sequence number");
+        unsigned long long n = strtoull(last, &end, 10);
+        if (*end || end == last || errno || !(last[0] >= '0' && last[0] <= '9'))
+            return BAD("Last-Event-ID", "'Last-Event-ID' must be an event sequence number");
         after = n;
     }
     const char *accept = eph_api_header(req, "Accept");
@@ -742,6 +545,7 @@ int eph_api_runs_events(struct eph_api_req *req, const char *id)
     MHD_add_response_header(resp, "Content-Type", "text/event-stream");
     MHD_add_response_header(resp, "Cache-Control", "no-store");
     MHD_add_response_header(resp, "X-Accel-Buffering", "no");
+    eph_api_add_common_headers(req, resp, 200);
     int rc = MHD_queue_response(req->conn, 200, resp);
     MHD_destroy_response(resp);
     req->answered = true;

@@ -18,6 +18,7 @@
 #include "common/id.h"
 #include "common/log.h"
 #include "common/metrics.h"
+#include "api/validate.h"
 #include "run/live.h"
 
 struct eph_api {
@@ -37,24 +38,13 @@ const char *eph_api_header(struct eph_api_req *req, const char *name)
     return MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, name);
 }
 
-const char *eph_api_query(struct eph_api_req *req, const char *name)
+bool eph_api_prefer_wait(struct eph_api_req *req, unsigned max, unsigned *wait)
 {
-    return MHD_lookup_connection_value(req->conn, MHD_GET_ARGUMENT_KIND, name);
-}
-
-unsigned eph_api_prefer_wait(struct eph_api_req *req, unsigned max)
-{
-    const char *p = eph_api_header(req, "Prefer");
-    if (!p)
-        return 0;
-    const char *w = strstr(p, "wait=");
-    if (!w)
-        return 0;
-    char *end;
-    unsigned long n = strtoul(w + 5, &end, 10);
-    if (end == w + 5)
-        return 0;
-    return n > max ? max : (unsigned)n;
+    struct eph_api_error e;
+    if (eph_api_validate_prefer(eph_api_header(req, "Prefer"), max, wait, &e) == 0)
+        return true;
+    eph_api_reply_invalid(req, &e);
+    return false;
 }
 
 static void idem_finish(struct eph_api_req *req, unsigned status, const char *text)
@@ -81,6 +71,15 @@ void eph_api_idem_settle(struct eph_api_req *req, unsigned status, json_t *body)
     free(text);
 }
 
+void eph_api_add_common_headers(struct eph_api_req *req, struct MHD_Response *resp, unsigned status)
+{
+    MHD_add_response_header(resp, "Request-Id", req->request_id);
+    /* A 429 (too many queued runs) or a 503 (the store, a queue, a shutdown) passes: say when to
+     * look again rather than let clients retry in a tight loop. */
+    if (status == 429 || status == 503)
+        MHD_add_response_header(resp, "Retry-After", EPH_API_RETRY_AFTER_SECONDS);
+}
+
 static int queue_response(struct eph_api_req *req, unsigned status, char *text, size_t len,
                           const char *content_type, const char *extra_header,
                           const char *extra_value)
@@ -94,6 +93,7 @@ static int queue_response(struct eph_api_req *req, unsigned status, char *text, 
     }
     MHD_add_response_header(resp, "Content-Type", content_type);
     MHD_add_response_header(resp, "Cache-Control", "no-store");
+    eph_api_add_common_headers(req, resp, status);
     if (extra_header && extra_value)
         MHD_add_response_header(resp, extra_header, extra_value);
     int rc = MHD_queue_response(req->conn, status, resp);
@@ -190,10 +190,16 @@ int eph_api_reply_error(struct eph_api_req *req, unsigned status, const char *ty
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    json_t *err = json_pack("{s:s, s:s, s:s}", "type", type, "code", code, "message", msg);
-    if (param)
+    json_t *err = json_pack("{s:s, s:s, s:s, s:s}", "type", type, "code", code, "message", msg,
+                            "request_id", req->request_id);
+    if (param && *param)
         json_object_set_new(err, "param", json_string(param));
     return eph_api_reply_json(req, status, json_pack("{s:o}", "error", err), NULL, NULL);
+}
+
+int eph_api_reply_invalid(struct eph_api_req *req, const struct eph_api_error *e)
+{
+    return eph_api_reply_error(req, e->status, e->type, e->code, e->param, "%s", e->message);
 }
 
 int eph_api_reply_store_unavailable(struct eph_api_req *req)
@@ -256,12 +262,6 @@ static bool match_id_path(const char *path, const char *prefix, char *id, size_t
     id[n] = '\0';
     *tail = slash ? slash : "";
     return true;
-}
-
-static int method_not_allowed(struct eph_api_req *req)
-{
-    return eph_api_reply_error(req, 405, "invalid_request_error", "method_not_allowed", NULL,
-                               "method %s is not allowed on '%s'", req->method, req->route);
 }
 
 static int no_such_path(struct eph_api_req *req)
@@ -362,94 +362,169 @@ static bool idem_gate(struct eph_api_req *req)
     return true;
 }
 
+/* One line per method and path pattern. A handler takes the path's {id} (or {name}) when the
+ * pattern has one. public: answered without a key. idempotent: a POST whose Idempotency-Key is
+ * honoured (SPEC 3.5) where a retry could do something twice; creating a key or a connection is
+ * not: their bodies hold secrets that must not be kept, even hashed, and a connection's name is
+ * unique anyway. */
+struct route {
+    const char *pattern;
+    const char *method;
+    int (*fn)(struct eph_api_req *req);
+    int (*fn_id)(struct eph_api_req *req, const char *id);
+    bool public, idempotent;
+};
+
+static const struct route routes[] = {
+    {"/healthz", "GET", eph_api_healthz, NULL, true, false},
+    {"/metrics", "GET", eph_api_metrics, NULL, true, false},
+    /* The web UI's pages and assets need no key: the page asks for one and sends it itself. */
+    {"web", "GET", eph_api_static_serve, NULL, true, false},
+    {"/v1/runs", "GET", eph_api_runs_list, NULL, false, false},
+    {"/v1/runs", "POST", eph_api_runs_create, NULL, false, true},
+    {"/v1/runs/{id}", "GET", NULL, eph_api_runs_get, false, false},
+    {"/v1/runs/{id}/events", "GET", NULL, eph_api_runs_events, false, false},
+    {"/v1/runs/{id}/cancel", "POST", NULL, eph_api_runs_cancel, false, true},
+    {"/v1/balance", "GET", eph_api_balance, NULL, false, false},
+    {"/v1/credits", "POST", eph_api_credits, NULL, false, true},
+    {"/v1/keys", "GET", eph_api_keys_list, NULL, false, false},
+    {"/v1/keys", "POST", eph_api_keys_create, NULL, false, false},
+    {"/v1/keys/{id}", "DELETE", NULL, eph_api_keys_delete, false, false},
+    {"/v1/connections", "GET", eph_api_connections_list, NULL, false, false},
+    {"/v1/connections", "POST", eph_api_connections_create, NULL, false, false},
+    {"/v1/connections/{name}", "GET", NULL, eph_api_connections_get, false, false},
+    {"/v1/connections/{name}", "DELETE", NULL, eph_api_connections_delete, false, false},
+};
+#define NROUTES (sizeof(routes) / sizeof(routes[0]))
+
+/* The path's pattern (a static string) and its {id}; NULL when no pattern matches. */
+static const char *match_pattern(const char *p, char *id, size_t idlen)
+{
+    const char *tail = "";
+    for (size_t i = 0; i < NROUTES; i++)
+        if (!strchr(routes[i].pattern, '{') && strcmp(p, routes[i].pattern) == 0)
+            return routes[i].pattern;
+    if (match_id_path(p, "/v1/runs/", id, idlen, &tail)) {
+        if (!*tail)
+            return "/v1/runs/{id}";
+        if (strcmp(tail, "/events") == 0)
+            return "/v1/runs/{id}/events";
+        if (strcmp(tail, "/cancel") == 0)
+            return "/v1/runs/{id}/cancel";
+        return NULL;
+    }
+    if (match_id_path(p, "/v1/keys/", id, idlen, &tail) && !*tail)
+        return "/v1/keys/{id}";
+    if (match_id_path(p, "/v1/connections/", id, idlen, &tail) && !*tail)
+        return "/v1/connections/{name}";
+    if (eph_api_static_match(p))
+        return "web";
+    return NULL;
+}
+
+/* 405 with the methods the path takes in Allow (HEAD wherever GET is). */
+static int method_not_allowed(struct eph_api_req *req)
+{
+    char allow[64] = "";
+    for (size_t i = 0; i < NROUTES; i++) {
+        if (strcmp(routes[i].pattern, req->route) != 0)
+            continue;
+        size_t n = strlen(allow);
+        snprintf(allow + n, sizeof(allow) - n, "%s%s%s", n ? ", " : "", routes[i].method,
+                 strcmp(routes[i].method, "GET") == 0 ? ", HEAD" : "");
+    }
+    char text[384];
+    snprintf(text, sizeof(text), "method %.16s is not allowed on '%s' (allowed: %s)", req->method,
+             req->route, allow);
+    json_t *err = json_pack("{s:s, s:s, s:s, s:s}", "type", "invalid_request_error", "code",
+                            "method_not_allowed", "message", text, "request_id", req->request_id);
+    return eph_api_reply_json(req, 405, json_pack("{s:o}", "error", err), "Allow", allow);
+}
+
+/* Query arguments, collected for validation (at most QUERY_MAX; more is refused). */
+#define QUERY_MAX 16
+struct query_args {
+    size_t n;
+    bool too_many;
+    const char *names[QUERY_MAX];
+    const char *values[QUERY_MAX];
+};
+
+static enum MHD_Result collect_query(void *cls, enum MHD_ValueKind kind, const char *key,
+                                     const char *value)
+{
+    struct query_args *q = cls;
+    if (q->n == QUERY_MAX) {
+        q->too_many = true;
+        return MHD_NO;
+    }
+    q->names[q->n] = key;
+    q->values[q->n++] = value;
+    return MHD_YES;
+}
+
+/* The request's query arguments and JSON body against the route's rules; true when answered. */
+static bool refuse_input(struct eph_api_req *req)
+{
+    struct query_args q = {0};
+    MHD_get_connection_values(req->conn, MHD_GET_ARGUMENT_KIND, collect_query, &q);
+    struct eph_api_error e;
+    if (q.too_many) {
+        eph_api_reply_error(req, 400, "invalid_request_error", "invalid_parameter", NULL,
+                            "more than %d query parameters", QUERY_MAX);
+        return true;
+    }
+    if (eph_api_validate_query(req->route, req->method, q.n, q.names, q.values, &req->query, &e)) {
+        eph_api_reply_invalid(req, &e);
+        return true;
+    }
+    const char *ct = eph_api_header(req, "Content-Type");
+    if (req->body.len && ct && !eph_api_content_type_is_json(ct)) {
+        eph_api_reply_error(req, 415, "invalid_request_error", "unsupported_media_type", NULL,
+                            "the body must be application/json, not '%.64s'", ct);
+        return true;
+    }
+    return false;
+}
+
 static int route(struct eph_api_req *req)
 {
-    const char *m = req->method, *p = req->path;
-    bool get = strcmp(m, "GET") == 0, post = strcmp(m, "POST") == 0, del = strcmp(m, "DELETE") == 0;
     char id[80];
-    const char *tail = "";
-
-    /* The pattern first, so that every answer (401s included) is counted under its route. */
-    if (strcmp(p, "/healthz") == 0)
-        req->route = "/healthz";
-    else if (strcmp(p, "/metrics") == 0)
-        req->route = "/metrics";
-    else if (strcmp(p, "/v1/runs") == 0)
-        req->route = "/v1/runs";
-    else if (strcmp(p, "/v1/balance") == 0)
-        req->route = "/v1/balance";
-    else if (strcmp(p, "/v1/credits") == 0)
-        req->route = "/v1/credits";
-    else if (strcmp(p, "/v1/keys") == 0)
-        req->route = "/v1/keys";
-    else if (strcmp(p, "/v1/connections") == 0)
-        req->route = "/v1/connections";
-    else if (match_id_path(p, "/v1/runs/", id, sizeof(id), &tail) &&
-             (!*tail || strcmp(tail, "/events") == 0 || strcmp(tail, "/cancel") == 0))
-        req->route = !*tail           ? "/v1/runs/{id}"
-                     : tail[1] == 'e' ? "/v1/runs/{id}/events"
-                                      : "/v1/runs/{id}/cancel";
-    else if (match_id_path(p, "/v1/keys/", id, sizeof(id), &tail) && !*tail)
-        req->route = "/v1/keys/{id}";
-    else if (match_id_path(p, "/v1/connections/", id, sizeof(id), &tail) && !*tail)
-        req->route = "/v1/connections/{name}";
-    else if (eph_api_static_match(p))
-        req->route = "web";
-    else
+    req->route = match_pattern(req->path, id, sizeof(id));
+    if (!req->route)
         return no_such_path(req);
-    const char *r = req->route;
-
-    /* The web UI's pages and assets need no key: the page asks for one and sends it itself. */
-    if (strcmp(r, "web") == 0)
-        return get || strcmp(m, "HEAD") == 0 ? eph_api_static_serve(req) : method_not_allowed(req);
-
-    if (strcmp(r, "/healthz") == 0)
-        return get ? eph_api_healthz(req) : method_not_allowed(req);
-    if (strcmp(r, "/metrics") == 0)
-        return get ? eph_api_metrics(req) : method_not_allowed(req);
-    if (!eph_api_authenticate(req))
+    /* HEAD is GET without the body (the server drops it). */
+    const char *m = strcmp(req->method, "HEAD") == 0 ? "GET" : req->method;
+    const struct route *rt = NULL;
+    for (size_t i = 0; i < NROUTES && !rt; i++)
+        if (strcmp(routes[i].pattern, req->route) == 0 && strcmp(routes[i].method, m) == 0)
+            rt = &routes[i];
+    /* The pattern first, so that every answer (401s included) is counted under its route. */
+    if (!rt)
+        return method_not_allowed(req);
+    if (!rt->public && !eph_api_authenticate(req))
         return MHD_YES;
-    /* Idempotency is honoured where a retry could do something twice: creating a run, adding
-     * credit, cancelling. Creating a key or a connection is not: their bodies hold secrets that
-     * must not be kept, even hashed, and a connection's name is unique anyway. */
-    if (post && (strcmp(r, "/v1/runs") == 0 || strcmp(r, "/v1/credits") == 0 ||
-                 strcmp(r, "/v1/runs/{id}/cancel") == 0)) {
-        if (strcmp(r, "/v1/runs") == 0 && atomic_load(&req->svc->shutting_down))
+    if (refuse_input(req))
+        return MHD_YES;
+    if (rt->idempotent) {
+        if (rt->fn == eph_api_runs_create && atomic_load(&req->svc->shutting_down))
             return eph_api_reply_error(req, 503, "api_error", "shutting_down", NULL,
                                        "the server is shutting down");
         if (idem_gate(req))
             return MHD_YES;
     }
-    if (strcmp(r, "/v1/runs") == 0) {
-        if (post)
-            return eph_api_runs_create(req);
-        return get ? eph_api_runs_list(req) : method_not_allowed(req);
-    }
-    if (strcmp(r, "/v1/balance") == 0)
-        return get ? eph_api_balance(req) : method_not_allowed(req);
-    if (strcmp(r, "/v1/credits") == 0)
-        return post ? eph_api_credits(req) : method_not_allowed(req);
-    if (strcmp(r, "/v1/runs/{id}") == 0)
-        return get ? eph_api_runs_get(req, id) : method_not_allowed(req);
-    if (strcmp(r, "/v1/runs/{id}/events") == 0)
-        return get ? eph_api_runs_events(req, id) : method_not_allowed(req);
-    if (strcmp(r, "/v1/runs/{id}/cancel") == 0)
-        return post ? eph_api_runs_cancel(req, id) : method_not_allowed(req);
-    if (strcmp(r, "/v1/keys") == 0) {
-        if (post)
-            return eph_api_keys_create(req);
-        return get ? eph_api_keys_list(req) : method_not_allowed(req);
-    }
-    if (strcmp(r, "/v1/keys/{id}") == 0)
-        return del ? eph_api_keys_delete(req, id) : method_not_allowed(req);
-    if (strcmp(r, "/v1/connections") == 0) {
-        if (post)
-            return eph_api_connections_create(req);
-        return get ? eph_api_connections_list(req) : method_not_allowed(req);
-    }
-    if (get)
-        return eph_api_connections_get(req, id);
-    return del ? eph_api_connections_delete(req, id) : method_not_allowed(req);
+    return rt->fn ? rt->fn(req) : rt->fn_id(req, id);
+}
+
+/* 413, counted under the route the body was meant for. */
+static int body_too_large(struct eph_api_req *req)
+{
+    char id[80];
+    const char *r = match_pattern(req->path, id, sizeof(id));
+    req->route = r ? r : "other";
+    return eph_api_reply_error(req, 413, "invalid_request_error", "body_too_large", NULL,
+                               "request body over the limit of %zu bytes",
+                               req->svc->cfg->max_body_bytes);
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
@@ -468,14 +543,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         req->path = url;
         req->route = "other";
         req->start_ns = eph_clock_mono_ns();
+        /* 8 random bytes: unique enough to find one request in the logs, and made here, never
+         * taken from the client, so it is safe to print. */
+        if (eph_id_hex("req_", 8, req->request_id, sizeof(req->request_id)))
+            snprintf(req->request_id, sizeof(req->request_id), "req_unknown");
         eph_buf_init(&req->body, api->svc->cfg->max_body_bytes);
         *state = req;
         const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
-        if (cl && strtoull(cl, NULL, 10) > api->svc->cfg->max_body_bytes) {
-            return (enum MHD_Result)eph_api_reply_error(
-                req, 413, "invalid_request_error", "body_too_large", NULL,
-                "request body over the limit of %zu bytes", api->svc->cfg->max_body_bytes);
-        }
+        if (cl && strtoull(cl, NULL, 10) > api->svc->cfg->max_body_bytes)
+            return (enum MHD_Result)body_too_large(req);
         return MHD_YES;
     }
     if (*upload_data_size) {
@@ -486,12 +562,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     }
     if (req->answered)
         return MHD_YES;
-    if (req->body_too_large)
-        return (enum MHD_Result)eph_api_reply_error(
-            req, 413, "invalid_request_error", "body_too_large", NULL,
-            "request body over the limit of %zu bytes", api->svc->cfg->max_body_bytes);
+    eph_log_set_request(req->request_id);
     int rc;
-    if (req->parked) {
+    if (req->body_too_large) {
+        rc = body_too_large(req);
+    } else if (req->parked) {
         /* Resumed by the parker: the handler takes up where it left off. */
         req->parked = false;
         rc = req->resume(req);
@@ -500,6 +575,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     }
     if (!req->answered && !req->parked)
         rc = eph_api_reply_error(req, 500, "api_error", "internal_error", NULL, "internal error");
+    eph_log_set_request(NULL);
     return (enum MHD_Result)rc;
 }
 

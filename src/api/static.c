@@ -123,6 +123,7 @@ static int answer(struct eph_api_req *req, unsigned status, const struct eph_web
         MHD_add_response_header(resp, "Content-Type", "text/plain; charset=utf-8");
         MHD_add_response_header(resp, "Cache-Control", "no-store");
     }
+    eph_api_add_common_headers(req, resp, status);
     int rc = MHD_queue_response(req->conn, status, resp);
     MHD_destroy_response(resp);
     req->answered = true;

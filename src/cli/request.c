@@ -14,6 +14,7 @@
 #include "common/buf.h"
 #include "common/id.h"
 #include "common/money.h"
+#include "common/text.h"
 
 enum opt_id {
     OPT_PROMPT,
@@ -164,10 +165,14 @@ int eph_cli_run_parse(int argc, char **argv, struct eph_cli_run_opts *o, char *e
             break;
         case OPT_BUDGET: {
             int64_t micros;
-            if (eph_money_parse_dollars(v, &micros) || micros <= 0)
+            const char *why;
+            if (eph_money_parse_dollars_why(v, &micros, &why) == 0 && micros <= 0)
+                why = "not more than zero";
+            if (why)
                 return fail(err, errlen, -EINVAL,
-                            "--budget must be a positive amount in dollars like 0.04, not '%.40s'",
-                            v);
+                            "--budget must be a positive amount in dollars like 0.04: '%.40s' is "
+                            "%s",
+                            v, why);
             o->max_cost_micros = micros;
             budget_given = true;
             break;
@@ -229,22 +234,8 @@ void eph_cli_run_opts_release(struct eph_cli_run_opts *o)
 
 bool eph_cli_file_path_ok(const char *path)
 {
-    if (!path || !*path || path[0] == '/')
-        return false;
-    /* Every component: not empty, not "." alone at the end, and never "..". */
-    const char *p = path;
-    while (*p) {
-        const char *slash = strchr(p, '/');
-        size_t n = slash ? (size_t)(slash - p) : strlen(p);
-        if (n == 0 || (n == 2 && p[0] == '.' && p[1] == '.') || (n == 1 && p[0] == '.'))
-            return false;
-        if (!slash)
-            break;
-        p = slash + 1;
-        if (!*p)
-            return false; /* a trailing slash names a directory, not a file */
-    }
-    return true;
+    /* The server's rule (common/text.c), so that what the client sends is never refused. */
+    return path && eph_text_file_path_error(path, strlen(path)) == NULL;
 }
 
 /* Reads all of f into b (capped); -EMSGSIZE past the cap, -EIO on a read error. */
@@ -350,11 +341,11 @@ static int read_file_arg(const char *arg, size_t *total, json_t **out, char *err
         const char *slash = strrchr(local, '/');
         path = slash ? slash + 1 : local;
     }
-    if (!eph_cli_file_path_ok(path))
+    const char *why = eph_text_file_path_error(path, strlen(path));
+    if (why)
         return fail(err, errlen, -EINVAL,
-                    "--file '%.200s': the path in the run must be relative, without '..' (give "
-                    "LOCAL:PATH)",
-                    arg);
+                    "--file '%.200s': %s (give LOCAL:PATH with a relative PATH naming a file)", arg,
+                    why);
     FILE *f;
     off_t size;
     int rc = open_regular(local, &f, &size);
@@ -448,6 +439,17 @@ int eph_cli_run_body(const struct eph_cli_run_opts *o, FILE *stdin_f, json_t **o
             if (!rc && json_array_append_new(a, f))
                 rc = fail(err, errlen, -ENOMEM, "out of memory");
         }
+        /* The server's rule for the set: no path twice, none both a file and a directory. */
+        const char *paths[EPH_CLI_FILES_MAX];
+        size_t n = rc ? 0 : json_array_size(a), first, second;
+        for (size_t i = 0; i < n && i < EPH_CLI_FILES_MAX; i++)
+            paths[i] = json_string_value(json_object_get(json_array_get(a, i), "path"));
+        const char *why = n && n <= EPH_CLI_FILES_MAX
+                              ? eph_text_file_paths_conflict(paths, n, &first, &second)
+                              : NULL;
+        if (why)
+            rc = fail(err, errlen, -EINVAL, "--file: '%.200s' and '%.200s': %s", paths[first],
+                      paths[second], why);
         if (rc)
             json_decref(a);
         else

@@ -352,6 +352,12 @@ int eph_cli_run(int argc, char **argv)
 {
     struct eph_cli_run_opts o;
     char err[512] = "";
+    /* --help anywhere before "--", like every other command. */
+    for (int i = 1; i < argc && strcmp(argv[i], "--") != 0; i++)
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            eph_cli_usage(stdout, "run");
+            return EPH_CLI_EXIT_OK;
+        }
     int rc = eph_cli_run_parse(argc, argv, &o, err, sizeof(err));
     if (rc) {
         eph_cli_run_opts_release(&o);

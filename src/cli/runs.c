@@ -156,7 +156,13 @@ static void print_run(const json_t *run, bool color)
         char bar[400], b[64], c[64];
         money(a, sizeof(a), charged);
         money(b, sizeof(b), reserved);
-        money(c, sizeof(c), num(cost, "released_micros"));
+        /* The released amount as budget - charged, so the line adds up (common/money.h). */
+        int64_t released = num(cost, "released_micros");
+        char m[EPH_MONEY_FMT_MAX];
+        if (charged >= 0 && released >= 0 && charged <= reserved && charged + released == reserved)
+            snprintf(c, sizeof(c), "%s", eph_money_format_rest(reserved, charged, m));
+        else
+            money(c, sizeof(c), released);
         eph_cli_render_cost_bar(charged, reserved, 20, bar, sizeof(bar));
         printf("%-*s%s %s of %s charged · %s released\n", LABEL_W, "Cost", bar, a, b, c);
         if (eph_cli_render_cost_line(run, buf, sizeof(buf)) == 0)

@@ -11,6 +11,13 @@
 
 enum eph_log_level eph_log_min_level = EPH_LOG_INFO;
 static bool log_json;
+/* The request an API thread is serving, named in every line it logs (eph_log_set_request). */
+static _Thread_local char log_request[40];
+
+void eph_log_set_request(const char *request_id)
+{
+    snprintf(log_request, sizeof(log_request), "%s", request_id ? request_id : "");
+}
 
 int eph_log_configure(enum eph_log_level level, const char *format)
 {
@@ -75,7 +82,14 @@ void eph_log_write(enum eph_log_level level, const char *component, int err, con
         json_escape(stderr, component);
         fputs("\",\"message\":\"", stderr);
         json_escape(stderr, msg);
+        if (log_request[0]) {
+            fputs("\",\"request_id\":\"", stderr);
+            json_escape(stderr, log_request);
+        }
         fputs("\"}\n", stderr);
+    } else if (log_request[0]) {
+        fprintf(stderr, "%s %-5s %s: %s [request %s]\n", when, names[level], component, msg,
+                log_request);
     } else {
         fprintf(stderr, "%s %-5s %s: %s\n", when, names[level], component, msg);
     }

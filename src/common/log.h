@@ -18,6 +18,10 @@ extern enum eph_log_level eph_log_min_level;
 int eph_log_configure(enum eph_log_level level, const char *format);
 int eph_log_level_parse(const char *s, enum eph_log_level *out);
 
+/* Names the request this thread serves in every line it logs from now on (NULL or "": none).
+ * Request ids are made by the server, never taken from a client, so they are safe to print. */
+void eph_log_set_request(const char *request_id);
+
 void eph_log_write(enum eph_log_level level, const char *component, int err, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 

@@ -29,16 +29,34 @@ char *eph_money_format(int64_t micros, char out[EPH_MONEY_FMT_MAX])
     return out;
 }
 
-int eph_money_parse_dollars(const char *s, int64_t *out)
+/* micros (>= 0) rounded half up to the fifth decimal, as eph_money_format shows it. */
+static int64_t shown_micros(int64_t micros)
 {
+    if (micros > INT64_MAX - 10)
+        return micros;
+    return (micros / 10 + (micros % 10 >= 5 ? 1 : 0)) * 10;
+}
+
+char *eph_money_format_rest(int64_t total, int64_t part, char out[EPH_MONEY_FMT_MAX])
+{
+    if (part < 0 || part > total)
+        return eph_money_format(total - part, out);
+    return eph_money_format(shown_micros(total) - shown_micros(part), out);
+}
+
+int eph_money_parse_dollars_why(const char *s, int64_t *out, const char **why)
+{
+    *why = "not an amount in dollars";
     if (*s == '$')
         s++;
     if (!isdigit((unsigned char)*s))
         return -EINVAL;
     uint64_t whole = 0;
     for (; isdigit((unsigned char)*s); s++) {
-        if (whole > (uint64_t)INT64_MAX / 10000000)
+        if (whole > (uint64_t)INT64_MAX / 10000000) {
+            *why = "too large";
             return -EOVERFLOW;
+        }
         whole = whole * 10 + (uint64_t)(*s - '0');
     }
     uint64_t frac = 0;
@@ -48,8 +66,10 @@ int eph_money_parse_dollars(const char *s, int64_t *out)
         if (!isdigit((unsigned char)*s))
             return -EINVAL;
         for (; isdigit((unsigned char)*s); s++) {
-            if (++places > 6)
+            if (++places > 6) {
+                *why = "more than 6 decimals (a micro-dollar is the smallest amount)";
                 return -EINVAL;
+            }
             frac = frac * 10 + (uint64_t)(*s - '0');
         }
     }
@@ -58,10 +78,30 @@ int eph_money_parse_dollars(const char *s, int64_t *out)
     for (; places < 6; places++)
         frac *= 10;
     uint64_t total = whole * 1000000u + frac;
-    if (total > (uint64_t)INT64_MAX)
+    if (total > (uint64_t)INT64_MAX) {
+        *why = "too large";
         return -EOVERFLOW;
+    }
+    *why = NULL;
     *out = (int64_t)total;
     return 0;
+}
+
+int eph_money_parse_dollars(const char *s, int64_t *out)
+{
+    const char *why;
+    return eph_money_parse_dollars_why(s, out, &why);
+}
+
+const char *eph_money_credit_refusal(int64_t micros, int64_t balance)
+{
+    if (micros <= 0)
+        return "a credit must be a positive number of micros";
+    if (micros > EPH_MONEY_CREDIT_MAX)
+        return "a credit is at most 1000000000000000 micros ($1,000,000,000)";
+    if (balance > EPH_MONEY_BALANCE_MAX - micros)
+        return "the balance would pass 100000000000000000 micros ($100,000,000,000)";
+    return NULL;
 }
 
 int eph_money_mtok_numerator(uint64_t tokens, uint64_t micros_per_mtok, uint64_t *out)

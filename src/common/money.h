@@ -17,8 +17,25 @@
  * leading "-". Returns out. */
 char *eph_money_format(int64_t micros, char out[EPH_MONEY_FMT_MAX]);
 
+/* The rest of a split shown beside its part: "$X charged, $Y released" must add up to the budget
+ * shown, but rounding each amount on its own can be a digit off (each of 0.000005 + 0.000005 is
+ * shown as $0.00001, their sum too). So the rest is shown as the shown total minus the shown part,
+ * each rounded once: eph_money_format(part) + this = eph_money_format(total) to the last digit.
+ * 0 <= part <= total. Returns out. */
+char *eph_money_format_rest(int64_t total, int64_t part, char out[EPH_MONEY_FMT_MAX]);
+
 /* Parses "0.04", "$1", "12.5" into micros (at most 6 decimals). 0 or -EINVAL / -EOVERFLOW. */
 int eph_money_parse_dollars(const char *s, int64_t *out);
+/* The same, with the rule that failed in *why ("more than 6 decimals", "too large", ...). */
+int eph_money_parse_dollars_why(const char *s, int64_t *out, const char **why);
+
+/* Credits, for the API and `ephemerald admin credit` alike: one credit adds at most
+ * EPH_MONEY_CREDIT_MAX ($1 billion), and no balance may pass EPH_MONEY_BALANCE_MAX ($100 billion),
+ * far below what int64 sums of every ledger entry could overflow. */
+#define EPH_MONEY_CREDIT_MAX ((int64_t)1000000000000000)
+#define EPH_MONEY_BALANCE_MAX ((int64_t)100000000000000000)
+/* NULL when micros may be added to an org whose balance is balance, else why not. */
+const char *eph_money_credit_refusal(int64_t micros, int64_t balance);
 
 /* The cost numerator of tokens at a price in micros per million tokens, tokens x price; add the
  * numerators of one call and divide once with eph_money_ceil_mtok(). -EOVERFLOW on overflow. */

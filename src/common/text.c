@@ -99,3 +99,57 @@ bool eph_text_safe_relpath(const char *s, size_t n)
     }
     return true;
 }
+
+const char *eph_text_file_path_error(const char *s, size_t n)
+{
+    if (n == 0)
+        return "the path is empty";
+    if (n > EPH_TEXT_PATH_MAX)
+        return "the path is longer than 4096 bytes";
+    if (strlen(s) != n)
+        return "the path holds a NUL byte";
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f)
+            return "the path holds a control character";
+    if (s[0] == '/')
+        return "the path is absolute";
+    if (s[n - 1] == '/')
+        return "the path ends with '/' (it must name a file)";
+    for (const char *p = s;;) {
+        const char *slash = strchr(p, '/');
+        size_t len = slash ? (size_t)(slash - p) : strlen(p);
+        if (len == 0)
+            return "the path has an empty component ('//')";
+        if (len == 1 && p[0] == '.')
+            return "the path has a '.' component";
+        if (len == 2 && p[0] == '.' && p[1] == '.')
+            return "the path has a '..' component";
+        if (!slash)
+            return NULL;
+        p = slash + 1;
+    }
+}
+
+/* Whether a (a valid path) is a directory above b: b starts with a and then '/'. */
+static bool is_parent_of(const char *a, const char *b)
+{
+    size_t n = strlen(a);
+    return strncmp(a, b, n) == 0 && b[n] == '/';
+}
+
+const char *eph_text_file_paths_conflict(const char *const *paths, size_t n, size_t *first,
+                                         size_t *second)
+{
+    /* Quadratic, and fine: a run takes at most a hundred files. */
+    for (size_t j = 1; j < n; j++) {
+        for (size_t i = 0; i < j; i++) {
+            *first = i;
+            *second = j;
+            if (strcmp(paths[i], paths[j]) == 0)
+                return "the same path is given twice";
+            if (is_parent_of(paths[i], paths[j]) || is_parent_of(paths[j], paths[i]))
+                return "one path is a file and the other puts a file under it";
+        }
+    }
+    return NULL;
+}

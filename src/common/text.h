@@ -16,4 +16,16 @@ char *eph_text_cut(const char *s, size_t max_chars);
  * ".." component, no NUL before the end (n = its length as received), at most 4096 bytes. */
 bool eph_text_safe_relpath(const char *s, size_t n);
 
+/* The rule for the path of a file given to a run, shared by the server and the client: NULL when
+ * s (n bytes as received) can name a file in the scratch directory, else why not (a lowercase
+ * sentence): empty, over 4096 bytes, NUL or another control character, absolute, a trailing '/',
+ * an empty, '.' or '..' component. */
+#define EPH_TEXT_PATH_MAX 4096
+const char *eph_text_file_path_error(const char *s, size_t n);
+/* Among n valid paths, the first two that cannot both be files (the same path twice, or a path
+ * that is a file and a directory above another): NULL when there are none, else why, with their
+ * indexes in *first < *second. */
+const char *eph_text_file_paths_conflict(const char *const *paths, size_t n, size_t *first,
+                                         size_t *second);
+
 #endif

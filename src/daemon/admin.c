@@ -13,6 +13,7 @@
 #include "api/api.h"
 #include "common/error.h"
 #include "common/id.h"
+#include "common/money.h"
 #include "daemon/commands.h"
 #include "daemon/options.h"
 #include "store/store.h"
@@ -70,8 +71,12 @@ static int admin_init(int argc, char **argv)
         goto out;
     const char *org = vals[0] ? vals[0] : "default";
     int64_t credit = 100000000; /* $100 */
-    if (vals[1] && parse_micros(vals[1], &credit)) {
-        fprintf(stderr, "ephemerald: --credit-micros must be a positive integer\n");
+    /* The first credit obeys the bound of every other (common/money.h). */
+    const char *why = vals[1] && parse_micros(vals[1], &credit)
+                          ? "must be a positive integer"
+                          : eph_money_credit_refusal(credit, 0);
+    if (why) {
+        fprintf(stderr, "ephemerald: --credit-micros: %s\n", why);
         goto out;
     }
     if (open_store(&cfg, &st))
@@ -154,7 +159,20 @@ static int admin_credit(int argc, char **argv)
         fprintf(stderr, "ephemerald: no org '%s'\n", vals[0]);
         goto out;
     }
-    int rc = st->ops->credit_add(st, org_id, micros);
+    struct eph_balance before;
+    int rc = st->ops->balance(st, org_id, &before);
+    if (rc) {
+        fprintf(stderr, "ephemerald: cannot read the balance: %s\n", eph_strerror(rc));
+        goto out;
+    }
+    /* The API's bound (common/money.h): no total can overflow. */
+    const char *why = eph_money_credit_refusal(micros, before.balance_micros);
+    if (why) {
+        fprintf(stderr, "ephemerald: credit refused: %s\n", why);
+        status = 2;
+        goto out;
+    }
+    rc = st->ops->credit_add(st, org_id, micros);
     if (rc) {
         fprintf(stderr, "ephemerald: cannot add credit: %s\n", eph_strerror(rc));
         goto out;

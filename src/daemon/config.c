@@ -383,6 +383,9 @@ static int load_model(struct eph_model_config *m, json_t *o, char *err, size_t e
     return 0;
 }
 
+static int load_root(struct eph_config *cfg, json_t *root, const char *path, char *err,
+                     size_t errlen);
+
 int eph_config_load_file(struct eph_config *cfg, const char *path, char *err, size_t errlen)
 {
     json_error_t je;
@@ -391,6 +394,25 @@ int eph_config_load_file(struct eph_config *cfg, const char *path, char *err, si
         snprintf(err, errlen, "config: %s:%d: %s", path, je.line, je.text);
         return -EINVAL;
     }
+    return load_root(cfg, root, path, err, errlen);
+}
+
+int eph_config_load_buffer(struct eph_config *cfg, const char *data, size_t len, const char *name,
+                           char *err, size_t errlen)
+{
+    json_error_t je;
+    json_t *root = json_loadb(data, len, JSON_REJECT_DUPLICATES, &je);
+    if (!root) {
+        snprintf(err, errlen, "config: %s:%d: %s", name, je.line, je.text);
+        return -EINVAL;
+    }
+    return load_root(cfg, root, name, err, errlen);
+}
+
+/* Applies a parsed configuration file (consumes root). */
+static int load_root(struct eph_config *cfg, json_t *root, const char *path, char *err,
+                     size_t errlen)
+{
     int rc = -EINVAL;
     if (!json_is_object(root)) {
         snprintf(err, errlen, "config: %s: the top level must be an object", path);

@@ -64,6 +64,9 @@ struct eph_config {
 int eph_config_defaults(struct eph_config *cfg);
 /* Merges a JSON config file; unknown keys are an error (typos must not pass silently). */
 int eph_config_load_file(struct eph_config *cfg, const char *path, char *err, size_t errlen);
+/* The same from len bytes in memory; name stands for the file in messages (the fuzz driver). */
+int eph_config_load_buffer(struct eph_config *cfg, const char *data, size_t len, const char *name,
+                           char *err, size_t errlen);
 /* Merges EPHEMERALD_LISTEN, _DB, _SANDBOX, _LOG_FORMAT, _MAX_CONCURRENT_RUNS, ... */
 int eph_config_load_env(struct eph_config *cfg, char *err, size_t errlen);
 void eph_config_release(struct eph_config *cfg);

@@ -42,6 +42,14 @@ static const char *const recipe_hooks[] = {
      * runsc's gofer creates a missing mount point in the image directory on the host. */
     "mkdir -p \"$1/.ephemeral\" && : > \"$1/etc/ld.so.preload\"",
 };
+/* Run by `sh -c` on the finished tree ($1) once mmdebstrap is done (its hooks run while its own
+ * /dev is still in use). The image lies on the host, readable: no set-id program in it may run
+ * for a host user (the sandbox cannot use them anyway, under no_new_privs), and no device node
+ * (every backend makes its own /dev; mmdebstrap's dev/console is 0666). */
+static const char *const recipe_post[] = {
+    "find \"$1\" -xdev -type f -perm /6000 -exec chmod ug-s {} +",
+    "find \"$1/dev\" -xdev -mindepth 1 \\( -type c -o -type b -o -type p \\) -delete",
+};
 static const char *const recipe_dpkg_opts[] = {
     "path-exclude=/usr/share/doc/*",
     "path-exclude=/usr/share/man/*",
@@ -270,6 +278,8 @@ static int recipe_key(char hash[17], char *codename, size_t codelen, char ***sou
                              recipe_packages);
     for (size_t i = 0; !rc && i < sizeof(recipe_hooks) / sizeof(recipe_hooks[0]); i++)
         rc = eph_buf_appendf(&key, "hook %s\n", recipe_hooks[i]);
+    for (size_t i = 0; !rc && i < sizeof(recipe_post) / sizeof(recipe_post[0]); i++)
+        rc = eph_buf_appendf(&key, "post %s\n", recipe_post[i]);
     for (size_t i = 0; !rc && i < sizeof(recipe_dpkg_opts) / sizeof(recipe_dpkg_opts[0]); i++)
         rc = eph_buf_appendf(&key, "dpkg %s\n", recipe_dpkg_opts[i]);
     for (size_t i = 0; !rc && i < *nsources; i++)
@@ -363,6 +373,14 @@ static int image_build(const char *dir, bool quiet)
             fprintf(stderr, "ephemerald: mmdebstrap failed; the image was not built\n");
             close(lock);
             return 1;
+        }
+        for (size_t i = 0; i < sizeof(recipe_post) / sizeof(recipe_post[0]); i++) {
+            char *post[] = {"sh", "-c", (char *)recipe_post[i], "sh", tmp, NULL};
+            if ((rc = run_command(post))) {
+                fprintf(stderr, "ephemerald: '%s' failed; the image was not built\n",
+                        recipe_post[i]);
+                return 1;
+            }
         }
         if (rename(tmp, rootfs)) {
             fprintf(stderr, "ephemerald: cannot move the image into place: %s\n", strerror(errno));

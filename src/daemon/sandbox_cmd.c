@@ -101,9 +101,45 @@ static void write_all(int fd, const void *data, size_t len)
     (void)rc;
 }
 
+/* Output for a terminal: what the sandbox prints must not drive the operator's terminal (escape
+ * sequences can retitle it, move the cursor over earlier lines, and on some terminals answer back
+ * as if typed). Control characters but newline and tab, DEL, and the C1 controls in their UTF-8
+ * form (C2 80-9F) are shown as \xNN. A C1 control split between two pieces of output passes;
+ * terminals that act on C1 controls in UTF-8 are rare. */
+static void write_escaped(int fd, const unsigned char *p, size_t len)
+{
+    char out[4096 + 8];
+    size_t n = 0;
+    for (size_t i = 0; i < len; i++) {
+        unsigned c = p[i];
+        bool c1 = c == 0xc2 && i + 1 < len && p[i + 1] >= 0x80 && p[i + 1] <= 0x9f;
+        if ((c < 0x20 && c != '\n' && c != '\t') || c == 0x7f || c1) {
+            if (c1)
+                c = p[++i];
+            n += (size_t)snprintf(out + n, sizeof(out) - n, "\\x%02x", c);
+        } else {
+            out[n++] = (char)c;
+        }
+        if (n >= sizeof(out) - 8) {
+            write_all(fd, out, n);
+            n = 0;
+        }
+    }
+    write_all(fd, out, n);
+}
+
+struct output_ctx {
+    bool tty[3]; /* indexed by stream: 1 stdout, 2 stderr */
+};
+
 static void on_output(void *arg, int stream, const void *data, size_t len)
 {
-    write_all(stream == 1 ? STDOUT_FILENO : STDERR_FILENO, data, len);
+    const struct output_ctx *o = arg;
+    int fd = stream == 1 ? STDOUT_FILENO : STDERR_FILENO;
+    if (o->tty[stream == 1 ? 1 : 2])
+        write_escaped(fd, data, len);
+    else
+        write_all(fd, data, len);
 }
 
 /* The signal thread: turns SIGINT/SIGTERM/SIGHUP into an interrupt of the sandbox. */
@@ -349,6 +385,10 @@ static int sandbox_run(int argc, char **argv)
         return EXIT_SANDBOX_FAILED;
     }
     EPH_DEBUG("sandbox", "backend %s", ops->name);
+    /* What an earlier `sandbox run` killed with SIGKILL left (its cgroups: it could not remove
+     * them), swept by the next one, as `serve` does at start-up. */
+    if (ops->cleanup_orphans)
+        (void)ops->cleanup_orphans();
 
     uint64_t t0 = eph_clock_mono_ns();
     struct eph_sandbox *sb = NULL;
@@ -368,6 +408,8 @@ static int sandbox_run(int argc, char **argv)
     if (atomic_load(&sc.got))
         ops->interrupt(sb);
 
+    struct output_ctx out_ctx = {
+        .tty = {false, isatty(STDOUT_FILENO) == 1, isatty(STDERR_FILENO) == 1}};
     struct eph_exec_request req = {
         .command = cmd.data,
         .timeout_ms = timeout_ms,
@@ -375,6 +417,7 @@ static int sandbox_run(int argc, char **argv)
         .stderr_cap = cap,
         .env = nenv ? env : NULL,
         .on_output = json ? NULL : on_output,
+        .on_output_arg = &out_ctx,
     };
     struct eph_exec_result res;
     eph_exec_result_init(&res);

@@ -213,6 +213,17 @@ exec_child(const struct eph_proto_exec *ex, const char *const *envp, int out_w, 
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
     signal(SIGPIPE, SIG_DFL);
+    /* Every command is the OOM killer's first choice, before init (which the host set to -1000
+     * where it could, and the fork copied) and before anything else on the host. Raising needs
+     * no privilege. Dumpable first (this copy's own memory: init's stays not dumpable), or
+     * /proc/self would be root's and not writable. */
+    prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
+    int adj = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+    if (adj >= 0) {
+        if (write(adj, "1000", 4) != 4)
+            dprintf(2, "ephemeral-init: cannot reset oom_score_adj: %s\n", strerror(errno));
+        close(adj);
+    }
     setpgid(0, 0);
     umask(022);
     int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
@@ -231,12 +242,13 @@ exec_child(const struct eph_proto_exec *ex, const char *const *envp, int out_w, 
     _exit(127);
 }
 
-/* The command starts with clone(CLONE_VM | CLONE_VFORK), as posix_spawn does: the child borrows
- * init's memory (no copy of its page tables, no copy-on-write faults in init afterwards) on a stack
- * of its own, and init sleeps until the child has exec'd or exited. What exec_child changes is the
- * child's own (signal mask and dispositions, process group, umask, descriptors, cwd: none of
- * CLONE_SIGHAND, CLONE_FILES, CLONE_FS); it writes no memory init reads after (init has no signal
- * handlers that could run on the shared memory, and errno is not read past the clone). */
+/* The command starts with clone(CLONE_VFORK) and without CLONE_VM: init sleeps until the child
+ * has exec'd or exited (so its process group is set before init goes on), and the child has a copy
+ * of init's memory of its own, because it must make that memory dumpable to reset its
+ * oom_score_adj (exec_child): doing so on a shared memory would open init's to the worker's
+ * other processes for that moment. init is small and static, so the copy is cheap. What
+ * exec_child changes is the child's own (signal mask and dispositions, process group, umask,
+ * descriptors, cwd). */
 struct spawn_arg {
     const struct eph_proto_exec *ex;
     const char *const *envp;
@@ -253,7 +265,7 @@ static pid_t spawn(const struct eph_proto_exec *ex, const char *const *envp, int
 {
     static char stack[64 * 1024] __attribute__((aligned(16)));
     struct spawn_arg a = {ex, envp, out_w, err_w};
-    return clone(spawn_child, stack + sizeof(stack), CLONE_VM | CLONE_VFORK | SIGCHLD, &a);
+    return clone(spawn_child, stack + sizeof(stack), CLONE_VFORK | SIGCHLD, &a);
 }
 
 static bool channel_read(void);

@@ -48,5 +48,9 @@ int eph_recovery_run(struct eph_service *svc, unsigned *lost, unsigned *requeued
 
 /* One run, start to settlement (worker.c). */
 void eph_worker_run(struct eph_service *svc, const char *run_id);
+/* Settles a stored, live, never started run as failed with code and message: nothing charged,
+ * its whole reservation released, its live entry closed. For a run that could not be queued. */
+int eph_worker_refuse(struct eph_service *svc, const char *run_id, const char *code,
+                      const char *message);
 
 #endif

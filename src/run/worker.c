@@ -87,7 +87,8 @@ static int settle(struct eph_service *svc, struct eph_live *live, struct eph_run
     char tok[32], charged[EPH_MONEY_FMT_MAX], released[EPH_MONEY_FMT_MAX];
     eph_format_thousands(r->usage.input_tokens + r->usage.output_tokens, tok);
     eph_money_format(c->charged_micros, charged);
-    eph_money_format(c->released_micros, released);
+    /* Shown so that the two add up to the budget shown (money.h). */
+    eph_money_format_rest(c->reserved_micros, c->charged_micros, released);
     struct eph_event ev[2];
     json_t *run_data = json_pack("{s:s}", "status", eph_run_status_name(r->status));
     if (r->error_code)
@@ -159,12 +160,56 @@ static int settle(struct eph_service *svc, struct eph_live *live, struct eph_run
     return rc;
 }
 
+/* The error type a run's outcome shows (docs/API.md, "Why a run did not complete"): a stop the
+ * run's own limits or its owner decided is not a server error, and each says which it was. */
+static const char *error_type_for(enum eph_run_status st)
+{
+    switch (st) {
+    case EPH_RUN_CANCELLED:
+        return "cancelled_error";
+    case EPH_RUN_TIMED_OUT:
+        return "timeout_error";
+    case EPH_RUN_BUDGET_EXHAUSTED:
+        return "budget_error";
+    default:
+        return "api_error";
+    }
+}
+
 static void fail_run(struct eph_run *r, enum eph_run_status st, const char *code, const char *msg)
 {
     r->status = st;
-    if (eph_run_set_error(r, st == EPH_RUN_CANCELLED ? "invalid_request_error" : "api_error", code,
-                          msg))
+    if (eph_run_set_error(r, error_type_for(st), code, msg))
         EPH_ERROR("worker", "run %s: out of memory", r->id);
+}
+
+/* A cancelled run: by its owner, or by a server that stops (its runs are cancelled past the
+ * grace period). */
+static void fail_cancelled(struct eph_service *svc, struct eph_run *r, const char *when)
+{
+    char msg[128];
+    if (atomic_load(&svc->shutting_down)) {
+        snprintf(msg, sizeof(msg), "the server shut down %s", when);
+        fail_run(r, EPH_RUN_CANCELLED, "server_shutdown", msg);
+    } else {
+        snprintf(msg, sizeof(msg), "the run was cancelled %s", when);
+        fail_run(r, EPH_RUN_CANCELLED, "cancelled", msg);
+    }
+}
+
+int eph_worker_refuse(struct eph_service *svc, const char *run_id, const char *code,
+                      const char *message)
+{
+    struct eph_run r;
+    int rc = svc->store->ops->run_get(svc->store, run_id, NULL, &r);
+    if (rc)
+        return rc;
+    struct eph_live *live = eph_live_get(run_id);
+    fail_run(&r, EPH_RUN_FAILED, code, message);
+    rc = settle(svc, live, &r, 1);
+    eph_run_release(&r);
+    eph_live_put(live);
+    return rc;
 }
 
 /* The request's files, placed in the scratch directory before the first turn. */
@@ -238,11 +283,20 @@ void eph_worker_run(struct eph_service *svc, const char *run_id)
         }
     }
     if (eph_live_cancelled(live)) {
-        fail_run(&r, EPH_RUN_CANCELLED, "cancelled", "the run was cancelled before it started");
+        fail_cancelled(svc, &r, "before the run started");
         goto settle;
     }
     if (!mcfg || !model) {
         fail_run(&r, EPH_RUN_FAILED, "model_unavailable", "the run's model is not configured");
+        goto settle;
+    }
+
+    if (r.zdr && eph_sandbox_records_commands(svc->sandbox_ops)) {
+        /* The backend writes every command and its output to the host's disk (a debug setting):
+         * the promise of a zero-data-retention run could not be kept. */
+        fail_run(&r, EPH_RUN_FAILED, "sandbox_error",
+                 "zero data retention is refused while the sandbox backend records every command "
+                 "(EPHEMERAL_RUNSC_DEBUG_DIR is set)");
         goto settle;
     }
 
@@ -295,7 +349,13 @@ void eph_worker_run(struct eph_service *svc, const char *run_id)
     char err[256];
     struct eph_egress *egress = NULL;
     if (r.files && json_array_size(r.files) && (rc = place_files(sb, &r, err, sizeof(err)))) {
-        fail_run(&r, EPH_RUN_FAILED, "files_error", err);
+        /* A cancel interrupts the sandbox, so a file being written fails: that is the cancel. */
+        if (eph_live_cancelled(live))
+            fail_cancelled(svc, &r, "while its files were being placed");
+        else
+            fail_run(&r, EPH_RUN_FAILED, "files_error", err);
+    } else if (eph_live_cancelled(live)) {
+        fail_cancelled(svc, &r, "before the agent started");
     } else if ((rc = eph_egress_start(svc, &r, live, &budget, sb, &egress, err, sizeof(err)))) {
         EPH_ERROR("worker", "run %s: broker: %s", r.id, err);
         fail_run(&r, EPH_RUN_FAILED, "broker_error", err);
@@ -324,6 +384,9 @@ void eph_worker_run(struct eph_service *svc, const char *run_id)
             out.result = NULL;
             if (r.zdr && eph_live_set_zdr_result(live, r.result))
                 EPH_ERROR("worker", "run %s: out of memory keeping the result", r.id);
+        } else if (out.status == EPH_RUN_CANCELLED) {
+            fail_cancelled(svc, &r, "while it was running");
+            free(out.result);
         } else {
             fail_run(&r, out.status, out.error_code, out.error_message);
             free(out.result);

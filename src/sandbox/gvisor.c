@@ -420,6 +420,26 @@ static void runsc_find(void)
     }
 }
 
+/* EPHEMERAL_RUNSC_DEBUG_DIR when set to an absolute path, else NULL; said loudly once. */
+static const char *debug_log_dir(void)
+{
+    static atomic_bool warned;
+    const char *dir = getenv("EPHEMERAL_RUNSC_DEBUG_DIR");
+    if (!dir || dir[0] != '/')
+        return NULL;
+    if (!atomic_exchange(&warned, true))
+        EPH_WARN(COMPONENT,
+                 "EPHEMERAL_RUNSC_DEBUG_DIR is set: runsc writes every command the sandboxes run "
+                 "and its output to %s; zero-data-retention runs are refused",
+                 dir);
+    return dir;
+}
+
+static bool gv_records_commands(void)
+{
+    return debug_log_dir() != NULL;
+}
+
 static const char *runsc(void)
 {
     pthread_once(&runsc_once, runsc_find);
@@ -806,10 +826,12 @@ static int runsc_start(struct gv_sandbox *sb, int chan)
     argv[n++] = log_opt;
     argv[n++] = "--network=none";
     argv[n++] = "--cpu-num-from-quota";
-    /* For an operator chasing a runsc problem: runsc's debug logs (large) go to that directory. */
+    /* For an operator chasing a runsc problem: runsc's debug logs (large) go to that directory.
+     * They hold every command and its output (--strace): gv_records_commands() makes the server
+     * refuse zero-data-retention runs while it is on. */
     char debug_opt[PATH_MAX + 16];
-    const char *debug_dir = getenv("EPHEMERAL_RUNSC_DEBUG_DIR");
-    if (debug_dir && debug_dir[0] == '/') {
+    const char *debug_dir = debug_log_dir();
+    if (debug_dir) {
         snprintf(debug_opt, sizeof(debug_opt), "--debug-log=%s/", debug_dir);
         argv[n++] = "--debug";
         argv[n++] = "--strace";
@@ -1234,4 +1256,5 @@ const struct eph_sandbox_ops eph_sandbox_gvisor_ops = {
     .open_tunnel = gv_open_tunnel,
     .destroy = gv_destroy,
     .cleanup_orphans = gv_cleanup_orphans,
+    .records_commands = gv_records_commands,
 };

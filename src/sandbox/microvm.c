@@ -58,6 +58,7 @@
 #include "common/id.h"
 #include "common/log.h"
 #include "sandbox/guest_client.h"
+#include "sandbox/hostid.h"
 #include "sandbox/namespaces/namespaces.h"
 
 #define COMPONENT "sandbox"
@@ -65,9 +66,10 @@
 #define SPAWN_PATH "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 #define ALLOW_TCG_ENV "EPHEMERAL_MICROVM_ALLOW_TCG"
 /* Host uids of QEMU processes: a range no host user owns (below the namespaces backend's), one
- * per live VM, so that no two VMs' processes can signal or trace each other. */
+ * per live VM on the host, whichever server started it (a lease, sandbox/hostid.h), so that no
+ * two VMs' processes can signal or trace each other. */
 #define HOST_ID_BASE 0x7d000000u
-#define SLOTS 4096u
+#define HOST_IDS 65536u
 /* The fds QEMU is given, by number (its command line names them). */
 #define FD_CHANNEL 3
 #define FD_INITRD 4
@@ -91,9 +93,8 @@ struct vm_sandbox {
     struct eph_guest_client client;
     bool client_ready;
     struct eph_ns_cgroup cg;
-    bool have_slot;
-    unsigned slot;
-    int console_fd;       /* memfd: QEMU's stdout and stderr */
+    struct eph_hostid_lease uid; /* QEMU's host uid */
+    int console_fd;              /* memfd: QEMU's stdout and stderr */
     pthread_mutex_t lock; /* guards chan_fd, pid and pidfd against interrupt() racing destroy() */
     int chan_fd;
     pid_t pid; /* QEMU, until reaped */
@@ -271,31 +272,6 @@ static int kvm_present(char *why, size_t whylen)
         return -ENODEV;
     }
     return 0;
-}
-
-static pthread_mutex_t slot_lock = PTHREAD_MUTEX_INITIALIZER;
-static uint64_t slot_used[SLOTS / 64];
-
-static int slot_acquire(unsigned *slot)
-{
-    pthread_mutex_lock(&slot_lock);
-    for (unsigned i = 0; i < SLOTS; i++) {
-        if (!(slot_used[i / 64] & (1ull << (i % 64)))) {
-            slot_used[i / 64] |= 1ull << (i % 64);
-            pthread_mutex_unlock(&slot_lock);
-            *slot = i;
-            return 0;
-        }
-    }
-    pthread_mutex_unlock(&slot_lock);
-    return -EAGAIN;
-}
-
-static void slot_release(unsigned slot)
-{
-    pthread_mutex_lock(&slot_lock);
-    slot_used[slot / 64] &= ~(1ull << (slot % 64));
-    pthread_mutex_unlock(&slot_lock);
 }
 
 /* The host TSC rate in kHz, measured against the monotonic clock. Under TCG the guest's TSC is
@@ -621,7 +597,7 @@ qemu_child(const struct vm_launch *L, pid_t parent, int null_fd, int console_fd,
  * capability (documented in docs/SECURITY.md). */
 static void identity(struct vm_launch *L, const struct vm_sandbox *sb, bool kvm)
 {
-    L->uid = L->gid = HOST_ID_BASE + sb->slot;
+    L->uid = L->gid = sb->uid.id;
     L->ngroups = 0;
     if (!kvm)
         return;
@@ -751,16 +727,17 @@ static int vm_create_with(const struct eph_sandbox_config *cfg, enum accel accel
     sb->chan_fd = -1;
     sb->pidfd = -1;
     sb->console_fd = -1;
+    sb->uid.fd = -1;
     pthread_mutex_init(&sb->lock, NULL);
     atomic_init(&sb->interrupted, false);
 
     if ((rc = names_prepare(sb, cfg)))
         goto fail;
-    if ((rc = slot_acquire(&sb->slot))) {
-        EPH_ERROR(COMPONENT, "no free microvm slot (%u live VMs)", SLOTS);
+    if ((rc = eph_hostid_acquire(HOST_ID_BASE, HOST_IDS, &sb->uid))) {
+        EPH_ERROR(COMPONENT, "cannot lease a host uid for QEMU: %s",
+                  rc == -EAGAIN ? "every one is in use" : strerror(-rc));
         goto fail;
     }
-    sb->have_slot = true;
     /* The cgroup holds QEMU: the guest's memory and QEMU's own, QEMU's threads, and one CPU more
      * than the guest's for QEMU's I/O threads (the guest itself has exactly vcpus CPUs). */
     struct eph_sandbox_limits host = limits;
@@ -946,8 +923,7 @@ static int vm_destroy(struct eph_sandbox *base)
     }
     if (sb->console_fd >= 0)
         close(sb->console_fd);
-    if (sb->have_slot)
-        slot_release(sb->slot);
+    eph_hostid_release(&sb->uid);
     pthread_mutex_destroy(&sb->lock);
     free(sb);
     return rc;

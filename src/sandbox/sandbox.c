@@ -31,6 +31,11 @@ const struct eph_sandbox_ops *eph_sandbox_backend(const char *name)
     return NULL;
 }
 
+bool eph_sandbox_records_commands(const struct eph_sandbox_ops *ops)
+{
+    return ops && ops->records_commands && ops->records_commands();
+}
+
 int eph_sandbox_choose(const struct eph_sandbox_config *cfg, const struct eph_sandbox_ops **out,
                        char *why, size_t whylen)
 {

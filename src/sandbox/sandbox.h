@@ -110,6 +110,10 @@ struct eph_sandbox_ops {
     /* Optional (may be NULL): removes what dead servers using this backend left behind; returns
      * how many were removed, or a negative errno. */
     int (*cleanup_orphans)(void);
+    /* Optional (may be NULL): true when the backend writes the commands it runs and their output
+     * to disk on the host (gvisor with EPHEMERAL_RUNSC_DEBUG_DIR); a zero-data-retention run
+     * must then be refused. */
+    bool (*records_commands)(void);
 };
 
 /* A sandbox as the rest of the service sees it: the backend plus its private state. Backends
@@ -117,6 +121,9 @@ struct eph_sandbox_ops {
 struct eph_sandbox {
     const struct eph_sandbox_ops *ops;
 };
+
+/* ops->records_commands, false when the backend has none. */
+bool eph_sandbox_records_commands(const struct eph_sandbox_ops *ops);
 
 /* The backend named name ("namespaces"...), or NULL. */
 const struct eph_sandbox_ops *eph_sandbox_backend(const char *name);

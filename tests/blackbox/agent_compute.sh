@@ -21,6 +21,7 @@ id=$(run_create "{\"prompt\": \"burn\", \"max_cost_micros\": $reserved, \"timeou
 run=$(run_wait "$id" 30)
 assert_eq "$(jq -r .status <<<"$run")" budget_exhausted "status ($(jq -c .error <<<"$run"))"
 assert_eq "$(jq -r .error.code <<<"$run")" budget_exhausted "error code"
+assert_eq "$(jq -r .error.type <<<"$run")" budget_error "error type"
 check_settled "$run"
 model=$(jq .cost.model_micros <<<"$run")
 web=$(jq .cost.web_micros <<<"$run")

@@ -30,6 +30,7 @@ done
 run=$(run_wait "$id" 20)
 assert_eq "$(jq -r .status <<<"$run")" timed_out "status ($(jq -c .error <<<"$run"))"
 assert_eq "$(jq -r .error.code <<<"$run")" timeout "error code"
+assert_eq "$(jq -r .error.type <<<"$run")" timeout_error "error type"
 created=$(ms_of "$(jq -r .created_at <<<"$run")")
 finished=$(ms_of "$(jq -r .finished_at <<<"$run")")
 took=$((finished - created))

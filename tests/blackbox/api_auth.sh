@@ -37,12 +37,12 @@ member_id=$(body_of "$out" | jq -r .id)
 [[ $member =~ ^eph_[A-Za-z0-9]{40}$ ]] || fail "new key: $member"
 assert_eq "$(body_of "$out" | jq -r .role)" member "role"
 assert_eq "$(body_of "$out" | jq -r .prefix)" "${member:0:8}" "prefix"
-out=$(api POST /v1/keys -d '{}')
+out=$(api POST /v1/keys -H "Content-Type: application/json" -d '{}')
 assert_eq "$(code_of "$out")" 201 "create key with defaults"
 assert_eq "$(body_of "$out" | jq -r .role)" member "default role"
 second_id=$(body_of "$out" | jq -r .id)
-assert_error "$(api POST /v1/keys -d '{"role": "owner"}')" 400 invalid_request_error role
-assert_error "$(api POST /v1/keys -d '{"role": "member", "scope": "x"}')" 400 invalid_request_error scope
+assert_error "$(api POST /v1/keys -H "Content-Type: application/json" -d '{"role": "owner"}')" 400 invalid_request_error role
+assert_error "$(api POST /v1/keys -H "Content-Type: application/json" -d '{"role": "member", "scope": "x"}')" 400 invalid_request_error scope
 
 list=$(api GET /v1/keys)
 assert_eq "$(code_of "$list")" 200 "list keys"

@@ -63,8 +63,9 @@ wait_command_running "$first"
 q1=$(new_run "$SLOW_PROMPT" 20000)
 q2=$(new_run "$SLOW_PROMPT" 20000)
 assert_eq "$(run_field "$q1" .status)$(run_field "$q2" .status)" queuedqueued "two queued"
-out=$(create_run "$SLOW_PROMPT" 20000)
+out=$(create_run "$SLOW_PROMPT" 20000 -D "$TEST_TMP/429.headers")
 assert_error "$out" 429 rate_limit_error
+grep -qi '^Retry-After: [0-9]' "$TEST_TMP/429.headers" || fail "429 without Retry-After"
 assert_eq "$(api GET '/v1/runs?status=queued' | sed '$d' | jq '.data | length')" 2 "no third queued run"
 # Another org is not limited by this one's queue.
 out=$(as "$tight" create_run "$QUICK_PROMPT" 1000)

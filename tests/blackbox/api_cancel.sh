@@ -6,7 +6,7 @@
 # cancelled at once, all of its budget released.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/api_common.sh"
-test_deadline 90
+test_deadline 180
 have_image || skip "no sandbox image (make image)"
 start_api_server '"max_concurrent_runs": 1'
 
@@ -32,6 +32,7 @@ assert_eq "$(jq '.cost.charged_micros + .cost.released_micros' <<<"$run")" 40000
 assert_eq "$(jq '.cost.model_micros + .cost.web_micros + .cost.compute_micros == .cost.charged_micros' <<<"$run")" true "charged split"
 [ "$(jq .cost.charged_micros <<<"$run")" -gt 0 ] || fail "nothing charged for a model call and a sandbox"
 assert_eq "$(jq -r .error.code <<<"$run")" cancelled "error code"
+assert_eq "$(jq -r .error.type <<<"$run")" cancelled_error "error type: not a request or server error"
 [ "$(jq -r .finished_at <<<"$run")" != null ] || fail "no finished_at"
 types=$(api GET "/v1/runs/$id/events" | sed '$d' | jq -r '[.data[].type] | join(" ")')
 assert_contains "$types" "sandbox.destroyed run.cancelled worker.destroyed" "closing events"
@@ -78,5 +79,31 @@ assert_eq "$(body_of "$out" | jq -r .status)" cancelled "queued run cancelled"
 assert_eq "$(body_of "$out" | jq -c '[.cost.charged_micros, .cost.released_micros]')" '[0,20000]' "queued run released"
 assert_eq "$(run_field "$busy" .status)" running "the busy run is untouched"
 api POST "/v1/runs/$busy/cancel" >/dev/null
+
+# Cancelled while its files are being placed: cancelled (it was failed, files_error). Ten MiB of
+# files take a while to place; the cancel is sent the moment the stream shows worker.started, the
+# event just before the files are written. Should it land after them, the run is in its long
+# command and a cancel there must give the same answer; the message says which moment it hit.
+python3 - "$TEST_TMP/files.json" "$SLOW_PROMPT" <<'PY'
+import base64, json, os, sys
+files = [{"path": f"data/f{i}", "content_base64": base64.b64encode(os.urandom(100 * 1024)).decode()}
+         for i in range(100)]
+json.dump({"prompt": sys.argv[2], "max_cost_micros": 20000, "files": files}, open(sys.argv[1], "w"))
+PY
+out=$(api POST /v1/runs -H 'Content-Type: application/json' --data-binary "@$TEST_TMP/files.json")
+assert_eq "$(code_of "$out")" 201 "a run with ten MiB of files"
+placing=$(body_of "$out" | jq -r .id)
+while IFS= read -r line; do
+    case $line in
+    "event: worker.started"*) api POST "/v1/runs/$placing/cancel" >"$TEST_TMP/placing.out"; break ;;
+    "event: worker.destroyed"*) break ;;
+    esac
+done < <(curl -sN --max-time 60 "$EPHEMERAL_URL/v1/runs/$placing/events" \
+    -H "Authorization: Bearer $EPHEMERAL_API_KEY" -H 'Accept: text/event-stream')
+run=$(api GET "/v1/runs/$placing" -H 'Prefer: wait=30' | sed '$d')
+echo "cancelled $(jq -r .error.message <<<"$run")"
+assert_eq "$(jq -r '.status + " " + .error.type + " " + .error.code' <<<"$run")" \
+    "cancelled cancelled_error cancelled" "a run cancelled while its files were placed ($(jq -c .error <<<"$run"))"
+assert_eq "$(jq '.cost.charged_micros + .cost.released_micros' <<<"$run")" 20000 "settled"
 assert_eq "$(api GET /v1/balance | sed '$d' | jq .reserved_micros)" 0 "nothing reserved at the end"
 echo "cancel: ok"

@@ -108,6 +108,7 @@ assert_error() {
     assert_eq "$(code_of "$out")" "$status" "status of: $body"
     jq -e '(.error | type == "object") and (.error.type | type == "string") and
            (.error.code | type == "string") and (.error.message | type == "string") and
+           (.error.request_id | type == "string" and test("^req_[0-9a-f]{16}$")) and
            (keys == ["error"])' <<<"$body" >/dev/null || fail "error shape: $body"
     assert_eq "$(jq -r .error.type <<<"$body")" "$type" "error type of: $body"
     local msg

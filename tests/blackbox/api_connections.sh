@@ -28,12 +28,12 @@ assert_eq "$(stat -c %a "$TEST_TMP/secret.key")" 600 "key file mode"
 assert_eq "$(stat -c %s "$TEST_TMP/secret.key")" 32 "key file size"
 
 # Defaults: GET only, every path, no headers.
-out=$(api POST /v1/connections -d '{"name": "plain_1", "base_url": "http://127.0.0.1:9"}')
+out=$(api POST /v1/connections -H "Content-Type: application/json" -d '{"name": "plain_1", "base_url": "http://127.0.0.1:9"}')
 assert_eq "$(code_of "$out")" 201 "minimal connection"
 assert_eq "$(body_of "$out" | jq -c '[.methods, .path_prefixes, .header_names]')" '[["GET"],["/"],[]]' "defaults"
 
 # Validation.
-bad() { assert_error "$(api POST /v1/connections -d "$1")" 400 invalid_request_error "$2"; }
+bad() { assert_error "$(api POST /v1/connections -H "Content-Type: application/json" -d "$1")" 400 invalid_request_error "$2"; }
 ok_url='"base_url": "https://x.example"'
 bad "{\"name\": \"Upper\", $ok_url}" name
 bad "{\"name\": \"has space\", $ok_url}" name
@@ -57,7 +57,7 @@ bad "{\"name\": \"n\", $ok_url, \"headers\": {\"X\": 5}}" headers
 bad "{\"name\": \"n\", $ok_url, \"headers\": [\"X: v\"]}" headers
 bad "{\"name\": \"n\", $ok_url, \"secret\": \"x\"}" secret
 # A refused header value is not echoed.
-out=$(api POST /v1/connections -d "{\"name\": \"n\", $ok_url, \"headers\": {\"X\": \"$SECRET\\n\"}}")
+out=$(api POST /v1/connections -H "Content-Type: application/json" -d "{\"name\": \"n\", $ok_url, \"headers\": {\"X\": \"$SECRET\\n\"}}")
 assert_error "$out" 400 invalid_request_error headers
 assert_not_contains "$out" "$SECRET" "error echoes the credential"
 # The name is unique in the org.
@@ -126,7 +126,7 @@ grep -q "$SECRET" "$SERVER_LOG" && fail "credential in the server log"
 
 # A key file others may read is refused, with a clear error.
 chmod 644 "$TEST_TMP/secret.key"
-out=$(api POST /v1/connections -d '{"name": "later", "base_url": "https://x.example", "headers": {"A": "b"}}')
+out=$(api POST /v1/connections -H "Content-Type: application/json" -d '{"name": "later", "base_url": "https://x.example", "headers": {"A": "b"}}')
 assert_error "$out" 500 api_error
 grep -q "may be read by others" "$SERVER_LOG" || fail "no log line about the key file's mode"
 chmod 600 "$TEST_TMP/secret.key"

@@ -93,13 +93,13 @@ wait_healthy "127.0.0.1:$port" "$LOG"
 SERVER_PID=$SRV
 out=$(create_run "$CANARY: do nothing" 20000 -H 'Prefer: wait=30')
 assert_eq "$(body_of "$out" | jq -r .status)" failed "canary run (no recording)"
-out=$(api POST /v1/keys -d '{"role": "member"}')
+out=$(api POST /v1/keys -H "Content-Type: application/json" -d '{"role": "member"}')
 member=$(body_of "$out" | jq -r .key)
 as "$member" api GET /v1/balance >/dev/null
 as "eph_$(head -c 40 /dev/zero | tr '\0' Z)" api GET /v1/balance >/dev/null
-out=$(api POST /v1/connections -d "{\"name\": \"c\", \"base_url\": \"https://x.example\", \"headers\": {\"Authorization\": \"$CRED\"}}")
+out=$(api POST /v1/connections -H "Content-Type: application/json" -d "{\"name\": \"c\", \"base_url\": \"https://x.example\", \"headers\": {\"Authorization\": \"$CRED\"}}")
 assert_eq "$(code_of "$out")" 201 "connection"
-api POST /v1/connections -d "{\"name\": \"Bad\", \"base_url\": \"https://x.example\", \"headers\": {\"Authorization\": \"$CRED\"}}" >/dev/null
+api POST /v1/connections -H "Content-Type: application/json" -d "{\"name\": \"Bad\", \"base_url\": \"https://x.example\", \"headers\": {\"Authorization\": \"$CRED\"}}" >/dev/null
 
 # Graceful shutdown: one run blocked in its command, then SIGTERM.
 running=$(new_run "$SLOW_PROMPT" 40000)
@@ -108,9 +108,14 @@ kill -TERM "$SRV"
 # New runs are refused while the server winds down (the grace period is 3 s).
 saw503=""
 for _ in $(seq 100); do
-    out=$(create_run "$QUICK_PROMPT" 1000 2>/dev/null)
+    out=$(create_run "$QUICK_PROMPT" 1000 -D "$TEST_TMP/503.headers" 2>/dev/null)
     case $(code_of "$out") in
-    503) saw503=yes; assert_error "$out" 503 api_error; break ;;
+    503)
+        saw503=yes
+        assert_error "$out" 503 api_error
+        grep -qi '^Retry-After: [0-9]' "$TEST_TMP/503.headers" || fail "503 without Retry-After"
+        break
+        ;;
     201) api POST "/v1/runs/$(body_of "$out" | jq -r .id)/cancel" >/dev/null ;;
     *) fail "during shutdown: $out" ;;
     esac
@@ -148,6 +153,9 @@ serve_bg "$TEST_TMP/after.log" -- --config "$TEST_TMP/run.json" --listen "127.0.
 wait_healthy "127.0.0.1:$port" "$TEST_TMP/after.log"
 run=$(api GET "/v1/runs/$running" | sed '$d')
 assert_eq "$(jq -r .status <<<"$run")" cancelled "the running run after shutdown"
+# A shutdown is not the user's cancel, nor a server error: its own type and code.
+assert_eq "$(jq -r '.error.type + " " + .error.code' <<<"$run")" "cancelled_error server_shutdown" \
+    "the error of a run cancelled by a shutdown"
 assert_eq "$(jq '.cost.charged_micros + .cost.released_micros' <<<"$run")" 40000 "settled"
 assert_eq "$(api GET /v1/balance | sed '$d' | jq .reserved_micros)" 0 "nothing reserved"
 grep -q "worker_lost" "$TEST_TMP/after.log" && fail "the run was left for recovery"

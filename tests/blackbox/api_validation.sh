@@ -6,7 +6,7 @@
 # still free).
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/api_common.sh"
-test_deadline 120
+test_deadline 300
 start_api_server
 
 post() { # JSON [curl args]: POST /v1/runs with that body
@@ -82,6 +82,13 @@ bad "$(with '.files = [{path: "a"}]')" "files[0]"
 bad "$(with '.files = [{path: "a", content_base64: "not base64!"}]')" "files[0].content_base64"
 bad "$(with '.files = [{path: "a", content: "x", mode: "0777"}]')" "files[0].mode"
 bad "$(with '.files = [{path: "ok", content: "x"}, {path: "/abs", content: "y"}]')" "files[1].path"
+# paths the run could not use as files: the same rule as the client's (common/text.c)
+for p in . a/. ./a a/ a//b "a\u0001b" "a\u007fb" "a\nb"; do
+    bad "$(with ".files = [{path: \"$p\", content: \"x\"}]")" "files[0].path"
+done
+bad "$(with '.files = [{path: "a", content: "x"}, {path: "a", content: "y"}]')" "files[1].path"
+bad "$(with '.files = [{path: "a", content: "x"}, {path: "a/b", content: "y"}]')" "files[1].path"
+bad "$(with '.files = [{path: "a/b/c", content: "x"}, {path: "a/b", content: "y"}]')" "files[1].path"
 
 # timeout_seconds
 for t in 0 3601 -1 '"60"' 3.5 null true; do
@@ -112,9 +119,15 @@ for body in '{"prompt": ' 'not json' '[]' '"a string"' '42' '' \
     out=$(post "$body")
     assert_error "$out" 400 invalid_request_error
 done
-# a content type that is not JSON
+# a content type that is not JSON: 415, on every endpoint that takes a body
 out=$(api POST /v1/runs -H 'Content-Type: text/plain' --data-binary "$base")
-assert_error "$out" 400 invalid_request_error
+assert_error "$out" 415 invalid_request_error
+out=$(api POST /v1/runs --data-binary "$base") # curl's default, a form
+assert_error "$out" 415 invalid_request_error
+out=$(api POST /v1/credits -H 'Content-Type: application/jsonx' -d '{"micros": 1}')
+assert_error "$out" 415 invalid_request_error
+out=$(api POST /v1/runs -H 'Content-Type: Application/JSON; charset=utf-8' --data-binary '{}')
+assert_error "$out" 400 invalid_request_error prompt
 
 # The largest valid values pass: a 64 KiB prompt, 100 files, 16 metadata pairs of the maximum
 # sizes, timeout 3600. Each reserves its budget: the test org has $100.
@@ -157,8 +170,8 @@ assert_error "$(api GET '/v1/runs?limit=101')" 400 invalid_request_error limit
 assert_error "$(api GET '/v1/runs?limit=x')" 400 invalid_request_error limit
 assert_error "$(api GET '/v1/runs?status=bogus')" 400 invalid_request_error status
 assert_error "$(api GET '/v1/runs?after=nope')" 400 invalid_request_error after
-assert_error "$(api POST /v1/credits -d '{"micros": 0}')" 400 invalid_request_error micros
-assert_error "$(api POST /v1/credits -d '{"micros": 5, "x": 1}')" 400 invalid_request_error x
+assert_error "$(api POST /v1/credits -H "Content-Type: application/json" -d '{"micros": 0}')" 400 invalid_request_error micros
+assert_error "$(api POST /v1/credits -H "Content-Type: application/json" -d '{"micros": 5, "x": 1}')" 400 invalid_request_error x
 assert_error "$(api GET /v1/nothing)" 404 not_found_error
 assert_error "$(api DELETE /v1/runs)" 405 invalid_request_error
 assert_error "$(api GET /v1/runs/run_0123456789abcdef0123456789abcdef)" 404 not_found_error

@@ -111,6 +111,17 @@ for args in "run --bogus" "run --budget abc --prompt x" "run --prompt x" "run --
     assert_eq "$rc" 2 "exit status of '$args'"
     assert_contains "$(cat "$TEST_TMP/usage.err")" "ephemeral: " "message for '$args'"
 done
+# --help: the command's usage on stdout, exit 0, like every other command.
+for cmd in run "run --prompt x" get list watch cancel balance; do
+    # shellcheck disable=SC2086
+    out=$("$EPH" $cmd --help 2>"$TEST_TMP/help.err"); rc=$?
+    assert_eq "$rc" 0 "exit status of '$cmd --help'"
+    assert_contains "$out" "usage: ephemeral ${cmd%% *}" "usage of '$cmd --help'"
+    assert_eq "$(cat "$TEST_TMP/help.err")" "" "stderr of '$cmd --help'"
+done
+# An amount error says which rule failed.
+"$EPH" run --prompt x --budget 0.0000001 2>"$TEST_TMP/amount.err"
+assert_contains "$(cat "$TEST_TMP/amount.err")" "more than 6 decimals" "amount rule"
 "$EPH" get run_00000000000000000000000000000000 2>"$TEST_TMP/nf.err"; rc=$?
 assert_eq "$rc" 2 "unknown run"
 assert_contains "$(cat "$TEST_TMP/nf.err")" "ephemeral: " "unknown run message"

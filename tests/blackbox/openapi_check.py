@@ -29,9 +29,16 @@ exercised = {}  # (method, path template) -> set of statuses seen
 
 # Documented answers that this check does not provoke, and where they are tested instead.
 NOT_EXERCISED = {
-    ("post", "/v1/runs", "503"): "api_ops.sh (shutdown)",
+    ("post", "/v1/runs", "503"): "api_ops.sh (shutdown), test_api_validate (queue refused)",
     ("get", "/healthz", "503"): "api_ops.sh (shutdown)",
+    ("delete", "/v1/keys/{id}", "409"): "api_edges.sh (the last admin key)",
 }
+# Answers every operation documents that no scenario here can provoke.
+GENERIC_NOT_EXERCISED = {
+    "500": "server.c's answer when a handler could not build one (out of memory)",
+    "503": "the store unavailable: store_full.sh",
+}
+REQUEST_ID = re.compile(r"^req_[0-9a-f]{16}$")
 
 
 def fail(msg):
@@ -159,10 +166,35 @@ def request(method, path, body=None, key=ADMIN, headers=None, raw=None, announce
         return e.code, dict(e.headers), e.read()
 
 
+def header(headers, name):
+    for k, v in headers.items():
+        if k.lower() == name.lower():
+            return v
+    return None
+
+
+def common_headers(label, status, headers, payload):
+    """What every answer carries: a Request-Id (repeated in an error body), Retry-After on 429
+    and 503."""
+    rid = header(headers, "Request-Id")
+    if not rid or not REQUEST_ID.match(rid):
+        fail(f"{label}: no Request-Id header ({rid!r})")
+    if status >= 400 and payload[:1] == b"{":
+        try:
+            err = json.loads(payload).get("error")
+        except ValueError:
+            err = None
+        if isinstance(err, dict) and err.get("request_id") != rid:
+            fail(f"{label}: error.request_id {err.get('request_id')!r} is not the header's {rid!r}")
+    if status in (429, 503) and not (header(headers, "Retry-After") or "").isdigit():
+        fail(f"{label}: {status} without Retry-After")
+
+
 def check(method, template, path, expect, **kw):
     """One scenario: the call, its documented status, its body against the schema."""
     status, headers, payload = request(method, path, **kw)
     op = SPEC["paths"][template][method]
+    common_headers(f"{method.upper()} {path}", status, headers, payload)
     exercised.setdefault((method, template), set()).add(str(status))
     label = f"{method.upper()} {path} [{kw.get('headers') or ''}]"
     if status != expect:
@@ -312,6 +344,46 @@ check("delete", "/v1/keys/{id}", f"/v1/keys/{created['id']}", 200)
 check("delete", "/v1/keys/{id}", f"/v1/keys/{created['id']}", 404)
 check("get", "/v1/balance", "/v1/balance", 401, key=member)
 
+# --- what the HTTP layer answers on every operation, before any handler ---
+def concrete(template):
+    return (template.replace("{id}", "run_" + "0" * 32 if template.startswith("/v1/runs")
+                             else "key_" + "0" * 24).replace("{name}", "none"))
+
+
+METHODS = ("get", "post", "put", "patch", "delete")
+for template, item in SPEC["paths"].items():
+    path = concrete(template)
+    for method, op in item.items():
+        if method not in METHODS:
+            continue
+        # an unknown query parameter, a body that is not JSON, a body over the limit
+        check(method, template, path + "?no_such_parameter=1", 400)
+        check(method, template, path, 415, raw=b"x=1",
+              headers={"Content-Type": "application/x-www-form-urlencoded"})
+        check(method, template, path, 413, announce_len=2 << 20)
+        if method == "get":
+            # HEAD is GET without the body
+            status, headers, payload = request("head", path)
+            want, _, _ = request("get", path)
+            if status != want or payload:
+                fail(f"HEAD {path}: {status} with {len(payload)} bytes, GET answers {want}")
+            common_headers(f"HEAD {path}", status, headers, payload)
+    # a method the path does not take: 405, the JSON error, Allow listing what the document says
+    documented = {m.upper() for m in item if m in METHODS}
+    if "GET" in documented:
+        documented.add("HEAD")
+    other = next(m for m in ("PATCH", "PUT", "DELETE", "POST") if m not in documented)
+    status, headers, payload = request(other.lower(), path)
+    common_headers(f"{other} {path}", status, headers, payload)
+    if status != 405:
+        fail(f"{other} {path}: status {status}, expected 405")
+    else:
+        for e in validate(json.loads(payload), SPEC["components"]["schemas"]["Error"], "body"):
+            fail(f"{other} {path}: {e}")
+        allow = {m.strip() for m in (header(headers, "Allow") or "").split(",") if m.strip()}
+        if allow != documented:
+            fail(f"{other} {path}: Allow {sorted(allow)}, the document has {sorted(documented)}")
+
 # --- coverage: every documented operation and status was seen ---
 for template, item in SPEC["paths"].items():
     for method, op in item.items():
@@ -322,7 +394,8 @@ for template, item in SPEC["paths"].items():
             fail(f"{method.upper()} {template}: never exercised")
             continue
         for status in op["responses"]:
-            if status not in seen and (method, template, status) not in NOT_EXERCISED:
+            if (status not in seen and (method, template, status) not in NOT_EXERCISED and
+                    status not in GENERIC_NOT_EXERCISED):
                 fail(f"{method.upper()} {template}: documented status {status} never seen")
 print(f"{sum(len(v) for v in exercised.values())} (operation, status) pairs checked, "
       f"{len(failures)} failures")

@@ -7,9 +7,12 @@
 #                                            (default namespaces; bounded in time) and
 #                                            sets SB_RC, SB_OUT, SB_ERR; then checks that the run
 #                                            left nothing behind (no cgroup, no mount, no process
-#                                            carrying $SB_MARK in its command line)
-#   sb_mark                                  a fresh unique marker in SB_MARK
-#   sb_procs_with MARK                       host pids whose command line contains MARK
+#                                            carrying $SB_MARK in its command line or in its
+#                                            environment: every command gets EPH_TEST_MARK)
+#   sb_mark                                  a fresh unique marker in SB_MARK (each test has one
+#                                            from the start; other tests run sandboxes on the same
+#                                            host at the same time, so it is never a fixed word)
+#   sb_procs_with MARK                       host pids whose command line or environment has MARK
 #   sb_assert_clean                          the leftover checks alone
 . "$(dirname "$0")/lib.sh"
 
@@ -29,12 +32,17 @@ SB_IMAGE_REAL=$(readlink -f "$EPHEMERAL_IMAGE")
 sb_mark() {
     SB_MARK="ephmark$(od -An -N6 -tx1 /dev/urandom | tr -d ' \n')"
 }
+sb_mark
 
-# Prints the host pids whose command line contains $1. The marker goes to awk through the
-# environment, so no process doing the search has it in its own command line.
+# Prints the host pids whose command line or environment contains $1. The marker goes to awk and
+# grep through a variable and a pipe, so no process doing the search has it in its own command
+# line; a process that wiped its environment and command line is still caught by the cgroup check.
 sb_procs_with() {
     [ -n "$1" ] || return 0
-    ps -eo pid=,args= | M=$1 awk 'index($0, ENVIRON["M"]) { print $1 }'
+    {
+        ps -eo pid=,args= | M=$1 awk 'index($0, ENVIRON["M"]) { print $1 }'
+        printf 'EPH_TEST_MARK=%s\n' "$1" | grep -lsFxzf - /proc/[0-9]*/environ | cut -d/ -f3
+    } | sort -u | grep -vx -e "$$" -e "$BASHPID"
 }
 
 # Fails when a sandbox left anything on the host: a cgroup of a server that is gone (cgroups are
@@ -54,17 +62,16 @@ sb_assert_clean() {
     if grep -q -e 'ephemeral-run-' -e " $SB_IMAGE_REAL " /proc/self/mountinfo; then
         fail "sandbox mounts visible on the host: $(grep -e 'ephemeral-run-' -e " $SB_IMAGE_REAL " /proc/self/mountinfo)"
     fi
-    if [ -n "$SB_MARK" ]; then
-        left=$(sb_procs_with "$SB_MARK")
-        [ -z "$left" ] || fail "processes outlived the sandbox: $(ps -o pid,user,args -p "$(echo $left | tr ' ' ,)")"
-    fi
+    left=$(sb_procs_with "$SB_MARK")
+    [ -z "$left" ] || fail "processes outlived the sandbox: $(ps -o pid,user,args -p "$(echo $left | tr ' ' ,)")"
     return 0
 }
 
 sb_run() {
     local out=$TEST_TMP/sb.out err=$TEST_TMP/sb.err
     # SIGTERM at the bound (ephemerald then interrupts and destroys the sandbox), SIGKILL later.
-    timeout -k 10 "$SB_TIMEOUT" "$EPHD" sandbox run --backend "$SB_BACKEND" "$@" >"$out" 2>"$err"
+    timeout -k 10 "$SB_TIMEOUT" "$EPHD" sandbox run --backend "$SB_BACKEND" \
+        --env "EPH_TEST_MARK=$SB_MARK" "$@" >"$out" 2>"$err"
     SB_RC=$?
     SB_OUT=$(cat "$out")
     SB_ERR=$(cat "$err")

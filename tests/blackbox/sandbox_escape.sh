@@ -66,4 +66,36 @@ rc=$?
 assert_eq "$rc" 125 "status when the sandbox dies"
 assert_contains "$(cat "$out")" "the sandbox died" "the caller says what happened"
 sb_assert_clean
+
+# `sandbox run` itself killed with SIGKILL cannot remove its cgroups; the next `sandbox run` (of
+# anyone) sweeps them. Its cgroup is named run-<its pid>-<n>.
+sb_mark
+"$EPHD" sandbox run --backend "$SB_BACKEND" --timeout 60 -- sh -c "echo started; sleep 600; : $SB_MARK" >"$out" 2>&1 &
+holder=$!
+for _ in $(seq 200); do grep -q started "$out" && break; sleep 0.05; done
+grep -q started "$out" || fail "the sandbox to be killed did not start"
+left=$(ls -d /sys/fs/cgroup/ephemeral/run-"$holder"-* /sys/fs/cgroup/*/ephemeral/run-"$holder"-* 2>/dev/null)
+[ -n "$left" ] || fail "no cgroup of sandbox run $holder while it runs"
+kill -KILL "$holder"
+wait "$holder" 2>/dev/null
+for _ in $(seq 100); do [ -z "$(sb_procs_with "$SB_MARK")" ] && break; sleep 0.05; done
+still=
+for c in $left; do [ -d "$c" ] && still="$still $c"; done
+if [ -n "$still" ]; then
+    echo "left behind by the SIGKILL:$still"
+    sb_run -- true
+    for c in $still; do [ ! -d "$c" ] || fail "the next sandbox run did not sweep $c"; done
+else
+    # Another server or sandbox run on this host started meanwhile and swept it first.
+    echo "the orphaned cgroup was swept by another process on this host before ours ran"
+fi
+
+# What a command prints reaches the operator's terminal with its control characters escaped.
+command -v script >/dev/null || skip "no script(1) to give sandbox run a terminal"
+tty_out=$(script -qec "$EPHD sandbox run --backend $SB_BACKEND --env EPH_TEST_MARK=$SB_MARK -- printf 'a\\033]0;title\\007b\\tc\\n'" /dev/null)
+echo "on a terminal: $tty_out"
+assert_contains "$tty_out" 'a\x1b]0;title\x07b'$'\t''c' "escaped output on a terminal"
+sb_run -- printf 'a\033]0;title\007b'
+assert_eq "$SB_OUT" $'a\033]0;title\007b' "raw output to a file or pipe"
+sb_assert_clean
 echo ok

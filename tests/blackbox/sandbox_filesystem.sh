@@ -2,10 +2,19 @@
 # The file system: the image read-only (writes to /usr fail with EROFS, / is mounted ro), nothing
 # of the host visible (a file planted in the host's /tmp is not there), a fresh /proc showing only
 # the sandbox's processes, /proc/sys, /proc/sysrq-trigger, /proc/irq and /proc/bus mounted
-# read-only (core_pattern cannot be written), /dev holding only the allowed nodes, a writable
-# scratch directory on a tmpfs of the requested size, and write_file refusing ".." and symlinks.
+# read-only (core_pattern cannot be written), kernel and host-identity files masked (kcore, keys,
+# timer_list, sched_debug, latency_stats, cmdline, partitions, boot_id: those the kernel has),
+# /dev holding only the allowed nodes and links, a writable scratch directory on a tmpfs of the
+# requested size, write_file refusing ".." and symlinks, and no set-id file or device node in
+# the image on the host.
 . "$(dirname "$0")/sandbox_common.sh"
 
+# Masked /proc files: those this kernel has (a kernel may lack some: measured on the host first).
+masked=
+for f in kcore keys timer_list sched_debug latency_stats cmdline partitions sys/kernel/random/boot_id; do
+    [ -e "/proc/$f" ] && masked="$masked /proc/$f"
+done
+echo "masked files this kernel has:$masked"
 planted="$TEST_TMP/planted-$(od -An -N4 -tx1 /dev/urandom | tr -d ' \n')"
 echo secret >"$planted"
 sb_run --disk-mib 8 -- sh -c "
@@ -19,6 +28,9 @@ sb_run --disk-mib 8 -- sh -c "
     echo DEV; ls -A /dev
     echo SCRATCH; echo hello > file && cat file; df -k /tmp | tail -n 1 | awk '{ print \$2 }'
     echo SYS; ls /sys 2>&1 | head -n 3
+    echo LINKS; for l in fd stdin stdout stderr ptmx; do echo \"\$l \$(readlink /dev/\$l)\"; done
+    echo MASKED; for f in $masked; do echo \"\$f \$(wc -c <\$f 2>&1) \$(awk -v p=\$f '\$5 == p { print \"mounted\" }' /proc/self/mountinfo)\"; done
+    echo END
 "
 echo "$SB_OUT"
 assert_eq "$SB_RC" 0 "exit status"
@@ -58,7 +70,20 @@ assert_eq "$dev" "fd full null ptmx pts random shm stderr stdin stdout tty urand
 scratch=$(section SCRATCH SYS)
 assert_eq "$(sed -n 1p <<<"$scratch")" hello "scratch is writable"
 assert_eq "$(sed -n 2p <<<"$scratch")" 8192 "/tmp is a tmpfs of --disk-mib"
-assert_eq "$(sed -n '/^SYS$/,$p' <<<"$SB_OUT" | sed 1d)" "" "/sys is empty"
+assert_eq "$(section SYS LINKS)" "" "/sys is empty"
+links=$(section LINKS MASKED | tr '\n' ';')
+assert_eq "$links" "fd /proc/self/fd;stdin /proc/self/fd/0;stdout /proc/self/fd/1;stderr /proc/self/fd/2;ptmx pts/ptmx;" "the /dev links"
+masked_out=$(section MASKED END)
+for f in $masked; do
+    assert_contains "$masked_out" "$f 0 mounted" "$f masked (empty, a mount over it)"
+done
+
+# The image on the host: no set-id program a host user could run, no device node (mmdebstrap's
+# dev/console was 0666).
+setid=$(find "$SB_IMAGE_REAL" -xdev -type f -perm /6000 | head -n 5)
+assert_eq "$setid" "" "set-id files in the image"
+devs=$(find "$SB_IMAGE_REAL" -xdev \( -type c -o -type b \) | head -n 5)
+assert_eq "$devs" "" "device nodes in the image"
 
 # write_file (--file) refuses to leave the scratch directory or to follow a link.
 echo data >"$TEST_TMP/f"

@@ -2,7 +2,8 @@
 # Builds every tests/fuzz/fuzz_*.c with clang's libFuzzer and AddressSanitizer and runs each for a
 # bounded time (FUZZ_SECONDS, default 30). Used by `make fuzz`. Each driver is linked with the
 # project sources it includes (sources_for() below) and the project's libraries; it starts from the
-# seeds in tests/fuzz/corpus/NAME/ when there are some. Crashes are kept as $BUILD/fuzz/NAME-crash-*.
+# seeds in tests/fuzz/corpus/NAME/ when there are some. FUZZ_ONLY=PATTERN runs only the drivers
+# whose name contains PATTERN. Crashes are kept as $BUILD/fuzz/NAME-crash-*.
 set -eu
 top=$(cd "$(dirname "$0")/../.." && pwd)
 out=${BUILD:-$top/build}/fuzz
@@ -10,6 +11,15 @@ seconds=${FUZZ_SECONDS:-30}
 CLANG=${CLANG:-clang}
 mkdir -p "$out"
 command -v "$CLANG" >/dev/null || { echo "fuzz: clang not found" >&2; exit 1; }
+
+# Every source of the server but its two mains and src/common (always taken): the Makefile's
+# DAEMON_LIB_SRC.
+daemon_sources() {
+    (cd "$top" && ls src/guest/protocol.c src/store/*.c src/ledger/*.c src/run/*.c \
+        src/agent/*.c src/sandbox/*.c src/sandbox/namespaces/*.c src/api/*.c src/daemon/*.c \
+        $(ls -d src/broker 2>/dev/null | sed 's|$|/*.c|') | grep -v -e '^src/daemon/main\.c$' \
+        -e '^src/daemon/sandbox_main\.c$' | tr '\n' ' ')
+}
 
 # Sources a driver needs that no header it includes is named after (a provider's parser declared
 # in a shared header).
@@ -49,17 +59,49 @@ sources_for() {
 LIBS=$(pkg-config --libs libmicrohttpd jansson libcurl libseccomp libsodium sqlite3 2>/dev/null)
 PKG_CFLAGS=$(pkg-config --cflags libmicrohttpd jansson libcurl libseccomp libsodium sqlite3 2>/dev/null)
 
+FUZZ_CFLAGS="-std=gnu11 -g -O1 -D_GNU_SOURCE -Isrc -Itests/fuzz $PKG_CFLAGS -fno-sanitize-recover=all"
+
+# The configuration knows the image, the sandbox and the model providers, and the API's validation
+# reads it: the drivers of those link the server's whole library, built once (instrumented) into
+# $out/daemon.a and reused.
+whole_library() {
+    case "$1" in fuzz_api_* | fuzz_config) return 0 ;; *) return 1 ;; esac
+}
+daemon_lib() {
+    local lib=$out/daemon.a objdir=$out/daemon-obj src o objs=
+    [ -f "$lib" ] && [ -z "$(cd "$top" && find src -name '*.[ch]' -newer "$lib" | head -n 1)" ] &&
+        return 0
+    echo "fuzz: building the server's library"
+    mkdir -p "$objdir"
+    for src in $(cd "$top" && ls src/common/*.c) $(daemon_sources); do
+        o=$objdir/$(echo "$src" | tr / _).o
+        # shellcheck disable=SC2086
+        (cd "$top" && "$CLANG" $FUZZ_CFLAGS -fsanitize=fuzzer-no-link,address,undefined -c \
+            "$src" -o "$o") || return 1
+        objs="$objs $o"
+    done
+    rm -f "$lib"
+    # shellcheck disable=SC2086
+    ar rcs "$lib" $objs
+}
+
 status=0
 for drv in "$top"/tests/fuzz/fuzz_*.c; do
     name=$(basename "$drv" .c)
+    # FUZZ_ONLY=PATTERN: only the drivers whose name contains PATTERN.
+    case "$name" in *"${FUZZ_ONLY:-}"*) ;; *) continue ;; esac
     seen=
-    srcs=$(sources_for "$drv")
+    if whole_library "$name"; then
+        daemon_lib || { echo "fuzz: the server's library does not build" >&2; exit 1; }
+        srcs=$out/daemon.a
+    else
+        srcs=$(sources_for "$drv")
+    fi
     bin=$out/$name
     echo "fuzz: building $name"
     # shellcheck disable=SC2086
-    if ! (cd "$top" && "$CLANG" -std=gnu11 -g -O1 -D_GNU_SOURCE -Isrc -Itests/fuzz $PKG_CFLAGS \
-        -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -o "$bin" "$drv" $srcs \
-        $LIBS -lpthread -lm); then
+    if ! (cd "$top" && "$CLANG" $FUZZ_CFLAGS -fsanitize=fuzzer,address,undefined -o "$bin" \
+        "$drv" $srcs $LIBS -lpthread -lm); then
         echo "fuzz: $name does not build" >&2
         status=1
         continue

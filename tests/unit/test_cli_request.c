@@ -168,7 +168,9 @@ static void test_bad_flags(void **state)
     BAD("--budget", "--budget", "abc");
     BAD("--budget", "--budget", "0");
     BAD("--budget", "--budget", "-1");
-    BAD("--budget", "--budget", "0.0000001");
+    BAD("more than 6 decimals", "--budget", "0.0000001");
+    BAD("too large", "--budget", "99999999999999999999");
+    BAD("not more than zero", "--budget", "0.000000");
     BAD("--budget", "--budget", "1e3");
     BAD("--max-cost-micros", "--max-cost-micros", "0");
     BAD("--max-cost-micros", "--max-cost-micros", "1.5");
@@ -230,11 +232,25 @@ static void test_body_errors(void **state)
              path_in_dir("nope.txt"));
     BAD_BODY(-EISDIR, "cannot read", "--prompt", "x", "--budget", "1", "--file",
              path_in_dir("subdir"));
-    BAD_BODY(-EINVAL, "relative", "--prompt", "x", "--budget", "1", "--file", "hello.txt:/etc/x");
-    BAD_BODY(-EINVAL, "relative", "--prompt", "x", "--budget", "1", "--file", "hello.txt:../x");
-    BAD_BODY(-EINVAL, "relative", "--prompt", "x", "--budget", "1", "--file", "hello.txt:a/../b");
-    BAD_BODY(-EINVAL, "relative", "--prompt", "x", "--budget", "1", "--file", "hello.txt:");
-    BAD_BODY(-EINVAL, "relative", "--prompt", "x", "--budget", "1", "--file", "hello.txt:dir/");
+    /* The server's path rule, each refusal saying which part of it failed. */
+    BAD_BODY(-EINVAL, "absolute", "--prompt", "x", "--budget", "1", "--file", "hello.txt:/etc/x");
+    BAD_BODY(-EINVAL, "'..'", "--prompt", "x", "--budget", "1", "--file", "hello.txt:../x");
+    BAD_BODY(-EINVAL, "'..'", "--prompt", "x", "--budget", "1", "--file", "hello.txt:a/../b");
+    BAD_BODY(-EINVAL, "empty", "--prompt", "x", "--budget", "1", "--file", "hello.txt:");
+    BAD_BODY(-EINVAL, "ends with '/'", "--prompt", "x", "--budget", "1", "--file",
+             "hello.txt:dir/");
+    BAD_BODY(-EINVAL, "empty component", "--prompt", "x", "--budget", "1", "--file",
+             "hello.txt:a//b");
+    BAD_BODY(-EINVAL, "'.' component", "--prompt", "x", "--budget", "1", "--file", "hello.txt:./a");
+    BAD_BODY(-EINVAL, "control character", "--prompt", "x", "--budget", "1", "--file",
+             "hello.txt:a\tb");
+    /* Two files the run cannot both have. */
+    char twice[300], under[300];
+    snprintf(twice, sizeof(twice), "%s:a", path_in_dir("hello.txt"));
+    snprintf(under, sizeof(under), "%s:a/b", path_in_dir("hello.txt"));
+    BAD_BODY(-EINVAL, "twice", "--prompt", "x", "--budget", "1", "--file", twice, "--file", twice);
+    BAD_BODY(-EINVAL, "puts a file under it", "--prompt", "x", "--budget", "1", "--file", twice,
+             "--file", under);
 }
 
 static void test_files(void **state)

@@ -93,12 +93,48 @@ static void test_thousands(void **state)
     assert_string_equal(eph_format_thousands(1234567890, out), "1,234,567,890");
 }
 
+/* "$X charged, $Y released" adds up to the budget shown, to the last digit. */
+static void test_rest_adds_up(void **state)
+{
+    char a[EPH_MONEY_FMT_MAX], b[EPH_MONEY_FMT_MAX];
+    /* Rounded on its own, 5 micros charged of 10 shows $0.00001 + $0.00001 = $0.00002. */
+    assert_string_equal(eph_money_format(5, a), "$0.00001");
+    assert_string_equal(eph_money_format_rest(10, 5, b), "$0.00");
+    assert_string_equal(eph_money_format_rest(40000, 3530, b), "$0.03647");
+    assert_string_equal(eph_money_format_rest(40000, 0, b), "$0.04");
+    assert_string_equal(eph_money_format_rest(40000, 40000, b), "$0.00");
+    /* Every split of a few budgets: shown part + shown rest == shown total, in micros. */
+    const int64_t totals[] = {1, 9, 10, 15, 40000, 123457, 999995};
+    for (size_t t = 0; t < sizeof(totals) / sizeof(totals[0]); t++) {
+        for (int64_t part = 0; part <= totals[t]; part += totals[t] > 2000 ? 997 : 1) {
+            int64_t sum = 0;
+            const char *shown[2] = {eph_money_format(part, a),
+                                    eph_money_format_rest(totals[t], part, b)};
+            for (int i = 0; i < 2; i++) {
+                int64_t m;
+                assert_int_equal(eph_money_parse_dollars(shown[i], &m), 0);
+                sum += m;
+            }
+            char c[EPH_MONEY_FMT_MAX];
+            int64_t whole;
+            assert_int_equal(eph_money_parse_dollars(eph_money_format(totals[t], c), &whole), 0);
+            if (sum != whole)
+                fail_msg("%lld of %lld: %s + %s != %s", (long long)part, (long long)totals[t],
+                         shown[0], shown[1], c);
+        }
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_format_spec_examples), cmocka_unit_test(test_format_edges),
-        cmocka_unit_test(test_parse_dollars),        cmocka_unit_test(test_token_cost_ceil),
-        cmocka_unit_test(test_compute_cost),         cmocka_unit_test(test_thousands),
+        cmocka_unit_test(test_format_spec_examples),
+        cmocka_unit_test(test_format_edges),
+        cmocka_unit_test(test_parse_dollars),
+        cmocka_unit_test(test_token_cost_ceil),
+        cmocka_unit_test(test_compute_cost),
+        cmocka_unit_test(test_rest_adds_up),
+        cmocka_unit_test(test_thousands),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -220,6 +220,13 @@ int eph_ns_cgroup_create(struct eph_ns_cgroup *cg, const char *name,
                 s = write_str(cg->dirs[0], "memory.swappiness", "0");
             rc = s;
         }
+        /* v1 charges socket buffers to a cgroup only once its TCP limit is set (v2 always does):
+         * without it a sandbox could queue far more than its memory in loopback connections it
+         * never reads, out of the host-wide TCP memory that the server's own connections use. */
+        if (!rc) {
+            int s = write_str(cg->dirs[0], "memory.kmem.tcp.limit_in_bytes", val);
+            rc = s == -ENOENT ? 0 : s; /* a kernel without kmem accounting: SECURITY.md */
+        }
         snprintf(val, sizeof(val), "%u", l->pids);
         if (!rc)
             rc = write_str(cg->dirs[1], "pids.max", val);

@@ -4,20 +4,23 @@
  * The parent (a thread of the server) prepares a plan, clones the child, and then, in lockstep
  * with it over a SOCK_SEQPACKET socket:
  *
- *   parent                                   child (pid 1 of new pid/mnt/net/ipc/uts namespaces)
+ *   parent                                   child (pid 1 of new pid/mnt/ipc/uts namespaces)
  *   ------                                   -----
  *   (v2: clone3 puts the child in its        fds: channel -> 3, init binary, sync; rest closed
  *    cgroup at birth)                        join the cgroup (v1: write "0" to each `tasks`)
  *                                            clear supplementary groups (still host root)
  *                                            mount: private, image, /tmp, /proc, /dev, ro, pivot
- *                                            bring up lo; hostname
- *                                            new user + cgroup namespaces
+ *                                            hostname; pending-signal and mqueue rlimits
+ *                                            become its host id (capabilities kept)
+ *                                            new user + cgroup + network namespaces
  *   write setgroups=deny, uid_map, gid_map   send NEED_MAPS, wait GO_MAPS
- *   send GO_MAPS                             rlimits; bounding set, ambient, securebits
+ *   send GO_MAPS                             bring up lo
+ *                                            rlimits; bounding set, ambient, securebits
  *                                            become worker (1000:1000); every cap set empty
  *                                            no_new_privs, setsid, parent-death signal
  *                                            seccomp (last: it also filters the steps above)
  *   see the sync socket close (exec done)    execveat(init) - closes the sync socket
+ *   init's oom_score_adj: -1000 (if allowed)
  *   wait for the guest's hello
  *
  * A failing child step sends {step, errno} and exits; the parent logs the step's name and returns
@@ -44,6 +47,7 @@
 #include "common/id.h"
 #include "common/log.h"
 #include "sandbox/guest_client.h"
+#include "sandbox/hostid.h"
 #include "sandbox/namespaces/namespaces.h"
 
 #define COMPONENT "sandbox"
@@ -59,8 +63,7 @@ struct ns_sandbox {
     struct eph_ns_cgroup cgroup;
     struct eph_guest_client client;
     bool client_ready;
-    unsigned slot;
-    bool have_slot;
+    struct eph_hostid_lease id; /* the host id worker maps to */
     pid_t pid;
     int pidfd;
     pthread_mutex_t lock; /* guards pidfd against interrupt() racing destroy() */
@@ -161,6 +164,16 @@ static int step_uts(struct eph_ns_plan *p)
     return eph_ns_uts_setup();
 }
 
+static int step_early_rlimits(struct eph_ns_plan *p)
+{
+    return eph_ns_rlimits_apply_early();
+}
+
+static int step_host_id(struct eph_ns_plan *p)
+{
+    return eph_ns_user_become_host_id(p->host_id);
+}
+
 static int step_userns(struct eph_ns_plan *p)
 {
     int rc = eph_ns_user_unshare();
@@ -216,9 +229,11 @@ static const struct child_step child_steps[] = {
     {"join the cgroup", step_cgroup},
     {"supplementary groups", step_groups},
     {"mounts and pivot_root", step_mount},
-    {"loopback", step_net},
     {"hostname", step_uts},
-    {"user and cgroup namespaces", step_userns},
+    {"pending-signal and message-queue rlimits", step_early_rlimits},
+    {"become the sandbox's host id", step_host_id},
+    {"user, cgroup and network namespaces", step_userns},
+    {"loopback", step_net},
     {"rlimits", step_rlimits},
     {"bounding set", step_bounding},
     {"become worker", step_worker},
@@ -293,6 +308,35 @@ static int child_failed(const struct eph_ns_sync_msg *m)
     return err;
 }
 
+/* The OOM killer must not pick the init: it would take every command and the guest channel with
+ * it. The init sets every command it starts to 1000, the first to be killed (guest/init.c); here
+ * host root sets the init itself to -1000, never killed, which is also the floor below which
+ * nothing inside may go (the init is not dumpable, so its /proc files are root's and the worker
+ * cannot raise it). Without CAP_SYS_RESOURCE (some containers) the init keeps the server's value:
+ * still below every command's, but a command may lower its own back to it (docs/SECURITY.md). */
+static int protect_init(pid_t pid)
+{
+    static atomic_bool said;
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/oom_score_adj", (int)pid);
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    ssize_t w = write(fd, "-1000", 5);
+    int rc = w == 5 ? 0 : (w < 0 ? -errno : -EIO);
+    close(fd);
+    if (rc == -EACCES || rc == -EPERM) {
+        if (!atomic_exchange(&said, true))
+            EPH_DEBUG(COMPONENT, "no CAP_SYS_RESOURCE: sandbox inits keep the server's "
+                                 "oom_score_adj (their commands run at 1000)");
+        return 0;
+    }
+    if (rc)
+        EPH_ERROR(COMPONENT, "cannot protect the sandbox's init from the OOM killer: %s",
+                  strerror(-rc));
+    return rc;
+}
+
 /* The parent's side of the lockstep; the child is running. */
 static int parent_steps(struct ns_sandbox *sb, int sync_fd)
 {
@@ -320,7 +364,7 @@ static int parent_steps(struct ns_sandbox *sb, int sync_fd)
         EPH_ERROR(COMPONENT, "sandbox setup: no exec from the child");
         return rc < 0 ? rc : -EPROTO;
     }
-    return 0;
+    return protect_init(sb->pid);
 }
 
 static void teardown(struct ns_sandbox *sb, int *status_out)
@@ -383,7 +427,7 @@ static int plan_prepare(struct ns_sandbox *sb, const struct eph_sandbox_config *
     p->fsize = l->fsize_bytes ? l->fsize_bytes : (uint64_t)l->disk_mib << 20;
     /* A backstop behind pids.max, a little above it so that the cgroup is what normally says no. */
     p->nproc = (uint64_t)l->pids + 16u;
-    p->host_id = eph_ns_user_host_id(sb->slot);
+    p->host_id = (uid_t)sb->id.id;
     return 0;
 }
 
@@ -426,15 +470,18 @@ static int ns_create(const struct eph_sandbox_config *cfg_in, struct eph_sandbox
     sb->base.ops = &eph_sandbox_namespaces_ops;
     sb->pidfd = -1;
     sb->plan.init_fd = -1;
+    sb->id.fd = -1;
     pthread_mutex_init(&sb->lock, NULL);
     atomic_init(&sb->interrupted, false);
 
-    rc = eph_ns_user_slot_acquire(&sb->slot);
+    rc = eph_hostid_acquire(EPH_NS_HOST_ID_BASE, EPH_NS_HOST_IDS, &sb->id);
     if (rc) {
-        EPH_ERROR(COMPONENT, "too many sandboxes in this server (%u)", EPH_NS_SLOTS);
+        if (rc == -EAGAIN)
+            EPH_ERROR(COMPONENT, "too many sandboxes on this host (%u)", EPH_NS_HOST_IDS);
+        else
+            EPH_ERROR(COMPONENT, "cannot lease a host id for the sandbox: %s", strerror(-rc));
         goto fail;
     }
-    sb->have_slot = true;
     rc = plan_prepare(sb, &cfg);
     if (rc)
         goto fail;
@@ -579,8 +626,7 @@ static int ns_destroy(struct eph_sandbox *base)
         rc = eph_ns_cgroup_destroy(&sb->cgroup);
     if (sb->plan.init_fd >= 0)
         close(sb->plan.init_fd);
-    if (sb->have_slot)
-        eph_ns_user_slot_release(sb->slot);
+    eph_hostid_release(&sb->id);
     pthread_mutex_destroy(&sb->lock);
     free(sb);
     return rc;

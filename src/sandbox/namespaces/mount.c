@@ -12,7 +12,9 @@
  *   4. a fresh /proc for the new PID namespace, with sys, sysrq-trigger, irq and bus read-only and
  *      a few kernel-information files masked;
  *   5. a minimal /dev on a small tmpfs: null zero full random urandom tty bind-mounted from the
- *      host, a private devpts (ptmx), a tmpfs /dev/shm, and the fd symlinks; then read-only;
+ *      host, a private devpts (ptmx) of at most EPH_NS_PTYS_MAX terminals (the kernel's
+ *      kernel.pty.max is one pool for the whole host), a tmpfs /dev/shm, and the fd symlinks; then
+ *      read-only;
  *   6. the root remounted read-only, nosuid, nodev;
  *   7. pivot_root into it, the old root detached.
  *
@@ -65,9 +67,11 @@ static int setup_tmp(const struct eph_ns_plan *p)
 
 static const char *const proc_readonly[] = {"proc/sys", "proc/sysrq-trigger", "proc/irq",
                                             "proc/bus"};
-/* Kernel information an unprivileged user has no use for (Docker masks the same). */
-static const char *const proc_masked[] = {"proc/kcore", "proc/keys", "proc/timer_list",
-                                          "proc/sched_debug", "proc/latency_stats"};
+/* Kernel information an unprivileged user has no use for (Docker masks the first five), and what
+ * names the host: its boot command line, its disks, its boot id. */
+static const char *const proc_masked[] = {
+    "proc/kcore",         "proc/keys",    "proc/timer_list", "proc/sched_debug",
+    "proc/latency_stats", "proc/cmdline", "proc/partitions", "proc/sys/kernel/random/boot_id"};
 #define N_READONLY (sizeof(proc_readonly) / sizeof(proc_readonly[0]))
 #define N_MASKED (sizeof(proc_masked) / sizeof(proc_masked[0]))
 
@@ -169,7 +173,7 @@ static int setup_dev(void)
     if (mkdir("dev/pts", 0755) != 0 || mkdir("dev/shm", 01777) != 0 || chmod("dev/shm", 01777))
         return -errno;
     rc = do_mount("devpts", "dev/pts", "devpts", MS_NOSUID | MS_NOEXEC,
-                  "newinstance,ptmxmode=0666,mode=0620");
+                  "newinstance,ptmxmode=0666,mode=0620,max=" EPH_NS_PTYS_MAX);
     if (rc)
         return rc;
     rc = do_mount("tmpfs", "dev/shm", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,

@@ -27,9 +27,15 @@
 extern const struct eph_sandbox_ops eph_sandbox_namespaces_ops;
 
 #define EPH_NS_WORKER_UID 1000
-/* Host ids of sandbox users: a range no host user owns, one id per live sandbox. */
+/* Host ids of sandbox users: a range no host user owns, one id per live sandbox on the host. */
 #define EPH_NS_HOST_ID_BASE 0x7e000000u
-#define EPH_NS_SLOTS 4096u
+#define EPH_NS_HOST_IDS 65536u
+/* Per sandbox: queued signals (host default: about 96,000), and bytes of POSIX message queues
+ * (host default 800 KiB, charged to kernel memory). */
+#define EPH_NS_SIGPENDING_MAX 1024u
+#define EPH_NS_MSGQUEUE_MAX (256u * 1024u)
+/* Terminals per sandbox (devpts max=), out of the host's kernel.pty.max. */
+#define EPH_NS_PTYS_MAX "32"
 
 /* Everything the child needs, prepared by the parent before clone(). */
 struct eph_ns_plan {
@@ -64,11 +70,9 @@ struct eph_ns_sync_msg {
 #define EPH_NS_SYNC_GO_MAPS 'M'
 
 /* user.c: ids and the user namespace. */
-int eph_ns_user_slot_acquire(unsigned *slot);
-void eph_ns_user_slot_release(unsigned slot);
-uid_t eph_ns_user_host_id(unsigned slot);
-int eph_ns_user_clear_groups(void);                   /* child, still host root */
-int eph_ns_user_unshare(void);                        /* child: new user + cgroup namespaces */
+int eph_ns_user_clear_groups(void);            /* child, still host root */
+int eph_ns_user_become_host_id(uid_t host_id); /* child: host root -> its host id */
+int eph_ns_user_unshare(void);                 /* child: new user, cgroup and network namespaces */
 int eph_ns_user_write_maps(pid_t pid, uid_t host_id); /* parent */
 int eph_ns_user_become_worker(void);                  /* child, inside the new user namespace */
 
@@ -91,7 +95,8 @@ int eph_ns_mount_setup(const struct eph_ns_plan *p);
 int eph_ns_net_setup(void);
 int eph_ns_uts_setup(void);
 
-/* rlimits.c */
+/* rlimits.c: early, before the user namespace (they become its ceilings); the rest after. */
+int eph_ns_rlimits_apply_early(void);
 int eph_ns_rlimits_apply(const struct eph_ns_plan *p);
 
 /* caps.c */

@@ -40,8 +40,8 @@ static int clone_into_cgroup(int (*fn)(void *), void *arg, int cgroup_fd, pid_t 
     int fd = -1;
     struct clone_args args;
     memset(&args, 0, sizeof(args));
-    args.flags = CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS |
-                 CLONE_PIDFD | CLONE_INTO_CGROUP;
+    args.flags =
+        CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_PIDFD | CLONE_INTO_CGROUP;
     args.pidfd = (uint64_t)(uintptr_t)&fd;
     args.exit_signal = SIGCHLD;
     args.cgroup = (uint64_t)cgroup_fd;
@@ -79,8 +79,7 @@ int eph_ns_pid_clone(int (*fn)(void *), void *arg, pid_t *pid, int *pidfd)
     if (stack == MAP_FAILED)
         return -errno;
     int fd = -1;
-    int flags = CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS |
-                CLONE_PIDFD | SIGCHLD;
+    int flags = CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_PIDFD | SIGCHLD;
     pid_t p = clone(fn, (char *)stack + CHILD_STACK, flags, arg, &fd);
     int err = errno;
     /* The child runs on its own copy of the stack; this one is ours to free. */

@@ -9,7 +9,9 @@
  * the new mount API, unshare, setns, clone with namespace flags, clone3 (ENOSYS, so that libc
  * falls back to clone, which can be filtered by its flags), ptrace, process_vm_readv/writev,
  * kexec_*, module loading, ioctl TIOCSTI and TIOCLINUX (the request compared on its low 32 bits,
- * which is what the kernel uses), AF_PACKET sockets and raw IP sockets. Any architecture but the
+ * which is what the kernel uses), AF_PACKET sockets and raw IP sockets, every socket family but
+ * AF_UNIX, AF_INET, AF_INET6 and NETLINK_ROUTE, the AIO calls (io_setup would take the host-wide
+ * fs.aio-max-nr; ENOSYS), and prlimit64 on any process but the caller. Any architecture but the
  * native one (i386 through int 0x80, x32) kills the process.
  *
  * The filters are compiled once per process into BPF (libseccomp is not called in the child, which
@@ -19,10 +21,12 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/filter.h>
+#include <linux/netlink.h>
 #include <linux/seccomp.h>
 #include <pthread.h>
 #include <sched.h>
 #include <seccomp.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -136,14 +140,8 @@ static const char *const allowed[] = {
     "inotify_init",
     "inotify_init1",
     "inotify_rm_watch",
-    "io_cancel",
-    "io_destroy",
-    "io_getevents",
-    "io_pgetevents",
     "ioprio_get",
     "ioprio_set",
-    "io_setup",
-    "io_submit",
     "kill",
     "landlock_add_rule",
     "landlock_create_ruleset",
@@ -210,7 +208,6 @@ static const char *const allowed[] = {
     "pread64",
     "preadv",
     "preadv2",
-    "prlimit64",
     "process_mrelease",
     "pselect6",
     "pwrite64",
@@ -288,7 +285,6 @@ static const char *const allowed[] = {
     "sigaltstack",
     "signalfd",
     "signalfd4",
-    "socketpair",
     "splice",
     "stat",
     "statfs",
@@ -339,6 +335,12 @@ static const char *const denied[] = {
     "io_uring_setup",
     "io_uring_enter",
     "io_uring_register",
+    "io_setup",
+    "io_submit",
+    "io_cancel",
+    "io_destroy",
+    "io_getevents",
+    "io_pgetevents",
     "mount",
     "umount2",
     "fsopen",
@@ -443,17 +445,44 @@ static int build_allow(scmp_filter_ctx ctx)
     if (rc)
         return rc;
     rc = add(ctx, SCMP_ACT_ALLOW, "ioctl", 0, NULL);
-    if (!rc)
-        rc = add(ctx, SCMP_ACT_ALLOW, "socket", 0, NULL);
-    return rc;
+    if (rc)
+        return rc;
+    /* socket: the families a sandbox's programs use, nothing else (AF_VSOCK would share the host
+     * VM's vsock port space, AF_ALG the kernel's crypto, and every other family is kernel code no
+     * sandbox needs). Netlink only as NETLINK_ROUTE, which `ip` and getaddrinfo's AI_ADDRCONFIG
+     * read. Anything else is refused (the denylist answers EAFNOSUPPORT, what a kernel without
+     * the family says, so that programs fall back as they would there). */
+    static const int families[] = {AF_UNIX, AF_INET, AF_INET6};
+    for (size_t i = 0; i < sizeof(families) / sizeof(families[0]); i++) {
+        struct scmp_arg_cmp c = SCMP_A0(SCMP_CMP_EQ, (uint64_t)families[i]);
+        rc = add(ctx, SCMP_ACT_ALLOW, "socket", 1, &c);
+        if (rc)
+            return rc;
+    }
+    struct scmp_arg_cmp netlink[2] = {SCMP_A0(SCMP_CMP_EQ, AF_NETLINK),
+                                      SCMP_A2(SCMP_CMP_EQ, NETLINK_ROUTE)};
+    rc = add(ctx, SCMP_ACT_ALLOW, "socket", 2, netlink);
+    if (rc)
+        return rc;
+    struct scmp_arg_cmp pair = SCMP_A0(SCMP_CMP_EQ, AF_UNIX);
+    rc = add(ctx, SCMP_ACT_ALLOW, "socketpair", 1, &pair);
+    if (rc)
+        return rc;
+    /* prlimit64 on itself only (pid 0): another process of the sandbox has the same uid, and
+     * could otherwise lower the init's RLIMIT_CPU to 0 and have the kernel kill it. */
+    struct scmp_arg_cmp self = SCMP_A0(SCMP_CMP_EQ, 0);
+    return add(ctx, SCMP_ACT_ALLOW, "prlimit64", 1, &self);
 }
 
 static int build_deny(scmp_filter_ctx ctx)
 {
     int rc;
     for (size_t i = 0; i < sizeof(denied) / sizeof(denied[0]); i++) {
-        uint32_t act =
-            strcmp(denied[i], "clone3") == 0 ? SCMP_ACT_ERRNO(ENOSYS) : SCMP_ACT_ERRNO(EPERM);
+        /* ENOSYS where a program has a fallback: clone3 (to clone), the AIO calls (to threads
+         * or plain reads, as on a kernel built without AIO). */
+        bool nosys = strcmp(denied[i], "clone3") == 0 ||
+                     (strncmp(denied[i], "io_", 3) == 0 && strncmp(denied[i], "io_uring", 8) != 0);
+        uint32_t act = nosys ? SCMP_ACT_ERRNO(ENOSYS) : SCMP_ACT_ERRNO(EPERM);
         rc = add(ctx, act, denied[i], 0, NULL);
         if (rc)
             return rc;
@@ -475,6 +504,25 @@ static int build_deny(scmp_filter_ctx ctx)
         if (rc)
             return rc;
     }
+    /* socket: every family the allowlist does not name, EAFNOSUPPORT (AF_UNSPEC, 3-9, 11-15,
+     * above AF_NETLINK); netlink other than NETLINK_ROUTE, EPERM. */
+    for (uint64_t fam = 0; fam < AF_NETLINK; fam++) {
+        if (fam == AF_UNIX || fam == AF_INET || fam == AF_INET6)
+            continue;
+        struct scmp_arg_cmp c = SCMP_A0(SCMP_CMP_EQ, fam);
+        rc = add(ctx, SCMP_ACT_ERRNO(EAFNOSUPPORT), "socket", 1, &c);
+        if (rc)
+            return rc;
+    }
+    struct scmp_arg_cmp above = SCMP_A0(SCMP_CMP_GT, AF_NETLINK);
+    rc = add(ctx, SCMP_ACT_ERRNO(EAFNOSUPPORT), "socket", 1, &above);
+    if (rc)
+        return rc;
+    struct scmp_arg_cmp nl_other[2] = {SCMP_A0(SCMP_CMP_EQ, AF_NETLINK),
+                                       SCMP_A2(SCMP_CMP_NE, NETLINK_ROUTE)};
+    rc = add(ctx, SCMP_ACT_ERRNO(EPERM), "socket", 2, nl_other);
+    if (rc)
+        return rc;
     /* socket: no packet sockets, no raw IP sockets (the type's low 4 bits; the rest are
      * SOCK_NONBLOCK and SOCK_CLOEXEC). */
     struct scmp_arg_cmp packet = SCMP_A0(SCMP_CMP_EQ, AF_PACKET);

@@ -2,64 +2,33 @@
  * user.c - the user namespace: who the sandbox's processes are.
  *
  * Inside, the commands run as worker (uid and gid 1000). On the host, worker is a dedicated id in
- * a range no host user owns (EPH_NS_HOST_ID_BASE + a per-process offset + a per-sandbox slot), so
- * a process that got out would own nothing and could signal nothing of the host's or of another
+ * a range no host user owns (EPH_NS_HOST_ID_BASE + n), leased for the sandbox's life so that no
+ * two live sandboxes on the host share it, whichever server made them (sandbox/hostid.h). A
+ * process that got out would own nothing and could signal nothing of the host's or of another
  * sandbox's. Only that one id is mapped: there is no root inside at all, and host root is never
  * mapped.
  *
- * The user namespace is created late (after the mounts and the network are set up by the child
- * while it is still host root in namespaces the host user namespace owns), so that no sandbox
- * process ever holds a capability over its own mount or network namespace: they belong to the
- * host's user namespace. Supplementary groups are cleared before, in the host namespace, because
- * the kernel keeps unmapped groups for permission checks and setgroups is denied afterwards.
+ * The mounts and the hostname are set up by the child while it is still host root, in mount and
+ * UTS namespaces the host's user namespace owns (so that no sandbox process ever holds a
+ * capability over them). Then the child becomes its host id and creates the user namespace, which
+ * that id therefore owns: every per-user counter the kernel keeps (inotify instances, pending
+ * signals, message queues, user namespaces) is charged up the chain of owners to that id, never to
+ * host root, and the rlimits in force at that moment are the namespace's own ceilings. The network
+ * namespace is created with it. Supplementary groups are cleared before, in the host namespace,
+ * because the kernel keeps unmapped groups for permission checks and setgroups is denied
+ * afterwards.
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <pthread.h>
+#include <linux/capability.h>
 #include <sched.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include "sandbox/namespaces/namespaces.h"
-
-static pthread_mutex_t slot_lock = PTHREAD_MUTEX_INITIALIZER;
-static uint64_t slot_used[EPH_NS_SLOTS / 64];
-
-int eph_ns_user_slot_acquire(unsigned *slot)
-{
-    int rc = -EAGAIN;
-    pthread_mutex_lock(&slot_lock);
-    for (unsigned i = 0; i < EPH_NS_SLOTS; i++) {
-        if (!(slot_used[i / 64] & (1ull << (i % 64)))) {
-            slot_used[i / 64] |= 1ull << (i % 64);
-            *slot = i;
-            rc = 0;
-            break;
-        }
-    }
-    pthread_mutex_unlock(&slot_lock);
-    return rc;
-}
-
-void eph_ns_user_slot_release(unsigned slot)
-{
-    if (slot >= EPH_NS_SLOTS)
-        return;
-    pthread_mutex_lock(&slot_lock);
-    slot_used[slot / 64] &= ~(1ull << (slot % 64));
-    pthread_mutex_unlock(&slot_lock);
-}
-
-uid_t eph_ns_user_host_id(unsigned slot)
-{
-    /* The offset keeps two servers on one host from handing out the same ids, most of the time;
-     * a collision would only make two sandboxes share an unprivileged id, in separate namespaces.
-     */
-    uint32_t offset = ((uint32_t)getpid() & 0x3ffu) * EPH_NS_SLOTS;
-    return (uid_t)(EPH_NS_HOST_ID_BASE + offset + slot);
-}
 
 int eph_ns_user_clear_groups(void)
 {
@@ -70,11 +39,37 @@ int eph_ns_user_clear_groups(void)
     return 0;
 }
 
+int eph_ns_user_become_host_id(uid_t host_id)
+{
+    /* Keep the capabilities across the change of uid: the unshare that follows must not depend on
+     * the host allowing unprivileged user namespaces (some distributions restrict them), and the
+     * new namespaces are created with full capabilities in the new user namespace anyway. */
+    if (prctl(PR_SET_KEEPCAPS, 1, 0, 0, 0) != 0)
+        return -errno;
+    if (syscall(SYS_setresgid, host_id, host_id, host_id) != 0)
+        return -errno;
+    if (syscall(SYS_setresuid, host_id, host_id, host_id) != 0)
+        return -errno;
+    struct __user_cap_header_struct hdr = {.version = _LINUX_CAPABILITY_VERSION_3, .pid = 0};
+    struct __user_cap_data_struct data[2];
+    if (syscall(SYS_capget, &hdr, data) != 0)
+        return -errno;
+    data[0].effective = data[0].permitted;
+    data[1].effective = data[1].permitted;
+    if (syscall(SYS_capset, &hdr, data) != 0)
+        return -errno;
+    return 0;
+}
+
 int eph_ns_user_unshare(void)
 {
-    /* The cgroup namespace is created here rather than at clone() because its root is the cgroup
-     * the process is in when it is created: the parent has just moved us into the sandbox's. */
-    if (unshare(CLONE_NEWUSER | CLONE_NEWCGROUP) != 0)
+    /* Created by the sandbox's own host id, so that it owns the user namespace: the kernel
+     * charges per-user counters up the chain of owners, and host root's stay untouched. The
+     * cgroup namespace is created here rather than at clone() because its root is the cgroup the
+     * process is in when it is created (the sandbox's). The network namespace, so that the
+     * sandbox's user namespace owns it (the kernel sends host uevents only to network namespaces
+     * the host's user namespace owns). */
+    if (unshare(CLONE_NEWUSER | CLONE_NEWCGROUP | CLONE_NEWNET) != 0)
         return -errno;
     return 0;
 }

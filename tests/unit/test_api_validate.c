@@ -1,0 +1,496 @@
+/* The API's input rules without a socket (src/api/validate.c, the connection rules of
+ * connections.c, the file path rule of common/text.c, the credit bound of common/money.c), and the
+ * admission of a run that cannot be queued: a 503 with nothing reserved, not a 201. */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "api/api.h"
+#include "api/validate.h"
+#include "common/clock.h"
+#include "common/money.h"
+#include "common/text.h"
+#include "run/live.h"
+#include "store/store.h"
+
+static struct eph_config cfg;
+
+static int setup_cfg(void **state)
+{
+    return eph_config_defaults(&cfg);
+}
+
+static int teardown_cfg(void **state)
+{
+    eph_config_release(&cfg);
+    return 0;
+}
+
+/* Validates text as a create body: the error's param ("" when accepted). */
+static const char *create_param(const char *text)
+{
+    static struct eph_api_error e;
+    json_error_t je;
+    json_t *body = json_loads(text, JSON_ALLOW_NUL, &je);
+    assert_non_null(body);
+    struct eph_api_create c;
+    memset(&e, 0, sizeof(e));
+    int rc = eph_api_validate_create(body, &cfg, &c, &e);
+    if (rc == 0) {
+        eph_api_create_release(&c);
+        e.param[0] = '\0';
+    } else {
+        assert_int_equal(rc, -EINVAL);
+        assert_int_equal(e.status, 400);
+        assert_string_equal(e.type, "invalid_request_error");
+        assert_true(strlen(e.message) > 0);
+    }
+    json_decref(body);
+    return e.param;
+}
+
+static void test_create_accepts_and_defaults(void **state)
+{
+    json_t *body = json_pack("{s:s, s:i, s:[{s:s, s:s}]}", "prompt", "hello", "max_cost_micros",
+                             1000, "files", "path", "src/a.c", "content", "int x;");
+    struct eph_api_create c;
+    struct eph_api_error e;
+    assert_int_equal(eph_api_validate_create(body, &cfg, &c, &e), 0);
+    assert_string_equal(c.prompt, "hello");
+    assert_string_equal(c.model, cfg.default_model);
+    assert_true(c.shell);
+    assert_false(c.web);
+    assert_int_equal(c.timeout, 120);
+    assert_int_equal(c.max_cost, 1000);
+    assert_int_equal(json_array_size(c.files), 1);
+    json_t *f = json_array_get(c.files, 0);
+    assert_string_equal(json_string_value(json_object_get(f, "content_base64")), "aW50IHg7");
+    assert_int_equal(json_integer_value(json_object_get(f, "size")), 6);
+    eph_api_create_release(&c);
+    json_decref(body);
+}
+
+static void test_create_refusals_name_the_field(void **state)
+{
+    assert_string_equal(create_param("{\"max_cost_micros\": 1}"), "prompt");
+    assert_string_equal(create_param("{\"prompt\": \"\", \"max_cost_micros\": 1}"), "prompt");
+    assert_string_equal(create_param("{\"prompt\": \"a\\u0000b\", \"max_cost_micros\": 1}"),
+                        "prompt");
+    assert_string_equal(create_param("{\"prompt\": \"p\"}"), "max_cost_micros");
+    assert_string_equal(create_param("{\"prompt\": \"p\", \"max_cost_micros\": 0}"),
+                        "max_cost_micros");
+    assert_string_equal(create_param("{\"prompt\": \"p\", \"max_cost_micros\": 1, \"x\": 1}"), "x");
+    assert_string_equal(
+        create_param("{\"prompt\": \"p\", \"max_cost_micros\": 1, \"timeout_seconds\": 0}"),
+        "timeout_seconds");
+    assert_string_equal(create_param("{\"prompt\": \"p\", \"max_cost_micros\": 1, \"web\": 1}"),
+                        "web");
+    assert_string_equal(
+        create_param("{\"prompt\": \"p\", \"max_cost_micros\": 1, \"connections\": [\"\"]}"),
+        "connections");
+    assert_string_equal(
+        create_param("{\"prompt\": \"p\", \"max_cost_micros\": 1, \"model\": \"nope\"}"), "model");
+}
+
+/* A body with these two file paths: the param of the refusal, "" when accepted. */
+static const char *files_param(const char *a, const char *b)
+{
+    char text[512];
+    if (b)
+        snprintf(text, sizeof(text),
+                 "{\"prompt\": \"p\", \"max_cost_micros\": 1, \"files\": [{\"path\": \"%s\", "
+                 "\"content\": \"x\"}, {\"path\": \"%s\", \"content\": \"y\"}]}",
+                 a, b);
+    else
+        snprintf(text, sizeof(text),
+                 "{\"prompt\": \"p\", \"max_cost_micros\": 1, \"files\": [{\"path\": \"%s\", "
+                 "\"content\": \"x\"}]}",
+                 a);
+    return create_param(text);
+}
+
+static void test_create_file_paths(void **state)
+{
+    const char *bad[] = {".",         "a/.",   "./a",   "a/",      "a//b",
+                         "/abs",      "..",    "a/..",  "a/../b",  "",
+                         "a\\u0001b", "a\\nb", "a\\tb", "\\u007f", "a\\u0000b"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        print_message("path '%s'\n", bad[i]);
+        assert_string_equal(files_param(bad[i], NULL), "files[0].path");
+    }
+    const char *good[] = {"a", ".hidden", "a/b/c.txt", "a..b", "...", "dir/.env"};
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++)
+        assert_string_equal(files_param(good[i], NULL), "");
+    /* Two paths that cannot both be files. */
+    assert_string_equal(files_param("a", "a"), "files[1].path");
+    assert_string_equal(files_param("a", "a/b"), "files[1].path");
+    assert_string_equal(files_param("a/b/c", "a/b"), "files[1].path");
+    assert_string_equal(files_param("a/b", "a/c"), "");
+    assert_string_equal(files_param("ab", "a/b"), "");
+}
+
+static void test_file_path_rule_reasons(void **state)
+{
+    assert_null(eph_text_file_path_error("a/b", 3));
+    assert_non_null(strstr(eph_text_file_path_error("a/", 2), "ends with '/'"));
+    assert_non_null(strstr(eph_text_file_path_error("a//b", 4), "empty component"));
+    assert_non_null(strstr(eph_text_file_path_error("./a", 3), "'.'"));
+    assert_non_null(strstr(eph_text_file_path_error("a\x1b", 2), "control"));
+    assert_non_null(strstr(eph_text_file_path_error("a\0b", 3), "NUL"));
+    const char *paths[] = {"x", "y/z", "y"};
+    size_t a, b;
+    assert_non_null(eph_text_file_paths_conflict(paths, 3, &a, &b));
+    assert_int_equal(a, 1);
+    assert_int_equal(b, 2);
+}
+
+/* Query string pairs split from "a=1&b=2" (values may be absent). */
+static int query(const char *route, const char *qs, struct eph_api_query *q,
+                 struct eph_api_error *e)
+{
+    char buf[256];
+    snprintf(buf, sizeof(buf), "%s", qs);
+    const char *names[8], *values[8];
+    size_t n = 0;
+    for (char *save = NULL, *p = strtok_r(buf, "&", &save); p && n < 8;
+         p = strtok_r(NULL, "&", &save)) {
+        char *eq = strchr(p, '=');
+        if (eq)
+            *eq = '\0';
+        names[n] = p;
+        values[n++] = eq ? eq + 1 : NULL;
+    }
+    int rc = eph_api_validate_query(route, "GET", n, names, values, q, e);
+    /* values point into buf: keep only what the tests read. */
+    q->after = NULL;
+    q->status = NULL;
+    return rc;
+}
+
+static void test_query(void **state)
+{
+    struct eph_api_query q;
+    struct eph_api_error e;
+    assert_int_equal(query("/v1/runs", "", &q, &e), 0);
+    assert_int_equal(q.limit, 20);
+    assert_int_equal(query("/v1/runs", "limit=100&status=queued", &q, &e), 0);
+    assert_int_equal(q.limit, 100);
+    const char *bad[] = {"limit=0",
+                         "limit=101",
+                         "limit=+5",
+                         "limit= 5",
+                         "limit=5x",
+                         "limit",
+                         "status=nope",
+                         "after=run_x",
+                         "limit=1&limit=2",
+                         "foo=1",
+                         "limit=99999999999999999999999"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        print_message("query '%s'\n", bad[i]);
+        assert_int_equal(query("/v1/runs", bad[i], &q, &e), -EINVAL);
+        assert_int_equal(e.status, 400);
+    }
+    assert_int_equal(query("/v1/runs/{id}/events", "after=18446744073709551615", &q, &e), 0);
+    assert_true(q.has_after_seq);
+    assert_true(q.after_seq == UINT64_MAX);
+    assert_int_equal(query("/v1/runs/{id}/events", "after=18446744073709551616", &q, &e), -EINVAL);
+    assert_int_equal(query("/v1/runs/{id}/events", "after=-1", &q, &e), -EINVAL);
+    assert_int_equal(query("/v1/runs/{id}/events", "limit=1", &q, &e), -EINVAL);
+    assert_string_equal(e.code, "unknown_parameter");
+    assert_string_equal(e.param, "limit");
+    assert_int_equal(query("/v1/balance", "x=1", &q, &e), -EINVAL);
+    assert_int_equal(query("/v1/balance", "", &q, &e), 0);
+}
+
+static void test_prefer(void **state)
+{
+    struct eph_api_error e;
+    unsigned w = 99;
+    assert_int_equal(eph_api_validate_prefer(NULL, 600, &w, &e), 0);
+    assert_int_equal(w, 0);
+    const struct {
+        const char *h;
+        unsigned want;
+    } ok[] = {{"wait=0", 0},
+              {"wait=600", 600},
+              {"wait = 5", 5},
+              {"WAIT=7", 7},
+              {"respond-async, wait=3", 3},
+              {"return=minimal", 0},
+              {"nowait=5", 0},
+              {" wait=9 ", 9},
+              {"handling=lenient,wait=2", 2}};
+    for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+        print_message("Prefer: %s\n", ok[i].h);
+        assert_int_equal(eph_api_validate_prefer(ok[i].h, 600, &w, &e), 0);
+        assert_int_equal(w, ok[i].want);
+    }
+    const char *bad[] = {"wait=601",       "wait=-1",    "wait=",
+                         "wait",           "wait=abc",   "wait=1x",
+                         "wait=1, wait=2", "wait=1;x=2", "wait=99999999999999999999999999",
+                         "wait=+1",        "wait=1 2"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        print_message("Prefer: %s\n", bad[i]);
+        assert_int_equal(eph_api_validate_prefer(bad[i], 600, &w, &e), -EINVAL);
+        assert_string_equal(e.param, "Prefer");
+    }
+}
+
+static void test_content_type(void **state)
+{
+    assert_true(eph_api_content_type_is_json("application/json"));
+    assert_true(eph_api_content_type_is_json("Application/JSON; charset=utf-8"));
+    assert_true(eph_api_content_type_is_json("application/json ;charset=utf-8"));
+    assert_false(eph_api_content_type_is_json("application/jsonx"));
+    assert_false(eph_api_content_type_is_json("text/plain"));
+    assert_false(eph_api_content_type_is_json("application/x-www-form-urlencoded"));
+    assert_false(eph_api_content_type_is_json(""));
+}
+
+/* The connection rules: the param refused, "" when accepted. */
+static const char *conn_param(const char *text)
+{
+    static char param[32];
+    json_t *body = json_loads(text, 0, NULL);
+    assert_non_null(body);
+    struct eph_connection c;
+    const char *p = NULL;
+    char err[256];
+    int rc = eph_api_connection_check(body, &c, &p, err, sizeof(err));
+    snprintf(param, sizeof(param), "%s", rc ? (p ? p : "?") : "");
+    if (!rc)
+        eph_connection_release(&c);
+    json_decref(body);
+    return param;
+}
+
+static void test_connection_rules(void **state)
+{
+    assert_string_equal(conn_param("{\"name\": \"gh\", \"base_url\": \"https://api.example\"}"),
+                        "");
+    assert_string_equal(
+        conn_param("{\"name\": \"gh\", \"base_url\": \"https://api.example/a@b?x=@#@\"}"), "");
+    const char *userinfo[] = {"https://user:pass@api.example", "https://user@api.example/",
+                              "http://:@api.example", "https://a@b@api.example",
+                              "https://x.example@evil.example?q"};
+    for (size_t i = 0; i < sizeof(userinfo) / sizeof(userinfo[0]); i++) {
+        char text[256];
+        snprintf(text, sizeof(text), "{\"name\": \"gh\", \"base_url\": \"%s\"}", userinfo[i]);
+        print_message("base_url %s\n", userinfo[i]);
+        assert_string_equal(conn_param(text), "base_url");
+    }
+    assert_string_equal(conn_param("{\"name\": \"GH\", \"base_url\": \"https://a.example\"}"),
+                        "name");
+    assert_string_equal(
+        conn_param(
+            "{\"name\": \"g\", \"base_url\": \"https://a.example\", \"methods\": [\"TRACE\"]}"),
+        "methods");
+    assert_string_equal(conn_param("{\"name\": \"g\", \"base_url\": \"https://a.example\", "
+                                   "\"headers\": {\"X\": \"a\\r\\nB: c\"}}"),
+                        "headers");
+}
+
+static void test_money_rules(void **state)
+{
+    assert_null(eph_money_credit_refusal(1, 0));
+    assert_null(eph_money_credit_refusal(EPH_MONEY_CREDIT_MAX, 0));
+    assert_non_null(eph_money_credit_refusal(0, 0));
+    assert_non_null(eph_money_credit_refusal(EPH_MONEY_CREDIT_MAX + 1, 0));
+    assert_null(eph_money_credit_refusal(1, EPH_MONEY_BALANCE_MAX - 1));
+    assert_non_null(strstr(eph_money_credit_refusal(2, EPH_MONEY_BALANCE_MAX - 1), "balance"));
+    /* Whatever the balance, the check itself never overflows. */
+    assert_non_null(eph_money_credit_refusal(EPH_MONEY_CREDIT_MAX, INT64_MAX));
+    int64_t m;
+    const char *why;
+    assert_int_equal(eph_money_parse_dollars_why("0.0000001", &m, &why), -EINVAL);
+    assert_non_null(strstr(why, "decimals"));
+    assert_int_equal(eph_money_parse_dollars_why("99999999999999999999", &m, &why), -EOVERFLOW);
+    assert_string_equal(why, "too large");
+    assert_int_equal(eph_money_parse_dollars_why("1.5", &m, &why), 0);
+    assert_int_equal(m, 1500000);
+    assert_null(why);
+}
+
+/* ---- admission: a run the queue refuses ---- */
+
+struct admit_fixture {
+    char dir[64];
+    struct eph_store *st;
+    struct eph_service svc;
+    char org[48];
+};
+
+static int admit_setup(void **state)
+{
+    struct admit_fixture *f = calloc(1, sizeof(*f));
+    snprintf(f->dir, sizeof(f->dir), "/tmp/eph-admit-XXXXXX");
+    assert_non_null(mkdtemp(f->dir));
+    char path[128], err[256];
+    snprintf(path, sizeof(path), "%s/t.db", f->dir);
+    assert_int_equal(eph_store_open(path, &f->st, err, sizeof(err)), 0);
+    bool created;
+    assert_int_equal(
+        f->st->ops->org_ensure(f->st, "acme", 100000, f->org, sizeof(f->org), &created), 0);
+    f->svc.cfg = &cfg;
+    f->svc.store = f->st;
+    assert_int_equal(eph_live_init(), 0);
+    *state = f;
+    return 0;
+}
+
+static int admit_teardown(void **state)
+{
+    struct admit_fixture *f = *state;
+    f->st->ops->close(f->st);
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", f->dir);
+    assert_int_equal(system(cmd), 0);
+    free(f);
+    return 0;
+}
+
+static char submitted[64];
+static int submit_fails(const char *run_id)
+{
+    return -ENOMEM;
+}
+static int submit_ok(const char *run_id)
+{
+    snprintf(submitted, sizeof(submitted), "%s", run_id);
+    return 0;
+}
+
+static void make_run(struct admit_fixture *f, const char *id, bool zdr, struct eph_run *r,
+                     struct eph_event *first)
+{
+    eph_run_init(r);
+    snprintf(r->id, sizeof(r->id), "%s", id);
+    snprintf(r->org_id, sizeof(r->org_id), "%s", f->org);
+    r->status = EPH_RUN_QUEUED;
+    r->model = strdup(cfg.default_model);
+    r->zdr = zdr;
+    r->prompt = zdr ? NULL : strdup("the prompt");
+    r->connections = json_array();
+    r->metadata = json_object();
+    r->timeout_seconds = 60;
+    r->created_at_ms = eph_clock_real_ms();
+    r->cost.reserved_micros = 30000;
+    memset(first, 0, sizeof(*first));
+    first->seq = 1;
+    first->at_ms = r->created_at_ms;
+    snprintf(first->source, sizeof(first->source), "queue");
+    snprintf(first->type, sizeof(first->type), "run.queued");
+    first->message = strdup("budget reserved");
+}
+
+static void admit_refused_releases(void **state, bool zdr, const char *id)
+{
+    struct admit_fixture *f = *state;
+    struct eph_run r;
+    struct eph_event first;
+    make_run(f, id, zdr, &r, &first);
+    bool queue_failed = false;
+    int rc =
+        eph_api_run_admit(&f->svc, &r, &first, "the prompt", NULL, submit_fails, &queue_failed);
+    assert_int_equal(rc, -ENOMEM);
+    assert_true(queue_failed);
+    /* Nothing reserved, nothing charged. */
+    struct eph_balance b;
+    assert_int_equal(f->st->ops->balance(f->st, f->org, &b), 0);
+    assert_int_equal(b.reserved_micros, 0);
+    assert_int_equal(b.available_micros, 100000);
+    /* The run is settled, failed, with its whole budget released, and no longer live. */
+    struct eph_run got;
+    assert_int_equal(f->st->ops->run_get(f->st, id, f->org, &got), 0);
+    assert_int_equal(got.status, EPH_RUN_FAILED);
+    assert_string_equal(got.error_code, "queue_unavailable");
+    assert_int_equal(got.cost.charged_micros, 0);
+    assert_int_equal(got.cost.released_micros, 30000);
+    eph_run_release(&got);
+    assert_null(eph_live_get(id));
+    eph_run_release(&r);
+    eph_event_release(&first);
+}
+
+static void test_admit_queue_failure(void **state)
+{
+    admit_refused_releases(state, false, "run_00000000000000000000000000000001");
+}
+
+static void test_admit_queue_failure_zdr(void **state)
+{
+    admit_refused_releases(state, true, "run_00000000000000000000000000000002");
+}
+
+static void test_admit_store_refusal_leaves_nothing_live(void **state)
+{
+    struct admit_fixture *f = *state;
+    struct eph_run r;
+    struct eph_event first;
+    make_run(f, "run_00000000000000000000000000000003", false, &r, &first);
+    r.cost.reserved_micros = 100001; /* more than the balance */
+    bool queue_failed = true;
+    submitted[0] = '\0';
+    assert_int_equal(eph_api_run_admit(&f->svc, &r, &first, NULL, NULL, submit_ok, &queue_failed),
+                     -EDQUOT);
+    assert_false(queue_failed);
+    assert_string_equal(submitted, "");
+    assert_null(eph_live_get(r.id));
+    struct eph_run got;
+    assert_int_equal(f->st->ops->run_get(f->st, r.id, f->org, &got), -ENOENT);
+    eph_run_release(&r);
+    eph_event_release(&first);
+}
+
+static void test_admit_ok(void **state)
+{
+    struct admit_fixture *f = *state;
+    struct eph_run r;
+    struct eph_event first;
+    make_run(f, "run_00000000000000000000000000000004", false, &r, &first);
+    bool queue_failed = true;
+    assert_int_equal(eph_api_run_admit(&f->svc, &r, &first, NULL, NULL, submit_ok, &queue_failed),
+                     0);
+    assert_false(queue_failed);
+    assert_string_equal(submitted, r.id);
+    struct eph_live *l = eph_live_get(r.id);
+    assert_non_null(l);
+    eph_live_put(l);
+    struct eph_balance b;
+    assert_int_equal(f->st->ops->balance(f->st, f->org, &b), 0);
+    assert_int_equal(b.reserved_micros, 30000);
+    /* Settle it so the live registry is left empty. */
+    assert_int_equal(eph_worker_refuse(&f->svc, r.id, "test", "done"), 0);
+    eph_run_release(&r);
+    eph_event_release(&first);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_create_accepts_and_defaults),
+        cmocka_unit_test(test_create_refusals_name_the_field),
+        cmocka_unit_test(test_create_file_paths),
+        cmocka_unit_test(test_file_path_rule_reasons),
+        cmocka_unit_test(test_query),
+        cmocka_unit_test(test_prefer),
+        cmocka_unit_test(test_content_type),
+        cmocka_unit_test(test_connection_rules),
+        cmocka_unit_test(test_money_rules),
+        cmocka_unit_test_setup_teardown(test_admit_queue_failure, admit_setup, admit_teardown),
+        cmocka_unit_test_setup_teardown(test_admit_queue_failure_zdr, admit_setup, admit_teardown),
+        cmocka_unit_test_setup_teardown(test_admit_store_refusal_leaves_nothing_live, admit_setup,
+                                        admit_teardown),
+        cmocka_unit_test_setup_teardown(test_admit_ok, admit_setup, admit_teardown),
+    };
+    return cmocka_run_group_tests(tests, setup_cfg, teardown_cfg);
+}
