@@ -23,8 +23,13 @@ BASE_CFLAGS := $(filter-out -O2 -D_FORTIFY_SOURCE=2,$(BASE_CFLAGS)) -O1 \
         -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all
 SAN_LDFLAGS := -fsanitize=$(SANITIZE)
 endif
-PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
-PKG_LIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+# pkg-config is asked only after the packages are installed: $(BUILD)/config.mk holds its answers,
+# and its rule installs the build packages first. make builds an included makefile that is missing
+# or out of date, then starts again and reads it. `make clean` and `make format` need neither.
+CONFIG_MK := $(BUILD)/config.mk
+ifneq ($(filter-out clean format,$(or $(MAKECMDGOALS),all)),)
+include $(CONFIG_MK)
+endif
 CFLAGS_ALL := $(BASE_CFLAGS) $(PKG_CFLAGS) $(CFLAGS)
 LDFLAGS_ALL := -pie -Wl,-z,relro,-z,now $(SAN_LDFLAGS) $(LDFLAGS)
 LIBS := $(PKG_LIBS) -lpthread -lm
@@ -68,11 +73,23 @@ SANDBOX_CLI_OBJ := $(OBJ)/src/daemon/sandbox_main.o $(OBJ)/src/daemon/sandbox_cm
 BINS := $(BUILD)/ephemerald $(BUILD)/ephemeral $(BUILD)/ephemeral-init $(GVISOR_COMPAT) $(SANDBOX_CLI)
 
 .PHONY: all deps test unit blackbox demo image bench lint format fuzz clean
+# A failed recipe leaves no half-written target that a later make would take as up to date.
+.DELETE_ON_ERROR:
 all: deps $(BINS)
 
-# Installs missing Debian packages (quiet when everything is there).
+# Installs missing Debian packages (quiet when everything is there): the groups the goals need, so
+# that `make test` has them before the image is built (its microVM disk needs e2fsprogs).
+DEPS_GROUPS := build $(if $(filter test blackbox,$(MAKECMDGOALS)),test) \
+        $(filter demo bench lint fuzz,$(MAKECMDGOALS))
 deps:
+	$(Q)scripts/setup-deps.sh $(DEPS_GROUPS)
+
+$(CONFIG_MK): scripts/setup-deps.sh Makefile
 	$(Q)scripts/setup-deps.sh build
+	$(Q)mkdir -p $(dir $@)
+	$(Q)pkg-config --exists --print-errors $(PKGS)
+	$(Q){ echo "PKG_CFLAGS := $$(pkg-config --cflags $(PKGS))"; \
+	      echo "PKG_LIBS := $$(pkg-config --libs $(PKGS))"; } > $@
 
 # Relink and recompile when the flags change (SANITIZE=... and back).
 $(BUILD)/.flags: FORCE
@@ -135,7 +152,6 @@ $(BUILD)/tests/test_cli_%: tests/unit/test_cli_%.c $(CLI_LIB_OBJ) $(BUILD)/.flag
 	$(Q)$(CC) $(CFLAGS_ALL) -Itests $(LDFLAGS_ALL) -o $@ $< $(CLI_LIB_OBJ) $(LIBS) -lcmocka
 
 test: all image $(UNIT_BIN)
-	$(Q)scripts/setup-deps.sh test
 	$(Q)tests/run.sh $(BUILD)
 
 unit: all $(UNIT_BIN)
@@ -165,7 +181,6 @@ $(BENCH_BROKER): bench/bench_broker.c $(DAEMON_LIB_OBJ) $(BUILD)/.flags
 	$(Q)$(CC) $(CFLAGS_ALL) $(LDFLAGS_ALL) -o $@ $< $(DAEMON_LIB_OBJ) $(LIBS)
 
 bench: all image $(BENCH_BIN) $(BENCH_BROKER)
-	$(Q)scripts/setup-deps.sh bench
 	$(Q)bench/run.sh $(BUILD)
 
 lint: deps

@@ -6,7 +6,13 @@ set -eu
 BUILD=${1:-build}
 cd "$(dirname "$0")/.."
 mkdir -p var
+# 8080, or the next free port when something else listens there (the demo must talk to its own
+# server, not to one that happens to answer on 8080).
+listening() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 port=${EPHEMERAL_DEMO_PORT:-8080}
+if [ -z "${EPHEMERAL_DEMO_PORT:-}" ]; then
+    while listening "$port" && [ "$port" -lt 8180 ]; do port=$((port + 1)); done
+fi
 export EPHEMERAL_URL="http://127.0.0.1:$port"
 log=var/demo-server.log
 
@@ -21,7 +27,7 @@ stop() {
     wait "$server" 2>/dev/null || true
 }
 trap stop EXIT
-for _ in $(seq 200); do
+for _ in $(seq 600); do
     curl -fsS "$EPHEMERAL_URL/healthz" >/dev/null 2>&1 && break
     if ! kill -0 "$server" 2>/dev/null; then
         echo "demo: the server did not start; its log:" >&2
@@ -30,6 +36,11 @@ for _ in $(seq 200); do
     fi
     sleep 0.05
 done
+if ! curl -fsS "$EPHEMERAL_URL/healthz" >/dev/null 2>&1; then
+    echo "demo: the server is not ready:" >&2
+    curl -sS "$EPHEMERAL_URL/healthz" >&2 || tail -n 20 "$log" >&2
+    exit 1
+fi
 grep -m1 'sandbox backend' "$log" | sed 's/^/server: /' || true
 echo "demo: running examples/sandbox-proof/request.json against $EPHEMERAL_URL"
 echo

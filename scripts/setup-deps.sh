@@ -1,6 +1,6 @@
 #!/bin/sh
 # Installs the Debian packages a step needs when they are missing: idempotent, and silent when
-# everything is already there. Usage: setup-deps.sh build|test|bench|lint
+# everything is already there. Usage: setup-deps.sh GROUP... (build, demo, test, bench, lint, fuzz)
 set -eu
 
 build="build-essential pkg-config libmicrohttpd-dev libjansson-dev libcurl4-openssl-dev
@@ -10,17 +10,26 @@ test="$build curl jq uuid-runtime sqlite3 python3 python3-yaml iproute2 procps u
       qemu-system-x86 e2fsprogs chromium chromium-driver postgresql"
 bench="$test bubblewrap runsc"
 lint="$build cppcheck clang-format clang-tidy"
+fuzz="$build clang libclang-rt-14-dev"
+demo="$build curl"
 
-case "${1:-build}" in
-build) want=$build ;;
-test) want=$test ;;
-bench) want=$bench ;;
-lint) want=$lint ;;
-*) echo "usage: $0 build|test|bench|lint" >&2; exit 2 ;;
-esac
+want=""
+[ $# -eq 0 ] && set -- build
+for group in "$@"; do
+    case "$group" in
+    build) want="$want $build" ;;
+    test) want="$want $test" ;;
+    bench) want="$want $bench" ;;
+    lint) want="$want $lint" ;;
+    fuzz) want="$want $fuzz" ;;
+    demo) want="$want $demo" ;;
+    *) echo "usage: $0 build|demo|test|bench|lint|fuzz..." >&2; exit 2 ;;
+    esac
+done
 
 missing=""
 for p in $want; do
+    case " $missing " in *" $p "*) continue ;; esac
     if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
         missing="$missing $p"
     fi

@@ -4,7 +4,10 @@
 #   tests/run.sh [--unit-only|--blackbox-only] BUILD_DIR [PATTERN]
 #
 # A black-box test is an executable tests/blackbox/NAME.sh: exit 0 passes, 77 skips (with the
-# reason on its last line of output), anything else fails. Each runs with a fresh temporary
+# reason on its last line of output), anything else fails. A test file without its run bit fails
+# (it would otherwise never run, unnoticed); lib.sh and NAME_common.sh are libraries the tests
+# source, not tests. A unit test binary that skipped some of its tests
+# (cmocka's skip()) passes, and the summary says how many it skipped. Each runs with a fresh temporary
 # directory in $TEST_TMP and the build directory in $BUILD. The last line printed is the summary,
 # "N passed, N failed, N skipped".
 set -u
@@ -30,7 +33,15 @@ run_one() { # name, command...
     local rc=$?
     local secs=$((SECONDS - start))
     if [ $rc -eq 0 ]; then
-        passed=$((passed + 1)); printf 'PASS  %-48s %3ss\n' "$name" "$secs"
+        passed=$((passed + 1))
+        local inner
+        inner=$(sed -n 's/^\[  SKIPPED \] \([0-9]*\) test(s).*/\1/p' "$log" | head -n 1)
+        if [ -n "$inner" ]; then
+            printf 'PASS  %-48s %3ss (%d skipped: %s)\n' "$name" "$secs" "$inner" \
+                "$(sed -n 's/^skipped: //p' "$log" | head -n 1 | cut -c1-70)"
+        else
+            printf 'PASS  %-48s %3ss\n' "$name" "$secs"
+        fi
     elif [ $rc -eq 77 ]; then
         skipped=$((skipped + 1)); printf 'SKIP  %-48s %s\n' "$name" "$(tail -n 1 "$log")"
     else
@@ -40,19 +51,29 @@ run_one() { # name, command...
     fi
 }
 
+# A test that cannot run because its file lost its run bit is a failure, not a silent omission.
+not_executable() { # name, path
+    echo "$2 is not executable: chmod +x it (git update-index --chmod=+x)"
+    return 126
+}
+
 if [ "$mode" != blackbox ]; then
     for t in "$BUILD"/tests/test_*; do
-        [ -x "$t" ] || continue
+        [ -f "$t" ] || continue
         name=unit/$(basename "$t")
         [ -n "$pattern" ] && [[ $name != *$pattern* ]] && continue
-        run_one "$name" "$t"
+        if [ -x "$t" ]; then run_one "$name" "$t"; else run_one "$name" not_executable "$name" "$t"; fi
     done
 fi
 if [ "$mode" != unit ]; then
     for t in "$top"/tests/blackbox/*.sh; do
-        [ -x "$t" ] || continue
+        case $(basename "$t") in lib.sh | *_common.sh) continue ;; esac # sourced, not run
         name=blackbox/$(basename "$t" .sh)
         [ -n "$pattern" ] && [[ $name != *$pattern* ]] && continue
+        if [ ! -x "$t" ]; then
+            run_one "$name" not_executable "$name" "$t"
+            continue
+        fi
         tmp=$(mktemp -d /tmp/ephemeral-test.XXXXXX)
         TEST_TMP=$tmp run_one "$name" "$t"
         rm -rf "$tmp"

@@ -10,6 +10,7 @@
 #include "common/log.h"
 #include "common/money.h"
 #include "common/metrics.h"
+#include "daemon/readiness.h"
 
 static int balance_reply(struct eph_api_req *req, const struct eph_balance *bal)
 {
@@ -84,19 +85,16 @@ int eph_api_credits(struct eph_api_req *req)
         NULL);
 }
 
+/* Each part of the server (store, image, backend) with what to do about an unusable one; 503
+ * while one is unusable or the server is shutting down (daemon/readiness.h). */
 int eph_api_healthz(struct eph_api_req *req)
 {
-    struct eph_service *svc = req->svc;
-    char why[128];
-    bool store_ok = eph_store_health(svc->store, why, sizeof(why)) == 0;
-    bool shutting = atomic_load(&svc->shutting_down);
-    bool ok = store_ok && svc->sandbox_ops && !shutting;
-    return eph_api_reply_json(req, ok ? 200 : 503,
-                              json_pack("{s:s, s:b, s:s, s:b}", "status", ok ? "ok" : "unavailable",
-                                        "store", store_ok, "sandbox",
-                                        svc->sandbox_ops ? svc->sandbox_ops->name : "none",
-                                        "shutting_down", shutting),
-                              NULL, NULL);
+    bool ok = false;
+    json_t *body = eph_readiness_report(req->svc->readiness, req->svc, &ok);
+    if (!body)
+        return eph_api_reply_error(req, 503, "api_error", "out_of_memory", NULL,
+                                   "the health report could not be built");
+    return eph_api_reply_json(req, ok ? 200 : 503, body, NULL, NULL);
 }
 
 /* Runs by status, with every status present (0 when none) so that a dashboard's series exist. */

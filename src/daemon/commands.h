@@ -5,6 +5,8 @@
 #ifndef EPH_COMMANDS_H
 #define EPH_COMMANDS_H
 
+#include <stddef.h>
+
 int eph_cmd_serve(int argc, char **argv);
 int eph_cmd_admin(int argc, char **argv);
 int eph_cmd_image(int argc, char **argv);
@@ -16,5 +18,10 @@ int eph_cmd_sandbox(int argc, char **argv);
 const char *eph_default_init_path(void);
 /* Default image directory: $EPHEMERAL_IMAGE, else "var/images/default". */
 const char *eph_default_image_path(void);
+
+/* The cache key of the image recipe on this host (16 hex digits and a NUL): `image build` keeps
+ * the image it builds under images/KEY/rootfs of the cache, with the key in images/KEY/complete.
+ * 0, or a negative errno with a reason in why. */
+int eph_image_recipe_hash(char hash[17], char *why, size_t whylen);
 
 #endif

@@ -50,6 +50,7 @@ int eph_config_defaults(struct eph_config *cfg)
     cfg->lease_seconds = 30;
     cfg->lease_renew_seconds = 10;
     cfg->db_pool_size = 4;
+    cfg->on_unready = strdup("refuse");
     cfg->sandbox.backend = strdup("auto");
     cfg->sandbox.image = strdup(eph_default_image_path());
     cfg->sandbox.init_path = strdup(eph_default_init_path());
@@ -68,7 +69,7 @@ int eph_config_defaults(struct eph_config *cfg)
     cfg->models = calloc(1, sizeof(*cfg->models));
     if (!cfg->listen || !cfg->db || !cfg->log_format || !cfg->log_level || !cfg->sandbox.backend ||
         !cfg->sandbox.image || !cfg->sandbox.init_path || !cfg->default_model || !cfg->models ||
-        !cfg->secret_key_file)
+        !cfg->secret_key_file || !cfg->on_unready)
         return -ENOMEM;
     cfg->nmodels = 1;
     struct eph_model_config *m = &cfg->models[0];
@@ -96,6 +97,7 @@ void eph_config_release(struct eph_config *cfg)
     free(cfg->default_model);
     free(cfg->secret_key_file);
     free(cfg->node_id);
+    free(cfg->on_unready);
     for (size_t i = 0; i < cfg->broker.nallow_private_cidrs; i++)
         free(cfg->broker.allow_private_cidrs[i]);
     free(cfg->broker.allow_private_cidrs);
@@ -163,6 +165,7 @@ static const struct key top_keys[] = {
     KU("lease_seconds", lease_seconds, 86400),
     KU("lease_renew_seconds", lease_renew_seconds, 3600),
     KU("db_pool_size", db_pool_size, 256),
+    KS("on_unready", on_unready),
     {NULL, K_STR, 0, 0},
 };
 
@@ -509,6 +512,11 @@ static int load_root(struct eph_config *cfg, json_t *root, const char *path, cha
         free(cfg->models);
         cfg->models = ms;
         cfg->nmodels = n;
+    }
+    if (strcmp(cfg->on_unready, "refuse") != 0 && strcmp(cfg->on_unready, "serve") != 0) {
+        snprintf(err, errlen, "config: 'on_unready' must be \"refuse\" or \"serve\"");
+        rc = -EINVAL;
+        goto out;
     }
     if (!eph_config_model(cfg, cfg->default_model)) {
         snprintf(err, errlen, "config: default_model '%s' is not one of the models",

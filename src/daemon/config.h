@@ -34,6 +34,8 @@ struct eph_config {
     unsigned lease_seconds;           /* 30: a run whose lease is older is lost (worker_lost) */
     unsigned lease_renew_seconds;     /* 10: renewal and compute checkpoint interval */
     unsigned db_pool_size;            /* 4: PostgreSQL connections per node */
+    char *on_unready;                 /* "refuse": serve exits when the image or the backend is
+                                         unusable at start-up; "serve": it starts not ready */
     struct {
         char *backend;   /* "auto" */
         char *image;     /* "var/images/default" */

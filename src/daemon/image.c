@@ -250,18 +250,26 @@ static int lock_cache(const char *base)
     return -1;
 }
 
-static int image_build(const char *dir, bool quiet)
+static void free_sources(char **sources, size_t n)
 {
-    char codename[64];
-    if (host_codename(codename, sizeof(codename))) {
-        fprintf(stderr, "ephemerald: cannot tell the host's Debian release from /etc/os-release\n");
-        return 1;
+    for (size_t i = 0; i < n; i++)
+        free(sources[i]);
+    free(sources);
+}
+
+/* The recipe's cache key (16 hex digits) from the recipe, the host's release and its apt
+ * sources; the release and the source files are returned for the build. 0, or a negative errno
+ * with a reason in why. */
+static int recipe_key(char hash[17], char *codename, size_t codelen, char ***sources,
+                      size_t *nsources, char *why, size_t whylen)
+{
+    if (host_codename(codename, codelen)) {
+        snprintf(why, whylen, "cannot tell the host's Debian release from /etc/os-release");
+        return -ENOENT;
     }
-    char **sources;
-    size_t nsources;
-    if (apt_sources(&sources, &nsources)) {
-        fprintf(stderr, "ephemerald: this machine has no apt sources to build the image from\n");
-        return 1;
+    if (apt_sources(sources, nsources)) {
+        snprintf(why, whylen, "this machine has no apt sources to build the image from");
+        return -ENOENT;
     }
     /* The key: recipe, release, and the sources' contents. */
     struct eph_buf key;
@@ -274,16 +282,45 @@ static int image_build(const char *dir, bool quiet)
         rc = eph_buf_appendf(&key, "post %s\n", recipe_post[i]);
     for (size_t i = 0; !rc && i < sizeof(recipe_dpkg_opts) / sizeof(recipe_dpkg_opts[0]); i++)
         rc = eph_buf_appendf(&key, "dpkg %s\n", recipe_dpkg_opts[i]);
-    for (size_t i = 0; !rc && i < nsources; i++)
-        rc = read_file_into(sources[i], &key);
+    for (size_t i = 0; !rc && i < *nsources; i++)
+        rc = read_file_into((*sources)[i], &key);
     if (rc) {
-        fprintf(stderr, "ephemerald: cannot read the apt sources: %s\n", strerror(-rc));
+        snprintf(why, whylen, "cannot read the apt sources: %s", strerror(-rc));
+        eph_buf_release(&key);
+        free_sources(*sources, *nsources);
+        *sources = NULL;
+        *nsources = 0;
+        return rc;
+    }
+    char full[65];
+    eph_sha256_hex(key.data, key.len, full);
+    eph_buf_release(&key);
+    memcpy(hash, full, 16);
+    hash[16] = '\0';
+    return 0;
+}
+
+int eph_image_recipe_hash(char hash[17], char *why, size_t whylen)
+{
+    char codename[64];
+    char **sources;
+    size_t nsources;
+    int rc = recipe_key(hash, codename, sizeof(codename), &sources, &nsources, why, whylen);
+    if (!rc)
+        free_sources(sources, nsources);
+    return rc;
+}
+
+static int image_build(const char *dir, bool quiet)
+{
+    char codename[64], hash[17], why[256];
+    char **sources;
+    size_t nsources;
+    int rc = recipe_key(hash, codename, sizeof(codename), &sources, &nsources, why, sizeof(why));
+    if (rc) {
+        fprintf(stderr, "ephemerald: %s\n", why);
         return 1;
     }
-    char hash[65];
-    eph_sha256_hex(key.data, key.len, hash);
-    eph_buf_release(&key);
-    hash[16] = '\0';
 
     char base[PATH_MAX], rootfs[PATH_MAX], tmp[PATH_MAX], marker[PATH_MAX];
     snprintf(base, sizeof(base), "%s/images/%s", cache_root(), hash);
@@ -334,6 +371,7 @@ static int image_build(const char *dir, bool quiet)
         argv[a] = NULL;
         if ((rc = run_command(argv))) {
             fprintf(stderr, "ephemerald: mmdebstrap failed; the image was not built\n");
+            close(lock);
             return 1;
         }
         for (size_t i = 0; i < sizeof(recipe_post) / sizeof(recipe_post[0]); i++) {
@@ -346,6 +384,7 @@ static int image_build(const char *dir, bool quiet)
         }
         if (rename(tmp, rootfs)) {
             fprintf(stderr, "ephemerald: cannot move the image into place: %s\n", strerror(errno));
+            close(lock);
             return 1;
         }
         int fd = open(marker, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -355,11 +394,10 @@ static int image_build(const char *dir, bool quiet)
         }
         fprintf(stderr, "image: built %s\n", rootfs);
     }
-    for (size_t i = 0; i < nsources; i++)
-        free(sources[i]);
-    free(sources);
+    free_sources(sources, nsources);
     if ((rc = point_link(dir, rootfs))) {
         fprintf(stderr, "ephemerald: cannot point '%s' at the image: %s\n", dir, strerror(-rc));
+        close(lock);
         return 1;
     }
     /* The microvm backend's root disk and kernel, next to the image (src/daemon/image_vm.c).

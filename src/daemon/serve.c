@@ -2,7 +2,10 @@
  * serve.c - `ephemerald serve`: start-up, the background reaper, and graceful shutdown.
  *
  * Start-up order: configuration, store (migrations), sandbox backend (probed and logged), orphan
- * clean-up, models, recovery of what a dead server left, the worker pool, then the listener. On
+ * clean-up, readiness (the image, its guest agent and recipe, a real sandbox on the backend:
+ * daemon/readiness.h; an unusable part stops the start-up, or the server starts not ready, as
+ * "on_unready" says), models, recovery of what a dead server left, the worker pool, then the
+ * listener. On
  * SIGTERM or SIGINT: refuse new runs (503), let running ones finish for the grace period, cancel
  * and settle the rest, destroy every sandbox, stop.
  */
@@ -25,6 +28,7 @@
 #include "common/log.h"
 #include "daemon/commands.h"
 #include "daemon/options.h"
+#include "daemon/readiness.h"
 #include "run/live.h"
 #include "run/service.h"
 #include "sandbox/pool.h"
@@ -110,17 +114,32 @@ int eph_cmd_serve(int argc, char **argv)
     svc.sandbox_cfg.image = cfg.sandbox.image;
     svc.sandbox_cfg.init_path = cfg.sandbox.init_path;
     svc.sandbox_cfg.limits = cfg.sandbox.limits;
+    bool refuse_unready = strcmp(cfg.on_unready, "serve") != 0;
+    if ((rc = eph_readiness_new(&svc.readiness)))
+        goto out;
     rc = eph_sandbox_choose(&svc.sandbox_cfg, &svc.sandbox_ops, err, sizeof(err));
     if (rc) {
-        EPH_ERROR("serve", "no usable sandbox backend: %s", err);
-        goto out;
+        /* Reported with the other parts below, which may say what is missing. */
+        svc.sandbox_ops = NULL;
+        eph_readiness_no_backend(svc.readiness, err);
+    } else {
+        EPH_INFO("serve", "sandbox backend: %s (asked for %s)", svc.sandbox_ops->name,
+                 cfg.sandbox.backend);
     }
-    EPH_INFO("serve", "sandbox backend: %s (asked for %s)", svc.sandbox_ops->name,
-             cfg.sandbox.backend);
     int orphans = eph_sandbox_cleanup_orphans();
     if (orphans > 0)
         EPH_WARN("serve", "removed %d sandboxes left by a dead server", orphans);
-    if ((rc = eph_sandbox_pool_start(svc.sandbox_ops, &svc.sandbox_cfg, cfg.sandbox.warm_pool)))
+    if (!eph_readiness_check(svc.readiness, &svc)) {
+        if (refuse_unready) {
+            EPH_ERROR("serve", "not starting: the server would not be ready (see above; "
+                               "\"on_unready\": \"serve\" starts it anyway, not ready)");
+            goto out;
+        }
+        EPH_WARN("serve", "starting not ready: /healthz answers 503 and runs fail until the "
+                          "parts above are usable");
+    }
+    if (svc.sandbox_ops &&
+        (rc = eph_sandbox_pool_start(svc.sandbox_ops, &svc.sandbox_cfg, cfg.sandbox.warm_pool)))
         EPH_WARN("serve", "no warm sandbox pool: %s", eph_strerror(rc));
 
     svc.models = calloc(cfg.nmodels, sizeof(*svc.models));
@@ -202,6 +221,7 @@ out:
     free(svc.models);
     if (svc.store)
         svc.store->ops->close(svc.store);
+    eph_readiness_free(svc.readiness);
     eph_config_release(&cfg);
     curl_global_cleanup();
     EPH_INFO("serve", "stopped");

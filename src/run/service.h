@@ -14,15 +14,18 @@
 #include "store/store.h"
 
 struct eph_live;
+struct eph_readiness;
 
 struct eph_service {
     struct eph_config *cfg;
     struct eph_store *store;
-    const struct eph_sandbox_ops *sandbox_ops; /* the backend chosen at start-up */
+    const struct eph_sandbox_ops *sandbox_ops; /* the backend chosen at start-up; NULL when none
+                                                  could be (a server started not ready) */
     struct eph_sandbox_config sandbox_cfg;
     struct eph_model **models; /* opened, parallel to cfg->models */
     atomic_bool shutting_down;
     char node_id[40]; /* this node's name in run leases (cfg->node_id or the host name) */
+    struct eph_readiness *readiness; /* store, image and backend (daemon/readiness.h) */
 };
 
 struct eph_model *eph_service_model(struct eph_service *svc, const char *id);

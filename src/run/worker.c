@@ -364,6 +364,11 @@ void eph_worker_run(struct eph_service *svc, const char *run_id)
     uint64_t deadline = start_ns + (uint64_t)r.timeout_seconds * 1000000000u;
 
     struct eph_sandbox *sb = NULL;
+    if (!svc->sandbox_ops) {
+        /* A server started not ready, without a backend (see /healthz). */
+        fail_run(&r, EPH_RUN_FAILED, "sandbox_error", "this server has no usable sandbox backend");
+        goto settle;
+    }
     /* Compute runs from the start of the sandbox's creation; a pooled sandbox was made before
      * this run existed, so its compute runs from the take. */
     bool pooled = false;

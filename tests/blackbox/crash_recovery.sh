@@ -5,9 +5,19 @@
 . "$(dirname "$0")/lib.sh"
 [ -e "${EPHEMERAL_IMAGE:-$TOP/var/images/default}/bin/sh" ] || skip "no sandbox image (make image)"
 cd "$TOP"
+# The fixture's long command carries a marker unique to this test run, so that the commands counted
+# below are this test's and never those of another test or server on the host. The marker comes
+# after the sleep, so that the shell stays (it cannot exec sleep in its place) with it in its
+# command line.
+marker="eph-crash-$$-$RANDOM$RANDOM"
+mkdir -p "$TEST_TMP/sleepy/long"
+cp tests/fixtures/sleepy/long/request.json "$TEST_TMP/sleepy/long/"
+sed "s/sleep 300/sleep 300; echo $marker/" tests/fixtures/sleepy/long/transcript.jsonl \
+    >"$TEST_TMP/sleepy/long/transcript.jsonl"
+grep -q "$marker" "$TEST_TMP/sleepy/long/transcript.jsonl" || fail "the fixture has no sleep 300"
 cat >"$TEST_TMP/config.json" <<JSON
 {"default_model": "replay",
- "models": [{"id": "replay", "provider": "replay", "transcripts": "$TOP/tests/fixtures/sleepy",
+ "models": [{"id": "replay", "provider": "replay", "transcripts": "$TEST_TMP/sleepy",
              "input_micros_per_mtok": 50000, "output_micros_per_mtok": 200000}]}
 JSON
 # The namespaces backend: the checks below find the sandboxes' processes on the host, which
@@ -31,29 +41,21 @@ for id in "${ids[@]}"; do
     done
     [ "$n" -ge 1 ] || fail "run $id never reached its command"
 done
-# The guest processes of this server, by their parent chain: every ephemeral-init whose ancestor
-# is the server.
-guests() {
-    local p
-    for p in $(pgrep -f ephemeral-init); do
-        local a=$p
-        while [ "$a" -gt 1 ]; do
-            [ "$a" = "$1" ] && { echo "$p"; break; }
-            a=$(awk '/^PPid:/ {print $2}' "/proc/$a/status" 2>/dev/null || echo 1)
-        done
-    done
-}
-sleepers=$(pgrep -f 'sleep 300' | wc -l)
-[ "$sleepers" -ge 3 ] || fail "expected 3 sleeping commands, found $sleepers"
+# The model call comes just before its command starts: poll, bounded.
+for _ in $(seq 200); do
+    [ "$(pgrep -c -f "$marker")" -ge 3 ] && break
+    sleep 0.05
+done
+assert_eq "$(pgrep -c -f "$marker")" 3 "this test's sleeping commands"
 old_pid=$SERVER_PID
 kill -KILL "$old_pid"
 wait "$old_pid" 2>/dev/null
 # The sandboxes die with their server (parent-death signal): poll, bounded.
 for _ in $(seq 100); do
-    [ "$(pgrep -f 'sleep 300' | wc -l)" -eq 0 ] && break
+    [ "$(pgrep -c -f "$marker")" -eq 0 ] && break
     sleep 0.05
 done
-assert_eq "$(pgrep -f 'sleep 300' | wc -l)" 0 "sandbox processes after the server died"
+assert_eq "$(pgrep -c -f "$marker")" 0 "sandbox processes after the server died"
 
 # Restart on the same database.
 port=${EPHEMERAL_URL##*:}
@@ -83,11 +85,9 @@ done
 assert_eq "$(sqlite3 "$DB" "SELECT SUM(CASE kind WHEN 'credit' THEN micros WHEN 'charge' THEN -micros ELSE 0 END) FROM ledger")" \
     "$(jq .balance_micros <<<"$bal")" "balance derived from the ledger"
 # No cgroup of the dead server remains (the new one removed them at start-up).
-for c in /sys/fs/cgroup/*/ephemeral /sys/fs/cgroup/ephemeral /sys/fs/cgroup/unified/ephemeral; do
-    [ -d "$c" ] || continue
-    left=$(find "$c" -mindepth 1 -maxdepth 1 -type d -name "*-$old_pid-*" | wc -l)
-    assert_eq "$left" 0 "cgroups of the dead server under $c"
-done
-assert_eq "$(guests "$old_pid" | wc -l)" 0 "guests of the dead server"
+# Where this host keeps them is measured (v1 or v2), and must exist after namespaces sandboxes ran.
+[ -n "$(sandbox_cgroup_parents)" ] || fail "no sandbox cgroup directory on this host"
+assert_eq "$(server_cgroups "$old_pid" | wc -l)" 0 "cgroups of the dead server ($(cgroup_case))"
+assert_eq "$(server_guests "$old_pid" | wc -l)" 0 "guests of the dead server"
 grep -q 'worker_lost' "$SERVER_LOG" || grep -q 'recovery' "$SERVER_LOG" || fail "recovery not logged"
-echo "3 runs settled after SIGKILL"
+echo "3 runs settled after SIGKILL; $(cgroup_case) checked"

@@ -5,6 +5,10 @@ set -u
 : "${BUILD:?run through tests/run.sh}"
 : "${TEST_TMP:=$(mktemp -d /tmp/ephemeral-test.XXXXXX)}"
 EPHD=$BUILD/ephemerald
+# The image by its absolute path, so that a server started from another directory (store_full
+# runs in $TEST_TMP) finds it: serve refuses to start without a usable image.
+: "${EPHEMERAL_IMAGE:=${TOP:?run through tests/run.sh}/var/images/default}"
+export EPHEMERAL_IMAGE
 EPH=$BUILD/ephemeral
 _pids=()
 
@@ -58,13 +62,62 @@ start_server() {
     "$EPHD" serve --listen "127.0.0.1:$port" --db "$DB" "$@" >>"$SERVER_LOG" 2>&1 &
     SERVER_PID=$!
     _pids+=("$SERVER_PID")
-    for _ in $(seq 300); do
+    for _ in $(seq 600); do
         if curl -fsS "$EPHEMERAL_URL/healthz" >/dev/null 2>&1; then return 0; fi
         kill -0 "$SERVER_PID" 2>/dev/null || { cat "$SERVER_LOG" >&2; fail "server exited"; }
         sleep 0.05
     done
     cat "$SERVER_LOG" >&2
     fail "server did not become healthy"
+}
+
+# server_guests PID: the sandbox init processes (ephemeral-init) started by the server PID, found
+# by their parent chain, one per line: only that server's, never another's on the same host.
+server_guests() {
+    local p a
+    for p in $(pgrep -f ephemeral-init); do
+        a=$p
+        while [ "$a" -gt 1 ]; do
+            [ "$a" = "$1" ] && { echo "$p"; break; }
+            a=$(awk '/^PPid:/ {print $2}' "/proc/$a/status" 2>/dev/null || echo 1)
+        done
+    done
+}
+
+# sandbox_cgroup_parents: the directories this host keeps the namespaces backend's sandbox cgroups
+# under (ephemeral/ in each cgroup file system mounted here: the cgroup2 mount with cgroup v2, the
+# memory, pids and cpu hierarchies with v1), measured from /proc/self/mountinfo rather than
+# assumed, one "TYPE DIRECTORY" per line (TYPE: cgroup or cgroup2). Empty until a sandbox has been
+# made on this host.
+sandbox_cgroup_parents() {
+    local type mnt
+    awk '{ for (i = 1; i <= NF; i++) if ($i == "-") {
+               if ($(i+1) == "cgroup" || $(i+1) == "cgroup2") print $(i+1), $5; break } }' \
+        /proc/self/mountinfo | sort -u | while read -r type mnt; do
+        [ -d "$mnt/ephemeral" ] && echo "$type $mnt/ephemeral"
+    done
+}
+
+# server_cgroups PID: the sandbox cgroups of the server PID that exist, one per line.
+server_cgroups() {
+    local type parent
+    sandbox_cgroup_parents | while read -r type parent; do
+        find "$parent" -mindepth 1 -maxdepth 1 -type d -name "*-$1-*"
+    done
+}
+
+# cgroup_case: which layout the sandbox cgroups have on this host, for a test to say which case it
+# checked: "cgroup v2 (DIR)", "cgroup v1 (DIR DIR DIR)", or "no sandbox cgroup".
+cgroup_case() {
+    local parents
+    parents=$(sandbox_cgroup_parents)
+    if grep -q '^cgroup2 ' <<<"$parents"; then
+        echo "cgroup v2 ($(awk '$1 == "cgroup2" {print $2}' <<<"$parents" | tr '\n' ' ' | sed 's/ $//'))"
+    elif [ -n "$parents" ]; then
+        echo "cgroup v1 ($(awk '{print $2}' <<<"$parents" | tr '\n' ' ' | sed 's/ $//'))"
+    else
+        echo "no sandbox cgroup"
+    fi
 }
 
 # api METHOD PATH [curl args...]: prints the body, then "HTTP <code>" on the last line.

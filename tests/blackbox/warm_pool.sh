@@ -28,8 +28,8 @@ done
 # The pool refills in the background: idle sandboxes of this server exist while it runs.
 idle=0
 for _ in $(seq 100); do
-    idle=$(find /sys/fs/cgroup/pids/ephemeral /sys/fs/cgroup/ephemeral -mindepth 1 -maxdepth 1 \
-        -type d -name "*-$SERVER_PID-*" 2>/dev/null | wc -l)
+    # one cgroup per sandbox on v2, one in each of three hierarchies on v1: count names
+    idle=$(server_cgroups "$SERVER_PID" | sed 's|.*/||' | sort -u | wc -l)
     [ "$idle" -ge 2 ] && break
     sleep 0.05
 done
@@ -37,7 +37,5 @@ done
 pid=$SERVER_PID
 kill -TERM "$pid"
 wait "$pid" || fail "the server did not stop cleanly"
-left=$(find /sys/fs/cgroup/*/ephemeral /sys/fs/cgroup/ephemeral -mindepth 1 -maxdepth 1 \
-    -type d -name "*-$pid-*" 2>/dev/null | wc -l)
-assert_eq "$left" 0 "sandboxes of the pool left after shutdown"
-echo "3 runs from the pool, each on its own machine"
+assert_eq "$(server_cgroups "$pid" | wc -l)" 0 "sandboxes of the pool left after shutdown"
+echo "3 runs from the pool, each on its own machine; $(cgroup_case) checked"

@@ -3,12 +3,14 @@
 #include <errno.h>
 #include <pthread.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -177,7 +179,7 @@ static void test_concurrent_reservations_never_overdraw(void **state)
     check_balance(f, 100000, 98000, 2000);
 }
 
-static void test_unbalanced_settlement_is_a_bug(void **state)
+static void test_settling_a_live_run_is_refused(void **state)
 {
     /* run_finish refuses a terminal state that is not terminal. */
     struct fixture *f = *state;
@@ -187,6 +189,67 @@ static void test_unbalanced_settlement_is_a_bug(void **state)
     r.status = EPH_RUN_RUNNING;
     struct eph_run_final fin = {.run = &r};
     assert_int_equal(f->st->ops->run_finish(f->st, &fin), -EINVAL);
+    check_balance(f, 100000, 1000, 99000);
+    eph_run_release(&r);
+}
+
+/* Settles r in a child process; returns the signal that ended the child, or 0 when it returned
+ * (with run_finish's answer, 0 or not, in *finish_rc). Only unbalanced settlements are tried this
+ * way: the check refuses them before the store's file is touched. */
+static int settle_in_child(struct fixture *f, struct eph_run *r, int *finish_rc)
+{
+    fflush(NULL);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        struct eph_run_final fin = {.run = r};
+        int rc = f->st->ops->run_finish(f->st, &fin);
+        _exit(rc == 0 ? 0 : 1);
+    }
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    if (WIFSIGNALED(status))
+        return WTERMSIG(status);
+    *finish_rc = WEXITSTATUS(status);
+    return 0;
+}
+
+static void test_unbalanced_settlement_is_a_bug(void **state)
+{
+    /* A settlement whose charge and release do not add up to the reservation, or whose charge is
+     * not the sum of its parts, is a programmer error: the store aborts before writing it. */
+    struct fixture *f = *state;
+    struct eph_run r;
+    make_run(&r, f->org, 1000);
+    assert_int_equal(f->st->ops->run_insert(f->st, &r, NULL), 0);
+    r.status = EPH_RUN_COMPLETED;
+    r.finished_at_ms = eph_clock_real_ms();
+    int finish_rc = -1;
+
+    /* charged + released = 900 of a 1000 reservation */
+    r.cost.model_micros = 400;
+    r.cost.charged_micros = 400;
+    r.cost.released_micros = 500;
+    assert_int_equal(settle_in_child(f, &r, &finish_rc), SIGABRT);
+    /* charged (400) is not model + web + compute (300) */
+    r.cost.model_micros = 300;
+    r.cost.released_micros = 600;
+    assert_int_equal(settle_in_child(f, &r, &finish_rc), SIGABRT);
+    /* a negative release */
+    r.cost.model_micros = 1100;
+    r.cost.charged_micros = 1100;
+    r.cost.released_micros = -100;
+    assert_int_equal(settle_in_child(f, &r, &finish_rc), SIGABRT);
+    /* Nothing was written: the reservation still stands. */
+    check_balance(f, 100000, 1000, 99000);
+
+    /* The same settlement balanced goes through: the aborts above were the check's. */
+    r.cost.model_micros = 400;
+    r.cost.charged_micros = 400;
+    r.cost.released_micros = 600;
+    struct eph_run_final fin = {.run = &r};
+    assert_int_equal(f->st->ops->run_finish(f->st, &fin), 0);
+    check_balance(f, 100000 - 400, 0, 100000 - 400);
     eph_run_release(&r);
 }
 
@@ -198,6 +261,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_insufficient_balance, setup, teardown),
         cmocka_unit_test_setup_teardown(test_concurrent_reservations_never_overdraw, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_settling_a_live_run_is_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unbalanced_settlement_is_a_bug, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

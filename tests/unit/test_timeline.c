@@ -8,6 +8,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -135,16 +138,67 @@ static void test_event_json_shape(void **state)
 
 struct waiter {
     struct eph_live *l;
+    uint64_t after;
+    _Atomic pid_t tid;
     uint64_t seq;
     bool closed;
 };
 
+/* The waiter's own deadline is far beyond the test's bound, so that it can only return in time
+ * because it was woken, never because its wait expired. */
+#define WAITER_DEADLINE_NS (600ull * 1000000000u)
+/* How long the test waits for a waiter to block, then to wake: generous for a loaded machine. */
+#define BOUND_NS (20ull * 1000000000u)
+
 static void *wait_thread(void *arg)
 {
     struct waiter *w = arg;
-    /* Wait up to 30 s; the test wakes it long before. */
-    w->seq = eph_live_wait(w->l, 1, eph_clock_mono_ns() + 30ull * 1000000000u, &w->closed);
+    atomic_store(&w->tid, gettid());
+    w->seq = eph_live_wait(w->l, w->after, eph_clock_mono_ns() + WAITER_DEADLINE_NS, &w->closed);
     return NULL;
+}
+
+/* The state letter of one of this process's threads ('S' while it sleeps in a wait), or 0. */
+static char thread_state(pid_t tid)
+{
+    char path[64], line[512];
+    snprintf(path, sizeof(path), "/proc/self/task/%d/stat", (int)tid);
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return 0;
+    size_t n = fread(line, 1, sizeof(line) - 1, f);
+    fclose(f);
+    line[n] = '\0';
+    char *p = strrchr(line, ')'); /* the name may hold spaces and parentheses */
+    return p && p[1] == ' ' ? p[2] : 0;
+}
+
+/* Starts a waiter and returns once it is blocked in eph_live_wait: its thread sleeps, and it has
+ * not returned. The only sleep on its way in is the condition wait (the lock is not contended). */
+static void start_blocked_waiter(struct waiter *w, pthread_t *t)
+{
+    atomic_init(&w->tid, 0);
+    assert_int_equal(pthread_create(t, NULL, wait_thread, w), 0);
+    uint64_t until = eph_clock_mono_ns() + BOUND_NS;
+    while (eph_clock_mono_ns() < until) {
+        pid_t tid = atomic_load(&w->tid);
+        if (tid && thread_state(tid) == 'S' && pthread_tryjoin_np(*t, NULL) == EBUSY)
+            return;
+        sched_yield();
+    }
+    fail_msg("the waiter did not block within the bound");
+}
+
+/* Joins the waiter, failing if it is still blocked after the bound: it was not woken. */
+static void join_woken_waiter(pthread_t t)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += (time_t)(BOUND_NS / 1000000000u);
+    int rc = pthread_timedjoin_np(t, NULL, &ts);
+    if (rc == ETIMEDOUT)
+        fail_msg("the waiter was not woken");
+    assert_int_equal(rc, 0);
 }
 
 static void test_waiters_wake_on_emit_and_close(void **state)
@@ -152,21 +206,28 @@ static void test_waiters_wake_on_emit_and_close(void **state)
     char id[EPH_RUN_ID_LEN + 1];
     new_run(id, eph_clock_real_ms());
     struct eph_live *l = eph_live_get(id);
-    struct waiter w = {l, 0, false};
+    struct waiter w = {.l = l, .after = 1};
     pthread_t t;
-    pthread_create(&t, NULL, wait_thread, &w);
+    start_blocked_waiter(&w, &t);
     assert_int_equal(eph_live_emit(l, st, "worker", "worker.started", NULL, "worker started"), 0);
-    pthread_join(t, NULL);
+    join_woken_waiter(t);
     assert_int_equal(w.seq, 2);
     assert_false(w.closed);
 
+    /* Numbered but not yet stored: no wake-up. Closing wakes a waiter past that number. */
     struct eph_event e;
     eph_live_prepare(l, &e, "worker", "worker.destroyed", NULL, "%s charged", "$0.00");
     assert_int_equal(e.seq, 3);
     eph_event_release(&e);
+    struct waiter w2 = {.l = l, .after = 3};
+    start_blocked_waiter(&w2, &t);
     eph_live_close(l, 3, NULL);
+    join_woken_waiter(t);
+    assert_int_equal(w2.seq, 3);
+    assert_true(w2.closed);
+
     bool closed;
-    assert_int_equal(eph_live_wait(l, 3, eph_clock_mono_ns() + 30ull * 1000000000u, &closed), 3);
+    assert_int_equal(eph_live_wait(l, 3, eph_clock_mono_ns() + WAITER_DEADLINE_NS, &closed), 3);
     assert_true(closed);
     assert_true(eph_live_wait_closed(l, eph_clock_mono_ns()));
     /* A closed run is no longer found live, but the reference held stays valid. */
