@@ -17,6 +17,7 @@
 #include "common/log.h"
 #include "common/money.h"
 #include "common/text.h"
+#include "daemon/readiness.h"
 #include "run/live.h"
 
 #define CANCEL_WAIT_SECONDS 5
@@ -206,6 +207,12 @@ int eph_api_runs_create(struct eph_api_req *req)
     if (atomic_load(&svc->shutting_down))
         return eph_api_reply_error(req, 503, "api_error", "shutting_down", NULL,
                                    "the server is shutting down");
+    /* A server started not ready (on_unready "serve") takes no run it could only fail: nothing
+     * is reserved, and the caller is told what the operator must do. */
+    char why[512];
+    if (svc->readiness && !eph_readiness_can_run(svc->readiness, svc, why, sizeof(why)))
+        return eph_api_reply_error(req, 503, "api_error", "not_ready", NULL,
+                                   "the server is not ready to run: %s", why);
     unsigned wait;
     if (!eph_api_prefer_wait(req, EPH_API_WAIT_MAX, &wait))
         return MHD_YES;

@@ -308,16 +308,35 @@ bool eph_readiness_check(struct eph_readiness *r, struct eph_service *svc)
     return ok;
 }
 
-json_t *eph_readiness_report(struct eph_readiness *r, struct eph_service *svc, bool *ready)
+/* The image again, and an unusable backend again when its retry time has come. Under r->lock. */
+static void recheck_sandbox(struct eph_readiness *r, struct eph_service *svc)
 {
-    pthread_mutex_lock(&r->lock);
-    check_store(r, svc);
     check_image(r, svc);
     uint64_t now_ms = eph_clock_mono_ns() / 1000000u;
     if (!r->ok[PART_BACKEND] && !r->no_backend &&
         (!r->ok[PART_IMAGE] || r->backend_checked_ms == 0 ||
          now_ms - r->backend_checked_ms >= RETRY_MS))
         check_backend(r, svc);
+}
+
+bool eph_readiness_can_run(struct eph_readiness *r, struct eph_service *svc, char *why,
+                           size_t whylen)
+{
+    pthread_mutex_lock(&r->lock);
+    if (!r->ok[PART_IMAGE] || !r->ok[PART_BACKEND])
+        recheck_sandbox(r, svc);
+    bool ok = r->ok[PART_IMAGE] && r->ok[PART_BACKEND];
+    if (!ok && why && whylen)
+        snprintf(why, whylen, "%s", r->message[r->ok[PART_IMAGE] ? PART_BACKEND : PART_IMAGE]);
+    pthread_mutex_unlock(&r->lock);
+    return ok;
+}
+
+json_t *eph_readiness_report(struct eph_readiness *r, struct eph_service *svc, bool *ready)
+{
+    pthread_mutex_lock(&r->lock);
+    check_store(r, svc);
+    recheck_sandbox(r, svc);
     bool shutting = atomic_load(&svc->shutting_down);
     bool ok = r->ok[PART_STORE] && r->ok[PART_IMAGE] && r->ok[PART_BACKEND] && !shutting;
     json_t *body =

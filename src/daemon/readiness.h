@@ -41,6 +41,11 @@ void eph_readiness_free(struct eph_readiness *r);
 void eph_readiness_no_backend(struct eph_readiness *r, const char *why);
 /* Checks every part now and logs each unusable one with what to do; true when all are usable. */
 bool eph_readiness_check(struct eph_readiness *r, struct eph_service *svc);
+/* Whether a run could be started now: the image and the backend are usable (an unusable one is
+ * checked again first, as for the report). When not, what is missing and what to do is in why.
+ * The store is not part of it: a create that cannot store its run answers for itself. */
+bool eph_readiness_can_run(struct eph_readiness *r, struct eph_service *svc, char *why,
+                           size_t whylen);
 /* The report for /healthz: {"status", "store": {...}, "image": {...}, "backend": {...},
  * "shutting_down"}, each part {"ok", "message" when not}. The store and the image are checked
  * again at each call (both are cheap); an unusable backend is tried again at most every few

@@ -122,21 +122,29 @@ assert_eq "$(jq -r .backend.ok <<<"$body")" false "backend part"
 assert_contains "$(jq -r .backend.message <<<"$body")" namespaces "backend message"
 kill -TERM "$PID"; wait "$PID"
 
-# ... and no backend at all (one that cannot be chosen): started not ready, a run fails cleanly.
+# ... and no backend at all (one that cannot be chosen): started not ready, a create is refused
+# with 503 and what is missing, and nothing is reserved.
 key=$("$EPHD" admin init --db "$TEST_TMP/no-backend.db") || fail "admin init"
 serve_with no-backend '{"on_unready": "serve", "sandbox": {"backend": "nosuch"}}'
 read -r code body <<<"$(health)"
 assert_eq "$code" 503 "healthz without a backend"
 assert_eq "$(jq -r .backend.message <<<"$body")" \
     "no usable sandbox backend: unknown sandbox backend 'nosuch'" "no backend message"
-run=$(curl -sS -X POST "http://127.0.0.1:$PORT/v1/runs" -H "Authorization: Bearer $key" \
-    -H 'Content-Type: application/json' -H 'Prefer: wait=30' \
+before=$(curl -sS "http://127.0.0.1:$PORT/v1/balance" -H "Authorization: Bearer $key")
+out=$(curl -sS -D "$TEST_TMP/no-backend.h" -w '\n%{http_code}' -X POST "http://127.0.0.1:$PORT/v1/runs" \
+    -H "Authorization: Bearer $key" -H 'Content-Type: application/json' \
     -d @examples/sandbox-proof/request.json)
-assert_eq "$(jq -r .status <<<"$run")" failed "a run without a backend ($run)"
-assert_eq "$(jq -r .error.code <<<"$run")" sandbox_error "its error"
-assert_eq "$(jq -r .error.message <<<"$run")" "this server has no usable sandbox backend" "its message"
-assert_eq "$(jq '.cost.charged_micros + .cost.released_micros' <<<"$run")" \
-    "$(jq .permissions.max_cost_micros <<<"$run")" "settled"
+assert_eq "$(tail -n 1 <<<"$out")" 503 "a create without a backend"
+run=$(head -n 1 <<<"$out")
+assert_eq "$(jq -r .error.code <<<"$run")" not_ready "its code ($run)"
+assert_eq "$(jq -r .error.message <<<"$run")" \
+    "the server is not ready to run: no usable sandbox backend: unknown sandbox backend 'nosuch'" \
+    "its message"
+grep -qi '^Retry-After: ' "$TEST_TMP/no-backend.h" || fail "no Retry-After on the 503"
+after=$(curl -sS "http://127.0.0.1:$PORT/v1/balance" -H "Authorization: Bearer $key")
+assert_eq "$after" "$before" "nothing reserved by the refused create"
+runs=$(curl -sS "http://127.0.0.1:$PORT/v1/runs" -H "Authorization: Bearer $key")
+assert_eq "$(jq '.data | length' <<<"$runs")" 0 "no run was made"
 kill -TERM "$PID"; wait "$PID"
 
 # 5. A store that cannot open (its path is a directory): never started, whatever on_unready says.
