@@ -21,7 +21,8 @@ struct eph_live {
     bool closed;
     atomic_bool cancel;
     atomic_bool lease_lost;
-    atomic_bool worked_here; /* a worker of this process works on it (else: followed) */
+    atomic_bool worked_here;  /* a worker of this process works on it (else: followed) */
+    atomic_bool worker_taken; /* one worker of this process has taken it (eph_live_take_worker) */
     /* Serialises this run's emitters: numbers are assigned and events stored in order, outside
      * live_lock, so that a slow store write never holds up another run or a reader. */
     pthread_mutex_t emit_lock;
@@ -87,6 +88,7 @@ int eph_live_register(const char *run_id, int64_t created_at_ms, uint64_t last_s
     atomic_init(&l->cancel, false);
     atomic_init(&l->lease_lost, false);
     atomic_init(&l->worked_here, false);
+    atomic_init(&l->worker_taken, false);
     pthread_mutex_init(&l->emit_lock, NULL);
     atomic_init(&l->compute_start_ns, 0);
     pthread_mutex_lock(&live_lock);
@@ -407,6 +409,16 @@ int eph_live_foreach(void (*fn)(struct eph_live *l, void *ctx), void *ctx)
 void eph_live_set_worked_here(struct eph_live *l)
 {
     atomic_store(&l->worked_here, true);
+}
+
+bool eph_live_take_worker(struct eph_live *l)
+{
+    return !atomic_exchange(&l->worker_taken, true);
+}
+
+void eph_live_drop_worker(struct eph_live *l)
+{
+    atomic_store(&l->worker_taken, false);
 }
 
 bool eph_live_worked_here(struct eph_live *l)

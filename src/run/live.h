@@ -90,6 +90,12 @@ bool eph_live_is_lease_lost(struct eph_live *l);
  * publishes an event another process stored (seq), and with final (worker.destroyed) closes a
  * followed run. */
 void eph_live_set_worked_here(struct eph_live *l);
+/* One worker of this process per run: true for the first caller, false while another holds it.
+ * A run reaches a node's workers two ways (its own queue, and a claim of the oldest queued run
+ * on a shared store), and a node's lease cannot tell its own workers apart. drop_worker gives it
+ * back when the worker did not get the run's lease. */
+bool eph_live_take_worker(struct eph_live *l);
+void eph_live_drop_worker(struct eph_live *l);
 bool eph_live_worked_here(struct eph_live *l);
 void eph_live_observe(struct eph_live *l, uint64_t seq, bool final);
 /* Calls fn for every registered run, with a reference held and no lock held. */

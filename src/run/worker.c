@@ -306,6 +306,13 @@ void eph_worker_run(struct eph_service *svc, const char *run_id)
         eph_live_put(live);
         return;
     }
+    /* Another worker of this node may have it already: the lease is the node's, not the
+     * worker's, so it would be granted twice. */
+    if (!eph_live_take_worker(live)) {
+        eph_run_release(&r);
+        eph_live_put(live);
+        return;
+    }
     /* The lease: from here this node works on the run; the lease keeper renews it. */
     rc = st->ops->run_claim(st, run_id, svc->node_id,
                             eph_clock_real_ms() + (int64_t)svc->cfg->lease_seconds * 1000);
@@ -314,6 +321,7 @@ void eph_worker_run(struct eph_service *svc, const char *run_id)
          * out of reach (the run stays queued there for whichever node reaches it first). */
         if (rc != -EALREADY)
             EPH_WARN("worker", "run %s: not claimed: %s", run_id, eph_strerror(rc));
+        eph_live_drop_worker(live);
         eph_run_release(&r);
         eph_live_put(live);
         return;
