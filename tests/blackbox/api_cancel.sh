@@ -84,6 +84,8 @@ api POST "/v1/runs/$busy/cancel" >/dev/null
 # files take a while to place; the cancel is sent the moment the stream shows worker.started, the
 # event just before the files are written. Should it land after them, the run is in its long
 # command and a cancel there must give the same answer; the message says which moment it hit.
+# tests/unit/test_worker_files.c holds the window open with a fake backend, so that moment is
+# proved there every time.
 python3 - "$TEST_TMP/files.json" "$SLOW_PROMPT" <<'PY'
 import base64, json, os, sys
 files = [{"path": f"data/f{i}", "content_base64": base64.b64encode(os.urandom(100 * 1024)).decode()}

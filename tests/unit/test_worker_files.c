@@ -1,0 +1,275 @@
+/* The worker's file step (src/run/worker.c) against a fake sandbox backend whose file write
+ * blocks until the sandbox is interrupted: a cancel that arrives while the request's files are
+ * being placed ends the run `cancelled` (not `failed`), settled, with nothing left reserved. The
+ * black-box test (api_cancel.sh) cannot make its cancel land in that window every time; here the
+ * fake backend holds the window open until the cancel has been sent. */
+#include <errno.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cmocka.h>
+
+#include "agent/model.h"
+#include "api/api.h"
+#include "common/clock.h"
+#include "run/live.h"
+#include "run/service.h"
+#include "store/store.h"
+
+/* ---- a backend whose file write blocks until interrupted ---- */
+
+struct fake_sandbox {
+    struct eph_sandbox base;
+};
+
+static pthread_mutex_t fake_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t fake_cond = PTHREAD_COND_INITIALIZER;
+static unsigned fake_writes;    /* write_file calls entered */
+static bool fake_interrupted;   /* interrupt was called */
+static unsigned fake_created;   /* create calls */
+static unsigned fake_destroyed; /* destroy calls */
+
+static int fake_create(const struct eph_sandbox_config *cfg, struct eph_sandbox **out)
+{
+    struct fake_sandbox *f = calloc(1, sizeof(*f));
+    if (!f)
+        return -ENOMEM;
+    extern const struct eph_sandbox_ops fake_ops;
+    f->base.ops = &fake_ops;
+    pthread_mutex_lock(&fake_lock);
+    fake_created++;
+    pthread_mutex_unlock(&fake_lock);
+    *out = &f->base;
+    return 0;
+}
+
+static int fake_exec(struct eph_sandbox *sb, const struct eph_exec_request *req,
+                     struct eph_exec_result *res)
+{
+    fail_msg("no command may run: the run was cancelled while its files were placed");
+    return -ENOSYS;
+}
+
+static int fake_write_file(struct eph_sandbox *sb, const char *path, const void *data, size_t len,
+                           unsigned mode)
+{
+    pthread_mutex_lock(&fake_lock);
+    fake_writes++;
+    pthread_cond_broadcast(&fake_cond);
+    /* Held until the cancel interrupts the sandbox, as a large file over a slow channel is. */
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 30;
+    int rc = 0;
+    while (!fake_interrupted && rc == 0)
+        rc = pthread_cond_timedwait(&fake_cond, &fake_lock, &until);
+    bool interrupted = fake_interrupted;
+    pthread_mutex_unlock(&fake_lock);
+    return interrupted ? -EINTR : -ETIMEDOUT;
+}
+
+static int fake_read_file(struct eph_sandbox *sb, const char *path, size_t cap, struct eph_buf *out)
+{
+    return -ENOSYS;
+}
+
+static const char *fake_scratch_dir(struct eph_sandbox *sb)
+{
+    return "/tmp/scratch";
+}
+
+static void fake_interrupt(struct eph_sandbox *sb)
+{
+    pthread_mutex_lock(&fake_lock);
+    fake_interrupted = true;
+    pthread_cond_broadcast(&fake_cond);
+    pthread_mutex_unlock(&fake_lock);
+}
+
+static int fake_destroy(struct eph_sandbox *sb)
+{
+    pthread_mutex_lock(&fake_lock);
+    fake_destroyed++;
+    pthread_mutex_unlock(&fake_lock);
+    free(sb);
+    return 0;
+}
+
+const struct eph_sandbox_ops fake_ops = {
+    .name = "fake",
+    .ready_message = "fake sandbox ready",
+    .destroyed_message = "fake sandbox destroyed",
+    .create = fake_create,
+    .exec = fake_exec,
+    .write_file = fake_write_file,
+    .read_file = fake_read_file,
+    .scratch_dir = fake_scratch_dir,
+    .interrupt = fake_interrupt,
+    .destroy = fake_destroy,
+};
+
+/* ---- the service around one worker ---- */
+
+struct fixture {
+    char dir[64];
+    struct eph_config cfg;
+    struct eph_store *st;
+    struct eph_service svc;
+    struct eph_model *model;
+    char org[48];
+};
+
+static int setup(void **state)
+{
+    struct fixture *f = calloc(1, sizeof(*f));
+    assert_non_null(f);
+    assert_int_equal(eph_config_defaults(&f->cfg), 0);
+    /* The replay model of the embedded defaults, from the repository's examples. */
+    const char *top = getenv("TOP");
+    char transcripts[512];
+    snprintf(transcripts, sizeof(transcripts), "%s/examples", top && *top ? top : ".");
+    free(f->cfg.models[0].transcripts);
+    f->cfg.models[0].transcripts = strdup(transcripts);
+    char err[256];
+    const struct eph_model_ops *mops = eph_model_provider(f->cfg.models[0].provider);
+    assert_non_null(mops);
+    assert_int_equal(mops->open(&f->cfg.models[0], &f->model, err, sizeof(err)), 0);
+
+    snprintf(f->dir, sizeof(f->dir), "/tmp/eph-worker-XXXXXX");
+    assert_non_null(mkdtemp(f->dir));
+    char path[128];
+    snprintf(path, sizeof(path), "%s/t.db", f->dir);
+    assert_int_equal(eph_store_open(path, &f->st, err, sizeof(err)), 0);
+    bool created;
+    assert_int_equal(
+        f->st->ops->org_ensure(f->st, "acme", 100000, f->org, sizeof(f->org), &created), 0);
+    f->svc.cfg = &f->cfg;
+    f->svc.store = f->st;
+    f->svc.sandbox_ops = &fake_ops;
+    f->svc.models = &f->model;
+    snprintf(f->svc.node_id, sizeof(f->svc.node_id), "test-node");
+    assert_int_equal(eph_live_init(), 0);
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    struct fixture *f = *state;
+    f->st->ops->close(f->st);
+    f->model->ops->free(f->model);
+    eph_config_release(&f->cfg);
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", f->dir);
+    assert_int_equal(system(cmd), 0);
+    free(f);
+    return 0;
+}
+
+static int submit_nothing(const char *run_id)
+{
+    return 0; /* the test runs the worker itself */
+}
+
+struct worker_arg {
+    struct eph_service *svc;
+    const char *id;
+};
+
+static void *worker_thread(void *p)
+{
+    struct worker_arg *a = p;
+    eph_worker_run(a->svc, a->id);
+    return NULL;
+}
+
+static void test_cancel_while_files_are_placed(void **state)
+{
+    struct fixture *f = *state;
+    const char *id = "run_0000000000000000000000000000f11e";
+    struct eph_run r;
+    eph_run_init(&r);
+    snprintf(r.id, sizeof(r.id), "%s", id);
+    snprintf(r.org_id, sizeof(r.org_id), "%s", f->org);
+    r.status = EPH_RUN_QUEUED;
+    r.model = strdup(f->cfg.default_model);
+    r.prompt = strdup("the prompt");
+    r.shell = true;
+    r.connections = json_array();
+    r.metadata = json_object();
+    r.files = json_pack("[{s:s, s:s}, {s:s, s:s}]", "path", "data/a.txt", "content_base64",
+                        "aGVsbG8K", "path", "data/b.txt", "content_base64", "d29ybGQK");
+    r.timeout_seconds = 60;
+    r.created_at_ms = eph_clock_real_ms();
+    r.cost.reserved_micros = 30000;
+    struct eph_event first;
+    memset(&first, 0, sizeof(first));
+    first.seq = 1;
+    first.at_ms = r.created_at_ms;
+    snprintf(first.source, sizeof(first.source), "queue");
+    snprintf(first.type, sizeof(first.type), "run.queued");
+    first.message = strdup("budget reserved");
+    bool queue_failed = false;
+    assert_int_equal(
+        eph_api_run_admit(&f->svc, &r, &first, NULL, NULL, submit_nothing, &queue_failed), 0);
+    eph_event_release(&first);
+    eph_run_release(&r);
+
+    pthread_t t;
+    struct worker_arg arg = {&f->svc, id};
+    assert_int_equal(pthread_create(&t, NULL, worker_thread, &arg), 0);
+
+    /* The worker is inside the first file write: the window is open. */
+    pthread_mutex_lock(&fake_lock);
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 30;
+    int rc = 0;
+    while (fake_writes == 0 && rc == 0)
+        rc = pthread_cond_timedwait(&fake_cond, &fake_lock, &until);
+    unsigned writes = fake_writes;
+    pthread_mutex_unlock(&fake_lock);
+    assert_int_equal(writes, 1);
+
+    /* The cancel, as the API's cancel handler sends it. */
+    struct eph_live *l = eph_live_get(id);
+    assert_non_null(l);
+    eph_live_cancel(l);
+    eph_live_put(l);
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 60;
+    assert_int_equal(pthread_timedjoin_np(t, NULL, &until), 0);
+
+    struct eph_run got;
+    assert_int_equal(f->st->ops->run_get(f->st, id, f->org, &got), 0);
+    assert_int_equal(got.status, EPH_RUN_CANCELLED);
+    assert_string_equal(got.error_code, "cancelled");
+    assert_non_null(strstr(got.error_message, "while its files were being placed"));
+    assert_int_equal(got.cost.charged_micros + got.cost.released_micros, 30000);
+    eph_run_release(&got);
+
+    struct eph_balance b;
+    assert_int_equal(f->st->ops->balance(f->st, f->org, &b), 0);
+    assert_int_equal(b.reserved_micros, 0);
+    /* One sandbox, destroyed; the second file was never written. */
+    pthread_mutex_lock(&fake_lock);
+    assert_int_equal(fake_created, 1);
+    assert_int_equal(fake_destroyed, 1);
+    assert_int_equal(fake_writes, 1);
+    pthread_mutex_unlock(&fake_lock);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_cancel_while_files_are_placed, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
