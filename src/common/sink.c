@@ -1,0 +1,37 @@
+/*
+ * sink.c - formatting for event sinks (sink.h).
+ */
+#include "common/sink.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+int eph_sink_emit(const struct eph_sink *sink, const char *source, const char *type, json_t *data,
+                  const char *fmt, ...)
+{
+    if (!sink || !sink->event) {
+        json_decref(data);
+        return 0;
+    }
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (n < 0) {
+        msg[0] = '\0';
+    } else if ((size_t)n >= sizeof msg) {
+        /* Cut on a character boundary and say so: a message stays valid UTF-8. */
+        size_t end = sizeof msg - 4;
+        while (end > 0 && ((unsigned char)msg[end] & 0xC0) == 0x80)
+            end--;
+        memcpy(msg + end, "\xE2\x80\xA6", 4); /* "…" and the terminator */
+    }
+    return sink->event(sink->ctx, source, type, data, msg);
+}
+
+int eph_sink_progress(const struct eph_sink *sink)
+{
+    return sink && sink->progress ? sink->progress(sink->ctx) : 0;
+}

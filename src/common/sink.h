@@ -1,0 +1,45 @@
+/*
+ * sink.h - how a lower layer reports what happens and learns that it must stop, without knowing
+ * who listens.
+ *
+ * The agent loop, its tools and the broker's egress report timeline events through a sink and
+ * poll a cancel token; the run layer (run/worker.c) supplies both, backed by the live timeline and
+ * the store. So agent/ and sandbox/ know nothing of runs, the live registry or the store, and a
+ * unit test can hand them a sink that records events in memory.
+ */
+#ifndef EPH_SINK_H
+#define EPH_SINK_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#include <jansson.h>
+
+struct eph_sink {
+    void *ctx;
+    /* One timeline event. data (may be NULL) is stolen, also on failure; message is one line for
+     * people, never a secret. Returns 0 or -errno (the event could not be recorded). */
+    int (*event)(void *ctx, const char *source, const char *type, json_t *data,
+                 const char *message);
+    /* Optional (may be NULL): the caller's usage and cost changed, so that the owner can persist
+     * them and a crash settles what was measured. Returns 0 or -errno. */
+    int (*progress)(void *ctx);
+};
+
+/* Formats the message and calls sink->event. A NULL sink drops the event (data released). */
+int eph_sink_emit(const struct eph_sink *sink, const char *source, const char *type, json_t *data,
+                  const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+/* Calls sink->progress when there is one; 0 otherwise. */
+int eph_sink_progress(const struct eph_sink *sink);
+
+/* A cancel token: a flag owned by the caller's caller, set once, read by anyone. */
+struct eph_cancel {
+    const atomic_bool *flag; /* NULL: never cancelled */
+};
+
+static inline bool eph_cancelled(const struct eph_cancel *c)
+{
+    return c && c->flag && atomic_load(c->flag);
+}
+
+#endif
