@@ -114,10 +114,16 @@ static const char v3[] =
     "ALTER TABLE runs ADD COLUMN node_id TEXT;"
     "ALTER TABLE runs ADD COLUMN lease_expires_at INTEGER;";
 
+/* A replay (SPEC 8.5): the run it replays, and how many tool results differed from the
+ * original's. */
+static const char v5[] = "ALTER TABLE runs ADD COLUMN replay_of TEXT;"
+                         "ALTER TABLE runs ADD COLUMN divergences INTEGER NOT NULL DEFAULT 0;";
+
 const struct eph_migration eph_sqlite_migrations[] = {
     {1, "initial schema", v1},
     {2, "key prefixes, connections", v2},
     {3, "running balance, leases", v3},
+    {5, "replays", v5},
 };
 const unsigned eph_sqlite_migrations_count =
     sizeof(eph_sqlite_migrations) / sizeof(eph_sqlite_migrations[0]);
