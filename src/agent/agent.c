@@ -269,12 +269,14 @@ int eph_agent_run(struct eph_agent_ctx *ctx, struct eph_agent_outcome *out)
         mt.call = turn;
         mt.lowered = mt.budget_first = mt.capped = false;
         mt.deadline_ns = ctx->deadline_ns;
-        struct eph_model_request req = {.messages = messages,
-                                        .tools = tools,
-                                        .max_tokens = m->max_output_tokens,
-                                        .deadline_ns = ctx->deadline_ns,
-                                        .cancel = eph_live_cancel_flag(ctx->live),
-                                        .prompt = r->prompt};
+        struct eph_model_request req = {
+            .messages = messages,
+            .tools = tools,
+            .max_tokens = m->max_output_tokens,
+            .deadline_ns = ctx->deadline_ns,
+            .cancel = eph_live_cancel_flag(ctx->live),
+            .prompt = r->prompt,
+            .recording = json_string_value(json_object_get(r->metadata, "transcript"))};
         struct eph_model_response resp;
         char err[256] = "";
         int rc = eph_model_call(ctx->model, &req, &meter, &resp, err, sizeof(err));
@@ -291,7 +293,11 @@ int eph_agent_run(struct eph_agent_ctx *ctx, struct eph_agent_outcome *out)
                 /* an idle timeout is the provider's failure, not the run's time limit */
                 char msg[300];
                 snprintf(msg, sizeof(msg), "model call %u failed: %s", turn, err);
-                outcome(out, EPH_RUN_FAILED, rc == -ENOENT ? "no_recording" : "model_error", msg);
+                outcome(out, EPH_RUN_FAILED,
+                        rc == -ENOENT    ? "no_recording"
+                        : rc == -ENODATA ? "replay_exhausted"
+                                         : "model_error",
+                        msg);
             }
             goto done;
         }

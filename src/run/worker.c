@@ -28,6 +28,7 @@
 #include "ledger/budget.h"
 #include "run/egress.h"
 #include "run/live.h"
+#include "run/replay_run.h"
 #include "run/service.h"
 #include "sandbox/pool.h"
 
@@ -333,6 +334,7 @@ void eph_worker_run(struct eph_service *svc, const char *run_id)
     struct eph_model *model = eph_service_model(svc, r.model);
     struct eph_budget budget;
     eph_budget_init(&budget, r.cost.reserved_micros, svc->cfg->prices.compute_micros_per_second);
+    struct eph_replay_run *replay = NULL;
 
     if (r.zdr) {
         /* The prompt never reached the store; it waits on the live entry. */
@@ -349,6 +351,16 @@ void eph_worker_run(struct eph_service *svc, const char *run_id)
     if (eph_live_cancelled(live)) {
         fail_cancelled(svc, &r, "before the run started");
         goto settle;
+    }
+    if (r.replay_of) {
+        /* A replay answers from the original's record, not from its model. */
+        char why[256];
+        if (eph_replay_run_open(svc, &r, live, &replay, why, sizeof(why))) {
+            fail_run(&r, EPH_RUN_FAILED, "replay_error", why);
+            goto settle;
+        }
+        mcfg = eph_replay_run_config(replay);
+        model = eph_replay_run_model(replay);
     }
     if (!mcfg || !model) {
         fail_run(&r, EPH_RUN_FAILED, "model_unavailable", "the run's model is not configured");
@@ -482,6 +494,7 @@ settle_costs:;
                       &r.cost.compute_micros, &charged, &released);
 settle:
     settle(svc, live, &r, 0, 0);
+    eph_replay_run_free(replay);
     eph_run_release(&r);
     eph_live_put(live);
 }
