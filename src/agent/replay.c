@@ -727,10 +727,13 @@ static int answer(struct replay_model *m, const struct eph_replay_record *rec,
     json_array_foreach(calls, i, call)
     {
         json_t *args = json_object_get(call, "arguments");
+        /* No arguments at all are "{}" (eph_model_add_call). */
         char *raw = json_is_string(args) ? strdup(json_string_value(args))
-                                         : json_dumps(args ? args : json_object(), JSON_COMPACT);
+                    : args               ? json_dumps(args, JSON_COMPACT | JSON_ENCODE_ANY)
+                                         : NULL;
         int rc =
-            raw ? eph_model_add_call(resp, json_string_value(json_object_get(call, "id")),
+            raw || !args
+                ? eph_model_add_call(resp, json_string_value(json_object_get(call, "id")),
                                      json_string_value(json_object_get(call, "name")), raw, ++n)
                 : -ENOMEM;
         free(raw);
