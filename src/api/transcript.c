@@ -110,9 +110,9 @@ int eph_api_runs_transcript(struct eph_api_req *req, const char *id)
     if (rc)
         return eph_api_reply_store_unavailable(req);
     if (r.zdr || r.log_purged) {
+        const char *why = r.zdr ? "it has zero data retention" : "its log was purged (retention)";
         eph_run_release(&r);
-        return no_record(req, id,
-                         r.zdr ? "it has zero data retention" : "its log was purged (retention)");
+        return no_record(req, id, why);
     }
     struct transcript *t = calloc(1, sizeof(*t));
     json_t *first = eph_transcript_run_line(&r);
@@ -130,9 +130,8 @@ int eph_api_runs_transcript(struct eph_api_req *req, const char *id)
     json_decref(first);
     t->svc = req->svc;
     snprintf(t->id, sizeof(t->id), "%s", id);
-    struct MHD_Response *resp =
-        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 65536, transcript_read, t,
-                                          transcript_free);
+    struct MHD_Response *resp = MHD_create_response_from_callback(
+        MHD_SIZE_UNKNOWN, 65536, transcript_read, t, transcript_free);
     if (!resp) {
         transcript_free(t);
         return MHD_NO;
@@ -184,8 +183,7 @@ int eph_api_replay_prepare(struct eph_api_req *req, json_t *body, struct eph_api
     }
     const char *id = orig->id;
     if (orig->zdr || orig->log_purged) {
-        rc = REPLAY_BAD("replay_not_possible", "replay_of",
-                        "run '%s' cannot be replayed: %s", id,
+        rc = REPLAY_BAD("replay_not_possible", "replay_of", "run '%s' cannot be replayed: %s", id,
                         orig->zdr ? "it has zero data retention, so there is no record"
                                   : "its log was purged (retention)");
     } else if (!eph_run_status_terminal(orig->status)) {
@@ -204,9 +202,9 @@ int eph_api_replay_prepare(struct eph_api_req *req, json_t *body, struct eph_api
                         "a replay cannot widen the original's permissions: run '%s' had no shell",
                         id);
     } else if (json_object_get(body, "web") && c->web && !orig->web) {
-        rc = REPLAY_BAD("permission_widened", "web",
-                        "a replay cannot widen the original's permissions: run '%s' had no web",
-                        id);
+        rc =
+            REPLAY_BAD("permission_widened", "web",
+                       "a replay cannot widen the original's permissions: run '%s' had no web", id);
     } else if (c->connections && !names_within(c->connections, orig->connections)) {
         rc = REPLAY_BAD("permission_widened", "connections",
                         "a replay cannot widen the original's permissions: a connection run "

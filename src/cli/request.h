@@ -36,6 +36,7 @@ struct eph_cli_run_opts {
     const char **connections;
     size_t nconnections;
     bool zdr;
+    const char *replay_of; /* --replay-of RUN */
     const char *idempotency_key;
     bool detach;
     bool json;

@@ -46,6 +46,17 @@ assert_eq "$(jq -rs '[.[] | .kind] - ["run", "model_turn", "tool_call", "exchang
 assert_eq "$(jq -s '[.[] | select(.kind != "run") | .seq] | . == sort' "$TEST_TMP/orig.jsonl")" true \
     "lines in timeline order"
 
+# The CLI saves the same record.
+"$EPH" transcript "$orig" >"$TEST_TMP/cli.jsonl" || fail "ephemeral transcript"
+cmp -s "$TEST_TMP/cli.jsonl" "$TEST_TMP/orig.jsonl" || fail "ephemeral transcript differs from the API's"
+"$EPH" transcript "$zdr" >"$TEST_TMP/zdr.jsonl" 2>"$TEST_TMP/zdr.err"
+assert_eq "$?" 2 "ephemeral transcript of a zero-data-retention run"
+assert_contains "$(cat "$TEST_TMP/zdr.err")" "zero data retention" "its message"
+[ ! -s "$TEST_TMP/zdr.jsonl" ] || fail "a transcript of a zero-data-retention run was written"
+"$EPH" run --replay-of run_nothere --budget 0.1 2>"$TEST_TMP/usage.err"
+assert_eq "$?" 2 "ephemeral run --replay-of with a bad id"
+assert_contains "$(cat "$TEST_TMP/usage.err")" "--replay-of" "its message"
+
 out=$(api GET "/v1/runs/$zdr/transcript")
 assert_error "$out" 404 not_found_error
 other=$(new_org other) || fail "second org"
@@ -113,4 +124,13 @@ api GET "/v1/runs/$rep/transcript" | sed '$d' >"$TEST_TMP/rep.jsonl"
 assert_eq "$(jq -sc '[.[] | select(.kind == "divergence") | .call_id]' "$TEST_TMP/rep.jsonl")" '["r1"]' \
     "the divergence in the replay's transcript"
 assert_eq "$(head -n 1 "$TEST_TMP/rep.jsonl" | jq -r .replay_of)" "$orig" "the transcript says what it replays"
+
+# The CLI: a replay made with --replay-of, and `ephemeral replay` listing its divergences.
+NO_COLOR=1 "$EPH" run --replay-of "$orig" --budget 0.1 --json >"$TEST_TMP/cli-rep.json" ||
+    fail "ephemeral run --replay-of: $(cat "$TEST_TMP/cli-rep.json")"
+assert_eq "$(jq -r .replay.of "$TEST_TMP/cli-rep.json")" "$orig" "ephemeral run --replay-of"
+assert_eq "$(jq -r .cost.model_micros "$TEST_TMP/cli-rep.json")" 0 "its model cost"
+out=$(NO_COLOR=1 "$EPH" replay "$rep") || fail "ephemeral replay"
+assert_contains "$out" "Replay of $orig: 1 divergence" "ephemeral replay says what it replays"
+assert_contains "$out" "divergence in shell (turn 1) · call r1" "and lists the divergence"
 echo "ok"
