@@ -51,9 +51,9 @@ static void diverged(void *ctx, const struct eph_replay_divergence *d)
 {
     struct eph_replay_run *rr = ctx;
     rr->run->divergences++;
-    json_t *data = json_pack("{s:I, s:s, s:s, s:s, s:s}", "turn", (json_int_t)d->turn, "call_id",
-                             d->call_id, "tool", d->tool, "original", d->original, "replayed",
-                             d->replayed);
+    json_t *data =
+        json_pack("{s:I, s:s, s:s, s:s, s:s}", "turn", (json_int_t)d->turn, "call_id", d->call_id,
+                  "tool", d->tool, "original", d->original, "replayed", d->replayed);
     eph_live_emit(rr->live, rr->svc->store, "replay", "replay.divergence", data,
                   "divergence in %s (turn %u)", d->tool, d->turn);
 }
@@ -101,8 +101,8 @@ int eph_replay_run_open(struct eph_service *svc, struct eph_run *r, struct eph_l
     rr->cfg.provider = "replay";
     rr->cfg.max_output_tokens = 4096;
     rr->cfg.timeout_seconds = 120;
-    EPH_INFO("worker", "run %s replays %s: %zu model turns, %zu tool results, %zu exchanges",
-             r->id, r->replay_of, json_array_size(rec.turns), json_object_size(rec.results),
+    EPH_INFO("worker", "run %s replays %s: %zu model turns, %zu tool results, %zu exchanges", r->id,
+             r->replay_of, json_array_size(rec.turns), json_object_size(rec.results),
              json_array_size(rec.exchanges));
     struct eph_replay_hooks hooks = {diverged, rr};
     rc = eph_replay_model_open(&rec, &rr->cfg, &hooks, &rr->model);

@@ -18,13 +18,12 @@ json_t *eph_transcript_run_line(const struct eph_run *r)
 {
     json_t *perm = json_pack("{s:b, s:b, s:O?, s:b, s:I, s:I}", "shell", r->shell, "web", r->web,
                              "connections", r->connections, "zero_data_retention", r->zdr,
-                             "timeout_seconds", (json_int_t)r->timeout_seconds,
-                             "max_cost_micros", (json_int_t)r->cost.reserved_micros);
+                             "timeout_seconds", (json_int_t)r->timeout_seconds, "max_cost_micros",
+                             (json_int_t)r->cost.reserved_micros);
     json_t *o = json_pack("{s:s, s:s, s:s?, s:o, s:o, s:s, s:s*, s:s*}", "kind", "run", "id", r->id,
                           "model", r->model, "permissions", perm, "created_at",
-                          time_or_null(r->created_at_ms), "status",
-                          eph_run_status_name(r->status), "prompt", r->prompt, "replay_of",
-                          r->replay_of);
+                          time_or_null(r->created_at_ms), "status", eph_run_status_name(r->status),
+                          "prompt", r->prompt, "replay_of", r->replay_of);
     return o;
 }
 

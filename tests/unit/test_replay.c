@@ -87,8 +87,8 @@ static void test_transcript_lines(void **state)
     assert_string_equal(kind_at(l, 0), "tool_call");
     assert_string_equal(kind_at(l, 1), "exchange");
     o = json_array_get(l, 1);
-    assert_int_equal(
-        json_integer_value(json_object_get(json_object_get(o, "response"), "status")), 200);
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(o, "response"), "status")),
+                     200);
     json_decref(l);
 
     /* A sandbox's own request through the broker: an exchange only. */
@@ -150,7 +150,8 @@ static void test_transcript_run_line(void **state)
     "{\"kind\":\"model_turn\",\"turn\":1,\"response\":{\"text\":null,\"tool_calls\":[{\"id\":"     \
     "\"c1\",\"name\":\"shell\",\"arguments\":\"{\\\"command\\\":\\\"ls\\\"}\"}],"                  \
     "\"finish_reason\":\"tool_calls\",\"usage\":{\"input_tokens\":10,\"output_tokens\":5}}}\n"
-#define CALL1 "{\"kind\":\"tool_call\",\"call\":{\"id\":\"c1\",\"name\":\"shell\"},\"result\":\"A\"}\n"
+#define CALL1                                                                                      \
+    "{\"kind\":\"tool_call\",\"call\":{\"id\":\"c1\",\"name\":\"shell\"},\"result\":\"A\"}\n"
 #define TURN2                                                                                      \
     "{\"kind\":\"model_turn\",\"turn\":2,\"response\":{\"text\":\"done\",\"finish_reason\":"       \
     "\"stop\"}}\n"
