@@ -304,6 +304,17 @@ static void record_emit(struct eph_agent_ctx *ctx, struct record *rec,
     }
     json_t *data = rec->data;
     rec->data = NULL;
+    if (ctx->zdr && data) {
+        /* Only numbers and flags: a path, an error or a rejection's reason can quote content. */
+        const char *key;
+        json_t *v;
+        void *tmp;
+        json_object_foreach_safe(data, tmp, key, v)
+        {
+            if (json_is_string(v) || json_is_object(v) || json_is_array(v))
+                json_object_del(data, key);
+        }
+    }
     int rc = ctx->zdr ? eph_sink_emit(ctx->sink, rec->source, rec->type, data, "%s", rec->type)
                       : eph_sink_emit(ctx->sink, rec->source, rec->type, data, "%s", rec->message);
     if (rc)

@@ -561,7 +561,8 @@ static void test_zdr_keeps_no_content(void **state)
     json_decref(call(x, "w1", "write_file", "{\"path\": \"secret.txt\", \"content\": \"CANARY\"}"));
     json_decref(call(x, "r1", "read_file", "{\"path\": \"secret.txt\"}"));
     json_decref(call(x, "s1", "shell", "{\"command\": \"echo CANARY\"}"));
-    json_decref(call(x, "b1", "shell", "{\"cmd\": \"CANARY\"}"));
+    json_decref(call(x, "b1", "shell", "{\"CANARY\": \"x\"}"));
+    json_decref(call(x, "r2", "read_file", "{\"path\": \"CANARY/../..\"}"));
     char *all = json_dumps(x->events, 0);
     assert_null(strstr(all, "CANARY"));
     assert_null(strstr(all, "secret"));
