@@ -508,6 +508,9 @@ static int run_shell(struct eph_agent_ctx *ctx, json_t *args, struct record *rec
     char *line = shown(command, len, 200);
     record_set(rec, "shell", "shell.command", "$ %s", line ? line : "");
     free(line);
+    char *whole = eph_text_utf8_sanitize(command, len);
+    record_field(rec, "command", json_string(whole ? whole : "")); /* the message is cut */
+    free(whole);
     if (rc) {
         record_field(rec, "error",
                      json_string(eph_cancelled(&ctx->cancel) ? "cancelled" : "sandbox failed"));

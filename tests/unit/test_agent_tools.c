@@ -338,6 +338,7 @@ static void test_shell_head_and_tail(void **state)
     json_t *ev = last_event(x);
     assert_string_equal(json_string_value(json_object_get(ev, "type")), "shell.command");
     assert_string_equal(json_string_value(json_object_get(ev, "message")), "$ out 1000");
+    assert_string_equal(ev_str(ev, "command", NULL), "out 1000");
     assert_string_equal(ev_str(ev, "call", "name"), "shell");
     assert_string_equal(ev_str(ev, "call", "arguments"), "{\"command\": \"out 1000\"}");
     char *content = json_dumps(o, JSON_COMPACT);
