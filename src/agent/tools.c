@@ -363,32 +363,13 @@ struct arg_spec {
     bool required;
 };
 
+/* One tool: its arguments (the schema eph_tools_declare states) and what runs it once they are
+ * valid. */
 struct tool_spec {
     const char *name;
     bool needs_shell, needs_web;
     struct arg_spec args[4];
-};
-
-static const struct tool_spec TOOLS[] = {
-    {"shell",
-     true,
-     false,
-     {{"command", ARG_STRING, true}, {"timeout_seconds", ARG_INTEGER, false}}},
-    {"read_file",
-     true,
-     false,
-     {{"path", ARG_STRING, true}, {"offset", ARG_INTEGER, false}, {"limit", ARG_INTEGER, false}}},
-    {"write_file",
-     true,
-     false,
-     {{"path", ARG_STRING, true},
-      {"content", ARG_STRING, true},
-      {"executable", ARG_BOOLEAN, false}}},
-    {"edit_file",
-     true,
-     false,
-     {{"path", ARG_STRING, true}, {"old", ARG_STRING, true}, {"new", ARG_STRING, true}}},
-    {"web_fetch", false, true, {{"url", ARG_STRING, true}}},
+    int (*run)(struct eph_agent_ctx *ctx, json_t *args, struct record *rec, char **content);
 };
 
 static const char *TYPE_NAMES[] = {"a string", "an integer", "a boolean"};
@@ -901,6 +882,33 @@ static int run_web_fetch(struct eph_agent_ctx *ctx, json_t *args, struct record 
 
 /* ---- dispatch ------------------------------------------------------------------------------- */
 
+static const struct tool_spec TOOLS[] = {
+    {.name = "shell",
+     .needs_shell = true,
+     .args = {{"command", ARG_STRING, true}, {"timeout_seconds", ARG_INTEGER, false}},
+     .run = run_shell},
+    {.name = "read_file",
+     .needs_shell = true,
+     .args = {{"path", ARG_STRING, true},
+              {"offset", ARG_INTEGER, false},
+              {"limit", ARG_INTEGER, false}},
+     .run = run_read_file},
+    {.name = "write_file",
+     .needs_shell = true,
+     .args = {{"path", ARG_STRING, true},
+              {"content", ARG_STRING, true},
+              {"executable", ARG_BOOLEAN, false}},
+     .run = run_write_file},
+    {.name = "edit_file",
+     .needs_shell = true,
+     .args = {{"path", ARG_STRING, true}, {"old", ARG_STRING, true}, {"new", ARG_STRING, true}},
+     .run = run_edit_file},
+    {.name = "web_fetch",
+     .needs_web = true,
+     .args = {{"url", ARG_STRING, true}},
+     .run = run_web_fetch},
+};
+
 int eph_tools_execute(struct eph_agent_ctx *ctx, const struct eph_tool_call *call, char **content)
 {
     *content = NULL;
@@ -932,16 +940,7 @@ int eph_tools_execute(struct eph_agent_ctx *ctx, const struct eph_tool_call *cal
         reject(&rec, name, content, "%s", why);
         goto out;
     }
-    if (spec == &TOOLS[0])
-        rc = run_shell(ctx, args, &rec, content);
-    else if (spec == &TOOLS[1])
-        rc = run_read_file(ctx, args, &rec, content);
-    else if (spec == &TOOLS[2])
-        rc = run_write_file(ctx, args, &rec, content);
-    else if (spec == &TOOLS[3])
-        rc = run_edit_file(ctx, args, &rec, content);
-    else
-        rc = run_web_fetch(ctx, args, &rec, content);
+    rc = spec->run(ctx, args, &rec, content);
 out:
     json_decref(args);
     if (!rc && !*content)
