@@ -84,8 +84,7 @@ static json_t *response_record(const struct eph_model_response *resp,
         "reasoning_tokens", (json_int_t)u->reasoning_tokens);
 }
 
-/* The digest of a request's messages: sha256 of their compact JSON with sorted keys. */
-static void messages_digest(const json_t *messages, char out[65])
+void eph_agent_messages_digest(const json_t *messages, char out[65])
 {
     char *s = json_dumps(messages, JSON_COMPACT | JSON_SORT_KEYS);
     eph_sha256_hex(s ? s : "", s ? strlen(s) : 0, out);
@@ -304,7 +303,7 @@ int eph_agent_run(struct eph_agent_ctx *ctx, struct eph_agent_outcome *out)
         }
         mt.call = turn;
         ctx->turn = turn;
-        messages_digest(messages, mt.digest);
+        eph_agent_messages_digest(messages, mt.digest);
         mt.lowered = mt.budget_first = mt.capped = false;
         mt.deadline_ns = ctx->deadline_ns;
         struct eph_model_request req = {.messages = messages,

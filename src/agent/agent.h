@@ -70,6 +70,11 @@ struct eph_agent_outcome {
 
 int eph_agent_run(struct eph_agent_ctx *ctx, struct eph_agent_outcome *out);
 
+/* The request_digest of a model turn (docs/AGENT.md, "The record"): the sha256 hex of the
+ * provider-neutral messages array as jansson writes it compact with sorted keys (UTF-8 as is,
+ * '/' not escaped). A replay compares it to the recorded one. */
+void eph_agent_messages_digest(const json_t *messages, char out[65]);
+
 /* Tools (tools.c). */
 
 /* Caps of the file tools (docs/AGENT.md). */
