@@ -201,7 +201,7 @@ static char *tool_error(const char *fmt, ...) __attribute__((format(printf, 1, 2
 
 static char *tool_error(const char *fmt, ...)
 {
-    char msg[512];
+    char msg[1400];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
@@ -262,7 +262,10 @@ struct record {
     const char *source;
     const char *type;
     json_t *data; /* owned */
-    char message[512];
+    /* Room for every message whole (at most 200 code points of hostile text, 4 bytes each, plus
+     * a few words): the sink cuts it to its own size on a character boundary, vsnprintf would
+     * not. */
+    char message[1024];
 };
 
 static void record_set(struct record *rec, const char *source, const char *type, const char *fmt,
@@ -335,22 +338,25 @@ static void reject(struct record *rec, const char *tool_name, char **content, co
 
 static void reject(struct record *rec, const char *tool_name, char **content, const char *fmt, ...)
 {
-    char why[400];
+    char raw[600];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(why, sizeof(why), fmt, ap);
+    vsnprintf(raw, sizeof(raw), fmt, ap);
     va_end(ap);
+    /* The reason may quote the model's text (a parser's message, a name): valid UTF-8 first. */
+    char *why = shown(raw, strlen(raw), 300);
     free(*content);
-    *content = tool_error("%s", why);
+    *content = tool_error("%s", why ? why : "invalid call");
     json_decref(rec->data);
     rec->data = NULL;
-    record_field(rec, "reason", json_string(why));
+    record_field(rec, "reason", json_string(why ? why : "invalid call"));
     char *name = shown(tool_name, strlen(tool_name), 40);
-    char *reason = shown(why, strlen(why), 160);
+    char *line = shown(why ? why : "invalid call", why ? strlen(why) : 12, 160);
     record_set(rec, "agent", "tool.rejected", "rejected %s: %s", name ? name : "",
-               reason ? reason : "");
+               line ? line : "");
     free(name);
-    free(reason);
+    free(line);
+    free(why);
 }
 
 /* ---- arguments ------------------------------------------------------------------------------ */
@@ -935,7 +941,7 @@ int eph_tools_execute(struct eph_agent_ctx *ctx, const struct eph_tool_call *cal
             reject(&rec, name, content, "arguments are not valid JSON: %s", je.text);
         goto out;
     }
-    char why[256];
+    char why[512];
     if (check_args(spec, args, why, sizeof(why))) {
         reject(&rec, name, content, "%s", why);
         goto out;

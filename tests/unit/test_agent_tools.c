@@ -411,6 +411,28 @@ static void test_bad_arguments_are_rejected(void **state)
     fx_free(x);
 }
 
+static void test_long_hostile_names_are_cut(void **state)
+{
+    (void)state;
+    struct fx *x = fx_new(true, false, false);
+    /* 300 two-byte characters as an argument name, and as a tool's name */
+    char key[700] = "{\"";
+    for (int i = 0; i < 300; i++)
+        strcat(key, "\u00e9");
+    strcat(key, "\": 1}");
+    expect_rejected(x, "shell", key, "unexpected argument '\xc3\xa9\xc3\xa9");
+    json_t *ev = last_event(x);
+    const char *reason = ev_str(ev, "reason", NULL);
+    assert_non_null(strstr(reason, "\xe2\x80\xa6")); /* cut, with "…" */
+    assert_true(strlen(reason) < 300);
+    char name[700] = "";
+    for (int i = 0; i < 300; i++)
+        strcat(name, "\xc3\xa9");
+    expect_rejected(x, name, "{}", "unknown tool '");
+    assert_true(strlen(json_string_value(json_object_get(last_event(x), "message"))) < 512);
+    fx_free(x);
+}
+
 static void test_write_too_large_is_rejected(void **state)
 {
     (void)state;
@@ -769,6 +791,7 @@ int main(void)
         cmocka_unit_test(test_shell_head_and_tail),
         cmocka_unit_test(test_shell_timeout_argument),
         cmocka_unit_test(test_bad_arguments_are_rejected),
+        cmocka_unit_test(test_long_hostile_names_are_cut),
         cmocka_unit_test(test_write_too_large_is_rejected),
         cmocka_unit_test(test_read_file_ranges),
         cmocka_unit_test(test_read_file_binary),
