@@ -182,9 +182,10 @@ char *eph_agent_system_prompt(const struct eph_agent_ctx *ctx)
     }
     if (!rc)
         rc = eph_buf_appendf(&b,
-                             " Limits: %s of budget and %llu seconds of time are left (the run "
-                             "stops when either runs out), and at most %u model turns.",
-                             money, (unsigned long long)left_s, ctx->turn_limit);
+                             " Limits: %s of budget and %llu of the run's %u seconds are left (the "
+                             "run stops when either runs out), and at most %u model turns.",
+                             money, (unsigned long long)left_s, ctx->timeout_seconds,
+                             ctx->turn_limit);
     if (!rc)
         rc = eph_buf_appends(&b, " Report real outputs, never what you expect. Answer in "
                                  "Markdown when you are done, without calling a tool.");

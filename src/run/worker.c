@@ -478,7 +478,10 @@ void eph_worker_run(struct eph_service *svc, const char *run_id)
         EPH_ERROR("worker", "run %s: broker: %s", r.id, err);
         fail_run(&r, EPH_RUN_FAILED, "broker_error", err);
     } else {
-        struct eph_agent_usage usage = {0};
+        struct eph_agent_usage usage = {.model_calls = r.usage.model_calls,
+                                        .input_tokens = r.usage.input_tokens,
+                                        .output_tokens = r.usage.output_tokens,
+                                        .shell_commands = r.usage.shell_commands};
         struct agent_sink as = {
             .live = live, .store = st, .run = &r, .budget = &budget, .usage = &usage};
         const struct eph_sink sink = {.ctx = &as, .event = agent_event, .progress = agent_progress};

@@ -614,7 +614,8 @@ static void test_prompt_per_permissions(void **state)
     assert_non_null(strstr(p, "/home/worker/scratch"));
     assert_non_null(strstr(p, "at most 60 seconds"));
     assert_non_null(strstr(p, "capped at 100 bytes"));
-    assert_non_null(strstr(p, "$2.00 of budget"));
+    assert_non_null(strstr(p, "$2.00 of budget and "));
+    assert_non_null(strstr(p, " of the run's 600 seconds are left"));
     assert_non_null(strstr(p, "at most 7 model turns"));
     assert_non_null(strstr(p, "There is no network"));
     assert_null(strstr(p, "web_fetch"));
