@@ -16,7 +16,13 @@ fake_start rec "$(jq -nc \
     --argjson c1 "$(call r1 shell '{"command": "echo same-every-time; od -An -tx1 -N16 /dev/urandom"}')" \
     --argjson c2 "$(call r2 write_file '{"path": "a.txt", "content": "fixed\n"}')" \
     --argjson c3 "$(call r3 shell '{"command": "cat a.txt"}')" \
-    '[{tool_calls: [$c1]}, {tool_calls: [$c2, $c3]}, {text: "recorded answer"}]')"
+    --argjson c4 "$(call r4 edit_file '{"path": "a.txt", "old": "fixed", "new": "edited"}')" \
+    --argjson c5 "$(call r5 read_file '{"path": "a.txt"}')" \
+    --argjson c6 "$(call r6 launch_missiles '{"target": "moon"}')" \
+    --argjson c7 "$(call r7 web_fetch '{"url": "https://example.com/"}')" \
+    --argjson c8 "$(call r8 shell '{"command": "seq 1 30000"}')" \
+    '[{tool_calls: [$c1]}, {tool_calls: [$c2, $c3, $c4, $c5]}, {tool_calls: [$c6, $c7, $c8]},
+      {text: "recorded answer"}]')"
 fake_start other '[{"text": "forgotten"}, {"text": "no shell"}]'
 fake_start slow "$(jq -nc --argjson c "$(call s1 shell '{"command": "sleep 20"}')" \
     '[{tool_calls: [$c]}, {text: "late"}]')"
@@ -45,6 +51,14 @@ assert_eq "$(jq -rs '[.[] | .kind] - ["run", "model_turn", "tool_call", "exchang
     "$TEST_TMP/orig.jsonl")" 0 "only the kinds of the record"
 assert_eq "$(jq -s '[.[] | select(.kind != "run") | .seq] | . == sort' "$TEST_TMP/orig.jsonl")" true \
     "lines in timeline order"
+# Every model turn and every tool call, rejected ones and a long output included, is a line.
+assert_eq "$(jq -sc '[.[] | select(.kind == "model_turn") | .turn]' "$TEST_TMP/orig.jsonl")" \
+    '[1,2,3,4]' "the model turns"
+assert_eq "$(jq -sc '[.[] | select(.kind == "tool_call") | [.call.id, .type]]' "$TEST_TMP/orig.jsonl")" \
+    '[["r1","shell.command"],["r2","file.write"],["r3","shell.command"],["r4","file.edit"],["r5","file.read"],["r6","tool.rejected"],["r7","tool.rejected"],["r8","shell.command"]]' \
+    "the tool calls"
+assert_contains "$(jq -sr '.[] | select(.kind == "tool_call" and .call.id == "r8") | .result' "$TEST_TMP/orig.jsonl")" \
+    "30000" "the long output's tail is in its result"
 
 # The CLI saves the same record.
 "$EPH" transcript "$orig" >"$TEST_TMP/cli.jsonl" || fail "ephemeral transcript"
@@ -82,6 +96,11 @@ assert_error "$(post "$(replay_body "$orig" '{"model": "slow"}')")" 400 invalid_
 assert_error "$(post "$(replay_body "$orig" '{"web": true}')")" 400 invalid_request_error web
 assert_error "$(post "$(replay_body "$orig" '{"connections": ["gh"]}')")" 400 \
     invalid_request_error connections
+# A run not finished yet has a transcript of what it has recorded so far.
+out=$(api GET "/v1/runs/$slow/transcript")
+assert_eq "${out##*HTTP }" 200 "the transcript of a running run"
+st=$(head -n 1 <<<"$out" | jq -r .status)
+[[ $st =~ ^(queued|starting|running)$ ]] || fail "the run line of a running run says '$st'"
 api POST "/v1/runs/$slow/cancel" >/dev/null
 # A run without a shell cannot be replayed with one.
 noshell=$(run_create '{"prompt": "no shell", "model": "other", "shell": false, "max_cost_micros": 200000}')
