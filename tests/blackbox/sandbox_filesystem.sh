@@ -4,6 +4,7 @@
 # the sandbox's processes, /proc/sys, /proc/sysrq-trigger, /proc/irq and /proc/bus mounted
 # read-only (core_pattern cannot be written), kernel and host-identity files masked (kcore, keys,
 # timer_list, sched_debug, latency_stats, cmdline, partitions, boot_id: those the kernel has),
+# /proc/meminfo showing the sandbox's memory limit (read-only),
 # /dev holding only the allowed nodes and links, a writable scratch directory on a tmpfs of the
 # requested size, write_file refusing ".." and symlinks, and no set-id file or device node in
 # the image on the host.
@@ -77,6 +78,28 @@ masked_out=$(section MASKED END)
 for f in $masked; do
     assert_contains "$masked_out" "$f 0 mounted" "$f masked (empty, a mount over it)"
 done
+
+# /proc/meminfo shows the sandbox's memory limit, not the host's memory, and cannot be changed:
+# the mount over it is read-only and its file (in the run directory) is not worker's.
+sb_run --memory-mib 96 -- sh -c "
+    echo MEM; grep -E '^(MemTotal|MemAvailable|SwapTotal):' /proc/meminfo
+    echo MOUNT; awk '\$5 == \"/proc/meminfo\" { print \$4, \$6 }' /proc/self/mountinfo
+    echo WRITE; (echo x > /proc/meminfo) 2>&1; f=\$(awk '\$5 == \"/proc/meminfo\" { print \$4 }' /proc/self/mountinfo)
+    (echo x > /tmp\$f) 2>&1; rm -f /tmp\$f 2>&1; grep -c . /proc/meminfo
+    echo END"
+echo "$SB_OUT"
+assert_eq "$SB_RC" 0 "exit status (meminfo)"
+mem=$(section MEM MOUNT | tr -s ' ' | tr '\n' ';')
+assert_eq "$mem" "MemTotal: 98304 kB;MemAvailable: 98304 kB;SwapTotal: 0 kB;" "/proc/meminfo"
+host_total=$(awk '/^MemTotal:/ { print $2 }' /proc/meminfo)
+[ "$host_total" != 98304 ] || fail "the host has exactly the sandbox's limit: the test proves nothing"
+[[ $(section MOUNT WRITE) =~ ^/ephemeral-run-[A-Za-z0-9]{6}/meminfo\ ro, ]] ||
+    fail "/proc/meminfo is not a read-only mount of the run directory's file: $(section MOUNT WRITE)"
+meminfo_write=$(section WRITE END)
+assert_contains "$(sed -n 1p <<<"$meminfo_write")" "Read-only file system" "a write to /proc/meminfo"
+assert_contains "$(sed -n 2p <<<"$meminfo_write")" "Permission denied" "a write to the meminfo file"
+assert_contains "$(sed -n 3p <<<"$meminfo_write")" "Permission denied" "removing the meminfo file"
+assert_eq "$(tail -n 1 <<<"$meminfo_write")" 10 "/proc/meminfo unchanged"
 
 # The image on the host: no set-id program a host user could run, no device node (mmdebstrap's
 # dev/console was 0666).
