@@ -6,8 +6,8 @@
 # timer_list, sched_debug, latency_stats, cmdline, partitions, boot_id: those the kernel has),
 # /proc/meminfo showing the sandbox's memory limit (read-only),
 # /dev holding only the allowed nodes and links, a writable scratch directory on a tmpfs of the
-# requested size, write_file refusing ".." and symlinks, and no set-id file or device node in
-# the image on the host.
+# requested size, write_file refusing ".." and symlinks, no set-id file or device node in the
+# image on the host, and an image cache no host user but root can read.
 . "$(dirname "$0")/sandbox_common.sh"
 
 # Masked /proc files: those this kernel has (a kernel may lack some: measured on the host first).
@@ -107,6 +107,17 @@ setid=$(find "$SB_IMAGE_REAL" -xdev -type f -perm /6000 | head -n 5)
 assert_eq "$setid" "" "set-id files in the image"
 devs=$(find "$SB_IMAGE_REAL" -xdev \( -type c -o -type b \) | head -n 5)
 assert_eq "$devs" "" "device nodes in the image"
+
+# The image cache is root's alone (`ephemerald image build` makes its root 0700): a host user can
+# neither list it nor read the image, its kernel or its disk through it.
+cache=$(dirname "$(dirname "$(dirname "$SB_IMAGE_REAL")")")
+assert_eq "$(stat -c '%u %a' "$cache")" "0 700" "the image cache's owner and mode ($cache)"
+as_nobody() { setpriv --reuid=65534 --regid=65534 --clear-groups -- "$@" 2>&1; }
+assert_contains "$(as_nobody cat "$SB_IMAGE_REAL/etc/os-release")" "Permission denied" \
+    "a host user reading the image"
+assert_contains "$(as_nobody ls "$cache")" "Permission denied" "a host user listing the cache"
+assert_contains "$(as_nobody sh -c "ls '$SB_IMAGE_REAL/../microvm/'")" "Permission denied" \
+    "a host user reaching the microVM's kernel and disk"
 
 # write_file (--file) refuses to leave the scratch directory or to follow a link.
 echo data >"$TEST_TMP/f"
