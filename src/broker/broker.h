@@ -25,6 +25,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <jansson.h>
+
 #include "broker/addr.h"
 #include "ledger/budget.h"
 
@@ -42,6 +44,7 @@ struct eph_broker_settings {
     unsigned max_tunnels_per_run;
     uint64_t micros_per_request;
     uint64_t micros_per_mib;
+    uint64_t record_body_max_bytes; /* of each body kept in an exchange's record */
 };
 
 void eph_broker_settings_default(struct eph_broker_settings *s);
@@ -76,6 +79,14 @@ struct eph_broker_event {
     uint64_t duration_ms;
     int64_t cost_micros;
     const char *denied; /* the reason of a refusal, or NULL */
+    /* The exchange for the record (the run's transcript), or NULL when the run keeps none (zero
+     * data retention) or the request never parsed: {"request": {"method", "url" (credential-free:
+     * a connection's as http://127.0.0.1:3128/<conn>/<path>?<query>), "headers": [[name, value],
+     * ...] (no Proxy-*), "body_base64", "body_sha256" (of the whole body)}, "response": {"status",
+     * "headers", "body_base64", "truncated"}}, bodies cut at record_body_max_bytes, the response
+     * as the sandbox got it (redacted). A CONNECT tunnel keeps its method, target and status only.
+     * Borrowed: valid during the call. */
+    json_t *exchange;
 };
 
 typedef void (*eph_broker_event_fn)(void *arg, const struct eph_broker_event *ev);
@@ -86,6 +97,7 @@ struct eph_broker_run {
     size_t nweb_allow;
     const struct eph_broker_conn *conns;
     size_t nconns;
+    bool record;               /* build each event's exchange (off for zero data retention) */
     struct eph_budget *budget; /* the run's; touched only from the tunnel callbacks */
     eph_broker_event_fn on_event;
     void *event_arg;
@@ -96,6 +108,15 @@ struct eph_broker;
 /* Copies what it needs of settings and run (credentials included, wiped on free). */
 int eph_broker_new(const struct eph_broker_settings *settings, const struct eph_broker_run *run,
                    struct eph_broker **out) __attribute__((warn_unused_result));
+/* Replay mode (SPEC 8.5): from now on no connection is ever made. A request whose method, URL and
+ * body (sha256) match a recorded exchange not used yet (the first in order) gets its recorded
+ * status, headers and body; anything else, and every CONNECT, gets 403 with the JSON reason
+ * "not_recorded" and a denied event. exchanges is an array of the objects the events carried in
+ * data.exchange (entries that are not such objects are skipped); the broker copies what it needs.
+ * Call before the first stream; 0, -EINVAL when exchanges is not an array, -ENOMEM. */
+int eph_broker_set_replay(struct eph_broker *b, json_t *exchanges)
+    __attribute__((warn_unused_result));
+
 /* The tunnel's callbacks (struct eph_sandbox_tunnel); arg is the broker. */
 int eph_broker_on_stream(void *arg, uint32_t stream, int fd);
 size_t eph_broker_on_bytes(void *arg, uint32_t stream, size_t n);
