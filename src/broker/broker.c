@@ -54,6 +54,7 @@ struct bstream {
     struct eph_meter meter; /* written on the worker's thread, read under b->lock */
     bool no_budget;         /* the fee did not fit */
     bool done;              /* the thread has finished */
+    bool joined;            /* and was joined (by the tunnel's thread) */
     pthread_t thread;
     struct bstream *next;
 };
@@ -68,7 +69,8 @@ struct eph_broker {
     struct eph_budget *budget;
     eph_broker_event_fn on_event;
     void *event_arg;
-    pthread_mutex_t lock; /* streams, meters, counters */
+    pthread_mutex_t lock;      /* streams, meters, counters */
+    pthread_mutex_t reap_lock; /* joining stream threads: the tunnel's thread or close */
     struct bstream *streams;
     atomic_bool closing;
     atomic_bool exhausted;
@@ -149,6 +151,7 @@ int eph_broker_new(const struct eph_broker_settings *settings, const struct eph_
     b->on_event = run->on_event;
     b->event_arg = run->event_arg;
     pthread_mutex_init(&b->lock, NULL);
+    pthread_mutex_init(&b->reap_lock, NULL);
     b->nweb_allow = run->nweb_allow;
     b->web_allow = copy_strv(run->web_allow, run->nweb_allow);
     b->conns = calloc(run->nconns + 1, sizeof(*b->conns));
@@ -195,6 +198,7 @@ void eph_broker_close(struct eph_broker *b)
         }
     }
     pthread_mutex_unlock(&b->lock);
+    pthread_mutex_lock(&b->reap_lock);
     for (;;) {
         pthread_mutex_lock(&b->lock);
         struct bstream *s = b->streams;
@@ -203,9 +207,11 @@ void eph_broker_close(struct eph_broker *b)
         pthread_mutex_unlock(&b->lock);
         if (!s)
             break;
-        pthread_join(s->thread, NULL);
+        if (!s->joined)
+            pthread_join(s->thread, NULL);
         free(s);
     }
+    pthread_mutex_unlock(&b->reap_lock);
 }
 
 void eph_broker_free(struct eph_broker *b)
@@ -225,6 +231,7 @@ void eph_broker_free(struct eph_broker *b)
     }
     free(b->replay);
     pthread_mutex_destroy(&b->lock);
+    pthread_mutex_destroy(&b->reap_lock);
     free(b);
 }
 
@@ -245,6 +252,28 @@ void eph_broker_counts(struct eph_broker *b, uint64_t *web, uint64_t *connection
 
 static void *serve(void *arg);
 
+/* Joins the threads of the streams that are over, so that a run of many requests does not keep
+ * one finished thread (and its stack) per request until its end. The stream itself stays listed:
+ * bytes it wrote may still be crossing the tunnel, and they are metered on its meter.
+ * eph_broker_close, perhaps on another thread, takes reap_lock too and skips the joined ones. */
+static void reap_done(struct eph_broker *b)
+{
+    pthread_mutex_lock(&b->reap_lock);
+    for (;;) {
+        struct bstream *found = NULL;
+        pthread_mutex_lock(&b->lock);
+        for (struct bstream *s = b->streams; s && !found; s = s->next)
+            if (s->done && !s->joined)
+                found = s;
+        pthread_mutex_unlock(&b->lock);
+        if (!found)
+            break;
+        pthread_join(found->thread, NULL); /* it has set done: its last step */
+        found->joined = true;
+    }
+    pthread_mutex_unlock(&b->reap_lock);
+}
+
 int eph_broker_on_stream(void *arg, uint32_t stream, int fd)
 {
     struct eph_broker *b = arg;
@@ -252,6 +281,7 @@ int eph_broker_on_stream(void *arg, uint32_t stream, int fd)
         close(fd);
         return -ECANCELED;
     }
+    reap_done(b);
     struct bstream *s = calloc(1, sizeof(*s));
     if (!s) {
         close(fd);
@@ -1572,11 +1602,20 @@ static json_t *fetch_exchange(struct eph_broker *b, const char *url, int status,
     sha256_hex("", 0, empty);
     size_t keep = io->body.len < b->s.record_body_max_bytes ? io->body.len
                                                             : (size_t)b->s.record_body_max_bytes;
-    return json_pack("{s:{s:s, s:s, s:[], s:s, s:s}, s:{s:i, s:O, s:o, s:b}}", "request", "method",
+    return json_pack("{s:{s:s, s:s, s:[], s:s, s:s}, s:{s:i, s:o, s:o, s:b}}", "request", "method",
                      "GET", "url", url, "headers", "body_base64", "", "body_sha256", empty,
-                     "response", "status", status, "headers", io->headers, "body_base64",
+                     "response", "status", status, "headers",
+                     io->headers ? json_incref(io->headers) : json_array(), "body_base64",
                      b64_json(io->body.data ? io->body.data : "", keep), "truncated",
                      io->over || io->cut || keep < io->body.len);
+}
+
+/* The record of a hop the broker answered itself (refused, failed): its status, nothing else. */
+static json_t *fetch_refused(struct eph_broker *b, const char *url, int status)
+{
+    struct fetch_io none = {.b = b};
+    eph_buf_init(&none.body, 0);
+    return b->record ? fetch_exchange(b, url, status, &none) : NULL;
 }
 
 /* A web_fetch hop answered from the record (replay mode): its status, headers and body, or
@@ -1734,6 +1773,7 @@ int eph_broker_web_fetch(struct eph_broker *b, const char *url, size_t text_cap,
                                        b->nweb_allow)) {
             rc0.ev.status = 403;
             rc0.ev.denied = "host_not_allowed";
+            rc0.ev.exchange = fetch_refused(b, cur, rc0.ev.status);
             emit(&rc0);
             snprintf(err, errlen, "this run may not reach %s", u.auth.host.name);
             return -EACCES;
@@ -1747,6 +1787,7 @@ int eph_broker_web_fetch(struct eph_broker *b, const char *url, size_t text_cap,
         if (rc) {
             rc0.ev.status = rc == -EACCES ? 403 : 502;
             rc0.ev.denied = rc == -EACCES ? "address_not_allowed" : "dns_failed";
+            rc0.ev.exchange = fetch_refused(b, cur, rc0.ev.status);
             emit(&rc0);
             if (rc == -EACCES)
                 snprintf(err, errlen, "%s is not a public address (%s)", u.auth.host.name,
@@ -1759,6 +1800,7 @@ int eph_broker_web_fetch(struct eph_broker *b, const char *url, size_t text_cap,
             atomic_store(&b->exhausted, true);
             rc0.ev.status = 402;
             rc0.ev.denied = "budget_exhausted";
+            rc0.ev.exchange = fetch_refused(b, cur, rc0.ev.status);
             emit(&rc0);
             snprintf(err, errlen, "the run's budget does not cover this request");
             return -EDQUOT;
@@ -1774,7 +1816,8 @@ int eph_broker_web_fetch(struct eph_broker *b, const char *url, size_t text_cap,
             rc0.ev.status = r ? 403 : (int)st;
             rc0.ev.denied = r ? "not_recorded" : NULL;
             rc0.ev.bytes_down = io.bytes;
-            rc0.ev.exchange = r == 0 && b->record ? fetch_exchange(b, cur, (int)st, &io) : NULL;
+            rc0.ev.exchange = r == 0 && b->record ? fetch_exchange(b, cur, (int)st, &io)
+                                                  : fetch_refused(b, cur, rc0.ev.status);
             emit(&rc0);
             json_decref(io.headers);
             if (r) {
@@ -1823,7 +1866,8 @@ int eph_broker_web_fetch(struct eph_broker *b, const char *url, size_t text_cap,
         }
         rc0.ev.status = status ? (int)status : 502;
         rc0.ev.bytes_down = io.bytes;
-        rc0.ev.exchange = b->record && status ? fetch_exchange(b, cur, (int)status, &io) : NULL;
+        rc0.ev.exchange = b->record && status ? fetch_exchange(b, cur, (int)status, &io)
+                                              : fetch_refused(b, cur, rc0.ev.status);
         emit(&rc0);
         json_decref(io.headers);
         if (h)
