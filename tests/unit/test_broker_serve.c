@@ -662,7 +662,9 @@ static void test_replay(void **state)
     json_decref(rec);
     for (int i = 0; i < 4; i++)
         free(live[i]);
-    assert_int_equal(eph_broker_set_replay(b = make(true, 5, NULL, 0), json_object()), -EINVAL);
+    json_t *not_array = json_object();
+    assert_int_equal(eph_broker_set_replay(b = make(true, 5, NULL, 0), not_array), -EINVAL);
+    json_decref(not_array);
     eph_broker_free(b);
     assert_int_equal(count_fds(), fds);
 }
