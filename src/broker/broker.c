@@ -52,7 +52,7 @@ struct bstream {
     uint32_t id;
     int fd;                 /* the program's connection; closed by the thread */
     int up;                 /* the upstream socket of web requests, or -1 */
-    struct eph_meter meter; /* written on the worker's thread, read under b->lock */
+    struct eph_meter meter; /* under b->lock */
     bool no_budget;         /* the fee did not fit */
     bool done;              /* the thread has finished */
     bool joined;            /* and was joined (by the tunnel's thread) */
@@ -293,8 +293,11 @@ int eph_broker_on_stream(void *arg, uint32_t stream, int fd)
     s->fd = fd;
     s->up = -1;
     eph_meter_init(&s->meter, b->s.micros_per_request, b->s.micros_per_mib);
-    /* The fee, before a byte goes anywhere (this is the budget's thread). */
-    if (b->budget && eph_meter_start(&s->meter, b->budget, eph_clock_mono_ns()) != 0) {
+    /* The fee, before a byte goes anywhere. */
+    pthread_mutex_lock(&b->lock);
+    int fee = b->budget ? eph_meter_start(&s->meter, b->budget, eph_clock_mono_ns()) : 0;
+    pthread_mutex_unlock(&b->lock);
+    if (fee != 0) {
         s->no_budget = true;
         atomic_store(&b->exhausted, true);
     }
@@ -1694,8 +1697,12 @@ static size_t fetch_body(char *p, size_t size, size_t n, void *arg)
 {
     struct fetch_io *io = arg;
     size_t len = size * n;
-    size_t k =
-        io->b->budget ? eph_meter_take(io->meter, io->b->budget, eph_clock_mono_ns(), len) : len;
+    size_t k = len;
+    if (io->b->budget) {
+        pthread_mutex_lock(&io->b->lock);
+        k = eph_meter_take(io->meter, io->b->budget, eph_clock_mono_ns(), len);
+        pthread_mutex_unlock(&io->b->lock);
+    }
     io->bytes += k;
     if (k < len) {
         io->cut = true;
@@ -1805,7 +1812,10 @@ int eph_broker_web_fetch(struct eph_broker *b, const char *url, size_t text_cap,
                 snprintf(err, errlen, "%s does not resolve", u.auth.host.name);
             return rc;
         }
-        if (b->budget && eph_meter_start(&fake.meter, b->budget, eph_clock_mono_ns())) {
+        pthread_mutex_lock(&b->lock);
+        int fee = b->budget ? eph_meter_start(&fake.meter, b->budget, eph_clock_mono_ns()) : 0;
+        pthread_mutex_unlock(&b->lock);
+        if (fee) {
             atomic_store(&b->exhausted, true);
             rc0.ev.status = 402;
             rc0.ev.denied = "budget_exhausted";

@@ -9,14 +9,19 @@
  * (/name/path, rules checked after normalisation, the credential added, the answer redacted);
  * anything else is refused with SPEC 7's JSON and an event, and no byte goes upstream.
  *
- * Metering runs on the worker's thread, inside the tunnel's relay (the only thread that touches
- * the run's budget): the fee when a stream opens, each byte as it crosses. A stream whose fee does
+ * Metering runs in the tunnel's callbacks (the fee when a stream opens, each byte as it crosses)
+ * and in web_fetch; every touch of the run's budget from the broker is made under the broker's
+ * lock, so the callbacks may run on a thread of their own (one that owns the sandbox's channel and
+ * relays between commands), not only inside the worker's wait on an exec. A stream whose fee does
  * not fit is answered 402 and never connects; a transfer is cut at the byte where the budget ends,
- * and eph_broker_exhausted() then tells the worker to stop the run budget_exhausted.
+ * and eph_broker_exhausted() then tells the worker to stop the run budget_exhausted. What else
+ * charges the same budget on another thread (the model's calls) must be serialised with these by
+ * the budget's owner.
  *
- * Threads: eph_broker_new, eph_broker_close and eph_broker_free on the worker's thread; the
- * callbacks on the thread that drives the sandbox (the same); the events from the stream threads
- * (the sink must be thread-safe).
+ * Threads: eph_broker_new, eph_broker_close, eph_broker_free and eph_broker_web_fetch on the
+ * worker's thread; the callbacks on the thread that drives the sandbox's channel (the worker's
+ * today, or a relay thread); the events from the stream threads and web_fetch (the sink must be
+ * thread-safe).
  */
 #ifndef EPH_BROKER_H
 #define EPH_BROKER_H
