@@ -83,6 +83,11 @@ struct eph_broker {
 
 /* ---- set-up ------------------------------------------------------------------------------- */
 
+const char *eph_broker_web_allowed(const struct eph_broker *b, size_t i)
+{
+    return b && i < b->nweb_allow ? b->web_allow[i] : NULL;
+}
+
 size_t eph_broker_conn_count(const struct eph_broker *b)
 {
     return b ? b->nconns : 0;

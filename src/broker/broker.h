@@ -141,6 +141,10 @@ struct eph_broker_conn_rules {
 size_t eph_broker_conn_count(const struct eph_broker *b);
 /* false when i is past the last connection. */
 bool eph_broker_conn_rules(const struct eph_broker *b, size_t i, struct eph_broker_conn_rules *out);
+/* The web allow-list, for the system prompt: the i-th domain ("example.com", "*.example.com"),
+ * or NULL past the last (at once when web goes to every public host). Valid while the broker
+ * lives. */
+const char *eph_broker_web_allowed(const struct eph_broker *b, size_t i);
 /* Ends every stream at once (cancel, deadline, end of run) and waits for their threads. */
 void eph_broker_close(struct eph_broker *b);
 void eph_broker_free(struct eph_broker *b);

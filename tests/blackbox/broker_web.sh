@@ -94,7 +94,7 @@ assert_eq "$(jq -r '.response.status' <<<"$x")" 200 "recorded status"
 assert_eq "$(jq -r '.response.body_base64 | @base64d' <<<"$x")" "GET /plain auth=[] body=[]" "recorded body"
 assert_eq "$(jq -c '[.data[] | select(.type == "web.request" and .data.scheme == "tunnel")][0].data.exchange' <<<"$ev")" \
     "{\"request\":{\"method\":\"CONNECT\",\"url\":\"127.0.0.1:$U\"},\"response\":{\"status\":200}}" "a tunnel's record"
-assert_eq "$(jq '[.data[] | select(.type == "web.request" and .data.exchange == null)] | length' <<<"$ev")" 0 "every exchange recorded"
+assert_eq "$(jq '[.data[] | select(.type == "web.request" and .data.exchange == null and .data.call == null)] | length' <<<"$ev")" 0 "every exchange recorded"
 
 # web: {"allow": [...]}: the listed host only, shown as asked in the run's permissions.
 run=$(run_wait "$allow_id" 60)
@@ -106,9 +106,11 @@ assert_eq "$(ares a2)" "403 000" "an unlisted host"
 assert_eq "$(ares a3)" "000 403" "CONNECT to an unlisted host"
 assert_contains "$(tool_result allow 1 a4 | jq -r .error)" "may not reach localhost" "web_fetch of an unlisted host"
 ev=$(run_events "$allow_id")
-assert_eq "$(jq -r '[.data[] | select(.type == "web.request") | .data.denied // "ok"] | join(",")' <<<"$ev")" \
+assert_eq "$(jq -r '[.data[] | select(.type == "web.request" and (.data.call | not)) | .data.denied // "ok"] | join(",")' <<<"$ev")" \
     "ok,host_not_allowed,host_not_allowed,host_not_allowed" "allow-list events"
 assert_not_contains "$(upstream_requests site)" "unlisted" "nothing unlisted reached the upstream"
+assert_contains "$(fake_requests allow | jq -r '.[0].body.messages[0].content')" \
+    "Only these hosts are allowed: 127.0.0.1 (*.name: its subdomains)" "prompt: the allow-list"
 
 # No web, no connections: no proxy variables, nothing listening.
 run=$(run_wait "$none_id" 60)
