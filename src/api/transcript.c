@@ -205,6 +205,12 @@ int eph_api_replay_prepare(struct eph_api_req *req, json_t *body, struct eph_api
         rc =
             REPLAY_BAD("permission_widened", "web",
                        "a replay cannot widen the original's permissions: run '%s' had no web", id);
+    } else if (json_object_get(body, "web") && c->web && orig->web_allow &&
+               (!c->web_allow || !names_within(c->web_allow, orig->web_allow))) {
+        rc = REPLAY_BAD("permission_widened", "web",
+                        "a replay cannot widen the original's permissions: run '%s' could reach "
+                        "only the domains of its allow-list",
+                        id);
     } else if (c->connections && !names_within(c->connections, orig->connections)) {
         rc = REPLAY_BAD("permission_widened", "connections",
                         "a replay cannot widen the original's permissions: a connection run "
@@ -219,8 +225,10 @@ int eph_api_replay_prepare(struct eph_api_req *req, json_t *body, struct eph_api
         c->prompt = orig->prompt;
     if (!json_object_get(body, "shell"))
         c->shell = orig->shell;
-    if (!json_object_get(body, "web"))
+    if (!json_object_get(body, "web")) {
         c->web = orig->web;
+        c->web_allow = orig->web_allow;
+    }
     if (!c->connections)
         c->connections = orig->connections;
     if (!json_object_get(body, "timeout_seconds"))
@@ -229,14 +237,6 @@ int eph_api_replay_prepare(struct eph_api_req *req, json_t *body, struct eph_api
         c->files = json_incref(orig->files);
     if (!c->prompt) {
         REPLAY_BAD("replay_not_possible", "replay_of", "run '%s' has no prompt to replay", id);
-        return -EINVAL;
-    }
-    /* The broker answers a replay from the record once its replay mode exists; until then a
-     * replay that could reach the network is refused rather than let out. */
-    if (c->web || json_array_size(c->connections)) {
-        REPLAY_BAD("replay_not_possible", "web",
-                   "a replay cannot use the web or connections yet (nothing may leave the "
-                   "machine): pass \"web\": false and \"connections\": []");
         return -EINVAL;
     }
     return 0;

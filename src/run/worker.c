@@ -489,6 +489,11 @@ void eph_worker_run(struct eph_service *svc, const char *run_id)
     } else if ((rc = eph_egress_start(svc, &r, live, &budget, sb, &egress, err, sizeof(err)))) {
         EPH_ERROR("worker", "run %s: broker: %s", r.id, err);
         fail_run(&r, EPH_RUN_FAILED, "broker_error", err);
+    } else if (replay && eph_egress_broker(egress) &&
+               eph_broker_set_replay(eph_egress_broker(egress), eph_replay_run_exchanges(replay))) {
+        /* A replay's broker answers from the record only: nothing leaves the machine. */
+        fail_run(&r, EPH_RUN_FAILED, "replay_error",
+                 "the recorded exchanges could not be given to the broker");
     } else {
         struct eph_agent_usage usage = {.model_calls = r.usage.model_calls,
                                         .input_tokens = r.usage.input_tokens,
