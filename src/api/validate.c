@@ -257,6 +257,7 @@ static int check_known_fields(json_t *body, struct eph_api_error *e)
                                         "max_cost_micros",
                                         "zero_data_retention",
                                         "metadata",
+                                        "replay_of",
                                         NULL};
     const char *key;
     json_t *v;
@@ -279,12 +280,19 @@ static int check_known_fields(json_t *body, struct eph_api_error *e)
 static int check_scalars(json_t *body, const struct eph_config *cfg, struct eph_api_create *c,
                          struct eph_api_error *e)
 {
+    json_t *replay_of = json_object_get(body, "replay_of");
+    if (replay_of) {
+        if (!plain_string(replay_of) || !eph_id_is_run(json_string_value(replay_of)))
+            return BAD("replay_of", "'replay_of' must be a run id (run_ and 32 hex digits)");
+        c->replay_of = json_string_value(replay_of);
+    }
     json_t *prompt = json_object_get(body, "prompt");
-    if (!prompt)
+    /* A replay's prompt is the original's unless given. */
+    if (!prompt && !replay_of)
         return eph_api_error_set(e, 400, "invalid_request_error", "missing_parameter", "prompt",
                                  "'prompt' is required");
-    if (!plain_string(prompt) || json_string_length(prompt) == 0 ||
-        json_string_length(prompt) > EPH_API_PROMPT_MAX)
+    if (prompt && (!plain_string(prompt) || json_string_length(prompt) == 0 ||
+                   json_string_length(prompt) > EPH_API_PROMPT_MAX))
         return BAD("prompt", "'prompt' must be a string of 1 byte to 64 KiB, without NUL");
     c->prompt = json_string_value(prompt);
     json_t *model = json_object_get(body, "model");

@@ -55,6 +55,8 @@ struct eph_api_create {
     json_t *metadata;    /* borrowed; NULL when absent */
     unsigned timeout;
     int64_t max_cost;
+    const char *replay_of; /* borrowed; NULL when absent (the caller checks the run: it needs the
+                              store, and fills in what the original decides) */
 };
 
 /* Validates a create body against the configuration. 0 with c filled (release it), or -EINVAL

@@ -30,6 +30,7 @@ enum opt_id {
     OPT_FILE,
     OPT_CONNECTION,
     OPT_ZDR,
+    OPT_REPLAY_OF,
     OPT_IDEMPOTENCY_KEY,
     OPT_DETACH,
     OPT_JSON,
@@ -53,6 +54,7 @@ static const struct {
     {"--file", true, OPT_FILE},
     {"--connection", true, OPT_CONNECTION},
     {"--zdr", false, OPT_ZDR},
+    {"--replay-of", true, OPT_REPLAY_OF},
     {"--idempotency-key", true, OPT_IDEMPOTENCY_KEY},
     {"--detach", false, OPT_DETACH},
     {"--json", false, OPT_JSON},
@@ -209,6 +211,14 @@ int eph_cli_run_parse(int argc, char **argv, struct eph_cli_run_opts *o, char *e
             break;
         case OPT_ZDR:
             o->zdr = true;
+            break;
+        case OPT_REPLAY_OF:
+            if (!eph_id_is_run(v))
+                return fail(err, errlen, -EINVAL,
+                            "--replay-of needs a run id (run_ and 32 lowercase hex digits), not "
+                            "'%.40s'",
+                            v);
+            o->replay_of = v;
             break;
         case OPT_IDEMPOTENCY_KEY:
             if (!key_ok(v))
@@ -445,6 +455,8 @@ int eph_cli_run_body(const struct eph_cli_run_opts *o, FILE *stdin_f, json_t **o
         rc = set(body, "model", json_string(o->model), err, errlen);
     if (!rc && o->zdr)
         rc = set(body, "zero_data_retention", json_true(), err, errlen);
+    if (!rc && o->replay_of)
+        rc = set(body, "replay_of", json_string(o->replay_of), err, errlen);
     if (!rc && o->nconnections)
         rc = set(body, "connections", strings_array(o->connections, o->nconnections), err, errlen);
     if (!rc && o->nfiles) {
@@ -475,8 +487,9 @@ int eph_cli_run_body(const struct eph_cli_run_opts *o, FILE *stdin_f, json_t **o
             rc = set(body, "files", a, err, errlen);
     }
     if (!rc) {
+        /* A replay's prompt is the original's. */
         const char *prompt = json_string_value(json_object_get(body, "prompt"));
-        if (!prompt || !*prompt)
+        if ((!prompt || !*prompt) && !json_object_get(body, "replay_of"))
             rc = fail(err, errlen, -EINVAL,
                       "a prompt is required: give --prompt TEXT or a request file with one");
         else if (!json_object_get(body, "max_cost_micros"))

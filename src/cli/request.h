@@ -38,6 +38,7 @@ struct eph_cli_run_opts {
     const char **web_allow; /* --web-allow DOMAIN, in order: web limited to these */
     size_t nweb_allow;
     bool zdr;
+    const char *replay_of; /* --replay-of RUN */
     const char *idempotency_key;
     bool detach;
     bool json;

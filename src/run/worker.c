@@ -28,6 +28,7 @@
 #include "ledger/budget.h"
 #include "run/egress.h"
 #include "run/live.h"
+#include "run/replay_run.h"
 #include "run/service.h"
 #include "sandbox/pool.h"
 
@@ -385,6 +386,7 @@ void eph_worker_run(struct eph_service *svc, const char *run_id)
     struct eph_model *model = eph_service_model(svc, r.model);
     struct eph_budget budget;
     eph_budget_init(&budget, r.cost.reserved_micros, svc->cfg->prices.compute_micros_per_second);
+    struct eph_replay_run *replay = NULL;
 
     if (r.zdr) {
         /* The prompt never reached the store; it waits on the live entry. */
@@ -401,6 +403,16 @@ void eph_worker_run(struct eph_service *svc, const char *run_id)
     if (eph_live_cancelled(live)) {
         fail_cancelled(svc, &r, "before the run started");
         goto settle;
+    }
+    if (r.replay_of) {
+        /* A replay answers from the original's record, not from its model. */
+        char why[256];
+        if (eph_replay_run_open(svc, &r, live, &replay, why, sizeof(why))) {
+            fail_run(&r, EPH_RUN_FAILED, "replay_error", why);
+            goto settle;
+        }
+        mcfg = eph_replay_run_config(replay);
+        model = eph_replay_run_model(replay);
     }
     if (!mcfg || !model) {
         fail_run(&r, EPH_RUN_FAILED, "model_unavailable", "the run's model is not configured");
@@ -477,6 +489,11 @@ void eph_worker_run(struct eph_service *svc, const char *run_id)
     } else if ((rc = eph_egress_start(svc, &r, live, &budget, sb, &egress, err, sizeof(err)))) {
         EPH_ERROR("worker", "run %s: broker: %s", r.id, err);
         fail_run(&r, EPH_RUN_FAILED, "broker_error", err);
+    } else if (replay && eph_egress_broker(egress) &&
+               eph_broker_set_replay(eph_egress_broker(egress), eph_replay_run_exchanges(replay))) {
+        /* A replay's broker answers from the record only: nothing leaves the machine. */
+        fail_run(&r, EPH_RUN_FAILED, "replay_error",
+                 "the recorded exchanges could not be given to the broker");
     } else {
         struct eph_agent_usage usage = {.model_calls = r.usage.model_calls,
                                         .input_tokens = r.usage.input_tokens,
@@ -490,6 +507,7 @@ void eph_worker_run(struct eph_service *svc, const char *run_id)
             .cancel = {eph_live_cancel_flag(live)},
             .run_id = r.id,
             .prompt = r.prompt,
+            .recording = json_string_value(json_object_get(r.metadata, "transcript")),
             .shell = r.shell,
             .web = r.web,
             .zdr = r.zdr,
@@ -548,6 +566,7 @@ settle_costs:;
                       &r.cost.compute_micros, &charged, &released);
 settle:
     settle(svc, live, &r, 0, 0);
+    eph_replay_run_free(replay);
     eph_run_release(&r);
     eph_live_put(live);
 }

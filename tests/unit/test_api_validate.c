@@ -78,6 +78,20 @@ static void test_create_accepts_and_defaults(void **state)
     json_decref(body);
 }
 
+/* A replay may leave the prompt to the original's. */
+static void test_create_replay_of(void **state)
+{
+    json_t *body = json_pack("{s:s, s:i}", "replay_of", "run_0123456789abcdef0123456789abcdef",
+                             "max_cost_micros", 1000);
+    struct eph_api_create c;
+    struct eph_api_error e;
+    assert_int_equal(eph_api_validate_create(body, &cfg, &c, &e), 0);
+    assert_string_equal(c.replay_of, "run_0123456789abcdef0123456789abcdef");
+    assert_null(c.prompt);
+    eph_api_create_release(&c);
+    json_decref(body);
+}
+
 static void test_create_refusals_name_the_field(void **state)
 {
     assert_string_equal(create_param("{\"max_cost_micros\": 1}"), "prompt");
@@ -85,6 +99,15 @@ static void test_create_refusals_name_the_field(void **state)
     assert_string_equal(create_param("{\"prompt\": \"a\\u0000b\", \"max_cost_micros\": 1}"),
                         "prompt");
     assert_string_equal(create_param("{\"prompt\": \"p\"}"), "max_cost_micros");
+    assert_string_equal(create_param("{\"replay_of\": 1, \"max_cost_micros\": 1}"), "replay_of");
+    assert_string_equal(create_param("{\"replay_of\": \"run_12\", \"max_cost_micros\": 1}"),
+                        "replay_of");
+    assert_string_equal(create_param("{\"replay_of\": \"run_0123456789ABCDEF0123456789abcdef\", "
+                                     "\"max_cost_micros\": 1}"),
+                        "replay_of");
+    assert_string_equal(create_param("{\"replay_of\": \"run_0123456789abcdef0123456789abcdef\", "
+                                     "\"prompt\": \"\", \"max_cost_micros\": 1}"),
+                        "prompt");
     assert_string_equal(create_param("{\"prompt\": \"p\", \"max_cost_micros\": 0}"),
                         "max_cost_micros");
     assert_string_equal(create_param("{\"prompt\": \"p\", \"max_cost_micros\": 1, \"x\": 1}"), "x");
@@ -590,6 +613,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_create_accepts_and_defaults),
+        cmocka_unit_test(test_create_replay_of),
         cmocka_unit_test(test_create_refusals_name_the_field),
         cmocka_unit_test(test_create_file_paths),
         cmocka_unit_test(test_file_path_rule_reasons),

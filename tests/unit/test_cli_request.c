@@ -181,6 +181,8 @@ static void test_bad_flags(void **state)
     BAD("needs a value", "--budget");
     BAD("takes no value", "--shell=yes");
     BAD("takes no value", "--zdr=1");
+    BAD("--replay-of needs a run id", "--replay-of", "run_12");
+    BAD("--replay-of needs a run id", "--replay-of", "run_0123456789ABCDEF0123456789abcdef");
     BAD("must not be empty", "--prompt", "");
     BAD("must not be empty", "--prompt=");
     BAD("--timeout", "--timeout", "0");
@@ -215,6 +217,22 @@ static void test_bad_flags(void **state)
     longkey[255] = '\0';
     struct eph_cli_run_opts o;
     assert_int_equal(PARSE(&o, "--idempotency-key", longkey), 0);
+    eph_cli_run_opts_release(&o);
+}
+
+/* A replay needs no prompt: the original's is used. */
+static void test_replay_of(void **state)
+{
+    struct eph_cli_run_opts o;
+    assert_int_equal(
+        PARSE(&o, "--replay-of", "run_0123456789abcdef0123456789abcdef", "--budget", "0.1"), 0);
+    json_t *body = NULL;
+    assert_int_equal(eph_cli_run_body(&o, stdin, &body, err, sizeof(err)), 0);
+    assert_string_equal(json_string_value(json_object_get(body, "replay_of")),
+                        "run_0123456789abcdef0123456789abcdef");
+    assert_null(json_object_get(body, "prompt"));
+    assert_int_equal(json_integer_value(json_object_get(body, "max_cost_micros")), 100000);
+    json_decref(body);
     eph_cli_run_opts_release(&o);
 }
 
@@ -367,9 +385,10 @@ int main(void)
         cmocka_unit_test(test_all_flags),       cmocka_unit_test(test_file_overridden),
         cmocka_unit_test(test_web_allow),       cmocka_unit_test(test_stdin),
         cmocka_unit_test(test_bad_flags),       cmocka_unit_test(test_double_dash),
-        cmocka_unit_test(test_body_errors),     cmocka_unit_test(test_files),
-        cmocka_unit_test(test_files_too_large), cmocka_unit_test(test_too_many_files),
-        cmocka_unit_test(test_path_rules),      cmocka_unit_test(test_idempotency_key),
+        cmocka_unit_test(test_replay_of),       cmocka_unit_test(test_body_errors),
+        cmocka_unit_test(test_files),           cmocka_unit_test(test_files_too_large),
+        cmocka_unit_test(test_too_many_files),  cmocka_unit_test(test_path_rules),
+        cmocka_unit_test(test_idempotency_key),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
