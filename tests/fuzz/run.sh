@@ -58,8 +58,8 @@ sources_for() {
     done
     echo "$srcs"
 }
-LIBS=$(pkg-config --libs libmicrohttpd jansson libcurl libseccomp libsodium sqlite3 2>/dev/null)
-PKG_CFLAGS=$(pkg-config --cflags libmicrohttpd jansson libcurl libseccomp libsodium sqlite3 2>/dev/null)
+LIBS=$(pkg-config --libs libmicrohttpd jansson libcurl libseccomp libsodium libpq sqlite3 2>/dev/null)
+PKG_CFLAGS=$(pkg-config --cflags libmicrohttpd jansson libcurl libseccomp libsodium libpq sqlite3 2>/dev/null)
 
 FUZZ_CFLAGS="-std=gnu11 -g -O1 -D_GNU_SOURCE -Isrc -Itests/fuzz $PKG_CFLAGS -fno-sanitize-recover=all"
 
