@@ -7,10 +7,8 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <stdlib.h>
-#include <signal.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "common/clock.h"
@@ -550,58 +548,4 @@ int eph_guest_client_shutdown(struct eph_guest_client *c, uint64_t deadline_ns)
     if (rc)
         return rc;
     return f.hdr.type == EPH_PROTO_OK ? 0 : fail(c, -EPROTO);
-}
-
-/* ---- shared by the backends ---- */
-
-static int after_interrupt(const atomic_bool *interrupted, int rc)
-{
-    return rc && atomic_load(interrupted) ? -ECANCELED : rc;
-}
-
-int eph_guest_sandbox_exec(struct eph_guest_client *c, const atomic_bool *interrupted,
-                           const struct eph_exec_request *req, struct eph_exec_result *res)
-{
-    if (atomic_load(interrupted))
-        return -ECANCELED;
-    return after_interrupt(interrupted, eph_guest_client_exec(c, req, res));
-}
-
-int eph_guest_sandbox_write_file(struct eph_guest_client *c, const atomic_bool *interrupted,
-                                 const char *path, const void *data, size_t len, unsigned mode)
-{
-    if (atomic_load(interrupted))
-        return -ECANCELED;
-    uint64_t deadline = eph_clock_mono_ns() + (uint64_t)EPH_GUEST_FILE_TIMEOUT_MS * 1000000u;
-    return after_interrupt(interrupted,
-                           eph_guest_client_write_file(c, path, data, len, mode, deadline));
-}
-
-int eph_guest_sandbox_read_file(struct eph_guest_client *c, const atomic_bool *interrupted,
-                                const char *path, size_t cap, struct eph_buf *out)
-{
-    if (atomic_load(interrupted))
-        return -ECANCELED;
-    uint64_t deadline = eph_clock_mono_ns() + (uint64_t)EPH_GUEST_FILE_TIMEOUT_MS * 1000000u;
-    return after_interrupt(interrupted, eph_guest_client_read_file(c, path, cap, out, deadline));
-}
-
-int eph_guest_sandbox_open_tunnel(struct eph_guest_client *c, const atomic_bool *interrupted,
-                                  const struct eph_sandbox_tunnel *cfg)
-{
-    if (atomic_load(interrupted))
-        return -ECANCELED;
-    uint64_t deadline = eph_clock_mono_ns() + (uint64_t)EPH_GUEST_FILE_TIMEOUT_MS * 1000000u;
-    return after_interrupt(interrupted, eph_guest_client_open_tunnel(c, cfg, deadline));
-}
-
-void eph_guest_sandbox_kill(pid_t pid, int pidfd)
-{
-    if (pid <= 0)
-        return;
-#ifdef SYS_pidfd_send_signal
-    if (pidfd >= 0 && syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, NULL, 0) == 0)
-        return;
-#endif
-    kill(pid, SIGKILL);
 }

@@ -15,7 +15,6 @@
 #ifndef EPH_SANDBOX_GUEST_CLIENT_H
 #define EPH_SANDBOX_GUEST_CLIENT_H
 
-#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -73,29 +72,5 @@ int eph_guest_client_open_tunnel(struct eph_guest_client *c, const struct eph_sa
 /* Asks the guest to kill everything and exit. */
 int eph_guest_client_shutdown(struct eph_guest_client *c, uint64_t deadline_ns)
     __attribute__((warn_unused_result));
-
-/* ---- what every backend built on a guest client shares ---- */
-
-/* How long a write_file or read_file may take. */
-#define EPH_GUEST_FILE_TIMEOUT_MS 30000u
-
-/* A backend's exec, write_file and read_file: refused once the sandbox is interrupted, file
- * transfers bounded by EPH_GUEST_FILE_TIMEOUT_MS, and any failure after an interrupt reported as
- * -ECANCELED (whatever the channel said, the interrupt is the reason). */
-int eph_guest_sandbox_exec(struct eph_guest_client *c, const atomic_bool *interrupted,
-                           const struct eph_exec_request *req, struct eph_exec_result *res)
-    __attribute__((warn_unused_result));
-int eph_guest_sandbox_write_file(struct eph_guest_client *c, const atomic_bool *interrupted,
-                                 const char *path, const void *data, size_t len, unsigned mode)
-    __attribute__((warn_unused_result));
-int eph_guest_sandbox_read_file(struct eph_guest_client *c, const atomic_bool *interrupted,
-                                const char *path, size_t cap, struct eph_buf *out)
-    __attribute__((warn_unused_result));
-int eph_guest_sandbox_open_tunnel(struct eph_guest_client *c, const atomic_bool *interrupted,
-                                  const struct eph_sandbox_tunnel *cfg)
-    __attribute__((warn_unused_result));
-/* SIGKILLs a child the caller has not reaped yet: through its pidfd when there is one, else by
- * pid (safe only because an unreaped pid cannot be reused). */
-void eph_guest_sandbox_kill(pid_t pid, int pidfd);
 
 #endif

@@ -3,8 +3,10 @@
  *
  * A backend is a table of functions (struct eph_sandbox_ops): namespaces, gvisor, microvm. Every
  * backend runs ephemeral-init inside as the sandbox's init and speaks the guest protocol
- * (src/guest/protocol.h) with it; what differs is how the machine is built. One sandbox serves one
- * run and is never reused. Adding a backend is adding a file and one line in sandbox.c.
+ * (src/guest/protocol.h) with it, so exec, files, the tunnel, interrupt and destroy are the same
+ * generic functions on every backend (guest.c); what differs is how the machine is booted and
+ * released (backend.h). One sandbox serves one run and is never reused. Adding a backend is adding
+ * a file and one line in sandbox.c.
  *
  * Threads: a sandbox is driven by one thread (the run's worker). eph_sandbox_interrupt() is the one
  * call that may come from any other thread (cancel, shutdown, budget): it kills the machine at
@@ -82,6 +84,8 @@ struct eph_sandbox_tunnel {
 void eph_exec_result_init(struct eph_exec_result *r);
 void eph_exec_result_release(struct eph_exec_result *r);
 
+struct eph_sandbox_backend; /* backend.h */
+
 struct eph_sandbox_ops {
     const char *name;          /* "namespaces" */
     const char *ready_message; /* "namespace sandbox ready" */
@@ -102,7 +106,7 @@ struct eph_sandbox_ops {
     void (*interrupt)(struct eph_sandbox *sb);
     /* Opens the broker tunnel's listener inside the sandbox (once; only for runs with web or
      * connections). Streams are relayed while a call on the sandbox (exec, files) is in flight.
-     * The backend's guest client owns the tunnel from then on; destroy closes every stream. */
+     * The guest client owns the tunnel from then on; destroy closes every stream. */
     int (*open_tunnel)(struct eph_sandbox *sb, const struct eph_sandbox_tunnel *t);
     /* Kills everything in the machine and removes every host-side trace. Always frees sb. Returns
      * 0, or a negative errno when something could not be removed (logged). */
@@ -114,6 +118,9 @@ struct eph_sandbox_ops {
      * to disk on the host (gvisor with EPHEMERAL_RUNSC_DEBUG_DIR); a zero-data-retention run
      * must then be refused. */
     bool (*records_commands)(void);
+    /* The primitives of a guest-based backend (backend.h); NULL for a backend that implements the
+     * calls above itself. */
+    const struct eph_sandbox_backend *backend;
 };
 
 /* A sandbox as the rest of the service sees it: the backend plus its private state. Backends
