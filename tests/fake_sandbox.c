@@ -62,8 +62,8 @@ static int fake_boot(struct eph_guest_sandbox *g, const struct eph_sandbox_confi
         return -errno;
     char *const argv[] = {"ephemeral-init", g->scratch, g->home, NULL};
     /* Fork semantics (no new stack): the child only rearranges descriptors and execs. */
-    pid_t pid = (pid_t)syscall(SYS_clone, CLONE_NEWPID | CLONE_NEWNET | SIGCHLD, NULL, NULL, NULL,
-                               NULL);
+    pid_t pid =
+        (pid_t)syscall(SYS_clone, CLONE_NEWPID | CLONE_NEWNET | SIGCHLD, NULL, NULL, NULL, NULL);
     if (pid < 0) {
         rc = -errno;
         close(chan[0]);

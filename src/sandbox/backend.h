@@ -15,7 +15,9 @@
  * allocates backend->size zeroed bytes, so the backend's own fields start zeroed too.
  *
  * Threads: create, destroy and the calls run on the thread that drives the sandbox (the run's
- * worker); interrupt may come from any thread.
+ * worker); interrupt may come from any thread. The channel itself is owned by the guest client's
+ * thread (guest_client.h), which reads it all the time: broker tunnel streams are relayed between
+ * calls as well as during them.
  */
 #ifndef EPH_SANDBOX_BACKEND_H
 #define EPH_SANDBOX_BACKEND_H
@@ -39,7 +41,8 @@ struct eph_guest_sandbox {
     char scratch[80]; /* run_dir + "/scratch": the commands' working directory */
     char home[80];    /* run_dir + "/home" */
     void *boot_arg;   /* what the backend's create passed to eph_guest_sandbox_create */
-    /* Set by boot when the default (10 s) does not fit: how long the guest may take to say hello. */
+    /* Set by boot when the default (10 s) does not fit: how long the guest may take to say hello.
+     */
     uint32_t hello_timeout_ms;
     /* ---- private to guest.c ---- */
     struct eph_guest_client client;
@@ -52,9 +55,9 @@ struct eph_guest_sandbox {
 };
 
 struct eph_sandbox_backend {
-    size_t size;                  /* of the backend's state (>= sizeof(struct eph_guest_sandbox)) */
-    const char *name_prefix;      /* between the server pid and the number in g->name: "gv" */
-    bool shutdown_before_close;   /* ask the guest to shut down before the channel is closed */
+    size_t size;                /* of the backend's state (>= sizeof(struct eph_guest_sandbox)) */
+    const char *name_prefix;    /* between the server pid and the number in g->name: "gv" */
+    bool shutdown_before_close; /* ask the guest to shut down before the channel is closed */
     /* Starts the machine. It calls eph_guest_sandbox_watch() as soon as a process exists (so
      * release can reap it whatever happens next) and returns the host end of the channel in
      * *chan_fd (the layer owns it from then on). Once boot has been called, release is called
@@ -74,9 +77,9 @@ struct eph_sandbox_backend {
 
 /* A backend's create: allocates the state, fills the layer's fields, boots, waits for the hello.
  * boot_arg is handed to boot in g->boot_arg. */
-int eph_guest_sandbox_create(const struct eph_sandbox_ops *ops, const struct eph_sandbox_config *cfg,
-                             void *boot_arg, struct eph_sandbox **out)
-    __attribute__((warn_unused_result));
+int eph_guest_sandbox_create(const struct eph_sandbox_ops *ops,
+                             const struct eph_sandbox_config *cfg, void *boot_arg,
+                             struct eph_sandbox **out) __attribute__((warn_unused_result));
 /* boot: the process whose death ends the machine (init, runsc, QEMU). pidfd may be -1. */
 void eph_guest_sandbox_watch(struct eph_guest_sandbox *g, pid_t pid, int pidfd);
 /* release: waits up to grace_ms for the watched process to exit, then kills it and waits again;

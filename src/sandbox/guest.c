@@ -198,8 +198,9 @@ int eph_guest_sandbox_reap(struct eph_guest_sandbox *g, uint32_t grace_ms, int *
 
 /* ---- lifecycle ----------------------------------------------------------------------------- */
 
-int eph_guest_sandbox_create(const struct eph_sandbox_ops *ops, const struct eph_sandbox_config *cfg,
-                             void *boot_arg, struct eph_sandbox **out)
+int eph_guest_sandbox_create(const struct eph_sandbox_ops *ops,
+                             const struct eph_sandbox_config *cfg, void *boot_arg,
+                             struct eph_sandbox **out)
 {
     const struct eph_sandbox_backend *be = ops->backend;
     struct eph_guest_sandbox *g = calloc(1, be->size);
@@ -235,9 +236,9 @@ int eph_guest_sandbox_create(const struct eph_sandbox_ops *ops, const struct eph
     pthread_mutex_unlock(&g->lock);
     if (rc)
         goto fail;
-    rc = eph_guest_client_hello(&g->client, deadline_in(g->hello_timeout_ms
-                                                            ? g->hello_timeout_ms
-                                                            : DEFAULT_HELLO_TIMEOUT_MS));
+    rc = eph_guest_client_hello(
+        &g->client,
+        deadline_in(g->hello_timeout_ms ? g->hello_timeout_ms : DEFAULT_HELLO_TIMEOUT_MS));
     if (rc) {
         if (atomic_load(&g->interrupted))
             rc = -ECANCELED;
@@ -262,7 +263,8 @@ int eph_guest_sandbox_destroy(struct eph_sandbox *sb)
     const struct eph_sandbox_backend *be = sb->ops->backend;
     /* A guest that broke the protocol, timed out or was interrupted is not waited for: its init
      * may be stopped or gone, so the machine is killed at once. */
-    bool cooperative = g->client_ready && !g->client.broken && !atomic_load(&g->interrupted);
+    bool cooperative =
+        g->client_ready && !eph_guest_client_broken(&g->client) && !atomic_load(&g->interrupted);
     if (cooperative && be->shutdown_before_close) {
         int s = eph_guest_client_shutdown(&g->client, deadline_in(SHUTDOWN_TIMEOUT_MS));
         if (s) {
@@ -345,8 +347,8 @@ int eph_guest_sandbox_open_tunnel(struct eph_sandbox *sb, const struct eph_sandb
     struct eph_guest_sandbox *g = guest_of(sb);
     if (atomic_load(&g->interrupted))
         return -ECANCELED;
-    return after_interrupt(g,
-                           eph_guest_client_open_tunnel(&g->client, t, deadline_in(FILE_TIMEOUT_MS)));
+    return after_interrupt(
+        g, eph_guest_client_open_tunnel(&g->client, t, deadline_in(FILE_TIMEOUT_MS)));
 }
 
 int eph_guest_sandbox_ping(struct eph_sandbox *sb, uint32_t timeout_ms)

@@ -70,13 +70,15 @@ struct eph_exec_result {
 struct eph_sandbox_tunnel {
     uint16_t port;        /* inside the sandbox, on 127.0.0.1: 3128 */
     uint32_t max_streams; /* connections open at once; more are refused inside */
-    /* Called on the thread that drives the sandbox, for each connection a program makes, with
+    /* Called on the sandbox's channel thread, for each connection a program makes, with
      * the stream's id and the host end of its byte stream (a non-blocking socket the callee owns
      * and closes). Must not block: hand the socket to another thread. A negative return resets
      * the stream. */
     int (*on_stream)(void *arg, uint32_t stream, int fd);
     /* Optional, on the same thread: n bytes of the stream are about to cross (either way);
-     * returns how many may. Fewer cuts the stream at that byte (the budget is spent). */
+     * returns how many may. Fewer cuts the stream at that byte (the budget is spent). Both run
+     * between commands as well as during them, so concurrently with the thread that drives the
+     * sandbox: what they touch must be safe to use from two threads. */
     size_t (*on_bytes)(void *arg, uint32_t stream, size_t n);
     void *arg;
 };
@@ -105,8 +107,9 @@ struct eph_sandbox_ops {
     const char *(*scratch_dir)(struct eph_sandbox *sb);
     void (*interrupt)(struct eph_sandbox *sb);
     /* Opens the broker tunnel's listener inside the sandbox (once; only for runs with web or
-     * connections). Streams are relayed while a call on the sandbox (exec, files) is in flight.
-     * The guest client owns the tunnel from then on; destroy closes every stream. */
+     * connections). The sandbox's channel thread relays its streams from then on, between calls
+     * as well as during them (a background process may use the proxy); destroy closes every
+     * stream. */
     int (*open_tunnel)(struct eph_sandbox *sb, const struct eph_sandbox_tunnel *t);
     /* Kills everything in the machine and removes every host-side trace. Always frees sb. Returns
      * 0, or a negative errno when something could not be removed (logged). */

@@ -106,8 +106,7 @@ static void op_exec_status(struct bcase *c)
 static void op_exec_caps(struct bcase *c)
 {
     struct eph_exec_result res;
-    assert_int_equal(run(c, "head -c 100000 /dev/zero; head -c 5000 /dev/zero >&2", 1000, &res),
-                     0);
+    assert_int_equal(run(c, "head -c 100000 /dev/zero; head -c 5000 /dev/zero >&2", 1000, &res), 0);
     assert_int_equal(res.exit_code, 0);
     assert_int_equal(res.out.len, 1000);
     assert_int_equal(res.err.len, 1000);
@@ -201,8 +200,8 @@ static void *intr_thread(void *arg)
 
 static void op_interrupt(struct bcase *c)
 {
-    struct intr x = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER,
-                     .sb = c->sb};
+    struct intr x = {
+        .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER, .sb = c->sb};
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, intr_thread, &x), 0);
     struct eph_exec_request req = {.command = "echo started; sleep 60",
