@@ -13,6 +13,7 @@
 #include "common/log.h"
 #include "common/metrics.h"
 #include "common/money.h"
+#include "common/text.h"
 
 /* The smallest answer worth asking for: below this, the budget is exhausted. */
 #define MIN_OUTPUT_TOKENS 16
@@ -21,8 +22,8 @@ static void outcome(struct eph_agent_outcome *out, enum eph_run_status st, const
                     const char *msg)
 {
     out->status = st;
-    snprintf(out->error_code, sizeof(out->error_code), "%s", code ? code : "");
-    snprintf(out->error_message, sizeof(out->error_message), "%s", msg ? msg : "");
+    eph_text_format_cut(out->error_code, sizeof(out->error_code), "%s", code ? code : "");
+    eph_text_format_cut(out->error_message, sizeof(out->error_message), "%s", msg ? msg : "");
 }
 
 /* Maps why the run must stop to its terminal status. */

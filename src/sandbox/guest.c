@@ -30,6 +30,7 @@
 #include "common/clock.h"
 #include "common/id.h"
 #include "common/log.h"
+#include "common/text.h"
 
 #define COMPONENT "sandbox"
 #define DEFAULT_HELLO_TIMEOUT_MS 10000u
@@ -74,12 +75,16 @@ static int names_prepare(struct eph_guest_sandbox *g, const struct eph_sandbox_c
     for (int i = 0; i < 6; i++)
         suffix[i] = alphabet[rnd[i] % (sizeof(alphabet) - 1)];
     suffix[6] = '\0';
-    snprintf(g->run_dir, sizeof(g->run_dir), "/tmp/ephemeral-run-%s", suffix);
-    snprintf(g->scratch, sizeof(g->scratch), "%s/scratch", g->run_dir);
-    snprintf(g->home, sizeof(g->home), "%s/home", g->run_dir);
-    snprintf(g->name, sizeof(g->name), "%s-%d-%s%u", owner_tag(cfg->owner_tag), (int)getpid(),
-             prefix ? prefix : "", atomic_fetch_add(&seq, 1));
-    return 0;
+    /* Whole or not at all: these name things on the host that orphan sweeps parse. */
+    rc = eph_text_format(g->run_dir, sizeof(g->run_dir), "/tmp/ephemeral-run-%s", suffix);
+    if (!rc)
+        rc = eph_text_format(g->scratch, sizeof(g->scratch), "%s/scratch", g->run_dir);
+    if (!rc)
+        rc = eph_text_format(g->home, sizeof(g->home), "%s/home", g->run_dir);
+    if (!rc)
+        rc = eph_text_format(g->name, sizeof(g->name), "%s-%d-%s%u", owner_tag(cfg->owner_tag),
+                             (int)getpid(), prefix ? prefix : "", atomic_fetch_add(&seq, 1));
+    return rc;
 }
 
 static void limits_fill(struct eph_sandbox_limits *l, const struct eph_sandbox_limits *in)

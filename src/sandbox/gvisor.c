@@ -57,6 +57,7 @@
 #include "common/id.h"
 #include "common/fileio.h"
 #include "common/log.h"
+#include "common/text.h"
 #include "sandbox/backend.h"
 
 #define COMPONENT "sandbox"
@@ -354,7 +355,7 @@ static void runsc_find(void)
     }
     const char *path = getenv("PATH");
     if (!path || !*path)
-        path = SPAWN_PATH + 5;
+        path = &SPAWN_PATH[5];
     while (*path) {
         size_t n = strcspn(path, ":");
         char cand[PATH_MAX];
@@ -862,7 +863,7 @@ static int version_check(char *why, size_t whylen)
     close(p[1]);
     if (rc) {
         close(p[0]);
-        snprintf(why, whylen, "cannot run '%s': %s", runsc(), strerror(-rc));
+        eph_text_format_cut(why, whylen, "cannot run '%s': %s", runsc(), strerror(-rc));
         return rc;
     }
     char buf[256];
@@ -888,7 +889,7 @@ static int version_check(char *why, size_t whylen)
         (void)eph_guest_child_wait(pid, -1, 5000, &status);
     }
     if (strncmp(buf, "runsc version ", 14) != 0 || !WIFEXITED(status) || WEXITSTATUS(status)) {
-        snprintf(why, whylen, "'%s --version' did not answer as runsc does", runsc());
+        eph_text_format_cut(why, whylen, "'%s --version' did not answer as runsc does", runsc());
         return -ENOEXEC;
     }
     buf[strcspn(buf, "\n")] = '\0';
@@ -960,8 +961,9 @@ static int gv_probe(const struct eph_sandbox_config *cfg, char *why, size_t whyl
             probe_rc = -ENOENT;
         } else if (compat_path(cfg->init_path, compat, sizeof(compat)) ||
                    access(compat, R_OK) != 0) {
-            snprintf(probe_why, sizeof(probe_why),
-                     "the gvisor compat library '%s' is not readable (make builds it)", compat);
+            eph_text_format_cut(probe_why, sizeof(probe_why),
+                                "the gvisor compat library '%s' is not readable (make builds it)",
+                                compat);
             probe_rc = -ENOENT;
         } else if ((probe_rc = image_check(cfg, root, probe_why, sizeof(probe_why))) != 0) {
             /* why is set */

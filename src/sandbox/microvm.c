@@ -57,6 +57,7 @@
 #include "common/clock.h"
 #include "common/id.h"
 #include "common/log.h"
+#include "common/text.h"
 #include "sandbox/backend.h"
 #include "sandbox/hostid.h"
 #include "sandbox/namespaces/namespaces.h"
@@ -186,7 +187,7 @@ static void qemu_find(void)
     }
     const char *path = getenv("PATH");
     if (!path || !*path)
-        path = SPAWN_PATH + 5;
+        path = &SPAWN_PATH[5];
     while (*path) {
         size_t n = strcspn(path, ":");
         char cand[PATH_MAX];
@@ -262,9 +263,14 @@ static int cpio_add(struct eph_buf *b, const char *name, unsigned mode, const vo
     static const char zeros[4] = {0};
     char hdr[111];
     size_t nlen = strlen(name) + 1;
-    snprintf(hdr, sizeof(hdr), "070701%08X%08X%08X%08X%08X%08X%08zX%08X%08X%08X%08X%08zX%08X", ino,
-             mode, 0u, 0u, 1u, 0u, len, 0u, 0u, 0u, 0u, nlen, 0u);
-    int rc = eph_buf_append(b, hdr, 110);
+    /* newc sizes are eight hex digits: a bigger entry cannot be written. */
+    if (len > 0xffffffffu || nlen > 0xffffffffu)
+        return -EFBIG;
+    int rc = eph_text_format(
+        hdr, sizeof(hdr), "070701%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X", ino, mode,
+        0u, 0u, 1u, 0u, (unsigned)len, 0u, 0u, 0u, 0u, (unsigned)nlen, 0u);
+    if (!rc)
+        rc = eph_buf_append(b, hdr, 110);
     if (!rc)
         rc = eph_buf_append(b, name, nlen);
     if (!rc)
@@ -337,9 +343,11 @@ static int initrd_get(const char *init_path, const char *modules)
         size_t len = strlen(name);
         if (!rc && len > 3 && strcmp(name + len - 3, ".ko") == 0 && len < 200) {
             char path[PATH_MAX + 256], inside[256];
-            snprintf(path, sizeof(path), "%s/%s", modules, name);
-            snprintf(inside, sizeof(inside), "modules/%s", name);
-            rc = cpio_add_file(&b, inside, path, 0100644, ino++);
+            rc = eph_text_format(path, sizeof(path), "%s/%s", modules, name);
+            if (!rc)
+                rc = eph_text_format(inside, sizeof(inside), "modules/%s", name);
+            if (!rc)
+                rc = cpio_add_file(&b, inside, path, 0100644, ino++);
         }
         free(ents[i]);
     }
@@ -676,7 +684,7 @@ static void vm_boot_failed(struct eph_guest_sandbox *g, int rc)
         EPH_ERROR(COMPONENT, "the microVM did not start (%s): %s%s%s", accel, strerror(-rc),
                   last[0] ? "; console: " : "", last);
     if (sb->probing && last[0])
-        snprintf(probe_console, sizeof(probe_console), "%s", last);
+        eph_text_format_cut(probe_console, sizeof(probe_console), "%s", last);
 }
 
 /* The guest ends itself when asked (or when the channel closes): QEMU then exits on its own. A
@@ -803,10 +811,10 @@ static int vm_probe(const struct eph_sandbox_config *cfg, char *why, size_t whyl
             atomic_store(&chosen_accel, ACCEL_TCG);
             rc = 0;
         } else {
-            snprintf(reason, sizeof(reason),
-                     "%s; software emulation (TCG) is never chosen automatically (only with "
-                     "--backend microvm and " ALLOW_TCG_ENV "=1, for tests)",
-                     kvm_why);
+            eph_text_format_cut(reason, sizeof(reason),
+                                "%s; software emulation (TCG) is never chosen automatically (only "
+                                "with --backend microvm and " ALLOW_TCG_ENV "=1, for tests)",
+                                kvm_why);
             rc = -ENODEV;
         }
     }

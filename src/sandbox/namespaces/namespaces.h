@@ -43,8 +43,8 @@ struct eph_ns_plan {
     char run_rel[64];     /* "tmp/ephemeral-run-XXXXXX", relative to the new root */
     char scratch_rel[80]; /* run_rel + "/scratch" */
     char home_rel[80];    /* run_rel + "/home" */
-    char scratch[80];     /* "/tmp/ephemeral-run-XXXXXX/scratch", as seen inside */
-    char home[80];
+    char scratch[81];     /* "/tmp/ephemeral-run-XXXXXX/scratch", as seen inside */
+    char home[81];
     char tmp_opts[96]; /* tmpfs options for /tmp: size, mode, inodes */
     uid_t host_id;     /* the host uid and gid that worker maps to */
     uint64_t nofile, fsize, nproc;
