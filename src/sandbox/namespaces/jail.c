@@ -388,6 +388,8 @@ static int plan_prepare(struct ns_sandbox *sb, const struct eph_sandbox_config *
     /* Inodes scale with the size (a million empty files would otherwise eat kernel memory). */
     snprintf(p->tmp_opts, sizeof(p->tmp_opts), "size=%um,nr_inodes=%u,mode=1777", l->disk_mib,
              l->disk_mib * 64u < 4096u ? 4096u : l->disk_mib * 64u);
+    snprintf(p->meminfo_rel, sizeof(p->meminfo_rel), "%s/meminfo", p->run_rel);
+    p->meminfo_len = eph_ns_mount_meminfo(p->meminfo, sizeof(p->meminfo), l->memory_mib);
     p->nofile = l->nofile;
     p->fsize = l->fsize_bytes;
     /* A backstop behind pids.max, a little above it so that the cgroup is what normally says no. */
@@ -399,18 +401,13 @@ static int plan_prepare(struct ns_sandbox *sb, const struct eph_sandbox_config *
 static int ns_boot(struct eph_guest_sandbox *g, const struct eph_sandbox_config *cfg, int *chan_fd)
 {
     struct ns_sandbox *sb = (struct ns_sandbox *)g;
-    char why[200];
     int chan[2] = {-1, -1}, sync[2] = {-1, -1};
     int join_fd[3], join_n = 0, cgroup_dir = -1;
     pid_t pid = 0;
     int pidfd = -1;
     sb->plan.init_fd = -1;
     sb->id.fd = -1;
-    int rc = eph_ns_seccomp_prepare(why, sizeof(why));
-    if (rc) {
-        EPH_ERROR(COMPONENT, "%s", why);
-        return rc;
-    }
+    int rc;
     eph_ns_mount_prepare();
 
     rc = eph_hostid_acquire(EPH_NS_HOST_ID_BASE, EPH_NS_HOST_IDS, &sb->id);
@@ -520,9 +517,6 @@ static int ns_create(const struct eph_sandbox_config *cfg, struct eph_sandbox **
 static int ns_probe(const struct eph_sandbox_config *cfg, char *why, size_t whylen)
 {
     int rc = eph_ns_cgroup_probe(why, whylen);
-    if (rc)
-        return rc;
-    rc = eph_ns_seccomp_prepare(why, whylen);
     if (rc)
         return rc;
     if (geteuid() != 0) {
