@@ -150,6 +150,7 @@ static int new_run(struct eph_api_req *req, const struct eph_api_create *c, stru
     r->metadata = c->metadata ? json_incref(c->metadata) : json_object();
     r->shell = c->shell;
     r->web = c->web;
+    r->web_allow = c->web_allow ? json_incref(c->web_allow) : NULL;
     r->timeout_seconds = c->timeout;
     r->created_at_ms = eph_clock_real_ms();
     r->cost.reserved_micros = c->max_cost;

@@ -18,7 +18,8 @@ static const struct {
     {"run",
      "ephemeral run [request.json|-] [--prompt TEXT] [--shell|--no-shell] [--web|--no-web]\n"
      "              [--timeout SECONDS] [--budget DOLLARS | --max-cost-micros N] [--model ID]\n"
-     "              [--file LOCAL[:PATH]]... [--connection NAME]... [--zdr]\n"
+     "              [--file LOCAL[:PATH]]... [--connection NAME]... [--web-allow DOMAIN]...\n"
+     "              [--zdr]\n"
      "              [--idempotency-key KEY] [--detach] [--json]\n"},
     {"get", "ephemeral get RUN_ID [--json]\n"},
     {"list", "ephemeral list [--limit N] [--status S] [--json]\n"},

@@ -310,6 +310,19 @@ int eph_image_recipe_hash(char hash[17], char *why, size_t whylen)
     return rc;
 }
 
+/* The cache is root's alone: no host user may read the image or run its programs, and the
+ * microvm backend hands QEMU its kernel and disk as descriptors instead of paths. Done at every
+ * build, so that a cache made world-readable by an older version is closed too. */
+static int cache_make_private(void)
+{
+    if (chmod(cache_root(), 0700) != 0) {
+        fprintf(stderr, "ephemerald: cannot make the image cache '%s' private: %s\n", cache_root(),
+                strerror(errno));
+        return 1;
+    }
+    return 0;
+}
+
 static int image_build(const char *dir, bool quiet)
 {
     char codename[64], hash[17], why[256];
@@ -408,7 +421,7 @@ static int image_build(const char *dir, bool quiet)
         fprintf(stderr, "image: the microvm backend's disk and kernel were not built (see above); "
                         "the other backends are unaffected\n");
     close(lock);
-    return 0;
+    return cache_make_private();
 }
 
 int eph_cmd_image(int argc, char **argv)

@@ -341,6 +341,25 @@ static int kernel_assemble(const char *x, const char *out)
 }
 
 /* CACHE/kernels/<package>_<version>, fetched and unpacked unless it is there already. */
+/* A system user's uid from /etc/passwd itself (fgetpwent, not getpwnam): no NSS modules, so that
+ * the statically linked ephemeral-sandbox, which links this file, stays free of them. */
+static int system_user_uid(const char *name, uid_t *uid)
+{
+    FILE *f = fopen("/etc/passwd", "re");
+    if (!f)
+        return -errno;
+    int rc = -ENOENT;
+    struct passwd *pw;
+    while ((pw = fgetpwent(f)))
+        if (strcmp(pw->pw_name, name) == 0) {
+            *uid = pw->pw_uid;
+            rc = 0;
+            break;
+        }
+    fclose(f);
+    return rc;
+}
+
 static int kernel_fetch(const char *cache, char *kdir, size_t cap, bool quiet)
 {
     char pkg[128], ver[96];
@@ -366,8 +385,8 @@ static int kernel_fetch(const char *cache, char *kdir, size_t cap, bool quiet)
     if ((rc = mkdir_p(tmp)))
         return rc;
     /* apt drops to _apt to download; let it write here rather than warn and do it as root. */
-    struct passwd *apt = getpwnam("_apt");
-    if (apt && chown(tmp, apt->pw_uid, 0) != 0)
+    uid_t apt = 0;
+    if (system_user_uid("_apt", &apt) == 0 && chown(tmp, apt, 0) != 0)
         fprintf(stderr, "ephemerald: cannot hand '%s' to _apt: %s\n", tmp, strerror(errno));
     fprintf(stderr, "image: fetching the kernel %s %s for the microvm backend\n", pkg, ver);
     char *dl[] = {"apt-get", "download", quiet ? "-qq" : "-q", pkg, NULL};

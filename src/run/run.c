@@ -28,6 +28,7 @@ void eph_run_release(struct eph_run *r)
     free(r->prompt);
     json_decref(r->files);
     json_decref(r->connections);
+    json_decref(r->web_allow);
     json_decref(r->metadata);
     free(r->result);
     free(r->error_type);
@@ -119,8 +120,10 @@ json_t *eph_run_to_json(const struct eph_run *r, unsigned retention_days)
         json_array_foreach(r->files, i, f) json_array_append(files, json_object_get(f, "path"));
     }
     json_t *perm = json_pack(
-        "{s:b, s:b, s:o, s:o, s:b, s:I, s:I}", "shell", r->shell, "web", r->web, "connections",
-        r->connections ? json_incref(r->connections) : json_array(), "files", files,
+        "{s:b, s:o, s:o, s:o, s:b, s:I, s:I}", "shell", r->shell, "web",
+        /* As it was asked: true/false, or {"allow": [...]}. */
+        r->web && r->web_allow ? json_pack("{s:O}", "allow", r->web_allow) : json_boolean(r->web),
+        "connections", r->connections ? json_incref(r->connections) : json_array(), "files", files,
         "zero_data_retention", r->zdr, "timeout_seconds", (json_int_t)r->timeout_seconds,
         "max_cost_micros", (json_int_t)r->cost.reserved_micros);
 

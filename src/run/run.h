@@ -55,6 +55,7 @@ struct eph_run {
     json_t *connections; /* array of strings */
     json_t *metadata;    /* object string -> string */
     bool shell, web, zdr;
+    json_t *web_allow; /* web's allow-list: array of domains; NULL = every public host */
     unsigned timeout_seconds;
     int64_t created_at_ms, started_at_ms, finished_at_ms; /* 0 = not yet */
     char *result; /* NULL until completed, with ZDR, or once purged */

@@ -279,6 +279,58 @@ static int last_seq_cb(const struct eph_event *e, void *ctx)
     return 0;
 }
 
+/* The agent's sink (common/sink.h): its events go to the live timeline and the store, and its
+ * progress (usage, and the costs the budget measured) to the run's record. */
+struct agent_sink {
+    struct eph_live *live;
+    struct eph_store *store;
+    struct eph_run *run;
+    struct eph_budget *budget;
+    const struct eph_agent_usage *usage;
+};
+
+static int agent_event(void *p, const char *source, const char *type, json_t *data,
+                       const char *message)
+{
+    struct agent_sink *a = p;
+    return eph_live_emit(a->live, a->store, source, type, data, "%s", message);
+}
+
+static void agent_usage_copy(struct eph_run *r, const struct eph_agent_usage *u)
+{
+    r->usage.model_calls = u->model_calls;
+    r->usage.input_tokens = u->input_tokens;
+    r->usage.output_tokens = u->output_tokens;
+    r->usage.shell_commands = u->shell_commands;
+}
+
+static int agent_progress(void *p)
+{
+    struct agent_sink *a = p;
+    agent_usage_copy(a->run, a->usage);
+    a->run->cost.model_micros = a->budget->model;
+    a->run->cost.web_micros = a->budget->web;
+    a->run->cost.compute_micros = eph_budget_compute(a->budget, eph_clock_mono_ns());
+    return a->store->ops->run_progress(a->store, a->run);
+}
+
+static enum eph_run_status agent_status(enum eph_agent_status s)
+{
+    switch (s) {
+    case EPH_AGENT_COMPLETED:
+        return EPH_RUN_COMPLETED;
+    case EPH_AGENT_TIMED_OUT:
+        return EPH_RUN_TIMED_OUT;
+    case EPH_AGENT_BUDGET_EXHAUSTED:
+        return EPH_RUN_BUDGET_EXHAUSTED;
+    case EPH_AGENT_CANCELLED:
+        return EPH_RUN_CANCELLED;
+    case EPH_AGENT_FAILED:
+        break;
+    }
+    return EPH_RUN_FAILED;
+}
+
 void eph_worker_run(struct eph_service *svc, const char *run_id)
 {
     struct eph_store *st = svc->store;
@@ -426,10 +478,23 @@ void eph_worker_run(struct eph_service *svc, const char *run_id)
         EPH_ERROR("worker", "run %s: broker: %s", r.id, err);
         fail_run(&r, EPH_RUN_FAILED, "broker_error", err);
     } else {
+        struct eph_agent_usage usage = {.model_calls = r.usage.model_calls,
+                                        .input_tokens = r.usage.input_tokens,
+                                        .output_tokens = r.usage.output_tokens,
+                                        .shell_commands = r.usage.shell_commands};
+        struct agent_sink as = {
+            .live = live, .store = st, .run = &r, .budget = &budget, .usage = &usage};
+        const struct eph_sink sink = {.ctx = &as, .event = agent_event, .progress = agent_progress};
         struct eph_agent_ctx ctx = {
-            .store = st,
-            .live = live,
-            .run = &r,
+            .sink = &sink,
+            .cancel = {eph_live_cancel_flag(live)},
+            .run_id = r.id,
+            .prompt = r.prompt,
+            .shell = r.shell,
+            .web = r.web,
+            .zdr = r.zdr,
+            .timeout_seconds = r.timeout_seconds,
+            .usage = &usage,
             .model = model,
             .mcfg = mcfg,
             .sb = sb,
@@ -444,17 +509,18 @@ void eph_worker_run(struct eph_service *svc, const char *run_id)
         };
         struct eph_agent_outcome out;
         eph_agent_run(&ctx, &out);
-        r.status = out.status;
-        if (out.status == EPH_RUN_COMPLETED) {
+        agent_usage_copy(&r, &usage);
+        r.status = agent_status(out.status);
+        if (r.status == EPH_RUN_COMPLETED) {
             r.result = out.result;
             out.result = NULL;
             if (r.zdr && eph_live_set_zdr_result(live, r.result))
                 EPH_ERROR("worker", "run %s: out of memory keeping the result", r.id);
-        } else if (out.status == EPH_RUN_CANCELLED) {
+        } else if (r.status == EPH_RUN_CANCELLED) {
             fail_cancelled(svc, &r, "while it was running");
             free(out.result);
         } else {
-            fail_run(&r, out.status, out.error_code, out.error_message);
+            fail_run(&r, r.status, out.error_code, out.error_message);
             free(out.result);
         }
     }

@@ -102,8 +102,14 @@ static const char v1[] =
     "  created_at BIGINT NOT NULL,"
     "  UNIQUE (org_id, name));";
 
+/* SQLite version 4: a run's web allow-list, a connection's query-parameter credential names. */
+static const char v2[] =
+    "ALTER TABLE runs ADD COLUMN web_allow TEXT;"
+    "ALTER TABLE connections ADD COLUMN query_names TEXT NOT NULL DEFAULT '[]';";
+
 const struct eph_migration eph_postgres_migrations[] = {
     {1, "initial schema (SQLite version 3)", v1},
+    {2, "web allow-lists, query-parameter credentials (SQLite version 4)", v2},
 };
 const unsigned eph_postgres_migrations_count =
     sizeof(eph_postgres_migrations) / sizeof(eph_postgres_migrations[0]);

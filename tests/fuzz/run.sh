@@ -27,6 +27,7 @@ extra_for() {
     case "$1" in
     fuzz_openai_response) echo "src/agent/openai.c src/agent/anthropic.c src/agent/replay.c" ;;
     fuzz_anthropic_response) echo "src/agent/anthropic.c src/agent/openai.c src/agent/replay.c" ;;
+    fuzz_broker_http) echo "src/broker/addr.c" ;; # http.c parses hosts with addr.c
     *) echo "" ;;
     esac
 }
