@@ -37,11 +37,14 @@ when the script is used up the answer is a 500. Entry fields, all optional:
                    Anthropic stop_reason "refusal" with the text as content
     pieces         streaming: how many deltas the text is split into (3)
     hold_open      streaming: seconds to keep the connection open after the complete answer
+    keep_alive     true: the connection stays open for the next request (by default every answer
+                   says "Connection: close")
     cut_after      streaming: send this many events, then drop the connection (no end chunk)
     interleave     OpenAI streaming: the deltas of the tool calls alternate between indices
     usage also takes "cache_write", "cache_write_1h" (Anthropic) and "reasoning" (OpenAI)
 
-Every request is appended to the log as one JSON line before it is answered: n, method, path,
+Every request is appended to the log as one JSON line before it is answered: n, conn (the TCP
+connection it came on: 1 for the first accepted, 2 for the second...), method, path,
 headers (lowercased; authorization and x-api-key values replaced by "<redacted>"), auth_present,
 auth_ok (the key matched --key; null when no --key was given), body (parsed JSON, or the raw text
 under body_raw). The server exits after --max-seconds (default 120) or on SIGTERM.
@@ -63,7 +66,7 @@ class Server(socketserver.ThreadingMixIn, HTTPServer):
     allow_reuse_address = True
 
 
-STATE = {"script": [], "next": 0, "n": 0, "log": None, "key": None}
+STATE = {"script": [], "next": 0, "n": 0, "conns": 0, "log": None, "key": None}
 LOCK = threading.Lock()
 
 
@@ -86,6 +89,12 @@ class Handler(BaseHTTPRequestHandler):
     def log_message(self, fmt, *args):  # quiet: the request log is the record
         pass
 
+    def setup(self):  # once per accepted connection, which may carry many requests
+        super().setup()
+        with LOCK:
+            STATE["conns"] += 1
+            self.conn = STATE["conns"]
+
     def do_GET(self):
         self.send_json(404, {"error": {"message": "not found", "type": "invalid_request_error"}})
 
@@ -107,6 +116,7 @@ class Handler(BaseHTTPRequestHandler):
         if entry is None:
             self.send_error_body(500, "fake server: script exhausted", anthropic)
             return
+        self.keep_alive = bool(entry.get("keep_alive"))
         if entry.get("delay"):
             time.sleep(float(entry["delay"]))
         try:
@@ -125,7 +135,7 @@ class Handler(BaseHTTPRequestHandler):
         else:
             got = self.headers.get("Authorization")
             want = "Bearer " + STATE["key"] if STATE["key"] is not None else None
-        rec = {"n": n, "method": self.command, "path": self.path, "headers": headers,
+        rec = {"n": n, "conn": self.conn, "method": self.command, "path": self.path, "headers": headers,
                "auth_present": got is not None,
                "auth_ok": (got == want) if want is not None else None}
         try:
@@ -141,13 +151,14 @@ class Handler(BaseHTTPRequestHandler):
         self.send_response(status)
         self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(len(data)))
-        self.send_header("Connection", "close")
+        if not getattr(self, "keep_alive", False):
+            self.send_header("Connection", "close")
         for k, v in (extra or {}).items():
             self.send_header(k, str(v))
         self.end_headers()
         self.wfile.write(data)
         self.wfile.flush()
-        self.close_connection = True
+        self.close_connection = not getattr(self, "keep_alive", False)
 
     def send_json(self, status, obj, extra=None):
         self.send_bytes(status, json.dumps(obj).encode(), extra=extra)
@@ -165,11 +176,12 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", ctype)
         self.send_header("Cache-Control", "no-cache")
         self.send_header("Transfer-Encoding", "chunked")
-        self.send_header("Connection", "close")
+        if not getattr(self, "keep_alive", False):
+            self.send_header("Connection", "close")
         for k, v in (extra or {}).items():
             self.send_header(k, str(v))
         self.end_headers()
-        self.close_connection = True
+        self.close_connection = not getattr(self, "keep_alive", False)
 
     def chunk(self, data):
         if isinstance(data, str):

@@ -655,6 +655,7 @@ static int anthropic_call(struct eph_model *base, const struct eph_model_request
         .event_error = c->msg,
         .ctx = c,
         .secret = m->key,
+        .pool = m->pool,
     };
     struct eph_http_response hresp;
     rc = eph_http_post(&hr, &hresp, err, errlen);

@@ -31,6 +31,11 @@
 #define RETRY_AFTER_MAX_MS 3600000u /* parsing only: the caller decides whether to wait */
 #define CONNECT_TIMEOUT_MS 30000
 #define ERROR_MESSAGE_MAX (EPH_HTTP_ERROR_MAX - 1)
+/* After a complete streamed answer, how long the end of the stream is awaited (so that the
+ * connection stays reusable), and how many bytes of it are taken: a server that holds the
+ * connection open or keeps sending costs that, then the connection is dropped. */
+#define STOP_GRACE_MS 50
+#define STOP_TAIL_MAX 4096
 
 /* ---- global init ---- */
 
@@ -283,6 +288,113 @@ void eph_http_error_message(const char *body, size_t len, const char *secret, ch
 
 /* ---- one attempt ---- */
 
+/* ---- connections kept for reuse ---- */
+
+/* A multi handle (which owns the connection cache) with the one easy handle that runs on it (which
+ * owns the TLS session cache): reused together, the next attempt finds its connection open. */
+struct http_conn {
+    CURLM *multi;
+    CURL *easy;
+    struct http_conn *next;
+};
+
+struct eph_http_pool {
+    pthread_mutex_t lock;
+    struct http_conn *idle;
+    unsigned nidle, max_idle;
+};
+
+static void conn_free(struct http_conn *c)
+{
+    if (!c)
+        return;
+    if (c->easy)
+        curl_easy_cleanup(c->easy);
+    if (c->multi)
+        curl_multi_cleanup(c->multi);
+    free(c);
+}
+
+static struct http_conn *conn_new(void)
+{
+    struct http_conn *c = calloc(1, sizeof(*c));
+    if (!c)
+        return NULL;
+    c->multi = curl_multi_init();
+    c->easy = curl_easy_init();
+    if (!c->multi || !c->easy) {
+        conn_free(c);
+        return NULL;
+    }
+    return c;
+}
+
+struct eph_http_pool *eph_http_pool_new(unsigned max_idle)
+{
+    struct eph_http_pool *p = calloc(1, sizeof(*p));
+    if (!p)
+        return NULL;
+    pthread_mutex_init(&p->lock, NULL);
+    p->max_idle = max_idle;
+    return p;
+}
+
+void eph_http_pool_free(struct eph_http_pool *p)
+{
+    if (!p)
+        return;
+    while (p->idle) {
+        struct http_conn *c = p->idle;
+        p->idle = c->next;
+        conn_free(c);
+    }
+    pthread_mutex_destroy(&p->lock);
+    free(p);
+}
+
+/* An idle connection of the pool (the most recently used: the likeliest to be still open), with
+ * its options back at their defaults, or a new one. NULL on -ENOMEM. */
+static struct http_conn *conn_borrow(struct eph_http_pool *p)
+{
+    struct http_conn *c = NULL;
+    if (p) {
+        pthread_mutex_lock(&p->lock);
+        c = p->idle;
+        if (c) {
+            p->idle = c->next;
+            p->nidle--;
+        }
+        pthread_mutex_unlock(&p->lock);
+    }
+    if (!c)
+        return conn_new();
+    c->next = NULL;
+    curl_easy_reset(c->easy); /* keeps the open connections and the TLS sessions */
+    return c;
+}
+
+/* Gives c back to the pool when it has room, else closes it. */
+static void conn_return(struct eph_http_pool *p, struct http_conn *c)
+{
+    if (!c)
+        return;
+    /* The options point at the finished attempt's buffers: none may outlive it. */
+    curl_easy_setopt(c->easy, CURLOPT_ERRORBUFFER, NULL);
+    curl_easy_setopt(c->easy, CURLOPT_HTTPHEADER, NULL);
+    curl_easy_setopt(c->easy, CURLOPT_POSTFIELDS, NULL);
+    if (p) {
+        pthread_mutex_lock(&p->lock);
+        if (p->nidle < p->max_idle) {
+            c->next = p->idle;
+            p->idle = c;
+            p->nidle++;
+            c = NULL;
+        }
+        pthread_mutex_unlock(&p->lock);
+    }
+    conn_free(c);
+}
+
 struct attempt {
     const struct eph_http_request *req;
     CURL *easy;
@@ -290,6 +402,8 @@ struct attempt {
     struct eph_sse sse;
     bool decided; /* the body's destination (SSE or buffer) is chosen at its first byte */
     bool stopped; /* on_event said the answer is complete */
+    uint64_t stopped_ns;
+    size_t tail; /* bytes after the complete answer, discarded */
     size_t received;
     uint64_t last_byte_ns; /* the last sign of life: a byte in, or upload progress */
     curl_off_t last_ul;
@@ -311,8 +425,15 @@ static size_t on_write(char *p, size_t size, size_t nmemb, void *userdata)
 {
     struct attempt *a = userdata;
     size_t n = size * nmemb;
-    if (a->rc || a->stopped)
+    if (a->rc)
         return 0;
+    if (a->stopped) {
+        /* Past the complete answer: the stream's end is let through and thrown away. */
+        if (n > STOP_TAIL_MAX - a->tail)
+            return 0;
+        a->tail += n;
+        return n;
+    }
     a->last_byte_ns = eph_clock_mono_ns();
     if (n > a->req->max_body || a->received > a->req->max_body - n) {
         a->rc = -EMSGSIZE;
@@ -340,10 +461,11 @@ static size_t on_write(char *p, size_t size, size_t nmemb, void *userdata)
         rc = eph_buf_append(&a->resp->body, p, n);
     }
     if (rc == EPH_SSE_STOP) {
-        /* The answer is complete: what may follow (a server holding the connection open) is
-         * not waited for. */
+        /* The answer is complete: what may follow (the stream's end, or a server holding the
+         * connection open) is awaited for STOP_GRACE_MS at most. */
         a->stopped = true;
-        return 0;
+        a->stopped_ns = eph_clock_mono_ns();
+        return n;
     }
     if (rc) {
         a->rc = rc;
@@ -399,6 +521,11 @@ static size_t on_header(char *p, size_t size, size_t nmemb, void *userdata)
     return n;
 }
 
+static bool stop_grace_over(const struct attempt *a)
+{
+    return a->stopped && eph_clock_mono_ns() - a->stopped_ns >= STOP_GRACE_MS * 1000000ull;
+}
+
 /* Called by libcurl during long operations inside curl_multi_perform (TLS handshakes, big
  * writes); the poll loop below covers idle waits. */
 static int on_xferinfo(void *userdata, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
@@ -409,7 +536,7 @@ static int on_xferinfo(void *userdata, curl_off_t dltotal, curl_off_t dlnow, cur
         a->last_ul = ulnow;
         a->last_byte_ns = eph_clock_mono_ns();
     }
-    return cancelled(a->req) || past_deadline(a->req) || a->stopped;
+    return cancelled(a->req) || past_deadline(a->req) || stop_grace_over(a);
 }
 
 static bool idle_too_long(const struct attempt *a)
@@ -461,13 +588,14 @@ static int http_attempt(const struct eph_http_request *req, struct curl_slist *h
     eph_sse_init(&a.sse, req->sse_line_max ? req->sse_line_max : (1u << 20), req->on_event,
                  req->ctx);
 
-    CURLM *multi = curl_multi_init();
-    a.easy = curl_easy_init();
-    if (!multi || !a.easy) {
+    struct http_conn *conn = conn_borrow(req->pool);
+    if (!conn) {
         rc = -ENOMEM;
         snprintf(err, errlen, "%s: cannot create an http handle", req->what);
         goto out;
     }
+    CURLM *multi = conn->multi;
+    a.easy = conn->easy;
     /* No limit on the whole transfer: a slow but live answer goes on until the deadline. The
      * loop below ends an attempt at the deadline or after idle_timeout_ms without a byte;
      * libcurl's own timeout is only a backstop past the deadline. */
@@ -529,9 +657,9 @@ static int http_attempt(const struct eph_http_request *req, struct curl_slist *h
             snprintf(err, errlen, "%s: call cancelled", req->what);
             goto out_remove;
         }
-        if (a.stopped)
-            break;
         uint64_t rem = remaining_ms(req);
+        if (stop_grace_over(&a) || (a.stopped && rem == 0))
+            break;
         if (rem == 0) {
             rc = -ETIMEDOUT;
             snprintf(err, errlen, "%s: deadline passed during the call", req->what);
@@ -598,11 +726,8 @@ out_remove : {
         resp->sent = true;
 }
     curl_multi_remove_handle(multi, e);
+    conn_return(req->pool, conn);
 out:
-    if (a.easy)
-        curl_easy_cleanup(a.easy);
-    if (multi)
-        curl_multi_cleanup(multi);
     eph_sse_release(&a.sse);
     return rc;
 }

@@ -10,10 +10,16 @@
  * provider's error message or fall back to a plain JSON answer from a server that ignored
  * "stream": true.
  *
- * Threads: every call uses its own curl easy and multi handles, so calls on any number of threads
- * are independent. libcurl's global state must be set up once: eph_http_global_init() does it
- * (idempotent, thread-safe through pthread_once); main() should call it before starting threads,
- * and the providers' open() calls it again to be safe.
+ * Connections: a call given a pool (struct eph_http_pool, one per model) borrows an idle curl
+ * handle pair from it for each attempt and gives it back afterwards, so the next call reuses the
+ * open TCP connection and TLS session instead of connecting again; without a pool every attempt
+ * makes, and closes, its own handles.
+ *
+ * Threads: a handle is used by one attempt on one thread at a time (the pool hands each one out to
+ * a single borrower), so calls on any number of threads are independent. libcurl's global state
+ * must be set up once: eph_http_global_init() does it (idempotent, thread-safe through
+ * pthread_once); main() should call it before starting threads, and the providers' open() calls
+ * it again to be safe.
  */
 #ifndef EPH_HTTP_CLIENT_H
 #define EPH_HTTP_CLIENT_H
@@ -27,6 +33,14 @@
 
 /* curl_global_init(CURL_GLOBAL_DEFAULT), once. 0 or -EIO. */
 int eph_http_global_init(void) __attribute__((warn_unused_result));
+
+/* Idle connections kept for reuse, thread-safe: at most max_idle are kept (the rest are closed
+ * when their attempt ends), so with one pool per model the open connections are at most the
+ * calls that ran at once. NULL on -ENOMEM. eph_http_pool_free closes them all; no call may be
+ * using the pool then. */
+struct eph_http_pool;
+struct eph_http_pool *eph_http_pool_new(unsigned max_idle);
+void eph_http_pool_free(struct eph_http_pool *p);
 
 /*
  * Server-Sent Events parser (the WHATWG event-stream format): lines end with LF, CRLF or CR; a
@@ -86,6 +100,8 @@ struct eph_http_request {
     void *ctx;
     /* A secret (the API key) that must never appear in an error message; may be NULL. */
     const char *secret;
+    /* Where to borrow a connection from and give it back to; NULL for a new one per attempt. */
+    struct eph_http_pool *pool;
 };
 
 struct eph_http_response {

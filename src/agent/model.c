@@ -228,7 +228,8 @@ int eph_http_model_init(struct eph_http_model *m, const struct eph_model_ops *op
                      cfg->id ? cfg->id : "", cfg->api_key_env);
         }
     }
-    if (!m->url || !m->upstream)
+    m->pool = eph_http_pool_new(EPH_HTTP_MODEL_MAX_IDLE);
+    if (!m->url || !m->upstream || !m->pool)
         goto nomem;
     m->idle_timeout_ms = (cfg->timeout_seconds ? cfg->timeout_seconds : 120) * 1000u;
     return 0;
@@ -246,7 +247,9 @@ void eph_http_model_release(struct eph_http_model *m)
     }
     free(m->url);
     free(m->upstream);
+    eph_http_pool_free(m->pool);
     m->key = m->url = m->upstream = NULL;
+    m->pool = NULL;
 }
 
 uint32_t eph_model_max_tokens(const struct eph_model_config *cfg,

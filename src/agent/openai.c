@@ -717,6 +717,7 @@ static int openai_call(struct eph_model *base, const struct eph_model_request *r
         .event_error = c->msg,
         .ctx = c,
         .secret = m->http.key,
+        .pool = m->http.pool,
     };
     rc = eph_http_post(&hr, &hresp, err, errlen);
     free(body);

@@ -32,7 +32,11 @@ struct eph_http_model {
     char *upstream;           /* the model name sent on the wire */
     uint32_t idle_timeout_ms; /* the longest silence of the server within an attempt */
     bool stream;
+    struct eph_http_pool *pool; /* the open connections to the provider, reused across calls */
 };
+/* The most idle connections a model keeps open to its provider (one per run calling it at once,
+ * up to this). */
+#define EPH_HTTP_MODEL_MAX_IDLE 32
 
 /* Fills m from cfg: url = (cfg->base_url or default_base) + path; the key read from the
  * environment once (never logged); upstream = cfg->upstream_model, else the id, after its last

@@ -3,13 +3,13 @@
 #include <errno.h>
 #include <unistd.h>
 
+#include "common/cleanup.h"
+
 int eph_fileio_write_all(int fd, const void *data, size_t len)
 {
     const char *p = data;
     while (len) {
-        ssize_t w = write(fd, p, len);
-        if (w < 0 && errno == EINTR)
-            continue;
+        ssize_t w = EPH_RETRY_EINTR(write(fd, p, len));
         if (w <= 0)
             return w < 0 ? -errno : -EIO;
         p += w;
@@ -22,9 +22,7 @@ int eph_fileio_copy_fd(int in, int out)
 {
     char buf[65536];
     for (;;) {
-        ssize_t n = read(in, buf, sizeof(buf));
-        if (n < 0 && errno == EINTR)
-            continue;
+        ssize_t n = EPH_RETRY_EINTR(read(in, buf, sizeof(buf)));
         if (n <= 0)
             return n < 0 ? -errno : 0;
         int rc = eph_fileio_write_all(out, buf, (size_t)n);

@@ -6,16 +6,15 @@
 
 #include <sodium.h>
 
+#include "common/cleanup.h"
+
 int eph_random_bytes(void *buf, size_t n)
 {
     unsigned char *p = buf;
     while (n) {
-        ssize_t got = getrandom(p, n, 0);
-        if (got < 0) {
-            if (errno == EINTR)
-                continue;
+        ssize_t got = EPH_RETRY_EINTR(getrandom(p, n, 0));
+        if (got < 0)
             return -errno;
-        }
         p += got;
         n -= (size_t)got;
     }

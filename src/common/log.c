@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "common/clock.h"
+#include "common/text.h"
 
 enum eph_log_level eph_log_min_level = EPH_LOG_INFO;
 static bool log_json;
@@ -57,7 +58,8 @@ static void json_escape(FILE *f, const char *s)
     }
 }
 
-void eph_log_write(enum eph_log_level level, const char *component, int err, const char *fmt, ...)
+void eph_log_write(enum eph_log_level level, const char *component, const char *func, int line,
+                   int err, const char *fmt, ...)
 {
     static const char *names[] = {"debug", "info", "warn", "error", "off"};
     char msg[2048];
@@ -74,6 +76,10 @@ void eph_log_write(enum eph_log_level level, const char *component, int err, con
         size_t len = strlen(msg);
         snprintf(msg + len, sizeof(msg) - len, ": %s", strerror(err));
     }
+    /* Where a warning or an error was logged: enough to find it, never data. */
+    char where[96] = "";
+    if (level >= EPH_LOG_WARN && func)
+        eph_text_format_cut(where, sizeof(where), "%s:%d", func, line);
     eph_clock_format_iso8601(eph_clock_real_ms(), when, sizeof(when));
 
     flockfile(stderr);
@@ -82,16 +88,19 @@ void eph_log_write(enum eph_log_level level, const char *component, int err, con
         json_escape(stderr, component);
         fputs("\",\"message\":\"", stderr);
         json_escape(stderr, msg);
+        if (where[0]) {
+            fputs("\",\"where\":\"", stderr);
+            json_escape(stderr, where);
+        }
         if (log_request[0]) {
             fputs("\",\"request_id\":\"", stderr);
             json_escape(stderr, log_request);
         }
         fputs("\"}\n", stderr);
-    } else if (log_request[0]) {
-        fprintf(stderr, "%s %-5s %s: %s [request %s]\n", when, names[level], component, msg,
-                log_request);
     } else {
-        fprintf(stderr, "%s %-5s %s: %s\n", when, names[level], component, msg);
+        fprintf(stderr, "%s %-5s %s: %s%s%s%s%s%s%s\n", when, names[level], component, msg,
+                where[0] ? " (at " : "", where, where[0] ? ")" : "",
+                log_request[0] ? " [request " : "", log_request, log_request[0] ? "]" : "");
     }
     funlockfile(stderr);
     errno = saved;

@@ -13,6 +13,8 @@
 
 #include <sodium.h>
 
+#include "common/cleanup.h"
+
 _Static_assert(EPH_SECRET_KEY_BYTES == crypto_secretbox_KEYBYTES, "secretbox key size");
 
 static void make_parents(const char *path)
@@ -52,9 +54,7 @@ static int read_key(int fd, const char *path, struct eph_secret *out, char *err,
     unsigned char buf[EPH_SECRET_KEY_BYTES + 1];
     size_t got = 0;
     while (got < sizeof(buf)) {
-        ssize_t n = read(fd, buf + got, sizeof(buf) - got);
-        if (n < 0 && errno == EINTR)
-            continue;
+        ssize_t n = EPH_RETRY_EINTR(read(fd, buf + got, sizeof(buf) - got));
         if (n < 0) {
             snprintf(err, errlen, "cannot read secret key file '%s': %s", path, strerror(errno));
             sodium_memzero(buf, sizeof(buf));
@@ -78,21 +78,18 @@ static int read_key(int fd, const char *path, struct eph_secret *out, char *err,
 static int create_key(const char *path, struct eph_secret *out, char *err, size_t errlen)
 {
     make_parents(path);
-    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+    EPH_AUTOCLOSE int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (fd < 0)
         return -errno; /* -EEXIST: someone else created it first; the caller reads theirs */
     randombytes_buf(out->key, sizeof(out->key));
     size_t done = 0;
     while (done < sizeof(out->key)) {
-        ssize_t n = write(fd, out->key + done, sizeof(out->key) - done);
-        if (n < 0 && errno == EINTR)
-            continue;
+        ssize_t n = EPH_RETRY_EINTR(write(fd, out->key + done, sizeof(out->key) - done));
         if (n <= 0)
             break;
         done += (size_t)n;
     }
     int rc = done == sizeof(out->key) && fsync(fd) == 0 ? 0 : -EIO;
-    close(fd);
     if (rc) {
         snprintf(err, errlen, "cannot write secret key file '%s': %s", path, strerror(errno));
         unlink(path);
@@ -104,12 +101,9 @@ static int create_key(const char *path, struct eph_secret *out, char *err, size_
 int eph_secret_load(const char *path, bool create, struct eph_secret *out, char *err, size_t errlen)
 {
     for (int attempt = 0; attempt < 2; attempt++) {
-        int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-        if (fd >= 0) {
-            int rc = read_key(fd, path, out, err, errlen);
-            close(fd);
-            return rc;
-        }
+        EPH_AUTOCLOSE int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        if (fd >= 0)
+            return read_key(fd, path, out, err, errlen);
         if (errno != ENOENT || !create) {
             snprintf(err, errlen, "cannot open secret key file '%s': %s", path, strerror(errno));
             return -errno;

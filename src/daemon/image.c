@@ -21,6 +21,7 @@
 
 #include "common/buf.h"
 #include "common/id.h"
+#include "common/cleanup.h"
 #include "common/log.h"
 #include "common/text.h"
 #include "daemon/commands.h"
@@ -193,9 +194,8 @@ static int run_command(char *const argv[])
         _exit(127);
     }
     int status;
-    while (waitpid(pid, &status, 0) < 0)
-        if (errno != EINTR)
-            return -errno;
+    if (EPH_RETRY_EINTR(waitpid(pid, &status, 0)) < 0)
+        return -errno;
     return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -EIO;
 }
 
@@ -241,11 +241,7 @@ static int lock_cache(const char *base)
         return fd;
     if (errno == EWOULDBLOCK) {
         fprintf(stderr, "image: another build of this image is under way; waiting for it\n");
-        int rc;
-        do
-            rc = flock(fd, LOCK_EX);
-        while (rc && errno == EINTR);
-        if (rc == 0)
+        if (EPH_RETRY_EINTR(flock(fd, LOCK_EX)) == 0)
             return fd;
     }
     fprintf(stderr, "ephemerald: cannot lock '%s': %s\n", path, strerror(errno));

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "common/buf.h"
+#include "common/cleanup.h"
 #include "common/fileio.h"
 #include "common/text.h"
 
@@ -100,9 +101,7 @@ static int run(char *const argv[], const char *cwd, struct eph_buf *out, bool qu
         close(p[1]);
         char chunk[4096];
         for (;;) {
-            ssize_t n = read(p[0], chunk, sizeof(chunk));
-            if (n < 0 && errno == EINTR)
-                continue;
+            ssize_t n = EPH_RETRY_EINTR(read(p[0], chunk, sizeof(chunk)));
             if (n <= 0)
                 break;
             if (!rc)
@@ -111,9 +110,8 @@ static int run(char *const argv[], const char *cwd, struct eph_buf *out, bool qu
         close(p[0]);
     }
     int status;
-    while (waitpid(pid, &status, 0) < 0)
-        if (errno != EINTR)
-            return -errno;
+    if (EPH_RETRY_EINTR(waitpid(pid, &status, 0)) < 0)
+        return -errno;
     if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0))
         return -EIO;
     return rc;
@@ -152,10 +150,7 @@ static int write_text(const char *path, const char *text)
     if (fd < 0)
         return -errno;
     size_t n = strlen(text);
-    ssize_t w;
-    do
-        w = write(fd, text, n);
-    while (w < 0 && errno == EINTR);
+    ssize_t w = EPH_RETRY_EINTR(write(fd, text, n));
     int rc = w == (ssize_t)n ? 0 : -EIO;
     if (close(fd) != 0 && !rc)
         rc = -errno;
@@ -270,15 +265,13 @@ static char config_value(const char *config, const char *symbol)
 
 static int read_all(const char *path, struct eph_buf *b)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    EPH_AUTOCLOSE int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return -errno;
     char chunk[16384];
     int rc = 0;
     for (;;) {
-        ssize_t n = read(fd, chunk, sizeof(chunk));
-        if (n < 0 && errno == EINTR)
-            continue;
+        ssize_t n = EPH_RETRY_EINTR(read(fd, chunk, sizeof(chunk)));
         if (n <= 0) {
             if (n < 0)
                 rc = -errno;
@@ -287,7 +280,6 @@ static int read_all(const char *path, struct eph_buf *b)
         if ((rc = eph_buf_append(b, chunk, (size_t)n)))
             break;
     }
-    close(fd);
     return rc;
 }
 

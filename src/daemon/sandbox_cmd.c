@@ -31,6 +31,7 @@
 #include <unistd.h>
 
 #include "common/buf.h"
+#include "common/cleanup.h"
 #include "common/fileio.h"
 #include "common/clock.h"
 #include "common/error.h"
@@ -186,9 +187,7 @@ static int copy_in(struct eph_sandbox *sb, const char *spec)
     int rc = fstat(fd, &st) != 0 ? -errno : S_ISREG(st.st_mode) ? 0 : -EINVAL;
     char chunk[65536];
     while (!rc) {
-        ssize_t r = read(fd, chunk, sizeof(chunk));
-        if (r < 0 && errno == EINTR)
-            continue;
+        ssize_t r = EPH_RETRY_EINTR(read(fd, chunk, sizeof(chunk)));
         if (r <= 0) {
             rc = r < 0 ? -errno : 0;
             break;

@@ -89,6 +89,37 @@ static int call(struct fixture *f)
     return call_with(f, eph_clock_mono_ns() + 30ull * 1000000000u, NULL);
 }
 
+/* ---- connections ---- */
+
+/* Every call of a model, retries included, rides the first TCP connection (the server numbers
+ * the connections it accepts and keeps them open): none is opened per call. */
+static void check_one_connection(bool stream)
+{
+    struct fixture f;
+    start(&f,
+          "[{\"text\":\"one\",\"keep_alive\":true},{\"text\":\"two\",\"keep_alive\":true},"
+          "{\"status\":500,\"error\":\"busy\",\"keep_alive\":true},"
+          "{\"text\":\"three\",\"keep_alive\":true},{\"text\":\"four\",\"keep_alive\":true}]",
+          stream);
+    static const char *const want[] = {"one", "two", "three", "four"};
+    for (size_t i = 0; i < 4; i++) {
+        assert_int_equal(call(&f), 0);
+        assert_string_equal(f.resp.content, want[i]);
+    }
+    json_t *reqs = fake_requests(&f.srv);
+    assert_int_equal(json_array_size(reqs), 5);
+    for (size_t i = 0; i < json_array_size(reqs); i++)
+        assert_int_equal(json_integer_value(json_object_get(json_array_get(reqs, i), "conn")), 1);
+    json_decref(reqs);
+    finish(&f);
+}
+
+static void test_calls_reuse_one_connection(void **state)
+{
+    check_one_connection(false);
+    check_one_connection(true);
+}
+
 /* ---- plain ---- */
 
 static void test_text_answer(void **state)
@@ -1002,6 +1033,7 @@ int main(void)
     unsetenv("ALL_PROXY");
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_text_answer),
+        cmocka_unit_test(test_calls_reuse_one_connection),
         cmocka_unit_test(test_tool_round_trip),
         cmocka_unit_test(test_unknown_finish_reason),
         cmocka_unit_test(test_length_finish_reason),
