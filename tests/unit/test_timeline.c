@@ -23,6 +23,9 @@ static char dir[64];
 static struct eph_store *st;
 static char org[48];
 
+/* The live registry under test: one per test. */
+static struct eph_live_registry *reg;
+
 static int setup(void **state)
 {
     snprintf(dir, sizeof(dir), "/tmp/eph-timeline-XXXXXX");
@@ -32,12 +35,14 @@ static int setup(void **state)
     assert_int_equal(eph_store_open(path, &st, err, sizeof(err)), 0);
     bool created;
     assert_int_equal(st->ops->org_ensure(st, "o", 1000000, org, sizeof(org), &created), 0);
-    assert_int_equal(eph_live_init(), 0);
+    assert_int_equal(eph_live_registry_new(&reg), 0);
     return 0;
 }
 
 static int teardown(void **state)
 {
+    eph_live_registry_free(reg);
+    reg = NULL;
     st->ops->close(st);
     char cmd[128];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
@@ -62,7 +67,7 @@ static void new_run(char id[EPH_RUN_ID_LEN + 1], int64_t created)
     eph_event_release(&first);
     memcpy(id, r.id, EPH_RUN_ID_LEN + 1);
     eph_run_release(&r);
-    assert_int_equal(eph_live_register(id, created, 1), 0);
+    assert_int_equal(eph_live_register(reg, id, created, 1), 0);
 }
 
 struct collected {
@@ -86,7 +91,7 @@ static void test_events_numbered_in_order(void **state)
 {
     char id[EPH_RUN_ID_LEN + 1];
     new_run(id, eph_clock_real_ms() - 2500);
-    struct eph_live *l = eph_live_get(id);
+    struct eph_live *l = eph_live_get(reg, id);
     assert_non_null(l);
     assert_int_equal(
         eph_live_emit(l, st, "sandbox", "sandbox.ready", NULL, "namespace sandbox ready"), 0);
@@ -120,7 +125,7 @@ static void test_event_json_shape(void **state)
 {
     char id[EPH_RUN_ID_LEN + 1];
     new_run(id, eph_clock_real_ms() - 5250);
-    struct eph_live *l = eph_live_get(id);
+    struct eph_live *l = eph_live_get(reg, id);
     assert_int_equal(eph_live_emit(l, st, "shell", "shell.command", NULL, "$ pwd"), 0);
     json_t *o = NULL;
     assert_int_equal(st->ops->events_list(st, id, 0, 0, first_json, &o), 0);
@@ -205,7 +210,7 @@ static void test_waiters_wake_on_emit_and_close(void **state)
 {
     char id[EPH_RUN_ID_LEN + 1];
     new_run(id, eph_clock_real_ms());
-    struct eph_live *l = eph_live_get(id);
+    struct eph_live *l = eph_live_get(reg, id);
     struct waiter w = {.l = l, .after = 1};
     pthread_t t;
     start_blocked_waiter(&w, &t);
@@ -231,7 +236,7 @@ static void test_waiters_wake_on_emit_and_close(void **state)
     assert_true(closed);
     assert_true(eph_live_wait_closed(l, eph_clock_mono_ns()));
     /* A closed run is no longer found live, but the reference held stays valid. */
-    assert_null(eph_live_get(id));
+    assert_null(eph_live_get(reg, id));
     eph_live_put(l);
 }
 
@@ -239,7 +244,7 @@ static void test_cancel_flag(void **state)
 {
     char id[EPH_RUN_ID_LEN + 1];
     new_run(id, eph_clock_real_ms());
-    struct eph_live *l = eph_live_get(id);
+    struct eph_live *l = eph_live_get(reg, id);
     assert_false(eph_live_cancelled(l));
     eph_live_cancel(l);
     assert_true(eph_live_cancelled(l));

@@ -155,7 +155,7 @@ static int setup(void **state)
     f->svc.sandbox_ops = &fake_ops;
     f->svc.models = &f->model;
     snprintf(f->svc.node_id, sizeof(f->svc.node_id), "test-node");
-    assert_int_equal(eph_live_init(), 0);
+    assert_int_equal(eph_live_registry_new(&f->svc.live), 0);
     *state = f;
     return 0;
 }
@@ -163,6 +163,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     struct fixture *f = *state;
+    eph_live_registry_free(f->svc.live);
     f->st->ops->close(f->st);
     f->model->ops->free(f->model);
     eph_config_release(&f->cfg);
@@ -173,7 +174,7 @@ static int teardown(void **state)
     return 0;
 }
 
-static int submit_nothing(const char *run_id)
+static int submit_nothing(struct eph_service *svc, const char *run_id)
 {
     return 0; /* the test runs the worker itself */
 }
@@ -239,7 +240,7 @@ static void test_cancel_while_files_are_placed(void **state)
     assert_int_equal(writes, 1);
 
     /* The cancel, as the API's cancel handler sends it. */
-    struct eph_live *l = eph_live_get(id);
+    struct eph_live *l = eph_live_get(f->svc.live, id);
     assert_non_null(l);
     eph_live_cancel(l);
     eph_live_put(l);
@@ -266,10 +267,113 @@ static void test_cancel_while_files_are_placed(void **state)
     pthread_mutex_unlock(&fake_lock);
 }
 
+/* ---- a store whose settlement fails ---- */
+
+static const struct eph_store_ops *real_ops;
+static struct eph_store_ops failing_ops;
+static unsigned finish_calls;
+
+static int finish_fails(struct eph_store *s, const struct eph_run_final *fin)
+{
+    finish_calls++;
+    return -EINVAL; /* refused for good: no retry */
+}
+
+static int count_cb(const struct eph_event *e, void *ctx)
+{
+    (*(unsigned *)ctx)++;
+    return 0;
+}
+
+static void admit(struct fixture *f, const char *id)
+{
+    struct eph_run r;
+    eph_run_init(&r);
+    snprintf(r.id, sizeof(r.id), "%s", id);
+    snprintf(r.org_id, sizeof(r.org_id), "%s", f->org);
+    r.status = EPH_RUN_QUEUED;
+    r.model = strdup(f->cfg.default_model);
+    r.prompt = strdup("the prompt");
+    r.connections = json_array();
+    r.metadata = json_object();
+    r.timeout_seconds = 60;
+    r.created_at_ms = eph_clock_real_ms();
+    r.cost.reserved_micros = 30000;
+    struct eph_event first;
+    memset(&first, 0, sizeof(first));
+    first.seq = 1;
+    first.at_ms = r.created_at_ms;
+    snprintf(first.source, sizeof(first.source), "queue");
+    snprintf(first.type, sizeof(first.type), "run.queued");
+    first.message = strdup("budget reserved");
+    bool queue_failed = false;
+    assert_int_equal(
+        eph_api_run_admit(&f->svc, &r, &first, NULL, NULL, submit_nothing, &queue_failed), 0);
+    eph_event_release(&first);
+    eph_run_release(&r);
+}
+
+/* When the store refuses the settlement, the live timeline is not closed as settled while the
+ * store still says the run is not finished: a waiting client would be told it ended. The entry
+ * stays open at what is stored, and the settlement of a lost run closes it later. */
+static void test_settle_failure_leaves_the_timeline_open(void **state)
+{
+    struct fixture *f = *state;
+    const char *id = "run_00000000000000000000000000005e77";
+    admit(f, id);
+    /* Cancelled before a worker took it: the worker settles it at once, without a sandbox. */
+    struct eph_live *l = eph_live_get(f->svc.live, id);
+    assert_non_null(l);
+    eph_live_cancel(l);
+
+    real_ops = f->st->ops;
+    failing_ops = *real_ops;
+    failing_ops.run_finish = finish_fails;
+    f->st->ops = &failing_ops;
+    eph_worker_run(&f->svc, id);
+    f->st->ops = real_ops;
+    assert_int_equal(finish_calls, 1);
+
+    uint64_t last;
+    bool closed;
+    eph_live_state(l, &last, &closed);
+    assert_false(closed);
+    assert_int_equal(last, 1); /* the closing events were never stored */
+    assert_false(eph_live_worked_here(l));
+    struct eph_live *again = eph_live_get(f->svc.live, id);
+    assert_ptr_equal(again, l); /* still registered, for the clients waiting on it */
+    eph_live_put(again);
+    struct eph_run got;
+    assert_int_equal(f->st->ops->run_get(f->st, id, f->org, &got), 0);
+    assert_false(eph_run_status_terminal(got.status));
+    eph_run_release(&got);
+    unsigned n = 0;
+    assert_int_equal(f->st->ops->events_list(f->st, id, 0, 0, count_cb, &n), 0);
+    assert_int_equal(n, 1);
+
+    /* The store takes writes again: settled as lost, and now the timeline closes. */
+    assert_int_equal(eph_worker_settle_lost(&f->svc, id, 0), 0);
+    eph_live_state(l, &last, &closed);
+    assert_true(closed);
+    n = 0;
+    assert_int_equal(f->st->ops->events_list(f->st, id, 0, 0, count_cb, &n), 0);
+    assert_int_equal(last, n);
+    assert_int_equal(f->st->ops->run_get(f->st, id, f->org, &got), 0);
+    assert_int_equal(got.status, EPH_RUN_FAILED);
+    assert_string_equal(got.error_code, "worker_lost");
+    assert_int_equal(got.cost.charged_micros, 0);
+    assert_int_equal(got.cost.released_micros, 30000);
+    eph_run_release(&got);
+    assert_null(eph_live_get(f->svc.live, id));
+    eph_live_put(l);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_cancel_while_files_are_placed, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_settle_failure_leaves_the_timeline_open, setup,
+                                        teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
