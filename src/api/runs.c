@@ -11,6 +11,7 @@
 #include <sodium.h>
 
 #include "api/api.h"
+#include "api/json.h"
 #include "common/clock.h"
 #include "common/error.h"
 #include "common/id.h"

@@ -3,6 +3,7 @@
  * idempotency of POSTs, metrics of every request, and the JSON answer helpers.
  */
 #include "api/api.h"
+#include "api/json.h"
 #include "api/static.h"
 
 #include <arpa/inet.h>

@@ -12,7 +12,7 @@
 #include <stdbool.h>
 
 #include "agent/model.h"
-#include "daemon/config.h"
+#include "common/config.h"
 #include "sandbox/sandbox.h"
 #include "store/store.h"
 

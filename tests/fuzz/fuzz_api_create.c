@@ -10,6 +10,7 @@
 
 #include "api/validate.h"
 #include "common/text.h"
+#include "daemon/config.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

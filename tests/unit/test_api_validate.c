@@ -16,6 +16,7 @@
 #include "api/api.h"
 #include "api/validate.h"
 #include "common/clock.h"
+#include "daemon/config.h"
 #include "common/money.h"
 #include "common/text.h"
 #include "run/live.h"

@@ -113,8 +113,8 @@ static void test_property_random_splits(void **state)
         /* Nothing is charged above what was measured, and a cut is said. */
         assert_true(s.model <= (m < 0 ? 0 : m) && s.web <= (w < 0 ? 0 : w) &&
                     s.compute <= (c < 0 ? 0 : c));
-        bool cut = s.model < (m < 0 ? 0 : m) || s.web < (w < 0 ? 0 : w) ||
-                   s.compute < (c < 0 ? 0 : c);
+        bool cut =
+            s.model < (m < 0 ? 0 : m) || s.web < (w < 0 ? 0 : w) || s.compute < (c < 0 ? 0 : c);
         assert_int_equal(cut, s.capped);
     }
 }

@@ -15,6 +15,7 @@
 #include <cmocka.h>
 
 #include "common/clock.h"
+#include "api/json.h"
 #include "common/id.h"
 #include "run/live.h"
 #include "store/store.h"

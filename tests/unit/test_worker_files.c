@@ -19,6 +19,7 @@
 #include "agent/model.h"
 #include "api/api.h"
 #include "common/clock.h"
+#include "daemon/config.h"
 #include "run/live.h"
 #include "run/service.h"
 #include "store/store.h"
