@@ -1,8 +1,8 @@
 /*
  * config.h - the server's configuration as a plain struct that every module may read: the
- * models, the sandbox's limits, prices and policies. Filled at start-up by daemon/config.c (built-in
- * defaults, the JSON config file, the environment, flags) and read-only after; no module below
- * daemon/ parses configuration or includes daemon/.
+ * models, the sandbox's limits, prices and policies. Filled at start-up by daemon/config.c
+ * (built-in defaults, the JSON config file, the environment, flags) and read-only after; no module
+ * below daemon/ parses configuration or includes daemon/.
  */
 #ifndef EPH_COMMON_CONFIG_H
 #define EPH_COMMON_CONFIG_H

@@ -1,8 +1,10 @@
-/* The worker's file step (src/run/worker.c) against a fake sandbox backend whose file write
- * blocks until the sandbox is interrupted: a cancel that arrives while the request's files are
- * being placed ends the run `cancelled` (not `failed`), settled, with nothing left reserved. The
- * black-box test (api_cancel.sh) cannot make its cancel land in that window every time; here the
- * fake backend holds the window open until the cancel has been sent. */
+/* The worker's steps (src/run/worker.c) against a fake sandbox backend: a run that completes
+ * goes through every step in order; a store that refuses the settlement leaves the timeline open;
+ * and the file step, with a file write that blocks until the sandbox is interrupted: a cancel that
+ * arrives while the request's files are being placed ends the run `cancelled` (not `failed`),
+ * settled, with nothing left reserved. The black-box test (api_cancel.sh) cannot make its cancel
+ * land in that window every time; here the fake backend holds the window open until the cancel has
+ * been sent. */
 #include <errno.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -51,11 +53,20 @@ static int fake_create(const struct eph_sandbox_config *cfg, struct eph_sandbox 
     return 0;
 }
 
+static bool fake_exec_allowed; /* set by the tests whose run reaches its commands */
+static unsigned fake_execs;
+
 static int fake_exec(struct eph_sandbox *sb, const struct eph_exec_request *req,
                      struct eph_exec_result *res)
 {
-    fail_msg("no command may run: the run was cancelled while its files were placed");
-    return -ENOSYS;
+    if (!fake_exec_allowed) {
+        fail_msg("no command may run: the run was cancelled while its files were placed");
+        return -ENOSYS;
+    }
+    memset(res, 0, sizeof(*res));
+    fake_execs++;
+    res->stdout_total = 3;
+    return eph_buf_append(&res->out, "ok\n", 3);
 }
 
 static int fake_write_file(struct eph_sandbox *sb, const char *path, const void *data, size_t len,
@@ -261,11 +272,14 @@ static void test_cancel_while_files_are_placed(void **state)
     assert_int_equal(f->st->ops->balance(f->st, f->org, &b), 0);
     assert_int_equal(b.reserved_micros, 0);
     /* One sandbox, destroyed; the second file was never written. */
+    /* Read under the lock, asserted after it: a failed assertion must not leave it held. */
     pthread_mutex_lock(&fake_lock);
-    assert_int_equal(fake_created, 1);
-    assert_int_equal(fake_destroyed, 1);
-    assert_int_equal(fake_writes, 1);
+    unsigned created = fake_created, destroyed = fake_destroyed;
+    writes = fake_writes;
     pthread_mutex_unlock(&fake_lock);
+    assert_int_equal(created, 1);
+    assert_int_equal(destroyed, 1);
+    assert_int_equal(writes, 1);
 }
 
 /* ---- a store whose settlement fails ---- */
@@ -369,12 +383,122 @@ static void test_settle_failure_leaves_the_timeline_open(void **state)
     eph_live_put(l);
 }
 
+/* Collects the types of a run's stored events in order. */
+struct types {
+    char t[64][40];
+    unsigned n;
+};
+
+static int types_cb(const struct eph_event *e, void *ctx)
+{
+    struct types *ty = ctx;
+    if (ty->n < 64)
+        snprintf(ty->t[ty->n++], sizeof(ty->t[0]), "%s", e->type);
+    return 0;
+}
+
+static int find_type(const struct types *ty, const char *type)
+{
+    for (unsigned i = 0; i < ty->n; i++)
+        if (strcmp(ty->t[i], type) == 0)
+            return (int)i;
+    return -1;
+}
+
+/* Every step of a run that completes, in order: the seed example's replay model asks for its
+ * commands, which the fake backend answers; the run ends completed, its sandbox created and
+ * destroyed once, its timeline in step order and closed, its money split adding up. */
+static void test_steps_of_a_completed_run(void **state)
+{
+    struct fixture *f = *state;
+    const char *id = "run_000000000000000000000000000057e9";
+    FILE *in = fopen("examples/sandbox-proof/request.json", "re");
+    if (!in) {
+        char path[512];
+        const char *top = getenv("TOP");
+        snprintf(path, sizeof(path), "%s/examples/sandbox-proof/request.json",
+                 top && *top ? top : ".");
+        in = fopen(path, "re");
+    }
+    assert_non_null(in);
+    json_error_t je;
+    json_t *req = json_loadf(in, 0, &je);
+    fclose(in);
+    assert_non_null(req);
+    struct eph_run r;
+    eph_run_init(&r);
+    snprintf(r.id, sizeof(r.id), "%s", id);
+    snprintf(r.org_id, sizeof(r.org_id), "%s", f->org);
+    r.status = EPH_RUN_QUEUED;
+    r.model = strdup(f->cfg.default_model);
+    r.prompt = strdup(json_string_value(json_object_get(req, "prompt")));
+    json_decref(req);
+    r.shell = true;
+    r.connections = json_array();
+    r.metadata = json_object();
+    r.timeout_seconds = 60;
+    r.created_at_ms = eph_clock_real_ms();
+    r.cost.reserved_micros = 100000;
+    struct eph_event first;
+    memset(&first, 0, sizeof(first));
+    first.seq = 1;
+    first.at_ms = r.created_at_ms;
+    snprintf(first.source, sizeof(first.source), "queue");
+    snprintf(first.type, sizeof(first.type), "run.queued");
+    first.message = strdup("budget reserved");
+    bool queue_failed = false;
+    assert_int_equal(
+        eph_api_run_admit(&f->svc, &r, &first, NULL, NULL, submit_nothing, &queue_failed), 0);
+    eph_event_release(&first);
+    eph_run_release(&r);
+
+    unsigned created0 = fake_created, destroyed0 = fake_destroyed;
+    fake_exec_allowed = true;
+    struct eph_live *l = eph_live_get(f->svc.live, id);
+    assert_non_null(l);
+    eph_worker_run(&f->svc, id);
+    fake_exec_allowed = false;
+
+    struct eph_run got;
+    assert_int_equal(f->st->ops->run_get(f->st, id, f->org, &got), 0);
+    assert_int_equal(got.status, EPH_RUN_COMPLETED);
+    assert_non_null(got.result);
+    assert_string_equal(got.sandbox_backend, "fake");
+    assert_true(got.usage.model_calls >= 1);
+    assert_int_equal(got.cost.charged_micros,
+                     got.cost.model_micros + got.cost.web_micros + got.cost.compute_micros);
+    assert_int_equal(got.cost.charged_micros + got.cost.released_micros, 100000);
+    eph_run_release(&got);
+    assert_true(fake_execs >= 1);
+    assert_int_equal(fake_created - created0, 1);
+    assert_int_equal(fake_destroyed - destroyed0, 1);
+
+    struct types ty = {0};
+    assert_int_equal(f->st->ops->events_list(f->st, id, 0, 0, types_cb, &ty), 0);
+    int queued = find_type(&ty, "run.queued"), ready = find_type(&ty, "sandbox.ready"),
+        started = find_type(&ty, "worker.started"), cmd = find_type(&ty, "shell.command"),
+        destroyed = find_type(&ty, "sandbox.destroyed"), done = find_type(&ty, "run.completed"),
+        closed_ev = find_type(&ty, "worker.destroyed");
+    assert_true(queued == 0 && ready > queued && started > ready && cmd > started &&
+                destroyed > cmd && done > destroyed && closed_ev == (int)ty.n - 1);
+    uint64_t last;
+    bool closed;
+    eph_live_state(l, &last, &closed);
+    assert_true(closed);
+    assert_int_equal(last, ty.n);
+    eph_live_put(l);
+    struct eph_balance b;
+    assert_int_equal(f->st->ops->balance(f->st, f->org, &b), 0);
+    assert_int_equal(b.reserved_micros, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_cancel_while_files_are_placed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_settle_failure_leaves_the_timeline_open, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_steps_of_a_completed_run, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
