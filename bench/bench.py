@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """bench.py - Ephemeral side by side with bubblewrap and gVisor (runsc). Run by bench/run.sh.
 
-    bench/bench.py BUILD [--quick] [--only start,exec,api,history,pg,queue,density]
+    bench/bench.py BUILD [--quick] [--only start,backends,exec,api,history,pg,queue,density]
 
 Four measurements, each interleaved with its peers after a warm-up, every loop bounded in count
 and in time; the table goes to stdout and to bench/results/YYYY-MM-DD-HHMM.md. docs/BENCH.md says
@@ -43,8 +43,11 @@ API_LEVELS = (1, 8, 32)
 QUEUED_RUNS = 500
 DENSITY = 200          # live sandboxes: Ephemeral and bwrap
 DENSITY_RUNSC = 50     # gVisor sandboxes are ~30 MiB and ~30 threads each: fewer of them
+N_GVISOR = 30          # gvisor backend cycles (create -> /bin/true -> destroy), and runsc do
+N_MICROVM = 10         # microvm boots (software emulation: seconds each), and QEMU direct
 WARMUP = 5
 PHASE_CAP_S = 120.0    # no phase runs longer than this
+BACKEND_CAP_S = 60.0   # each of the four loops of the gvisor and microvm rows (slow boots)
 
 TMP = tempfile.mkdtemp(prefix="ephemeral-bench.")
 _started = []  # (pid, starttime) of every process we spawned and may still need to kill
@@ -374,6 +377,191 @@ def bench_start(ctx, rep):
         rep.add(f"Goal: twice as fast as bwrap (ratio ≤ 0.50×). Measured: "
                 f"{ratio(res['ephemeral'], res['bwrap'])} whole process, {lean}"
                 f"{ratio(res['phase_total'], res['bwrap'])} for its in-process phases{extra}.")
+        rep.add()
+    return res
+
+
+# ---- 1b. the other backends' start ------------------------------------------------------------
+
+VM_INIT_C = r"""
+#include <sys/reboot.h>
+#include <unistd.h>
+int main(void) { static const char m[] = "ephemeral-bench: userspace\n";
+    (void)write(1, m, sizeof(m) - 1); reboot(RB_AUTOBOOT); return 0; }
+"""
+
+
+def cpio_newc(path, files):
+    """A cpio (newc) archive of (name, mode, bytes): what the kernel unpacks as its initramfs."""
+    out = bytearray()
+    for ino, (name, mode, data) in enumerate(files + [("TRAILER!!!", 0, b"")], 1):
+        nm = name.encode() + b"\0"
+        hdr = "070701" + "".join(f"{v:08x}" for v in (
+            ino, mode, 0, 0, 1, 0, len(data), 0, 0, 0, 0, len(nm), 0))
+        out += hdr.encode() + nm
+        out += b"\0" * (-len(out) % 4) + data
+        out += b"\0" * (-len(out) % 4)
+    with open(path, "wb") as f:
+        f.write(out)
+
+
+def tsc_khz():
+    """The TSC rate the backend gives a software-emulated guest (it measures it; /proc/cpuinfo's
+    rate is close enough here): without it the guest calibrates for seconds."""
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("cpu MHz"):
+                return int(float(line.split(":")[1]) * 1000)
+    return 0
+
+
+def qemu_direct_argv(kernel, initrd, kvm):
+    """QEMU booting the microvm backend's kernel the way the backend does (same machine type,
+    devices and console), with an initramfs whose /init only reboots: the floor of a boot to the
+    first userspace instruction, without the backend's modules, disk, init and protocol."""
+    # The console is the ISA serial port (built into the kernel, unlike virtio's hvc0, which the
+    # backend loads as a module): /init's line on it is the proof that userspace ran, since a
+    # kernel panic also ends in a reboot and the same exit status.
+    machine = ("microvm,x-option-roms=off,isa-serial=on," +
+               ("pit=off,pic=off,rtc=off" if kvm else "pit=on,pic=on,rtc=on"))
+    return ["qemu-system-x86_64", "-M", machine, "-nodefaults", "-no-user-config", "-nographic",
+            "-no-reboot", "-accel", "kvm" if kvm else "tcg,tb-size=64", "-cpu",
+            "host" if kvm else "max", "-m", "576", "-smp", "1", "-kernel", kernel,
+            "-initrd", initrd, "-append", "console=ttyS0 quiet panic=-1" +
+            ("" if kvm or tsc_khz() <= 100000 else f" tsc_early_khz={tsc_khz()} tsc=reliable"),
+            "-serial", "stdio", "-nic", "none"]
+
+
+def vm_kernel(image):
+    """The microvm kernel beside the image (<cache>/images/<key>/microvm/kernel/vmlinuz), or None."""
+    k = os.path.join(os.path.dirname(image), "microvm", "kernel", "vmlinuz")
+    return k if os.path.exists(k) else None
+
+
+def kvm_usable():
+    try:
+        fd = os.open("/dev/kvm", os.O_RDWR)
+        os.close(fd)
+        return True
+    except OSError:
+        return False
+
+
+def bench_backends(ctx, rep):
+    """gvisor: create -> /bin/true -> destroy next to `runsc do`; microvm: boot to the first
+    command next to QEMU booting the same kernel directly."""
+    res, rows, notes = {}, [], []
+    eph_rows = {}
+
+    def row(label, values, cpu_values=None, peer=None):
+        s = summary(values)
+        c = summary(cpu_values)["median"] if cpu_values else None
+        rows.append([label, str(s["n"]), fmt(s["median"]), fmt(s["p90"]), fmt(s["p99"]), fmt(c),
+                     ratio(eph_rows[peer], s["median"]) if peer in eph_rows else ""])
+        return s["median"]
+
+    def inproc(backend, n, env=None):
+        # bench_exec stops its own loop at BENCH_TIME_CAP_S: these boots are slow.
+        env = dict(env or os.environ, BENCH_TIME_CAP_S=str(int(BACKEND_CAP_S)))
+        _, _, rc, out = run_timed([ctx["bench_exec"][0], "--backend", backend] +
+                                  ctx["bench_exec"][1:] + ["start", str(n), "1", "0"],
+                                  capture=True, timeout=BACKEND_CAP_S + 120, env=env)
+        if rc != 0:
+            return None
+        j = json.loads(out)
+        return {"total": [(a + b + e) / 1e6 for a, b, e in
+                          zip(j["create_ns"], j["exec_ns"], j["destroy_ns"])],
+                "create": [v / 1e6 for v in j["create_ns"]]}
+
+    # gVisor: the backend in-process, the lean program as a whole process, and runsc do,
+    # the two processes interleaved.
+    if ctx["runsc"] and ctx["bench_exec"] and ctx["eph_sandbox"]:
+        n = ctx["n"](N_GVISOR)
+        log(f"backends: gvisor, {n} in-process cycles, then {n} interleaved rounds with runsc do")
+        ip = inproc("gvisor", n)
+        systems = [("eph", [ctx["eph_sandbox"], "run", "--backend", "gvisor", "--json", "--",
+                            "/bin/true"]),
+                   ("runsc", runsc_do_argv(ctx["image"], ["/bin/sh", "-c", "/bin/true"],
+                                           os.path.join(TMP, "runsc-do")))]
+        wall = {k: [] for k, _ in systems}
+        cpu = {k: [] for k, _ in systems}
+        stop = time.monotonic() + BACKEND_CAP_S
+        for i in range(1 + n):
+            if time.monotonic() > stop:
+                log("backends: gvisor time cap reached")
+                break
+            for name, argv in systems[i % 2:] + systems[:i % 2]:
+                w, c, rc, _ = run_timed(argv, timeout=60)
+                if rc == 0 and i >= 1:
+                    wall[name].append(w * 1000)
+                    cpu[name].append(c * 1000)
+        eph_rows["gvisor"] = row("**Ephemeral** gvisor backend, whole process (`ephemeral-sandbox "
+                                 "run --backend gvisor -- /bin/true`)", wall["eph"], cpu["eph"])
+        if ip:
+            eph_rows["gvisor_inproc"] = row("**Ephemeral** gvisor backend in-process "
+                                            "(`bench_exec --backend gvisor start`)", ip["total"])
+            row("  ↳ of which create", ip["create"])
+        res["gvisor"] = eph_rows["gvisor"]
+        res["runsc"] = row("runsc do (`--network=none`, `sh -c /bin/true`), whole process",
+                           wall["runsc"], cpu["runsc"], peer="gvisor")
+        if ip:
+            res["gvisor_inproc"] = eph_rows["gvisor_inproc"]
+            notes.append(f"gvisor in-process ÷ runsc do: "
+                         f"{ratio(eph_rows['gvisor_inproc'], res['runsc'])}")
+    else:
+        rows.append(["gvisor / runsc do", "0", "n/a", "n/a", "n/a", "n/a",
+                     "n/a (runsc, bench_exec or ephemeral-sandbox missing)"])
+
+    # microVM: software emulation unless /dev/kvm opens; the backend refuses TCG unless told.
+    kernel = vm_kernel(ctx["image"])
+    if kernel and ctx["bench_exec"] and shutil.which("qemu-system-x86_64"):
+        kvm = kvm_usable()
+        n = ctx["n"](N_MICROVM)
+        env = dict(os.environ, EPHEMERAL_MICROVM_ALLOW_TCG="1")
+        log(f"backends: microvm ({'KVM' if kvm else 'software emulation'}), {n} boots each")
+        ip = inproc("microvm", n, env=env)
+        src = os.path.join(TMP, "vm_init.c")
+        init = os.path.join(TMP, "vm_init")
+        with open(src, "w") as f:
+            f.write(VM_INIT_C)
+        direct = []
+        if subprocess.call(["cc", "-static", "-O2", "-o", init, src]) == 0:
+            with open(init, "rb") as f:
+                cpio_newc(os.path.join(TMP, "vm_init.cpio"), [("init", 0o100755, f.read())])
+            argv = qemu_direct_argv(kernel, os.path.join(TMP, "vm_init.cpio"), kvm)
+            stop = time.monotonic() + BACKEND_CAP_S
+            for i in range(1 + n):
+                if time.monotonic() > stop:
+                    log("backends: QEMU direct time cap reached")
+                    break
+                w, c, rc, out = run_timed(argv, capture=True, timeout=90)
+                if rc == 0 and b"ephemeral-bench: userspace" in out and i >= 1:
+                    direct.append(w * 1000)
+        accel = "KVM" if kvm else "TCG, software emulation"
+        if ip:
+            eph_rows["microvm"] = row(f"**Ephemeral** microvm backend in-process ({accel}): boot → "
+                                      "`/bin/true` → destroy", ip["total"])
+            row("  ↳ of which create (boot to the guest's hello)", ip["create"])
+            res["microvm"] = eph_rows["microvm"]
+        if direct:
+            res["qemu_direct"] = row(f"QEMU direct ({accel}): same kernel and machine, an "
+                                     "initramfs whose /init reboots at once", direct,
+                                     peer="microvm")
+        if not kvm:
+            notes.append("/dev/kvm is not usable here: both microVM rows are software emulation; "
+                         "under KVM the same rows run with `-accel kvm`")
+    else:
+        rows.append(["microvm / QEMU direct", "0", "n/a", "n/a", "n/a", "n/a",
+                     "n/a (no microvm kernel beside the image, bench_exec or QEMU missing)"])
+    rep.add("### 1b. The other backends: gvisor and microvm start")
+    rep.add()
+    rep.add("Wall time, ms (CPU = user+system of the process and its descendants, where measured). "
+            "Ratio = Ephemeral ÷ peer.")
+    rep.add()
+    rep.table(["system", "n", "median", "p90", "p99", "CPU median", "ratio"], rows)
+    for note in notes:
+        rep.add(f"- {note}")
+    if notes:
         rep.add()
     return res
 
@@ -1285,6 +1473,8 @@ def main():
     try:
         if want("start"):
             results["start"] = section("start", bench_start)
+        if want("backends"):
+            results["backends"] = section("backends", bench_backends)
         if want("exec"):
             results["exec"] = section("exec", bench_exec)
         if want("api"):

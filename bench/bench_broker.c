@@ -129,7 +129,7 @@ int main(int argc, char **argv)
              up_port, n);
     run_in(sb, cmd, via, sizeof(via));
 
-    char tdirect[64], tvia[64];
+    char tdirect[64], tvia[sizeof(out)];
     snprintf(cmd, sizeof(cmd),
              "curl -s --noproxy '*' -o /dev/null -w '%%{speed_download}' "
              "'http://127.0.0.1:%s/big?n=%llu'",

@@ -10,31 +10,33 @@
 
 #include "common/buf.h"
 #include "common/clock.h"
+#include "common/id.h"
 #include "common/log.h"
 #include "common/metrics.h"
 #include "common/money.h"
+#include "common/text.h"
 
 /* The smallest answer worth asking for: below this, the budget is exhausted. */
 #define MIN_OUTPUT_TOKENS 16
 
-static void outcome(struct eph_agent_outcome *out, enum eph_run_status st, const char *code,
+static void outcome(struct eph_agent_outcome *out, enum eph_agent_status st, const char *code,
                     const char *msg)
 {
     out->status = st;
-    snprintf(out->error_code, sizeof(out->error_code), "%s", code ? code : "");
-    snprintf(out->error_message, sizeof(out->error_message), "%s", msg ? msg : "");
+    eph_text_format_cut(out->error_code, sizeof(out->error_code), "%s", code ? code : "");
+    eph_text_format_cut(out->error_message, sizeof(out->error_message), "%s", msg ? msg : "");
 }
 
 /* Maps why the run must stop to its terminal status. */
 static void stop_for(struct eph_agent_ctx *ctx, int rc, struct eph_agent_outcome *out)
 {
-    if (rc == -ECANCELED || eph_live_cancelled(ctx->live))
-        outcome(out, EPH_RUN_CANCELLED, "cancelled", "the run was cancelled");
+    if (rc == -ECANCELED || eph_cancelled(&ctx->cancel))
+        outcome(out, EPH_AGENT_CANCELLED, "cancelled", "the run was cancelled");
     else if (rc == -EDQUOT)
-        outcome(out, EPH_RUN_BUDGET_EXHAUSTED, "budget_exhausted",
+        outcome(out, EPH_AGENT_BUDGET_EXHAUSTED, "budget_exhausted",
                 "the budget cannot cover any more work");
     else
-        outcome(out, EPH_RUN_TIMED_OUT, "timeout", "the run reached its time limit");
+        outcome(out, EPH_AGENT_TIMED_OUT, "timeout", "the run reached its time limit");
 }
 
 /* The budget's side of one model call (struct eph_model_meter): every attempt is authorised
@@ -48,6 +50,7 @@ struct meter {
     bool capped;          /* some attempt of this call was charged less than it reported */
     int64_t available;    /* what was left when the last attempt was authorised */
     uint64_t deadline_ns; /* the last attempt's deadline */
+    char digest[65];      /* of the turn's request messages (the record) */
 };
 
 /* The longest an attempt may take, for the compute set aside while it is in flight: the idle
@@ -59,6 +62,33 @@ static uint64_t attempt_ns(const struct eph_agent_ctx *ctx, uint64_t now)
     if (now < ctx->deadline_ns && ns > ctx->deadline_ns - now)
         ns = ctx->deadline_ns - now;
     return ns;
+}
+
+/* What came back, for the record: text, tool calls with their raw arguments, finish reason and
+ * usage. */
+static json_t *response_record(const struct eph_model_response *resp,
+                               const struct eph_token_usage *u)
+{
+    json_t *calls = json_array();
+    for (size_t i = 0; calls && i < resp->ncalls; i++)
+        json_array_append_new(calls,
+                              json_pack("{s:s, s:s, s:s}", "id", resp->calls[i].id, "name",
+                                        resp->calls[i].name ? resp->calls[i].name : "", "arguments",
+                                        resp->calls[i].arguments ? resp->calls[i].arguments : ""));
+    return json_pack(
+        "{s:s?, s:o, s:s?, s:{s:I, s:I, s:I, s:I, s:I, s:I}}", "text", resp->content, "tool_calls",
+        calls ? calls : json_array(), "finish_reason", resp->finish_reason, "usage", "input_tokens",
+        (json_int_t)u->input_tokens, "cached_input_tokens", (json_int_t)u->cached_input_tokens,
+        "cache_write_tokens", (json_int_t)u->cache_write_tokens, "cache_write_1h_tokens",
+        (json_int_t)u->cache_write_1h_tokens, "output_tokens", (json_int_t)u->output_tokens,
+        "reasoning_tokens", (json_int_t)u->reasoning_tokens);
+}
+
+void eph_agent_messages_digest(const json_t *messages, char out[65])
+{
+    char *s = json_dumps(messages, JSON_COMPACT | JSON_SORT_KEYS);
+    eph_sha256_hex(s ? s : "", s ? strlen(s) : 0, out);
+    free(s);
 }
 
 static int meter_authorise(void *p, unsigned attempt, uint64_t at_ns, uint64_t input_bound,
@@ -88,7 +118,7 @@ static int meter_authorise(void *p, unsigned attempt, uint64_t at_ns, uint64_t i
     EPH_DEBUG("agent",
               "run %s: model call %u attempt %u authorised: input bound %llu, "
               "max_tokens %u, earmark %lld",
-              ctx->run->id, mt->call, attempt, (unsigned long long)input_bound, *max_tokens,
+              ctx->run_id, mt->call, attempt, (unsigned long long)input_bound, *max_tokens,
               (long long)ctx->budget->earmark);
     return 0;
 }
@@ -111,7 +141,6 @@ static void meter_record(void *p, const struct eph_model_attempt *a)
 {
     struct meter *mt = p;
     struct eph_agent_ctx *ctx = mt->ctx;
-    struct eph_run *r = ctx->run;
     const struct eph_model_response *resp = a->resp;
     struct eph_token_usage u = {.input_tokens = resp->input_tokens,
                                 .cached_input_tokens = resp->cached_input_tokens,
@@ -127,10 +156,10 @@ static void meter_record(void *p, const struct eph_model_attempt *a)
     uint64_t in = eph_tokens_add(eph_tokens_add(u.input_tokens, u.cached_input_tokens),
                                  eph_tokens_add(u.cache_write_tokens, u.cache_write_1h_tokens));
     uint64_t tokens = eph_tokens_add(in, u.output_tokens);
-    r->usage.model_calls = eph_tokens_add(r->usage.model_calls, 1);
-    r->usage.input_tokens = eph_tokens_add(r->usage.input_tokens, in);
-    r->usage.output_tokens = eph_tokens_add(r->usage.output_tokens, u.output_tokens);
-    r->cost.model_micros = ctx->budget->model;
+    struct eph_agent_usage *use = ctx->usage;
+    use->model_calls = eph_tokens_add(use->model_calls, 1);
+    use->input_tokens = eph_tokens_add(use->input_tokens, in);
+    use->output_tokens = eph_tokens_add(use->output_tokens, u.output_tokens);
     eph_metrics_observe_model_call(a->latency_ns);
 
     const char *outcome_name = eph_model_outcome_name(a->outcome);
@@ -159,6 +188,14 @@ static void meter_record(void *p, const struct eph_model_attempt *a)
         json_object_set_new(data, "above_bound", json_true());
     if (data && a->rc)
         json_object_set_new(data, "failed", json_true());
+    if (data && !a->rc) {
+        /* The record (docs/AGENT.md): which turn, what was asked (a digest), what came back. */
+        json_object_set_new(data, "turn", json_integer(mt->call));
+        if (!ctx->zdr) {
+            json_object_set_new(data, "request_digest", json_string(mt->digest));
+            json_object_set_new(data, "response", response_record(resp, &u));
+        }
+    }
     /* The common case reads as before ("model call 2 · 1,877 tokens · $0.00012"); a retry or a
      * failed attempt says which and how. */
     char tok[32], money[EPH_MONEY_FMT_MAX], which[64] = "";
@@ -176,18 +213,17 @@ static void meter_record(void *p, const struct eph_model_attempt *a)
                                    : " · no usage reported: worst case charged")
                       : how == EPH_CHARGE_NOTHING && a->rc ? " · not billed"
                                                            : "";
-    eph_live_emit(ctx->live, ctx->store, "model", "model.call", data,
+    eph_sink_emit(ctx->sink, "model", "model.call", data,
                   "model call %u%s · %s tokens · %s%s%s%s%s", mt->call, which, tok, money,
                   resp->replayed ? " · replayed" : "", why,
                   cost.above_bound ? " · usage above the bound" : "",
                   cost.capped ? " · capped at the reservation" : "");
     if (a->rc && a->err && a->err[0])
-        EPH_INFO("agent", "run %s: model call %u attempt %u: %s", r->id, mt->call, a->number,
+        EPH_INFO("agent", "run %s: model call %u attempt %u: %s", ctx->run_id, mt->call, a->number,
                  a->err);
-    r->cost.compute_micros = eph_budget_compute(ctx->budget, eph_clock_mono_ns());
-    int rc = ctx->store->ops->run_progress(ctx->store, r);
+    int rc = eph_sink_progress(ctx->sink);
     if (rc)
-        EPH_WARN("agent", "run %s: cannot record progress: %s", r->id, strerror(-rc));
+        EPH_WARN("agent", "run %s: cannot record progress: %s", ctx->run_id, strerror(-rc));
 }
 
 static json_t *assistant_message(const struct eph_model_response *resp)
@@ -217,7 +253,7 @@ static void refused(struct eph_agent_outcome *out, const struct eph_model_respon
         snprintf(msg, sizeof(msg), "the provider's content filter stopped the answer");
     else
         snprintf(msg, sizeof(msg), "the model refused to answer");
-    outcome(out, EPH_RUN_FAILED, "model_refused", msg);
+    outcome(out, EPH_AGENT_FAILED, "model_refused", msg);
 }
 
 static bool finish_is(const struct eph_model_response *resp, const char *word)
@@ -228,16 +264,15 @@ static bool finish_is(const struct eph_model_response *resp, const char *word)
 int eph_agent_run(struct eph_agent_ctx *ctx, struct eph_agent_outcome *out)
 {
     memset(out, 0, sizeof(*out));
-    struct eph_run *r = ctx->run;
     char *system = eph_agent_system_prompt(ctx);
     json_t *messages = json_pack("[{s:s, s:s?}, {s:s, s:s}]", "role", "system", "content", system,
-                                 "role", "user", "content", r->prompt ? r->prompt : "");
+                                 "role", "user", "content", ctx->prompt ? ctx->prompt : "");
     free(system);
-    json_t *tools = eph_tools_declare(r->shell, r->web);
+    json_t *tools = eph_tools_declare(ctx->shell, ctx->web);
     if (!messages || !tools) {
         json_decref(messages);
         json_decref(tools);
-        outcome(out, EPH_RUN_FAILED, "internal_error", "out of memory");
+        outcome(out, EPH_AGENT_FAILED, "internal_error", "out of memory");
         return -ENOMEM;
     }
     const struct eph_model_config *m = ctx->mcfg;
@@ -258,7 +293,7 @@ int eph_agent_run(struct eph_agent_ctx *ctx, struct eph_agent_outcome *out)
     unsigned turn;
     for (turn = 1; turn <= ctx->turn_limit; turn++) {
         uint64_t now = eph_clock_mono_ns();
-        if (eph_live_cancelled(ctx->live)) {
+        if (eph_cancelled(&ctx->cancel)) {
             stop_for(ctx, -ECANCELED, out);
             goto done;
         }
@@ -267,21 +302,23 @@ int eph_agent_run(struct eph_agent_ctx *ctx, struct eph_agent_outcome *out)
             goto done;
         }
         mt.call = turn;
+        ctx->turn = turn;
+        eph_agent_messages_digest(messages, mt.digest);
         mt.lowered = mt.budget_first = mt.capped = false;
         mt.deadline_ns = ctx->deadline_ns;
         struct eph_model_request req = {.messages = messages,
                                         .tools = tools,
                                         .max_tokens = m->max_output_tokens,
                                         .deadline_ns = ctx->deadline_ns,
-                                        .cancel = eph_live_cancel_flag(ctx->live),
-                                        .prompt = r->prompt};
+                                        .cancel = ctx->cancel.flag,
+                                        .prompt = ctx->prompt};
         struct eph_model_response resp;
         char err[256] = "";
         int rc = eph_model_call(ctx->model, &req, &meter, &resp, err, sizeof(err));
         if (rc) {
             eph_model_response_release(&resp);
             if (rc == -EDQUOT) {
-                outcome(out, EPH_RUN_BUDGET_EXHAUSTED, "budget_exhausted",
+                outcome(out, EPH_AGENT_BUDGET_EXHAUSTED, "budget_exhausted",
                         truncated ? "the budget left cannot cover the rest of the answer"
                                   : "the budget left cannot cover another model call");
             } else if (rc == -ECANCELED ||
@@ -291,7 +328,7 @@ int eph_agent_run(struct eph_agent_ctx *ctx, struct eph_agent_outcome *out)
                 /* an idle timeout is the provider's failure, not the run's time limit */
                 char msg[300];
                 snprintf(msg, sizeof(msg), "model call %u failed: %s", turn, err);
-                outcome(out, EPH_RUN_FAILED, rc == -ENOENT ? "no_recording" : "model_error", msg);
+                outcome(out, EPH_AGENT_FAILED, rc == -ENOENT ? "no_recording" : "model_error", msg);
             }
             goto done;
         }
@@ -313,13 +350,13 @@ int eph_agent_run(struct eph_agent_ctx *ctx, struct eph_agent_outcome *out)
             if (arc == -EMSGSIZE) {
                 json_decref(cut);
                 json_decref(more);
-                outcome(out, EPH_RUN_FAILED, "model_output_truncated",
+                outcome(out, EPH_AGENT_FAILED, "model_output_truncated",
                         "the answer grew past its size limit");
                 goto done;
             }
             if (arc || json_array_append_new(messages, cut) ||
                 json_array_append_new(messages, more)) {
-                outcome(out, EPH_RUN_FAILED, "internal_error", "out of memory");
+                outcome(out, EPH_AGENT_FAILED, "internal_error", "out of memory");
                 goto done;
             }
             continue;
@@ -327,7 +364,7 @@ int eph_agent_run(struct eph_agent_ctx *ctx, struct eph_agent_outcome *out)
         if (resp.ncalls == 0) {
             if (truncated && resp.content && eph_buf_appends(&partial, resp.content)) {
                 eph_model_response_release(&resp);
-                outcome(out, EPH_RUN_FAILED, "model_output_truncated",
+                outcome(out, EPH_AGENT_FAILED, "model_output_truncated",
                         "the answer grew past its size limit");
                 goto done;
             }
@@ -335,7 +372,7 @@ int eph_agent_run(struct eph_agent_ctx *ctx, struct eph_agent_outcome *out)
                 truncated ? eph_buf_steal(&partial) : strdup(resp.content ? resp.content : "");
             if (truncated && !out->result)
                 out->result = strdup("");
-            outcome(out, EPH_RUN_COMPLETED, NULL, NULL);
+            outcome(out, EPH_AGENT_COMPLETED, NULL, NULL);
             eph_model_response_release(&resp);
             goto done;
         }
@@ -345,7 +382,7 @@ int eph_agent_run(struct eph_agent_ctx *ctx, struct eph_agent_outcome *out)
         if (mt.capped) {
             /* The answer cost more than was left: nothing remains to run its tools with. */
             eph_model_response_release(&resp);
-            outcome(out, EPH_RUN_BUDGET_EXHAUSTED, "budget_exhausted",
+            outcome(out, EPH_AGENT_BUDGET_EXHAUSTED, "budget_exhausted",
                     "the model's reported usage used up the budget");
             goto done;
         }
@@ -353,7 +390,7 @@ int eph_agent_run(struct eph_agent_ctx *ctx, struct eph_agent_outcome *out)
          * model would see results of calls it did not make, or lose one. */
         if (json_array_append_new(messages, assistant_message(&resp))) {
             eph_model_response_release(&resp);
-            outcome(out, EPH_RUN_FAILED, "internal_error", "out of memory");
+            outcome(out, EPH_AGENT_FAILED, "internal_error", "out of memory");
             goto done;
         }
         for (size_t i = 0; i < resp.ncalls; i++) {
@@ -375,14 +412,14 @@ int eph_agent_run(struct eph_agent_ctx *ctx, struct eph_agent_outcome *out)
             free(content);
             if (rc) {
                 eph_model_response_release(&resp);
-                outcome(out, EPH_RUN_FAILED, "internal_error", "out of memory");
+                outcome(out, EPH_AGENT_FAILED, "internal_error", "out of memory");
                 goto done;
             }
         }
         eph_model_response_release(&resp);
     }
     if (truncated && truncated_by_budget) {
-        outcome(out, EPH_RUN_BUDGET_EXHAUSTED, "budget_exhausted",
+        outcome(out, EPH_AGENT_BUDGET_EXHAUSTED, "budget_exhausted",
                 "the budget cut the answer short and the turn limit allows no more");
     } else if (truncated) {
         char msg[160];
@@ -390,11 +427,11 @@ int eph_agent_run(struct eph_agent_ctx *ctx, struct eph_agent_outcome *out)
                  "the answer was still cut by the output token limit after %u "
                  "turns",
                  ctx->turn_limit);
-        outcome(out, EPH_RUN_FAILED, "model_output_truncated", msg);
+        outcome(out, EPH_AGENT_FAILED, "model_output_truncated", msg);
     } else {
         char msg[128];
         snprintf(msg, sizeof(msg), "the model did not finish within %u turns", ctx->turn_limit);
-        outcome(out, EPH_RUN_FAILED, "turn_limit", msg);
+        outcome(out, EPH_AGENT_FAILED, "turn_limit", msg);
     }
 done:
     eph_buf_release(&partial);

@@ -599,7 +599,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **state,
     *state = NULL;
 }
 
-static void on_mhd_log(void *cls, const char *fmt, va_list ap)
+__attribute__((format(printf, 2, 0))) static void on_mhd_log(void *cls, const char *fmt, va_list ap)
 {
     char msg[512];
     vsnprintf(msg, sizeof(msg), fmt, ap);

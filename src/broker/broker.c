@@ -69,6 +69,24 @@ struct eph_broker {
 
 /* ---- set-up ------------------------------------------------------------------------------- */
 
+size_t eph_broker_conn_count(const struct eph_broker *b)
+{
+    return b ? b->nconns : 0;
+}
+
+bool eph_broker_conn_rules(const struct eph_broker *b, size_t i, struct eph_broker_conn_rules *out)
+{
+    if (!b || i >= b->nconns)
+        return false;
+    const struct conn_copy *c = &b->conns[i];
+    *out = (struct eph_broker_conn_rules){.name = c->name,
+                                          .methods = (const char *const *)c->methods,
+                                          .nmethods = c->nmethods,
+                                          .prefixes = (const char *const *)c->prefixes,
+                                          .nprefixes = c->nprefixes};
+    return true;
+}
+
 void eph_broker_settings_default(struct eph_broker_settings *s)
 {
     memset(s, 0, sizeof(*s));

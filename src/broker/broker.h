@@ -103,6 +103,18 @@ size_t eph_broker_on_bytes(void *arg, uint32_t stream, size_t n);
 bool eph_broker_exhausted(struct eph_broker *b);
 /* Requests and tunnels served so far (web, connection). */
 void eph_broker_counts(struct eph_broker *b, uint64_t *web, uint64_t *connection);
+/* A connection's rules as the system prompt states them (no credential): name, methods, path
+ * prefixes; pointers valid while the broker lives. */
+struct eph_broker_conn_rules {
+    const char *name;
+    const char *const *methods;
+    size_t nmethods;
+    const char *const *prefixes; /* none: every path */
+    size_t nprefixes;
+};
+size_t eph_broker_conn_count(const struct eph_broker *b);
+/* false when i is past the last connection. */
+bool eph_broker_conn_rules(const struct eph_broker *b, size_t i, struct eph_broker_conn_rules *out);
 /* Ends every stream at once (cancel, deadline, end of run) and waits for their threads. */
 void eph_broker_close(struct eph_broker *b);
 void eph_broker_free(struct eph_broker *b);

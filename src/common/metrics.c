@@ -13,6 +13,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "common/text.h"
+
 /* Upper bounds in nanoseconds, from 1 ms (a namespace sandbox starts in a few) to 2 minutes (a
  * slow model call). The +Inf bucket is the count. */
 static const uint64_t bounds_ns[] = {
@@ -196,10 +198,11 @@ int eph_metrics_render(struct eph_buf *b)
                                 "first byte to completion (streams included).\n"
                                 "# TYPE ephemeral_http_request_duration_seconds histogram\n");
     for (size_t i = 0; i < http_nroutes && !rc; i++) {
-        char labels[80];
-        snprintf(labels, sizeof(labels), "route=\"%s\",", http_routes[i].route);
-        rc = hist_render(b, "ephemeral_http_request_duration_seconds", labels,
-                         &http_routes[i].latency);
+        char labels[sizeof(http_routes[0].route) + 16];
+        rc = eph_text_format(labels, sizeof(labels), "route=\"%s\",", http_routes[i].route);
+        if (!rc)
+            rc = hist_render(b, "ephemeral_http_request_duration_seconds", labels,
+                             &http_routes[i].latency);
     }
     pthread_mutex_unlock(&http_lock);
     return rc;

@@ -1,6 +1,9 @@
 #include "common/text.h"
 
+#include <errno.h>
+#include <stdarg.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -152,4 +155,38 @@ const char *eph_text_file_paths_conflict(const char *const *paths, size_t n, siz
         }
     }
     return NULL;
+}
+
+int eph_text_format(char *buf, size_t size, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(buf, size, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return -EINVAL;
+    return (size_t)n < size ? 0 : -ENAMETOOLONG;
+}
+
+void eph_text_format_cut(char *buf, size_t size, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(buf, size, fmt, ap);
+    va_end(ap);
+    if (n < 0) {
+        buf[0] = '\0';
+        return;
+    }
+    if ((size_t)n < size)
+        return;
+    /* Cut: drop the continuation bytes and the lead byte of a character the cut split. */
+    size_t len = size - 1;
+    size_t back = len;
+    while (back > 0 && ((unsigned char)buf[back - 1] & 0xc0) == 0x80)
+        back--;
+    if (back > 0 && (unsigned char)buf[back - 1] >= 0xc0 &&
+        utf8_seq((const unsigned char *)buf + back - 1, len - (back - 1)) == 0)
+        len = back - 1;
+    buf[len] = '\0';
 }

@@ -28,4 +28,13 @@ const char *eph_text_file_path_error(const char *s, size_t n);
 const char *eph_text_file_paths_conflict(const char *const *paths, size_t n, size_t *first,
                                          size_t *second);
 
+/* snprintf for text that must be whole (a path, an id, a command line): 0, or -ENAMETOOLONG when
+ * the result does not fit in size bytes (buf then holds a cut prefix that must not be used). */
+int eph_text_format(char *buf, size_t size, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4), warn_unused_result));
+/* snprintf for a message meant for people, where a cut is acceptable: the result is cut to fit at a
+ * UTF-8 character boundary, never inside a character. size must be at least 1. */
+void eph_text_format_cut(char *buf, size_t size, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
 #endif

@@ -22,6 +22,7 @@
 #include "common/buf.h"
 #include "common/id.h"
 #include "common/log.h"
+#include "common/text.h"
 #include "daemon/commands.h"
 #include "daemon/image_vm.h"
 
@@ -157,8 +158,7 @@ static int host_codename(char *out, size_t len)
             v[strcspn(v, "\"\n")] = '\0';
             if (*v == '"')
                 v++;
-            snprintf(out, len, "%s", v);
-            rc = *v ? 0 : -ENOENT;
+            rc = *v ? eph_text_format(out, len, "%s", v) : -ENOENT;
         }
     }
     fclose(f);
@@ -228,7 +228,10 @@ static int point_link(const char *link, const char *target)
 static int lock_cache(const char *base)
 {
     char path[PATH_MAX];
-    snprintf(path, sizeof(path), "%s/.lock", base);
+    if (eph_text_format(path, sizeof(path), "%s/.lock", base)) {
+        fprintf(stderr, "ephemerald: the image cache path '%s' is too long\n", base);
+        return -1;
+    }
     int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
     if (fd < 0) {
         fprintf(stderr, "ephemerald: cannot open '%s': %s\n", path, strerror(errno));
@@ -311,6 +314,19 @@ int eph_image_recipe_hash(char hash[17], char *why, size_t whylen)
     return rc;
 }
 
+/* The cache is root's alone: no host user may read the image or run its programs, and the
+ * microvm backend hands QEMU its kernel and disk as descriptors instead of paths. Done at every
+ * build, so that a cache made world-readable by an older version is closed too. */
+static int cache_make_private(void)
+{
+    if (chmod(cache_root(), 0700) != 0) {
+        fprintf(stderr, "ephemerald: cannot make the image cache '%s' private: %s\n", cache_root(),
+                strerror(errno));
+        return 1;
+    }
+    return 0;
+}
+
 static int image_build(const char *dir, bool quiet)
 {
     char codename[64], hash[17], why[256];
@@ -323,10 +339,13 @@ static int image_build(const char *dir, bool quiet)
     }
 
     char base[PATH_MAX], rootfs[PATH_MAX], tmp[PATH_MAX], marker[PATH_MAX];
-    snprintf(base, sizeof(base), "%s/images/%s", cache_root(), hash);
-    snprintf(rootfs, sizeof(rootfs), "%s/rootfs", base);
-    snprintf(marker, sizeof(marker), "%s/complete", base);
-    snprintf(tmp, sizeof(tmp), "%s/rootfs.tmp", base);
+    if (eph_text_format(base, sizeof(base), "%s/images/%s", cache_root(), hash) ||
+        eph_text_format(rootfs, sizeof(rootfs), "%s/rootfs", base) ||
+        eph_text_format(marker, sizeof(marker), "%s/complete", base) ||
+        eph_text_format(tmp, sizeof(tmp), "%s/rootfs.tmp", base)) {
+        fprintf(stderr, "ephemerald: the image cache path '%s' is too long\n", cache_root());
+        return 1;
+    }
     if ((rc = mkdir_p(base))) {
         fprintf(stderr, "ephemerald: cannot create '%s': %s\n", base, strerror(-rc));
         return 1;
@@ -406,7 +425,7 @@ static int image_build(const char *dir, bool quiet)
         fprintf(stderr, "image: the microvm backend's disk and kernel were not built (see above); "
                         "the other backends are unaffected\n");
     close(lock);
-    return 0;
+    return cache_make_private();
 }
 
 int eph_cmd_image(int argc, char **argv)

@@ -21,6 +21,7 @@
 
 #include "common/buf.h"
 #include "common/fileio.h"
+#include "common/text.h"
 
 /* Changing how root.img is made (or what the marker means) rebuilds it. */
 #define DISK_RECIPE "1"
@@ -294,8 +295,9 @@ static int read_all(const char *path, struct eph_buf *b)
 static int kernel_assemble(const char *x, const char *out)
 {
     char boot[PATH_MAX], src[PATH_MAX], dst[PATH_MAX + 64], mods[PATH_MAX];
-    snprintf(boot, sizeof(boot), "%s/boot", x);
-    int rc = mkdir_p(out);
+    int rc = eph_text_format(boot, sizeof(boot), "%s/boot", x);
+    if (!rc)
+        rc = mkdir_p(out);
     if (rc)
         return rc;
     if ((rc = find_prefixed(boot, "vmlinuz-", src, sizeof(src)))) {
@@ -303,12 +305,14 @@ static int kernel_assemble(const char *x, const char *out)
         return rc;
     }
     char kver[128];
-    snprintf(kver, sizeof(kver), "%s", strrchr(src, '/') + 1 + strlen("vmlinuz-"));
-    snprintf(dst, sizeof(dst), "%s/vmlinuz", out);
-    if ((rc = copy_file(src, dst, 0644)))
+    if ((rc = eph_text_format(kver, sizeof(kver), "%s",
+                              strrchr(src, '/') + 1 + strlen("vmlinuz-"))) ||
+        (rc = eph_text_format(dst, sizeof(dst), "%s/vmlinuz", out)) ||
+        (rc = copy_file(src, dst, 0644)))
         return rc;
-    snprintf(src, sizeof(src), "%s/config-%s", boot, kver);
-    snprintf(dst, sizeof(dst), "%s/config", out);
+    if ((rc = eph_text_format(src, sizeof(src), "%s/config-%s", boot, kver)) ||
+        (rc = eph_text_format(dst, sizeof(dst), "%s/config", out)))
+        return rc;
     if ((rc = copy_file(src, dst, 0644))) {
         fprintf(stderr, "ephemerald: the kernel package has no /boot/config-%s\n", kver);
         return rc;
@@ -319,8 +323,7 @@ static int kernel_assemble(const char *x, const char *out)
         eph_buf_release(&config);
         return rc;
     }
-    snprintf(mods, sizeof(mods), "%s/modules", out);
-    if ((rc = mkdir_p(mods))) {
+    if ((rc = eph_text_format(mods, sizeof(mods), "%s/modules", out)) || (rc = mkdir_p(mods))) {
         eph_buf_release(&config);
         return rc;
     }
@@ -335,9 +338,10 @@ static int kernel_assemble(const char *x, const char *out)
             break;
         }
         const char *base = strrchr(needed[i].path, '/') + 1;
-        snprintf(src, sizeof(src), "%s/lib/modules/%s/%s", x, kver, needed[i].path);
-        snprintf(dst, sizeof(dst), "%s/%02d-%s", mods, nmod++, base);
-        if ((rc = copy_file(src, dst, 0644)))
+        if ((rc = eph_text_format(src, sizeof(src), "%s/lib/modules/%s/%s", x, kver,
+                                  needed[i].path)) ||
+            (rc = eph_text_format(dst, sizeof(dst), "%s/%02d-%s", mods, nmod++, base)) ||
+            (rc = copy_file(src, dst, 0644)))
             fprintf(stderr, "ephemerald: cannot copy the module '%s': %s\n", src, strerror(-rc));
     }
     eph_buf_release(&config);
@@ -345,6 +349,25 @@ static int kernel_assemble(const char *x, const char *out)
 }
 
 /* CACHE/kernels/<package>_<version>, fetched and unpacked unless it is there already. */
+/* A system user's uid from /etc/passwd itself (fgetpwent, not getpwnam): no NSS modules, so that
+ * the statically linked ephemeral-sandbox, which links this file, stays free of them. */
+static int system_user_uid(const char *name, uid_t *uid)
+{
+    FILE *f = fopen("/etc/passwd", "re");
+    if (!f)
+        return -errno;
+    int rc = -ENOENT;
+    struct passwd *pw;
+    while ((pw = fgetpwent(f)))
+        if (strcmp(pw->pw_name, name) == 0) {
+            *uid = pw->pw_uid;
+            rc = 0;
+            break;
+        }
+    fclose(f);
+    return rc;
+}
+
 static int kernel_fetch(const char *cache, char *kdir, size_t cap, bool quiet)
 {
     char pkg[128], ver[96];
@@ -370,8 +393,8 @@ static int kernel_fetch(const char *cache, char *kdir, size_t cap, bool quiet)
     if ((rc = mkdir_p(tmp)))
         return rc;
     /* apt drops to _apt to download; let it write here rather than warn and do it as root. */
-    struct passwd *apt = getpwnam("_apt");
-    if (apt && chown(tmp, apt->pw_uid, 0) != 0)
+    uid_t apt = 0;
+    if (system_user_uid("_apt", &apt) == 0 && chown(tmp, apt, 0) != 0)
         fprintf(stderr, "ephemerald: cannot hand '%s' to _apt: %s\n", tmp, strerror(errno));
     fprintf(stderr, "image: fetching the kernel %s %s for the microvm backend\n", pkg, ver);
     char *dl[] = {"apt-get", "download", quiet ? "-qq" : "-q", pkg, NULL};
@@ -398,9 +421,9 @@ static int kernel_fetch(const char *cache, char *kdir, size_t cap, bool quiet)
     rc = kernel_assemble(x, out);
     if (!rc) {
         char text[300];
-        snprintf(text, sizeof(text), "%s %s\n", pkg, ver);
-        snprintf(marker, sizeof(marker), "%s/complete", out);
-        rc = write_text(marker, text);
+        if (!(rc = eph_text_format(text, sizeof(text), "%s %s\n", pkg, ver)) &&
+            !(rc = eph_text_format(marker, sizeof(marker), "%s/complete", out)))
+            rc = write_text(marker, text);
     }
     if (!rc) {
         rm_rf(kdir);
@@ -435,7 +458,8 @@ static int disk_build(const char *rootfs, const char *img, bool quiet)
     /* Room for ext4's own metadata and a margin; nothing is ever written to it. */
     uint64_t mib = (tree_bytes + tree_bytes / 4) / (1u << 20) + 64;
     char tmp[PATH_MAX + 8], size[32], inodes[32];
-    snprintf(tmp, sizeof(tmp), "%s.tmp", img);
+    if (eph_text_format(tmp, sizeof(tmp), "%s.tmp", img))
+        return -ENAMETOOLONG;
     snprintf(size, sizeof(size), "%lluM", (unsigned long long)mib);
     snprintf(inodes, sizeof(inodes), "%llu",
              (unsigned long long)(tree_inodes + tree_inodes / 4 + 1024));
@@ -487,7 +511,8 @@ static int point_link(const char *link, const char *target)
         if (strcmp(cur, target) == 0)
             return 0;
     }
-    snprintf(tmp, sizeof(tmp), "%s.new", link);
+    if (eph_text_format(tmp, sizeof(tmp), "%s.new", link))
+        return -ENAMETOOLONG;
     unlink(tmp);
     if (symlink(target, tmp) != 0)
         return -errno;

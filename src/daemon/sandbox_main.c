@@ -1,11 +1,11 @@
 /*
  * ephemeral-sandbox - `ephemerald sandbox` as a program of its own.
  *
- * The same command, options and output as `ephemerald sandbox run` (sandbox_cmd.c), linked with
- * only what a sandbox needs (the sandbox backends, common/, jansson, libseccomp, libsodium): no
- * libcurl and its TLS, LDAP, SSH and HTTP/2 libraries, no libmicrohttpd, no SQLite. The dynamic
- * loader binding those 39 libraries is ~6 ms of CPU before main() (bench/PROFILE.md 1.2); this
- * program starts in ~0.6 ms. Full RELRO (-z relro -z now) like every other binary.
+ * The same command, options and output as `ephemerald sandbox run` (sandbox_cmd.c), linked
+ * statically (static-pie) with only what a sandbox needs (the sandbox backends, common/, jansson,
+ * libsodium): no libcurl and its TLS, LDAP, SSH and HTTP/2 libraries, no libmicrohttpd, no SQLite,
+ * and no dynamic loader at all. The loader binding those 39 libraries is ~6 ms of CPU before main()
+ * (bench/PROFILE.md 1.2). Full RELRO (-z relro -z now) like every other binary.
  */
 #include "daemon/commands.h"
 

@@ -145,13 +145,65 @@ static bool reap(pid_t want, int *status)
 struct stream {
     int fd;
     uint8_t type;
-    uint64_t cap;
+    uint64_t cap; /* of the head, with a tail */
     uint64_t sent;
     uint64_t total;
+    /* EPH_PROTO_CAP_HEAD_TAIL: the last ring_cap bytes past the head, sent at the end */
+    uint8_t *ring;
+    size_t ring_cap, ring_len, ring_pos; /* ring_pos: where the next byte goes */
 };
 
-/* Reads what is available on one pipe: counts it all, forwards only what fits under the cap.
- * Returns false at EOF (or on an error, which ends the stream the same way). */
+/* Sets the stream's caps from the request's word: the head, and the tail's ring when asked. 0 or
+ * -ENOMEM. */
+static int stream_init(struct stream *s, int fd, uint8_t type, uint32_t cap)
+{
+    *s = (struct stream){.fd = fd, .type = type, .cap = cap & ~EPH_PROTO_CAP_HEAD_TAIL};
+    if (!(cap & EPH_PROTO_CAP_HEAD_TAIL) || s->cap < 2)
+        return 0;
+    s->ring_cap = (size_t)(s->cap / 2);
+    s->cap -= s->ring_cap;
+    s->ring = malloc(s->ring_cap);
+    return s->ring ? 0 : -ENOMEM;
+}
+
+/* Keeps bytes past the head in the ring, the oldest overwritten first. */
+static void ring_put(struct stream *s, const uint8_t *p, size_t n)
+{
+    if (n >= s->ring_cap) {
+        memcpy(s->ring, p + n - s->ring_cap, s->ring_cap);
+        s->ring_pos = 0;
+        s->ring_len = s->ring_cap;
+        return;
+    }
+    size_t first = s->ring_cap - s->ring_pos < n ? s->ring_cap - s->ring_pos : n;
+    memcpy(s->ring + s->ring_pos, p, first);
+    memcpy(s->ring, p + first, n - first);
+    s->ring_pos = (s->ring_pos + n) % s->ring_cap;
+    s->ring_len = s->ring_len + n < s->ring_cap ? s->ring_len + n : s->ring_cap;
+}
+
+/* Sends the ring's bytes in order (after the command ended) and frees it. */
+static void ring_flush(struct stream *s, uint32_t id)
+{
+    size_t start = (s->ring_pos + s->ring_cap - s->ring_len) % (s->ring_cap ? s->ring_cap : 1);
+    size_t left = s->ring_len;
+    while (left) {
+        size_t n = left < EPH_PROTO_CHUNK ? left : EPH_PROTO_CHUNK;
+        for (size_t i = 0; i < n; i++)
+            tx[EPH_PROTO_HEADER_SIZE + i] = s->ring[(start + i) % s->ring_cap];
+        eph_proto_header_encode(tx, s->type, 0, id, (uint32_t)n);
+        send_all(tx, EPH_PROTO_HEADER_SIZE + n);
+        s->sent += n;
+        start = (start + n) % s->ring_cap;
+        left -= n;
+    }
+    free(s->ring);
+    s->ring = NULL;
+}
+
+/* Reads what is available on one pipe: counts it all, forwards only what fits under the cap (the
+ * rest goes to the tail's ring when there is one). Returns false at EOF (or on an error, which
+ * ends the stream the same way). */
 static bool stream_pump(struct stream *s, uint32_t id)
 {
     for (int rounds = 0; rounds < 16; rounds++) {
@@ -170,6 +222,8 @@ static bool stream_pump(struct stream *s, uint32_t id)
             send_all(tx, EPH_PROTO_HEADER_SIZE + fwd);
             s->sent += fwd;
         }
+        if (s->ring && (size_t)n > fwd)
+            ring_put(s, tx + EPH_PROTO_HEADER_SIZE + fwd, (size_t)n - fwd);
     }
     return true;
 }
@@ -276,6 +330,7 @@ static void do_exec(uint32_t id, const uint8_t *payload, size_t len)
     static struct eph_proto_exec ex;
     static const char *envp[EPH_PROTO_MAX_ENV + 16];
     int out[2] = {-1, -1}, err[2] = {-1, -1};
+    struct stream so = {.fd = -1}, se = {.fd = -1};
 
     int rc = eph_proto_exec_decode(payload, len, &ex);
     if (rc) {
@@ -285,6 +340,11 @@ static void do_exec(uint32_t id, const uint8_t *payload, size_t len)
     build_env(&ex, envp, sizeof(envp) / sizeof(envp[0]));
     if (pipe2(out, O_CLOEXEC) || pipe2(err, O_CLOEXEC)) {
         reply_error(id, -errno, "pipe failed");
+        goto out;
+    }
+    if (stream_init(&so, out[0], EPH_PROTO_EXEC_STDOUT, ex.stdout_cap) ||
+        stream_init(&se, err[0], EPH_PROTO_EXEC_STDERR, ex.stderr_cap)) {
+        reply_error(id, -ENOMEM, "no memory for the output's tail");
         goto out;
     }
     uint64_t t0 = mono_us();
@@ -302,8 +362,6 @@ static void do_exec(uint32_t id, const uint8_t *payload, size_t len)
     fcntl(out[0], F_SETFL, O_NONBLOCK);
     fcntl(err[0], F_SETFL, O_NONBLOCK);
 
-    struct stream so = {out[0], EPH_PROTO_EXEC_STDOUT, ex.stdout_cap, 0, 0};
-    struct stream se = {err[0], EPH_PROTO_EXEC_STDERR, ex.stderr_cap, 0, 0};
     bool out_open = true, err_open = true, exited = false, timed_out = false;
     int status = 0;
     uint64_t start = mono_ms();
@@ -359,6 +417,10 @@ static void do_exec(uint32_t id, const uint8_t *payload, size_t len)
         stream_pump(&so, id);
     if (err_open)
         stream_pump(&se, id);
+    if (so.ring)
+        ring_flush(&so, id);
+    if (se.ring)
+        ring_flush(&se, id);
 
     struct eph_proto_exit e = {0};
     e.duration_us = mono_us() - t0;
@@ -375,6 +437,8 @@ static void do_exec(uint32_t id, const uint8_t *payload, size_t len)
     if (flen > 0)
         send_all(tx_small, (size_t)flen);
 out:
+    free(so.ring);
+    free(se.ring);
     for (int i = 0; i < 2; i++) {
         if (out[i] >= 0)
             close(out[i]);

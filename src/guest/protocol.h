@@ -175,6 +175,12 @@ int eph_proto_reader_done(const struct eph_proto_reader *r);
 
 /* ---- Typed payloads ---------------------------------------------------------------------- */
 
+/* ORed into a stream's cap in an exec request: when the stream is longer than the cap, the guest
+ * sends its first cap - cap/2 bytes as they come and its last cap/2 bytes after the command ended
+ * (never more than cap in all), so that the tail, where errors are, is not lost. A cap never
+ * reaches this bit otherwise. */
+#define EPH_PROTO_CAP_HEAD_TAIL 0x80000000u
+
 struct eph_proto_exec {
     uint32_t timeout_ms;
     uint32_t stdout_cap;

@@ -195,8 +195,9 @@ const char *eph_live_id(const struct eph_live *l)
     return l->id;
 }
 
-static void fill_event(struct eph_live *l, struct eph_event *e, const char *source,
-                       const char *type, json_t *data, const char *fmt, va_list ap)
+__attribute__((format(printf, 6, 0))) static void
+fill_event(struct eph_live *l, struct eph_event *e, const char *source, const char *type,
+           json_t *data, const char *fmt, va_list ap)
 {
     memset(e, 0, sizeof(*e));
     e->at_ms = eph_clock_real_ms();

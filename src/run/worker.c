@@ -309,6 +309,7 @@ struct job {
      * timeline, stored; and the run's cancel flag. */
     struct eph_sink sink;
     struct eph_cancel cancel;
+    struct eph_agent_usage usage; /* the agent's counts, copied into r on progress */
 };
 
 /* The sink of a run: an event is numbered under the run's emit lock and stored outside the
@@ -320,11 +321,41 @@ static int sink_event(void *ctx, const char *source, const char *type, json_t *d
     return eph_live_emit(j->live, j->svc->store, source, type, data, "%s", message);
 }
 
-/* Usage and cost changed: persisted, so that a crash settles what was measured. */
+static void agent_usage_copy(struct eph_run *r, const struct eph_agent_usage *u)
+{
+    r->usage.model_calls = u->model_calls;
+    r->usage.input_tokens = u->input_tokens;
+    r->usage.output_tokens = u->output_tokens;
+    r->usage.shell_commands = u->shell_commands;
+}
+
+/* Usage and cost changed (the agent's counts, the costs the budget measured): persisted to the
+ * run's record, so that a crash settles what was measured. */
 static int sink_progress(void *ctx)
 {
     struct job *j = ctx;
-    return j->svc->store->ops->run_update(j->svc->store, &j->r);
+    agent_usage_copy(&j->r, &j->usage);
+    j->r.cost.model_micros = j->budget.model;
+    j->r.cost.web_micros = j->budget.web;
+    j->r.cost.compute_micros = eph_budget_compute(&j->budget, eph_clock_mono_ns());
+    return j->svc->store->ops->run_progress(j->svc->store, &j->r);
+}
+
+static enum eph_run_status agent_status(enum eph_agent_status s)
+{
+    switch (s) {
+    case EPH_AGENT_COMPLETED:
+        return EPH_RUN_COMPLETED;
+    case EPH_AGENT_TIMED_OUT:
+        return EPH_RUN_TIMED_OUT;
+    case EPH_AGENT_BUDGET_EXHAUSTED:
+        return EPH_RUN_BUDGET_EXHAUSTED;
+    case EPH_AGENT_CANCELLED:
+        return EPH_RUN_CANCELLED;
+    case EPH_AGENT_FAILED:
+        break;
+    }
+    return EPH_RUN_FAILED;
 }
 
 /* Step 1: the run, its live entry and its lease. Non-zero: not this worker's to work on
@@ -504,10 +535,20 @@ static int step_agent(struct job *j)
 {
     struct eph_service *svc = j->svc;
     struct eph_run *r = &j->r;
+    j->usage = (struct eph_agent_usage){.model_calls = r->usage.model_calls,
+                                        .input_tokens = r->usage.input_tokens,
+                                        .output_tokens = r->usage.output_tokens,
+                                        .shell_commands = r->usage.shell_commands};
     struct eph_agent_ctx ctx = {
-        .store = svc->store,
-        .live = j->live,
-        .run = r,
+        .sink = &j->sink,
+        .cancel = j->cancel,
+        .run_id = r->id,
+        .prompt = r->prompt,
+        .shell = r->shell,
+        .web = r->web,
+        .zdr = r->zdr,
+        .timeout_seconds = r->timeout_seconds,
+        .usage = &j->usage,
         .model = j->model,
         .mcfg = j->mcfg,
         .sb = j->sb,
@@ -522,17 +563,18 @@ static int step_agent(struct job *j)
     };
     struct eph_agent_outcome out;
     eph_agent_run(&ctx, &out);
-    r->status = out.status;
-    if (out.status == EPH_RUN_COMPLETED) {
+    agent_usage_copy(r, &j->usage);
+    r->status = agent_status(out.status);
+    if (r->status == EPH_RUN_COMPLETED) {
         r->result = out.result;
         if (r->zdr && eph_live_set_zdr_result(j->live, r->result))
             EPH_ERROR("worker", "run %s: out of memory keeping the result", r->id);
         return 0;
     }
-    if (out.status == EPH_RUN_CANCELLED)
+    if (r->status == EPH_RUN_CANCELLED)
         fail_cancelled(svc, r, "while it was running");
     else
-        fail_run(r, out.status, out.error_code, out.error_message);
+        fail_run(r, r->status, out.error_code, out.error_message);
     free(out.result);
     return -ECANCELED;
 }

@@ -57,6 +57,7 @@
 #include "common/id.h"
 #include "common/fileio.h"
 #include "common/log.h"
+#include "common/text.h"
 #include "sandbox/guest_client.h"
 
 #define COMPONENT "sandbox"
@@ -401,7 +402,7 @@ static void runsc_find(void)
     }
     const char *path = getenv("PATH");
     if (!path || !*path)
-        path = SPAWN_PATH + 5;
+        path = &SPAWN_PATH[5];
     while (*path) {
         size_t n = strcspn(path, ":");
         char cand[PATH_MAX];
@@ -1049,8 +1050,8 @@ static bool probe_done;
 static int probe_rc;
 static char probe_why[512];
 
-/* `runsc --version` answers with "runsc version ...". */
-static int version_check(char *why, size_t whylen)
+/* `runsc --version` answers with "runsc version ..."; its first line goes to version. */
+static int version_check(char *version, size_t vcap, char *why, size_t whylen)
 {
     int p[2];
     if (pipe2(p, O_CLOEXEC) != 0)
@@ -1068,7 +1069,7 @@ static int version_check(char *why, size_t whylen)
     close(p[1]);
     if (rc) {
         close(p[0]);
-        snprintf(why, whylen, "cannot run '%s': %s", runsc(), strerror(-rc));
+        eph_text_format_cut(why, whylen, "cannot run '%s': %s", runsc(), strerror(-rc));
         return rc;
     }
     char buf[256];
@@ -1094,12 +1095,77 @@ static int version_check(char *why, size_t whylen)
         (void)child_wait(pid, -1, 5000, &status);
     }
     if (strncmp(buf, "runsc version ", 14) != 0 || !WIFEXITED(status) || WEXITSTATUS(status)) {
-        snprintf(why, whylen, "'%s --version' did not answer as runsc does", runsc());
+        eph_text_format_cut(why, whylen, "'%s --version' did not answer as runsc does", runsc());
         return -ENOEXEC;
     }
     buf[strcspn(buf, "\n")] = '\0';
     EPH_DEBUG(COMPONENT, "%s", buf);
+    snprintf(version, vcap, "%s", buf);
     return 0;
+}
+
+/* A booted probe sandbox is remembered across processes: a whole boot (~1-2 s of runsc) at the
+ * start of every `ephemerald sandbox run --backend gvisor` doubled its time. The record is
+ * root's, in RUN_ROOT (a tmpfs: a reboot clears it), and holds what the answer depends on: runsc
+ * (its version line and its file), the init and the compat library (their files), the image (its
+ * root directory) and the host's boot. Any change and the probe boots again. */
+#define PROBE_RECORD RUN_ROOT "/gvisor-probe-ok"
+
+static int probe_key(const char *version, const char *init, const char *compat, const char *root,
+                     char *out, size_t cap)
+{
+    const char *files[] = {runsc(), init, compat, root};
+    char boot[64] = "";
+    int fd = open("/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        ssize_t n = read(fd, boot, sizeof(boot) - 1);
+        boot[n > 0 ? n : 0] = '\0';
+        boot[strcspn(boot, "\n")] = '\0';
+        close(fd);
+    }
+    int len = snprintf(out, cap, "%s\nboot %s\n", version, boot);
+    for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+        struct stat st;
+        if (len < 0 || (size_t)len >= cap || stat(files[i], &st) != 0)
+            return -ENOENT;
+        len += snprintf(out + len, cap - (size_t)len, "%s %llu %llu %lld.%09ld %lld\n", files[i],
+                        (unsigned long long)st.st_dev, (unsigned long long)st.st_ino,
+                        (long long)st.st_mtim.tv_sec, st.st_mtim.tv_nsec, (long long)st.st_size);
+    }
+    return len > 0 && (size_t)len < cap ? 0 : -ENAMETOOLONG;
+}
+
+static bool probe_remembered(const char *key)
+{
+    char buf[4096];
+    int fd = open(PROBE_RECORD, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0)
+        return false;
+    struct stat st;
+    ssize_t n = -1;
+    /* Only a regular file of root's that no one else may write counts. */
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == 0 && !(st.st_mode & 022))
+        n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0)
+        return false;
+    buf[n] = '\0';
+    return strcmp(buf, key) == 0;
+}
+
+static void probe_remember(const char *key)
+{
+    char tmp[sizeof(PROBE_RECORD) + 32];
+    snprintf(tmp, sizeof(tmp), "%s.%d", PROBE_RECORD, (int)getpid());
+    if (mkdir_ok(RUN_ROOT, 0755) != 0)
+        return;
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
+    if (fd < 0)
+        return;
+    int rc = eph_fileio_write_all(fd, key, strlen(key));
+    close(fd);
+    if (rc || rename(tmp, PROBE_RECORD) != 0)
+        unlink(tmp);
 }
 
 /* A tiny sandbox boots and `ls -ld` works in it (the statx compat library is in place). */
@@ -1150,6 +1216,7 @@ static int gv_probe(const struct eph_sandbox_config *cfg, char *why, size_t whyl
     if (!probe_done) {
         char root[PATH_MAX];
         char compat[PATH_MAX];
+        char version[256], key[4 * PATH_MAX + 512];
         probe_why[0] = '\0';
         if (!runsc()) {
             snprintf(probe_why, sizeof(probe_why),
@@ -1166,15 +1233,26 @@ static int gv_probe(const struct eph_sandbox_config *cfg, char *why, size_t whyl
             probe_rc = -ENOENT;
         } else if (compat_path(cfg->init_path, compat, sizeof(compat)) ||
                    access(compat, R_OK) != 0) {
-            snprintf(probe_why, sizeof(probe_why),
-                     "the gvisor compat library '%s' is not readable (make builds it)", compat);
+            eph_text_format_cut(probe_why, sizeof(probe_why),
+                                "the gvisor compat library '%s' is not readable (make builds it)",
+                                compat);
             probe_rc = -ENOENT;
         } else if ((probe_rc = image_check(cfg, root, probe_why, sizeof(probe_why))) != 0) {
             /* why is set */
-        } else if ((probe_rc = version_check(probe_why, sizeof(probe_why))) != 0) {
+        } else if ((probe_rc = version_check(version, sizeof(version), probe_why,
+                                             sizeof(probe_why))) != 0) {
             /* why is set */
         } else {
-            probe_rc = boot_check(cfg, probe_why, sizeof(probe_why));
+            bool keyed = probe_key(version, cfg->init_path, compat, root, key, sizeof(key)) == 0;
+            if (keyed && probe_remembered(key)) {
+                EPH_DEBUG(COMPONENT, "gVisor booted here before with the same runsc, init, "
+                                     "library and image: no probe sandbox");
+                probe_rc = 0;
+            } else {
+                probe_rc = boot_check(cfg, probe_why, sizeof(probe_why));
+                if (!probe_rc && keyed)
+                    probe_remember(key);
+            }
         }
         probe_done = true;
     }

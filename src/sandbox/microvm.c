@@ -10,7 +10,8 @@
  *   3. a socketpair: the server keeps one end, QEMU gets the other as `-chardev socket,fd=3`,
  *      behind the virtio-serial port named "ephemeral";
  *   4. QEMU forked and exec'd with, in this order in the child: the cgroup, its own session,
- *      rlimits, exactly fds 0-4 (null, console, console, channel, initramfs), an empty capability
+ *      rlimits, exactly fds 0-6 (null, console, console, channel, initramfs, and the kernel and
+ *      root disk, opened by the server: the image cache is root's alone), an empty capability
  *      bounding set, the uid, no_new_privs, PR_SET_PDEATHSIG (last: a uid change clears it);
  *      then QEMU installs its own seccomp filter (-sandbox) before it runs the guest;
  *   5. the guest's hello (it has booted, mounted everything and become worker).
@@ -57,6 +58,7 @@
 #include "common/clock.h"
 #include "common/id.h"
 #include "common/log.h"
+#include "common/text.h"
 #include "sandbox/guest_client.h"
 #include "sandbox/hostid.h"
 #include "sandbox/namespaces/namespaces.h"
@@ -70,9 +72,13 @@
  * two VMs' processes can signal or trace each other. */
 #define HOST_ID_BASE 0x7d000000u
 #define HOST_IDS 65536u
-/* The fds QEMU is given, by number (its command line names them). */
+/* The fds QEMU is given, by number (its command line names them). The kernel and the root disk
+ * are opened by the server (root) and handed over: the image cache is root's alone (0700), so
+ * QEMU's uid could not open them by their paths. */
 #define FD_CHANNEL 3
 #define FD_INITRD 4
+#define FD_KERNEL 5
+#define FD_DISK 6
 /* Boots: KVM takes well under a second; software emulation several seconds, more when the host
  * is busy with other emulated VMs. */
 #define BOOT_TIMEOUT_KVM_MS 15000u
@@ -232,7 +238,7 @@ static void qemu_find(void)
     }
     const char *path = getenv("PATH");
     if (!path || !*path)
-        path = SPAWN_PATH + 5;
+        path = &SPAWN_PATH[5];
     while (*path) {
         size_t n = strcspn(path, ":");
         char cand[PATH_MAX];
@@ -308,9 +314,14 @@ static int cpio_add(struct eph_buf *b, const char *name, unsigned mode, const vo
     static const char zeros[4] = {0};
     char hdr[111];
     size_t nlen = strlen(name) + 1;
-    snprintf(hdr, sizeof(hdr), "070701%08X%08X%08X%08X%08X%08X%08zX%08X%08X%08X%08X%08zX%08X", ino,
-             mode, 0u, 0u, 1u, 0u, len, 0u, 0u, 0u, 0u, nlen, 0u);
-    int rc = eph_buf_append(b, hdr, 110);
+    /* newc sizes are eight hex digits: a bigger entry cannot be written. */
+    if (len > 0xffffffffu || nlen > 0xffffffffu)
+        return -EFBIG;
+    int rc = eph_text_format(
+        hdr, sizeof(hdr), "070701%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X", ino, mode,
+        0u, 0u, 1u, 0u, (unsigned)len, 0u, 0u, 0u, 0u, (unsigned)nlen, 0u);
+    if (!rc)
+        rc = eph_buf_append(b, hdr, 110);
     if (!rc)
         rc = eph_buf_append(b, name, nlen);
     if (!rc)
@@ -383,9 +394,11 @@ static int initrd_get(const char *init_path, const char *modules)
         size_t len = strlen(name);
         if (!rc && len > 3 && strcmp(name + len - 3, ".ko") == 0 && len < 200) {
             char path[PATH_MAX + 256], inside[256];
-            snprintf(path, sizeof(path), "%s/%s", modules, name);
-            snprintf(inside, sizeof(inside), "modules/%s", name);
-            rc = cpio_add_file(&b, inside, path, 0100644, ino++);
+            rc = eph_text_format(path, sizeof(path), "%s/%s", modules, name);
+            if (!rc)
+                rc = eph_text_format(inside, sizeof(inside), "modules/%s", name);
+            if (!rc)
+                rc = cpio_add_file(&b, inside, path, 0100644, ino++);
         }
         free(ents[i]);
     }
@@ -422,9 +435,9 @@ static int initrd_get(const char *init_path, const char *modules)
 
 struct vm_launch {
     const char *argv[64];
-    char mem[16], smp[16], tcg[32], name[80], chan[64], initrd[32], append[768];
+    char mem[16], smp[16], tcg[32], name[80], chan[64], initrd[32], kernel[32], append[768];
     char machine[128];
-    char drive[PATH_MAX + 96];
+    char drive[128];
     int cg_fds[3]; /* cgroup.procs of each of the sandbox's cgroup directories */
     int ncg;
     uid_t uid;
@@ -468,6 +481,7 @@ static int launch_prepare(struct vm_launch *L, const struct vm_sandbox *sb,
     snprintf(L->name, sizeof(L->name), "ephemeral-%s", sb->id);
     snprintf(L->chan, sizeof(L->chan), "socket,id=chan,fd=%d", FD_CHANNEL);
     snprintf(L->initrd, sizeof(L->initrd), "/proc/self/fd/%d", FD_INITRD);
+    snprintf(L->kernel, sizeof(L->kernel), "/proc/self/fd/%d", FD_KERNEL);
     char tsc[64] = "";
     if (!kvm && tsc_khz() > 100000)
         snprintf(tsc, sizeof(tsc), " tsc_early_khz=%lu tsc=reliable", tsc_khz());
@@ -480,8 +494,8 @@ static int launch_prepare(struct vm_launch *L, const struct vm_sandbox *sb,
                    l->pids + 16u, tsc);
     if (len < 0 || (size_t)len >= sizeof(L->append))
         return -ENAMETOOLONG;
-    len = snprintf(L->drive, sizeof(L->drive), "id=root,file=%s,format=raw,if=none,read-only=on",
-                   p->disk);
+    len = snprintf(L->drive, sizeof(L->drive),
+                   "id=root,file=/proc/self/fd/%d,format=raw,if=none,read-only=on", FD_DISK);
     if (len < 0 || (size_t)len >= sizeof(L->drive))
         return -ENAMETOOLONG;
     const char *a[] = {
@@ -503,7 +517,7 @@ static int launch_prepare(struct vm_launch *L, const struct vm_sandbox *sb,
         "-smp",
         L->smp,
         "-kernel",
-        p->kernel,
+        L->kernel,
         "-initrd",
         L->initrd,
         "-append",
@@ -545,7 +559,7 @@ static int launch_prepare(struct vm_launch *L, const struct vm_sandbox *sb,
  * async-signal-safe calls and raw system calls (no malloc, no stdio, no glibc set*id). */
 static void __attribute__((noreturn))
 qemu_child(const struct vm_launch *L, pid_t parent, int null_fd, int console_fd, int chan_fd,
-           int initrd)
+           int initrd, int kernel, int disk)
 {
     static const char *const envp[] = {SPAWN_PATH, NULL};
     /* The cgroup module's join: the child writes "0" (v1: into `tasks`, which moves this thread
@@ -568,9 +582,11 @@ qemu_child(const struct vm_launch *L, pid_t parent, int null_fd, int console_fd,
     if (dup2(null_fd, 0) < 0 || dup2(console_fd, 1) < 0 || dup2(console_fd, 2) < 0)
         _exit(127);
     int c = fcntl(chan_fd, F_DUPFD_CLOEXEC, 10), i = fcntl(initrd, F_DUPFD_CLOEXEC, 10);
-    if (c < 0 || i < 0 || dup2(c, FD_CHANNEL) < 0 || dup2(i, FD_INITRD) < 0)
+    int k = fcntl(kernel, F_DUPFD_CLOEXEC, 10), d = fcntl(disk, F_DUPFD_CLOEXEC, 10);
+    if (c < 0 || i < 0 || k < 0 || d < 0 || dup2(c, FD_CHANNEL) < 0 || dup2(i, FD_INITRD) < 0 ||
+        dup2(k, FD_KERNEL) < 0 || dup2(d, FD_DISK) < 0)
         _exit(127);
-    if (syscall(SYS_close_range, FD_INITRD + 1, ~0u, 0) != 0)
+    if (syscall(SYS_close_range, FD_DISK + 1, ~0u, 0) != 0)
         _exit(127);
     /* No capability survives the exec, whatever the uid. */
     for (int cap = 0; cap <= 63; cap++)
@@ -630,13 +646,20 @@ static int qemu_start(struct vm_sandbox *sb, const struct vm_paths *p,
     int null = rc ? -1 : open("/dev/null", O_RDWR | O_CLOEXEC);
     if (!rc && null < 0)
         rc = -errno;
+    /* Opened here, as root: QEMU's uid cannot reach them in the root-only cache. */
+    int kernel = rc ? -1 : open(p->kernel, O_RDONLY | O_CLOEXEC);
+    if (!rc && kernel < 0)
+        rc = -errno;
+    int disk = rc ? -1 : open(p->disk, O_RDONLY | O_CLOEXEC);
+    if (!rc && disk < 0)
+        rc = -errno;
     if (!rc) {
         pid_t parent = getpid();
         pid_t pid = fork();
         if (pid < 0)
             rc = -errno;
         else if (pid == 0)
-            qemu_child(L, parent, null, sb->console_fd, chan, initrd);
+            qemu_child(L, parent, null, sb->console_fd, chan, initrd, kernel, disk);
         else {
             int pidfd = pidfd_open_compat(pid);
             pthread_mutex_lock(&sb->lock);
@@ -647,6 +670,10 @@ static int qemu_start(struct vm_sandbox *sb, const struct vm_paths *p,
     }
     if (null >= 0)
         close(null);
+    if (kernel >= 0)
+        close(kernel);
+    if (disk >= 0)
+        close(disk);
     for (int i = 0; i < L->ncg; i++)
         close(L->cg_fds[i]);
     free(L);
@@ -786,7 +813,7 @@ static int vm_create_with(const struct eph_sandbox_config *cfg, enum accel accel
                       accel == ACCEL_KVM ? "kvm" : "tcg", strerror(-rc),
                       last[0] ? "; console: " : "", last);
         if (probing && last[0])
-            snprintf(probe_console, sizeof(probe_console), "%s", last);
+            eph_text_format_cut(probe_console, sizeof(probe_console), "%s", last);
         goto fail;
     }
     EPH_DEBUG(COMPONENT, "microVM %s up (%s)", sb->id, accel == ACCEL_KVM ? "kvm" : "tcg");
@@ -1005,10 +1032,10 @@ static int vm_probe(const struct eph_sandbox_config *cfg, char *why, size_t whyl
             atomic_store(&chosen_accel, ACCEL_TCG);
             rc = 0;
         } else {
-            snprintf(reason, sizeof(reason),
-                     "%s; software emulation (TCG) is never chosen automatically (only with "
-                     "--backend microvm and " ALLOW_TCG_ENV "=1, for tests)",
-                     kvm_why);
+            eph_text_format_cut(reason, sizeof(reason),
+                                "%s; software emulation (TCG) is never chosen automatically (only "
+                                "with --backend microvm and " ALLOW_TCG_ENV "=1, for tests)",
+                                kvm_why);
             rc = -ENODEV;
         }
     }

@@ -38,6 +38,10 @@ struct eph_exec_request {
     uint32_t timeout_ms; /* wall time; the whole process group is killed when it passes */
     uint32_t stdout_cap; /* bytes of each stream kept for the caller; the rest is counted */
     uint32_t stderr_cap;
+    /* A stream longer than its cap keeps its head and its tail: the result's buffer then holds
+     * the first cap - cap/2 bytes followed by the last cap/2 (false: the first cap bytes). The
+     * tail arrives (and on_output sees it) when the command has ended. */
+    bool head_tail;
     const char *const *env; /* extra "K=V" entries, NULL-terminated; may be NULL */
     /* Optional: called from the exec thread with each piece of kept output as it arrives
      * (stream 1 = stdout, 2 = stderr); the pieces add up to exactly the result's buffers. */
@@ -50,7 +54,8 @@ struct eph_exec_result {
     int signal;     /* terminating signal, or 0 */
     bool timed_out; /* killed by the timeout */
     uint64_t duration_us;
-    struct eph_buf out; /* at most stdout_cap bytes; owned by the result */
+    struct eph_buf out; /* at most stdout_cap bytes (head_tail: see the request); owned by the
+                           result */
     struct eph_buf err;
     uint64_t stdout_total; /* bytes the command wrote, kept or not */
     uint64_t stderr_total;

@@ -59,14 +59,14 @@ for m in oa-plain oa-stream an-plain an-stream; do
     if [[ $m == oa-* ]]; then
         assert_eq "$(jq -r '.[0].body.messages[0].role' <<<"$reqs")" system "$m system prompt"
         assert_eq "$(jq -c '[.[0].body.tools[].function.name]' <<<"$reqs")" \
-            '["shell","read_file","write_file"]' "$m tools"
+            '["shell","read_file","write_file","edit_file"]' "$m tools"
         # The assistant turn comes back with its calls, under their ids.
         assert_eq "$(jq -c '[.[1].body.messages[] | select(.role == "assistant") | .tool_calls[].id]' <<<"$reqs")" \
             '["call_a","call_b"]' "$m assistant calls"
     else
         assert_contains "$(jq -r '.[0].body.system' <<<"$reqs")" "sandbox" "$m system prompt"
         assert_eq "$(jq -c '[.[0].body.tools[].name]' <<<"$reqs")" \
-            '["shell","read_file","write_file"]' "$m tools"
+            '["shell","read_file","write_file","edit_file"]' "$m tools"
         assert_eq "$(jq -c '[.[1].body.messages[] | select(.role == "assistant") | .content[] | select(.type == "tool_use") | [.id, .input.command]]' <<<"$reqs")" \
             '[["toolu_a","echo alpha-$((6*7))"],["toolu_b","whoami; pwd"]]' "$m assistant calls"
     fi

@@ -91,8 +91,10 @@ assert_contains "$r" "HTTP_PROXY=http://127.0.0.1:3128" "proxy environment"
 # The system prompt says how to reach the connections, by name, and that web is off.
 sys=$(fake_requests model | jq -r '.[0].body.messages[0].content')
 assert_contains "$sys" "http://127.0.0.1:3128/NAME/PATH" "prompt: how to call a connection"
-assert_contains "$sys" "Allowed: echo secure rogue" "prompt: the connections by name"
-assert_contains "$sys" "Web is off" "prompt: web off"
+assert_contains "$sys" "echo (methods GET, POST; paths under /allowed); secure (methods GET; paths under /allowed); rogue (methods GET; paths under /allowed)." \
+    "prompt: the connections by name, with their methods and path prefixes"
+assert_contains "$sys" "no internet access, only the connections" "prompt: web off"
+assert_not_contains "$sys" "127.0.0.1:$UP_PORT" "prompt: not the upstream"
 assert_eq "$(fake_requests model | jq -r '[.[0].body.tools[].function.name] | index("web_fetch")')" null "no web_fetch without web"
 
 # HTTPS upstreams: verified against the system store plus broker.extra_ca_file; one whose

@@ -68,7 +68,9 @@ assert_eq "$(jq -r '[.[].path | select(startswith("/big") or startswith("/privat
     "/html /plain /py /redirect?to=/html /redirect?to=http://127.0.0.2:$U/inside /tunnel" \
     "only the allowed requests reached the upstream"
 ev=$(run_events "$web_id")
-assert_eq "$(jq '[.data[] | select(.type == "web.request")] | length' <<<"$ev")" 14 "web events"
+# The broker's exchanges; each web_fetch call is one more web.request, the tool call's record.
+assert_eq "$(jq '[.data[] | select(.type == "web.request" and (.data.call | not))] | length' <<<"$ev")" 14 "web events"
+assert_eq "$(jq -c '[.data[] | select(.type == "web.request" and .data.call) | .data.call.id]' <<<"$ev")" '["f1","f2","f3"]' "web_fetch calls recorded"
 assert_eq "$(jq '[.data[] | select(.type == "web.request" and .data.denied == "address_not_allowed")] | length' <<<"$ev")" 8 "refusal events"
 assert_contains "$(jq -r '[.data[] | select(.type == "web.request")][0].message' <<<"$ev")" \
     "GET http://127.0.0.1:$U/plain → 200 · " "web event message"

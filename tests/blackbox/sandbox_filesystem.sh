@@ -4,9 +4,10 @@
 # the sandbox's processes, /proc/sys, /proc/sysrq-trigger, /proc/irq and /proc/bus mounted
 # read-only (core_pattern cannot be written), kernel and host-identity files masked (kcore, keys,
 # timer_list, sched_debug, latency_stats, cmdline, partitions, boot_id: those the kernel has),
+# /proc/meminfo showing the sandbox's memory limit (read-only),
 # /dev holding only the allowed nodes and links, a writable scratch directory on a tmpfs of the
-# requested size, write_file refusing ".." and symlinks, and no set-id file or device node in
-# the image on the host.
+# requested size, write_file refusing ".." and symlinks, no set-id file or device node in the
+# image on the host, and an image cache no host user but root can read.
 . "$(dirname "$0")/sandbox_common.sh"
 
 # Masked /proc files: those this kernel has (a kernel may lack some: measured on the host first).
@@ -78,12 +79,45 @@ for f in $masked; do
     assert_contains "$masked_out" "$f 0 mounted" "$f masked (empty, a mount over it)"
 done
 
+# /proc/meminfo shows the sandbox's memory limit, not the host's memory, and cannot be changed:
+# the mount over it is read-only and its file (in the run directory) is not worker's.
+sb_run --memory-mib 96 -- sh -c "
+    echo MEM; grep -E '^(MemTotal|MemAvailable|SwapTotal):' /proc/meminfo
+    echo MOUNT; awk '\$5 == \"/proc/meminfo\" { print \$4, \$6 }' /proc/self/mountinfo
+    echo WRITE; (echo x > /proc/meminfo) 2>&1; f=\$(awk '\$5 == \"/proc/meminfo\" { print \$4 }' /proc/self/mountinfo)
+    (echo x > /tmp\$f) 2>&1; rm -f /tmp\$f 2>&1; grep -c . /proc/meminfo
+    echo END"
+echo "$SB_OUT"
+assert_eq "$SB_RC" 0 "exit status (meminfo)"
+mem=$(section MEM MOUNT | tr -s ' ' | tr '\n' ';')
+assert_eq "$mem" "MemTotal: 98304 kB;MemAvailable: 98304 kB;SwapTotal: 0 kB;" "/proc/meminfo"
+host_total=$(awk '/^MemTotal:/ { print $2 }' /proc/meminfo)
+[ "$host_total" != 98304 ] || fail "the host has exactly the sandbox's limit: the test proves nothing"
+[[ $(section MOUNT WRITE) =~ ^/ephemeral-run-[A-Za-z0-9]{6}/meminfo\ ro, ]] ||
+    fail "/proc/meminfo is not a read-only mount of the run directory's file: $(section MOUNT WRITE)"
+meminfo_write=$(section WRITE END)
+assert_contains "$(sed -n 1p <<<"$meminfo_write")" "Read-only file system" "a write to /proc/meminfo"
+assert_contains "$(sed -n 2p <<<"$meminfo_write")" "Permission denied" "a write to the meminfo file"
+assert_contains "$(sed -n 3p <<<"$meminfo_write")" "Permission denied" "removing the meminfo file"
+assert_eq "$(tail -n 1 <<<"$meminfo_write")" 10 "/proc/meminfo unchanged"
+
 # The image on the host: no set-id program a host user could run, no device node (mmdebstrap's
 # dev/console was 0666).
 setid=$(find "$SB_IMAGE_REAL" -xdev -type f -perm /6000 | head -n 5)
 assert_eq "$setid" "" "set-id files in the image"
 devs=$(find "$SB_IMAGE_REAL" -xdev \( -type c -o -type b \) | head -n 5)
 assert_eq "$devs" "" "device nodes in the image"
+
+# The image cache is root's alone (`ephemerald image build` makes its root 0700): a host user can
+# neither list it nor read the image, its kernel or its disk through it.
+cache=$(dirname "$(dirname "$(dirname "$SB_IMAGE_REAL")")")
+assert_eq "$(stat -c '%u %a' "$cache")" "0 700" "the image cache's owner and mode ($cache)"
+as_nobody() { setpriv --reuid=65534 --regid=65534 --clear-groups -- "$@" 2>&1; }
+assert_contains "$(as_nobody cat "$SB_IMAGE_REAL/etc/os-release")" "Permission denied" \
+    "a host user reading the image"
+assert_contains "$(as_nobody ls "$cache")" "Permission denied" "a host user listing the cache"
+assert_contains "$(as_nobody sh -c "ls '$SB_IMAGE_REAL/../microvm/'")" "Permission denied" \
+    "a host user reaching the microVM's kernel and disk"
 
 # write_file (--file) refuses to leave the scratch directory or to follow a link.
 echo data >"$TEST_TMP/f"

@@ -210,7 +210,7 @@ static void test_recipe_mismatch(void **state)
     char marker[PATH_MAX + 16];
     snprintf(marker, sizeof(marker), "%s/cache/images/%s/complete", dir, recipe);
     char moved[PATH_MAX + 16];
-    snprintf(moved, sizeof(moved), "%s.moved", marker);
+    assert_true(snprintf(moved, sizeof(moved), "%s.moved", marker) < (int)sizeof(moved));
     assert_int_equal(rename(marker, moved), 0);
     assert_int_equal(eph_readiness_check_image(plain, init_ok, other, why, sizeof(why)), 0);
     assert_int_equal(rename(moved, marker), 0);

@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "common/text.h"
 #include "sandbox/namespaces/namespaces.h"
 
 #define PARENT "ephemeral"
@@ -125,10 +126,11 @@ static void detect(void)
         detected_version = 1;
         return;
     }
-    snprintf(detect_why, sizeof(detect_why),
-             "no cgroup hierarchy with the memory, pids and cpu controllers (cgroup2 at '%s' "
-             "delegates none of them, v1 lacks some)",
-             v2_root[0] ? v2_root : "none");
+    eph_text_format_cut(
+        detect_why, sizeof(detect_why),
+        "no cgroup hierarchy with the memory, pids and cpu controllers (cgroup2 at '%s' "
+        "delegates none of them, v1 lacks some)",
+        v2_root[0] ? v2_root : "none");
 }
 
 int eph_ns_cgroup_probe(char *why, size_t whylen)
@@ -137,7 +139,7 @@ int eph_ns_cgroup_probe(char *why, size_t whylen)
     if (detected_version)
         return 0;
     if (why)
-        snprintf(why, whylen, "%s", detect_why);
+        eph_text_format_cut(why, whylen, "%s", detect_why);
     return -ENOTSUP;
 }
 
@@ -152,7 +154,8 @@ static int mkdir_ok(const char *path)
 static int v2_parent(char *out, size_t cap)
 {
     static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-    snprintf(out, cap, "%s/" PARENT, v2_root);
+    if (eph_text_format(out, cap, "%s/" PARENT, v2_root))
+        return -ENAMETOOLONG;
     pthread_mutex_lock(&lock);
     int rc = write_str(v2_root, "cgroup.subtree_control", "+memory +pids +cpu");
     if (rc)
@@ -177,7 +180,8 @@ int eph_ns_cgroup_create(struct eph_ns_cgroup *cg, const char *name,
         rc = v2_parent(parent, sizeof(parent));
         if (rc)
             return rc;
-        snprintf(cg->dirs[0], sizeof(cg->dirs[0]), "%s/%s", parent, name);
+        if (eph_text_format(cg->dirs[0], sizeof(cg->dirs[0]), "%s/%s", parent, name))
+            return -ENAMETOOLONG;
         if (mkdir(cg->dirs[0], 0755) != 0)
             return -errno;
         cg->version = 2;
@@ -198,11 +202,15 @@ int eph_ns_cgroup_create(struct eph_ns_cgroup *cg, const char *name,
     } else {
         cg->version = 1;
         for (int i = 0; i < 3; i++) {
-            snprintf(parent, sizeof(parent), "%s/" PARENT, v1_roots[i]);
-            rc = mkdir_ok(parent);
-            if (rc)
+            rc = eph_text_format(parent, sizeof(parent), "%s/" PARENT, v1_roots[i]);
+            if (!rc)
+                rc = mkdir_ok(parent);
+            if (!rc && eph_text_format(cg->dirs[i], sizeof(cg->dirs[i]), "%s/%s", parent, name))
+                rc = -ENAMETOOLONG;
+            if (rc) {
+                cg->dirs[i][0] = '\0';
                 break;
-            snprintf(cg->dirs[i], sizeof(cg->dirs[i]), "%s/%s", parent, name);
+            }
             if (mkdir(cg->dirs[i], 0755) != 0) {
                 rc = -errno;
                 cg->dirs[i][0] = '\0';
@@ -392,15 +400,15 @@ int eph_ns_cgroup_cleanup_orphans(void)
         return 0;
     int removed = 0;
     if (detected_version == 2) {
-        snprintf(parent, sizeof(parent), "%s/" PARENT, v2_root);
-        removed += sweep(parent, 2);
+        if (!eph_text_format(parent, sizeof(parent), "%s/" PARENT, v2_root))
+            removed += sweep(parent, 2);
     }
     /* v1 directories may exist even when v2 is in use now (an older server): sweep both. */
     for (int i = 0; i < 3; i++) {
         if (!v1_roots[i][0])
             continue;
-        snprintf(parent, sizeof(parent), "%s/" PARENT, v1_roots[i]);
-        removed += sweep(parent, 1);
+        if (!eph_text_format(parent, sizeof(parent), "%s/" PARENT, v1_roots[i]))
+            removed += sweep(parent, 1);
     }
     return removed;
 }

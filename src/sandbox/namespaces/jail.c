@@ -423,6 +423,8 @@ static int plan_prepare(struct ns_sandbox *sb, const struct eph_sandbox_config *
     /* Inodes scale with the size (a million empty files would otherwise eat kernel memory). */
     snprintf(p->tmp_opts, sizeof(p->tmp_opts), "size=%um,nr_inodes=%u,mode=1777", l->disk_mib,
              l->disk_mib * 64u < 4096u ? 4096u : l->disk_mib * 64u);
+    snprintf(p->meminfo_rel, sizeof(p->meminfo_rel), "%s/meminfo", p->run_rel);
+    p->meminfo_len = eph_ns_mount_meminfo(p->meminfo, sizeof(p->meminfo), l->memory_mib);
     p->nofile = l->nofile;
     p->fsize = l->fsize_bytes ? l->fsize_bytes : (uint64_t)l->disk_mib << 20;
     /* A backstop behind pids.max, a little above it so that the cgroup is what normally says no. */
@@ -453,15 +455,10 @@ static int ns_destroy(struct eph_sandbox *base);
 static int ns_create(const struct eph_sandbox_config *cfg_in, struct eph_sandbox **out)
 {
     static atomic_uint seq;
-    char why[200];
     struct eph_sandbox_config cfg = *cfg_in;
     int chan[2] = {-1, -1}, sync[2] = {-1, -1};
     int join_fd[3], join_n = 0, cgroup_dir = -1;
-    int rc = eph_ns_seccomp_prepare(why, sizeof(why));
-    if (rc) {
-        EPH_ERROR(COMPONENT, "%s", why);
-        return rc;
-    }
+    int rc;
     eph_ns_mount_prepare();
     limits_fill(&cfg.limits, &cfg_in->limits);
     struct ns_sandbox *sb = calloc(1, sizeof(*sb));
@@ -635,9 +632,6 @@ static int ns_destroy(struct eph_sandbox *base)
 static int ns_probe(const struct eph_sandbox_config *cfg, char *why, size_t whylen)
 {
     int rc = eph_ns_cgroup_probe(why, whylen);
-    if (rc)
-        return rc;
-    rc = eph_ns_seccomp_prepare(why, whylen);
     if (rc)
         return rc;
     if (geteuid() != 0) {

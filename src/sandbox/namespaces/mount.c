@@ -9,8 +9,9 @@
  *   2. the image bind-mounted onto itself (this namespace only) as the new root;
  *   3. /tmp: a size-limited tmpfs (nosuid, nodev) holding ephemeral-run-XXXXXX/{scratch,home},
  *      owned by worker;
- *   4. a fresh /proc for the new PID namespace, with sys, sysrq-trigger, irq and bus read-only and
- *      a few kernel-information files masked;
+ *   4. a fresh /proc for the new PID namespace, with sys, sysrq-trigger, irq and bus read-only, a
+ *      few kernel-information files masked, and meminfo replaced by a read-only file that shows the
+ *      sandbox's memory limit instead of the host's memory;
  *   5. a minimal /dev on a small tmpfs: null zero full random urandom tty bind-mounted from the
  *      host, a private devpts (ptmx) of at most EPH_NS_PTYS_MAX terminals (the kernel's
  *      kernel.pty.max is one pool for the whole host), a tmpfs /dev/shm, and the fd symlinks; then
@@ -24,6 +25,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
@@ -58,6 +60,15 @@ static int setup_tmp(const struct eph_ns_plan *p)
     if (mkdir(p->run_rel, 0755) != 0 || mkdir(p->scratch_rel, 0755) != 0 ||
         mkdir(p->home_rel, 0700) != 0)
         return -errno;
+    /* Root's (nobody's, inside) and read-only: the text bound over /proc/meminfo below. */
+    int fd = open(p->meminfo_rel, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0444);
+    if (fd < 0)
+        return -errno;
+    ssize_t w = write(fd, p->meminfo, p->meminfo_len);
+    int err = errno;
+    close(fd);
+    if (w != (ssize_t)p->meminfo_len)
+        return w < 0 ? -err : -EIO;
     /* The host id that worker maps to: inside, these are worker's. */
     if (chown(p->scratch_rel, p->host_id, p->host_id) != 0 ||
         chown(p->home_rel, p->host_id, p->host_id) != 0)
@@ -116,10 +127,28 @@ void eph_ns_mount_prepare(void)
     pthread_once(&probe_once, probe_proc);
 }
 
-static int setup_proc(void)
+size_t eph_ns_mount_meminfo(char *out, size_t cap, unsigned memory_mib)
+{
+    /* The fields free, top and most runtimes read; everything is the limit or zero (no swap: the
+     * cgroup allows none). A snapshot, not live: "free" inside is the limit, not what is left. */
+    unsigned long long kib = (unsigned long long)memory_mib * 1024u;
+    int n = snprintf(out, cap,
+                     "MemTotal:       %8llu kB\nMemFree:        %8llu kB\n"
+                     "MemAvailable:   %8llu kB\nBuffers:               0 kB\n"
+                     "Cached:                0 kB\nSwapCached:            0 kB\n"
+                     "Shmem:                 0 kB\nSReclaimable:          0 kB\n"
+                     "SwapTotal:             0 kB\nSwapFree:              0 kB\n",
+                     kib, kib, kib);
+    return n > 0 && (size_t)n < cap ? (size_t)n : 0;
+}
+
+static int setup_proc(const struct eph_ns_plan *p)
 {
     const char *const *readonly = proc_readonly, *const *masked = proc_masked;
     int rc = do_mount("proc", "proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL);
+    if (rc)
+        return rc;
+    rc = bind_with(p->meminfo_rel, "proc/meminfo", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC);
     if (rc)
         return rc;
     for (size_t i = 0; i < N_READONLY; i++) {
@@ -131,14 +160,23 @@ static int setup_proc(void)
         if (rc)
             return rc;
     }
+    /* The first masked entry gets /dev/null read-only; the others are binds of that bind, which
+     * carry its flags with them (a bind copies the source mount's flags): one call each, not two.
+     */
+    const char *first = NULL;
     for (size_t i = 0; i < N_MASKED; i++) {
         if (proc_absent & (1u << (N_READONLY + i)))
             continue;
-        rc = bind_with("/dev/null", masked[i], MS_RDONLY | MS_NOSUID | MS_NOEXEC);
+        if (first)
+            rc = do_mount(first, masked[i], NULL, MS_BIND, NULL);
+        else
+            rc = bind_with("/dev/null", masked[i], MS_RDONLY | MS_NOSUID | MS_NOEXEC);
         if (rc == -ENOENT)
             continue;
         if (rc)
             return rc;
+        if (!first)
+            first = masked[i];
     }
     return 0;
 }
@@ -166,10 +204,15 @@ static int setup_dev(void)
         if (fd < 0)
             return -errno;
         close(fd);
-        rc = bind_with(host, inside, MS_NOSUID | MS_NOEXEC);
+        rc = do_mount(host, inside, NULL, MS_BIND, NULL);
         if (rc)
             return rc;
     }
+    /* nosuid and noexec on every node at once (and on the tmpfs under them, which has them):
+     * one call instead of a remount per node. */
+    struct mount_attr attr = {.attr_set = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC};
+    if (syscall(SYS_mount_setattr, AT_FDCWD, "dev", AT_RECURSIVE, &attr, sizeof(attr)) != 0)
+        return -errno;
     if (mkdir("dev/pts", 0755) != 0 || mkdir("dev/shm", 01777) != 0 || chmod("dev/shm", 01777))
         return -errno;
     rc = do_mount("devpts", "dev/pts", "devpts", MS_NOSUID | MS_NOEXEC,
@@ -203,7 +246,7 @@ int eph_ns_mount_setup(const struct eph_ns_plan *p)
     rc = setup_tmp(p);
     if (rc)
         return rc;
-    rc = setup_proc();
+    rc = setup_proc(p);
     if (rc)
         return rc;
     rc = setup_dev();

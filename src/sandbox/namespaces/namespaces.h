@@ -43,10 +43,14 @@ struct eph_ns_plan {
     char run_rel[64];     /* "tmp/ephemeral-run-XXXXXX", relative to the new root */
     char scratch_rel[80]; /* run_rel + "/scratch" */
     char home_rel[80];    /* run_rel + "/home" */
-    char scratch[80];     /* "/tmp/ephemeral-run-XXXXXX/scratch", as seen inside */
-    char home[80];
+    char scratch[81];     /* "/tmp/ephemeral-run-XXXXXX/scratch", as seen inside */
+    char home[81];
     char tmp_opts[96]; /* tmpfs options for /tmp: size, mode, inodes */
-    uid_t host_id;     /* the host uid and gid that worker maps to */
+    /* What /proc/meminfo shows inside (mount.c): the sandbox's memory limit, not the host's. */
+    char meminfo_rel[96]; /* run_rel + "/meminfo" */
+    char meminfo[384];
+    size_t meminfo_len;
+    uid_t host_id; /* the host uid and gid that worker maps to */
     uint64_t nofile, fsize, nproc;
     int chan_fd; /* becomes fd 3 of init */
     int init_fd; /* the ephemeral-init binary, opened before pivot_root */
@@ -89,6 +93,8 @@ int eph_ns_pid_reap(pid_t pid, int *status);
 /* mount.c: the file system, ending in pivot_root. prepare: once per process, before any child
  * (which /proc entries this kernel lacks, so the child does not try to mount over them). */
 void eph_ns_mount_prepare(void);
+/* The text of the sandbox's /proc/meminfo for a memory limit (parent side); its length. */
+size_t eph_ns_mount_meminfo(char *out, size_t cap, unsigned memory_mib);
 int eph_ns_mount_setup(const struct eph_ns_plan *p);
 
 /* net.c, uts.c */
@@ -104,8 +110,7 @@ int eph_ns_caps_drop_bounding(void); /* while caps remain: bounding, ambient, se
 int eph_ns_caps_drop_all(void);      /* after becoming worker: every set empty */
 int eph_ns_caps_lock(int parent_fd); /* no_new_privs, setsid, parent-death signal */
 
-/* seccomp.c: the filter is compiled once per process and loaded by each child. */
-int eph_ns_seccomp_prepare(char *why, size_t whylen);
+/* seccomp.c: the filter, compiled to BPF at build time (seccomp_gen.c), loaded by each child. */
 int eph_ns_seccomp_load(void);
 
 /* cgroup.c */
