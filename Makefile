@@ -173,10 +173,13 @@ $(GVISOR_COMPAT): src/sandbox/gvisor/statx_compat.c $(BUILD)/.flags
 	@echo "  CC so   $<"
 	$(Q)$(CC) $(filter-out -static,$(INIT_CFLAGS)) -shared -fPIC -Wl,-z,relro,-z,now -o $@ $<
 
-$(BUILD)/tests/%: tests/unit/%.c $(DAEMON_LIB_OBJ) $(BUILD)/.flags
+# What the server's unit tests share: the fake sandbox backend (tests/fake_sandbox.h).
+TEST_LIB_OBJ := $(OBJ)/tests/fake_sandbox.o
+$(BUILD)/tests/%: tests/unit/%.c $(DAEMON_LIB_OBJ) $(TEST_LIB_OBJ) $(BUILD)/.flags
 	$(Q)mkdir -p $(dir $@)
 	@echo "  TEST    $@"
-	$(Q)$(CC) $(CFLAGS_ALL) -Itests $(LDFLAGS_ALL) -o $@ $< $(DAEMON_LIB_OBJ) $(LIBS) -lcmocka
+	$(Q)$(CC) $(CFLAGS_ALL) -Itests $(LDFLAGS_ALL) -o $@ $< $(DAEMON_LIB_OBJ) $(TEST_LIB_OBJ) \
+		$(LIBS) -lcmocka
 
 # The client's unit tests link the client's objects instead of the server's.
 CLI_LIB_OBJ := $(filter-out $(OBJ)/src/cli/main.o,$(CLI_OBJ))

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """bench.py - Ephemeral side by side with bubblewrap and gVisor (runsc). Run by bench/run.sh.
 
-    bench/bench.py BUILD [--quick] [--only start,backends,exec,api,history,pg,queue,density]
+    bench/bench.py BUILD [--quick] [--only start,backends,exec,api,history,pg,queue,density,broker]
 
-Four measurements, each interleaved with its peers after a warm-up, every loop bounded in count
+Five measurements, each interleaved with its peers after a warm-up, every loop bounded in count
 and in time; the table goes to stdout and to bench/results/YYYY-MM-DD-HHMM.md. docs/BENCH.md says
 what each row measures and how to read it. Standard library only. Nothing here asserts a duration:
 a slow machine gets slow numbers, never a failure.
@@ -48,6 +48,8 @@ N_MICROVM = 10         # microvm boots (software emulation: seconds each), and Q
 WARMUP = 5
 PHASE_CAP_S = 120.0    # no phase runs longer than this
 BACKEND_CAP_S = 60.0   # each of the four loops of the gvisor and microvm rows (slow boots)
+BROKER_REQUESTS = 300  # sequential requests on fresh connections, per path (direct, tinyproxy, broker)
+BROKER_MIB = 256       # one CONNECT download, per path
 
 TMP = tempfile.mkdtemp(prefix="ephemeral-bench.")
 _started = []  # (pid, starttime) of every process we spawned and may still need to kill
@@ -1413,6 +1415,39 @@ def bench_density(ctx, rep, queue):
     return res
 
 
+# ---- 5. the broker ------------------------------------------------------------------------------
+
+def bench_broker(ctx, rep):
+    """build/bench/bench_broker: latency and CONNECT throughput, direct, through tinyproxy and
+    through the broker from inside a sandbox; its table is copied, its figures kept."""
+    prog = os.path.join(ctx["build"], "bench/bench_broker")
+    if not os.access(prog, os.X_OK):
+        raise RuntimeError(f"{prog} is missing (make {os.path.relpath(prog, ROOT)})")
+    n, mib = ctx["n"](BROKER_REQUESTS), max(16, ctx["n"](BROKER_MIB))
+    log(f"broker: {n} requests and a {mib} MiB download per path")
+    _, _, code, out = run_timed([prog, str(n), str(mib)], capture=True, timeout=PHASE_CAP_S * 2)
+    if code != 0:
+        raise RuntimeError(f"bench_broker exited {code}")
+    lines = out.decode(errors="replace").splitlines()
+    res = {}
+    for line in lines:
+        if line.startswith("json "):
+            res = json.loads(line[5:])
+    rep.add("### 5. The broker")
+    rep.add()
+    rep.add("One small request on a fresh connection (median / p90, µs), and one download through a "
+            "`CONNECT` tunnel (MB/s): directly on the host, through tinyproxy on the host (the same "
+            "request in absolute form, the same `CONNECT`), and from inside a namespaces sandbox "
+            "through the broker (guest proxy, guest channel, host relay, broker thread, upstream). "
+            "The upstream is the benchmark's own C server; every exchange is recorded as in a run.")
+    rep.add()
+    for line in lines:
+        if line.startswith("|"):
+            rep.add(line)
+    rep.add()
+    return res
+
+
 # ---- main --------------------------------------------------------------------------------------
 
 def main():
@@ -1433,7 +1468,7 @@ def main():
     m = machine()
     bench_bin = os.path.join(build, "bench/bench_exec")
     ctx = {
-        "m": m, "image": image, "ephd": os.path.join(build, "ephemerald"),
+        "m": m, "image": image, "build": build, "ephd": os.path.join(build, "ephemerald"),
         "eph_sandbox": os.path.join(build, "ephemeral-sandbox")
         if os.access(os.path.join(build, "ephemeral-sandbox"), os.X_OK) else None,
         "bwrap": m["bwrap"] is not None, "runsc": m["runsc"] is not None,
@@ -1489,6 +1524,8 @@ def main():
         elif queue:
             rep.add(f"Server memory per queued run: {fmt(queue['kib_per_run'])} KiB")
         results["queue"] = queue
+        if want("broker"):
+            results["broker"] = section("broker", bench_broker)
     finally:
         kill_all_started()
         shutil.rmtree(TMP, ignore_errors=True)

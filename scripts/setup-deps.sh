@@ -8,7 +8,7 @@ build="build-essential pkg-config libmicrohttpd-dev libjansson-dev libcurl4-open
        libjs-marked node-dompurify libpq-dev"
 test="$build curl jq uuid-runtime sqlite3 python3 python3-yaml iproute2 procps util-linux
       qemu-system-x86 e2fsprogs chromium chromium-driver postgresql"
-bench="$test bubblewrap runsc"
+bench="$test bubblewrap runsc tinyproxy"
 lint="$build cppcheck clang-format clang-tidy"
 fuzz="$build clang libclang-rt-14-dev"
 demo="$build curl"

@@ -311,7 +311,8 @@ int eph_agent_run(struct eph_agent_ctx *ctx, struct eph_agent_outcome *out)
                                         .max_tokens = m->max_output_tokens,
                                         .deadline_ns = ctx->deadline_ns,
                                         .cancel = ctx->cancel.flag,
-                                        .prompt = ctx->prompt};
+                                        .prompt = ctx->prompt,
+                                        .recording = ctx->recording};
         struct eph_model_response resp;
         char err[256] = "";
         int rc = eph_model_call(ctx->model, &req, &meter, &resp, err, sizeof(err));
@@ -328,7 +329,11 @@ int eph_agent_run(struct eph_agent_ctx *ctx, struct eph_agent_outcome *out)
                 /* an idle timeout is the provider's failure, not the run's time limit */
                 char msg[300];
                 snprintf(msg, sizeof(msg), "model call %u failed: %s", turn, err);
-                outcome(out, EPH_AGENT_FAILED, rc == -ENOENT ? "no_recording" : "model_error", msg);
+                outcome(out, EPH_AGENT_FAILED,
+                        rc == -ENOENT    ? "no_recording"
+                        : rc == -ENODATA ? "replay_exhausted"
+                                         : "model_error",
+                        msg);
             }
             goto done;
         }

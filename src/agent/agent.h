@@ -36,7 +36,9 @@ struct eph_agent_ctx {
     struct eph_cancel cancel;
     const char *run_id; /* for log lines only */
     const char *prompt;
-    bool shell, web, zdr; /* the permissions; zdr: no content in any event */
+    const char *recording; /* replay: the recording to answer from (the run's metadata
+                              "transcript"), or NULL */
+    bool shell, web, zdr;  /* the permissions; zdr: no content in any event */
     unsigned timeout_seconds;
     struct eph_agent_usage *usage; /* kept current */
     struct eph_model *model;

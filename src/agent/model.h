@@ -42,6 +42,8 @@ struct eph_model_request {
     uint64_t deadline_ns;      /* CLOCK_MONOTONIC; abandon the call when it passes */
     const atomic_bool *cancel; /* abandon the call at once when it turns true; may be NULL */
     const char *prompt;        /* the run's original prompt (replay matches on it) */
+    const char *recording;     /* replay: the recording's name (the run's metadata "transcript"),
+                                  or NULL */
 };
 
 struct eph_tool_call {

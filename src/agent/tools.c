@@ -106,13 +106,19 @@ static int broker_prompt(const struct eph_agent_ctx *ctx, struct eph_buf *b)
 {
     int rc = 0;
     size_t n = ctx->broker ? eph_broker_conn_count(ctx->broker) : 0;
-    if (ctx->web)
+    if (ctx->web) {
         rc = eph_buf_appends(b, " Web is on: commands reach public http and https sites only "
                                 "through the proxy at http://127.0.0.1:3128, already set in "
                                 "HTTP_PROXY and HTTPS_PROXY (curl, pip, git and Python use it as "
                                 "they are); names resolve on the proxy, not in the sandbox; "
                                 "private and local addresses are refused.");
-    else if (n == 0)
+        /* The run's web allow-list (SPEC 3.1): these hosts only. */
+        for (size_t i = 0; !rc && eph_broker_web_allowed(ctx->broker, i); i++)
+            rc = eph_buf_appendf(b, "%s%s", i ? ", " : " Only these hosts are allowed: ",
+                                 eph_broker_web_allowed(ctx->broker, i));
+        if (!rc && eph_broker_web_allowed(ctx->broker, 0))
+            rc = eph_buf_appends(b, " (*.name: its subdomains); any other is refused with 403.");
+    } else if (n == 0)
         rc = eph_buf_appends(b, " There is no network: commands cannot reach the internet.");
     else
         rc = eph_buf_appends(b, " There is no internet access, only the connections below.");

@@ -156,6 +156,14 @@ int eph_api_runs_get(struct eph_api_req *req, const char *id);
 int eph_api_runs_list(struct eph_api_req *req);
 int eph_api_runs_events(struct eph_api_req *req, const char *id);
 int eph_api_runs_cancel(struct eph_api_req *req, const char *id);
+/* GET /v1/runs/{id}/transcript (transcript.c). */
+int eph_api_runs_transcript(struct eph_api_req *req, const char *id);
+/* A create's replay_of (transcript.c): loads the original into *orig (release it after the new
+ * run is stored: c borrows from it), checks the replay is possible and widens nothing, and fills
+ * in c what the body left to the original (prompt, model, permissions, files, timeout). 0, or
+ * an error already answered (400 with param, 404 for a run the org cannot see, 503). */
+int eph_api_replay_prepare(struct eph_api_req *req, json_t *body, struct eph_api_create *c,
+                           struct eph_run *orig);
 int eph_api_balance(struct eph_api_req *req);
 int eph_api_credits(struct eph_api_req *req);
 int eph_api_healthz(struct eph_api_req *req);

@@ -3,7 +3,9 @@
  * (SPEC 7). A connection is a name, a base URL, the methods and path prefixes allowed, and the
  * headers the broker adds to each call. Those header values are credentials: they are sealed with
  * the server's key file (common/secret.h) before they reach the store, and no answer and no log
- * line ever carries them: the API shows the header names only.
+ * line ever carries them: the API shows the header names only. The same holds for the query
+ * parameters the broker adds for APIs that want "?key=" (SPEC 7): sealed with the headers, shown
+ * by name only.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -25,10 +27,11 @@ int eph_api_connection_build(json_t *body, const char *key_path, struct eph_conn
     int rc = eph_api_connection_check(body, c, param, err, errlen);
     if (rc)
         return rc;
-    json_t *hs = json_object_get(body, "headers");
-    json_t *empty = hs ? NULL : json_object();
-    char *plain = json_dumps(hs ? hs : empty, JSON_COMPACT | JSON_SORT_KEYS);
-    json_decref(empty);
+    json_t *hs = json_object_get(body, "headers"), *qs = json_object_get(body, "query");
+    json_t *sealed = json_pack("{s:o, s:o}", "headers", hs ? json_incref(hs) : json_object(),
+                               "query", qs ? json_incref(qs) : json_object());
+    char *plain = sealed ? json_dumps(sealed, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+    json_decref(sealed);
     if (!plain) {
         rc = -ENOMEM;
         goto out;
@@ -39,7 +42,7 @@ int eph_api_connection_build(json_t *body, const char *key_path, struct eph_conn
     rc = eph_secret_seal(&key, plain, strlen(plain), &c->sealed, &c->sealed_len);
     eph_secret_clear(&key);
     if (rc)
-        snprintf(err, errlen, "cannot seal the connection's headers");
+        snprintf(err, errlen, "cannot seal the connection's credentials");
     c->created_at_ms = eph_clock_real_ms();
 out:
     if (plain) {
@@ -54,10 +57,15 @@ out:
 static json_t *conn_json(const struct eph_connection *c)
 {
     char at[32];
-    return json_pack("{s:s, s:s, s:s, s:s, s:O, s:O, s:O, s:s}", "object", "connection", "id",
-                     c->id, "name", c->name, "base_url", c->base_url, "methods", c->methods,
-                     "path_prefixes", c->path_prefixes, "header_names", c->header_names,
-                     "created_at", eph_clock_format_iso8601(c->created_at_ms, at, sizeof(at)));
+    json_t *no_query = c->query_names ? NULL : json_array();
+    json_t *o =
+        json_pack("{s:s, s:s, s:s, s:s, s:O, s:O, s:O, s:O, s:s}", "object", "connection", "id",
+                  c->id, "name", c->name, "base_url", c->base_url, "methods", c->methods,
+                  "path_prefixes", c->path_prefixes, "header_names", c->header_names, "query_names",
+                  c->query_names ? c->query_names : no_query, "created_at",
+                  eph_clock_format_iso8601(c->created_at_ms, at, sizeof(at)));
+    json_decref(no_query);
+    return o;
 }
 
 int eph_api_connections_create(struct eph_api_req *req)
@@ -67,8 +75,8 @@ int eph_api_connections_create(struct eph_api_req *req)
     json_t *body = eph_api_body_object(req);
     if (!body)
         return MHD_YES;
-    static const char *const known[] = {"name",          "base_url", "methods",
-                                        "path_prefixes", "headers",  NULL};
+    static const char *const known[] = {"name",    "base_url", "methods", "path_prefixes",
+                                        "headers", "query",    NULL};
     const char *k;
     json_t *v;
     json_object_foreach(body, k, v)
@@ -111,8 +119,8 @@ int eph_api_connections_create(struct eph_api_req *req)
         return eph_api_reply_error(req, 503, "api_error", "store_unavailable", NULL,
                                    "the connection could not be stored");
     }
-    EPH_INFO("api", "org %s: connection '%s' created (%zu headers)", req->org_id, c.name,
-             json_array_size(c.header_names));
+    EPH_INFO("api", "org %s: connection '%s' created (%zu headers, %zu query parameters)",
+             req->org_id, c.name, json_array_size(c.header_names), json_array_size(c.query_names));
     json_t *o = conn_json(&c);
     eph_connection_release(&c);
     return eph_api_reply_json(req, 201, o, NULL, NULL);

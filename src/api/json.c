@@ -35,8 +35,10 @@ json_t *eph_run_to_json(const struct eph_run *r, unsigned retention_days)
         json_array_foreach(r->files, i, f) json_array_append(files, json_object_get(f, "path"));
     }
     json_t *perm = json_pack(
-        "{s:b, s:b, s:o, s:o, s:b, s:I, s:I}", "shell", r->shell, "web", r->web, "connections",
-        r->connections ? json_incref(r->connections) : json_array(), "files", files,
+        "{s:b, s:o, s:o, s:o, s:b, s:I, s:I}", "shell", r->shell, "web",
+        /* As it was asked: true/false, or {"allow": [...]}. */
+        r->web && r->web_allow ? json_pack("{s:O}", "allow", r->web_allow) : json_boolean(r->web),
+        "connections", r->connections ? json_incref(r->connections) : json_array(), "files", files,
         "zero_data_retention", r->zdr, "timeout_seconds", (json_int_t)r->timeout_seconds,
         "max_cost_micros", (json_int_t)r->cost.reserved_micros);
 
@@ -76,12 +78,17 @@ json_t *eph_run_to_json(const struct eph_run *r, unsigned retention_days)
         retention = json_pack("{s:I, s:o}", "log_kept_days", (json_int_t)retention_days,
                               "expires_at", time_or_null(r->log_expires_at_ms));
 
+    /* A replay says of what, and how many tool results differed from the original's. */
+    json_t *replay = r->replay_of ? json_pack("{s:s, s:I}", "of", r->replay_of, "divergences",
+                                              (json_int_t)r->divergences)
+                                  : NULL;
     return json_pack("{s:s, s:s, s:s, s:s?, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, "
-                     "s:o}",
+                     "s:o, s:o*}",
                      "id", r->id, "object", "run", "status", eph_run_status_name(r->status),
                      "model", r->model, "created_at", time_or_null(r->created_at_ms), "started_at",
                      time_or_null(r->started_at_ms), "finished_at", time_or_null(r->finished_at_ms),
                      "permissions", perm, "sandbox", sandbox, "result", str_or_null(r->result),
                      "error", error, "usage", usage, "cost", cost, "retention", retention,
-                     "metadata", r->metadata ? json_incref(r->metadata) : json_object());
+                     "metadata", r->metadata ? json_incref(r->metadata) : json_object(), "replay",
+                     replay);
 }

@@ -153,16 +153,19 @@ static int new_run(struct eph_api_req *req, const struct eph_api_create *c, stru
     r->metadata = c->metadata ? json_incref(c->metadata) : json_object();
     r->shell = c->shell;
     r->web = c->web;
+    r->web_allow = c->web_allow ? json_incref(c->web_allow) : NULL;
     r->timeout_seconds = c->timeout;
     r->created_at_ms = eph_clock_real_ms();
     r->cost.reserved_micros = c->max_cost;
+    r->replay_of = c->replay_of ? strdup(c->replay_of) : NULL;
     if (c->zdr) {
         /* Its prompt lives only in this process: this node holds it from birth (a lease its
          * keeper renews), and no other node may claim it. */
         snprintf(r->node_id, sizeof(r->node_id), "%s", req->svc->node_id);
         r->lease_expires_at_ms = r->created_at_ms + (int64_t)req->svc->cfg->lease_seconds * 1000;
     }
-    if (!rc && (!r->model || (!c->zdr && !r->prompt) || !r->connections || !r->metadata))
+    if (!rc && (!r->model || (!c->zdr && !r->prompt) || !r->connections || !r->metadata ||
+                (c->replay_of && !r->replay_of)))
         rc = -ENOMEM;
 
     char money[EPH_MONEY_FMT_MAX];
@@ -228,7 +231,12 @@ int eph_api_runs_create(struct eph_api_req *req)
         json_decref(body);
         return eph_api_reply_invalid(req, &e);
     }
-    if (c.connections && !connections_exist(req, c.connections)) {
+    /* A replay: the original decides what the body leaves out; c borrows from orig. */
+    struct eph_run orig;
+    eph_run_init(&orig);
+    if ((c.replay_of && eph_api_replay_prepare(req, body, &c, &orig)) ||
+        (c.connections && !connections_exist(req, c.connections))) {
+        eph_run_release(&orig);
         eph_api_create_release(&c);
         json_decref(body);
         return MHD_YES;
@@ -242,6 +250,7 @@ int eph_api_runs_create(struct eph_api_req *req)
         rc = eph_api_run_admit(svc, &r, &first, c.prompt, c.files, eph_service_submit,
                                &queue_failed);
     eph_event_release(&first);
+    eph_run_release(&orig);
     if (rc) {
         eph_run_release(&r);
         eph_api_create_release(&c);

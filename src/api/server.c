@@ -386,6 +386,7 @@ static const struct route routes[] = {
     {"/v1/runs", "POST", eph_api_runs_create, NULL, false, true},
     {"/v1/runs/{id}", "GET", NULL, eph_api_runs_get, false, false},
     {"/v1/runs/{id}/events", "GET", NULL, eph_api_runs_events, false, false},
+    {"/v1/runs/{id}/transcript", "GET", NULL, eph_api_runs_transcript, false, false},
     {"/v1/runs/{id}/cancel", "POST", NULL, eph_api_runs_cancel, false, true},
     {"/v1/balance", "GET", eph_api_balance, NULL, false, false},
     {"/v1/credits", "POST", eph_api_credits, NULL, false, true},
@@ -413,6 +414,8 @@ static const char *match_pattern(const char *p, char *id, size_t idlen)
             return "/v1/runs/{id}/events";
         if (strcmp(tail, "/cancel") == 0)
             return "/v1/runs/{id}/cancel";
+        if (strcmp(tail, "/transcript") == 0)
+            return "/v1/runs/{id}/transcript";
         return NULL;
     }
     if (match_id_path(p, "/v1/keys/", id, idlen, &tail) && !*tail)

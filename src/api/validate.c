@@ -190,6 +190,61 @@ static int check_connections(json_t *conns, struct eph_api_error *e)
     return 0;
 }
 
+/* A domain of a web allow-list: "example.com" or "*.example.com"; labels of letters, digits and
+ * inner hyphens, 1 to 63 bytes each, the whole at most 253 (RFC 1035), no trailing dot. */
+static bool valid_domain(const char *s, size_t n)
+{
+    if (strlen(s) != n)
+        return false;
+    if (n > 2 && s[0] == '*' && s[1] == '.')
+        s += 2, n -= 2;
+    if (n == 0 || n > EPH_API_DOMAIN_MAX)
+        return false;
+    size_t label = 0;
+    for (size_t i = 0; i <= n; i++) {
+        char ch = i < n ? s[i] : '.';
+        if (ch == '.') {
+            if (label == 0 || label > 63 || s[i - 1] == '-')
+                return false;
+            label = 0;
+        } else if ((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+                   (ch >= '0' && ch <= '9') || (ch == '-' && label > 0)) {
+            label++;
+        } else {
+            return false;
+        }
+    }
+    return true;
+}
+
+/* web: a boolean, or {"allow": [domain...]} (SPEC 3.1), which turns web on for those only. */
+static int check_web(json_t *web, struct eph_api_create *c, struct eph_api_error *e)
+{
+    if (json_is_boolean(web)) {
+        c->web = json_is_true(web);
+        return 0;
+    }
+    json_t *allow = json_is_object(web) ? json_object_get(web, "allow") : NULL;
+    if (!allow || json_object_size(web) != 1)
+        return BAD("web", "'web' must be a boolean or {\"allow\": [domain, ...]}");
+    if (!json_is_array(allow) || json_array_size(allow) == 0 ||
+        json_array_size(allow) > EPH_API_WEB_ALLOW_MAX)
+        return BAD("web", "'web.allow' must be an array of 1 to %d domains", EPH_API_WEB_ALLOW_MAX);
+    size_t i;
+    json_t *d;
+    json_array_foreach(allow, i, d)
+    {
+        if (!json_is_string(d) || !valid_domain(json_string_value(d), json_string_length(d)))
+            return BAD("web",
+                       "'web.allow' entry %zu is not a domain ('example.com' or "
+                       "'*.example.com')",
+                       i);
+    }
+    c->web = true;
+    c->web_allow = allow;
+    return 0;
+}
+
 static int check_known_fields(json_t *body, struct eph_api_error *e)
 {
     static const char *const known[] = {"prompt",
@@ -202,6 +257,7 @@ static int check_known_fields(json_t *body, struct eph_api_error *e)
                                         "max_cost_micros",
                                         "zero_data_retention",
                                         "metadata",
+                                        "replay_of",
                                         NULL};
     const char *key;
     json_t *v;
@@ -224,12 +280,19 @@ static int check_known_fields(json_t *body, struct eph_api_error *e)
 static int check_scalars(json_t *body, const struct eph_config *cfg, struct eph_api_create *c,
                          struct eph_api_error *e)
 {
+    json_t *replay_of = json_object_get(body, "replay_of");
+    if (replay_of) {
+        if (!plain_string(replay_of) || !eph_id_is_run(json_string_value(replay_of)))
+            return BAD("replay_of", "'replay_of' must be a run id (run_ and 32 hex digits)");
+        c->replay_of = json_string_value(replay_of);
+    }
     json_t *prompt = json_object_get(body, "prompt");
-    if (!prompt)
+    /* A replay's prompt is the original's unless given. */
+    if (!prompt && !replay_of)
         return eph_api_error_set(e, 400, "invalid_request_error", "missing_parameter", "prompt",
                                  "'prompt' is required");
-    if (!plain_string(prompt) || json_string_length(prompt) == 0 ||
-        json_string_length(prompt) > EPH_API_PROMPT_MAX)
+    if (prompt && (!plain_string(prompt) || json_string_length(prompt) == 0 ||
+                   json_string_length(prompt) > EPH_API_PROMPT_MAX))
         return BAD("prompt", "'prompt' must be a string of 1 byte to 64 KiB, without NUL");
     c->prompt = json_string_value(prompt);
     json_t *model = json_object_get(body, "model");
@@ -242,8 +305,10 @@ static int check_scalars(json_t *body, const struct eph_config *cfg, struct eph_
     }
     int rc;
     if ((rc = want_bool(body, "shell", &c->shell, e)) ||
-        (rc = want_bool(body, "web", &c->web, e)) ||
         (rc = want_bool(body, "zero_data_retention", &c->zdr, e)))
+        return rc;
+    json_t *web = json_object_get(body, "web");
+    if (web && (rc = check_web(web, c, e)))
         return rc;
     json_t *conns = json_object_get(body, "connections");
     if (conns && (rc = check_connections(conns, e)))
@@ -616,6 +681,32 @@ int eph_api_connection_check(json_t *body, struct eph_connection *c, const char 
                      "bytes without control characters",
                      hn, HEADER_VALUE_MAX);
             json_array_append_new(c->header_names, json_string(hn));
+        }
+    }
+
+    c->query_names = json_array();
+    json_t *qs = json_object_get(body, "query");
+    if (qs) {
+        if (!json_is_object(qs) || json_object_size(qs) > HEADERS_MAX)
+            FAIL("query",
+                 "'query' must be an object of at most %d parameter names to string values",
+                 HEADERS_MAX);
+        const char *qn;
+        json_t *qv;
+        json_object_foreach(qs, qn, qv)
+        {
+            /* Like a header: a token for the name (it goes into the URL escaped all the same),
+             * a value without control characters; the message names the parameter only. */
+            if (!valid_header_name(qn))
+                FAIL("query", "query parameter name '%.64s' is not a valid name", qn);
+            if (!json_is_string(qv) ||
+                !valid_header_value(json_string_value(qv), json_string_length(qv)) ||
+                json_string_length(qv) == 0)
+                FAIL("query",
+                     "the value of query parameter '%.64s' must be a non-empty string of at "
+                     "most %d bytes without control characters",
+                     qn, HEADER_VALUE_MAX);
+            json_array_append_new(c->query_names, json_string(qn));
         }
     }
     if (!c->base_url)

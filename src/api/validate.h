@@ -40,6 +40,8 @@ int eph_api_error_set(struct eph_api_error *e, unsigned status, const char *type
 #define EPH_API_METADATA_PAIRS_MAX 16
 #define EPH_API_CONNECTIONS_MAX 32
 #define EPH_API_WAIT_MAX 600
+#define EPH_API_WEB_ALLOW_MAX 64
+#define EPH_API_DOMAIN_MAX 253
 
 /* POST /v1/runs, validated. Strings and connections/metadata are borrowed from the body (keep it
  * until done); files is a new array of {path, content_base64, size} owned here. */
@@ -47,11 +49,14 @@ struct eph_api_create {
     const char *prompt;
     const char *model;
     bool shell, web, zdr;
+    json_t *web_allow;   /* borrowed: web's allow-list (array of domains); NULL = every host */
     json_t *connections; /* borrowed; NULL when absent */
     json_t *files;       /* owned; NULL when absent */
     json_t *metadata;    /* borrowed; NULL when absent */
     unsigned timeout;
     int64_t max_cost;
+    const char *replay_of; /* borrowed; NULL when absent (the caller checks the run: it needs the
+                              store, and fills in what the original decides) */
 };
 
 /* Validates a create body against the configuration. 0 with c filled (release it), or -EINVAL
@@ -87,8 +92,9 @@ int eph_api_validate_prefer(const char *header, unsigned max, unsigned *wait,
  * parameters (";charset=utf-8"). */
 bool eph_api_content_type_is_json(const char *ct);
 
-/* A connection's description (name, base_url, methods, path_prefixes, headers; the caller rejects
- * other fields), checked and copied into c without sealing its headers (c->sealed stays NULL;
+/* A connection's description (name, base_url, methods, path_prefixes, headers, query; the caller
+ * rejects other fields), checked and copied into c without sealing its credentials (c->sealed stays
+ * NULL;
  * eph_api_connection_build in api.h seals). 0 (release c with eph_connection_release), or -EINVAL
  * with the field at fault in *param and why in err (never a header's value), or -ENOMEM. */
 struct eph_connection;

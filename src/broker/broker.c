@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -38,14 +39,23 @@ struct conn_copy {
     size_t nmethods, nprefixes, nheaders, nquery;
 };
 
+/* One recorded exchange a replay may answer with. */
+struct replay_entry {
+    char *method, *url;
+    char sha[65];
+    json_t *response; /* {"status", "headers", "body_base64", ...} */
+    bool used;
+};
+
 struct bstream {
     struct eph_broker *b;
     uint32_t id;
     int fd;                 /* the program's connection; closed by the thread */
     int up;                 /* the upstream socket of web requests, or -1 */
-    struct eph_meter meter; /* written on the worker's thread, read under b->lock */
+    struct eph_meter meter; /* under b->lock */
     bool no_budget;         /* the fee did not fit */
     bool done;              /* the thread has finished */
+    bool joined;            /* and was joined (by the tunnel's thread) */
     pthread_t thread;
     struct bstream *next;
 };
@@ -60,14 +70,23 @@ struct eph_broker {
     struct eph_budget *budget;
     eph_broker_event_fn on_event;
     void *event_arg;
-    pthread_mutex_t lock; /* streams, meters, counters */
+    pthread_mutex_t lock;      /* streams, meters, counters */
+    pthread_mutex_t reap_lock; /* joining stream threads: the tunnel's thread or close */
     struct bstream *streams;
     atomic_bool closing;
     atomic_bool exhausted;
     uint64_t web_count, conn_count;
+    bool record;
+    struct replay_entry *replay; /* replay mode when not NULL; used flags under lock */
+    size_t nreplay;
 };
 
 /* ---- set-up ------------------------------------------------------------------------------- */
+
+const char *eph_broker_web_allowed(const struct eph_broker *b, size_t i)
+{
+    return b && i < b->nweb_allow ? b->web_allow[i] : NULL;
+}
 
 size_t eph_broker_conn_count(const struct eph_broker *b)
 {
@@ -96,6 +115,7 @@ void eph_broker_settings_default(struct eph_broker_settings *s)
     s->max_tunnels_per_run = 16;
     s->micros_per_request = 100;
     s->micros_per_mib = 50;
+    s->record_body_max_bytes = 256u << 10;
 }
 
 static char **copy_strv(const char *const *v, size_t n)
@@ -150,10 +170,12 @@ int eph_broker_new(const struct eph_broker_settings *settings, const struct eph_
     b->s = *settings;
     b->s.extra_ca_file = settings->extra_ca_file ? strdup(settings->extra_ca_file) : NULL;
     b->web = run->web;
+    b->record = run->record;
     b->budget = run->budget;
     b->on_event = run->on_event;
     b->event_arg = run->event_arg;
     pthread_mutex_init(&b->lock, NULL);
+    pthread_mutex_init(&b->reap_lock, NULL);
     b->nweb_allow = run->nweb_allow;
     b->web_allow = copy_strv(run->web_allow, run->nweb_allow);
     b->conns = calloc(run->nconns + 1, sizeof(*b->conns));
@@ -200,6 +222,7 @@ void eph_broker_close(struct eph_broker *b)
         }
     }
     pthread_mutex_unlock(&b->lock);
+    pthread_mutex_lock(&b->reap_lock);
     for (;;) {
         pthread_mutex_lock(&b->lock);
         struct bstream *s = b->streams;
@@ -208,9 +231,11 @@ void eph_broker_close(struct eph_broker *b)
         pthread_mutex_unlock(&b->lock);
         if (!s)
             break;
-        pthread_join(s->thread, NULL);
+        if (!s->joined)
+            pthread_join(s->thread, NULL);
         free(s);
     }
+    pthread_mutex_unlock(&b->reap_lock);
 }
 
 void eph_broker_free(struct eph_broker *b)
@@ -223,7 +248,14 @@ void eph_broker_free(struct eph_broker *b)
         conn_release(&b->conns[i]);
     free(b->conns);
     free((char *)b->s.extra_ca_file);
+    for (size_t i = 0; i < b->nreplay; i++) {
+        free(b->replay[i].method);
+        free(b->replay[i].url);
+        json_decref(b->replay[i].response);
+    }
+    free(b->replay);
     pthread_mutex_destroy(&b->lock);
+    pthread_mutex_destroy(&b->reap_lock);
     free(b);
 }
 
@@ -244,6 +276,28 @@ void eph_broker_counts(struct eph_broker *b, uint64_t *web, uint64_t *connection
 
 static void *serve(void *arg);
 
+/* Joins the threads of the streams that are over, so that a run of many requests does not keep
+ * one finished thread (and its stack) per request until its end. The stream itself stays listed:
+ * bytes it wrote may still be crossing the tunnel, and they are metered on its meter.
+ * eph_broker_close, perhaps on another thread, takes reap_lock too and skips the joined ones. */
+static void reap_done(struct eph_broker *b)
+{
+    pthread_mutex_lock(&b->reap_lock);
+    for (;;) {
+        struct bstream *found = NULL;
+        pthread_mutex_lock(&b->lock);
+        for (struct bstream *s = b->streams; s && !found; s = s->next)
+            if (s->done && !s->joined)
+                found = s;
+        pthread_mutex_unlock(&b->lock);
+        if (!found)
+            break;
+        pthread_join(found->thread, NULL); /* it has set done: its last step */
+        found->joined = true;
+    }
+    pthread_mutex_unlock(&b->reap_lock);
+}
+
 int eph_broker_on_stream(void *arg, uint32_t stream, int fd)
 {
     struct eph_broker *b = arg;
@@ -251,6 +305,7 @@ int eph_broker_on_stream(void *arg, uint32_t stream, int fd)
         close(fd);
         return -ECANCELED;
     }
+    reap_done(b);
     struct bstream *s = calloc(1, sizeof(*s));
     if (!s) {
         close(fd);
@@ -261,8 +316,11 @@ int eph_broker_on_stream(void *arg, uint32_t stream, int fd)
     s->fd = fd;
     s->up = -1;
     eph_meter_init(&s->meter, b->s.micros_per_request, b->s.micros_per_mib);
-    /* The fee, before a byte goes anywhere (this is the budget's thread). */
-    if (b->budget && eph_meter_start(&s->meter, b->budget, eph_clock_mono_ns()) != 0) {
+    /* The fee, before a byte goes anywhere. */
+    pthread_mutex_lock(&b->lock);
+    int fee = b->budget ? eph_meter_start(&s->meter, b->budget, eph_clock_mono_ns()) : 0;
+    pthread_mutex_unlock(&b->lock);
+    if (fee != 0) {
         s->no_budget = true;
         atomic_store(&b->exhausted, true);
     }
@@ -367,13 +425,67 @@ struct req_ctx {
     char host[EPH_HOST_NAME_MAX];
     char method[32];
     char path[EPH_BROKER_PATH_MAX];
+    /* The record of the exchange (when the broker keeps one): the request as the broker saw it,
+     * what the program got back (capped: head and record_body_max_bytes of body). */
+    bool recording, tunnel;
+    struct eph_buf url;
+    json_t *req_headers;
+    struct eph_buf req_body; /* the first record_body_max_bytes */
+    char req_sha[65];        /* of the whole body */
+    struct eph_buf down;
+    bool down_cut;
 };
+
+/* The answer to the program: written, counted by the caller, and kept for the record. */
+static int to_program(struct req_ctx *rc, const void *data, size_t n)
+{
+    if (rc->recording && !rc->tunnel && !rc->down_cut) {
+        size_t room = rc->down.max - rc->down.len, k = n < room ? n : room;
+        if (k < n || eph_buf_append(&rc->down, data, k))
+            rc->down_cut = true;
+    }
+    return write_all(rc->s->fd, data, n, rc->deadline_ns);
+}
+
+static void sha256_hex(const void *data, size_t n, char out[65])
+{
+    unsigned char h[crypto_hash_sha256_BYTES];
+    crypto_hash_sha256(h, data, n);
+    sodium_bin2hex(out, 65, h, sizeof(h));
+}
+
+/* The request body, whole, for the record: its hash and its first bytes. */
+static void record_request_body(struct req_ctx *rc, const char *data, size_t n)
+{
+    sha256_hex(data, n, rc->req_sha);
+    if (rc->recording) {
+        size_t k = n < rc->req_body.max ? n : rc->req_body.max;
+        if (eph_buf_append(&rc->req_body, data, k))
+            eph_buf_release(&rc->req_body);
+    }
+}
 
 static const char *reason_phrase(int status)
 {
     switch (status) {
     case 200:
         return "OK";
+    case 201:
+        return "Created";
+    case 204:
+        return "No Content";
+    case 301:
+        return "Moved Permanently";
+    case 302:
+        return "Found";
+    case 304:
+        return "Not Modified";
+    case 401:
+        return "Unauthorized";
+    case 404:
+        return "Not Found";
+    case 500:
+        return "Internal Server Error";
     case 400:
         return "Bad Request";
     case 402:
@@ -404,11 +516,100 @@ static void answer_error(struct req_ctx *rc, int status, const char *type, const
                       "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
                       "Connection: close\r\n\r\n",
                       status, reason_phrase(status), bn);
-    (void)write_all(rc->s->fd, head, (size_t)hn, rc->deadline_ns);
-    (void)write_all(rc->s->fd, body, (size_t)bn, rc->deadline_ns);
+    (void)to_program(rc, head, (size_t)hn);
+    (void)to_program(rc, body, (size_t)bn);
     rc->ev.status = status;
     if (status == 403 || status == 402 || status == 400 || status == 411 || status == 413)
         rc->ev.denied = code;
+}
+
+static json_t *b64_json(const char *data, size_t n)
+{
+    size_t cap = sodium_base64_ENCODED_LEN(n, sodium_base64_VARIANT_ORIGINAL);
+    char *t = malloc(cap);
+    if (!t)
+        return NULL;
+    sodium_bin2base64(t, cap, (const unsigned char *)data, n, sodium_base64_VARIANT_ORIGINAL);
+    json_t *s = json_string(t);
+    free(t);
+    return s;
+}
+
+/* A header line "Name: value" as [name, value], or NULL when it is not one (or not UTF-8). */
+static json_t *header_pair(const char *line, size_t n)
+{
+    const char *colon = memchr(line, ':', n);
+    if (!colon)
+        return NULL;
+    const char *v = colon + 1, *end = line + n;
+    while (v < end && (*v == ' ' || *v == '\t'))
+        v++;
+    return json_pack("[s%, s%]", line, (size_t)(colon - line), v, (size_t)(end - v));
+}
+
+/* The response part of the record, from what the program got: status line, headers, body (a
+ * chunked body de-chunked, so that a replay can answer it with a Content-Length). */
+static json_t *record_response(struct req_ctx *rc)
+{
+    const char *d = rc->down.data ? rc->down.data : "";
+    size_t n = rc->down.len;
+    const char *end = n >= 4 ? memmem(d, n, "\r\n\r\n", 4) : NULL;
+    json_t *headers = json_array();
+    bool chunked = false;
+    size_t body_at = n;
+    if (end) {
+        const char *line = memchr(d, '\n', (size_t)(end - d) + 2);
+        while (line && line + 1 < end + 2) {
+            const char *next = memchr(line + 1, '\r', (size_t)(end + 2 - (line + 1)));
+            if (!next)
+                break;
+            json_t *pair = header_pair(line + 1, (size_t)(next - line - 1));
+            if (pair) {
+                chunked |= strcasecmp(json_string_value(json_array_get(pair, 0)),
+                                      "transfer-encoding") == 0 &&
+                           strcasecmp(json_string_value(json_array_get(pair, 1)), "chunked") == 0;
+                json_array_append_new(headers, pair);
+            }
+            line = next + 1;
+        }
+        body_at = (size_t)(end - d) + 4;
+    }
+    size_t blen = n - body_at, max = (size_t)rc->s->b->s.record_body_max_bytes;
+    bool cut = rc->down_cut || !end;
+    char *body = malloc(blen + 1);
+    if (body && blen)
+        memcpy(body, d + body_at, blen);
+    if (body && chunked) {
+        struct eph_http_chunked ch = {0};
+        size_t used;
+        if (eph_http_chunked_decode(&ch, body, blen, &blen, &used) < 0)
+            blen = 0;
+    }
+    if (blen > max) {
+        blen = max;
+        cut = true;
+    }
+    json_t *o =
+        json_pack("{s:i, s:o, s:o, s:b}", "status", rc->ev.status, "headers", headers,
+                  "body_base64", b64_json(body ? body : "", body ? blen : 0), "truncated", cut);
+    free(body);
+    return o;
+}
+
+static json_t *record_exchange(struct req_ctx *rc)
+{
+    const char *url = rc->url.data ? rc->url.data : "";
+    if (rc->tunnel)
+        return json_pack("{s:{s:s, s:s}, s:{s:i}}", "request", "method", rc->method, "url", url,
+                         "response", "status", rc->ev.status);
+    if (!rc->req_sha[0])
+        sha256_hex("", 0, rc->req_sha);
+    json_t *req =
+        json_pack("{s:s, s:s, s:o, s:o, s:s}", "method", rc->method, "url", url, "headers",
+                  rc->req_headers ? json_incref(rc->req_headers) : json_array(), "body_base64",
+                  b64_json(rc->req_body.data ? rc->req_body.data : "", rc->req_body.len),
+                  "body_sha256", rc->req_sha);
+    return json_pack("{s:o, s:o}", "request", req, "response", record_response(rc));
 }
 
 static void emit(struct req_ctx *rc)
@@ -430,8 +631,12 @@ static void emit(struct req_ctx *rc)
         rc->ev.path = rc->path;
     if (!rc->ev.scheme)
         rc->ev.scheme = "http";
+    if (rc->recording && rc->url.data)
+        rc->ev.exchange = record_exchange(rc);
     if (b->on_event)
         b->on_event(b->event_arg, &rc->ev);
+    json_decref(rc->ev.exchange);
+    rc->ev.exchange = NULL;
 }
 
 /* ---- the SSRF guard around a resolver ----------------------------------------------------- */
@@ -514,6 +719,10 @@ static int connect_to(const struct eph_addr *a, unsigned port, uint64_t deadline
         close(fd);
         return rc;
     }
+    /* The broker writes what it has when it has it (a head, then a body; a relayed read): no
+     * Nagle wait for an ACK the upstream may delay. */
+    int one = 1;
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     *out = fd;
     return 0;
 }
@@ -554,17 +763,23 @@ static int web_connect(struct req_ctx *rc, const struct eph_http_authority *auth
 
 /* Relays both ways until both sides are done, the time is up or a write fails. The first
  * response line seen from upstream sets the event's status (when parse_status). */
-static void relay(struct req_ctx *rc, const char *pending, size_t npending, bool parse_status)
+/* A relay moves up to this much per system call: on a machine where every wake-up is dear (a VM),
+ * fewer, larger reads carry a bulk transfer with fewer of them. */
+#define RELAY_CHUNK (4 * IO_CHUNK)
+
+static void relay(struct req_ctx *rc, const char *pending, size_t npending, bool parse_status,
+                  bool upward)
 {
     int fd = rc->s->fd, up = rc->s->up;
-    char *buf = malloc(IO_CHUNK);
-    bool down_open = true, up_open = true;
+    char *buf = malloc(RELAY_CHUNK);
+    bool down_open = true, up_open = upward;
     char status_line[16];
     size_t status_have = 0;
     if (!buf)
         return;
     if (npending && write_all(up, pending, npending, rc->deadline_ns) == 0)
         rc->ev.bytes_up += npending;
+    /* A request whose body the broker forwarded already (!upward) reads the answer only. */
     while (down_open || up_open) {
         struct pollfd p[2] = {{.fd = up_open ? fd : -1, .events = POLLIN},
                               {.fd = down_open ? up : -1, .events = POLLIN}};
@@ -578,7 +793,7 @@ static void relay(struct req_ctx *rc, const char *pending, size_t npending, bool
         if (n <= 0)
             continue;
         if (p[0].revents) {
-            ssize_t r = recv(fd, buf, IO_CHUNK, MSG_DONTWAIT);
+            ssize_t r = recv(fd, buf, RELAY_CHUNK, MSG_DONTWAIT);
             if (r > 0) {
                 if (write_all(up, buf, (size_t)r, rc->deadline_ns))
                     break;
@@ -589,7 +804,7 @@ static void relay(struct req_ctx *rc, const char *pending, size_t npending, bool
             }
         }
         if (p[1].revents) {
-            ssize_t r = recv(up, buf, IO_CHUNK, MSG_DONTWAIT);
+            ssize_t r = recv(up, buf, RELAY_CHUNK, MSG_DONTWAIT);
             if (r > 0) {
                 if (parse_status && status_have < sizeof(status_line)) {
                     size_t take = sizeof(status_line) - status_have;
@@ -600,7 +815,7 @@ static void relay(struct req_ctx *rc, const char *pending, size_t npending, bool
                     if (status_have >= 12 && memcmp(status_line, "HTTP/1.", 7) == 0)
                         rc->ev.status = atoi(status_line + 9);
                 }
-                if (write_all(fd, buf, (size_t)r, rc->deadline_ns))
+                if (to_program(rc, buf, (size_t)r))
                     break;
                 rc->ev.bytes_down += (uint64_t)r;
                 if (rc->ev.bytes_down > rc->s->b->s.max_response_bytes)
@@ -633,6 +848,16 @@ static bool hop_by_hop(const struct eph_http_header *h)
     return false;
 }
 
+/* The body's framing, which the broker sets itself after reading the body whole. */
+static bool is_framing(const struct eph_http_header *h)
+{
+    return (h->name_len == 14 && strncasecmp(h->name, "content-length", 14) == 0) ||
+           (h->name_len == 17 && strncasecmp(h->name, "transfer-encoding", 17) == 0);
+}
+
+static int read_body(struct req_ctx *rc, const struct eph_http_request *req, const char *after,
+                     size_t nafter, struct eph_buf *body);
+
 /* A plain-HTTP web request in absolute form: rebuilt from its parts and sent to the checked
  * address; the answer relayed as it comes. */
 static void serve_web_http(struct req_ctx *rc, const struct eph_http_request *req,
@@ -648,8 +873,12 @@ static void serve_web_http(struct req_ctx *rc, const struct eph_http_request *re
     size_t pl = u.path_len < sizeof(rc->path) - 1 ? u.path_len : sizeof(rc->path) - 1;
     memcpy(rc->path, u.path, pl);
     rc->path[pl] = '\0';
-    if (web_connect(rc, &u.auth))
+    struct eph_buf body;
+    memset(&body, 0, sizeof(body));
+    if (read_body(rc, req, after_head, nafter, &body) || web_connect(rc, &u.auth)) {
+        eph_buf_release(&body);
         return;
+    }
     struct eph_buf head;
     eph_buf_init(&head, EPH_HTTP_MAX_HEAD + 1024);
     int r = eph_buf_appendf(&head, "%.*s %.*s%s%.*s HTTP/1.1\r\nHost: %s", (int)req->method_len,
@@ -661,23 +890,31 @@ static void serve_web_http(struct req_ctx *rc, const struct eph_http_request *re
         r = eph_buf_appends(&head, "\r\n");
     for (size_t i = 0; !r && i < req->nheaders; i++) {
         const struct eph_http_header *h = &req->headers[i];
-        if (hop_by_hop(h))
+        if (hop_by_hop(h) || is_framing(h))
             continue;
         r = eph_buf_appendf(&head, "%.*s: %.*s\r\n", (int)h->name_len, h->name, (int)h->value_len,
                             h->value);
     }
+    /* The body was read whole (a chunked one de-chunked): it goes with its length. */
+    if (!r && (body.len || eph_http_header_find(req, "Content-Length", NULL) ||
+               eph_http_header_find(req, "Transfer-Encoding", NULL)))
+        r = eph_buf_appendf(&head, "Content-Length: %zu\r\n", body.len);
     if (!r)
         r = eph_buf_appends(&head, "Connection: close\r\n\r\n");
     if (r) {
         eph_buf_release(&head);
+        eph_buf_release(&body);
         answer_error(rc, 400, "invalid_request_error", "bad_request", "request head too large");
         return;
     }
     if (write_all(rc->s->up, head.data, head.len, rc->deadline_ns) == 0)
         rc->ev.bytes_up += head.len;
     eph_buf_release(&head);
+    if (body.len)
+        (void)write_all(rc->s->up, body.data, body.len, rc->deadline_ns); /* counted when read */
+    eph_buf_release(&body);
     rc->ev.status = 502;
-    relay(rc, after_head, nafter, true);
+    relay(rc, NULL, 0, true, false);
 }
 
 static void serve_connect(struct req_ctx *rc, const struct eph_http_request *req,
@@ -696,7 +933,7 @@ static void serve_connect(struct req_ctx *rc, const struct eph_http_request *req
     if (write_all(rc->s->fd, ok, sizeof(ok) - 1, rc->deadline_ns))
         return;
     rc->ev.status = 200;
-    relay(rc, after_head, nafter, false);
+    relay(rc, after_head, nafter, false, true);
 }
 
 /* ---- connections ----------------------------------------------------------------------- */
@@ -715,7 +952,7 @@ static int flush_out(struct curl_out *o)
 {
     if (o->buf.len == 0)
         return 0;
-    int r = write_all(o->rc->s->fd, o->buf.data, o->buf.len, o->rc->deadline_ns);
+    int r = to_program(o->rc, o->buf.data, o->buf.len);
     o->rc->ev.bytes_down += o->buf.len;
     eph_buf_reset(&o->buf);
     return r;
@@ -765,7 +1002,55 @@ static size_t on_body(char *p, size_t size, size_t n, void *arg)
     return len;
 }
 
-/* Reads the request body that follows the head (Content-Length only), capped. */
+static void answer_too_large(struct req_ctx *rc)
+{
+    answer_error(rc, 413, "invalid_request_error", "request_too_large",
+                 "the request body is over the broker's cap");
+}
+
+/* Reads a chunked body (what followed the head, then the stream) into body, de-chunked and
+ * capped: the upstream gets it with a Content-Length. */
+static int read_chunked(struct req_ctx *rc, const char *after, size_t nafter, struct eph_buf *body)
+{
+    struct eph_http_chunked ch = {0};
+    char *tmp = malloc(IO_CHUNK);
+    int r = tmp ? 0 : -ENOMEM;
+    eph_buf_init(body, (size_t)rc->s->b->s.max_request_bytes);
+    while (!r) {
+        size_t n;
+        if (nafter) {
+            n = nafter < IO_CHUNK ? nafter : IO_CHUNK;
+            memcpy(tmp, after, n);
+            after += n;
+            nafter -= n;
+        } else {
+            ssize_t got = read_some(rc->s->fd, tmp, IO_CHUNK, rc->deadline_ns);
+            if (got <= 0) {
+                r = got ? (int)got : -EPIPE;
+                break;
+            }
+            n = (size_t)got;
+        }
+        size_t out, used;
+        int d = eph_http_chunked_decode(&ch, tmp, n, &out, &used);
+        if (d < 0) {
+            answer_error(rc, 400, "invalid_request_error", "bad_request", "malformed chunked body");
+            r = d;
+        } else if ((r = eph_buf_append(body, tmp, out)) == -EMSGSIZE) {
+            answer_too_large(rc);
+        } else if (!r && d == 1) {
+            break;
+        }
+    }
+    free(tmp);
+    if (!r) {
+        rc->ev.bytes_up += body->len;
+        record_request_body(rc, body->data ? body->data : "", body->len);
+    }
+    return r;
+}
+
+/* Reads the request body that follows the head (Content-Length or chunked), capped. */
 static int read_body(struct req_ctx *rc, const struct eph_http_request *req, const char *after,
                      size_t nafter, struct eph_buf *body)
 {
@@ -775,13 +1060,10 @@ static int read_body(struct req_ctx *rc, const struct eph_http_request *req, con
         answer_error(rc, 400, "invalid_request_error", "bad_request", "ambiguous body length");
         return -EINVAL;
     }
-    if (kind == EPH_HTTP_BODY_CHUNKED) {
-        answer_error(rc, 411, "invalid_request_error", "length_required", "send a Content-Length");
-        return -EINVAL;
-    }
+    if (kind == EPH_HTTP_BODY_CHUNKED)
+        return read_chunked(rc, after, nafter, body);
     if (want > rc->s->b->s.max_request_bytes) {
-        answer_error(rc, 413, "invalid_request_error", "request_too_large",
-                     "the request body is over the broker's cap");
+        answer_too_large(rc);
         return -EMSGSIZE;
     }
     eph_buf_init(body, (size_t)want);
@@ -798,6 +1080,7 @@ static int read_body(struct req_ctx *rc, const struct eph_http_request *req, con
             return -ENOMEM;
     }
     rc->ev.bytes_up += body->len;
+    record_request_body(rc, body->data ? body->data : "", body->len);
     return 0;
 }
 
@@ -924,8 +1207,7 @@ static void serve_connection(struct req_ctx *rc, const struct eph_http_request *
         const struct eph_http_header *hh = &req->headers[i];
         if (hop_by_hop(hh) || conn_sets_header(c, hh) ||
             (hh->name_len == 15 && strncasecmp(hh->name, "accept-encoding", 15) == 0) ||
-            (hh->name_len == 14 && strncasecmp(hh->name, "content-length", 14) == 0) ||
-            (hh->name_len == 17 && strncasecmp(hh->name, "transfer-encoding", 17) == 0))
+            is_framing(hh))
             continue;
         char line[8192];
         snprintf(line, sizeof(line), "%.*s: %.*s", (int)hh->name_len, hh->name, (int)hh->value_len,
@@ -1028,6 +1310,196 @@ static void serve_connection(struct req_ctx *rc, const struct eph_http_request *
     free(t);
 }
 
+/* ---- the record and the replay ------------------------------------------------------------ */
+
+/* The URL of the record, the key a replay matches on: a web request's absolute URI or CONNECT
+ * target as sent; a connection's as http://127.0.0.1:3128/<name><normalised path>?<the program's
+ * query> (never the query parameters the broker adds). And the program's headers, but the
+ * proxy's and the hop-by-hop ones. */
+static void record_request(struct req_ctx *rc, const struct eph_http_request *req, bool origin)
+{
+    static const struct eph_conn_target zero;
+    struct eph_conn_target *t = origin ? malloc(sizeof(*t)) : NULL;
+    int r;
+    if (t && (*t = zero, eph_conn_target_parse(req->target, req->target_len, t) == 0))
+        r = eph_buf_appendf(&rc->url, "http://127.0.0.1:%d/%s%s%s%.*s", EPH_BROKER_PORT, t->name,
+                            t->path, t->query ? "?" : "", (int)t->query_len,
+                            t->query ? t->query : "");
+    else if (origin)
+        r = eph_buf_appendf(&rc->url, "http://127.0.0.1:%d%.*s", EPH_BROKER_PORT,
+                            (int)req->target_len, req->target);
+    else
+        r = eph_buf_append(&rc->url, req->target, req->target_len);
+    free(t);
+    if (r)
+        eph_buf_release(&rc->url);
+    if (!rc->recording || rc->tunnel)
+        return;
+    rc->req_headers = json_array();
+    for (size_t i = 0; rc->req_headers && i < req->nheaders; i++) {
+        const struct eph_http_header *h = &req->headers[i];
+        if (hop_by_hop(h) || is_framing(h) ||
+            (h->name_len >= 6 && strncasecmp(h->name, "proxy-", 6) == 0))
+            continue;
+        json_t *pair = json_pack("[s%, s%]", h->name, h->name_len, h->value, h->value_len);
+        if (pair)
+            json_array_append_new(rc->req_headers, pair);
+    }
+}
+
+int eph_broker_set_replay(struct eph_broker *b, json_t *exchanges)
+{
+    if (!json_is_array(exchanges))
+        return -EINVAL;
+    size_t n = json_array_size(exchanges), k = 0;
+    struct replay_entry *v = calloc(n + 1, sizeof(*v));
+    if (!v)
+        return -ENOMEM;
+    for (size_t i = 0; i < n; i++) {
+        json_t *x = json_array_get(exchanges, i);
+        json_t *rq = json_object_get(x, "request"), *rs = json_object_get(x, "response");
+        const char *m = json_string_value(json_object_get(rq, "method"));
+        const char *u = json_string_value(json_object_get(rq, "url"));
+        const char *h = json_string_value(json_object_get(rq, "body_sha256"));
+        /* A tunnel has no body to match (and nothing to replay): it is never an entry. */
+        if (!m || !u || !h || strlen(h) != 64 || !json_is_object(rs) ||
+            !json_is_integer(json_object_get(rs, "status")))
+            continue;
+        v[k].method = strdup(m);
+        v[k].url = strdup(u);
+        memcpy(v[k].sha, h, 65);
+        v[k].response = json_incref(rs);
+        if (!v[k].method || !v[k].url) {
+            b->replay = v, b->nreplay = k + 1;
+            return -ENOMEM; /* freed with the broker */
+        }
+        k++;
+    }
+    b->replay = v;
+    b->nreplay = k;
+    return 0;
+}
+
+/* Claims the first unused recorded exchange that matches: its response (borrowed), or NULL. */
+static json_t *replay_claim(struct eph_broker *b, const char *method, const char *url,
+                            const char *sha)
+{
+    json_t *found = NULL;
+    pthread_mutex_lock(&b->lock);
+    for (size_t i = 0; i < b->nreplay && !found; i++) {
+        struct replay_entry *e = &b->replay[i];
+        if (!e->used && strcmp(e->method, method) == 0 && strcmp(e->url, url) == 0 &&
+            strcasecmp(e->sha, sha) == 0) {
+            e->used = true;
+            found = e->response;
+        }
+    }
+    pthread_mutex_unlock(&b->lock);
+    return found;
+}
+
+/* The event of a replayed request: what a live one would say of its target. */
+static void replay_describe(struct req_ctx *rc, const struct eph_http_request *req, bool is_connect,
+                            bool absolute)
+{
+    struct eph_broker *b = rc->s->b;
+    struct eph_http_url u;
+    struct eph_http_authority auth;
+    if (is_connect) {
+        rc->ev.scheme = "tunnel";
+        if (eph_http_parse_authority(req->target, req->target_len, 0, &auth) == 0) {
+            snprintf(rc->host, sizeof(rc->host), "%s", auth.host.name);
+            rc->ev.port = auth.port;
+        }
+    } else if (absolute) {
+        if (eph_http_parse_url(req->target, req->target_len, &u) == 0) {
+            snprintf(rc->host, sizeof(rc->host), "%s", u.auth.host.name);
+            rc->ev.port = u.auth.port;
+            snprintf(rc->path, sizeof(rc->path), "%.*s", (int)u.path_len, u.path);
+        }
+    } else {
+        static const struct eph_conn_target zero;
+        struct eph_conn_target *t = malloc(sizeof(*t));
+        rc->ev.connection = "?";
+        if (t && (*t = zero, eph_conn_target_parse(req->target, req->target_len, t) == 0)) {
+            const struct conn_copy *c = find_conn(b, t->name);
+            snprintf(rc->path, sizeof(rc->path), "%s", t->path);
+            snprintf(rc->host, sizeof(rc->host), "%s", t->name);
+            if (c) {
+                struct eph_http_url base;
+                rc->ev.connection = c->name;
+                rc->ev.scheme = strncmp(c->base_url, "https://", 8) == 0 ? "https" : "http";
+                if (eph_http_parse_url(c->base_url, strlen(c->base_url), &base) == 0) {
+                    snprintf(rc->host, sizeof(rc->host), "%s", base.auth.host.name);
+                    rc->ev.port = base.auth.port;
+                }
+            }
+        }
+        free(t);
+    }
+}
+
+/* Answers from the record, connecting nowhere: the recorded status, headers (with the broker's
+ * own framing) and body, or 403 not_recorded. */
+static void serve_replay(struct req_ctx *rc, const struct eph_http_request *req,
+                         const char *after_head, size_t nafter)
+{
+    struct eph_broker *b = rc->s->b;
+    if (rc->tunnel) {
+        answer_error(rc, 403, "permission_error", "not_recorded",
+                     "a replay cannot open a tunnel: TLS end to end was not recorded");
+        return;
+    }
+    struct eph_buf body;
+    memset(&body, 0, sizeof(body));
+    if (read_body(rc, req, after_head, nafter, &body)) {
+        eph_buf_release(&body);
+        return;
+    }
+    eph_buf_release(&body);
+    json_t *rs = rc->url.data ? replay_claim(b, rc->method, rc->url.data, rc->req_sha) : NULL;
+    if (!rs) {
+        answer_error(rc, 403, "permission_error", "not_recorded",
+                     "this request is not in the recording the run replays");
+        return;
+    }
+    int status = (int)json_integer_value(json_object_get(rs, "status"));
+    const char *b64 = json_string_value(json_object_get(rs, "body_base64"));
+    size_t blen = b64 ? strlen(b64) : 0, n = 0;
+    unsigned char *data = malloc(blen / 4 * 3 + 3);
+    if (!data || sodium_base642bin(data, blen / 4 * 3 + 3, b64 ? b64 : "", blen, NULL, &n, NULL,
+                                   sodium_base64_VARIANT_ORIGINAL)) {
+        free(data);
+        answer_error(rc, 502, "api_error", "bad_recording", "the recorded answer is malformed");
+        return;
+    }
+    struct eph_buf head;
+    eph_buf_init(&head, EPH_HTTP_MAX_HEAD);
+    int r = eph_buf_appendf(&head, "HTTP/1.1 %d %s\r\n", status, reason_phrase(status));
+    size_t i;
+    json_t *pair;
+    json_array_foreach(json_object_get(rs, "headers"), i, pair)
+    {
+        const char *k = json_string_value(json_array_get(pair, 0));
+        const char *v = json_string_value(json_array_get(pair, 1));
+        if (r || !k || !v || strcasecmp(k, "content-length") == 0 ||
+            strcasecmp(k, "transfer-encoding") == 0 || strcasecmp(k, "connection") == 0 ||
+            strpbrk(k, "\r\n:") || strpbrk(v, "\r\n"))
+            continue;
+        r = eph_buf_appendf(&head, "%s: %s\r\n", k, v);
+    }
+    if (!r)
+        r = eph_buf_appendf(&head, "Content-Length: %zu\r\nConnection: close\r\n\r\n", n);
+    rc->ev.status = status;
+    if (!r && to_program(rc, head.data, head.len) == 0) {
+        rc->ev.bytes_down += head.len;
+        if (to_program(rc, data, n) == 0)
+            rc->ev.bytes_down += n;
+    }
+    eph_buf_release(&head);
+    free(data);
+}
+
 /* ---- one stream ------------------------------------------------------------------------- */
 
 static void *serve(void *arg)
@@ -1067,6 +1539,8 @@ static void *serve(void *arg)
     const char *after = head + req->head_len;
     size_t nafter = have - req->head_len;
     bool is_connect = req->method_len == 7 && memcmp(req->method, "CONNECT", 7) == 0;
+    rc->tunnel = is_connect;
+    rc->recording = b->record;
     bool absolute = req->target_len > 0 && req->target[0] != '/';
     struct eph_http_url u;
     if (absolute && !is_connect && eph_http_parse_url(req->target, req->target_len, &u) == 0 &&
@@ -1081,10 +1555,17 @@ static void *serve(void *arg)
         req->target = u.path;
         absolute = false;
     }
+    eph_buf_init(&rc->url, EPH_HTTP_MAX_HEAD);
+    eph_buf_init(&rc->req_body, (size_t)b->s.record_body_max_bytes);
+    eph_buf_init(&rc->down, b->record ? EPH_HTTP_MAX_HEAD + (size_t)b->s.record_body_max_bytes : 0);
+    record_request(rc, req, !absolute && !is_connect);
     if (s->no_budget) {
         rc->ev.connection = absolute || is_connect ? NULL : "?";
         answer_error(rc, 402, "insufficient_balance_error", "budget_exhausted",
                      "the run's budget does not cover this request");
+    } else if (b->replay) {
+        replay_describe(rc, req, is_connect, absolute);
+        serve_replay(rc, req, after, nafter);
     } else if (is_connect || absolute) {
         if (!b->web) {
             answer_error(rc, 403, "permission_error", "web_not_allowed",
@@ -1107,6 +1588,12 @@ out:
     close(s->fd);
     s->fd = -1;
     pthread_mutex_unlock(&b->lock);
+    if (rc) {
+        eph_buf_release(&rc->url);
+        eph_buf_release(&rc->req_body);
+        eph_buf_release(&rc->down);
+        json_decref(rc->req_headers);
+    }
     free(req);
     free(head);
     free(rc);
@@ -1127,12 +1614,96 @@ struct fetch_io {
     bool cut;
     bool over;
     uint64_t bytes;
+    json_t *headers; /* for the record, or NULL */
 };
+
+/* The header lines of an answer (not the status line), for the record. */
+static void fetch_keep_header(struct fetch_io *io, const char *p, size_t len)
+{
+    while (len && (p[len - 1] == '\r' || p[len - 1] == '\n'))
+        len--;
+    if (!io->headers || len == 0 || (len >= 5 && memcmp(p, "HTTP/", 5) == 0))
+        return;
+    json_t *pair = header_pair(p, len);
+    if (pair)
+        json_array_append_new(io->headers, pair);
+}
+
+/* The record of one web_fetch hop: a GET of url without body, and its answer. */
+static json_t *fetch_exchange(struct eph_broker *b, const char *url, int status,
+                              struct fetch_io *io)
+{
+    char empty[65];
+    sha256_hex("", 0, empty);
+    size_t keep = io->body.len < b->s.record_body_max_bytes ? io->body.len
+                                                            : (size_t)b->s.record_body_max_bytes;
+    return json_pack("{s:{s:s, s:s, s:[], s:s, s:s}, s:{s:i, s:o, s:o, s:b}}", "request", "method",
+                     "GET", "url", url, "headers", "body_base64", "", "body_sha256", empty,
+                     "response", "status", status, "headers",
+                     io->headers ? json_incref(io->headers) : json_array(), "body_base64",
+                     b64_json(io->body.data ? io->body.data : "", keep), "truncated",
+                     io->over || io->cut || keep < io->body.len);
+}
+
+/* The record of a hop the broker answered itself (refused, failed): its status, nothing else. */
+static json_t *fetch_refused(struct eph_broker *b, const char *url, int status)
+{
+    struct fetch_io none = {.b = b};
+    eph_buf_init(&none.body, 0);
+    return b->record ? fetch_exchange(b, url, status, &none) : NULL;
+}
+
+/* A web_fetch hop answered from the record (replay mode): its status, headers and body, or
+ * -EACCES when it is not there. */
+static int fetch_replayed(struct eph_broker *b, const char *url, long *status, struct fetch_io *io)
+{
+    char empty[65];
+    sha256_hex("", 0, empty);
+    json_t *rs = replay_claim(b, "GET", url, empty);
+    if (!rs)
+        return -EACCES;
+    *status = (long)json_integer_value(json_object_get(rs, "status"));
+    size_t i;
+    json_t *pair;
+    json_array_foreach(json_object_get(rs, "headers"), i, pair)
+    {
+        const char *k = json_string_value(json_array_get(pair, 0));
+        const char *v = json_string_value(json_array_get(pair, 1));
+        if (k && v && strcasecmp(k, "content-type") == 0)
+            snprintf(io->ctype, sizeof(io->ctype), "%s", v);
+        if (k && v && strcasecmp(k, "location") == 0) {
+            /* Resolved against the URL, as curl does for a live hop. */
+            CURLU *u = curl_url();
+            char *abs = NULL;
+            if (u && !curl_url_set(u, CURLUPART_URL, url, 0) &&
+                !curl_url_set(u, CURLUPART_URL, v, 0) && !curl_url_get(u, CURLUPART_URL, &abs, 0))
+                snprintf(io->location, sizeof(io->location), "%s", abs);
+            curl_free(abs);
+            curl_url_cleanup(u);
+        }
+    }
+    const char *b64 = json_string_value(json_object_get(rs, "body_base64"));
+    size_t blen = b64 ? strlen(b64) : 0, n = 0;
+    unsigned char *data = malloc(blen / 4 * 3 + 3);
+    int r = data && sodium_base642bin(data, blen / 4 * 3 + 3, b64 ? b64 : "", blen, NULL, &n, NULL,
+                                      sodium_base64_VARIANT_ORIGINAL) == 0
+                ? 0
+                : -EINVAL;
+    if (!r) {
+        size_t k = n < io->body.max ? n : io->body.max;
+        io->over = k < n;
+        r = eph_buf_append(&io->body, data, k);
+        io->bytes = n;
+    }
+    free(data);
+    return r;
+}
 
 static size_t fetch_header(char *p, size_t size, size_t n, void *arg)
 {
     struct fetch_io *io = arg;
     size_t len = size * n;
+    fetch_keep_header(io, p, len);
     if (len > 13 && strncasecmp(p, "content-type:", 13) == 0) {
         size_t s0 = 13;
         while (s0 < len && p[s0] == ' ')
@@ -1149,8 +1720,12 @@ static size_t fetch_body(char *p, size_t size, size_t n, void *arg)
 {
     struct fetch_io *io = arg;
     size_t len = size * n;
-    size_t k =
-        io->b->budget ? eph_meter_take(io->meter, io->b->budget, eph_clock_mono_ns(), len) : len;
+    size_t k = len;
+    if (io->b->budget) {
+        pthread_mutex_lock(&io->b->lock);
+        k = eph_meter_take(io->meter, io->b->budget, eph_clock_mono_ns(), len);
+        pthread_mutex_unlock(&io->b->lock);
+    }
     io->bytes += k;
     if (k < len) {
         io->cut = true;
@@ -1165,6 +1740,40 @@ static size_t fetch_body(char *p, size_t size, size_t n, void *arg)
         return 0;
     /* Past the cap or the budget: stop the transfer (what came is kept). */
     return io->cut || io->over ? 0 : len;
+}
+
+/* The end of one hop, live or replayed: 1 to follow a redirect (cur is its URL), 0 with out
+ * filled, or a negative error with a message in err. Releases io's body. */
+static int fetch_finish(struct eph_web_fetch *out, struct fetch_io *io, long status, char *cur,
+                        size_t curlen, size_t text_cap, char *err, size_t errlen)
+{
+    if (status >= 300 && status < 400 && io->location[0]) {
+        eph_buf_release(&io->body);
+        if (out->redirects + 1 > FETCH_MAX_REDIRECTS) {
+            snprintf(err, errlen, "more than %d redirects", FETCH_MAX_REDIRECTS);
+            return -ELOOP;
+        }
+        snprintf(cur, curlen, "%s", io->location);
+        out->redirects++;
+        return 1;
+    }
+    out->status = (int)status;
+    snprintf(out->content_type, sizeof(out->content_type), "%s", io->ctype);
+    const char *data = io->body.data ? io->body.data : "";
+    char *text = strncasecmp(io->ctype, "text/html", 9) == 0 ||
+                         strncasecmp(io->ctype, "application/xhtml", 17) == 0
+                     ? eph_html_to_text(data, io->body.len)
+                     : strndup(data, io->body.len);
+    eph_buf_release(&io->body);
+    if (!text)
+        return -ENOMEM;
+    out->truncated = io->over;
+    if (strlen(text) > text_cap) {
+        text[text_cap] = '\0';
+        out->truncated = true;
+    }
+    out->text = text;
+    return 0;
 }
 
 int eph_broker_web_fetch(struct eph_broker *b, const char *url, size_t text_cap,
@@ -1182,7 +1791,7 @@ int eph_broker_web_fetch(struct eph_broker *b, const char *url, size_t text_cap,
     }
     strcpy(cur, url);
     int rc = 0;
-    for (unsigned hop = 0;; hop++) {
+    for (;;) {
         struct eph_http_url u;
         if (eph_http_parse_url(cur, strlen(cur), &u)) {
             snprintf(err, errlen, "not an http(s) URL this broker accepts");
@@ -1203,16 +1812,21 @@ int eph_broker_web_fetch(struct eph_broker *b, const char *url, size_t text_cap,
                                        b->nweb_allow)) {
             rc0.ev.status = 403;
             rc0.ev.denied = "host_not_allowed";
+            rc0.ev.exchange = fetch_refused(b, cur, rc0.ev.status);
             emit(&rc0);
             snprintf(err, errlen, "this run may not reach %s", u.auth.host.name);
             return -EACCES;
         }
-        struct eph_addr a;
+        struct eph_addr a = {0};
         enum eph_addr_class cls;
-        rc = eph_broker_resolve(&u.auth.host, b->s.allow_private, b->s.nallow_private, &a, &cls);
+        /* A replay resolves nothing either: nothing leaves the machine. */
+        rc = b->replay ? 0
+                       : eph_broker_resolve(&u.auth.host, b->s.allow_private, b->s.nallow_private,
+                                            &a, &cls);
         if (rc) {
             rc0.ev.status = rc == -EACCES ? 403 : 502;
             rc0.ev.denied = rc == -EACCES ? "address_not_allowed" : "dns_failed";
+            rc0.ev.exchange = fetch_refused(b, cur, rc0.ev.status);
             emit(&rc0);
             if (rc == -EACCES)
                 snprintf(err, errlen, "%s is not a public address (%s)", u.auth.host.name,
@@ -1221,18 +1835,43 @@ int eph_broker_web_fetch(struct eph_broker *b, const char *url, size_t text_cap,
                 snprintf(err, errlen, "%s does not resolve", u.auth.host.name);
             return rc;
         }
-        if (b->budget && eph_meter_start(&fake.meter, b->budget, eph_clock_mono_ns())) {
+        pthread_mutex_lock(&b->lock);
+        int fee = b->budget ? eph_meter_start(&fake.meter, b->budget, eph_clock_mono_ns()) : 0;
+        pthread_mutex_unlock(&b->lock);
+        if (fee) {
             atomic_store(&b->exhausted, true);
             rc0.ev.status = 402;
             rc0.ev.denied = "budget_exhausted";
+            rc0.ev.exchange = fetch_refused(b, cur, rc0.ev.status);
             emit(&rc0);
             snprintf(err, errlen, "the run's budget does not cover this request");
             return -EDQUOT;
         }
-        struct fetch_io io = {.b = b, .meter = &fake.meter};
+        struct fetch_io io = {
+            .b = b, .meter = &fake.meter, .headers = b->record ? json_array() : NULL};
         uint64_t cap =
             b->s.max_response_bytes < FETCH_MAX_BODY ? b->s.max_response_bytes : FETCH_MAX_BODY;
         eph_buf_init(&io.body, (size_t)cap);
+        if (b->replay) {
+            long st = 0;
+            int r = fetch_replayed(b, cur, &st, &io);
+            rc0.ev.status = r ? 403 : (int)st;
+            rc0.ev.denied = r ? "not_recorded" : NULL;
+            rc0.ev.bytes_down = io.bytes;
+            rc0.ev.exchange = r == 0 && b->record ? fetch_exchange(b, cur, (int)st, &io)
+                                                  : fetch_refused(b, cur, rc0.ev.status);
+            emit(&rc0);
+            json_decref(io.headers);
+            if (r) {
+                eph_buf_release(&io.body);
+                snprintf(err, errlen, "%s is not in the recording this run replays", cur);
+                return -EACCES;
+            }
+            rc = fetch_finish(out, &io, st, cur, sizeof(cur), text_cap, err, errlen);
+            if (rc != 1)
+                return rc;
+            continue;
+        }
         char resolve[EPH_HOST_NAME_MAX + EPH_ADDR_STRLEN + 16], astr[EPH_ADDR_STRLEN];
         eph_addr_format(&a, astr);
         snprintf(resolve, sizeof(resolve), a.family == AF_INET6 ? "%s:%u:[%s]" : "%s:%u:%s",
@@ -1269,13 +1908,10 @@ int eph_broker_web_fetch(struct eph_broker *b, const char *url, size_t text_cap,
         }
         rc0.ev.status = status ? (int)status : 502;
         rc0.ev.bytes_down = io.bytes;
-        rc0.ev.cost_micros = fake.meter.charged;
-        rc0.ev.duration_ms = (eph_clock_mono_ns() - rc0.start_ns) / 1000000u;
-        if (b->on_event)
-            b->on_event(b->event_arg, &rc0.ev);
-        pthread_mutex_lock(&b->lock);
-        b->web_count++;
-        pthread_mutex_unlock(&b->lock);
+        rc0.ev.exchange = b->record && status ? fetch_exchange(b, cur, (int)status, &io)
+                                              : fetch_refused(b, cur, rc0.ev.status);
+        emit(&rc0);
+        json_decref(io.headers);
         if (h)
             curl_easy_cleanup(h);
         curl_slist_free_all(pin);
@@ -1291,32 +1927,8 @@ int eph_broker_web_fetch(struct eph_broker *b, const char *url, size_t text_cap,
             snprintf(err, errlen, "the run's budget ended during the download");
             return -EDQUOT;
         }
-        if (status >= 300 && status < 400 && io.location[0]) {
-            eph_buf_release(&io.body);
-            if (hop + 1 > FETCH_MAX_REDIRECTS) {
-                snprintf(err, errlen, "more than %d redirects", FETCH_MAX_REDIRECTS);
-                return -ELOOP;
-            }
-            snprintf(cur, sizeof(cur), "%s", io.location);
-            out->redirects++;
-            continue;
-        }
-        out->status = (int)status;
-        snprintf(out->content_type, sizeof(out->content_type), "%s", io.ctype);
-        const char *data = io.body.data ? io.body.data : "";
-        char *text = strncasecmp(io.ctype, "text/html", 9) == 0 ||
-                             strncasecmp(io.ctype, "application/xhtml", 17) == 0
-                         ? eph_html_to_text(data, io.body.len)
-                         : strndup(data, io.body.len);
-        eph_buf_release(&io.body);
-        if (!text)
-            return -ENOMEM;
-        out->truncated = io.over;
-        if (strlen(text) > text_cap) {
-            text[text_cap] = '\0';
-            out->truncated = true;
-        }
-        out->text = text;
-        return 0;
+        rc = fetch_finish(out, &io, status, cur, sizeof(cur), text_cap, err, errlen);
+        if (rc != 1)
+            return rc;
     }
 }

@@ -9,14 +9,19 @@
  * (/name/path, rules checked after normalisation, the credential added, the answer redacted);
  * anything else is refused with SPEC 7's JSON and an event, and no byte goes upstream.
  *
- * Metering runs on the worker's thread, inside the tunnel's relay (the only thread that touches
- * the run's budget): the fee when a stream opens, each byte as it crosses. A stream whose fee does
+ * Metering runs in the tunnel's callbacks (the fee when a stream opens, each byte as it crosses)
+ * and in web_fetch; every touch of the run's budget from the broker is made under the broker's
+ * lock, so the callbacks may run on a thread of their own (one that owns the sandbox's channel and
+ * relays between commands), not only inside the worker's wait on an exec. A stream whose fee does
  * not fit is answered 402 and never connects; a transfer is cut at the byte where the budget ends,
- * and eph_broker_exhausted() then tells the worker to stop the run budget_exhausted.
+ * and eph_broker_exhausted() then tells the worker to stop the run budget_exhausted. What else
+ * charges the same budget on another thread (the model's calls) must be serialised with these by
+ * the budget's owner.
  *
- * Threads: eph_broker_new, eph_broker_close and eph_broker_free on the worker's thread; the
- * callbacks on the thread that drives the sandbox (the same); the events from the stream threads
- * (the sink must be thread-safe).
+ * Threads: eph_broker_new, eph_broker_close, eph_broker_free and eph_broker_web_fetch on the
+ * worker's thread; the callbacks on the thread that drives the sandbox's channel (the worker's
+ * today, or a relay thread); the events from the stream threads and web_fetch (the sink must be
+ * thread-safe).
  */
 #ifndef EPH_BROKER_H
 #define EPH_BROKER_H
@@ -24,6 +29,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include <jansson.h>
 
 #include "broker/addr.h"
 #include "ledger/budget.h"
@@ -42,6 +49,7 @@ struct eph_broker_settings {
     unsigned max_tunnels_per_run;
     uint64_t micros_per_request;
     uint64_t micros_per_mib;
+    uint64_t record_body_max_bytes; /* of each body kept in an exchange's record */
 };
 
 void eph_broker_settings_default(struct eph_broker_settings *s);
@@ -76,6 +84,14 @@ struct eph_broker_event {
     uint64_t duration_ms;
     int64_t cost_micros;
     const char *denied; /* the reason of a refusal, or NULL */
+    /* The exchange for the record (the run's transcript), or NULL when the run keeps none (zero
+     * data retention) or the request never parsed: {"request": {"method", "url" (credential-free:
+     * a connection's as http://127.0.0.1:3128/<conn>/<path>?<query>), "headers": [[name, value],
+     * ...] (no Proxy-*), "body_base64", "body_sha256" (of the whole body)}, "response": {"status",
+     * "headers", "body_base64", "truncated"}}, bodies cut at record_body_max_bytes, the response
+     * as the sandbox got it (redacted). A CONNECT tunnel keeps its method, target and status only.
+     * Borrowed: valid during the call. */
+    json_t *exchange;
 };
 
 typedef void (*eph_broker_event_fn)(void *arg, const struct eph_broker_event *ev);
@@ -86,6 +102,7 @@ struct eph_broker_run {
     size_t nweb_allow;
     const struct eph_broker_conn *conns;
     size_t nconns;
+    bool record;               /* build each event's exchange (off for zero data retention) */
     struct eph_budget *budget; /* the run's; touched only from the tunnel callbacks */
     eph_broker_event_fn on_event;
     void *event_arg;
@@ -96,6 +113,15 @@ struct eph_broker;
 /* Copies what it needs of settings and run (credentials included, wiped on free). */
 int eph_broker_new(const struct eph_broker_settings *settings, const struct eph_broker_run *run,
                    struct eph_broker **out) __attribute__((warn_unused_result));
+/* Replay mode (SPEC 8.5): from now on no connection is ever made. A request whose method, URL and
+ * body (sha256) match a recorded exchange not used yet (the first in order) gets its recorded
+ * status, headers and body; anything else, and every CONNECT, gets 403 with the JSON reason
+ * "not_recorded" and a denied event. exchanges is an array of the objects the events carried in
+ * data.exchange (entries that are not such objects are skipped); the broker copies what it needs.
+ * Call before the first stream; 0, -EINVAL when exchanges is not an array, -ENOMEM. */
+int eph_broker_set_replay(struct eph_broker *b, json_t *exchanges)
+    __attribute__((warn_unused_result));
+
 /* The tunnel's callbacks (struct eph_sandbox_tunnel); arg is the broker. */
 int eph_broker_on_stream(void *arg, uint32_t stream, int fd);
 size_t eph_broker_on_bytes(void *arg, uint32_t stream, size_t n);
@@ -115,6 +141,10 @@ struct eph_broker_conn_rules {
 size_t eph_broker_conn_count(const struct eph_broker *b);
 /* false when i is past the last connection. */
 bool eph_broker_conn_rules(const struct eph_broker *b, size_t i, struct eph_broker_conn_rules *out);
+/* The web allow-list, for the system prompt: the i-th domain ("example.com", "*.example.com"),
+ * or NULL past the last (at once when web goes to every public host). Valid while the broker
+ * lives. */
+const char *eph_broker_web_allowed(const struct eph_broker *b, size_t i);
 /* Ends every stream at once (cancel, deadline, end of run) and waits for their threads. */
 void eph_broker_close(struct eph_broker *b);
 void eph_broker_free(struct eph_broker *b);

@@ -186,6 +186,125 @@ int eph_http_request_body(const struct eph_http_request *req, enum eph_http_body
     return 0;
 }
 
+enum {
+    CH_SIZE,    /* hex digits of a chunk size */
+    CH_EXT,     /* a chunk extension, up to CR */
+    CH_SIZE_LF, /* the LF of a size line */
+    CH_DATA,    /* left bytes of data */
+    CH_DATA_CR, /* the CRLF after a chunk's data */
+    CH_DATA_LF,
+    CH_TRAILER0, /* the start of a trailer line (or of the final empty line) */
+    CH_TRAILER,  /* a trailer field, up to CR */
+    CH_TRAILER_LF,
+    CH_END_LF, /* the LF of the final empty line */
+    CH_DONE,
+};
+
+#define CHUNK_LINE_MAX 4096
+
+static int hex_digit(char ch)
+{
+    if (ch >= '0' && ch <= '9')
+        return ch - '0';
+    if (ch >= 'a' && ch <= 'f')
+        return ch - 'a' + 10;
+    if (ch >= 'A' && ch <= 'F')
+        return ch - 'A' + 10;
+    return -1;
+}
+
+int eph_http_chunked_decode(struct eph_http_chunked *c, char *buf, size_t n, size_t *out_len,
+                            size_t *used)
+{
+    size_t o = 0, i = 0;
+    *out_len = 0;
+    *used = 0;
+    while (i < n && c->state != CH_DONE) {
+        char ch = buf[i];
+        switch (c->state) {
+        case CH_SIZE: {
+            int d = hex_digit(ch);
+            if (d >= 0) {
+                /* left <= 2^53 before, so this cannot overflow. */
+                c->left = c->left * 16 + (uint64_t)d;
+                if (++c->count > 16 || c->left > (1ull << 53))
+                    return -EINVAL;
+                i++;
+                break;
+            }
+            if (c->count == 0 || (ch != ';' && ch != '\r'))
+                return -EINVAL;
+            c->state = ch == ';' ? CH_EXT : CH_SIZE_LF;
+            i++;
+            break;
+        }
+        case CH_EXT:
+            if (ch == '\n' || ++c->count > CHUNK_LINE_MAX)
+                return -EINVAL;
+            if (ch == '\r')
+                c->state = CH_SIZE_LF;
+            i++;
+            break;
+        case CH_SIZE_LF:
+            if (ch != '\n')
+                return -EINVAL;
+            i++;
+            c->count = 0;
+            c->state = c->left ? CH_DATA : CH_TRAILER0;
+            break;
+        case CH_DATA: {
+            size_t take = n - i < c->left ? n - i : (size_t)c->left;
+            memmove(buf + o, buf + i, take);
+            o += take;
+            i += take;
+            c->left -= take;
+            if (c->left == 0)
+                c->state = CH_DATA_CR;
+            break;
+        }
+        case CH_DATA_CR:
+            if (ch != '\r')
+                return -EINVAL;
+            c->state = CH_DATA_LF;
+            i++;
+            break;
+        case CH_TRAILER:
+            if (ch == '\n' || ++c->count > CHUNK_LINE_MAX)
+                return -EINVAL;
+            if (ch == '\r')
+                c->state = CH_TRAILER_LF;
+            i++;
+            break;
+        case CH_DATA_LF:
+            if (ch != '\n')
+                return -EINVAL;
+            c->state = CH_SIZE;
+            c->count = 0;
+            i++;
+            break;
+        case CH_TRAILER0:
+            c->count = 0;
+            c->state = ch == '\r' ? CH_END_LF : CH_TRAILER;
+            if (ch == '\n')
+                return -EINVAL;
+            if (ch != '\r')
+                c->count = 1;
+            i++;
+            break;
+        case CH_TRAILER_LF:
+        case CH_END_LF:
+            if (ch != '\n')
+                return -EINVAL;
+            c->state = c->state == CH_END_LF ? CH_DONE : CH_TRAILER0;
+            i++;
+            break;
+        }
+    }
+    *out_len = o;
+    *used = i;
+    return c->state == CH_DONE ? 1 : 0;
+}
+
 int eph_http_parse_authority(const char *s, size_t len, uint16_t default_port,
                              struct eph_http_authority *out)
 {

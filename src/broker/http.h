@@ -63,6 +63,23 @@ enum eph_http_body { EPH_HTTP_BODY_NONE, EPH_HTTP_BODY_LENGTH, EPH_HTTP_BODY_CHU
 int eph_http_request_body(const struct eph_http_request *req, enum eph_http_body *kind,
                           uint64_t *length) __attribute__((warn_unused_result));
 
+/* The state of a chunked body being decoded (RFC 9112 7.1); zero it to start. */
+struct eph_http_chunked {
+    int state;
+    uint64_t left;  /* data bytes left in the current chunk, or the size being read */
+    unsigned count; /* hex digits of the size line, or bytes of the current line */
+};
+
+/* Decodes n more bytes of a chunked body in place: the data bytes are moved to the start of buf
+ * and their number put in *out_len (the framing is dropped, so data never moves forward). Returns
+ * 0 when more input is needed, 1 when the body has ended (the last chunk and the trailer section
+ * are read; *used says how many of the n bytes belong to the body), or -EINVAL for a malformed
+ * body: a size that is not 1 to 16 hex digits or is over 2^53, a line not ended by CRLF, a chunk
+ * not followed by CRLF, a size line or trailer line longer than 4 KiB. Trailer fields are read and
+ * dropped. */
+int eph_http_chunked_decode(struct eph_http_chunked *c, char *buf, size_t n, size_t *out_len,
+                            size_t *used) __attribute__((warn_unused_result));
+
 /* An authority: host and port. */
 struct eph_http_authority {
     struct eph_host host;

@@ -22,6 +22,7 @@ enum {
 int eph_cli_run(int argc, char **argv);
 int eph_cli_watch(int argc, char **argv);
 int eph_cli_replay(int argc, char **argv);
+int eph_cli_transcript(int argc, char **argv);
 int eph_cli_get(int argc, char **argv);
 int eph_cli_list(int argc, char **argv);
 int eph_cli_cancel(int argc, char **argv);

@@ -11,9 +11,10 @@ static const struct {
     const char *name;
     int (*fn)(int argc, char **argv);
 } commands[] = {
-    {"run", eph_cli_run},         {"get", eph_cli_get},       {"list", eph_cli_list},
-    {"watch", eph_cli_watch},     {"replay", eph_cli_replay}, {"cancel", eph_cli_cancel},
-    {"balance", eph_cli_balance},
+    {"run", eph_cli_run},         {"get", eph_cli_get},
+    {"list", eph_cli_list},       {"watch", eph_cli_watch},
+    {"replay", eph_cli_replay},   {"cancel", eph_cli_cancel},
+    {"balance", eph_cli_balance}, {"transcript", eph_cli_transcript},
 };
 
 int main(int argc, char **argv)

@@ -22,6 +22,7 @@ enum opt_id {
     OPT_NO_SHELL,
     OPT_WEB,
     OPT_NO_WEB,
+    OPT_WEB_ALLOW,
     OPT_TIMEOUT,
     OPT_BUDGET,
     OPT_MAX_COST,
@@ -29,6 +30,7 @@ enum opt_id {
     OPT_FILE,
     OPT_CONNECTION,
     OPT_ZDR,
+    OPT_REPLAY_OF,
     OPT_IDEMPOTENCY_KEY,
     OPT_DETACH,
     OPT_JSON,
@@ -44,6 +46,7 @@ static const struct {
     {"--no-shell", false, OPT_NO_SHELL},
     {"--web", false, OPT_WEB},
     {"--no-web", false, OPT_NO_WEB},
+    {"--web-allow", true, OPT_WEB_ALLOW},
     {"--timeout", true, OPT_TIMEOUT},
     {"--budget", true, OPT_BUDGET},
     {"--max-cost-micros", true, OPT_MAX_COST},
@@ -51,6 +54,7 @@ static const struct {
     {"--file", true, OPT_FILE},
     {"--connection", true, OPT_CONNECTION},
     {"--zdr", false, OPT_ZDR},
+    {"--replay-of", true, OPT_REPLAY_OF},
     {"--idempotency-key", true, OPT_IDEMPOTENCY_KEY},
     {"--detach", false, OPT_DETACH},
     {"--json", false, OPT_JSON},
@@ -102,7 +106,8 @@ int eph_cli_run_parse(int argc, char **argv, struct eph_cli_run_opts *o, char *e
     /* Never more entries than arguments, so argc bounds both lists. */
     o->files = calloc((size_t)argc + 1, sizeof(*o->files));
     o->connections = calloc((size_t)argc + 1, sizeof(*o->connections));
-    if (!o->files || !o->connections)
+    o->web_allow = calloc((size_t)argc + 1, sizeof(*o->web_allow));
+    if (!o->files || !o->connections || !o->web_allow)
         return fail(err, errlen, -ENOMEM, "out of memory");
     bool budget_given = false, max_cost_given = false, positional_only = false;
 
@@ -199,8 +204,21 @@ int eph_cli_run_parse(int argc, char **argv, struct eph_cli_run_opts *o, char *e
                 return fail(err, errlen, -EINVAL, "--connection must not be empty");
             o->connections[o->nconnections++] = v;
             break;
+        case OPT_WEB_ALLOW:
+            if (!*v)
+                return fail(err, errlen, -EINVAL, "--web-allow needs a domain");
+            o->web_allow[o->nweb_allow++] = v;
+            break;
         case OPT_ZDR:
             o->zdr = true;
+            break;
+        case OPT_REPLAY_OF:
+            if (!eph_id_is_run(v))
+                return fail(err, errlen, -EINVAL,
+                            "--replay-of needs a run id (run_ and 32 lowercase hex digits), not "
+                            "'%.40s'",
+                            v);
+            o->replay_of = v;
             break;
         case OPT_IDEMPOTENCY_KEY:
             if (!key_ok(v))
@@ -228,8 +246,10 @@ void eph_cli_run_opts_release(struct eph_cli_run_opts *o)
 {
     free(o->files);
     free(o->connections);
+    free(o->web_allow);
     o->files = NULL;
     o->connections = NULL;
+    o->web_allow = NULL;
 }
 
 bool eph_cli_file_path_ok(const char *path)
@@ -382,6 +402,20 @@ static int read_file_arg(const char *arg, size_t *total, json_t **out, char *err
     return 0;
 }
 
+/* A JSON array of the strings, or NULL when one is not UTF-8 (or out of memory). */
+static json_t *strings_array(const char *const *v, size_t n)
+{
+    json_t *a = json_array();
+    for (size_t i = 0; a && i < n; i++) {
+        json_t *s = json_string(v[i]);
+        if (!s || json_array_append_new(a, s)) {
+            json_decref(a);
+            a = NULL;
+        }
+    }
+    return a;
+}
+
 static int set(json_t *body, const char *key, json_t *value, char *err, size_t errlen)
 {
     if (!value || json_object_set_new(body, key, value))
@@ -407,7 +441,11 @@ int eph_cli_run_body(const struct eph_cli_run_opts *o, FILE *stdin_f, json_t **o
         rc = set(body, "prompt", json_string(o->prompt), err, errlen);
     if (!rc && o->shell >= 0)
         rc = set(body, "shell", json_boolean(o->shell), err, errlen);
-    if (!rc && o->web >= 0)
+    if (!rc && o->nweb_allow && o->web != 0)
+        rc = set(body, "web",
+                 json_pack("{s:o}", "allow", strings_array(o->web_allow, o->nweb_allow)), err,
+                 errlen);
+    else if (!rc && o->web >= 0)
         rc = set(body, "web", json_boolean(o->web), err, errlen);
     if (!rc && o->timeout_seconds > 0)
         rc = set(body, "timeout_seconds", json_integer(o->timeout_seconds), err, errlen);
@@ -417,17 +455,10 @@ int eph_cli_run_body(const struct eph_cli_run_opts *o, FILE *stdin_f, json_t **o
         rc = set(body, "model", json_string(o->model), err, errlen);
     if (!rc && o->zdr)
         rc = set(body, "zero_data_retention", json_true(), err, errlen);
-    if (!rc && o->nconnections) {
-        json_t *a = json_array();
-        for (size_t i = 0; a && i < o->nconnections; i++) {
-            json_t *s = json_string(o->connections[i]);
-            if (!s || json_array_append_new(a, s)) {
-                json_decref(a);
-                a = NULL;
-            }
-        }
-        rc = set(body, "connections", a, err, errlen);
-    }
+    if (!rc && o->replay_of)
+        rc = set(body, "replay_of", json_string(o->replay_of), err, errlen);
+    if (!rc && o->nconnections)
+        rc = set(body, "connections", strings_array(o->connections, o->nconnections), err, errlen);
     if (!rc && o->nfiles) {
         json_t *a = json_array();
         if (!a)
@@ -456,8 +487,9 @@ int eph_cli_run_body(const struct eph_cli_run_opts *o, FILE *stdin_f, json_t **o
             rc = set(body, "files", a, err, errlen);
     }
     if (!rc) {
+        /* A replay's prompt is the original's. */
         const char *prompt = json_string_value(json_object_get(body, "prompt"));
-        if (!prompt || !*prompt)
+        if ((!prompt || !*prompt) && !json_object_get(body, "replay_of"))
             rc = fail(err, errlen, -EINVAL,
                       "a prompt is required: give --prompt TEXT or a request file with one");
         else if (!json_object_get(body, "max_cost_micros"))

@@ -35,7 +35,10 @@ struct eph_cli_run_opts {
     size_t nfiles;
     const char **connections;
     size_t nconnections;
+    const char **web_allow; /* --web-allow DOMAIN, in order: web limited to these */
+    size_t nweb_allow;
     bool zdr;
+    const char *replay_of; /* --replay-of RUN */
     const char *idempotency_key;
     bool detach;
     bool json;

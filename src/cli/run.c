@@ -531,6 +531,40 @@ static int fetch_all_events(struct eph_cli_http *h, const char *id, json_t **out
     return 0;
 }
 
+/* A run that is itself a replay: what it replayed, and each divergence from the original. */
+static void show_divergences(const json_t *run, const json_t *events)
+{
+    json_t *rp = json_object_get(run, "replay");
+    const char *of = json_string_value(json_object_get(rp, "of"));
+    if (!of)
+        return;
+    json_int_t n = json_integer_value(json_object_get(rp, "divergences"));
+    fputs("\nReplay of ", stdout);
+    eph_cli_render_text(stdout, of, false, 64);
+    printf(": %lld %s\n", (long long)n, n == 1 ? "divergence" : "divergences");
+    size_t i;
+    json_t *ev;
+    json_array_foreach(events, i, ev)
+    {
+        if (strcmp(json_string_value(json_object_get(ev, "type")) ?: "", "replay.divergence"))
+            continue;
+        json_t *d = json_object_get(ev, "data");
+        const char *orig = json_string_value(json_object_get(d, "original"));
+        const char *now = json_string_value(json_object_get(d, "replayed"));
+        fputs("  ", stdout);
+        eph_cli_render_text(stdout, json_string_value(json_object_get(ev, "message")) ?: "", false,
+                            200);
+        fputs(" · call ", stdout);
+        eph_cli_render_text(stdout, json_string_value(json_object_get(d, "call_id")) ?: "?", false,
+                            64);
+        fputs("\n    was: ", stdout);
+        eph_cli_render_text(stdout, orig ? orig : "", false, 300);
+        fputs("\n    now: ", stdout);
+        eph_cli_render_text(stdout, now ? now : "", false, 300);
+        fputc('\n', stdout);
+    }
+}
+
 int eph_cli_replay(int argc, char **argv)
 {
     int code = EPH_CLI_EXIT_ERROR;
@@ -564,10 +598,48 @@ int eph_cli_replay(int argc, char **argv)
             }
         }
         eph_cli_render_result(&r, run);
+        show_divergences(run, events);
         code = EPH_CLI_EXIT_OK;
     }
     json_decref(run);
     json_decref(events);
+    eph_cli_http_release(&h);
+    return code;
+}
+
+static int write_chunk(void *arg, const char *data, size_t n)
+{
+    (void)arg;
+    return fwrite(data, 1, n, stdout) == n ? 0 : -EIO;
+}
+
+int eph_cli_transcript(int argc, char **argv)
+{
+    int code = EPH_CLI_EXIT_ERROR;
+    const char *id = single_run_id(argc, argv, &code);
+    if (!id)
+        return code;
+    struct eph_cli_http h;
+    if (eph_cli_http_init(&h))
+        return EPH_CLI_EXIT_ERROR;
+    char path[96];
+    snprintf(path, sizeof(path), "/v1/runs/%s/transcript", id);
+    /* The record as the server gives it, line by line: JSON, so nothing in it can drive the
+     * terminal; written as it comes, so a long run needs no memory. */
+    struct eph_cli_stream st = {.path = path,
+                                .content_type = "application/x-ndjson",
+                                .idle_timeout_s = EPH_CLI_REQUEST_TIMEOUT_S,
+                                .on_chunk = write_chunk};
+    struct eph_cli_response resp;
+    eph_cli_response_init(&resp);
+    int rc = eph_cli_http_stream(&h, &st, &resp);
+    if (rc == 0 && resp.status == 200 && resp.streamed)
+        code = EPH_CLI_EXIT_OK;
+    else if (rc == -EIO && resp.streamed)
+        fputs("ephemeral: cannot write the transcript\n", stderr);
+    else
+        eph_cli_http_report(&h, &resp, rc ? rc : (resp.status == 200 ? -EPROTO : 0));
+    eph_cli_response_release(&resp);
     eph_cli_http_release(&h);
     return code;
 }

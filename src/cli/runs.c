@@ -118,7 +118,15 @@ static void print_run(const json_t *run, bool color)
     json_t *p = json_object_get(run, "permissions");
     if (json_is_object(p)) {
         field("Shell", on_off(p, "shell"));
-        field("Web", on_off(p, "web"));
+        json_t *allow = json_object_get(json_object_get(p, "web"), "allow");
+        if (json_is_array(allow)) {
+            char list[512];
+            names(allow, list, sizeof(list));
+            snprintf(buf, sizeof(buf), "on, only %s", list);
+            field("Web", buf);
+        } else {
+            field("Web", on_off(p, "web"));
+        }
         names(json_object_get(p, "connections"), buf, sizeof(buf));
         field("Connections", buf);
         names(json_object_get(p, "files"), buf, sizeof(buf));

@@ -18,12 +18,14 @@ static const struct {
     {"run",
      "ephemeral run [request.json|-] [--prompt TEXT] [--shell|--no-shell] [--web|--no-web]\n"
      "              [--timeout SECONDS] [--budget DOLLARS | --max-cost-micros N] [--model ID]\n"
-     "              [--file LOCAL[:PATH]]... [--connection NAME]... [--zdr]\n"
-     "              [--idempotency-key KEY] [--detach] [--json]\n"},
+     "              [--file LOCAL[:PATH]]... [--connection NAME]... [--web-allow DOMAIN]...\n"
+     "              [--zdr]\n"
+     "              [--idempotency-key KEY] [--replay-of RUN_ID] [--detach] [--json]\n"},
     {"get", "ephemeral get RUN_ID [--json]\n"},
     {"list", "ephemeral list [--limit N] [--status S] [--json]\n"},
     {"watch", "ephemeral watch RUN_ID\n"},
     {"replay", "ephemeral replay RUN_ID\n"},
+    {"transcript", "ephemeral transcript RUN_ID > run.jsonl\n"},
     {"cancel", "ephemeral cancel RUN_ID\n"},
     {"balance", "ephemeral balance [--json]\n"},
 };

@@ -88,6 +88,7 @@ struct eph_config {
         uint64_t max_response_bytes;      /* 50 MiB */
         unsigned request_timeout_seconds; /* 60 */
         unsigned max_tunnels_per_run;     /* 16 */
+        uint64_t record_body_max_bytes;   /* 256 KiB of each body kept in the record */
     } broker;
     char *default_model;
     struct eph_model_config *models;

@@ -69,6 +69,7 @@ int eph_config_defaults(struct eph_config *cfg)
     cfg->broker.max_response_bytes = 50u << 20;
     cfg->broker.request_timeout_seconds = 60;
     cfg->broker.max_tunnels_per_run = 16;
+    cfg->broker.record_body_max_bytes = 256u << 10;
     cfg->default_model = strdup("openai/gpt-6-luna");
     cfg->models = calloc(1, sizeof(*cfg->models));
     if (!cfg->listen || !cfg->db || !cfg->log_format || !cfg->log_level || !cfg->sandbox.backend ||
@@ -192,6 +193,7 @@ static const struct key broker_keys[] = {
     KL("max_response_bytes", broker.max_response_bytes, 1ull << 40),
     KU("request_timeout_seconds", broker.request_timeout_seconds, 86400),
     KU("max_tunnels_per_run", broker.max_tunnels_per_run, 64),
+    KL("record_body_max_bytes", broker.record_body_max_bytes, 16u << 20),
     {NULL, K_STR, 0, 0},
 };
 

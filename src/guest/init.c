@@ -45,7 +45,7 @@
 #define DEFAULT_PATH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 static uint8_t rx_payload[EPH_PROTO_MAX_PAYLOAD];
-static uint8_t rx_raw[EPH_PROTO_CHUNK];
+static uint8_t rx_raw[4 * EPH_PROTO_CHUNK]; /* several tunnel frames per read */
 static uint8_t tx[EPH_PROTO_HEADER_SIZE + EPH_PROTO_CHUNK + 64];
 static uint8_t tx_small[EPH_PROTO_HEADER_SIZE + EPH_PROTO_MAX_ERROR_MSG + 64];
 static struct eph_proto_decoder dec;

@@ -59,6 +59,9 @@ static void on_event(void *arg, const struct eph_broker_event *ev)
         json_object_set_new(data, "connection", json_string(ev->connection));
     if (ev->denied)
         json_object_set_new(data, "denied", json_string(ev->denied));
+    /* The record a replay answers from (the broker builds none with zero data retention). */
+    if (ev->exchange)
+        json_object_set(data, "exchange", ev->exchange);
     char bytes[32];
     eph_format_thousands(ev->bytes_down, bytes);
     if (ev->connection)
@@ -84,21 +87,29 @@ struct loaded {
     struct eph_broker_conn *conns;
     size_t n;
     struct eph_connection *rows;
-    json_t **creds; /* the unsealed name -> value objects */
-    const char ***hnames, ***hvalues, ***methods, ***prefixes;
+    json_t **creds; /* the unsealed credentials */
+    const char ***hnames, ***hvalues, ***qnames, ***qvalues, ***methods, ***prefixes;
 };
+
+/* Wipes every string value of an unsealed credential object, nested objects included. */
+static void wipe_values(json_t *o)
+{
+    const char *k;
+    json_t *v;
+    json_object_foreach(o, k, v)
+    {
+        if (json_is_string(v))
+            sodium_memzero((char *)json_string_value(v), json_string_length(v));
+        else if (json_is_object(v))
+            wipe_values(v);
+    }
+}
 
 static void loaded_release(struct loaded *l)
 {
     for (size_t i = 0; i < l->n; i++) {
         if (l->creds && l->creds[i]) {
-            const char *k;
-            json_t *v;
-            json_object_foreach(l->creds[i], k, v)
-            {
-                if (json_is_string(v))
-                    sodium_memzero((char *)json_string_value(v), json_string_length(v));
-            }
+            wipe_values(l->creds[i]);
             json_decref(l->creds[i]);
         }
         if (l->rows)
@@ -107,6 +118,10 @@ static void loaded_release(struct loaded *l)
             free(l->hnames[i]);
         if (l->hvalues)
             free(l->hvalues[i]);
+        if (l->qnames)
+            free(l->qnames[i]);
+        if (l->qvalues)
+            free(l->qvalues[i]);
         if (l->methods)
             free(l->methods[i]);
         if (l->prefixes)
@@ -117,6 +132,8 @@ static void loaded_release(struct loaded *l)
     free(l->creds);
     free(l->hnames);
     free(l->hvalues);
+    free(l->qnames);
+    free(l->qvalues);
     free(l->methods);
     free(l->prefixes);
     memset(l, 0, sizeof(*l));
@@ -133,6 +150,28 @@ static const char **strings_of(json_t *arr, size_t *n)
     return v;
 }
 
+/* The string members of o (may be NULL) as two vectors borrowing from it. */
+static int string_pairs(json_t *o, const char ***names, const char ***values, size_t *n)
+{
+    size_t max = json_is_object(o) ? json_object_size(o) : 0;
+    *n = 0;
+    *names = calloc(max + 1, sizeof(char *));
+    *values = calloc(max + 1, sizeof(char *));
+    if (!*names || !*values)
+        return -ENOMEM;
+    const char *k;
+    json_t *v;
+    json_object_foreach(o, k, v)
+    {
+        if (!json_is_string(v))
+            continue;
+        (*names)[*n] = k;
+        (*values)[*n] = json_string_value(v);
+        (*n)++;
+    }
+    return 0;
+}
+
 static int load_connections(struct eph_service *svc, const struct eph_run *r, struct loaded *l,
                             char *err, size_t errlen)
 {
@@ -145,10 +184,12 @@ static int load_connections(struct eph_service *svc, const struct eph_run *r, st
     l->creds = calloc(n, sizeof(*l->creds));
     l->hnames = calloc(n, sizeof(*l->hnames));
     l->hvalues = calloc(n, sizeof(*l->hvalues));
+    l->qnames = calloc(n, sizeof(*l->qnames));
+    l->qvalues = calloc(n, sizeof(*l->qvalues));
     l->methods = calloc(n, sizeof(*l->methods));
     l->prefixes = calloc(n, sizeof(*l->prefixes));
-    if (!l->conns || !l->rows || !l->creds || !l->hnames || !l->hvalues || !l->methods ||
-        !l->prefixes)
+    if (!l->conns || !l->rows || !l->creds || !l->hnames || !l->hvalues || !l->qnames ||
+        !l->qvalues || !l->methods || !l->prefixes)
         return -ENOMEM;
     struct eph_secret key;
     int rc = eph_secret_load(svc->cfg->secret_key_file, false, &key, err, errlen);
@@ -177,24 +218,16 @@ static int load_connections(struct eph_service *svc, const struct eph_run *r, st
             rc = -EINVAL;
             break;
         }
-        size_t nh = json_object_size(l->creds[i]), k = 0;
-        l->hnames[i] = calloc(nh + 1, sizeof(char *));
-        l->hvalues[i] = calloc(nh + 1, sizeof(char *));
-        if (!l->hnames[i] || !l->hvalues[i]) {
-            rc = -ENOMEM;
-            break;
-        }
-        const char *hn;
-        json_t *hv;
-        json_object_foreach(l->creds[i], hn, hv)
-        {
-            if (!json_is_string(hv))
-                continue;
-            l->hnames[i][k] = hn;
-            l->hvalues[i][k] = json_string_value(hv);
-            k++;
-        }
+        /* {"headers": {...}, "query": {...}}, or a connection made before query parameters:
+         * the headers object alone (its values are all strings). */
+        json_t *hs = json_object_get(l->creds[i], "headers");
+        json_t *qs = json_object_get(l->creds[i], "query");
+        if (!json_is_object(hs) && !json_is_object(qs))
+            hs = l->creds[i], qs = NULL;
         struct eph_broker_conn *c = &l->conns[i];
+        if ((rc = string_pairs(hs, &l->hnames[i], &l->hvalues[i], &c->nheaders)) ||
+            (rc = string_pairs(qs, &l->qnames[i], &l->qvalues[i], &c->nquery)))
+            break;
         c->name = l->rows[i].name;
         c->base_url = l->rows[i].base_url;
         l->methods[i] = strings_of(l->rows[i].methods, &c->nmethods);
@@ -207,7 +240,8 @@ static int load_connections(struct eph_service *svc, const struct eph_run *r, st
         c->prefixes = l->prefixes[i];
         c->header_names = l->hnames[i];
         c->header_values = l->hvalues[i];
-        c->nheaders = k;
+        c->query_names = l->qnames[i];
+        c->query_values = l->qvalues[i];
     }
     eph_secret_clear(&key);
     return rc;
@@ -239,6 +273,7 @@ int eph_egress_start(struct eph_service *svc, struct eph_run *r, struct eph_live
     s.max_tunnels_per_run = cfg->broker.max_tunnels_per_run;
     s.micros_per_request = cfg->prices.web_micros_per_request;
     s.micros_per_mib = cfg->prices.web_micros_per_mib;
+    s.record_body_max_bytes = cfg->broker.record_body_max_bytes;
 
     struct eph_egress *e = calloc(1, sizeof(*e));
     if (!e)
@@ -248,8 +283,15 @@ int eph_egress_start(struct eph_service *svc, struct eph_run *r, struct eph_live
     e->zdr = r->zdr;
     struct loaded l;
     int rc = load_connections(svc, r, &l, err, errlen);
+    size_t nallow = 0;
+    const char **allow = r->web_allow ? strings_of(r->web_allow, &nallow) : NULL;
+    if (!rc && r->web_allow && !allow)
+        rc = -ENOMEM;
     if (!rc) {
         struct eph_broker_run run = {.web = r->web,
+                                     .record = !r->zdr,
+                                     .web_allow = allow,
+                                     .nweb_allow = nallow,
                                      .conns = l.conns,
                                      .nconns = l.n,
                                      .budget = budget,
@@ -260,6 +302,7 @@ int eph_egress_start(struct eph_service *svc, struct eph_run *r, struct eph_live
             snprintf(err, errlen, "the broker could not start: %s", strerror(-rc));
     }
     loaded_release(&l);
+    free(allow);
     if (!rc) {
         struct eph_sandbox_tunnel t = {.port = EPH_BROKER_PORT,
                                        .max_streams = s.max_tunnels_per_run,

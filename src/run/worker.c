@@ -34,6 +34,7 @@
 #include "ledger/settle.h"
 #include "run/egress.h"
 #include "run/live.h"
+#include "run/replay_run.h"
 #include "run/service.h"
 #include "sandbox/pool.h"
 
@@ -309,7 +310,8 @@ struct job {
      * timeline, stored; and the run's cancel flag. */
     struct eph_sink sink;
     struct eph_cancel cancel;
-    struct eph_agent_usage usage; /* the agent's counts, copied into r on progress */
+    struct eph_agent_usage usage;  /* the agent's counts, copied into r on progress */
+    struct eph_replay_run *replay; /* a replay: the original's record (replay_run.h), or NULL */
 };
 
 /* The sink of a run: an event is numbered under the run's emit lock and stored outside the
@@ -432,6 +434,16 @@ static int step_prompt(struct job *j)
         fail_cancelled(j->svc, r, "before the run started");
         return -ECANCELED;
     }
+    if (r->replay_of) {
+        /* A replay answers from the original's record, not from its model. */
+        char why[256];
+        if (eph_replay_run_open(j->svc, r, j->live, &j->replay, why, sizeof(why))) {
+            fail_run(r, EPH_RUN_FAILED, "replay_error", why);
+            return -ENOENT;
+        }
+        j->mcfg = eph_replay_run_config(j->replay);
+        j->model = eph_replay_run_model(j->replay);
+    }
     if (!j->mcfg || !j->model) {
         fail_run(r, EPH_RUN_FAILED, "model_unavailable", "the run's model is not configured");
         return -ENOENT;
@@ -527,6 +539,13 @@ static int step_files(struct job *j)
         fail_run(r, EPH_RUN_FAILED, "broker_error", err);
         return rc;
     }
+    if (j->replay && eph_egress_broker(j->egress) &&
+        eph_broker_set_replay(eph_egress_broker(j->egress), eph_replay_run_exchanges(j->replay))) {
+        /* A replay's broker answers from the record only: nothing leaves the machine. */
+        fail_run(r, EPH_RUN_FAILED, "replay_error",
+                 "the recorded exchanges could not be given to the broker");
+        return -EIO;
+    }
     return 0;
 }
 
@@ -544,6 +563,7 @@ static int step_agent(struct job *j)
         .cancel = j->cancel,
         .run_id = r->id,
         .prompt = r->prompt,
+        .recording = json_string_value(json_object_get(r->metadata, "transcript")),
         .shell = r->shell,
         .web = r->web,
         .zdr = r->zdr,
@@ -625,6 +645,7 @@ void eph_worker_run(struct eph_service *svc, const char *run_id)
         step_destroy(&j);
         step_settle(&j);
     }
+    eph_replay_run_free(j.replay);
     if (j.loaded)
         eph_run_release(&j.r);
     eph_live_put(j.live);

@@ -7,10 +7,9 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <stdlib.h>
-#include <signal.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/clock.h"
@@ -24,57 +23,119 @@
 #define DEFAULT_TIMEOUT_MS 60000u
 #define MAX_TIMEOUT_MS (24u * 3600u * 1000u)
 
+/* A frame from the guest, queued for the caller. */
+struct eph_guest_frame {
+    struct eph_guest_frame *next;
+    struct eph_proto_header hdr;
+    uint8_t payload[];
+};
+
+/* While this many payload bytes wait for the caller, the channel is not read: what a slow caller
+ * makes the host hold is bounded by this plus one frame. */
+#define QUEUE_MAX ((size_t)EPH_PROTO_MAX_PAYLOAD)
+
+static void *channel_main(void *arg);
+
+static void wake(struct eph_guest_client *c)
+{
+    static const char one = 1;
+    if (c->wake[1] >= 0 && write(c->wake[1], &one, 1) < 0) {
+        /* EAGAIN: the pipe is full, the thread will wake anyway. */
+    }
+}
+
 int eph_guest_client_init(struct eph_guest_client *c, int fd)
 {
     memset(c, 0, sizeof(*c));
     c->fd = fd;
     c->next_id = 1;
+    c->wake[0] = c->wake[1] = -1;
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&c->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    /* One request at a time, each at most one frame; room for a second in case the guest answers
+     * before it has read the whole of the first. */
+    eph_buf_init(&c->requests, 2u * (EPH_PROTO_HEADER_SIZE + EPH_PROTO_MAX_PAYLOAD));
     c->rx_payload = malloc(EPH_PROTO_MAX_PAYLOAD);
     c->tx = malloc(EPH_PROTO_HEADER_SIZE + EPH_PROTO_MAX_PAYLOAD);
     if (!c->rx_payload || !c->tx) {
-        free(c->rx_payload);
-        free(c->tx);
-        c->rx_payload = c->tx = NULL;
         c->broken = -ENOMEM;
         return -ENOMEM;
+    }
+    if (pipe2(c->wake, O_CLOEXEC | O_NONBLOCK) != 0) {
+        c->broken = -errno;
+        return c->broken;
     }
     int fl = fcntl(fd, F_GETFL);
     if (fl >= 0)
         (void)fcntl(fd, F_SETFL, fl | O_NONBLOCK);
     eph_proto_decoder_init(&c->dec, EPH_PROTO_FROM_GUEST, c->rx_payload, EPH_PROTO_MAX_PAYLOAD);
+    int rc = pthread_create(&c->thread, NULL, channel_main, c);
+    if (rc) {
+        c->broken = -rc;
+        return -rc;
+    }
+    c->running = true;
     return 0;
 }
 
 void eph_guest_client_release(struct eph_guest_client *c)
 {
+    if (c->running) {
+        pthread_mutex_lock(&c->mu);
+        c->stop = true;
+        pthread_mutex_unlock(&c->mu);
+        wake(c);
+        pthread_join(c->thread, NULL);
+        c->running = false;
+    }
     if (c->fd >= 0)
         close(c->fd);
     c->fd = -1;
+    for (int i = 0; i < 2; i++)
+        if (c->wake[i] >= 0)
+            close(c->wake[i]);
+    c->wake[0] = c->wake[1] = -1;
     free(c->rx_payload);
     free(c->tx);
     c->rx_payload = c->tx = NULL;
+    free(c->cur);
+    c->cur = NULL;
+    while (c->head) {
+        struct eph_guest_frame *n = c->head->next;
+        free(c->head);
+        c->head = n;
+    }
+    c->tail = NULL;
+    eph_buf_release(&c->requests);
     eph_guest_tunnel_free(c->tunnel);
     c->tunnel = NULL;
     if (!c->broken)
         c->broken = -EPIPE;
+    pthread_cond_destroy(&c->cv);
+    pthread_mutex_destroy(&c->mu);
 }
 
+int eph_guest_client_broken(struct eph_guest_client *c)
+{
+    pthread_mutex_lock(&c->mu);
+    int rc = c->broken;
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+/* Call with mu. */
 static int fail(struct eph_guest_client *c, int rc)
 {
     if (!c->broken) {
         c->broken = rc;
         EPH_DEBUG(COMPONENT, "channel broken: %s", strerror(-rc));
+        pthread_cond_broadcast(&c->cv);
     }
     return rc;
-}
-
-static int remaining_ms(uint64_t deadline_ns)
-{
-    uint64_t now = eph_clock_mono_ns();
-    if (now >= deadline_ns)
-        return 0;
-    uint64_t ms = (deadline_ns - now + 999999u) / 1000000u;
-    return ms > 60000u ? 60000 : (int)ms;
 }
 
 static bool is_tunnel_type(uint8_t type)
@@ -83,31 +144,43 @@ static bool is_tunnel_type(uint8_t type)
            type == EPH_PROTO_TUNNEL_WINDOW || type == EPH_PROTO_TUNNEL_CLOSE;
 }
 
-/* Decodes what was read. Tunnel frames go to the tunnel; the first other frame is returned
- * (1), or kept in the stash when stash is set (then 1 too). 0 when everything read is used. */
-static int decode_some(struct eph_guest_client *c, bool stash, struct eph_proto_frame *f)
+/* ---- the channel thread (everything here runs with mu held, but poll) ---------------------- */
+
+/* Decodes what was read while the queue has room: tunnel frames go to the tunnel, the others to
+ * the queue. */
+static int decode_some(struct eph_guest_client *c)
 {
-    while (c->rpos < c->rlen) {
+    while (c->rpos < c->rlen && c->queued < QUEUE_MAX) {
+        struct eph_proto_frame f;
         size_t used = 0;
-        int rc = eph_proto_decode(&c->dec, c->rbuf + c->rpos, c->rlen - c->rpos, &used, f);
+        int rc = eph_proto_decode(&c->dec, c->rbuf + c->rpos, c->rlen - c->rpos, &used, &f);
         c->rpos += used;
         if (rc < 0)
             return fail(c, rc);
         if (rc == 0)
             continue;
-        if (is_tunnel_type(f->hdr.type)) {
+        if (is_tunnel_type(f.hdr.type)) {
             if (!c->tunnel)
                 return fail(c, -EPROTO);
-            rc = eph_guest_tunnel_frame(c->tunnel, f);
+            rc = eph_guest_tunnel_frame(c->tunnel, &f);
             if (rc)
                 return fail(c, rc);
             continue;
         }
-        if (stash) {
-            c->stash = *f;
-            c->stashed = true;
-        }
-        return 1;
+        struct eph_guest_frame *q = malloc(sizeof(*q) + f.hdr.length);
+        if (!q)
+            return fail(c, -ENOMEM);
+        q->next = NULL;
+        q->hdr = f.hdr;
+        if (f.hdr.length)
+            memcpy(q->payload, f.payload, f.hdr.length);
+        if (c->tail)
+            c->tail->next = q;
+        else
+            c->head = q;
+        c->tail = q;
+        c->queued += f.hdr.length + sizeof(*q);
+        pthread_cond_broadcast(&c->cv);
     }
     return 0;
 }
@@ -130,11 +203,29 @@ static int read_some(struct eph_guest_client *c)
     return 0;
 }
 
-/* Writes what it can of the tunnel's queue without blocking. */
+/* What to write next: the buffer being written, or the next non-empty one. Both hold whole
+ * frames only, and one is written to its end before the other starts: tunnel frames never split
+ * a request frame, nor the other way round. */
+static struct eph_buf *out_buf(struct eph_guest_client *c)
+{
+    if (c->out_src == 0) {
+        if (c->requests.len)
+            c->out_src = 1;
+        else if (c->tunnel && eph_guest_tunnel_out(c->tunnel)->len)
+            c->out_src = 2;
+        else
+            return NULL;
+        c->out_off = 0;
+    }
+    return c->out_src == 1 ? &c->requests : eph_guest_tunnel_out(c->tunnel);
+}
+
+/* Writes what it can without blocking. */
 static int write_out(struct eph_guest_client *c)
 {
-    struct eph_buf *q = eph_guest_tunnel_out(c->tunnel);
-    while (c->out_off < q->len) {
+    struct eph_buf *q;
+    while ((q = out_buf(c))) {
+        /* MSG_NOSIGNAL: a dead guest must be an error here, not a SIGPIPE for the whole server. */
         ssize_t w =
             send(c->fd, q->data + c->out_off, q->len - c->out_off, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (w < 0 && errno == ENOTSOCK)
@@ -142,144 +233,153 @@ static int write_out(struct eph_guest_client *c)
         if (w < 0 && errno == EINTR)
             continue;
         if (w < 0 && errno == EAGAIN)
-            break;
+            return 0;
         if (w < 0)
             return fail(c, errno == EPIPE || errno == ECONNRESET ? -EPIPE : -errno);
         c->out_off += (size_t)w;
-    }
-    if (c->out_off == q->len) {
-        eph_buf_reset(q);
-        c->out_off = 0;
+        if (c->out_off == q->len) {
+            eph_buf_reset(q);
+            c->out_src = 0;
+            c->out_off = 0;
+        }
     }
     return 0;
 }
 
-static bool out_pending(const struct eph_guest_client *c)
+static void *channel_main(void *arg)
 {
-    return c->tunnel && c->out_off < eph_guest_tunnel_out(c->tunnel)->len;
+    struct eph_guest_client *c = arg;
+    struct pollfd pfd[2 + EPH_GUEST_TUNNEL_MAX_STREAMS];
+    pthread_mutex_lock(&c->mu);
+    while (!c->stop) {
+        /* A broken channel is out of step: nothing more is read or relayed. */
+        if (!c->broken)
+            (void)decode_some(c);
+        bool may_read = !c->broken && c->rpos >= c->rlen && c->queued < QUEUE_MAX;
+        bool may_write = !c->broken && out_buf(c) != NULL;
+        pfd[0] = (struct pollfd){
+            .fd = c->fd, .events = (short)((may_read ? POLLIN : 0) | (may_write ? POLLOUT : 0))};
+        pfd[1] = (struct pollfd){.fd = c->wake[0], .events = POLLIN};
+        struct eph_guest_tunnel *t = c->broken ? NULL : c->tunnel;
+        size_t nt = t ? eph_guest_tunnel_pollfds(t, pfd + 2, EPH_GUEST_TUNNEL_MAX_STREAMS) : 0;
+        pthread_mutex_unlock(&c->mu);
+        int n = poll(pfd, 2 + nt, -1);
+        pthread_mutex_lock(&c->mu);
+        if (n < 0) {
+            if (errno != EINTR)
+                (void)fail(c, -errno);
+            continue;
+        }
+        if (pfd[1].revents & POLLIN) {
+            char drain[64];
+            while (read(c->wake[0], drain, sizeof(drain)) > 0)
+                ;
+        }
+        if (c->stop || c->broken)
+            continue;
+        if (may_write && (pfd[0].revents & (POLLOUT | POLLERR | POLLHUP)) && write_out(c))
+            continue;
+        if (may_read && (pfd[0].revents & (POLLIN | POLLHUP | POLLERR)) && read_some(c))
+            continue;
+        /* The tunnel may have been detached meanwhile (a listen that failed). */
+        if (nt && t == c->tunnel)
+            eph_guest_tunnel_service(t, pfd + 2, nt);
+    }
+    pthread_mutex_unlock(&c->mu);
+    return NULL;
 }
 
-/* One round of waiting on the channel (and the tunnel's streams): reads when there is room to
- * (nothing undecoded, nothing stashed), writes the tunnel's queue when want_queue, serves the
- * streams. want_out: the caller waits to write a request (POLLOUT on the channel). */
-static int wait_round(struct eph_guest_client *c, uint64_t deadline_ns, bool want_out,
-                      bool want_queue, bool *writable)
+/* The caller found the stream out of step: nothing queued can be trusted any more, and its error
+ * (met earlier in the stream than one the thread may have met since) is the one that sticks. Call
+ * with mu. */
+static int fail_caller(struct eph_guest_client *c, int rc)
 {
-    struct pollfd pfd[1 + EPH_GUEST_TUNNEL_MAX_STREAMS];
-    int ms = remaining_ms(deadline_ns);
-    if (ms == 0)
-        return fail(c, -ETIMEDOUT);
-    bool may_read = !c->stashed && c->rpos >= c->rlen;
-    pfd[0] = (struct pollfd){
-        .fd = c->fd,
-        .events = (short)((may_read ? POLLIN : 0) |
-                          (want_out || (want_queue && out_pending(c)) ? POLLOUT : 0))};
-    size_t nt =
-        c->tunnel ? eph_guest_tunnel_pollfds(c->tunnel, pfd + 1, EPH_GUEST_TUNNEL_MAX_STREAMS) : 0;
-    int n = poll(pfd, 1 + nt, ms);
-    if (n < 0 && errno != EINTR)
-        return fail(c, -errno);
-    if (n <= 0)
-        return 0;
-    if (writable)
-        *writable = (pfd[0].revents & (POLLOUT | POLLERR | POLLHUP)) != 0;
-    if (want_queue && (pfd[0].revents & POLLOUT)) {
-        int rc = write_out(c);
-        if (rc)
-            return rc;
+    if (!c->caller_broke) {
+        c->caller_broke = true;
+        c->broken = 0;
+        (void)fail(c, rc);
     }
-    if (may_read && (pfd[0].revents & (POLLIN | POLLHUP | POLLERR))) {
-        int rc = read_some(c);
-        if (rc)
-            return rc;
-    }
-    if (nt)
-        eph_guest_tunnel_service(c->tunnel, pfd + 1, nt);
-    return 0;
+    return c->broken;
 }
 
+static int locked_fail(struct eph_guest_client *c, int rc)
+{
+    pthread_mutex_lock(&c->mu);
+    rc = fail_caller(c, rc);
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+/* Whether a call may start: an error the channel thread met is the caller's only once it has
+ * taken the frames that came before it (they were in step). */
+static int call_check(struct eph_guest_client *c)
+{
+    pthread_mutex_lock(&c->mu);
+    int rc = c->broken;
+    if (rc && !c->caller_broke && c->head)
+        rc = 0;
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+/* ---- the caller's side ------------------------------------------------------------------- */
+
+/* Hands a whole request frame to the channel thread. */
 static int send_all(struct eph_guest_client *c, const uint8_t *p, size_t n, uint64_t deadline_ns)
 {
-    struct eph_proto_frame f;
-    /* The tunnel's queued frames go first and whole, so that a request never splits one. */
-    while (out_pending(c)) {
-        int rc = write_out(c);
+    pthread_mutex_lock(&c->mu);
+    int rc = c->broken && (c->caller_broke || !c->head) ? c->broken : 0;
+    if (!rc) {
+        rc = eph_buf_append(&c->requests, p, n);
         if (rc)
-            return rc;
-        if (!out_pending(c))
-            break;
-        rc = wait_round(c, deadline_ns, false, true, NULL);
-        if (!rc && c->tunnel)
-            rc = decode_some(c, true, &f) < 0 ? c->broken : 0;
-        if (rc)
-            return rc;
+            rc = fail_caller(c, rc == -EMSGSIZE ? -EPROTO : rc);
     }
-    while (n) {
-        /* MSG_NOSIGNAL: a dead guest must be an error here, not a SIGPIPE for the whole server. */
-        ssize_t w = send(c->fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
-        if (w < 0 && errno == ENOTSOCK)
-            w = write(c->fd, p, n);
-        if (w > 0) {
-            p += w;
-            n -= (size_t)w;
-            continue;
-        }
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w < 0 && errno != EAGAIN)
-            return fail(c, errno == EPIPE || errno == ECONNRESET ? -EPIPE : -errno);
-        if (c->tunnel) {
-            /* Keep reading while the guest's side is full: the guest may itself be blocked
-             * writing tunnel data to us, and only our reading unblocks it. */
-            int rc = wait_round(c, deadline_ns, true, false, NULL);
-            if (!rc)
-                rc = decode_some(c, true, &f) < 0 ? c->broken : 0;
-            if (rc)
-                return rc;
-            continue;
-        }
-        int ms = remaining_ms(deadline_ns);
-        if (ms == 0)
-            return fail(c, -ETIMEDOUT);
-        struct pollfd pfd = {.fd = c->fd, .events = POLLOUT};
-        if (poll(&pfd, 1, ms) < 0 && errno != EINTR)
-            return fail(c, -errno);
-    }
-    return 0;
+    pthread_mutex_unlock(&c->mu);
+    if (!rc)
+        wake(c);
+    return rc;
 }
 
 /* The next frame from the guest that is not a tunnel frame, by the deadline. The payload is valid
- * until the next call. The tunnel is served all the while. */
+ * until the next call. */
 static int next_frame(struct eph_guest_client *c, uint64_t deadline_ns, struct eph_proto_frame *f)
 {
-    for (;;) {
-        if (c->stashed) {
-            *f = c->stash;
-            c->stashed = false;
-            return 0;
+    struct timespec until = {.tv_sec = (time_t)(deadline_ns / 1000000000u),
+                             .tv_nsec = (long)(deadline_ns % 1000000000u)};
+    free(c->cur);
+    c->cur = NULL;
+    pthread_mutex_lock(&c->mu);
+    int rc = 0;
+    while (!c->head) {
+        if (c->broken) {
+            rc = c->broken;
+            break;
         }
-        int rc = decode_some(c, false, f);
-        if (rc < 0)
-            return rc;
-        if (rc == 1)
-            return 0;
-        if (!c->tunnel) {
-            int ms = remaining_ms(deadline_ns);
-            if (ms == 0)
-                return fail(c, -ETIMEDOUT);
-            struct pollfd pfd = {.fd = c->fd, .events = POLLIN};
-            int n = poll(&pfd, 1, ms);
-            if (n < 0 && errno != EINTR)
-                return fail(c, -errno);
-            if (n <= 0)
-                continue;
-            rc = read_some(c);
-        } else {
-            rc = wait_round(c, deadline_ns, false, true, NULL);
+        if (eph_clock_mono_ns() >= deadline_ns) {
+            rc = fail_caller(c, -ETIMEDOUT);
+            break;
         }
-        if (rc)
-            return rc;
+        (void)pthread_cond_timedwait(&c->cv, &c->mu, &until);
     }
+    bool was_full = false;
+    if (c->head) {
+        /* Frames that came before a break are still answers: hand them out first. */
+        rc = 0;
+        c->cur = c->head;
+        c->head = c->cur->next;
+        if (!c->head)
+            c->tail = NULL;
+        was_full = c->queued >= QUEUE_MAX;
+        c->queued -= c->cur->hdr.length + sizeof(*c->cur);
+    }
+    pthread_mutex_unlock(&c->mu);
+    if (rc)
+        return rc;
+    if (was_full)
+        wake(c); /* room again: the thread may read */
+    f->hdr = c->cur->hdr;
+    f->payload = c->cur->payload;
+    return 0;
 }
 
 /* Reads a reply to request id; anything for another id is a broken guest. */
@@ -291,7 +391,7 @@ static int next_reply(struct eph_guest_client *c, uint32_t id, uint64_t deadline
         return rc;
     if (f->hdr.id != id) {
         EPH_DEBUG(COMPONENT, "reply for request %u while waiting for %u", f->hdr.id, id);
-        return fail(c, -EPROTO);
+        return locked_fail(c, -EPROTO);
     }
     return 0;
 }
@@ -302,7 +402,7 @@ static int guest_error(struct eph_guest_client *c, const struct eph_proto_frame 
     int err;
     const char *msg;
     if (eph_proto_error_decode(f->payload, f->hdr.length, &err, &msg))
-        return fail(c, -EPROTO);
+        return locked_fail(c, -EPROTO);
     EPH_DEBUG(COMPONENT, "guest error: %s (%s)", msg, strerror(-err));
     return err;
 }
@@ -310,15 +410,16 @@ static int guest_error(struct eph_guest_client *c, const struct eph_proto_frame 
 int eph_guest_client_hello(struct eph_guest_client *c, uint64_t deadline_ns)
 {
     struct eph_proto_frame f;
-    if (c->broken)
-        return c->broken;
+    int broken = call_check(c);
+    if (broken)
+        return broken;
     int rc = next_frame(c, deadline_ns, &f);
     if (rc)
         return rc;
     uint32_t version, pid;
     if (f.hdr.type != EPH_PROTO_HELLO || f.hdr.id != 0 ||
         eph_proto_hello_decode(f.payload, f.hdr.length, &version, &pid))
-        return fail(c, -EPROTO);
+        return locked_fail(c, -EPROTO);
     c->guest_pid = pid;
     return 0;
 }
@@ -327,8 +428,9 @@ int eph_guest_client_ping(struct eph_guest_client *c, uint64_t deadline_ns)
 {
     static const char token[] = "ephemeral-ping";
     struct eph_proto_frame f;
-    if (c->broken)
-        return c->broken;
+    int broken = call_check(c);
+    if (broken)
+        return broken;
     uint32_t id = c->next_id++;
     int len = eph_proto_raw_encode(c->tx, EPH_PROTO_HEADER_SIZE + EPH_PROTO_MAX_PAYLOAD,
                                    EPH_PROTO_PING, 0, id, token, sizeof(token));
@@ -342,7 +444,7 @@ int eph_guest_client_ping(struct eph_guest_client *c, uint64_t deadline_ns)
         return rc;
     if (f.hdr.type != EPH_PROTO_PONG || f.hdr.length != sizeof(token) ||
         memcmp(f.payload, token, sizeof(token)) != 0)
-        return fail(c, -EPROTO);
+        return locked_fail(c, -EPROTO);
     return 0;
 }
 
@@ -350,8 +452,9 @@ int eph_guest_client_exec(struct eph_guest_client *c, const struct eph_exec_requ
                           struct eph_exec_result *res)
 {
     struct eph_proto_frame f;
-    if (c->broken)
-        return c->broken;
+    int broken = call_check(c);
+    if (broken)
+        return broken;
     if (!req->command || !req->command[0])
         return -EINVAL;
     uint32_t timeout = req->timeout_ms ? req->timeout_ms : DEFAULT_TIMEOUT_MS;
@@ -392,9 +495,9 @@ int eph_guest_client_exec(struct eph_guest_client *c, const struct eph_exec_requ
              * protocol, and nothing it says from here on can be trusted. */
             rc = eph_buf_append(b, f.payload, f.hdr.length);
             if (rc == -EMSGSIZE)
-                return fail(c, -EPROTO);
+                return locked_fail(c, -EPROTO);
             if (rc)
-                return fail(c, rc);
+                return locked_fail(c, rc);
             if (req->on_output)
                 req->on_output(req->on_output_arg, f.hdr.type == EPH_PROTO_EXEC_STDOUT ? 1 : 2,
                                f.payload, f.hdr.length);
@@ -403,7 +506,7 @@ int eph_guest_client_exec(struct eph_guest_client *c, const struct eph_exec_requ
         case EPH_PROTO_EXEC_EXIT: {
             struct eph_proto_exit e;
             if (eph_proto_exit_decode(f.payload, f.hdr.length, &e))
-                return fail(c, -EPROTO);
+                return locked_fail(c, -EPROTO);
             res->exit_code = e.signal ? -1 : e.exit_code;
             res->signal = (int)e.signal;
             res->timed_out = (e.flags & EPH_PROTO_EXIT_TIMED_OUT) != 0;
@@ -417,7 +520,7 @@ int eph_guest_client_exec(struct eph_guest_client *c, const struct eph_exec_requ
             rc = guest_error(c, &f);
             return rc == -EPROTO ? rc : -EIO;
         default:
-            return fail(c, -EPROTO);
+            return locked_fail(c, -EPROTO);
         }
     }
 }
@@ -428,8 +531,9 @@ int eph_guest_client_write_file(struct eph_guest_client *c, const char *path, co
     struct eph_proto_frame f;
     const uint8_t *p = data;
     size_t off = 0;
-    if (c->broken)
-        return c->broken;
+    int broken = call_check(c);
+    if (broken)
+        return broken;
     if (eph_proto_path_check(path))
         return -EINVAL;
     size_t chunk = EPH_PROTO_MAX_PAYLOAD - 12 - (strlen(path) + 1);
@@ -450,7 +554,7 @@ int eph_guest_client_write_file(struct eph_guest_client *c, const char *path, co
         if (f.hdr.type == EPH_PROTO_ERROR)
             return guest_error(c, &f);
         if (f.hdr.type != EPH_PROTO_OK)
-            return fail(c, -EPROTO);
+            return locked_fail(c, -EPROTO);
         off += n;
     } while (off < len);
     return 0;
@@ -460,8 +564,9 @@ int eph_guest_client_read_file(struct eph_guest_client *c, const char *path, siz
                                struct eph_buf *out, uint64_t deadline_ns)
 {
     struct eph_proto_frame f;
-    if (c->broken)
-        return c->broken;
+    int broken = call_check(c);
+    if (broken)
+        return broken;
     if (eph_proto_path_check(path))
         return -EINVAL;
     eph_buf_release(out);
@@ -481,31 +586,43 @@ int eph_guest_client_read_file(struct eph_guest_client *c, const char *path, siz
         if (f.hdr.type == EPH_PROTO_FILE_DATA) {
             rc = eph_buf_append(out, f.payload, f.hdr.length);
             if (rc)
-                return fail(c, rc == -EMSGSIZE ? -EPROTO : rc);
+                return locked_fail(c, rc == -EMSGSIZE ? -EPROTO : rc);
         } else if (f.hdr.type == EPH_PROTO_FILE_END) {
             uint64_t size = 0;
             for (int i = 0; i < 8; i++)
                 size |= (uint64_t)f.payload[i] << (8 * i);
             if (size != out->len)
-                return fail(c, -EPROTO);
+                return locked_fail(c, -EPROTO);
             return 0;
         } else if (f.hdr.type == EPH_PROTO_ERROR) {
             eph_buf_reset(out);
             return guest_error(c, &f);
         } else {
-            return fail(c, -EPROTO);
+            return locked_fail(c, -EPROTO);
         }
     }
+}
+
+/* Detaches the tunnel (the channel thread touches it only under mu, and checks it is still the
+ * one it polled for) and frees it. */
+static int tunnel_drop(struct eph_guest_client *c, int rc)
+{
+    pthread_mutex_lock(&c->mu);
+    struct eph_guest_tunnel *t = c->tunnel;
+    c->tunnel = NULL;
+    c->out_src = c->out_src == 2 ? 0 : c->out_src;
+    pthread_mutex_unlock(&c->mu);
+    eph_guest_tunnel_free(t);
+    return rc;
 }
 
 int eph_guest_client_open_tunnel(struct eph_guest_client *c, const struct eph_sandbox_tunnel *cfg,
                                  uint64_t deadline_ns)
 {
     struct eph_proto_frame f;
-    if (c->broken)
-        return c->broken;
-    if (c->tunnel)
-        return -EALREADY;
+    int broken = call_check(c);
+    if (broken)
+        return broken;
     struct eph_guest_tunnel *t;
     int rc = eph_guest_tunnel_new(cfg, &t);
     if (rc)
@@ -517,30 +634,35 @@ int eph_guest_client_open_tunnel(struct eph_guest_client *c, const struct eph_sa
         eph_guest_tunnel_free(t);
         return len;
     }
+    /* Attached before the listen is sent: the guest may open streams right after its reply, and
+     * the channel thread hands them to the tunnel. */
+    pthread_mutex_lock(&c->mu);
+    if (c->tunnel) {
+        pthread_mutex_unlock(&c->mu);
+        eph_guest_tunnel_free(t);
+        return -EALREADY;
+    }
+    c->tunnel = t;
+    pthread_mutex_unlock(&c->mu);
+    wake(c);
     rc = send_all(c, c->tx, (size_t)len, deadline_ns);
     if (!rc)
         rc = next_reply(c, id, deadline_ns, &f);
-    if (rc) {
-        eph_guest_tunnel_free(t);
-        return rc;
-    }
-    if (f.hdr.type == EPH_PROTO_ERROR) {
-        eph_guest_tunnel_free(t);
-        return guest_error(c, &f);
-    }
-    if (f.hdr.type != EPH_PROTO_OK) {
-        eph_guest_tunnel_free(t);
-        return fail(c, -EPROTO);
-    }
-    c->tunnel = t;
+    if (rc)
+        return tunnel_drop(c, rc);
+    if (f.hdr.type == EPH_PROTO_ERROR)
+        return tunnel_drop(c, guest_error(c, &f));
+    if (f.hdr.type != EPH_PROTO_OK)
+        return tunnel_drop(c, locked_fail(c, -EPROTO));
     return 0;
 }
 
 int eph_guest_client_shutdown(struct eph_guest_client *c, uint64_t deadline_ns)
 {
     struct eph_proto_frame f;
-    if (c->broken)
-        return c->broken;
+    int broken = call_check(c);
+    if (broken)
+        return broken;
     uint32_t id = c->next_id++;
     int len = eph_proto_raw_encode(c->tx, EPH_PROTO_HEADER_SIZE + EPH_PROTO_MAX_PAYLOAD,
                                    EPH_PROTO_SHUTDOWN, 0, id, NULL, 0);
@@ -552,59 +674,5 @@ int eph_guest_client_shutdown(struct eph_guest_client *c, uint64_t deadline_ns)
     rc = next_reply(c, id, deadline_ns, &f);
     if (rc)
         return rc;
-    return f.hdr.type == EPH_PROTO_OK ? 0 : fail(c, -EPROTO);
-}
-
-/* ---- shared by the backends ---- */
-
-static int after_interrupt(const atomic_bool *interrupted, int rc)
-{
-    return rc && atomic_load(interrupted) ? -ECANCELED : rc;
-}
-
-int eph_guest_sandbox_exec(struct eph_guest_client *c, const atomic_bool *interrupted,
-                           const struct eph_exec_request *req, struct eph_exec_result *res)
-{
-    if (atomic_load(interrupted))
-        return -ECANCELED;
-    return after_interrupt(interrupted, eph_guest_client_exec(c, req, res));
-}
-
-int eph_guest_sandbox_write_file(struct eph_guest_client *c, const atomic_bool *interrupted,
-                                 const char *path, const void *data, size_t len, unsigned mode)
-{
-    if (atomic_load(interrupted))
-        return -ECANCELED;
-    uint64_t deadline = eph_clock_mono_ns() + (uint64_t)EPH_GUEST_FILE_TIMEOUT_MS * 1000000u;
-    return after_interrupt(interrupted,
-                           eph_guest_client_write_file(c, path, data, len, mode, deadline));
-}
-
-int eph_guest_sandbox_read_file(struct eph_guest_client *c, const atomic_bool *interrupted,
-                                const char *path, size_t cap, struct eph_buf *out)
-{
-    if (atomic_load(interrupted))
-        return -ECANCELED;
-    uint64_t deadline = eph_clock_mono_ns() + (uint64_t)EPH_GUEST_FILE_TIMEOUT_MS * 1000000u;
-    return after_interrupt(interrupted, eph_guest_client_read_file(c, path, cap, out, deadline));
-}
-
-int eph_guest_sandbox_open_tunnel(struct eph_guest_client *c, const atomic_bool *interrupted,
-                                  const struct eph_sandbox_tunnel *cfg)
-{
-    if (atomic_load(interrupted))
-        return -ECANCELED;
-    uint64_t deadline = eph_clock_mono_ns() + (uint64_t)EPH_GUEST_FILE_TIMEOUT_MS * 1000000u;
-    return after_interrupt(interrupted, eph_guest_client_open_tunnel(c, cfg, deadline));
-}
-
-void eph_guest_sandbox_kill(pid_t pid, int pidfd)
-{
-    if (pid <= 0)
-        return;
-#ifdef SYS_pidfd_send_signal
-    if (pidfd >= 0 && syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, NULL, 0) == 0)
-        return;
-#endif
-    kill(pid, SIGKILL);
+    return f.hdr.type == EPH_PROTO_OK ? 0 : locked_fail(c, -EPROTO);
 }

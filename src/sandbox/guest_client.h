@@ -4,18 +4,26 @@
  * The client owns one channel fd to an ephemeral-init and speaks the protocol of
  * src/guest/protocol.h over it, one request at a time. Every frame from the guest is hostile: the
  * client checks each header and payload, refuses frames of the wrong type, id or direction and
- * output beyond the caps the request gave, bounds every wait by a deadline (poll), and never
- * buffers more than the caps. A guest that writes garbage, floods, stalls or dies mid-frame makes
- * the call fail with -EPROTO, -EMSGSIZE, -ETIMEDOUT or -EPIPE; after such an error the client is
+ * output beyond the caps the request gave, bounds every wait by a deadline, and never buffers more
+ * than a bounded queue. A guest that writes garbage, floods, stalls or dies mid-frame makes the
+ * call fail with -EPROTO, -EMSGSIZE, -ETIMEDOUT or -EPIPE; after such an error the client is
  * broken (the stream is out of step) and every later call returns the same error: destroy the
  * sandbox.
  *
- * Threads: one thread drives a client. Nothing here blocks without a deadline.
+ * Threads: the channel is owned by a thread of the client (started by init, joined by release)
+ * that reads it all the time and writes to it: it hands the broker tunnel's frames to the tunnel
+ * and serves its streams, between calls as well as during them, and queues every other frame for
+ * the caller. Flow control: the thread stops reading the channel while the queue holds more than
+ * one largest frame (the caller is slow), and the tunnel's streams are credit based
+ * (guest_tunnel.h): no side buffers without bound. The calls below are made by one thread at a
+ * time (the one that drives the sandbox); they hand their request to the channel thread and wait
+ * for the reply frames by their deadline. The tunnel's callbacks run on the channel thread.
  */
 #ifndef EPH_SANDBOX_GUEST_CLIENT_H
 #define EPH_SANDBOX_GUEST_CLIENT_H
 
-#include <stdatomic.h>
+#include <pthread.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -26,25 +34,40 @@
 
 struct eph_guest_tunnel;
 
+struct eph_guest_frame; /* a queued frame from the guest */
+
 struct eph_guest_client {
     int fd;
+    /* The caller's side. */
     uint32_t next_id;
-    int broken; /* sticky error, 0 while the stream is in step */
+    uint8_t *tx; /* EPH_PROTO_HEADER_SIZE + EPH_PROTO_MAX_PAYLOAD bytes: a request being encoded */
+    struct eph_guest_frame *cur; /* the frame the caller looks at (next_frame) */
+    uint32_t guest_pid;          /* from the guest's hello */
+    /* The channel thread's own. */
     struct eph_proto_decoder dec;
     uint8_t *rx_payload; /* EPH_PROTO_MAX_PAYLOAD bytes, the decoder's buffer */
-    uint8_t *tx;         /* EPH_PROTO_HEADER_SIZE + EPH_PROTO_MAX_PAYLOAD bytes */
     uint8_t rbuf[65536]; /* bytes read but not yet decoded */
     size_t rpos, rlen;
-    uint32_t guest_pid; /* from the guest's hello */
-    /* The broker tunnel, once opened: its frames interleave with the replies, and its streams
-     * are relayed whenever the client waits on the channel. */
+    int out_src;    /* what is being written: 0 nothing, 1 requests, 2 the tunnel's frames */
+    size_t out_off; /* bytes of it already written */
+    /* Shared, under mu. */
+    pthread_mutex_t mu;
+    pthread_cond_t cv; /* a frame was queued, or the client broke */
+    int broken;        /* sticky error, 0 while the stream is in step */
+    bool caller_broke; /* the caller met it (else the thread did, after what is queued) */
+    bool stop;
+    struct eph_buf requests; /* whole request frames to send */
+    struct eph_guest_frame *head, *tail;
+    size_t queued; /* payload bytes in the queue */
+    /* The broker tunnel, once opened: its frames interleave with the replies. */
     struct eph_guest_tunnel *tunnel;
-    size_t out_off; /* bytes of the tunnel's queue already written */
-    bool stashed;   /* a reply read while sending, kept for next_frame */
-    struct eph_proto_frame stash;
+    int wake[2]; /* a pipe: wakes the channel thread when there is something to send or room */
+    pthread_t thread;
+    bool running;
 };
 
-/* Takes ownership of fd (closed by release) and makes it non-blocking. 0 or -ENOMEM. */
+/* Takes ownership of fd (closed by release), makes it non-blocking and starts the channel thread.
+ * 0, or -ENOMEM / -EAGAIN; release must be called either way. */
 int eph_guest_client_init(struct eph_guest_client *c, int fd) __attribute__((warn_unused_result));
 void eph_guest_client_release(struct eph_guest_client *c);
 
@@ -70,32 +93,10 @@ int eph_guest_client_read_file(struct eph_guest_client *c, const char *path, siz
 /* Opens the broker tunnel (guest_tunnel.h): the guest listens on cfg->port inside the sandbox. */
 int eph_guest_client_open_tunnel(struct eph_guest_client *c, const struct eph_sandbox_tunnel *cfg,
                                  uint64_t deadline_ns) __attribute__((warn_unused_result));
+/* The sticky error (0 while the channel is in step). */
+int eph_guest_client_broken(struct eph_guest_client *c);
 /* Asks the guest to kill everything and exit. */
 int eph_guest_client_shutdown(struct eph_guest_client *c, uint64_t deadline_ns)
     __attribute__((warn_unused_result));
-
-/* ---- what every backend built on a guest client shares ---- */
-
-/* How long a write_file or read_file may take. */
-#define EPH_GUEST_FILE_TIMEOUT_MS 30000u
-
-/* A backend's exec, write_file and read_file: refused once the sandbox is interrupted, file
- * transfers bounded by EPH_GUEST_FILE_TIMEOUT_MS, and any failure after an interrupt reported as
- * -ECANCELED (whatever the channel said, the interrupt is the reason). */
-int eph_guest_sandbox_exec(struct eph_guest_client *c, const atomic_bool *interrupted,
-                           const struct eph_exec_request *req, struct eph_exec_result *res)
-    __attribute__((warn_unused_result));
-int eph_guest_sandbox_write_file(struct eph_guest_client *c, const atomic_bool *interrupted,
-                                 const char *path, const void *data, size_t len, unsigned mode)
-    __attribute__((warn_unused_result));
-int eph_guest_sandbox_read_file(struct eph_guest_client *c, const atomic_bool *interrupted,
-                                const char *path, size_t cap, struct eph_buf *out)
-    __attribute__((warn_unused_result));
-int eph_guest_sandbox_open_tunnel(struct eph_guest_client *c, const atomic_bool *interrupted,
-                                  const struct eph_sandbox_tunnel *cfg)
-    __attribute__((warn_unused_result));
-/* SIGKILLs a child the caller has not reaped yet: through its pidfd when there is one, else by
- * pid (safe only because an unreaped pid cannot be reused). */
-void eph_guest_sandbox_kill(pid_t pid, int pidfd);
 
 #endif

@@ -293,6 +293,20 @@ static void stream_read(struct eph_guest_tunnel *t, struct hstream *s)
         stream_reset(t, s); /* the budget ends here */
 }
 
+/* Reads what a readable stream has, up to its credit, a frame per chunk: one wake-up carries up
+ * to a window, not one chunk (each wake-up is dear in a VM). Stops when the queue holds a window
+ * already, so that it stays bounded. */
+static void stream_read_all(struct eph_guest_tunnel *t, struct hstream *s, uint32_t id)
+{
+    size_t before;
+    do {
+        before = t->out.len;
+        stream_read(t, s);
+    } while (s->fd >= 0 && s->id == id && !s->fd_eof && s->credit > 0 && t->out.len > before &&
+             t->out.len - before == EPH_PROTO_HEADER_SIZE + EPH_PROTO_CHUNK &&
+             t->out.len < EPH_PROTO_TUNNEL_WINDOW_SIZE);
+}
+
 void eph_guest_tunnel_service(struct eph_guest_tunnel *t, const struct pollfd *pfd, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
@@ -308,6 +322,6 @@ void eph_guest_tunnel_service(struct eph_guest_tunnel *t, const struct pollfd *p
             stream_write(t, s);
         if (s->fd == pfd[i].fd && (pfd[i].revents & (POLLIN | POLLERR | POLLHUP)) && !s->fd_eof &&
             s->credit > 0)
-            stream_read(t, s);
+            stream_read_all(t, s, s->id);
     }
 }

@@ -58,7 +58,7 @@
 #include "common/fileio.h"
 #include "common/log.h"
 #include "common/text.h"
-#include "sandbox/guest_client.h"
+#include "sandbox/backend.h"
 
 #define COMPONENT "sandbox"
 #define RUN_ROOT "/run/ephemeral"
@@ -74,62 +74,15 @@
 #define PROBE_TIMEOUT_MS 20000u
 #define SPAWN_PATH "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
+/* g.name is the container id; the watched process is `runsc run`, to which the sandbox is
+ * attached (it dies with it). */
 struct gv_sandbox {
-    struct eph_sandbox base; /* first: the generic layer casts */
-    char id[64];
-    char dir[PATH_MAX]; /* the bundle; removed by destroy once this sandbox has made it */
+    struct eph_guest_sandbox g; /* first: the generic layer casts */
+    char dir[PATH_MAX];         /* the bundle; removed by release once this sandbox has made it */
     bool own_dir;
-    char run_dir[64];
-    char scratch[80];
-    char home[80];
-    struct eph_guest_client client;
-    bool client_ready;
-    pthread_mutex_t lock; /* guards chan_fd, pid and pidfd against interrupt() racing destroy() */
-    int chan_fd;          /* the client's fd while it is open, for interrupt's shutdown() */
-    pid_t pid;            /* `runsc run`, until reaped */
-    int pidfd;
-    atomic_bool interrupted;
 };
 
 /* ---- small host helpers ------------------------------------------------------------------ */
-
-static int pidfd_open_compat(pid_t pid)
-{
-#ifdef SYS_pidfd_open
-    return (int)syscall(SYS_pidfd_open, pid, 0);
-#else
-    errno = ENOSYS;
-    return -1;
-#endif
-}
-
-/* Waits for a child by the deadline: 0 and *status, or -ETIMEDOUT (the child is left running). */
-static int child_wait(pid_t pid, int pidfd, uint32_t timeout_ms, int *status)
-{
-    uint64_t deadline = eph_clock_mono_ns() + (uint64_t)timeout_ms * 1000000u;
-    int st = 0;
-    for (;;) {
-        pid_t r = waitpid(pid, &st, WNOHANG);
-        if (r == pid)
-            break;
-        if (r < 0 && errno != EINTR)
-            return -errno;
-        uint64_t now = eph_clock_mono_ns();
-        if (now >= deadline)
-            return -ETIMEDOUT;
-        int ms = (int)((deadline - now) / 1000000u) + 1;
-        if (pidfd >= 0) {
-            struct pollfd pfd = {.fd = pidfd, .events = POLLIN};
-            (void)poll(&pfd, 1, ms);
-        } else {
-            struct timespec pause = {0, 5 * 1000 * 1000};
-            nanosleep(&pause, NULL);
-        }
-    }
-    if (status)
-        *status = st;
-    return 0;
-}
 
 /* Starts argv[0] with in/out/err as its stdio and nothing else open, in its own session, with
  * every signal at its default and unblocked (the server blocks and ignores some; children inherit
@@ -470,13 +423,13 @@ static int runsc_cmd(const char *root, const char *const *args, int *status)
     close(null);
     if (rc)
         return rc;
-    int pidfd = pidfd_open_compat(pid);
-    rc = child_wait(pid, pidfd, RUNSC_CMD_TIMEOUT_MS, status);
+    int pidfd = eph_guest_pidfd_open(pid);
+    rc = eph_guest_child_wait(pid, pidfd, RUNSC_CMD_TIMEOUT_MS, status);
     if (rc == -ETIMEDOUT) {
         EPH_WARN(COMPONENT, "'runsc %s' did not finish in %u ms; killed", args[0],
                  RUNSC_CMD_TIMEOUT_MS);
         kill(pid, SIGKILL);
-        (void)child_wait(pid, pidfd, RUNSC_CMD_TIMEOUT_MS, NULL);
+        (void)eph_guest_child_wait(pid, pidfd, RUNSC_CMD_TIMEOUT_MS, NULL);
     }
     if (pidfd >= 0)
         close(pidfd);
@@ -642,25 +595,6 @@ int eph_gvisor_spec_json(const struct eph_gvisor_plan *p, char **out)
 
 /* ---- the backend --------------------------------------------------------------------------- */
 
-static void limits_fill(struct eph_sandbox_limits *l, const struct eph_sandbox_limits *in)
-{
-    struct eph_sandbox_limits d;
-    eph_sandbox_limits_default(&d);
-    *l = *in;
-    if (!l->vcpus)
-        l->vcpus = d.vcpus;
-    if (!l->memory_mib)
-        l->memory_mib = d.memory_mib;
-    if (!l->pids)
-        l->pids = d.pids;
-    if (!l->disk_mib)
-        l->disk_mib = d.disk_mib;
-    if (!l->nofile)
-        l->nofile = d.nofile;
-    if (!l->fsize_bytes)
-        l->fsize_bytes = (uint64_t)l->disk_mib << 20;
-}
-
 /* The compat library lives beside ephemeral-init ($EPHEMERAL_GVISOR_COMPAT overrides). */
 static int compat_path(const char *init_path, char *out, size_t cap)
 {
@@ -709,8 +643,6 @@ static int mkdir_ok(const char *path, mode_t mode)
         return -errno;
     return 0;
 }
-
-static int gv_destroy(struct eph_sandbox *base);
 
 /* The bundle directory and everything in it but the spec. */
 static int bundle_prepare(struct gv_sandbox *sb, const struct eph_sandbox_config *cfg)
@@ -761,15 +693,15 @@ static int spec_write(struct gv_sandbox *sb, const char *root, const struct eph_
     char guest[PATH_MAX + 16], preload[PATH_MAX + 32], cgroup[128];
     snprintf(guest, sizeof(guest), "%s/guest", sb->dir);
     snprintf(preload, sizeof(preload), "%s/ld.so.preload", sb->dir);
-    snprintf(cgroup, sizeof(cgroup), "/" CGROUP_PARENT "/%s", sb->id);
+    snprintf(cgroup, sizeof(cgroup), "/" CGROUP_PARENT "/%s", sb->g.name);
     struct eph_gvisor_plan plan = {
         .root = root,
         .guest_dir = guest,
         .preload_file = preload,
         .cgroup_path = cgroup,
-        .run_dir = sb->run_dir,
-        .scratch = sb->scratch,
-        .home = sb->home,
+        .run_dir = sb->g.run_dir,
+        .scratch = sb->g.scratch,
+        .home = sb->g.home,
         .limits = *l,
     };
     char *json;
@@ -785,31 +717,6 @@ static int spec_write(struct gv_sandbox *sb, const char *root, const struct eph_
     }
     free(json);
     return rc;
-}
-
-static int names_prepare(struct gv_sandbox *sb, const struct eph_sandbox_config *cfg)
-{
-    static atomic_uint seq;
-    static const char alphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
-    unsigned char rnd[6];
-    char suffix[7];
-    int rc = eph_random_bytes(rnd, sizeof(rnd));
-    if (rc)
-        return rc;
-    for (int i = 0; i < 6; i++)
-        suffix[i] = alphabet[rnd[i] % (sizeof(alphabet) - 1)];
-    suffix[6] = '\0';
-    snprintf(sb->run_dir, sizeof(sb->run_dir), "/tmp/ephemeral-run-%s", suffix);
-    snprintf(sb->scratch, sizeof(sb->scratch), "%s/scratch", sb->run_dir);
-    snprintf(sb->home, sizeof(sb->home), "%s/home", sb->run_dir);
-    const char *tag = cfg->owner_tag && cfg->owner_tag[0] && !strchr(cfg->owner_tag, '-') &&
-                              !strchr(cfg->owner_tag, '/') && !strchr(cfg->owner_tag, '.') &&
-                              strlen(cfg->owner_tag) <= 16
-                          ? cfg->owner_tag
-                          : "eph";
-    snprintf(sb->id, sizeof(sb->id), "%s-%d-gv%u", tag, (int)getpid(), atomic_fetch_add(&seq, 1));
-    snprintf(sb->dir, sizeof(sb->dir), RUN_DIR "/%s", sb->id);
-    return 0;
 }
 
 /* Spawns `runsc run`; chan is the container's end of the channel. */
@@ -841,7 +748,7 @@ static int runsc_start(struct gv_sandbox *sb, int chan)
     argv[n++] = "run";
     argv[n++] = "--bundle";
     argv[n++] = sb->dir;
-    argv[n++] = sb->id;
+    argv[n++] = sb->g.name;
     argv[n] = NULL;
     int err = open(errpath, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (err < 0)
@@ -853,182 +760,66 @@ static int runsc_start(struct gv_sandbox *sb, int chan)
         EPH_ERROR(COMPONENT, "cannot start runsc '%s': %s", runsc(), strerror(-rc));
         return rc;
     }
-    int pidfd = pidfd_open_compat(pid);
-    pthread_mutex_lock(&sb->lock);
-    sb->pid = pid;
-    sb->pidfd = pidfd;
-    pthread_mutex_unlock(&sb->lock);
+    eph_guest_sandbox_watch(&sb->g, pid, eph_guest_pidfd_open(pid));
     return 0;
 }
 
-static int gv_create(const struct eph_sandbox_config *cfg_in, struct eph_sandbox **out)
+static int gv_boot(struct eph_guest_sandbox *g, const struct eph_sandbox_config *cfg, int *chan_fd)
 {
-    struct eph_sandbox_limits limits;
+    struct gv_sandbox *sb = (struct gv_sandbox *)g;
     char root[PATH_MAX], why[PATH_MAX + 96];
     int chan[2] = {-1, -1};
     if (!runsc()) {
         EPH_ERROR(COMPONENT, "runsc not found");
         return -ENOENT;
     }
-    int rc = image_check(cfg_in, root, why, sizeof(why));
+    int rc = image_check(cfg, root, why, sizeof(why));
     if (rc) {
         EPH_ERROR(COMPONENT, "%s", why);
         return rc;
     }
-    limits_fill(&limits, &cfg_in->limits);
-    struct gv_sandbox *sb = calloc(1, sizeof(*sb));
-    if (!sb)
-        return -ENOMEM;
-    sb->base.ops = &eph_sandbox_gvisor_ops;
-    sb->chan_fd = -1;
-    sb->pidfd = -1;
-    pthread_mutex_init(&sb->lock, NULL);
-    atomic_init(&sb->interrupted, false);
-
-    rc = names_prepare(sb, cfg_in);
-    if (rc)
-        goto fail;
-    rc = bundle_prepare(sb, cfg_in);
+    g->hello_timeout_ms = SETUP_TIMEOUT_MS;
+    snprintf(sb->dir, sizeof(sb->dir), RUN_DIR "/%s", g->name);
+    rc = bundle_prepare(sb, cfg);
     if (rc) {
         EPH_ERROR(COMPONENT, "cannot prepare the bundle '%s': %s", sb->dir, strerror(-rc));
-        goto fail;
+        return rc;
     }
-    rc = spec_write(sb, root, &limits);
+    rc = spec_write(sb, root, &g->limits);
     if (rc)
-        goto fail;
-    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, chan) != 0) {
-        rc = -errno;
-        goto fail;
-    }
+        return rc;
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, chan) != 0)
+        return -errno;
     rc = runsc_start(sb, chan[1]);
     close(chan[1]);
-    chan[1] = -1;
-    if (rc)
-        goto fail;
-    rc = eph_guest_client_init(&sb->client, chan[0]);
-    sb->client_ready = true;
-    pthread_mutex_lock(&sb->lock);
-    sb->chan_fd = chan[0];
-    pthread_mutex_unlock(&sb->lock);
-    chan[0] = -1;
-    if (rc)
-        goto fail;
-    rc = eph_guest_client_hello(&sb->client,
-                                eph_clock_mono_ns() + (uint64_t)SETUP_TIMEOUT_MS * 1000000u);
     if (rc) {
-        char last[256];
-        runsc_last_error(sb->dir, last, sizeof(last));
-        EPH_ERROR(COMPONENT, "the gVisor sandbox did not start: %s%s%s", strerror(-rc),
-                  last[0] ? "; runsc: " : "", last);
-        goto fail;
+        close(chan[0]);
+        return rc;
     }
-    EPH_DEBUG(COMPONENT, "gVisor sandbox %s up", sb->id);
-    *out = &sb->base;
+    *chan_fd = chan[0];
     return 0;
-
-fail:
-    for (int i = 0; i < 2; i++)
-        if (chan[i] >= 0)
-            close(chan[i]);
-    gv_destroy(&sb->base);
-    return rc;
 }
 
-static int gv_exec(struct eph_sandbox *base, const struct eph_exec_request *req,
-                   struct eph_exec_result *res)
+static void gv_boot_failed(struct eph_guest_sandbox *g, int rc)
 {
-    struct gv_sandbox *sb = (struct gv_sandbox *)base;
-    return eph_guest_sandbox_exec(&sb->client, &sb->interrupted, req, res);
+    char last[256];
+    runsc_last_error(((struct gv_sandbox *)g)->dir, last, sizeof(last));
+    EPH_ERROR(COMPONENT, "the gVisor sandbox did not start: %s%s%s", strerror(-rc),
+              last[0] ? "; runsc: " : "", last);
 }
 
-static int gv_write_file(struct eph_sandbox *base, const char *path, const void *data, size_t len,
-                         unsigned mode)
+/* The channel is closed: the init ends, hence the container, and `runsc run` deletes it and
+ * exits (unless it was killed); then its state, cgroup and bundle are removed. */
+static int gv_release(struct eph_guest_sandbox *g)
 {
-    struct gv_sandbox *sb = (struct gv_sandbox *)base;
-    return eph_guest_sandbox_write_file(&sb->client, &sb->interrupted, path, data, len, mode);
-}
-
-static int gv_read_file(struct eph_sandbox *base, const char *path, size_t cap, struct eph_buf *out)
-{
-    struct gv_sandbox *sb = (struct gv_sandbox *)base;
-    return eph_guest_sandbox_read_file(&sb->client, &sb->interrupted, path, cap, out);
-}
-
-static int gv_open_tunnel(struct eph_sandbox *base, const struct eph_sandbox_tunnel *t)
-{
-    struct gv_sandbox *sb = (struct gv_sandbox *)base;
-    return eph_guest_sandbox_open_tunnel(&sb->client, &sb->interrupted, t);
-}
-
-static const char *gv_scratch_dir(struct eph_sandbox *base)
-{
-    return ((struct gv_sandbox *)base)->scratch;
-}
-
-/* Kills `runsc run` (the sandbox is attached to it and dies with it); pid is not reaped before
- * destroy takes it under the same lock, so it cannot have been reused. Call with sb->lock. */
-static void kill_runsc_locked(struct gv_sandbox *sb)
-{
-    eph_guest_sandbox_kill(sb->pid, sb->pidfd);
-}
-
-static void gv_interrupt(struct eph_sandbox *base)
-{
-    struct gv_sandbox *sb = (struct gv_sandbox *)base;
-    atomic_store(&sb->interrupted, true);
-    pthread_mutex_lock(&sb->lock);
-    /* shutdown(), not close(): the exec thread's poll wakes up with a hangup, and the descriptor
-     * number stays ours until destroy releases it. */
-    if (sb->chan_fd >= 0)
-        (void)shutdown(sb->chan_fd, SHUT_RDWR);
-    kill_runsc_locked(sb);
-    pthread_mutex_unlock(&sb->lock);
-}
-
-static int gv_destroy(struct eph_sandbox *base)
-{
-    struct gv_sandbox *sb = (struct gv_sandbox *)base;
-    int rc = 0;
-    /* Closing the channel ends the init, hence the container; `runsc run` then deletes it. A
-     * guest that broke the protocol, timed out or was interrupted is not waited for: its init may
-     * be stopped or gone, so runsc is killed at once and its state deleted below. */
-    bool cooperative = sb->client_ready && !sb->client.broken && !atomic_load(&sb->interrupted);
-    pthread_mutex_lock(&sb->lock);
-    sb->chan_fd = -1;
-    if (!cooperative)
-        kill_runsc_locked(sb);
-    pthread_mutex_unlock(&sb->lock);
-    if (sb->client_ready)
-        eph_guest_client_release(&sb->client);
-    sb->client_ready = false;
-    if (sb->pid > 0) {
-        int status = 0;
-        int w = child_wait(sb->pid, sb->pidfd, EXIT_WAIT_MS, &status);
-        if (w == -ETIMEDOUT) {
-            EPH_WARN(COMPONENT, "runsc for %s did not exit in %u ms; killing it", sb->id,
-                     EXIT_WAIT_MS);
-            pthread_mutex_lock(&sb->lock);
-            kill_runsc_locked(sb);
-            pthread_mutex_unlock(&sb->lock);
-            w = child_wait(sb->pid, sb->pidfd, RUNSC_CMD_TIMEOUT_MS, &status);
-        }
-        if (w) {
-            EPH_ERROR(COMPONENT, "cannot reap runsc for %s: %s", sb->id, strerror(-w));
-            rc = w;
-        }
-        pthread_mutex_lock(&sb->lock);
-        sb->pid = 0;
-        if (sb->pidfd >= 0)
-            close(sb->pidfd);
-        sb->pidfd = -1;
-        pthread_mutex_unlock(&sb->lock);
-    }
+    struct gv_sandbox *sb = (struct gv_sandbox *)g;
+    int rc = eph_guest_sandbox_reap(g, EXIT_WAIT_MS, NULL);
     if (sb->own_dir) {
         char state[PATH_MAX + 16];
         snprintf(state, sizeof(state), "%s/state", sb->dir);
         if (state_left(state))
-            runsc_kill_delete(sb->dir, sb->id);
-        int c = cgroup_remove(sb->id, NULL);
+            runsc_kill_delete(sb->dir, g->name);
+        int c = cgroup_remove(g->name, NULL);
         if (c && !rc)
             rc = c;
         int r = rm_tree(sb->dir);
@@ -1038,9 +829,12 @@ static int gv_destroy(struct eph_sandbox *base)
                 rc = r;
         }
     }
-    pthread_mutex_destroy(&sb->lock);
-    free(sb);
     return rc;
+}
+
+static int gv_create(const struct eph_sandbox_config *cfg, struct eph_sandbox **out)
+{
+    return eph_guest_sandbox_create(&eph_sandbox_gvisor_ops, cfg, NULL, out);
 }
 
 /* ---- probe and orphans ------------------------------------------------------------------- */
@@ -1090,9 +884,9 @@ static int version_check(char *version, size_t vcap, char *why, size_t whylen)
     close(p[0]);
     buf[len] = '\0';
     int status = 0;
-    if (child_wait(pid, -1, 5000, &status) == -ETIMEDOUT) {
+    if (eph_guest_child_wait(pid, -1, 5000, &status) == -ETIMEDOUT) {
         kill(pid, SIGKILL);
-        (void)child_wait(pid, -1, 5000, &status);
+        (void)eph_guest_child_wait(pid, -1, 5000, &status);
     }
     if (strncmp(buf, "runsc version ", 14) != 0 || !WIFEXITED(status) || WEXITSTATUS(status)) {
         eph_text_format_cut(why, whylen, "'%s --version' did not answer as runsc does", runsc());
@@ -1191,7 +985,7 @@ static int boot_check(const struct eph_sandbox_config *cfg, char *why, size_t wh
     };
     struct eph_exec_result res;
     eph_exec_result_init(&res);
-    rc = gv_exec(sb, &req, &res);
+    rc = eph_guest_sandbox_exec(sb, &req, &res);
     if (!rc && (res.signal || res.exit_code != 0)) {
         snprintf(why, whylen, "'ls -ld /' fails in a gVisor sandbox (status %d): %.*s",
                  res.signal ? 128 + res.signal : res.exit_code,
@@ -1202,7 +996,7 @@ static int boot_check(const struct eph_sandbox_config *cfg, char *why, size_t wh
         snprintf(why, whylen, "a command in a gVisor sandbox failed: %s", strerror(-rc));
     }
     eph_exec_result_release(&res);
-    int d = gv_destroy(sb);
+    int d = eph_guest_sandbox_destroy(sb);
     if (!rc && d) {
         snprintf(why, whylen, "a gVisor sandbox is not removed cleanly: %s", strerror(-d));
         rc = d;
@@ -1320,19 +1114,21 @@ static int gv_cleanup_orphans(void)
     return removed;
 }
 
+static const struct eph_sandbox_backend gv_backend = {
+    .size = sizeof(struct gv_sandbox),
+    .name_prefix = "gv",
+    .boot = gv_boot,
+    .boot_failed = gv_boot_failed,
+    .release = gv_release,
+};
+
 const struct eph_sandbox_ops eph_sandbox_gvisor_ops = {
     .name = "gvisor",
     .ready_message = "gVisor sandbox ready",
     .destroyed_message = "gVisor sandbox destroyed",
     .probe = gv_probe,
     .create = gv_create,
-    .exec = gv_exec,
-    .write_file = gv_write_file,
-    .read_file = gv_read_file,
-    .scratch_dir = gv_scratch_dir,
-    .interrupt = gv_interrupt,
-    .open_tunnel = gv_open_tunnel,
-    .destroy = gv_destroy,
     .cleanup_orphans = gv_cleanup_orphans,
     .records_commands = gv_records_commands,
+    EPH_GUEST_SANDBOX_OPS(&gv_backend),
 };

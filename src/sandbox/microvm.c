@@ -59,7 +59,7 @@
 #include "common/id.h"
 #include "common/log.h"
 #include "common/text.h"
-#include "sandbox/guest_client.h"
+#include "sandbox/backend.h"
 #include "sandbox/hostid.h"
 #include "sandbox/namespaces/namespaces.h"
 
@@ -83,7 +83,6 @@
  * is busy with other emulated VMs. */
 #define BOOT_TIMEOUT_KVM_MS 15000u
 #define BOOT_TIMEOUT_TCG_MS 90000u
-#define SHUTDOWN_TIMEOUT_MS 3000u
 /* After the guest said it is shutting down (or the channel closed), how long QEMU gets to exit
  * on its own before it is killed. */
 #define EXIT_GRACE_MS 3000u
@@ -91,62 +90,17 @@
 #define INITRD_CAP (64u << 20)
 #define TCG_TB_MIB 64u
 
+/* The watched process is QEMU. */
 struct vm_sandbox {
-    struct eph_sandbox base; /* first: the generic layer casts */
-    char id[64];
-    char run_dir[64];
-    char scratch[80];
-    struct eph_guest_client client;
-    bool client_ready;
+    struct eph_guest_sandbox g; /* first: the generic layer casts */
     struct eph_ns_cgroup cg;
     struct eph_hostid_lease uid; /* QEMU's host uid */
     int console_fd;              /* memfd: QEMU's stdout and stderr */
-    pthread_mutex_t lock; /* guards chan_fd, pid and pidfd against interrupt() racing destroy() */
-    int chan_fd;
-    pid_t pid; /* QEMU, until reaped */
-    int pidfd;
-    atomic_bool interrupted;
+    int accel;                   /* enum accel */
+    bool probing;                /* a failed boot is an answer, not an error */
 };
 
 /* ---- small helpers --------------------------------------------------------------------- */
-
-static int pidfd_open_compat(pid_t pid)
-{
-#ifdef SYS_pidfd_open
-    return (int)syscall(SYS_pidfd_open, pid, 0);
-#else
-    errno = ENOSYS;
-    return -1;
-#endif
-}
-
-/* Waits for a child by the deadline: 0 and *status, or -ETIMEDOUT (the child is left running). */
-static int child_wait(pid_t pid, int pidfd, uint32_t timeout_ms, int *status)
-{
-    uint64_t deadline = eph_clock_mono_ns() + (uint64_t)timeout_ms * 1000000u;
-    int st = 0;
-    for (;;) {
-        pid_t r = waitpid(pid, &st, WNOHANG);
-        if (r == pid)
-            break;
-        if (r < 0 && errno != EINTR)
-            return -errno;
-        uint64_t now = eph_clock_mono_ns();
-        if (now >= deadline)
-            return -ETIMEDOUT;
-        int ms = (int)((deadline - now) / 1000000u) + 1;
-        if (pidfd >= 0) {
-            struct pollfd pfd = {.fd = pidfd, .events = POLLIN};
-            (void)poll(&pfd, 1, ms);
-        } else {
-            struct timespec pause = {0, 5 * 1000 * 1000};
-            nanosleep(&pause, NULL);
-        }
-    }
-    if (status)
-        *status = st;
-    return 0;
-}
 
 /* The last line of the console that says something, cleaned for a log line. */
 static void console_tail(int fd, char *out, size_t cap)
@@ -446,25 +400,6 @@ struct vm_launch {
     int ngroups;
 };
 
-static void limits_fill(struct eph_sandbox_limits *l, const struct eph_sandbox_limits *in)
-{
-    struct eph_sandbox_limits d;
-    eph_sandbox_limits_default(&d);
-    *l = *in;
-    if (!l->vcpus)
-        l->vcpus = d.vcpus;
-    if (!l->memory_mib)
-        l->memory_mib = d.memory_mib;
-    if (!l->pids)
-        l->pids = d.pids;
-    if (!l->disk_mib)
-        l->disk_mib = d.disk_mib;
-    if (!l->nofile)
-        l->nofile = d.nofile;
-    if (!l->fsize_bytes)
-        l->fsize_bytes = (uint64_t)l->disk_mib << 20;
-}
-
 static int launch_prepare(struct vm_launch *L, const struct vm_sandbox *sb,
                           const struct vm_paths *p, const struct eph_sandbox_limits *l, bool kvm)
 {
@@ -478,7 +413,7 @@ static int launch_prepare(struct vm_launch *L, const struct vm_sandbox *sb,
     snprintf(L->mem, sizeof(L->mem), "%u", l->memory_mib + EPH_MICROVM_GUEST_EXTRA_MIB);
     snprintf(L->smp, sizeof(L->smp), "%u", l->vcpus);
     snprintf(L->tcg, sizeof(L->tcg), "tcg,tb-size=%u", TCG_TB_MIB);
-    snprintf(L->name, sizeof(L->name), "ephemeral-%s", sb->id);
+    snprintf(L->name, sizeof(L->name), "ephemeral-%s", sb->g.name);
     snprintf(L->chan, sizeof(L->chan), "socket,id=chan,fd=%d", FD_CHANNEL);
     snprintf(L->initrd, sizeof(L->initrd), "/proc/self/fd/%d", FD_INITRD);
     snprintf(L->kernel, sizeof(L->kernel), "/proc/self/fd/%d", FD_KERNEL);
@@ -490,7 +425,7 @@ static int launch_prepare(struct vm_launch *L, const struct vm_sandbox *sb,
                    "console=hvc0 quiet panic=-1 ephemeral.mode=vm ephemeral.run=%s "
                    "ephemeral.disk_mib=%u ephemeral.nofile=%u ephemeral.fsize=%llu "
                    "ephemeral.nproc=%u%s",
-                   sb->run_dir, l->disk_mib, l->nofile, (unsigned long long)l->fsize_bytes,
+                   sb->g.run_dir, l->disk_mib, l->nofile, (unsigned long long)l->fsize_bytes,
                    l->pids + 16u, tsc);
     if (len < 0 || (size_t)len >= sizeof(L->append))
         return -ENAMETOOLONG;
@@ -661,11 +596,7 @@ static int qemu_start(struct vm_sandbox *sb, const struct vm_paths *p,
         else if (pid == 0)
             qemu_child(L, parent, null, sb->console_fd, chan, initrd, kernel, disk);
         else {
-            int pidfd = pidfd_open_compat(pid);
-            pthread_mutex_lock(&sb->lock);
-            sb->pid = pid;
-            sb->pidfd = pidfd;
-            pthread_mutex_unlock(&sb->lock);
+            eph_guest_sandbox_watch(&sb->g, pid, eph_guest_pidfd_open(pid));
         }
     }
     if (null >= 0)
@@ -681,8 +612,6 @@ static int qemu_start(struct vm_sandbox *sb, const struct vm_paths *p,
 }
 
 /* ---- the backend ------------------------------------------------------------------------- */
-
-static int vm_destroy(struct eph_sandbox *base);
 
 enum accel { ACCEL_NONE, ACCEL_KVM, ACCEL_TCG };
 
@@ -701,37 +630,23 @@ static bool tcg_allowed(const struct eph_sandbox_config *cfg)
     return env && strcmp(env, "1") == 0 && cfg->backend && strcmp(cfg->backend, "microvm") == 0;
 }
 
-static int names_prepare(struct vm_sandbox *sb, const struct eph_sandbox_config *cfg)
-{
-    static atomic_uint seq;
-    static const char alphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
-    unsigned char rnd[6];
-    int rc = eph_random_bytes(rnd, sizeof(rnd));
-    if (rc)
-        return rc;
-    char suffix[7];
-    for (int i = 0; i < 6; i++)
-        suffix[i] = alphabet[rnd[i] % (sizeof(alphabet) - 1)];
-    suffix[6] = '\0';
-    snprintf(sb->run_dir, sizeof(sb->run_dir), "/tmp/ephemeral-run-%s", suffix);
-    snprintf(sb->scratch, sizeof(sb->scratch), "%s/scratch", sb->run_dir);
-    const char *tag = cfg->owner_tag && cfg->owner_tag[0] && strlen(cfg->owner_tag) <= 16 &&
-                              strspn(cfg->owner_tag, "abcdefghijklmnopqrstuvwxyz0123456789_") ==
-                                  strlen(cfg->owner_tag)
-                          ? cfg->owner_tag
-                          : "eph";
-    snprintf(sb->id, sizeof(sb->id), "%s-%d-vm%u", tag, (int)getpid(), atomic_fetch_add(&seq, 1));
-    return 0;
-}
+struct vm_boot {
+    enum accel accel;
+    bool probing; /* a failed boot is an answer, not an error (logged at debug level) */
+};
 
-/* probing: a failed boot is an answer, not an error (logged at debug level). */
-static int vm_create_with(const struct eph_sandbox_config *cfg, enum accel accel, bool probing,
-                          struct eph_sandbox **out)
+static int vm_boot(struct eph_guest_sandbox *g, const struct eph_sandbox_config *cfg, int *chan_fd)
 {
-    struct eph_sandbox_limits limits;
+    struct vm_sandbox *sb = (struct vm_sandbox *)g;
+    const struct vm_boot *b = g->boot_arg;
     struct vm_paths paths;
     char why[PATH_MAX + 128];
     int chan[2] = {-1, -1};
+    sb->console_fd = -1;
+    sb->uid.fd = -1;
+    sb->accel = b->accel;
+    sb->probing = b->probing;
+    g->hello_timeout_ms = b->accel == ACCEL_KVM ? BOOT_TIMEOUT_KVM_MS : BOOT_TIMEOUT_TCG_MS;
     if (!qemu()) {
         EPH_ERROR(COMPONENT, QEMU_NAME " not found");
         return -ENOENT;
@@ -746,86 +661,81 @@ static int vm_create_with(const struct eph_sandbox_config *cfg, enum accel accel
         EPH_ERROR(COMPONENT, "cannot assemble the microvm initramfs: %s", strerror(-initrd));
         return initrd;
     }
-    limits_fill(&limits, &cfg->limits);
-    struct vm_sandbox *sb = calloc(1, sizeof(*sb));
-    if (!sb)
-        return -ENOMEM;
-    sb->base.ops = &eph_sandbox_microvm_ops;
-    sb->chan_fd = -1;
-    sb->pidfd = -1;
-    sb->console_fd = -1;
-    sb->uid.fd = -1;
-    pthread_mutex_init(&sb->lock, NULL);
-    atomic_init(&sb->interrupted, false);
-
-    if ((rc = names_prepare(sb, cfg)))
-        goto fail;
     if ((rc = eph_hostid_acquire(HOST_ID_BASE, HOST_IDS, &sb->uid))) {
         EPH_ERROR(COMPONENT, "cannot lease a host uid for QEMU: %s",
                   rc == -EAGAIN ? "every one is in use" : strerror(-rc));
-        goto fail;
+        return rc;
     }
     /* The cgroup holds QEMU: the guest's memory and QEMU's own, QEMU's threads, and one CPU more
      * than the guest's for QEMU's I/O threads (the guest itself has exactly vcpus CPUs). */
-    struct eph_sandbox_limits host = limits;
-    host.memory_mib = limits.memory_mib + EPH_MICROVM_GUEST_EXTRA_MIB + EPH_MICROVM_QEMU_MIB;
+    struct eph_sandbox_limits host = g->limits;
+    host.memory_mib = g->limits.memory_mib + EPH_MICROVM_GUEST_EXTRA_MIB + EPH_MICROVM_QEMU_MIB;
     host.pids = EPH_MICROVM_QEMU_TASKS;
-    host.vcpus = limits.vcpus + 1;
-    if ((rc = eph_ns_cgroup_create(&sb->cg, sb->id, &host)))
-        goto fail;
+    host.vcpus = g->limits.vcpus + 1;
+    if ((rc = eph_ns_cgroup_create(&sb->cg, g->name, &host)))
+        return rc;
     sb->console_fd = memfd_create("ephemeral-console", MFD_CLOEXEC);
-    if (sb->console_fd < 0) {
-        rc = -errno;
-        goto fail;
-    }
-    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, chan) != 0) {
-        rc = -errno;
-        goto fail;
-    }
-    rc = qemu_start(sb, &paths, &limits, accel == ACCEL_KVM, chan[1], initrd);
+    if (sb->console_fd < 0)
+        return -errno;
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, chan) != 0)
+        return -errno;
+    rc = qemu_start(sb, &paths, &g->limits, b->accel == ACCEL_KVM, chan[1], initrd);
     close(chan[1]);
-    chan[1] = -1;
     if (rc) {
+        close(chan[0]);
         EPH_ERROR(COMPONENT, "cannot start %s: %s", qemu(), strerror(-rc));
-        goto fail;
+        return rc;
     }
-    rc = eph_guest_client_init(&sb->client, chan[0]);
-    sb->client_ready = true;
-    pthread_mutex_lock(&sb->lock);
-    sb->chan_fd = chan[0];
-    pthread_mutex_unlock(&sb->lock);
-    chan[0] = -1;
-    if (rc)
-        goto fail;
-    uint32_t boot_ms = accel == ACCEL_KVM ? BOOT_TIMEOUT_KVM_MS : BOOT_TIMEOUT_TCG_MS;
-    rc = eph_guest_client_hello(&sb->client, eph_clock_mono_ns() + (uint64_t)boot_ms * 1000000u);
-    if (rc) {
-        char last[256];
-        if (atomic_load(&sb->interrupted))
-            rc = -ECANCELED;
-        console_tail(sb->console_fd, last, sizeof(last));
-        if (probing)
-            EPH_DEBUG(COMPONENT, "the probe's microVM did not start (%s): %s%s%s",
-                      accel == ACCEL_KVM ? "kvm" : "tcg", strerror(-rc),
-                      last[0] ? "; console: " : "", last);
-        else
-            EPH_ERROR(COMPONENT, "the microVM did not start (%s): %s%s%s",
-                      accel == ACCEL_KVM ? "kvm" : "tcg", strerror(-rc),
-                      last[0] ? "; console: " : "", last);
-        if (probing && last[0])
-            eph_text_format_cut(probe_console, sizeof(probe_console), "%s", last);
-        goto fail;
-    }
-    EPH_DEBUG(COMPONENT, "microVM %s up (%s)", sb->id, accel == ACCEL_KVM ? "kvm" : "tcg");
-    *out = &sb->base;
+    *chan_fd = chan[0];
     return 0;
+}
 
-fail:
-    for (int i = 0; i < 2; i++)
-        if (chan[i] >= 0)
-            close(chan[i]);
-    vm_destroy(&sb->base);
+static void vm_boot_failed(struct eph_guest_sandbox *g, int rc)
+{
+    struct vm_sandbox *sb = (struct vm_sandbox *)g;
+    char last[256];
+    console_tail(sb->console_fd, last, sizeof(last));
+    const char *accel = sb->accel == ACCEL_KVM ? "kvm" : "tcg";
+    if (sb->probing)
+        EPH_DEBUG(COMPONENT, "the probe's microVM did not start (%s): %s%s%s", accel, strerror(-rc),
+                  last[0] ? "; console: " : "", last);
+    else
+        EPH_ERROR(COMPONENT, "the microVM did not start (%s): %s%s%s", accel, strerror(-rc),
+                  last[0] ? "; console: " : "", last);
+    if (sb->probing && last[0])
+        eph_text_format_cut(probe_console, sizeof(probe_console), "%s", last);
+}
+
+/* The guest ends itself when asked (or when the channel closes): QEMU then exits on its own. A
+ * guest that does not answer is killed all the same after the grace. */
+static int vm_release(struct eph_guest_sandbox *g)
+{
+    struct vm_sandbox *sb = (struct vm_sandbox *)g;
+    int status = 0;
+    int rc = eph_guest_sandbox_reap(g, EXIT_GRACE_MS, &status);
+    if (!rc && WIFEXITED(status) && WEXITSTATUS(status) != 0) {
+        char last[256];
+        console_tail(sb->console_fd, last, sizeof(last));
+        EPH_DEBUG(COMPONENT, "QEMU of %s exited with status %d%s%s", g->name, WEXITSTATUS(status),
+                  last[0] ? ": " : "", last);
+    }
+    /* Kills whatever is left in it (nothing, normally) and removes it. */
+    if (sb->cg.n) {
+        int c = eph_ns_cgroup_destroy(&sb->cg);
+        if (c && !rc)
+            rc = c;
+    }
+    if (sb->console_fd >= 0)
+        close(sb->console_fd);
+    eph_hostid_release(&sb->uid);
     return rc;
+}
+
+static int vm_create_with(const struct eph_sandbox_config *cfg, enum accel accel, bool probing,
+                          struct eph_sandbox **out)
+{
+    struct vm_boot b = {.accel = accel, .probing = probing};
+    return eph_guest_sandbox_create(&eph_sandbox_microvm_ops, cfg, &b, out);
 }
 
 static int vm_probe(const struct eph_sandbox_config *cfg, char *why, size_t whylen);
@@ -843,117 +753,6 @@ static int vm_create(const struct eph_sandbox_config *cfg, struct eph_sandbox **
         accel = (enum accel)atomic_load(&chosen_accel);
     }
     return vm_create_with(cfg, accel, false, out);
-}
-
-static int vm_exec(struct eph_sandbox *base, const struct eph_exec_request *req,
-                   struct eph_exec_result *res)
-{
-    struct vm_sandbox *sb = (struct vm_sandbox *)base;
-    return eph_guest_sandbox_exec(&sb->client, &sb->interrupted, req, res);
-}
-
-static int vm_write_file(struct eph_sandbox *base, const char *path, const void *data, size_t len,
-                         unsigned mode)
-{
-    struct vm_sandbox *sb = (struct vm_sandbox *)base;
-    return eph_guest_sandbox_write_file(&sb->client, &sb->interrupted, path, data, len, mode);
-}
-
-static int vm_read_file(struct eph_sandbox *base, const char *path, size_t cap, struct eph_buf *out)
-{
-    struct vm_sandbox *sb = (struct vm_sandbox *)base;
-    return eph_guest_sandbox_read_file(&sb->client, &sb->interrupted, path, cap, out);
-}
-
-static int vm_open_tunnel(struct eph_sandbox *base, const struct eph_sandbox_tunnel *t)
-{
-    struct vm_sandbox *sb = (struct vm_sandbox *)base;
-    return eph_guest_sandbox_open_tunnel(&sb->client, &sb->interrupted, t);
-}
-
-static const char *vm_scratch_dir(struct eph_sandbox *base)
-{
-    return ((struct vm_sandbox *)base)->scratch;
-}
-
-/* SIGKILLs QEMU; pid is not reaped before destroy takes it under the same lock, so it cannot have
- * been reused. Call with sb->lock. */
-static void kill_qemu_locked(struct vm_sandbox *sb)
-{
-    eph_guest_sandbox_kill(sb->pid, sb->pidfd);
-}
-
-static void vm_interrupt(struct eph_sandbox *base)
-{
-    struct vm_sandbox *sb = (struct vm_sandbox *)base;
-    atomic_store(&sb->interrupted, true);
-    pthread_mutex_lock(&sb->lock);
-    /* shutdown(), not close(): the exec thread's poll wakes up with a hangup, and the descriptor
-     * number stays ours until destroy releases it. */
-    if (sb->chan_fd >= 0)
-        (void)shutdown(sb->chan_fd, SHUT_RDWR);
-    kill_qemu_locked(sb);
-    pthread_mutex_unlock(&sb->lock);
-}
-
-static int vm_destroy(struct eph_sandbox *base)
-{
-    struct vm_sandbox *sb = (struct vm_sandbox *)base;
-    int rc = 0;
-    /* The guest ends itself when asked (or when the channel closes): QEMU then exits on its own.
-     * A guest that does not answer is killed all the same after the grace. */
-    if (sb->client_ready && !atomic_load(&sb->interrupted) && !sb->client.broken) {
-        int s = eph_guest_client_shutdown(
-            &sb->client, eph_clock_mono_ns() + (uint64_t)SHUTDOWN_TIMEOUT_MS * 1000000u);
-        if (s)
-            EPH_DEBUG(COMPONENT, "microVM %s did not confirm the shutdown: %s", sb->id,
-                      strerror(-s));
-    }
-    pthread_mutex_lock(&sb->lock);
-    sb->chan_fd = -1;
-    pthread_mutex_unlock(&sb->lock);
-    if (sb->client_ready)
-        eph_guest_client_release(&sb->client);
-    sb->client_ready = false;
-    if (sb->pid > 0) {
-        int status = 0;
-        int w = child_wait(sb->pid, sb->pidfd, EXIT_GRACE_MS, &status);
-        if (w == -ETIMEDOUT) {
-            EPH_DEBUG(COMPONENT, "QEMU of %s did not exit in %u ms; killing it", sb->id,
-                      EXIT_GRACE_MS);
-            pthread_mutex_lock(&sb->lock);
-            kill_qemu_locked(sb);
-            pthread_mutex_unlock(&sb->lock);
-            w = child_wait(sb->pid, sb->pidfd, 10000, &status);
-        }
-        if (w) {
-            EPH_ERROR(COMPONENT, "cannot reap QEMU of %s: %s", sb->id, strerror(-w));
-            rc = w;
-        } else if (WIFEXITED(status) && WEXITSTATUS(status) != 0) {
-            char last[256];
-            console_tail(sb->console_fd, last, sizeof(last));
-            EPH_DEBUG(COMPONENT, "QEMU of %s exited with status %d%s%s", sb->id,
-                      WEXITSTATUS(status), last[0] ? ": " : "", last);
-        }
-        pthread_mutex_lock(&sb->lock);
-        sb->pid = 0;
-        if (sb->pidfd >= 0)
-            close(sb->pidfd);
-        sb->pidfd = -1;
-        pthread_mutex_unlock(&sb->lock);
-    }
-    /* Kills whatever is left in it (nothing, normally) and removes it. */
-    if (sb->cg.n) {
-        int c = eph_ns_cgroup_destroy(&sb->cg);
-        if (c && !rc)
-            rc = c;
-    }
-    if (sb->console_fd >= 0)
-        close(sb->console_fd);
-    eph_hostid_release(&sb->uid);
-    pthread_mutex_destroy(&sb->lock);
-    free(sb);
-    return rc;
 }
 
 /* ---- probe and orphans ------------------------------------------------------------------- */
@@ -974,11 +773,10 @@ static int kvm_boot_check(const struct eph_sandbox_config *cfg, char *why, size_
                  probe_console[0] ? ": " : "", probe_console);
         return rc;
     }
-    struct vm_sandbox *vm = (struct vm_sandbox *)sb;
-    rc = eph_guest_client_ping(&vm->client, eph_clock_mono_ns() + 5000ull * 1000000u);
+    rc = eph_guest_sandbox_ping(sb, 5000);
     if (rc)
         snprintf(why, whylen, "a KVM guest does not answer a ping: %s", strerror(-rc));
-    int d = vm_destroy(sb);
+    int d = eph_guest_sandbox_destroy(sb);
     if (!rc && d) {
         snprintf(why, whylen, "a microVM is not removed cleanly: %s", strerror(-d));
         rc = d;
@@ -1117,18 +915,21 @@ static int vm_cleanup_orphans(void)
     return removed;
 }
 
+static const struct eph_sandbox_backend vm_backend = {
+    .size = sizeof(struct vm_sandbox),
+    .name_prefix = "vm",
+    .shutdown_before_close = true,
+    .boot = vm_boot,
+    .boot_failed = vm_boot_failed,
+    .release = vm_release,
+};
+
 const struct eph_sandbox_ops eph_sandbox_microvm_ops = {
     .name = "microvm",
     .ready_message = "microVM ready",
     .destroyed_message = "microVM destroyed",
     .probe = vm_probe,
     .create = vm_create,
-    .exec = vm_exec,
-    .write_file = vm_write_file,
-    .read_file = vm_read_file,
-    .scratch_dir = vm_scratch_dir,
-    .interrupt = vm_interrupt,
-    .open_tunnel = vm_open_tunnel,
-    .destroy = vm_destroy,
     .cleanup_orphans = vm_cleanup_orphans,
+    EPH_GUEST_SANDBOX_OPS(&vm_backend),
 };

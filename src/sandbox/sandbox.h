@@ -3,8 +3,10 @@
  *
  * A backend is a table of functions (struct eph_sandbox_ops): namespaces, gvisor, microvm. Every
  * backend runs ephemeral-init inside as the sandbox's init and speaks the guest protocol
- * (src/guest/protocol.h) with it; what differs is how the machine is built. One sandbox serves one
- * run and is never reused. Adding a backend is adding a file and one line in sandbox.c.
+ * (src/guest/protocol.h) with it, so exec, files, the tunnel, interrupt and destroy are the same
+ * generic functions on every backend (guest.c); what differs is how the machine is booted and
+ * released (backend.h). One sandbox serves one run and is never reused. Adding a backend is adding
+ * a file and one line in sandbox.c.
  *
  * Threads: a sandbox is driven by one thread (the run's worker). eph_sandbox_interrupt() is the one
  * call that may come from any other thread (cancel, shutdown, budget): it kills the machine at
@@ -66,19 +68,23 @@ struct eph_exec_result {
 struct eph_sandbox_tunnel {
     uint16_t port;        /* inside the sandbox, on 127.0.0.1: 3128 */
     uint32_t max_streams; /* connections open at once; more are refused inside */
-    /* Called on the thread that drives the sandbox, for each connection a program makes, with
+    /* Called on the sandbox's channel thread, for each connection a program makes, with
      * the stream's id and the host end of its byte stream (a non-blocking socket the callee owns
      * and closes). Must not block: hand the socket to another thread. A negative return resets
      * the stream. */
     int (*on_stream)(void *arg, uint32_t stream, int fd);
     /* Optional, on the same thread: n bytes of the stream are about to cross (either way);
-     * returns how many may. Fewer cuts the stream at that byte (the budget is spent). */
+     * returns how many may. Fewer cuts the stream at that byte (the budget is spent). Both run
+     * between commands as well as during them, so concurrently with the thread that drives the
+     * sandbox: what they touch must be safe to use from two threads. */
     size_t (*on_bytes)(void *arg, uint32_t stream, size_t n);
     void *arg;
 };
 
 void eph_exec_result_init(struct eph_exec_result *r);
 void eph_exec_result_release(struct eph_exec_result *r);
+
+struct eph_sandbox_backend; /* backend.h */
 
 struct eph_sandbox_ops {
     const char *name;          /* "namespaces" */
@@ -99,8 +105,9 @@ struct eph_sandbox_ops {
     const char *(*scratch_dir)(struct eph_sandbox *sb);
     void (*interrupt)(struct eph_sandbox *sb);
     /* Opens the broker tunnel's listener inside the sandbox (once; only for runs with web or
-     * connections). Streams are relayed while a call on the sandbox (exec, files) is in flight.
-     * The backend's guest client owns the tunnel from then on; destroy closes every stream. */
+     * connections). The sandbox's channel thread relays its streams from then on, between calls
+     * as well as during them (a background process may use the proxy); destroy closes every
+     * stream. */
     int (*open_tunnel)(struct eph_sandbox *sb, const struct eph_sandbox_tunnel *t);
     /* Kills everything in the machine and removes every host-side trace. Always frees sb. Returns
      * 0, or a negative errno when something could not be removed (logged). */
@@ -112,6 +119,9 @@ struct eph_sandbox_ops {
      * to disk on the host (gvisor with EPHEMERAL_RUNSC_DEBUG_DIR); a zero-data-retention run
      * must then be refused. */
     bool (*records_commands)(void);
+    /* The primitives of a guest-based backend (backend.h); NULL for a backend that implements the
+     * calls above itself. */
+    const struct eph_sandbox_backend *backend;
 };
 
 /* A sandbox as the rest of the service sees it: the backend plus its private state. Backends

@@ -102,8 +102,20 @@ static const char v1[] =
     "  created_at BIGINT NOT NULL,"
     "  UNIQUE (org_id, name));";
 
+/* SQLite version 4: a run's web allow-list, a connection's query-parameter credential names. */
+static const char v2[] =
+    "ALTER TABLE runs ADD COLUMN web_allow TEXT;"
+    "ALTER TABLE connections ADD COLUMN query_names TEXT NOT NULL DEFAULT '[]';";
+
+/* SQLite version 5 (SQLite's version 4 is version 2 here): a replay (SPEC 8.5), the run it
+ * replays and how many tool results differed from the original's. */
+static const char v3[] = "ALTER TABLE runs ADD COLUMN replay_of TEXT;"
+                         "ALTER TABLE runs ADD COLUMN divergences BIGINT NOT NULL DEFAULT 0;";
+
 const struct eph_migration eph_postgres_migrations[] = {
     {1, "initial schema (SQLite version 3)", v1},
+    {2, "web allow-lists, query-parameter credentials (SQLite version 4)", v2},
+    {3, "replays (SQLite version 5)", v3},
 };
 const unsigned eph_postgres_migrations_count =
     sizeof(eph_postgres_migrations) / sizeof(eph_postgres_migrations[0]);

@@ -114,10 +114,23 @@ static const char v3[] =
     "ALTER TABLE runs ADD COLUMN node_id TEXT;"
     "ALTER TABLE runs ADD COLUMN lease_expires_at INTEGER;";
 
+/* A run's web allow-list (SPEC 3.1: a JSON array of domains; NULL is every public host), and the
+ * names of a connection's query-parameter credentials (their values are in the sealed blob). */
+static const char v4[] =
+    "ALTER TABLE runs ADD COLUMN web_allow TEXT;"
+    "ALTER TABLE connections ADD COLUMN query_names TEXT NOT NULL DEFAULT '[]';";
+
+/* A replay (SPEC 8.5): the run it replays, and how many tool results differed from the
+ * original's. */
+static const char v5[] = "ALTER TABLE runs ADD COLUMN replay_of TEXT;"
+                         "ALTER TABLE runs ADD COLUMN divergences INTEGER NOT NULL DEFAULT 0;";
+
 const struct eph_migration eph_sqlite_migrations[] = {
     {1, "initial schema", v1},
     {2, "key prefixes, connections", v2},
     {3, "running balance, leases", v3},
+    {4, "web allow-lists, query-parameter credentials", v4},
+    {5, "replays", v5},
 };
 const unsigned eph_sqlite_migrations_count =
     sizeof(eph_sqlite_migrations) / sizeof(eph_sqlite_migrations[0]);

@@ -843,11 +843,13 @@ static int pg_conn_insert(struct eph_store *base, const char *org_id,
     p_json(&p, cn->header_names, "[]");
     p_blob(&p, cn->sealed, cn->sealed_len);
     p_i64(&p, cn->created_at_ms);
+    p_json(&p, cn->query_names, "[]");
     unsigned long n = 0;
     rc = WITH_CONN(s, changed_once(s, c,
                                    "INSERT INTO connections (id, org_id, name, base_url, methods, "
-                                   "path_prefixes, header_names, sealed_headers, created_at) "
-                                   "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+                                   "path_prefixes, header_names, sealed_headers, created_at, "
+                                   "query_names) "
+                                   "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
                                    &p, &n, "connection insert"));
     p_free(&p);
     if (!rc && conn_id)
@@ -856,7 +858,8 @@ static int pg_conn_insert(struct eph_store *base, const char *org_id,
 }
 
 #define CONN_COLUMNS                                                                               \
-    "id, name, base_url, methods, path_prefixes, header_names, sealed_headers, created_at"
+    "id, name, base_url, methods, path_prefixes, header_names, sealed_headers, created_at, "       \
+    "query_names"
 
 static int row_to_conn(const PGresult *r, int i, struct eph_connection *cn)
 {
@@ -881,8 +884,9 @@ static int row_to_conn(const PGresult *r, int i, struct eph_connection *cn)
         PQfreemem(b);
     }
     cn->created_at_ms = col_i64(r, i, 7);
+    cn->query_names = col_json(r, i, 8);
     if (!cn->base_url || !cn->methods || !cn->path_prefixes || !cn->header_names ||
-        (len && !cn->sealed)) {
+        !cn->query_names || (len && !cn->sealed)) {
         eph_connection_release(cn);
         return -ENOMEM;
     }
@@ -1039,11 +1043,14 @@ static int run_insert_once(struct pg_store *s, struct pg_conn *c, const struct e
     p_i64(&p, r->cost.reserved_micros);
     p_text(&p, r->node_id[0] ? r->node_id : NULL);
     p_ms(&p, r->lease_expires_at_ms);
+    p_json(&p, r->web_allow, NULL);
+    p_text(&p, r->replay_of);
     rc = run(s, c,
              "INSERT INTO runs (id, org_id, status, model, prompt, files, connections, "
              "metadata, shell, web, zdr, timeout_seconds, created_at, reserved_micros, node_id, "
-             "lease_expires_at) "
-             "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)",
+             "lease_expires_at, web_allow, replay_of) "
+             "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, "
+             "$17, $18)",
              &p, NULL, NULL, "run insert");
     p_free(&p);
     if (rc)
@@ -1082,7 +1089,7 @@ static int pg_run_insert(struct eph_store *base, const struct eph_run *r,
     "error_message, model_calls, input_tokens, output_tokens, shell_commands, web_requests, "      \
     "connection_requests, reserved_micros, model_micros, web_micros, compute_micros, "             \
     "charged_micros, released_micros, sandbox_backend, vcpus, memory_mib, log_expires_at, "        \
-    "log_purged, node_id, lease_expires_at"
+    "log_purged, node_id, lease_expires_at, web_allow, replay_of, divergences"
 
 static void row_to_run(const PGresult *res, int i, struct eph_run *r)
 {
@@ -1125,6 +1132,9 @@ static void row_to_run(const PGresult *res, int i, struct eph_run *r)
     r->log_purged = col_i64(res, i, 35);
     col_copy(res, i, 36, r->node_id, sizeof(r->node_id));
     r->lease_expires_at_ms = col_i64(res, i, 37);
+    r->web_allow = col_json(res, i, 38);
+    r->replay_of = col_strdup(res, i, 39);
+    r->divergences = (uint64_t)col_i64(res, i, 40);
 }
 
 static int pg_run_get(struct eph_store *base, const char *id, const char *org_id,
@@ -1274,6 +1284,7 @@ static int run_finish_once(struct pg_store *s, struct pg_conn *c, const struct e
     p_text(&p, r->sandbox_backend);
     p_text(&p, r->id);
     p_i64(&p, f->lease_expired_before_ms);
+    p_i64(&p, (int64_t)r->divergences);
     unsigned long n = 0;
     if ((rc = run(s, c,
                   "UPDATE runs SET status = $1, finished_at = $2, result = $3, error_type = $4, "
@@ -1282,7 +1293,7 @@ static int run_finish_once(struct pg_store *s, struct pg_conn *c, const struct e
                   "connection_requests = $12, model_micros = $13, web_micros = $14, "
                   "compute_micros = $15, charged_micros = $16, released_micros = $17, "
                   "log_expires_at = $18, started_at = COALESCE(started_at, $19), "
-                  "sandbox_backend = COALESCE($20, sandbox_backend) "
+                  "sandbox_backend = COALESCE($20, sandbox_backend), divergences = $23 "
                   "WHERE id = $21 AND status IN ('queued', 'starting', 'running') "
                   "AND ($22::bigint = 0 OR lease_expires_at < $22::bigint)",
                   &p, NULL, &n, "run finish")))

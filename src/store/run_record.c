@@ -28,12 +28,14 @@ void eph_run_release(struct eph_run *r)
     free(r->prompt);
     json_decref(r->files);
     json_decref(r->connections);
+    json_decref(r->web_allow);
     json_decref(r->metadata);
     free(r->result);
     free(r->error_type);
     free(r->error_code);
     free(r->error_message);
     free(r->sandbox_backend);
+    free(r->replay_of);
     memset(r, 0, sizeof(*r));
 }
 

@@ -56,6 +56,7 @@ struct eph_run {
     json_t *connections; /* array of strings */
     json_t *metadata;    /* object string -> string */
     bool shell, web, zdr;
+    json_t *web_allow; /* web's allow-list: array of domains; NULL = every public host */
     unsigned timeout_seconds;
     int64_t created_at_ms, started_at_ms, finished_at_ms; /* 0 = not yet */
     char *result; /* NULL until completed, with ZDR, or once purged */
@@ -68,6 +69,8 @@ struct eph_run {
     bool log_purged;
     char node_id[40];            /* the node working on it; "" while unclaimed */
     int64_t lease_expires_at_ms; /* that node's lease; 0 while unclaimed */
+    char *replay_of;             /* the run this one replays (SPEC 8.5), or NULL */
+    uint64_t divergences;        /* a replay: tool results that differ from the original's */
 };
 
 void eph_run_init(struct eph_run *r);

@@ -594,7 +594,8 @@ static int sq_conn_insert(struct eph_store *base, const char *org_id,
     sqlite3_stmt *st;
     rc = prepare(s,
                  "INSERT INTO connections (id, org_id, name, base_url, methods, path_prefixes, "
-                 "header_names, sealed_headers, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                 "header_names, sealed_headers, created_at, query_names) "
+                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                  &st);
     if (!rc) {
         sqlite3_bind_text(st, 1, id, -1, SQLITE_TRANSIENT);
@@ -606,6 +607,10 @@ static int sq_conn_insert(struct eph_store *base, const char *org_id,
         bind_json_or_null(st, 7, c->header_names);
         sqlite3_bind_blob(st, 8, c->sealed, (int)c->sealed_len, SQLITE_TRANSIENT);
         sqlite3_bind_int64(st, 9, c->created_at_ms);
+        if (c->query_names)
+            bind_json_or_null(st, 10, c->query_names);
+        else
+            sqlite3_bind_text(st, 10, "[]", -1, SQLITE_STATIC);
         rc = step_done(s, st, "connection insert");
     }
     pthread_mutex_unlock(&s->lock);
@@ -615,7 +620,8 @@ static int sq_conn_insert(struct eph_store *base, const char *org_id,
 }
 
 #define CONN_COLUMNS                                                                               \
-    "id, name, base_url, methods, path_prefixes, header_names, sealed_headers, created_at"
+    "id, name, base_url, methods, path_prefixes, header_names, sealed_headers, created_at, "       \
+    "query_names"
 
 static int row_to_conn(sqlite3_stmt *st, struct eph_connection *c)
 {
@@ -636,7 +642,8 @@ static int row_to_conn(sqlite3_stmt *st, struct eph_connection *c)
         }
     }
     c->created_at_ms = sqlite3_column_int64(st, 7);
-    if (!c->base_url || !c->methods || !c->path_prefixes || !c->header_names ||
+    c->query_names = col_json(st, 8);
+    if (!c->base_url || !c->methods || !c->path_prefixes || !c->header_names || !c->query_names ||
         (n > 0 && !c->sealed)) {
         eph_connection_release(c);
         return -ENOMEM;
@@ -898,8 +905,8 @@ static int sq_run_insert_capped(struct eph_store *base, const struct eph_run *r,
     rc = prepare(s,
                  "INSERT INTO runs (id, org_id, status, model, prompt, files, connections, "
                  "metadata, shell, web, zdr, timeout_seconds, created_at, reserved_micros, "
-                 "node_id, lease_expires_at) "
-                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                 "node_id, lease_expires_at, web_allow, replay_of) "
+                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                  &st);
     if (rc)
         goto fail;
@@ -925,6 +932,8 @@ static int sq_run_insert_capped(struct eph_store *base, const struct eph_run *r,
     sqlite3_bind_int64(st, 14, r->cost.reserved_micros);
     bind_text_or_null(st, 15, r->node_id[0] ? r->node_id : NULL);
     bind_ms_or_null(st, 16, r->lease_expires_at_ms);
+    bind_json_or_null(st, 17, r->web_allow);
+    bind_text_or_null(st, 18, r->replay_of);
     if ((rc = step_done(s, st, "run insert")))
         goto fail;
     if ((rc = insert_ledger(s, r->org_id, r->id, "reserve", r->cost.reserved_micros,
@@ -955,7 +964,7 @@ static int sq_run_insert(struct eph_store *base, const struct eph_run *r,
     "error_message, model_calls, input_tokens, output_tokens, shell_commands, web_requests, "      \
     "connection_requests, reserved_micros, model_micros, web_micros, compute_micros, "             \
     "charged_micros, released_micros, sandbox_backend, vcpus, memory_mib, log_expires_at, "        \
-    "log_purged, node_id, lease_expires_at"
+    "log_purged, node_id, lease_expires_at, web_allow, replay_of, divergences"
 
 static void row_to_run(sqlite3_stmt *st, struct eph_run *r)
 {
@@ -999,6 +1008,9 @@ static void row_to_run(sqlite3_stmt *st, struct eph_run *r)
     const unsigned char *node = sqlite3_column_text(st, 36);
     snprintf(r->node_id, sizeof(r->node_id), "%s", node ? (const char *)node : "");
     r->lease_expires_at_ms = sqlite3_column_int64(st, 37);
+    r->web_allow = col_json(st, 38);
+    r->replay_of = col_strdup(st, 39);
+    r->divergences = (uint64_t)sqlite3_column_int64(st, 40);
 }
 
 static int sq_run_get(struct eph_store *base, const char *id, const char *org_id,
@@ -1193,8 +1205,8 @@ static int sq_run_finish(struct eph_store *base, const struct eph_run_final *f)
                  "connection_requests = ?, model_micros = ?, web_micros = ?, compute_micros = ?, "
                  "charged_micros = ?, released_micros = ?, log_expires_at = ?, "
                  "started_at = COALESCE(started_at, ?), "
-                 "sandbox_backend = COALESCE(?, sandbox_backend) "
-                 "WHERE id = ? AND status IN ('queued', 'starting', 'running') "
+                 "sandbox_backend = COALESCE(?, sandbox_backend), divergences = ?23 "
+                 "WHERE id = ?21 AND status IN ('queued', 'starting', 'running') "
                  "AND (?22 = 0 OR lease_expires_at < ?22)",
                  &st);
     if (rc)
@@ -1213,6 +1225,7 @@ static int sq_run_finish(struct eph_store *base, const struct eph_run_final *f)
     bind_text_or_null(st, 20, r->sandbox_backend);
     sqlite3_bind_text(st, 21, r->id, -1, SQLITE_TRANSIENT);
     sqlite3_bind_int64(st, 22, f->lease_expired_before_ms);
+    sqlite3_bind_int64(st, 23, (int64_t)r->divergences);
     if ((rc = step_done(s, st, "run finish")))
         goto fail;
     if (sqlite3_changes(s->db) == 0) {

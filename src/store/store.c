@@ -46,11 +46,12 @@ void eph_connection_release(struct eph_connection *c)
     json_decref(c->methods);
     json_decref(c->path_prefixes);
     json_decref(c->header_names);
+    json_decref(c->query_names);
     if (c->sealed)
         memset(c->sealed, 0, c->sealed_len);
     free(c->sealed);
     c->base_url = NULL;
-    c->methods = c->path_prefixes = c->header_names = NULL;
+    c->methods = c->path_prefixes = c->header_names = c->query_names = NULL;
     c->sealed = NULL;
     c->sealed_len = 0;
 }

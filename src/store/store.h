@@ -78,7 +78,10 @@ struct eph_connection {
     json_t *methods;       /* array of strings */
     json_t *path_prefixes; /* array of strings */
     json_t *header_names;  /* array of strings: names only */
-    unsigned char *sealed; /* nonce || secretbox(JSON object name -> value) */
+    json_t *query_names;   /* array of strings: query-parameter credential names only */
+    /* nonce || secretbox(JSON): {"headers": {name: value}, "query": {name: value}}, or (before
+     * query parameters) the headers object alone */
+    unsigned char *sealed;
     size_t sealed_len;
     int64_t created_at_ms;
 };

@@ -4,7 +4,9 @@
 # every other loopback form (127.0.0.2, [::1], [::ffff:127.0.0.2], 2130706434, 0x7f000002) with 403
 # and no byte upstream, while 127.0.0.1 is allowed by broker.allow_private_cidrs; a run without web
 # or connections has no proxy at all; a large download against a small budget is cut at the byte
-# where the budget ends, the run stops budget_exhausted and the ledger balances.
+# where the budget ends, the run stops budget_exhausted and the ledger balances. A run whose web is
+# {"allow": [...]} reaches the listed hosts only (requests, CONNECT and web_fetch). Every exchange
+# is in the record (data.exchange).
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/agent_common.sh"
 . "$(dirname "$0")/broker_common.sh"
@@ -31,12 +33,20 @@ calls=$(jq -nc \
 fake_start web "$calls"
 fake_start none "$(jq -nc --argjson c "$(shell_call n1 "env | grep -ci proxy; curl -sS -m 5 -x http://127.0.0.1:3128 http://127.0.0.1:$U/none 2>&1")" '[{tool_calls: [$c]}, {text: "done"}]')"
 fake_start zdr "$(jq -nc --argjson c "$(shell_call z1 "curl -sS http://127.0.0.1:$U/private-path?token=zdrcanary")" '[{tool_calls: [$c]}, {text: "done"}]')"
+fake_start allow "$(jq -nc \
+    --argjson a1 "$(shell_call a1 "curl -sS http://127.0.0.1:$U/listed")" \
+    --argjson a2 "$(shell_call a2 "$(code http://localhost:$U/unlisted)")" \
+    --argjson a3 "$(shell_call a3 "$(code -p http://localhost:$U/unlisted-tunnel)")" \
+    --argjson a4 "$(jq -nc --arg u "http://localhost:$U/html" '{id: "a4", name: "web_fetch", arguments: ({url: $u} | tojson)}')" \
+    '[{tool_calls: [$a1, $a2, $a3, $a4]}, {text: "done"}]')"
 fake_start big "$(jq -nc --argjson c "$(shell_call b1 "curl -sS http://127.0.0.1:$U/big?n=50000000 | wc -c")" '[{tool_calls: [$c]}, {text: "not reached"}]')"
 # A price that makes bytes dear: 10 micros per request, 100000 per MiB.
 broker_server "$(jq -s . <(fake_model web openai web) <(fake_model none openai none) \
-    <(fake_model big openai big) <(fake_model zdr openai zdr))" '' '{"web_micros_per_request": 10, "web_micros_per_mib": 100000}'
+    <(fake_model big openai big) <(fake_model zdr openai zdr) <(fake_model allow openai allow))" '' '{"web_micros_per_request": 10, "web_micros_per_mib": 100000}'
 
 web_id=$(run_create '{"prompt": "browse", "model": "web", "max_cost_micros": 500000, "web": true}')
+allow_id=$(run_create '{"prompt": "listed only", "model": "allow", "max_cost_micros": 100000,
+    "web": {"allow": ["127.0.0.1"]}}')
 none_id=$(run_create '{"prompt": "offline", "model": "none", "max_cost_micros": 100000}')
 big_id=$(run_create '{"prompt": "download", "model": "big", "max_cost_micros": 30000, "web": true}')
 zdr_id=$(run_create '{"prompt": "private", "model": "zdr", "max_cost_micros": 100000, "web": true,
@@ -64,7 +74,7 @@ assert_eq "$(jq -r .redirects <<<"$f")" 1 "web_fetch redirects"
 assert_contains "$(tool_result web 1 f2 | jq -r .error)" "127.0.0.2 is not a public address (loopback)" "redirect to a loopback form refused"
 assert_contains "$(tool_result web 1 f3 | jq -r .error)" "not an http(s) URL" "file:// refused"
 ups=$(upstream_requests site)
-assert_eq "$(jq -r '[.[].path | select(startswith("/big") or startswith("/private") | not)] | sort | join(" ")' <<<"$ups")" \
+assert_eq "$(jq -r '[.[].path | select(startswith("/big") or startswith("/private") or startswith("/listed") | not)] | sort | join(" ")' <<<"$ups")" \
     "/html /plain /py /redirect?to=/html /redirect?to=http://127.0.0.2:$U/inside /tunnel" \
     "only the allowed requests reached the upstream"
 ev=$(run_events "$web_id")
@@ -75,6 +85,32 @@ assert_eq "$(jq '[.data[] | select(.type == "web.request" and .data.denied == "a
 assert_contains "$(jq -r '[.data[] | select(.type == "web.request")][0].message' <<<"$ev")" \
     "GET http://127.0.0.1:$U/plain → 200 · " "web event message"
 assert_eq "$(jq .usage.web_requests <<<"$run")" 14 "usage.web_requests"
+
+# The record of each exchange: the request as sent, the answer as the sandbox got it; a tunnel's
+# target only.
+x=$(jq -c '[.data[] | select(.type == "web.request")][0].data.exchange' <<<"$ev")
+assert_eq "$(jq -r '.request.method + " " + .request.url' <<<"$x")" "GET http://127.0.0.1:$U/plain" "recorded request"
+assert_eq "$(jq -r '.response.status' <<<"$x")" 200 "recorded status"
+assert_eq "$(jq -r '.response.body_base64 | @base64d' <<<"$x")" "GET /plain auth=[] body=[]" "recorded body"
+assert_eq "$(jq -c '[.data[] | select(.type == "web.request" and .data.scheme == "tunnel")][0].data.exchange' <<<"$ev")" \
+    "{\"request\":{\"method\":\"CONNECT\",\"url\":\"127.0.0.1:$U\"},\"response\":{\"status\":200}}" "a tunnel's record"
+assert_eq "$(jq '[.data[] | select(.type == "web.request" and .data.exchange == null and .data.call == null)] | length' <<<"$ev")" 0 "every exchange recorded"
+
+# web: {"allow": [...]}: the listed host only, shown as asked in the run's permissions.
+run=$(run_wait "$allow_id" 60)
+assert_eq "$(jq -r .status <<<"$run")" completed "allow status ($(jq -c .error <<<"$run"))"
+assert_eq "$(jq -c .permissions.web <<<"$run")" '{"allow":["127.0.0.1"]}' "permissions.web"
+ares() { tool_result allow 1 "$1" | jq -r .stdout; }
+assert_eq "$(ares a1)" "GET /listed auth=[] body=[]" "a listed host"
+assert_eq "$(ares a2)" "403 000" "an unlisted host"
+assert_eq "$(ares a3)" "000 403" "CONNECT to an unlisted host"
+assert_contains "$(tool_result allow 1 a4 | jq -r .error)" "may not reach localhost" "web_fetch of an unlisted host"
+ev=$(run_events "$allow_id")
+assert_eq "$(jq -r '[.data[] | select(.type == "web.request" and (.data.call | not)) | .data.denied // "ok"] | join(",")' <<<"$ev")" \
+    "ok,host_not_allowed,host_not_allowed,host_not_allowed" "allow-list events"
+assert_not_contains "$(upstream_requests site)" "unlisted" "nothing unlisted reached the upstream"
+assert_contains "$(fake_requests allow | jq -r '.[0].body.messages[0].content')" \
+    "Only these hosts are allowed: 127.0.0.1 (*.name: its subdomains)" "prompt: the allow-list"
 
 # No web, no connections: no proxy variables, nothing listening.
 run=$(run_wait "$none_id" 60)

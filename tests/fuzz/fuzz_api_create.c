@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "api/validate.h"
+#include "common/id.h"
 #include "common/text.h"
 #include "daemon/config.h"
 
@@ -39,7 +40,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         json_decref(body);
         return 0;
     }
-    size_t plen = strlen(c.prompt);
+    /* A replay's prompt may be left to the original's; its replay_of is a run id. */
+    if (c.replay_of && !eph_id_is_run(c.replay_of))
+        abort();
+    size_t plen = c.prompt ? strlen(c.prompt) : c.replay_of ? 1 : 0;
     if (plen == 0 || plen > EPH_API_PROMPT_MAX || c.max_cost <= 0 || c.timeout < 1 ||
         c.timeout > 3600 || !c.model)
         abort();

@@ -1,6 +1,7 @@
 /* libFuzzer driver: the broker's parsers of what the sandbox sends — the request head, its body
  * framing, CONNECT targets, absolute URIs and the path normaliser. Checks the promises: a parsed
- * head ends with CRLF CRLF inside the input and every part points inside it; a normalised path
+ * head ends with CRLF CRLF inside the input and every part points inside it; the chunked body
+ * decoder never writes past what it read; a normalised path
  * starts with "/", has no empty, "." or ".." segment, no encoded "/" or "\", and normalising it
  * again changes nothing (so a rule checked on it is checked on what goes upstream). */
 #include <errno.h>
@@ -78,6 +79,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         int n = eph_http_normalize_path(u.path, u.path_len, out, sizeof(out));
         if (n >= 0)
             check_normalized(out, (size_t)n);
+    }
+
+    /* The chunked decoder: data only moves back, never past what was read; once it says the
+     * body ended, it used no more than it was given. */
+    char *copy = malloc(size ? size : 1);
+    if (copy) {
+        memcpy(copy, s, size);
+        struct eph_http_chunked ch = {0};
+        size_t got = 0, used = 0;
+        int r = eph_http_chunked_decode(&ch, copy, size, &got, &used);
+        if ((r != 0 && r != 1 && r != -EINVAL) || got > used || used > size ||
+            (r == 0 && used != size))
+            abort();
+        free(copy);
     }
 
     char out[512];

@@ -27,6 +27,8 @@ extra_for() {
     case "$1" in
     fuzz_openai_response) echo "src/agent/openai.c src/agent/anthropic.c src/agent/replay.c" ;;
     fuzz_anthropic_response) echo "src/agent/anthropic.c src/agent/openai.c src/agent/replay.c" ;;
+    fuzz_broker_http) echo "src/broker/addr.c" ;; # http.c parses hosts with addr.c
+    fuzz_transcript) echo "src/agent/openai.c src/agent/anthropic.c" ;;
     *) echo "" ;;
     esac
 }
@@ -56,8 +58,8 @@ sources_for() {
     done
     echo "$srcs"
 }
-LIBS=$(pkg-config --libs libmicrohttpd jansson libcurl libseccomp libsodium sqlite3 2>/dev/null)
-PKG_CFLAGS=$(pkg-config --cflags libmicrohttpd jansson libcurl libseccomp libsodium sqlite3 2>/dev/null)
+LIBS=$(pkg-config --libs libmicrohttpd jansson libcurl libseccomp libsodium libpq sqlite3 2>/dev/null)
+PKG_CFLAGS=$(pkg-config --cflags libmicrohttpd jansson libcurl libseccomp libsodium libpq sqlite3 2>/dev/null)
 
 FUZZ_CFLAGS="-std=gnu11 -g -O1 -D_GNU_SOURCE -Isrc -Itests/fuzz $PKG_CFLAGS -fno-sanitize-recover=all"
 

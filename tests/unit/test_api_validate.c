@@ -79,6 +79,20 @@ static void test_create_accepts_and_defaults(void **state)
     json_decref(body);
 }
 
+/* A replay may leave the prompt to the original's. */
+static void test_create_replay_of(void **state)
+{
+    json_t *body = json_pack("{s:s, s:i}", "replay_of", "run_0123456789abcdef0123456789abcdef",
+                             "max_cost_micros", 1000);
+    struct eph_api_create c;
+    struct eph_api_error e;
+    assert_int_equal(eph_api_validate_create(body, &cfg, &c, &e), 0);
+    assert_string_equal(c.replay_of, "run_0123456789abcdef0123456789abcdef");
+    assert_null(c.prompt);
+    eph_api_create_release(&c);
+    json_decref(body);
+}
+
 static void test_create_refusals_name_the_field(void **state)
 {
     assert_string_equal(create_param("{\"max_cost_micros\": 1}"), "prompt");
@@ -86,6 +100,15 @@ static void test_create_refusals_name_the_field(void **state)
     assert_string_equal(create_param("{\"prompt\": \"a\\u0000b\", \"max_cost_micros\": 1}"),
                         "prompt");
     assert_string_equal(create_param("{\"prompt\": \"p\"}"), "max_cost_micros");
+    assert_string_equal(create_param("{\"replay_of\": 1, \"max_cost_micros\": 1}"), "replay_of");
+    assert_string_equal(create_param("{\"replay_of\": \"run_12\", \"max_cost_micros\": 1}"),
+                        "replay_of");
+    assert_string_equal(create_param("{\"replay_of\": \"run_0123456789ABCDEF0123456789abcdef\", "
+                                     "\"max_cost_micros\": 1}"),
+                        "replay_of");
+    assert_string_equal(create_param("{\"replay_of\": \"run_0123456789abcdef0123456789abcdef\", "
+                                     "\"prompt\": \"\", \"max_cost_micros\": 1}"),
+                        "prompt");
     assert_string_equal(create_param("{\"prompt\": \"p\", \"max_cost_micros\": 0}"),
                         "max_cost_micros");
     assert_string_equal(create_param("{\"prompt\": \"p\", \"max_cost_micros\": 1, \"x\": 1}"), "x");
@@ -300,6 +323,118 @@ static void test_connection_rules(void **state)
                         "headers");
 }
 
+/* Query-parameter credentials: checked like headers, their values never in the error message. */
+static void test_connection_query(void **state)
+{
+    json_t *body = json_loads("{\"name\": \"maps\", \"base_url\": \"https://a.example\", "
+                              "\"query\": {\"key\": \"s3cr3t-value\"}}",
+                              0, NULL);
+    struct eph_connection c;
+    const char *p = NULL;
+    char err[256];
+    assert_int_equal(eph_api_connection_check(body, &c, &p, err, sizeof(err)), 0);
+    assert_int_equal(json_array_size(c.query_names), 1);
+    assert_string_equal(json_string_value(json_array_get(c.query_names, 0)), "key");
+    assert_int_equal(json_array_size(c.header_names), 0);
+    char *shown = json_dumps(c.query_names, 0);
+    assert_null(strstr(shown, "s3cr3t"));
+    free(shown);
+    eph_connection_release(&c);
+    json_decref(body);
+
+    const char *bad[] = {"[]",         "{\"k y\": \"v\"}", "{\"\": \"v\"}",
+                         "{\"k\": 1}", "{\"k\": \"\"}",    "{\"k\": \"a\\r\\nb\"}"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char text[256];
+        snprintf(text, sizeof(text),
+                 "{\"name\": \"g\", \"base_url\": \"https://a.example\", \"query\": %s}", bad[i]);
+        print_message("query %s\n", bad[i]);
+        assert_string_equal(conn_param(text), "query");
+    }
+    /* The message names the parameter, not its value. */
+    body = json_loads("{\"name\": \"g\", \"base_url\": \"https://a.example\", "
+                      "\"query\": {\"key\": \"top-secret\\u0001\"}}",
+                      0, NULL);
+    assert_int_equal(eph_api_connection_check(body, &c, &p, err, sizeof(err)), -EINVAL);
+    assert_non_null(strstr(err, "'key'"));
+    assert_null(strstr(err, "top-secret"));
+    json_decref(body);
+}
+
+/* web: a boolean or {"allow": [domain...]} (SPEC 3.1). */
+static const char *web_param(const char *web)
+{
+    char text[4096];
+    snprintf(text, sizeof(text), "{\"prompt\": \"p\", \"max_cost_micros\": 1, \"web\": %s}", web);
+    return create_param(text);
+}
+
+static void test_create_web_allow(void **state)
+{
+    json_t *body = json_loads("{\"prompt\": \"p\", \"max_cost_micros\": 1, \"web\": {\"allow\": "
+                              "[\"example.com\", \"*.Example.org\", \"127.0.0.1\"]}}",
+                              0, NULL);
+    struct eph_api_create c;
+    struct eph_api_error e;
+    assert_int_equal(eph_api_validate_create(body, &cfg, &c, &e), 0);
+    assert_true(c.web);
+    assert_int_equal(json_array_size(c.web_allow), 3);
+    assert_string_equal(json_string_value(json_array_get(c.web_allow, 1)), "*.Example.org");
+    eph_api_create_release(&c);
+    json_decref(body);
+
+    assert_string_equal(web_param("true"), "");
+    assert_string_equal(web_param("false"), "");
+    assert_string_equal(web_param("{\"allow\": [\"a-b.example\", \"x\"]}"), "");
+    const char *bad[] = {"{}",
+                         "{\"allow\": []}",
+                         "{\"allow\": \"example.com\"}",
+                         "{\"allow\": [\"example.com\"], \"deny\": []}",
+                         "{\"allow\": [1]}",
+                         "{\"allow\": [\"\"]}",
+                         "{\"allow\": [\"exa mple.com\"]}",
+                         "{\"allow\": [\"example.com.\"]}",
+                         "{\"allow\": [\".example.com\"]}",
+                         "{\"allow\": [\"a..b\"]}",
+                         "{\"allow\": [\"-a.example\"]}",
+                         "{\"allow\": [\"a-.example\"]}",
+                         "{\"allow\": [\"*\"]}",
+                         "{\"allow\": [\"*.\"]}",
+                         "{\"allow\": [\"a.*.example\"]}",
+                         "{\"allow\": [\"**.example\"]}",
+                         "{\"allow\": [\"http://example.com\"]}",
+                         "{\"allow\": [\"example.com:443\"]}",
+                         "{\"allow\": [\"ex\\u0000am\"]}",
+                         "\"yes\"",
+                         "1",
+                         "[\"example.com\"]"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        print_message("web %s\n", bad[i]);
+        assert_string_equal(web_param(bad[i]), "web");
+    }
+    /* A label of 63 bytes is fine, 64 is not; the whole name at most 253 bytes; 64 entries. */
+    char text[2048], label[80];
+    memset(label, 'a', 64);
+    label[63] = '\0';
+    snprintf(text, sizeof(text), "{\"allow\": [\"%s.example\"]}", label);
+    assert_string_equal(web_param(text), "");
+    label[63] = 'a';
+    label[64] = '\0';
+    snprintf(text, sizeof(text), "{\"allow\": [\"%s.example\"]}", label);
+    assert_string_equal(web_param(text), "web");
+    label[63] = '\0';
+    snprintf(text, sizeof(text), "{\"allow\": [\"%s.%s.%s.%s\"]}", label, label, label, label);
+    assert_string_equal(web_param(text), "web"); /* 255 bytes */
+    size_t o = (size_t)snprintf(text, sizeof(text), "{\"allow\": [");
+    for (int i = 0; i < 65; i++)
+        o += (size_t)snprintf(text + o, sizeof(text) - o, "%s\"d%d.example\"", i ? ", " : "", i);
+    snprintf(text + o, sizeof(text) - o, "]}");
+    assert_string_equal(web_param(text), "web");
+    char *cut = strstr(text, ", \"d64.example\"");
+    snprintf(cut, sizeof(text) - (size_t)(cut - text), "]}");
+    assert_string_equal(web_param(text), "");
+}
+
 static void test_money_rules(void **state)
 {
     assert_null(eph_money_credit_refusal(1, 0));
@@ -480,6 +615,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_create_accepts_and_defaults),
+        cmocka_unit_test(test_create_replay_of),
         cmocka_unit_test(test_create_refusals_name_the_field),
         cmocka_unit_test(test_create_file_paths),
         cmocka_unit_test(test_file_path_rule_reasons),
@@ -487,6 +623,8 @@ int main(void)
         cmocka_unit_test(test_prefer),
         cmocka_unit_test(test_content_type),
         cmocka_unit_test(test_connection_rules),
+        cmocka_unit_test(test_connection_query),
+        cmocka_unit_test(test_create_web_allow),
         cmocka_unit_test(test_money_rules),
         cmocka_unit_test_setup_teardown(test_admit_queue_failure, admit_setup, admit_teardown),
         cmocka_unit_test_setup_teardown(test_admit_queue_failure_zdr, admit_setup, admit_teardown),

@@ -170,6 +170,77 @@ static int auth(const char *s, uint16_t def, struct eph_http_authority *a)
     return eph_http_parse_authority(s, strlen(s), def, a);
 }
 
+/* Decodes text through the chunked decoder in pieces of step bytes: the body, or NULL when it is
+ * refused (or never ends). */
+static char *dechunk(const char *text, size_t step, size_t *used_total)
+{
+    size_t n = strlen(text), at = 0, out = 0;
+    char *all = malloc(n + 1), piece[256];
+    struct eph_http_chunked c = {0};
+    int r = 0;
+    *used_total = 0;
+    while (at < n && r == 0) {
+        size_t k = n - at < step ? n - at : step, got, used;
+        memcpy(piece, text + at, k);
+        r = eph_http_chunked_decode(&c, piece, k, &got, &used);
+        if (r >= 0) {
+            memcpy(all + out, piece, got);
+            out += got;
+            *used_total += used;
+        }
+        at += k;
+    }
+    if (r != 1) {
+        free(all);
+        return NULL;
+    }
+    all[out] = '\0';
+    return all;
+}
+
+static void test_chunked(void **state)
+{
+    static const char ok[] = "5\r\nhello\r\nA;name=\"v\"\r\n, world!!!\r\n0\r\n"
+                             "Trailer-Field: x\r\n\r\nNEXT";
+    for (size_t step = 1; step <= sizeof(ok); step++) {
+        size_t used;
+        char *body = dechunk(ok, step, &used);
+        assert_non_null(body);
+        assert_string_equal(body, "hello, world!!!");
+        assert_int_equal(used, sizeof(ok) - 1 - 4); /* "NEXT" is not the body's */
+        free(body);
+    }
+    size_t used;
+    char *body = dechunk("0\r\n\r\n", 1, &used);
+    assert_string_equal(body, "");
+    free(body);
+    body = dechunk("ffffffffffffffff\r\n", 3, &used); /* 2^64 - 1 > 2^53 */
+    assert_null(body);
+    const char *bad[] = {"",
+                         "\r\n",
+                         "x\r\n",
+                         "5\nhello\r\n0\r\n\r\n",
+                         "5 \r\nhello",
+                         "5\r\nhelloX",
+                         "5\r\nhello\r\r",
+                         "-1\r\n",
+                         "0\r\n\n",
+                         "0\r\nT: x\n",
+                         "20000000000001\r\n",
+                         "00000000000000001\r\n"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        print_message("bad %zu\n", i);
+        assert_null(dechunk(bad[i], 2, &used));
+    }
+    /* A size line or trailer longer than 4 KiB is refused, not buffered. */
+    char *longline = malloc(6000);
+    memcpy(longline, "1;", 2);
+    memset(longline + 2, 'e', 5000);
+    strcpy(longline + 5002, "\r\nx\r\n0\r\n\r\n");
+    assert_null(dechunk(longline, 200, &used));
+    free(longline);
+}
+
 static void test_authority(void **state)
 {
     struct eph_http_authority a;
@@ -375,7 +446,7 @@ int main(void)
         cmocka_unit_test(test_request_bad),   cmocka_unit_test(test_request_caps),
         cmocka_unit_test(test_body_framing),  cmocka_unit_test(test_authority),
         cmocka_unit_test(test_url),           cmocka_unit_test(test_normalize),
-        cmocka_unit_test(test_normalize_cap),
+        cmocka_unit_test(test_normalize_cap), cmocka_unit_test(test_chunked),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -93,6 +93,30 @@ static void test_all_flags(void **state)
     eph_cli_run_opts_release(&o);
 }
 
+/* --web-allow DOMAIN... sends web as {"allow": [...]}, in order; --no-web wins over it. */
+static void test_web_allow(void **state)
+{
+    struct eph_cli_run_opts o;
+    assert_int_equal(PARSE(&o, "--prompt", "p", "--max-cost-micros", "5", "--web-allow",
+                           "example.com", "--web-allow=*.example.org"),
+                     0);
+    json_t *body = NULL;
+    assert_int_equal(eph_cli_run_body(&o, stdin, &body, err, sizeof(err)), 0);
+    char *s = json_dumps(json_object_get(body, "web"), JSON_COMPACT);
+    assert_string_equal(s, "{\"allow\":[\"example.com\",\"*.example.org\"]}");
+    free(s);
+    json_decref(body);
+    eph_cli_run_opts_release(&o);
+
+    assert_int_equal(PARSE(&o, "--prompt", "p", "--max-cost-micros", "5", "--web-allow",
+                           "a.example", "--no-web"),
+                     0);
+    assert_int_equal(eph_cli_run_body(&o, stdin, &body, err, sizeof(err)), 0);
+    assert_true(json_is_false(json_object_get(body, "web")));
+    json_decref(body);
+    eph_cli_run_opts_release(&o);
+}
+
 /* Flags override the request file's fields; the rest of the file is kept as it is. */
 static void test_file_overridden(void **state)
 {
@@ -157,6 +181,8 @@ static void test_bad_flags(void **state)
     BAD("needs a value", "--budget");
     BAD("takes no value", "--shell=yes");
     BAD("takes no value", "--zdr=1");
+    BAD("--replay-of needs a run id", "--replay-of", "run_12");
+    BAD("--replay-of needs a run id", "--replay-of", "run_0123456789ABCDEF0123456789abcdef");
     BAD("must not be empty", "--prompt", "");
     BAD("must not be empty", "--prompt=");
     BAD("--timeout", "--timeout", "0");
@@ -181,6 +207,7 @@ static void test_bad_flags(void **state)
     BAD("unexpected argument 'b.json'", "a.json", "b.json");
     BAD("--file needs", "--file", ":x");
     BAD("--connection", "--connection", "");
+    BAD("--web-allow needs a domain", "--web-allow", "");
     BAD("--model", "--model", "");
 
     char longkey[300];
@@ -190,6 +217,22 @@ static void test_bad_flags(void **state)
     longkey[255] = '\0';
     struct eph_cli_run_opts o;
     assert_int_equal(PARSE(&o, "--idempotency-key", longkey), 0);
+    eph_cli_run_opts_release(&o);
+}
+
+/* A replay needs no prompt: the original's is used. */
+static void test_replay_of(void **state)
+{
+    struct eph_cli_run_opts o;
+    assert_int_equal(
+        PARSE(&o, "--replay-of", "run_0123456789abcdef0123456789abcdef", "--budget", "0.1"), 0);
+    json_t *body = NULL;
+    assert_int_equal(eph_cli_run_body(&o, stdin, &body, err, sizeof(err)), 0);
+    assert_string_equal(json_string_value(json_object_get(body, "replay_of")),
+                        "run_0123456789abcdef0123456789abcdef");
+    assert_null(json_object_get(body, "prompt"));
+    assert_int_equal(json_integer_value(json_object_get(body, "max_cost_micros")), 100000);
+    json_decref(body);
     eph_cli_run_opts_release(&o);
 }
 
@@ -340,8 +383,9 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_all_flags),       cmocka_unit_test(test_file_overridden),
-        cmocka_unit_test(test_stdin),           cmocka_unit_test(test_bad_flags),
-        cmocka_unit_test(test_double_dash),     cmocka_unit_test(test_body_errors),
+        cmocka_unit_test(test_web_allow),       cmocka_unit_test(test_stdin),
+        cmocka_unit_test(test_bad_flags),       cmocka_unit_test(test_double_dash),
+        cmocka_unit_test(test_replay_of),       cmocka_unit_test(test_body_errors),
         cmocka_unit_test(test_files),           cmocka_unit_test(test_files_too_large),
         cmocka_unit_test(test_too_many_files),  cmocka_unit_test(test_path_rules),
         cmocka_unit_test(test_idempotency_key),

@@ -4,6 +4,7 @@
  * mid-frame, silence).
  */
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -13,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -480,6 +482,7 @@ struct fake {
     bool read_request; /* read one request before answering */
     bool hang_up;      /* close when done, else stay silent */
     int done_fd;       /* written to when the test is over, so a silent fake can exit */
+    int wrote_fd;      /* when > 0: written to once the whole script is written */
 };
 
 static void *fake_guest(void *arg)
@@ -497,6 +500,8 @@ static void *fake_guest(void *arg)
             break;
         off += (size_t)w;
     }
+    if (fk->wrote_fd > 0 && write(fk->wrote_fd, "w", 1) != 1)
+        fk->len = 0;
     if (!fk->hang_up) {
         char c;
         if (read(fk->done_fd, &c, 1) != 1)
@@ -636,6 +641,108 @@ static void test_client_exec(void **state)
     assert_int_equal(run_fake(s, n, true, OP_EXEC, 100, NULL), -EPROTO);
 }
 
+/* A slow caller: while it does not take its replies, the channel thread stops reading once one
+ * largest frame's worth waits, so what the host holds stays bounded; the guest waits (its writes
+ * block) and everything arrives whole and in order once the caller goes on. */
+#define FLOOD_FRAMES 64u
+#define FLOOD_CHUNK 65536u
+
+struct slow {
+    struct eph_guest_client *c;
+    int wrote_fd;    /* readable once the guest has written everything */
+    bool guest_done; /* it had, while the caller stalled */
+    size_t pieces;
+    size_t max_queued;
+    uint8_t next; /* the pattern byte expected next */
+    bool in_order;
+};
+
+static void slow_on_output(void *arg, int stream, const void *data, size_t len)
+{
+    struct slow *sl = arg;
+    const uint8_t *p = data;
+    for (size_t i = 0; i < len; i++, sl->next++)
+        if (p[i] != sl->next)
+            sl->in_order = false;
+    if (sl->pieces++ != 0)
+        return;
+    /* The first piece: stall until the channel thread has queued all it may (it broadcasts the
+     * condition at each frame it queues), then look at how much that is. */
+    struct eph_guest_client *c = sl->c;
+    uint64_t deadline = eph_clock_mono_ns() + 20ull * 1000000000u;
+    struct timespec until = {.tv_sec = (time_t)(deadline / 1000000000u),
+                             .tv_nsec = (long)(deadline % 1000000000u)};
+    pthread_mutex_lock(&c->mu);
+    while (c->queued < EPH_PROTO_MAX_PAYLOAD && !c->broken &&
+           pthread_cond_timedwait(&c->cv, &c->mu, &until) == 0)
+        ;
+    sl->max_queued = c->queued;
+    pthread_mutex_unlock(&c->mu);
+    /* The guest must now be stuck: its writes wait for the host, which waits for the caller. It
+     * cannot finish however long this waits (a host that kept reading lets it finish at once). */
+    struct pollfd w = {.fd = sl->wrote_fd, .events = POLLIN};
+    sl->guest_done = poll(&w, 1, 2000) == 1;
+}
+
+static void test_client_slow_caller(void **state)
+{
+    size_t flen = EPH_PROTO_HEADER_SIZE + FLOOD_CHUNK;
+    size_t len = FLOOD_FRAMES * flen + 64;
+    uint8_t *script = malloc(len), chunk[FLOOD_CHUNK];
+    assert_non_null(script);
+    size_t n = 0;
+    uint8_t b = 0;
+    for (unsigned i = 0; i < FLOOD_FRAMES; i++) {
+        for (size_t k = 0; k < FLOOD_CHUNK; k++)
+            chunk[k] = b++;
+        n += (size_t)eph_proto_raw_encode(script + n, len - n, EPH_PROTO_EXEC_STDOUT, 0, 1, chunk,
+                                          FLOOD_CHUNK);
+    }
+    struct eph_proto_exit e = {.stdout_total = (uint64_t)FLOOD_FRAMES * FLOOD_CHUNK};
+    n += (size_t)eph_proto_exit_encode(script + n, len - n, 1, &e);
+
+    int sv[2], done[2], wrote[2];
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    assert_int_equal(pipe(done), 0);
+    assert_int_equal(pipe(wrote), 0);
+    struct fake fk = {.fd = sv[1],
+                      .script = script,
+                      .len = n,
+                      .read_request = true,
+                      .done_fd = done[0],
+                      .wrote_fd = wrote[1]};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, fake_guest, &fk), 0);
+    struct eph_guest_client c;
+    assert_int_equal(eph_guest_client_init(&c, sv[0]), 0);
+    struct slow sl = {.c = &c, .wrote_fd = wrote[0], .in_order = true};
+    struct eph_exec_request req = {.command = "flood",
+                                   .timeout_ms = 20000,
+                                   .stdout_cap = FLOOD_FRAMES * FLOOD_CHUNK,
+                                   .stderr_cap = 16,
+                                   .on_output = slow_on_output,
+                                   .on_output_arg = &sl};
+    struct eph_exec_result res;
+    eph_exec_result_init(&res);
+    assert_int_equal(eph_guest_client_exec(&c, &req, &res), 0);
+    /* It did fill (the caller was slow), and no more than one more frame came in meanwhile. */
+    assert_true(sl.max_queued >= EPH_PROTO_MAX_PAYLOAD);
+    assert_true(sl.max_queued <= EPH_PROTO_MAX_PAYLOAD + 2 * flen + 4096);
+    assert_false(sl.guest_done);
+    assert_int_equal(res.out.len, (size_t)FLOOD_FRAMES * FLOOD_CHUNK);
+    assert_true(sl.in_order);
+    assert_int_equal(res.exit_code, 0);
+    eph_exec_result_release(&res);
+    assert_int_equal(write(done[1], "x", 1), 1);
+    eph_guest_client_release(&c);
+    pthread_join(t, NULL);
+    close(done[0]);
+    close(done[1]);
+    close(wrote[0]);
+    close(wrote[1]);
+    free(script);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -654,6 +761,7 @@ int main(void)
         cmocka_unit_test(test_client_hello),
         cmocka_unit_test(test_client_garbage_and_death),
         cmocka_unit_test(test_client_exec),
+        cmocka_unit_test(test_client_slow_caller),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

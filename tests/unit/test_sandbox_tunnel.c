@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -27,6 +28,8 @@
 
 static atomic_int streams_seen;
 static atomic_int streams_done;
+static pthread_mutex_t done_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t done_cond = PTHREAD_COND_INITIALIZER;
 
 /* Reads the request head (blocking, bounded), then answers: /big with BIG_BYTES of a pattern,
  * anything else with the request line echoed. */
@@ -93,7 +96,10 @@ static void *responder(void *arg)
             off += (size_t)w;
         }
     }
+    pthread_mutex_lock(&done_lock);
     atomic_fetch_add(&streams_done, 1);
+    pthread_cond_broadcast(&done_cond);
+    pthread_mutex_unlock(&done_lock);
 out:
     close(fd);
     return NULL;
@@ -115,25 +121,30 @@ static int on_stream(void *arg, uint32_t stream, int fd)
     return 0;
 }
 
-static struct eph_sandbox *make_sandbox(void)
+static struct eph_sandbox *make_sandbox_on(const char *backend)
 {
     const char *build = getenv("BUILD"), *top = getenv("TOP");
     static char init[4096], image[4096];
     char why[256];
     snprintf(init, sizeof(init), "%s/ephemeral-init", build ? build : "build");
     snprintf(image, sizeof(image), "%s/var/images/default", top ? top : ".");
-    struct eph_sandbox_config c = {.backend = "namespaces", .image = image, .init_path = init};
+    struct eph_sandbox_config c = {.backend = backend, .image = image, .init_path = init};
     eph_sandbox_limits_default(&c.limits);
-    const struct eph_sandbox_ops *ops = eph_sandbox_backend("namespaces");
+    const struct eph_sandbox_ops *ops = eph_sandbox_backend(backend);
     assert_non_null(ops);
     if (access(image, R_OK) != 0 || ops->probe(&c, why, sizeof(why)) != 0) {
-        print_message("skipped: the namespaces backend cannot run here (%s)\n",
+        print_message("skipped: the %s backend cannot run here (%s)\n", backend,
                       access(image, R_OK) != 0 ? "no image" : why);
         return NULL;
     }
     struct eph_sandbox *sb = NULL;
     assert_int_equal(ops->create(&c, &sb), 0);
     return sb;
+}
+
+static struct eph_sandbox *make_sandbox(void)
+{
+    return make_sandbox_on("namespaces");
 }
 
 static void run(struct eph_sandbox *sb, const char *cmd, struct eph_exec_result *res)
@@ -228,11 +239,62 @@ static void test_tunnel(void **state)
     assert_int_equal(eph_sandbox_destroy(sb), 0);
 }
 
+/* A background process uses the proxy while no command runs: the sandbox's channel thread relays
+ * its stream between commands. The host waits for the responder to have answered in full with no
+ * call on the sandbox in flight (when streams were relayed only during calls, it never did); a
+ * later command then finds what the background process wrote. */
+static void background_fetch(const char *backend)
+{
+    struct eph_sandbox *sb = make_sandbox_on(backend);
+    if (!sb)
+        return;
+    struct eph_sandbox_tunnel t = {
+        .port = 3128, .max_streams = 4, .on_stream = on_stream, .arg = NULL};
+    assert_int_equal(sb->ops->open_tunnel(sb, &t), 0);
+    int before = atomic_load(&streams_done);
+    struct eph_exec_result res;
+    run(sb,
+        "(curl -sS -m 30 http://example.com/background > bg.tmp 2>&1; mv bg.tmp bg.out) "
+        "</dev/null >/dev/null 2>&1 &",
+        &res);
+    assert_int_equal(res.exit_code, 0);
+    eph_exec_result_release(&res);
+
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 30;
+    pthread_mutex_lock(&done_lock);
+    int rc = 0;
+    while (atomic_load(&streams_done) == before && rc == 0)
+        rc = pthread_cond_timedwait(&done_cond, &done_lock, &until);
+    int done = atomic_load(&streams_done) - before;
+    pthread_mutex_unlock(&done_lock);
+    assert_int_equal(done, 1);
+
+    /* The answer reached the program: it wrote it (the loop waits for the rename, bounded). */
+    run(sb, "timeout 20 sh -c 'until [ -f bg.out ]; do sleep 0.05; done'; cat bg.out", &res);
+    assert_string_equal(res.out.data, "echo: GET http://example.com/background HTTP/1.1\n");
+    eph_exec_result_release(&res);
+    assert_int_equal(eph_sandbox_destroy(sb), 0);
+}
+
+static void test_background_namespaces(void **state)
+{
+    background_fetch("namespaces");
+}
+
+static void test_background_gvisor(void **state)
+{
+    background_fetch("gvisor");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_no_tunnel_no_listener),
         cmocka_unit_test(test_tunnel),
+        cmocka_unit_test(test_background_namespaces),
+        cmocka_unit_test(test_background_gvisor),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -113,6 +113,7 @@ static void test_secret_and_connections(void **state)
     c.methods = json_pack("[s]", "GET");
     c.path_prefixes = json_pack("[s]", "/");
     c.header_names = json_pack("[s]", "Authorization");
+    c.query_names = json_pack("[s]", "key");
     assert_int_equal(eph_secret_seal(&k1, plain, strlen(plain), &c.sealed, &c.sealed_len), 0);
     assert_null(memmem(c.sealed, c.sealed_len, "s3cret", 6));
     c.created_at_ms = 5;
@@ -123,6 +124,7 @@ static void test_secret_and_connections(void **state)
 
     struct eph_connection got;
     assert_int_equal(st->ops->conn_get(st, f->org, "github", &got), 0);
+    assert_string_equal(json_string_value(json_array_get(got.query_names, 0)), "key");
     unsigned char *open = NULL;
     size_t olen = 0;
     assert_int_equal(eph_secret_open(&k1, got.sealed, got.sealed_len, &open, &olen), 0);
@@ -156,6 +158,30 @@ static void make_run(struct eph_run *r, const char *org)
     r->timeout_seconds = 10;
     r->created_at_ms = eph_clock_real_ms();
     r->cost.reserved_micros = 100;
+}
+
+/* A run's web allow-list is stored with it and read back as it was; none reads back as none. */
+static void test_run_web_allow(void **state)
+{
+    struct fixture *f = *state;
+    struct eph_store *st = f->st;
+    struct eph_run r, got;
+    make_run(&r, f->org);
+    r.web = true;
+    r.web_allow = json_pack("[s, s]", "example.com", "*.example.org");
+    assert_int_equal(st->ops->run_insert(st, &r, NULL), 0);
+    assert_int_equal(st->ops->run_get(st, r.id, f->org, &got), 0);
+    assert_true(got.web);
+    assert_true(json_equal(got.web_allow, r.web_allow));
+    eph_run_release(&got);
+    eph_run_release(&r);
+    make_run(&r, f->org);
+    r.web = true;
+    assert_int_equal(st->ops->run_insert(st, &r, NULL), 0);
+    assert_int_equal(st->ops->run_get(st, r.id, f->org, &got), 0);
+    assert_null(got.web_allow);
+    eph_run_release(&got);
+    eph_run_release(&r);
 }
 
 static void test_queued_cap(void **state)
@@ -243,6 +269,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_keys, setup, teardown),
         cmocka_unit_test_setup_teardown(test_secret_and_connections, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_run_web_allow, setup, teardown),
         cmocka_unit_test_setup_teardown(test_queued_cap, setup, teardown),
         cmocka_unit_test_setup_teardown(test_idempotency_expiry, setup, teardown),
         cmocka_unit_test(test_metrics_render),

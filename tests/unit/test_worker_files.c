@@ -1,10 +1,10 @@
 /* The worker's steps (src/run/worker.c) against a fake sandbox backend: a run that completes
- * goes through every step in order; a store that refuses the settlement leaves the timeline open;
- * and the file step, with a file write that blocks until the sandbox is interrupted: a cancel that
- * arrives while the request's files are being placed ends the run `cancelled` (not `failed`),
- * settled, with nothing left reserved. The black-box test (api_cancel.sh) cannot make its cancel
- * land in that window every time; here the fake backend holds the window open until the cancel has
- * been sent. */
+ * goes through every step in order (its commands run by the fake backend); a store that refuses the
+ * settlement leaves the timeline open; and the file step, with a file write that blocks until the
+ * sandbox is interrupted: a cancel that arrives while the request's files are being placed ends the
+ * run `cancelled` (not `failed`), settled, with nothing left reserved. The black-box test
+ * (api_cancel.sh) cannot make its cancel land in that window every time; here the fake backend
+ * holds the window open until the cancel has been sent. */
 #include <errno.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -25,48 +25,48 @@
 #include "run/live.h"
 #include "run/service.h"
 #include "store/store.h"
+#include "fake_sandbox.h"
+#include "sandbox/backend.h"
 
-/* ---- a backend whose file write blocks until interrupted ---- */
+/* ---- the fake backend, its first file write held open until interrupted ---- */
 
-struct fake_sandbox {
-    struct eph_sandbox base;
-};
+/* The test's fake (tests/fake_sandbox.h), counted: creates, destroys and file writes. Each new
+ * sandbox gets a FIFO where the request's first file goes, so the real guest's write of it blocks
+ * (no reader) until the cancel interrupts the sandbox, as a large file over a slow channel
+ * would. */
+static struct eph_sandbox_ops fake_ops;
 
 static pthread_mutex_t fake_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t fake_cond = PTHREAD_COND_INITIALIZER;
 static unsigned fake_writes;    /* write_file calls entered */
-static bool fake_interrupted;   /* interrupt was called */
-static unsigned fake_created;   /* create calls */
+static unsigned fake_created;   /* sandboxes created */
 static unsigned fake_destroyed; /* destroy calls */
 
 static int fake_create(const struct eph_sandbox_config *cfg, struct eph_sandbox **out)
 {
-    struct fake_sandbox *f = calloc(1, sizeof(*f));
-    if (!f)
-        return -ENOMEM;
-    extern const struct eph_sandbox_ops fake_ops;
-    f->base.ops = &fake_ops;
+    struct eph_sandbox *sb = NULL;
+    int rc = eph_guest_sandbox_create(&fake_ops, cfg, NULL, &sb);
+    if (rc)
+        return rc;
+    struct eph_exec_request req = {.command = "mkdir data && mkfifo data/a.txt",
+                                   .timeout_ms = 10000,
+                                   .stdout_cap = 256,
+                                   .stderr_cap = 256};
+    struct eph_exec_result res;
+    eph_exec_result_init(&res);
+    rc = eph_sandbox_exec(sb, &req, &res);
+    if (!rc && res.exit_code != 0)
+        rc = -EIO;
+    eph_exec_result_release(&res);
+    if (rc) {
+        eph_sandbox_destroy(sb);
+        return rc;
+    }
     pthread_mutex_lock(&fake_lock);
     fake_created++;
     pthread_mutex_unlock(&fake_lock);
-    *out = &f->base;
+    *out = sb;
     return 0;
-}
-
-static bool fake_exec_allowed; /* set by the tests whose run reaches its commands */
-static unsigned fake_execs;
-
-static int fake_exec(struct eph_sandbox *sb, const struct eph_exec_request *req,
-                     struct eph_exec_result *res)
-{
-    if (!fake_exec_allowed) {
-        fail_msg("no command may run: the run was cancelled while its files were placed");
-        return -ENOSYS;
-    }
-    memset(res, 0, sizeof(*res));
-    fake_execs++;
-    res->stdout_total = 3;
-    return eph_buf_append(&res->out, "ok\n", 3);
 }
 
 static int fake_write_file(struct eph_sandbox *sb, const char *path, const void *data, size_t len,
@@ -75,34 +75,8 @@ static int fake_write_file(struct eph_sandbox *sb, const char *path, const void 
     pthread_mutex_lock(&fake_lock);
     fake_writes++;
     pthread_cond_broadcast(&fake_cond);
-    /* Held until the cancel interrupts the sandbox, as a large file over a slow channel is. */
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_sec += 30;
-    int rc = 0;
-    while (!fake_interrupted && rc == 0)
-        rc = pthread_cond_timedwait(&fake_cond, &fake_lock, &until);
-    bool interrupted = fake_interrupted;
     pthread_mutex_unlock(&fake_lock);
-    return interrupted ? -EINTR : -ETIMEDOUT;
-}
-
-static int fake_read_file(struct eph_sandbox *sb, const char *path, size_t cap, struct eph_buf *out)
-{
-    return -ENOSYS;
-}
-
-static const char *fake_scratch_dir(struct eph_sandbox *sb)
-{
-    return "/tmp/scratch";
-}
-
-static void fake_interrupt(struct eph_sandbox *sb)
-{
-    pthread_mutex_lock(&fake_lock);
-    fake_interrupted = true;
-    pthread_cond_broadcast(&fake_cond);
-    pthread_mutex_unlock(&fake_lock);
+    return eph_fake_sandbox_ops.write_file(sb, path, data, len, mode);
 }
 
 static int fake_destroy(struct eph_sandbox *sb)
@@ -110,22 +84,8 @@ static int fake_destroy(struct eph_sandbox *sb)
     pthread_mutex_lock(&fake_lock);
     fake_destroyed++;
     pthread_mutex_unlock(&fake_lock);
-    free(sb);
-    return 0;
+    return eph_fake_sandbox_ops.destroy(sb);
 }
-
-const struct eph_sandbox_ops fake_ops = {
-    .name = "fake",
-    .ready_message = "fake sandbox ready",
-    .destroyed_message = "fake sandbox destroyed",
-    .create = fake_create,
-    .exec = fake_exec,
-    .write_file = fake_write_file,
-    .read_file = fake_read_file,
-    .scratch_dir = fake_scratch_dir,
-    .interrupt = fake_interrupt,
-    .destroy = fake_destroy,
-};
 
 /* ---- the service around one worker ---- */
 
@@ -164,7 +124,21 @@ static int setup(void **state)
         f->st->ops->org_ensure(f->st, "acme", 100000, f->org, sizeof(f->org), &created), 0);
     f->svc.cfg = &f->cfg;
     f->svc.store = f->st;
+    char init[4096], why[256];
+    struct eph_sandbox_config sc;
+    if (eph_fake_sandbox_config(&sc, init, sizeof(init), why, sizeof(why)) != 0) {
+        print_message("skipped: %s\n", why);
+        skip();
+    }
+    free(f->cfg.sandbox.init_path);
+    f->cfg.sandbox.init_path = strdup(init);
+    fake_ops = eph_fake_sandbox_ops;
+    fake_ops.create = fake_create;
+    fake_ops.write_file = fake_write_file;
+    fake_ops.destroy = fake_destroy;
     f->svc.sandbox_ops = &fake_ops;
+    f->svc.sandbox_cfg = sc;
+    f->svc.sandbox_cfg.init_path = f->cfg.sandbox.init_path;
     f->svc.models = &f->model;
     snprintf(f->svc.node_id, sizeof(f->svc.node_id), "test-node");
     assert_int_equal(eph_live_registry_new(&f->svc.live), 0);
@@ -406,7 +380,7 @@ static int find_type(const struct types *ty, const char *type)
 }
 
 /* Every step of a run that completes, in order: the seed example's replay model asks for its
- * commands, which the fake backend answers; the run ends completed, its sandbox created and
+ * commands, which the fake backend runs; the run ends completed, its sandbox created and
  * destroyed once, its timeline in step order and closed, its money split adding up. */
 static void test_steps_of_a_completed_run(void **state)
 {
@@ -453,11 +427,9 @@ static void test_steps_of_a_completed_run(void **state)
     eph_run_release(&r);
 
     unsigned created0 = fake_created, destroyed0 = fake_destroyed;
-    fake_exec_allowed = true;
     struct eph_live *l = eph_live_get(f->svc.live, id);
     assert_non_null(l);
     eph_worker_run(&f->svc, id);
-    fake_exec_allowed = false;
 
     struct eph_run got;
     assert_int_equal(f->st->ops->run_get(f->st, id, f->org, &got), 0);
@@ -469,7 +441,6 @@ static void test_steps_of_a_completed_run(void **state)
                      got.cost.model_micros + got.cost.web_micros + got.cost.compute_micros);
     assert_int_equal(got.cost.charged_micros + got.cost.released_micros, 100000);
     eph_run_release(&got);
-    assert_true(fake_execs >= 1);
     assert_int_equal(fake_created - created0, 1);
     assert_int_equal(fake_destroyed - destroyed0, 1);
 

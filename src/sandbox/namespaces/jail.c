@@ -46,7 +46,7 @@
 #include "common/clock.h"
 #include "common/id.h"
 #include "common/log.h"
-#include "sandbox/guest_client.h"
+#include "sandbox/backend.h"
 #include "sandbox/hostid.h"
 #include "sandbox/namespaces/namespaces.h"
 
@@ -58,16 +58,10 @@
 #define CHILD_CGROUP_FD 6 /* 6, 7, 8: what the child writes "0" into to join its cgroup */
 
 struct ns_sandbox {
-    struct eph_sandbox base; /* first: the generic layer casts */
+    struct eph_guest_sandbox g; /* first: the generic layer casts */
     struct eph_ns_plan plan;
     struct eph_ns_cgroup cgroup;
-    struct eph_guest_client client;
-    bool client_ready;
     struct eph_hostid_lease id; /* the host id worker maps to */
-    pid_t pid;
-    int pidfd;
-    pthread_mutex_t lock; /* guards pidfd against interrupt() racing destroy() */
-    atomic_bool interrupted;
 };
 
 /* ---- the child -------------------------------------------------------------------------- */
@@ -349,7 +343,7 @@ static int parent_steps(struct ns_sandbox *sb, int sync_fd)
         EPH_ERROR(COMPONENT, "sandbox setup: the child stopped before its user namespace");
         return rc < 0 ? rc : -EPROTO;
     }
-    rc = eph_ns_user_write_maps(sb->pid, sb->plan.host_id);
+    rc = eph_ns_user_write_maps(sb->g.pid, sb->plan.host_id);
     if (rc) {
         EPH_ERROR(COMPONENT, "cannot write the sandbox's uid/gid maps: %s", strerror(-rc));
         return rc;
@@ -364,34 +358,13 @@ static int parent_steps(struct ns_sandbox *sb, int sync_fd)
         EPH_ERROR(COMPONENT, "sandbox setup: no exec from the child");
         return rc < 0 ? rc : -EPROTO;
     }
-    return protect_init(sb->pid);
-}
-
-static void teardown(struct ns_sandbox *sb, int *status_out)
-{
-    int status = 0;
-    pthread_mutex_lock(&sb->lock);
-    int pidfd = sb->pidfd;
-    sb->pidfd = -1;
-    if (pidfd >= 0)
-        (void)eph_ns_pid_kill(pidfd);
-    pthread_mutex_unlock(&sb->lock);
-    if (sb->pid > 0) {
-        int rc = eph_ns_pid_reap(sb->pid, &status);
-        if (rc)
-            EPH_WARN(COMPONENT, "cannot reap the sandbox's init: %s", strerror(-rc));
-        sb->pid = 0;
-    }
-    if (pidfd >= 0)
-        close(pidfd);
-    if (status_out)
-        *status_out = status;
+    return protect_init(sb->g.pid);
 }
 
 static int plan_prepare(struct ns_sandbox *sb, const struct eph_sandbox_config *cfg)
 {
     struct eph_ns_plan *p = &sb->plan;
-    const struct eph_sandbox_limits *l = &cfg->limits;
+    const struct eph_sandbox_limits *l = &sb->g.limits;
     if (!cfg->image || !realpath(cfg->image, p->root)) {
         EPH_ERROR(COMPONENT, "sandbox image '%s' not found", cfg->image ? cfg->image : "");
         return -ENOENT;
@@ -406,16 +379,8 @@ static int plan_prepare(struct ns_sandbox *sb, const struct eph_sandbox_config *
             return -ENOENT;
         }
     }
-    static const char alphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
-    unsigned char rnd[6];
-    int rc = eph_random_bytes(rnd, sizeof(rnd));
-    if (rc)
-        return rc;
-    char suffix[7];
-    for (int i = 0; i < 6; i++)
-        suffix[i] = alphabet[rnd[i] % (sizeof(alphabet) - 1)];
-    suffix[6] = '\0';
-    snprintf(p->run_rel, sizeof(p->run_rel), "tmp/ephemeral-run-%s", suffix);
+    /* The run directory as seen inside, relative to the new root. */
+    snprintf(p->run_rel, sizeof(p->run_rel), "%s", sb->g.run_dir + 1);
     snprintf(p->scratch_rel, sizeof(p->scratch_rel), "%s/scratch", p->run_rel);
     snprintf(p->home_rel, sizeof(p->home_rel), "%s/home", p->run_rel);
     snprintf(p->scratch, sizeof(p->scratch), "/%s", p->scratch_rel);
@@ -426,50 +391,24 @@ static int plan_prepare(struct ns_sandbox *sb, const struct eph_sandbox_config *
     snprintf(p->meminfo_rel, sizeof(p->meminfo_rel), "%s/meminfo", p->run_rel);
     p->meminfo_len = eph_ns_mount_meminfo(p->meminfo, sizeof(p->meminfo), l->memory_mib);
     p->nofile = l->nofile;
-    p->fsize = l->fsize_bytes ? l->fsize_bytes : (uint64_t)l->disk_mib << 20;
+    p->fsize = l->fsize_bytes;
     /* A backstop behind pids.max, a little above it so that the cgroup is what normally says no. */
     p->nproc = (uint64_t)l->pids + 16u;
     p->host_id = (uid_t)sb->id.id;
     return 0;
 }
 
-static void limits_fill(struct eph_sandbox_limits *l, const struct eph_sandbox_limits *in)
+static int ns_boot(struct eph_guest_sandbox *g, const struct eph_sandbox_config *cfg, int *chan_fd)
 {
-    struct eph_sandbox_limits d;
-    eph_sandbox_limits_default(&d);
-    *l = *in;
-    if (!l->vcpus)
-        l->vcpus = d.vcpus;
-    if (!l->memory_mib)
-        l->memory_mib = d.memory_mib;
-    if (!l->pids)
-        l->pids = d.pids;
-    if (!l->disk_mib)
-        l->disk_mib = d.disk_mib;
-    if (!l->nofile)
-        l->nofile = d.nofile;
-}
-
-static int ns_destroy(struct eph_sandbox *base);
-
-static int ns_create(const struct eph_sandbox_config *cfg_in, struct eph_sandbox **out)
-{
-    static atomic_uint seq;
-    struct eph_sandbox_config cfg = *cfg_in;
+    struct ns_sandbox *sb = (struct ns_sandbox *)g;
     int chan[2] = {-1, -1}, sync[2] = {-1, -1};
     int join_fd[3], join_n = 0, cgroup_dir = -1;
-    int rc;
-    eph_ns_mount_prepare();
-    limits_fill(&cfg.limits, &cfg_in->limits);
-    struct ns_sandbox *sb = calloc(1, sizeof(*sb));
-    if (!sb)
-        return -ENOMEM;
-    sb->base.ops = &eph_sandbox_namespaces_ops;
-    sb->pidfd = -1;
+    pid_t pid = 0;
+    int pidfd = -1;
     sb->plan.init_fd = -1;
     sb->id.fd = -1;
-    pthread_mutex_init(&sb->lock, NULL);
-    atomic_init(&sb->interrupted, false);
+    int rc;
+    eph_ns_mount_prepare();
 
     rc = eph_hostid_acquire(EPH_NS_HOST_ID_BASE, EPH_NS_HOST_IDS, &sb->id);
     if (rc) {
@@ -479,25 +418,17 @@ static int ns_create(const struct eph_sandbox_config *cfg_in, struct eph_sandbox
             EPH_ERROR(COMPONENT, "cannot lease a host id for the sandbox: %s", strerror(-rc));
         goto fail;
     }
-    rc = plan_prepare(sb, &cfg);
+    rc = plan_prepare(sb, cfg);
     if (rc)
         goto fail;
-    sb->plan.init_fd = open(cfg.init_path ? cfg.init_path : "", O_RDONLY | O_CLOEXEC);
+    sb->plan.init_fd = open(cfg->init_path ? cfg->init_path : "", O_RDONLY | O_CLOEXEC);
     if (sb->plan.init_fd < 0) {
         rc = -errno;
         EPH_ERROR(COMPONENT, "cannot open ephemeral-init '%s': %s",
-                  cfg.init_path ? cfg.init_path : "", strerror(errno));
+                  cfg->init_path ? cfg->init_path : "", strerror(errno));
         goto fail;
     }
-    char name[64];
-    /* The tag is part of a cgroup name that orphan cleanup parses: [a-z0-9_]{1,16} or "eph". */
-    const char *tag = cfg.owner_tag && cfg.owner_tag[0] && strlen(cfg.owner_tag) <= 16 &&
-                              strspn(cfg.owner_tag, "abcdefghijklmnopqrstuvwxyz0123456789_") ==
-                                  strlen(cfg.owner_tag)
-                          ? cfg.owner_tag
-                          : "eph";
-    snprintf(name, sizeof(name), "%s-%d-%u", tag, (int)getpid(), atomic_fetch_add(&seq, 1));
-    rc = eph_ns_cgroup_create(&sb->cgroup, name, &cfg.limits);
+    rc = eph_ns_cgroup_create(&sb->cgroup, g->name, &g->limits);
     if (rc)
         goto fail;
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, chan) != 0 ||
@@ -515,12 +446,14 @@ static int ns_create(const struct eph_sandbox_config *cfg_in, struct eph_sandbox
     sb->plan.sync_fd = sync[1];
     /* v2: born in the cgroup. Otherwise (v1, or no clone3) the child's first step joins it. */
     sb->plan.cg_join_n = 0;
-    rc = eph_ns_pid_clone_into_cgroup(child_main, &sb->plan, cgroup_dir, &sb->pid, &sb->pidfd);
+    rc = eph_ns_pid_clone_into_cgroup(child_main, &sb->plan, cgroup_dir, &pid, &pidfd);
     if (rc == 1) {
         sb->plan.cg_join_n = join_n;
         memcpy(sb->plan.cg_join_fd, join_fd, sizeof(join_fd));
-        rc = eph_ns_pid_clone(child_main, &sb->plan, &sb->pid, &sb->pidfd);
+        rc = eph_ns_pid_clone(child_main, &sb->plan, &pid, &pidfd);
     }
+    if (!rc)
+        eph_guest_sandbox_watch(g, pid, pidfd);
     sb->plan.cg_join_n = 0;
     close(chan[1]);
     close(sync[1]);
@@ -542,18 +475,7 @@ static int ns_create(const struct eph_sandbox_config *cfg_in, struct eph_sandbox
     sync[0] = -1;
     if (rc)
         goto fail;
-    rc = eph_guest_client_init(&sb->client, chan[0]);
-    chan[0] = -1;
-    sb->client_ready = true;
-    if (rc)
-        goto fail;
-    rc = eph_guest_client_hello(&sb->client,
-                                eph_clock_mono_ns() + (uint64_t)SETUP_TIMEOUT_MS * 1000000u);
-    if (rc) {
-        EPH_ERROR(COMPONENT, "ephemeral-init did not start: %s", strerror(-rc));
-        goto fail;
-    }
-    *out = &sb->base;
+    *chan_fd = chan[0];
     return 0;
 
 fail:
@@ -567,66 +489,29 @@ fail:
         close(join_fd[i]);
     if (cgroup_dir >= 0)
         close(cgroup_dir);
-    ns_destroy(&sb->base);
     return rc;
 }
 
-static int ns_exec(struct eph_sandbox *base, const struct eph_exec_request *req,
-                   struct eph_exec_result *res)
+/* The init's death ends the PID namespace: it is killed and reaped at once, then the cgroup
+ * (which kills anything left in it) is removed. */
+static int ns_release(struct eph_guest_sandbox *g)
 {
-    struct ns_sandbox *sb = (struct ns_sandbox *)base;
-    return eph_guest_sandbox_exec(&sb->client, &sb->interrupted, req, res);
-}
-
-static int ns_write_file(struct eph_sandbox *base, const char *path, const void *data, size_t len,
-                         unsigned mode)
-{
-    struct ns_sandbox *sb = (struct ns_sandbox *)base;
-    return eph_guest_sandbox_write_file(&sb->client, &sb->interrupted, path, data, len, mode);
-}
-
-static int ns_read_file(struct eph_sandbox *base, const char *path, size_t cap, struct eph_buf *out)
-{
-    struct ns_sandbox *sb = (struct ns_sandbox *)base;
-    return eph_guest_sandbox_read_file(&sb->client, &sb->interrupted, path, cap, out);
-}
-
-static int ns_open_tunnel(struct eph_sandbox *base, const struct eph_sandbox_tunnel *t)
-{
-    struct ns_sandbox *sb = (struct ns_sandbox *)base;
-    return eph_guest_sandbox_open_tunnel(&sb->client, &sb->interrupted, t);
-}
-
-static const char *ns_scratch_dir(struct eph_sandbox *base)
-{
-    return ((struct ns_sandbox *)base)->plan.scratch;
-}
-
-static void ns_interrupt(struct eph_sandbox *base)
-{
-    struct ns_sandbox *sb = (struct ns_sandbox *)base;
-    atomic_store(&sb->interrupted, true);
-    pthread_mutex_lock(&sb->lock);
-    if (sb->pidfd >= 0)
-        (void)eph_ns_pid_kill(sb->pidfd);
-    pthread_mutex_unlock(&sb->lock);
-}
-
-static int ns_destroy(struct eph_sandbox *base)
-{
-    struct ns_sandbox *sb = (struct ns_sandbox *)base;
-    int rc = 0;
-    teardown(sb, NULL);
-    if (sb->client_ready)
-        eph_guest_client_release(&sb->client);
-    if (sb->cgroup.n)
-        rc = eph_ns_cgroup_destroy(&sb->cgroup);
+    struct ns_sandbox *sb = (struct ns_sandbox *)g;
+    int rc = eph_guest_sandbox_reap(g, 0, NULL);
+    if (sb->cgroup.n) {
+        int c = eph_ns_cgroup_destroy(&sb->cgroup);
+        if (c && !rc)
+            rc = c;
+    }
     if (sb->plan.init_fd >= 0)
         close(sb->plan.init_fd);
     eph_hostid_release(&sb->id);
-    pthread_mutex_destroy(&sb->lock);
-    free(sb);
     return rc;
+}
+
+static int ns_create(const struct eph_sandbox_config *cfg, struct eph_sandbox **out)
+{
+    return eph_guest_sandbox_create(&eph_sandbox_namespaces_ops, cfg, NULL, out);
 }
 
 static int ns_probe(const struct eph_sandbox_config *cfg, char *why, size_t whylen)
@@ -648,18 +533,19 @@ static int ns_probe(const struct eph_sandbox_config *cfg, char *why, size_t whyl
     return 0;
 }
 
+static const struct eph_sandbox_backend ns_backend = {
+    .size = sizeof(struct ns_sandbox),
+    .name_prefix = "",
+    .boot = ns_boot,
+    .release = ns_release,
+};
+
 const struct eph_sandbox_ops eph_sandbox_namespaces_ops = {
     .name = "namespaces",
     .ready_message = "namespace sandbox ready",
     .destroyed_message = "namespace sandbox destroyed",
     .probe = ns_probe,
     .create = ns_create,
-    .exec = ns_exec,
-    .write_file = ns_write_file,
-    .read_file = ns_read_file,
-    .scratch_dir = ns_scratch_dir,
-    .interrupt = ns_interrupt,
-    .open_tunnel = ns_open_tunnel,
-    .destroy = ns_destroy,
     .cleanup_orphans = eph_ns_cgroup_cleanup_orphans,
+    EPH_GUEST_SANDBOX_OPS(&ns_backend),
 };
