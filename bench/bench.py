@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """bench.py - Ephemeral side by side with bubblewrap and gVisor (runsc). Run by bench/run.sh.
 
-    bench/bench.py BUILD [--quick] [--only start,backends,exec,api,pg,queue,density,broker]
+    bench/bench.py BUILD [--quick] [--only start,backends,exec,api,history,pg,queue,density,broker]
 
 Five measurements, each interleaved with its peers after a warm-up, every loop bounded in count
 and in time; the table goes to stdout and to bench/results/YYYY-MM-DD-HHMM.md. docs/BENCH.md says
@@ -728,7 +728,7 @@ def runsc_exec_calls(ctx, n, stop):
 class Server:
     """ephemerald on a free loopback port with a fresh database (like tests/blackbox/lib.sh)."""
 
-    def __init__(self, ctx, name, extra=(), config=None):
+    def __init__(self, ctx, name, extra=(), config=None, reuse=False):
         import socket
         s = socket.socket()
         s.bind(("127.0.0.1", 0))
@@ -740,9 +740,18 @@ class Server:
         env = dict(os.environ)
         if config:
             env["EPHEMERALD_CONFIG"] = config
-        self.key = subprocess.run([ctx["ephd"], "admin", "init", "--db", db], capture_output=True,
-                                  text=True, check=True, env=env, cwd=ROOT).stdout.strip()
-        self.logf = open(os.path.join(d, "server.log"), "w")
+        self.db = db
+        keyf = os.path.join(d, "key")
+        if reuse:
+            with open(keyf) as f:
+                self.key = f.read().strip()
+        else:
+            self.key = subprocess.run([ctx["ephd"], "admin", "init", "--db", db],
+                                      capture_output=True, text=True, check=True, env=env,
+                                      cwd=ROOT).stdout.strip()
+            with open(keyf, "w") as f:
+                f.write(self.key)
+        self.logf = open(os.path.join(d, "server.log"), "a")
         self.proc = subprocess.Popen(
             [ctx["ephd"], "serve", "--listen", f"127.0.0.1:{self.port}", "--db", db,
              "--sandbox", "namespaces", "--log-level", "warn"] + list(extra),
@@ -876,6 +885,95 @@ def bench_api(ctx, rep):
     rep.table(["concurrency", "runs", "runs/s", "median ms", "p90", "p99", "server CPU ms/run",
                "sandbox CPU ms/run", "outcomes"], rows)
     return res
+
+
+# ---- 3c. runs per second with a long history in the org ------------------------------------
+
+HISTORY_RUNS = 5000    # settled runs already in the org before the measurement
+HISTORY_CONC = 8
+
+
+def seed_history(db, n):
+    """Copies the one settled run in db n times (the run, its ledger entries and its events) with
+    fresh ids, as an org that has used the service for a while. Direct SQL on the stopped server's
+    database: the server's own path would take minutes to settle this many runs."""
+    import secrets
+    import sqlite3
+    con = sqlite3.connect(db)
+    try:
+        tmpl = con.execute("SELECT id FROM runs WHERE status = 'completed' LIMIT 1").fetchone()
+        if not tmpl:
+            raise RuntimeError("no settled run to copy")
+        tid = tmpl[0]
+        rcols = [r[1] for r in con.execute("PRAGMA table_info(runs)")]
+        lcols = [r[1] for r in con.execute("PRAGMA table_info(ledger)") if r[1] != "id"]
+        ecols = [r[1] for r in con.execute("PRAGMA table_info(events)")]
+        run = con.execute(f"SELECT {','.join(rcols)} FROM runs WHERE id = ?", (tid,)).fetchone()
+        led = con.execute(f"SELECT {','.join(lcols)} FROM ledger WHERE run_id = ?", (tid,)).fetchall()
+        evs = con.execute(f"SELECT {','.join(ecols)} FROM events WHERE run_id = ?", (tid,)).fetchall()
+        ri, li, ei = rcols.index("id"), lcols.index("run_id"), ecols.index("run_id")
+        ci = rcols.index("created_at")
+        con.execute("BEGIN")
+        for k in range(n):
+            rid = "run_" + secrets.token_hex(16)
+            row = list(run)
+            row[ri] = rid
+            row[ci] = run[ci] - (n - k) * 1000
+            con.execute(f"INSERT INTO runs ({','.join(rcols)}) VALUES ({','.join('?' * len(rcols))})",
+                        row)
+            for lr in led:
+                lr = list(lr)
+                lr[li] = rid
+                con.execute(f"INSERT INTO ledger ({','.join(lcols)}) VALUES "
+                            f"({','.join('?' * len(lcols))})", lr)
+            for er in evs:
+                er = list(er)
+                er[ei] = rid
+                con.execute(f"INSERT INTO events ({','.join(ecols)}) VALUES "
+                            f"({','.join('?' * len(ecols))})", er)
+        con.execute("COMMIT")
+        return len(evs)
+    finally:
+        con.close()
+
+
+def bench_history(ctx, rep):
+    with open(os.path.join(ROOT, "examples/sandbox-proof/request.json"), "rb") as f:
+        body = f.read()
+    srv = Server(ctx, "history")
+    try:
+        drive(srv, body, 1, 1)
+    finally:
+        srv.stop()
+    n_hist = ctx["n"](HISTORY_RUNS)
+    log(f"history: seeding {n_hist} settled runs")
+    per_run = seed_history(srv.db, n_hist)
+    srv = Server(ctx, "history", reuse=True)
+    try:
+        drive(srv, body, 4, 2)
+        n = ctx["n"](API_RUNS)
+        log(f"history: {n} runs at concurrency {HISTORY_CONC} over {n_hist} settled runs")
+        c0 = srv.cpu_s()
+        wall, lat, statuses = drive(srv, body, n, HISTORY_CONC)
+        c1 = srv.cpu_s()
+    finally:
+        srv.stop()
+    s = summary(lat)
+    done = statuses.get("completed", 0)
+    rps = done / wall if wall > 0 else 0
+    own = (c1[0] - c0[0]) * 1000 / max(1, len(lat))
+    rep.add("### 3c. Runs per second with a long history")
+    rep.add()
+    rep.add(f"The seed example at concurrency {HISTORY_CONC}, as in section 3, on a database that "
+            f"already holds {n_hist} settled runs of the same org (each with its {per_run} events "
+            "and its ledger entries, copied from a real run before the server starts).")
+    rep.add()
+    rep.table(["settled runs before", "runs", "runs/s", "median ms", "p90", "p99",
+               "server CPU ms/run", "outcomes"],
+              [[str(n_hist), str(len(lat)), f"{rps:.1f}", fmt(s["median"]), fmt(s["p90"]),
+                fmt(s["p99"]), fmt(own),
+                ", ".join(f"{k} {v}" for k, v in sorted(statuses.items()))]])
+    return {"history_runs": n_hist, "rps": rps, "server_cpu_ms": own}
 
 
 # ---- 3b. runs per second with one, two and three nodes on one PostgreSQL ----------------------
@@ -1416,6 +1514,8 @@ def main():
             results["exec"] = section("exec", bench_exec)
         if want("api"):
             results["api"] = section("api", bench_api)
+        if want("history"):
+            results["history"] = section("history", bench_history)
         if want("pg"):
             results["pg"] = section("pg", bench_pg)
         queue = section("queue", bench_queue) if want("queue") else None

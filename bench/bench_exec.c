@@ -155,7 +155,8 @@ static int mode_exec(const struct eph_sandbox_config *cfg, const struct eph_sand
 static int mode_start(const struct eph_sandbox_config *cfg, const struct eph_sandbox_ops *ops,
                       long n, long warmup, long gap_ms, bool pool)
 {
-    if (pool && eph_sandbox_pool_start(ops, cfg, 2) != 0)
+    struct eph_sandbox_pool *wp = NULL;
+    if (pool && (eph_sandbox_pool_new(&wp) || eph_sandbox_pool_start(wp, ops, cfg, 2) != 0))
         return 1;
     struct timespec gap = {gap_ms / 1000, (gap_ms % 1000) * 1000000L};
     uint64_t *ph[3];
@@ -171,9 +172,9 @@ static int mode_start(const struct eph_sandbox_config *cfg, const struct eph_san
         if (gap_ms)
             nanosleep(&gap, NULL);
         if (pool)
-            (void)eph_sandbox_pool_wait_full(10000); /* refilled between runs, untimed */
+            (void)eph_sandbox_pool_wait_full(wp, 10000); /* refilled between runs, untimed */
         uint64_t t0 = eph_clock_mono_ns();
-        rc = pool ? eph_sandbox_pool_take(ops, cfg, &sb, NULL) : ops->create(cfg, &sb);
+        rc = pool ? eph_sandbox_pool_take(wp, ops, cfg, &sb, NULL) : ops->create(cfg, &sb);
         uint64_t t1 = eph_clock_mono_ns();
         if (rc) {
             fprintf(stderr, "bench_exec: create: %s\n", eph_strerror(rc));
@@ -192,8 +193,7 @@ static int mode_start(const struct eph_sandbox_config *cfg, const struct eph_san
             done++;
         }
     }
-    if (pool)
-        eph_sandbox_pool_stop();
+    eph_sandbox_pool_free(wp);
     printf("{\"mode\":\"%s\",\"backend\":\"%s\",\"n\":%ld,\"gap_ms\":%ld,", pool ? "pool" : "start",
            ops->name, done, gap_ms);
     print_array_u64("create_ns", ph[0], (size_t)done, false);

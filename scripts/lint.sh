@@ -1,6 +1,6 @@
 #!/bin/sh
-# make lint: static analysis of the project's code, warnings as errors (cppcheck), and a check that
-# the code is formatted (clang-format --dry-run).
+# make lint: static analysis of the project's code, warnings as errors (cppcheck), a check that
+# the code is formatted (clang-format --dry-run), and the layer rule (scripts/check-layers.sh).
 set -eu
 cd "$(dirname "$0")/.."
 cppcheck --quiet --error-exitcode=1 --enable=warning,portability,performance \
@@ -10,4 +10,5 @@ cppcheck --quiet --error-exitcode=1 --enable=warning,portability,performance \
 files=$(git ls-files 'src/*.c' 'src/*.h')
 # shellcheck disable=SC2086
 clang-format --dry-run --Werror $files
+scripts/check-layers.sh
 echo "lint: clean"

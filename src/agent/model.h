@@ -27,28 +27,12 @@
 
 #include <jansson.h>
 
+#include "common/config.h"
+
 struct eph_model;
 
-/* A model as configured (one entry of "models" in the config file). */
-struct eph_model_config {
-    char *id;          /* "openai/gpt-6-luna" */
-    char *provider;    /* "openai", "anthropic", "replay" */
-    char *base_url;    /* e.g. "https://api.openai.com/v1"; NULL for replay */
-    char *api_key_env; /* name of the environment variable holding the key */
-    char *transcripts; /* replay: folder of recorded examples */
-    uint64_t input_micros_per_mtok;
-    uint64_t output_micros_per_mtok;       /* reasoning tokens are output tokens */
-    uint64_t cached_input_micros_per_mtok; /* cache reads (default: the input price) */
-    uint64_t cache_write_micros_per_mtok;  /* 5-minute cache writes (see docs/MODELS.md) */
-    uint64_t cache_write_1h_micros_per_mtok;
-    uint64_t input_overhead_tokens; /* what the provider adds to the input (tool-use system
-                                       prompt, message framing), for the input bound */
-    uint32_t max_output_tokens;
-    uint32_t timeout_seconds; /* idle time allowed between bytes of an answer (default 120) */
-    char *upstream_model;     /* model name sent on the wire (default: id after the last '/'
-                                 for openai, id for anthropic) */
-    bool stream;              /* "stream": ask for Server-Sent Events (openai, anthropic) */
-};
+/* A model as configured (one entry of "models" in the config file): struct eph_model_config,
+ * in common/config.h. */
 
 struct eph_model_request {
     json_t *messages;          /* borrowed; the neutral conversation */

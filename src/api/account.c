@@ -11,6 +11,7 @@
 #include "common/money.h"
 #include "common/metrics.h"
 #include "daemon/readiness.h"
+#include "run/scheduler.h"
 
 static int balance_reply(struct eph_api_req *req, const struct eph_balance *bal)
 {
@@ -134,8 +135,9 @@ int eph_api_metrics(struct eph_api_req *req)
                              "(long polls, idle event streams).\n"
                              "# TYPE ephemeral_http_parked_requests gauge\n"
                              "ephemeral_http_parked_requests %u\n",
-                             store_ok ? 1 : 0, eph_scheduler_queue_depth(), eph_scheduler_running(),
-                             eph_api_parked_count());
+                             store_ok ? 1 : 0, eph_scheduler_queue_depth(req->svc->sched),
+                             eph_scheduler_running(req->svc->sched),
+                             eph_api_parked_count(req->parker));
     if (!rc)
         rc = eph_metrics_render(&b);
     if (rc) {

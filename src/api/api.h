@@ -24,6 +24,7 @@
 
 struct eph_api;
 struct eph_live;
+struct eph_live_registry;
 struct MHD_Connection;
 
 /* Starts listening on cfg->listen ("ADDR:PORT", loopback by default). */
@@ -49,18 +50,25 @@ enum eph_api_park_result {
     EPH_API_STOPPING, /* the server is stopping: answer now */
 };
 
-int eph_api_park_start(void);
-/* Resumes every parked connection and refuses to park any more. */
-void eph_api_park_stop(void);
+/* The parker: one per API server, woken by live's observer hook. start allocates it and starts
+ * its thread; stop resumes every parked connection and refuses to park any more (requests still
+ * being handled may call eph_api_park until the HTTP daemon is stopped); free stops it if needed
+ * and frees it, once no request can reach it. */
+struct eph_api_parker;
+int eph_api_park_start(struct eph_live_registry *live, struct eph_api_parker **out)
+    __attribute__((warn_unused_result));
+void eph_api_park_stop(struct eph_api_parker *p);
+void eph_api_park_free(struct eph_api_parker *p);
 /* Parks w->conn. Call only from MHD's access handler or content reader of that connection. */
-enum eph_api_park_result eph_api_park(struct eph_api_waiter *w);
+enum eph_api_park_result eph_api_park(struct eph_api_parker *p, struct eph_api_waiter *w);
 /* Parked connections (tests and metrics). */
-unsigned eph_api_parked_count(void);
+unsigned eph_api_parked_count(struct eph_api_parker *p);
 
 /* ---- for the resource files ---- */
 
 struct eph_api_req {
     struct eph_service *svc;
+    struct eph_api_parker *parker; /* the server's */
     struct MHD_Connection *conn;
     const char *method;
     const char *path;  /* without the query string */
@@ -133,13 +141,14 @@ json_t *eph_api_body_object(struct eph_api_req *req);
 
 /* Admits a new run (runs.c): registers it live (with a zero-data-retention prompt and files
  * held there, never stored), stores it with its reservation and first event, and queues it with
- * submit (eph_scheduler_submit; tests pass another). Everything that can fail in this process
+ * submit (eph_service_submit; tests pass another). Everything that can fail in this process
  * happens before the store is written; when the queue refuses after that, the run is settled at
  * once as failed with its whole budget released. 0, or the store's error (-EDQUOT, -EAGAIN, ...)
  * with nothing written, or a live/queue error with *queue_failed set and nothing reserved. */
 int eph_api_run_admit(struct eph_service *svc, const struct eph_run *r,
                       const struct eph_event *first, const char *zdr_prompt, json_t *zdr_files,
-                      int (*submit)(const char *run_id), bool *queue_failed);
+                      int (*submit)(struct eph_service *svc, const char *run_id),
+                      bool *queue_failed);
 
 /* Resource handlers (runs.c, account.c, keys.c, connections.c). Each answers the request. */
 int eph_api_runs_create(struct eph_api_req *req);

@@ -11,6 +11,7 @@
 #include <sodium.h>
 
 #include "api/api.h"
+#include "api/json.h"
 #include "common/clock.h"
 #include "common/error.h"
 #include "common/id.h"
@@ -19,6 +20,7 @@
 #include "common/text.h"
 #include "daemon/readiness.h"
 #include "run/live.h"
+#include "run/scheduler.h"
 
 #define CANCEL_WAIT_SECONDS 5
 
@@ -82,9 +84,9 @@ static int create_resume(struct eph_api_req *req)
 }
 
 /* Closes a live entry registered for a run that was never queued. */
-static void live_drop(const char *run_id)
+static void live_drop(struct eph_live_registry *reg, const char *run_id)
 {
-    struct eph_live *l = eph_live_get(run_id);
+    struct eph_live *l = eph_live_get(reg, run_id);
     if (l) {
         eph_live_close(l, 1, NULL);
         eph_live_put(l);
@@ -93,18 +95,19 @@ static void live_drop(const char *run_id)
 
 int eph_api_run_admit(struct eph_service *svc, const struct eph_run *r,
                       const struct eph_event *first, const char *zdr_prompt, json_t *zdr_files,
-                      int (*submit)(const char *run_id), bool *queue_failed)
+                      int (*submit)(struct eph_service *svc, const char *run_id),
+                      bool *queue_failed)
 {
     struct eph_store *st = svc->store;
     *queue_failed = false;
     /* What can fail in this process is done before the store is written: the live entry and a
      * zero-data-retention prompt held on it. */
-    int rc = eph_live_register(r->id, r->created_at_ms, 1);
-    if (!rc && r->zdr && (rc = eph_live_set_prompt(r->id, zdr_prompt, zdr_files)))
-        live_drop(r->id);
+    int rc = eph_live_register(svc->live, r->id, r->created_at_ms, 1);
+    if (!rc && r->zdr && (rc = eph_live_set_prompt(svc->live, r->id, zdr_prompt, zdr_files)))
+        live_drop(svc->live, r->id);
     if (!rc && r->zdr) {
         /* This node holds a zero-data-retention run from birth. */
-        struct eph_live *l = eph_live_get(r->id);
+        struct eph_live *l = eph_live_get(svc->live, r->id);
         if (l) {
             eph_live_set_worked_here(l);
             eph_live_put(l);
@@ -118,10 +121,10 @@ int eph_api_run_admit(struct eph_service *svc, const struct eph_run *r,
      * transaction, so that concurrent creations can exceed neither the limit nor the balance. */
     rc = st->ops->run_insert_capped(st, r, first, svc->cfg->max_queued_per_org);
     if (rc) {
-        live_drop(r->id);
+        live_drop(svc->live, r->id);
         return rc;
     }
-    rc = submit(r->id);
+    rc = submit(svc, r->id);
     if (rc) {
         /* Stored but not queued: settle it now as failed, everything released, so that no budget
          * stays reserved until a restart. */
@@ -244,7 +247,7 @@ int eph_api_runs_create(struct eph_api_req *req)
     bool queue_failed = false;
     int rc = new_run(req, &c, &r, &first);
     if (!rc)
-        rc = eph_api_run_admit(svc, &r, &first, c.prompt, c.files, eph_scheduler_submit,
+        rc = eph_api_run_admit(svc, &r, &first, c.prompt, c.files, eph_service_submit,
                                &queue_failed);
     eph_event_release(&first);
     eph_run_release(&orig);
@@ -254,7 +257,7 @@ int eph_api_runs_create(struct eph_api_req *req)
         json_decref(body);
         return admit_refused(req, rc, queue_failed, c.max_cost);
     }
-    req->live = eph_live_get(r.id);
+    req->live = eph_live_get(svc->live, r.id);
     char money[EPH_MONEY_FMT_MAX];
     EPH_INFO("api", "run %s queued (org %s, budget %s)", r.id, r.org_id,
              eph_money_format(c.max_cost, money));
@@ -387,6 +390,7 @@ static int events_cb(const struct eph_event *e, void *ctx)
  * due. */
 struct sse {
     struct eph_service *svc;
+    struct eph_api_parker *parker;
     char id[EPH_RUN_ID_LEN + 1];
     struct eph_live *live;  /* NULL once the run is settled */
     uint64_t last_seq;      /* last event sent */
@@ -486,7 +490,7 @@ static enum sse_fill sse_fill(struct sse *s)
             s->waiter.deadline_ns = s->keepalive_due;
         }
         s->waiter.live = s->live;
-        enum eph_api_park_result pr = eph_api_park(&s->waiter);
+        enum eph_api_park_result pr = eph_api_park(s->parker, &s->waiter);
         if (pr == EPH_API_PARKED)
             return SSE_PARKED;
         if (pr == EPH_API_STOPPING)
@@ -556,6 +560,7 @@ int eph_api_runs_events(struct eph_api_req *req, const char *id)
     if (!s)
         return MHD_NO;
     s->svc = req->svc;
+    s->parker = req->parker;
     snprintf(s->id, sizeof(s->id), "%s", id);
     s->last_seq = after;
     s->zdr = zdr;
@@ -606,17 +611,24 @@ int eph_api_runs_cancel(struct eph_api_req *req, const char *id)
         eph_live_cancel(req->live);
         EPH_INFO("api", "run %s: cancel requested", id);
         /* A run still waiting for a worker would wait for one just to be cancelled: take it out
-         * of the queue and settle it here. With the cancel flag set, the worker's code settles
-         * it at once (nothing started, everything released) without a sandbox. */
-        struct eph_store *st = req->svc->store;
+         * of the queue and hand it to the settler thread. With the cancel flag set, the worker's
+         * code settles it at once (nothing started, everything released) without a sandbox. This
+         * thread never runs it: a settlement that retries would hold an HTTP thread. */
+        struct eph_service *svc = req->svc;
+        struct eph_store *st = svc->store;
         /* On a shared store, a queued run no node holds is claimed here for that; one another
          * node works on is cancelled there. */
-        if (eph_scheduler_withdraw(id) == 0 ||
+        if (eph_scheduler_withdraw(svc->sched, id) == 0 ||
             (st->ops->shared && !eph_live_worked_here(req->live) &&
-             st->ops->run_claim(st, id, req->svc->node_id,
-                                eph_clock_real_ms() +
-                                    (int64_t)req->svc->cfg->lease_seconds * 1000) == 0))
-            eph_worker_run(req->svc, id);
+             st->ops->run_claim(st, id, svc->node_id,
+                                eph_clock_real_ms() + (int64_t)svc->cfg->lease_seconds * 1000) ==
+                 0)) {
+            int src = eph_scheduler_settle(svc->sched, id);
+            /* Back in the queue then: a worker settles it (the cancel flag is set). */
+            if (src && (src = eph_service_submit(svc, id)))
+                EPH_ERROR("api", "run %s: cannot hand the cancelled run on: %s", id,
+                          eph_strerror(src));
+        }
         if (!eph_live_worked_here(req->live) && eph_cluster_cancel(req->svc, id))
             EPH_WARN("api", "run %s: cannot tell the node working on it", id);
         /* Cancelling is prompt: wait briefly so the answer usually shows the final state. */

@@ -3,6 +3,7 @@
  * idempotency of POSTs, metrics of every request, and the JSON answer helpers.
  */
 #include "api/api.h"
+#include "api/json.h"
 #include "api/static.h"
 
 #include <arpa/inet.h>
@@ -24,6 +25,7 @@
 struct eph_api {
     struct MHD_Daemon *mhd;
     struct eph_service *svc;
+    struct eph_api_parker *parker;
 };
 
 /* Threads polling the sockets. Handlers only wait on the store (milliseconds); anything longer
@@ -157,7 +159,7 @@ bool eph_api_park_until_settled(struct eph_api_req *req, uint64_t deadline_ns,
     req->waiter.live = req->live;
     req->waiter.after_seq = UINT64_MAX;
     req->waiter.deadline_ns = deadline_ns;
-    if (eph_api_park(&req->waiter) != EPH_API_PARKED)
+    if (eph_api_park(req->parker, &req->waiter) != EPH_API_PARKED)
         return false;
     req->parked = true;
     req->resume = resume;
@@ -541,6 +543,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         if (!req)
             return MHD_NO;
         req->svc = api->svc;
+        req->parker = api->parker;
         req->conn = conn;
         req->method = method;
         req->path = url;
@@ -664,7 +667,7 @@ int eph_api_start(struct eph_service *svc, struct eph_api **out, char *err, size
                      MHD_USE_ERROR_LOG;
     if (ss.ss_family == AF_INET6)
         flags |= MHD_USE_IPv6;
-    int prc = eph_api_park_start();
+    int prc = eph_api_park_start(svc->live, &api->parker);
     if (prc) {
         snprintf(err, errlen, "cannot start the parker thread: %s", strerror(-prc));
         free(api);
@@ -678,7 +681,7 @@ int eph_api_start(struct eph_service *svc, struct eph_api **out, char *err, size
         MHD_OPTION_THREAD_STACK_SIZE, (size_t)(512u << 10), MHD_OPTION_END);
     if (!api->mhd) {
         snprintf(err, errlen, "cannot listen on '%s': %s", svc->cfg->listen, strerror(errno));
-        eph_api_park_stop();
+        eph_api_park_free(api->parker);
         free(api);
         return -EADDRINUSE;
     }
@@ -692,7 +695,8 @@ void eph_api_stop(struct eph_api *api)
         return;
     /* MHD must not be stopped with a suspended connection: resume them all first (they answer
      * with what they have), and nothing parks after this. */
-    eph_api_park_stop();
+    eph_api_park_stop(api->parker);
     MHD_stop_daemon(api->mhd);
+    eph_api_park_free(api->parker);
     free(api);
 }

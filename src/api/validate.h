@@ -16,7 +16,7 @@
 
 #include <jansson.h>
 
-#include "daemon/config.h"
+#include "common/config.h"
 
 /* A refusal: the HTTP status, the error type and code, the field at fault ("" when none) and a
  * lowercase message that never echoes a secret. */

@@ -6,8 +6,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <jansson.h>
+
+#include "agent/model.h"
 #include "broker/broker.h"
 #include "daemon/commands.h"
+#include "sandbox/sandbox.h"
 
 int eph_config_set(char **field, const char *value)
 {
@@ -107,14 +111,6 @@ void eph_config_release(struct eph_config *cfg)
         model_release(&cfg->models[i]);
     free(cfg->models);
     memset(cfg, 0, sizeof(*cfg));
-}
-
-const struct eph_model_config *eph_config_model(const struct eph_config *cfg, const char *id)
-{
-    for (size_t i = 0; i < cfg->nmodels; i++)
-        if (strcmp(cfg->models[i].id, id) == 0)
-            return &cfg->models[i];
-    return NULL;
 }
 
 /* Reading the file: every key is looked up in a table; a key not in the table is an error. */

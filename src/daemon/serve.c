@@ -30,17 +30,24 @@
 #include "daemon/options.h"
 #include "daemon/readiness.h"
 #include "run/live.h"
+#include "run/scheduler.h"
 #include "run/service.h"
 #include "sandbox/pool.h"
 
-static pthread_mutex_t reaper_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t reaper_cond = PTHREAD_COND_INITIALIZER;
-static bool reaper_stop;
+/* The reaper thread and its stop flag, on eph_cmd_serve's stack. */
+struct reaper {
+    struct eph_service *svc;
+    pthread_t thread;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    bool stop;
+};
 
 /* Purges expired run logs and idempotency keys once a minute. */
 static void *reaper_main(void *arg)
 {
-    struct eph_service *svc = arg;
+    struct reaper *rp = arg;
+    struct eph_service *svc = rp->svc;
     for (;;) {
         unsigned purged = 0;
         int64_t now = eph_clock_real_ms();
@@ -52,7 +59,7 @@ static void *reaper_main(void *arg)
         svc->store->ops->idem_expire(svc->store,
                                      now - (int64_t)svc->cfg->idempotency_ttl_seconds * 1000);
 
-        pthread_mutex_lock(&reaper_lock);
+        pthread_mutex_lock(&rp->lock);
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         long ms = svc->cfg->reaper_interval_ms < 10 ? 10 : (long)svc->cfg->reaper_interval_ms;
@@ -62,11 +69,11 @@ static void *reaper_main(void *arg)
             ts.tv_sec++;
             ts.tv_nsec -= 1000000000;
         }
-        while (!reaper_stop)
-            if (pthread_cond_timedwait(&reaper_cond, &reaper_lock, &ts) == ETIMEDOUT)
+        while (!rp->stop)
+            if (pthread_cond_timedwait(&rp->cond, &rp->lock, &ts) == ETIMEDOUT)
                 break;
-        bool stop = reaper_stop;
-        pthread_mutex_unlock(&reaper_lock);
+        bool stop = rp->stop;
+        pthread_mutex_unlock(&rp->lock);
         if (stop)
             return NULL;
     }
@@ -80,7 +87,8 @@ int eph_cmd_serve(int argc, char **argv)
     int status = 1;
     char err[512];
     struct eph_api *api = NULL;
-    pthread_t reaper;
+    struct reaper reaper = {
+        .svc = &svc, .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
     bool reaper_started = false, scheduler_started = false;
 
     if (eph_options_load(&cfg, argc, argv, 1, NULL, NULL)) {
@@ -99,7 +107,8 @@ int eph_cmd_serve(int argc, char **argv)
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
 
-    if (sodium_init() < 0 || curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK || eph_live_init()) {
+    if (sodium_init() < 0 || curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK ||
+        eph_live_registry_new(&svc.live) || eph_sandbox_pool_new(&svc.pool)) {
         EPH_ERROR("serve", "cannot initialise the libraries");
         goto out;
     }
@@ -138,8 +147,8 @@ int eph_cmd_serve(int argc, char **argv)
         EPH_WARN("serve", "starting not ready: /healthz answers 503 and runs fail until the "
                           "parts above are usable");
     }
-    if (svc.sandbox_ops &&
-        (rc = eph_sandbox_pool_start(svc.sandbox_ops, &svc.sandbox_cfg, cfg.sandbox.warm_pool)))
+    if (svc.sandbox_ops && (rc = eph_sandbox_pool_start(svc.pool, svc.sandbox_ops, &svc.sandbox_cfg,
+                                                        cfg.sandbox.warm_pool)))
         EPH_WARN("serve", "no warm sandbox pool: %s", eph_strerror(rc));
 
     svc.models = calloc(cfg.nmodels, sizeof(*svc.models));
@@ -171,7 +180,7 @@ int eph_cmd_serve(int argc, char **argv)
     EPH_INFO("serve", "node %s, store %s", svc.node_id, svc.store->ops->name);
 
     unsigned lost = 0, requeued = 0;
-    if ((rc = eph_scheduler_start(&svc))) {
+    if ((rc = eph_service_start_workers(&svc))) {
         EPH_ERROR("serve", "cannot start the worker pool: %s", eph_strerror(rc));
         goto out;
     }
@@ -189,7 +198,7 @@ int eph_cmd_serve(int argc, char **argv)
         goto out;
     }
 
-    if (pthread_create(&reaper, NULL, reaper_main, &svc) == 0)
+    if (pthread_create(&reaper.thread, NULL, reaper_main, &reaper) == 0)
         reaper_started = true;
 
     if ((rc = eph_api_start(&svc, &api, err, sizeof(err)))) {
@@ -205,15 +214,15 @@ int eph_cmd_serve(int argc, char **argv)
 out:
     atomic_store(&svc.shutting_down, true);
     if (scheduler_started)
-        eph_scheduler_stop(cfg.shutdown_grace_seconds);
-    eph_sandbox_pool_stop(); /* after the workers: its thread's end kills what it created */
+        eph_service_stop_workers(&svc, cfg.shutdown_grace_seconds);
+    eph_sandbox_pool_stop(svc.pool); /* after the workers: its thread's end kills what it created */
     eph_api_stop(api);
     if (reaper_started) {
-        pthread_mutex_lock(&reaper_lock);
-        reaper_stop = true;
-        pthread_cond_broadcast(&reaper_cond);
-        pthread_mutex_unlock(&reaper_lock);
-        pthread_join(reaper, NULL);
+        pthread_mutex_lock(&reaper.lock);
+        reaper.stop = true;
+        pthread_cond_broadcast(&reaper.cond);
+        pthread_mutex_unlock(&reaper.lock);
+        pthread_join(reaper.thread, NULL);
     }
     for (size_t i = 0; svc.models && i < cfg.nmodels; i++)
         if (svc.models[i])
@@ -221,6 +230,11 @@ out:
     free(svc.models);
     if (svc.store)
         svc.store->ops->close(svc.store);
+    /* Nothing can reach these any more: the API, the workers and the store's listener are
+     * stopped. */
+    eph_scheduler_free(svc.sched);
+    eph_sandbox_pool_free(svc.pool);
+    eph_live_registry_free(svc.live);
     eph_readiness_free(svc.readiness);
     eph_config_release(&cfg);
     curl_global_cleanup();

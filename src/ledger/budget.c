@@ -3,6 +3,7 @@
 #include <errno.h>
 
 #include "common/money.h"
+#include "ledger/settle.h"
 
 typedef unsigned __int128 u128;
 
@@ -197,9 +198,11 @@ bool eph_budget_fits(const struct eph_budget *b, uint64_t now_ns, int64_t micros
 void eph_budget_settle(const struct eph_budget *b, uint64_t end_ns, int64_t *model, int64_t *web,
                        int64_t *compute, int64_t *charged, int64_t *released)
 {
-    *model = b->model;
-    *web = b->web;
-    *compute = eph_budget_compute(b, end_ns);
-    *charged = *model + *web + *compute;
-    *released = b->reserved - *charged;
+    struct eph_settlement st;
+    eph_ledger_split(b->reserved, b->model, b->web, eph_budget_compute(b, end_ns), &st);
+    *model = st.model;
+    *web = st.web;
+    *compute = st.compute;
+    *charged = st.charged;
+    *released = st.released;
 }

@@ -133,8 +133,8 @@ int64_t eph_budget_charge_web(struct eph_budget *b, uint64_t now_ns, int64_t mic
 /* Whether micros can be spent now without crossing the limit. */
 bool eph_budget_fits(const struct eph_budget *b, uint64_t now_ns, int64_t micros);
 
-/* Settlement: the final split. charged + released = reserved and charged = model + web +
- * compute always hold. */
+/* Settlement: the final split (eph_ledger_split of ledger/settle.h on what the budget measured).
+ * charged + released = reserved and charged = model + web + compute always hold. */
 void eph_budget_settle(const struct eph_budget *b, uint64_t end_ns, int64_t *model, int64_t *web,
                        int64_t *compute, int64_t *charged, int64_t *released);
 

@@ -36,8 +36,8 @@ static uint64_t stored_last_seq(struct eph_service *svc, const char *run_id)
 
 static void on_event(const char *run_id, uint64_t seq, const char *type, void *ctx)
 {
-    (void)ctx;
-    struct eph_live *l = eph_live_get(run_id);
+    struct eph_service *svc = ctx;
+    struct eph_live *l = eph_live_get(svc->live, run_id);
     if (!l)
         return;
     eph_live_observe(l, seq, strcmp(type, "worker.destroyed") == 0);
@@ -47,14 +47,13 @@ static void on_event(const char *run_id, uint64_t seq, const char *type, void *c
 static void on_queued(const char *run_id, void *ctx)
 {
     (void)run_id;
-    (void)ctx;
-    eph_scheduler_kick();
+    eph_service_kick(ctx);
 }
 
 static void on_cancel(const char *run_id, void *ctx)
 {
-    (void)ctx;
-    struct eph_live *l = eph_live_get(run_id);
+    struct eph_service *svc = ctx;
+    struct eph_live *l = eph_live_get(svc->live, run_id);
     if (!l)
         return;
     if (eph_live_worked_here(l) && !eph_live_cancelled(l)) {
@@ -80,28 +79,29 @@ static void resync_one(struct eph_live *l, void *ctx)
 
 static void on_resync(void *ctx)
 {
-    eph_live_foreach(resync_one, ctx);
-    eph_scheduler_kick();
+    struct eph_service *svc = ctx;
+    eph_live_foreach(svc->live, resync_one, svc);
+    eph_service_kick(svc);
 }
 
 int eph_cluster_start(struct eph_service *svc)
 {
     if (!svc->store->ops->listen)
         return 0;
-    static struct eph_store_listener lis; /* outlives the store's listener (joined at close) */
-    lis = (struct eph_store_listener){
+    /* In the service, which outlives the store's listener (joined at close). */
+    svc->listener = (struct eph_store_listener){
         .event = on_event,
         .queued = on_queued,
         .cancel = on_cancel,
         .resync = on_resync,
         .ctx = svc,
     };
-    return svc->store->ops->listen(svc->store, &lis);
+    return svc->store->ops->listen(svc->store, &svc->listener);
 }
 
 struct eph_live *eph_cluster_follow(struct eph_service *svc, const char *run_id)
 {
-    struct eph_live *l = eph_live_get(run_id);
+    struct eph_live *l = eph_live_get(svc->live, run_id);
     if (l || !svc->store->ops->shared)
         return l;
     struct eph_run r;
@@ -112,10 +112,10 @@ struct eph_live *eph_cluster_follow(struct eph_service *svc, const char *run_id)
     eph_run_release(&r);
     if (terminal)
         return NULL;
-    int rc = eph_live_register(run_id, created, stored_last_seq(svc, run_id));
+    int rc = eph_live_register(svc->live, run_id, created, stored_last_seq(svc, run_id));
     if (rc && rc != -EEXIST)
         return NULL;
-    l = eph_live_get(run_id);
+    l = eph_live_get(svc->live, run_id);
     if (!l)
         return NULL;
     /* An event stored between the reads above and the registration was not heard: look once
@@ -147,7 +147,7 @@ int eph_cluster_take_next(struct eph_service *svc, char *run_id, size_t idlen)
     struct eph_run r;
     if ((rc = svc->store->ops->run_get(svc->store, run_id, NULL, &r)))
         return rc;
-    rc = eph_live_register(run_id, r.created_at_ms, stored_last_seq(svc, run_id));
+    rc = eph_live_register(svc->live, run_id, r.created_at_ms, stored_last_seq(svc, run_id));
     eph_run_release(&r);
     return rc == -EEXIST ? 0 : rc;
 }

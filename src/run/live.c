@@ -24,7 +24,7 @@ struct eph_live {
     atomic_bool worked_here;  /* a worker of this process works on it (else: followed) */
     atomic_bool worker_taken; /* one worker of this process has taken it (eph_live_take_worker) */
     /* Serialises this run's emitters: numbers are assigned and events stored in order, outside
-     * live_lock, so that a slow store write never holds up another run or a reader. */
+     * the registry's lock, so that a slow store write never holds up another run or a reader. */
     pthread_mutex_t emit_lock;
     _Atomic uint64_t compute_start_ns; /* 0: no compute accruing (lease renewals checkpoint it) */
     struct eph_sandbox *sb;
@@ -33,49 +33,95 @@ struct eph_live {
     json_t *zdr_files;
     unsigned refs;
     bool registered;
+    struct eph_live_registry *reg;
     struct eph_live *next;
 };
 
-/* One lock and one condition for all live runs: waiters re-check their own run when woken. Simple
- * and correct at the scale of one node's concurrent runs. */
-static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t live_cond;
-static struct eph_live *live_head;
-static unsigned live_n;
-static void (*_Atomic live_observer)(void);
+/* One lock and one condition for all live runs of a registry: waiters re-check their own run when
+ * woken. Simple and correct at the scale of one node's concurrent runs. */
+struct eph_live_registry {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    struct eph_live *head;
+    unsigned n;
+    pthread_mutex_t observer_lock; /* guards the observer pair, never held with lock */
+    void (*observer)(void *ctx);
+    void *observer_ctx;
+};
 
-/* Tells the observer, if any, that something changed. Never called with live_lock held. */
-static void notify(void)
+/* Tells the observer, if any, that something changed. Never called with the registry's lock
+ * held. */
+static void notify(struct eph_live_registry *reg)
 {
-    void (*fn)(void) = atomic_load(&live_observer);
+    pthread_mutex_lock(&reg->observer_lock);
+    void (*fn)(void *) = reg->observer;
+    void *ctx = reg->observer_ctx;
+    pthread_mutex_unlock(&reg->observer_lock);
     if (fn)
-        fn();
+        fn(ctx);
 }
 
-void eph_live_set_observer(void (*fn)(void))
+void eph_live_set_observer(struct eph_live_registry *reg, void (*fn)(void *ctx), void *ctx)
 {
-    atomic_store(&live_observer, fn);
+    pthread_mutex_lock(&reg->observer_lock);
+    reg->observer = fn;
+    reg->observer_ctx = ctx;
+    pthread_mutex_unlock(&reg->observer_lock);
 }
 
 void eph_live_state(struct eph_live *l, uint64_t *last_seq, bool *closed)
 {
-    pthread_mutex_lock(&live_lock);
+    pthread_mutex_lock(&l->reg->lock);
     *last_seq = l->last_seq;
     *closed = l->closed;
-    pthread_mutex_unlock(&live_lock);
+    pthread_mutex_unlock(&l->reg->lock);
 }
 
-int eph_live_init(void)
+int eph_live_registry_new(struct eph_live_registry **out)
 {
+    *out = NULL;
+    struct eph_live_registry *reg = calloc(1, sizeof(*reg));
+    if (!reg)
+        return -ENOMEM;
     pthread_condattr_t a;
     pthread_condattr_init(&a);
     pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
-    int rc = pthread_cond_init(&live_cond, &a);
+    int rc = pthread_cond_init(&reg->cond, &a);
     pthread_condattr_destroy(&a);
-    return -rc;
+    if (rc) {
+        free(reg);
+        return -rc;
+    }
+    pthread_mutex_init(&reg->lock, NULL);
+    pthread_mutex_init(&reg->observer_lock, NULL);
+    *out = reg;
+    return 0;
 }
 
-int eph_live_register(const char *run_id, int64_t created_at_ms, uint64_t last_seq)
+static void live_free(struct eph_live *l);
+
+void eph_live_registry_free(struct eph_live_registry *reg)
+{
+    if (!reg)
+        return;
+    /* Entries still registered lose the registry's reference; references held elsewhere must
+     * have been put by now (every thread that could hold one has been joined). */
+    while (reg->head) {
+        struct eph_live *l = reg->head;
+        reg->head = l->next;
+        if (--l->refs == 0)
+            live_free(l);
+        else /* a holder not joined yet: leak the entry rather than free it under it */
+            EPH_WARN("timeline", "run %s: still referenced at shutdown", l->id);
+    }
+    pthread_cond_destroy(&reg->cond);
+    pthread_mutex_destroy(&reg->lock);
+    pthread_mutex_destroy(&reg->observer_lock);
+    free(reg);
+}
+
+int eph_live_register(struct eph_live_registry *reg, const char *run_id, int64_t created_at_ms,
+                      uint64_t last_seq)
 {
     struct eph_live *l = calloc(1, sizeof(*l));
     if (!l)
@@ -91,33 +137,34 @@ int eph_live_register(const char *run_id, int64_t created_at_ms, uint64_t last_s
     atomic_init(&l->worker_taken, false);
     pthread_mutex_init(&l->emit_lock, NULL);
     atomic_init(&l->compute_start_ns, 0);
-    pthread_mutex_lock(&live_lock);
+    l->reg = reg;
+    pthread_mutex_lock(&reg->lock);
     /* One entry per run: a second registration (a run followed by two requests at once, or
      * re-queued while followed) finds the first. */
-    for (struct eph_live *o = live_head; o; o = o->next)
+    for (struct eph_live *o = reg->head; o; o = o->next)
         if (strcmp(o->id, run_id) == 0) {
-            pthread_mutex_unlock(&live_lock);
+            pthread_mutex_unlock(&reg->lock);
             pthread_mutex_destroy(&l->emit_lock);
             free(l);
             return -EEXIST;
         }
-    l->next = live_head;
-    live_head = l;
-    live_n++;
-    pthread_mutex_unlock(&live_lock);
+    l->next = reg->head;
+    reg->head = l;
+    reg->n++;
+    pthread_mutex_unlock(&reg->lock);
     return 0;
 }
 
-struct eph_live *eph_live_get(const char *run_id)
+struct eph_live *eph_live_get(struct eph_live_registry *reg, const char *run_id)
 {
-    pthread_mutex_lock(&live_lock);
+    pthread_mutex_lock(&reg->lock);
     struct eph_live *l;
-    for (l = live_head; l; l = l->next)
+    for (l = reg->head; l; l = l->next)
         if (strcmp(l->id, run_id) == 0)
             break;
     if (l)
         l->refs++;
-    pthread_mutex_unlock(&live_lock);
+    pthread_mutex_unlock(&reg->lock);
     return l;
 }
 
@@ -136,9 +183,9 @@ void eph_live_put(struct eph_live *l)
 {
     if (!l)
         return;
-    pthread_mutex_lock(&live_lock);
+    pthread_mutex_lock(&l->reg->lock);
     bool last = --l->refs == 0;
-    pthread_mutex_unlock(&live_lock);
+    pthread_mutex_unlock(&l->reg->lock);
     if (last)
         live_free(l);
 }
@@ -172,9 +219,9 @@ void eph_live_prepare(struct eph_live *l, struct eph_event *e, const char *sourc
     fill_event(l, e, source, type, data, fmt, ap);
     va_end(ap);
     pthread_mutex_lock(&l->emit_lock);
-    pthread_mutex_lock(&live_lock);
+    pthread_mutex_lock(&l->reg->lock);
     e->seq = ++l->last_seq;
-    pthread_mutex_unlock(&live_lock);
+    pthread_mutex_unlock(&l->reg->lock);
     pthread_mutex_unlock(&l->emit_lock);
 }
 
@@ -186,23 +233,23 @@ int eph_live_emit(struct eph_live *l, struct eph_store *st, const char *source, 
     va_start(ap, fmt);
     fill_event(l, &e, source, type, data, fmt, ap);
     va_end(ap);
-    /* The run's emit lock keeps the stored order the numbered order; live_lock is held only to
-     * read and publish the number, never across the store's write. */
+    /* The run's emit lock keeps the stored order the numbered order; the registry's lock is held
+     * only to read and publish the number, never across the store's write. */
     pthread_mutex_lock(&l->emit_lock);
-    pthread_mutex_lock(&live_lock);
+    pthread_mutex_lock(&l->reg->lock);
     e.seq = l->last_seq + 1;
-    pthread_mutex_unlock(&live_lock);
+    pthread_mutex_unlock(&l->reg->lock);
     int rc = st->ops->event_append(st, l->id, &e);
     if (!rc) {
-        pthread_mutex_lock(&live_lock);
+        pthread_mutex_lock(&l->reg->lock);
         if (e.seq > l->last_seq)
             l->last_seq = e.seq;
-        pthread_cond_broadcast(&live_cond);
-        pthread_mutex_unlock(&live_lock);
+        pthread_cond_broadcast(&l->reg->cond);
+        pthread_mutex_unlock(&l->reg->lock);
     }
     pthread_mutex_unlock(&l->emit_lock);
     if (!rc)
-        notify();
+        notify(l->reg);
     if (rc)
         EPH_ERROR("timeline", "run %s: cannot store event %s: %s", l->id, type, strerror(-rc));
     eph_event_release(&e);
@@ -211,41 +258,50 @@ int eph_live_emit(struct eph_live *l, struct eph_store *st, const char *source, 
 
 void eph_live_close(struct eph_live *l, uint64_t last_seq, char *zdr_result)
 {
-    pthread_mutex_lock(&live_lock);
+    pthread_mutex_lock(&l->reg->lock);
     l->last_seq = last_seq;
     l->closed = true;
     free(l->zdr_result);
     l->zdr_result = zdr_result;
     bool drop = false;
     if (l->registered) {
-        for (struct eph_live **pp = &live_head; *pp; pp = &(*pp)->next) {
+        for (struct eph_live **pp = &l->reg->head; *pp; pp = &(*pp)->next) {
             if (*pp == l) {
                 *pp = l->next;
-                live_n--;
+                l->reg->n--;
                 break;
             }
         }
         l->registered = false;
         drop = --l->refs == 0;
     }
-    pthread_cond_broadcast(&live_cond);
-    pthread_mutex_unlock(&live_lock);
-    notify();
+    pthread_cond_broadcast(&l->reg->cond);
+    pthread_mutex_unlock(&l->reg->lock);
+    notify(l->reg);
     if (drop)
         live_free(l);
+}
+
+void eph_live_abandon(struct eph_live *l, uint64_t last_stored_seq)
+{
+    pthread_mutex_lock(&l->reg->lock);
+    if (!l->closed && last_stored_seq < l->last_seq)
+        l->last_seq = last_stored_seq;
+    pthread_mutex_unlock(&l->reg->lock);
+    atomic_store(&l->worked_here, false);
 }
 
 uint64_t eph_live_wait(struct eph_live *l, uint64_t after_seq, uint64_t deadline_ns, bool *closed)
 {
     struct timespec ts;
     eph_clock_timespec(deadline_ns, &ts);
-    pthread_mutex_lock(&live_lock);
+    pthread_mutex_lock(&l->reg->lock);
     while (l->last_seq <= after_seq && !l->closed && eph_clock_mono_ns() < deadline_ns)
-        if (pthread_cond_timedwait(&live_cond, &live_lock, &ts) == ETIMEDOUT)
+        if (pthread_cond_timedwait(&l->reg->cond, &l->reg->lock, &ts) == ETIMEDOUT)
             break;
     uint64_t seq = l->last_seq;
     *closed = l->closed;
-    pthread_mutex_unlock(&live_lock);
+    pthread_mutex_unlock(&l->reg->lock);
     return seq;
 }
 
@@ -253,24 +309,24 @@ bool eph_live_wait_closed(struct eph_live *l, uint64_t deadline_ns)
 {
     struct timespec ts;
     eph_clock_timespec(deadline_ns, &ts);
-    pthread_mutex_lock(&live_lock);
+    pthread_mutex_lock(&l->reg->lock);
     while (!l->closed && eph_clock_mono_ns() < deadline_ns)
-        if (pthread_cond_timedwait(&live_cond, &live_lock, &ts) == ETIMEDOUT)
+        if (pthread_cond_timedwait(&l->reg->cond, &l->reg->lock, &ts) == ETIMEDOUT)
             break;
     bool closed = l->closed;
-    pthread_mutex_unlock(&live_lock);
+    pthread_mutex_unlock(&l->reg->lock);
     return closed;
 }
 
 void eph_live_cancel(struct eph_live *l)
 {
     atomic_store(&l->cancel, true);
-    pthread_mutex_lock(&live_lock);
+    pthread_mutex_lock(&l->reg->lock);
     if (l->sb)
         l->sb->ops->interrupt(l->sb);
-    pthread_cond_broadcast(&live_cond);
-    pthread_mutex_unlock(&live_lock);
-    notify();
+    pthread_cond_broadcast(&l->reg->cond);
+    pthread_mutex_unlock(&l->reg->lock);
+    notify(l->reg);
 }
 
 const atomic_bool *eph_live_cancel_flag(struct eph_live *l)
@@ -285,46 +341,47 @@ bool eph_live_cancelled(struct eph_live *l)
 
 void eph_live_attach_sandbox(struct eph_live *l, struct eph_sandbox *sb)
 {
-    pthread_mutex_lock(&live_lock);
+    pthread_mutex_lock(&l->reg->lock);
     l->sb = sb;
     bool cancelled = atomic_load(&l->cancel);
     if (sb && cancelled)
         sb->ops->interrupt(sb);
-    pthread_mutex_unlock(&live_lock);
+    pthread_mutex_unlock(&l->reg->lock);
 }
 
 char *eph_live_zdr_result(struct eph_live *l)
 {
-    pthread_mutex_lock(&live_lock);
+    pthread_mutex_lock(&l->reg->lock);
     char *r = l->zdr_result ? strdup(l->zdr_result) : NULL;
-    pthread_mutex_unlock(&live_lock);
+    pthread_mutex_unlock(&l->reg->lock);
     return r;
 }
 
-void eph_live_cancel_all(void)
+void eph_live_cancel_all(struct eph_live_registry *reg)
 {
-    pthread_mutex_lock(&live_lock);
-    for (struct eph_live *l = live_head; l; l = l->next) {
+    pthread_mutex_lock(&reg->lock);
+    for (struct eph_live *l = reg->head; l; l = l->next) {
         atomic_store(&l->cancel, true);
         if (l->sb)
             l->sb->ops->interrupt(l->sb);
     }
-    pthread_cond_broadcast(&live_cond);
-    pthread_mutex_unlock(&live_lock);
-    notify();
+    pthread_cond_broadcast(&reg->cond);
+    pthread_mutex_unlock(&reg->lock);
+    notify(reg);
 }
 
-unsigned eph_live_count(void)
+unsigned eph_live_count(struct eph_live_registry *reg)
 {
-    pthread_mutex_lock(&live_lock);
-    unsigned n = live_n;
-    pthread_mutex_unlock(&live_lock);
+    pthread_mutex_lock(&reg->lock);
+    unsigned n = reg->n;
+    pthread_mutex_unlock(&reg->lock);
     return n;
 }
 
-int eph_live_set_prompt(const char *run_id, const char *prompt, json_t *files)
+int eph_live_set_prompt(struct eph_live_registry *reg, const char *run_id, const char *prompt,
+                        json_t *files)
 {
-    struct eph_live *l = eph_live_get(run_id);
+    struct eph_live *l = eph_live_get(reg, run_id);
     if (!l)
         return -ENOENT;
     char *p = strdup(prompt);
@@ -332,24 +389,24 @@ int eph_live_set_prompt(const char *run_id, const char *prompt, json_t *files)
         eph_live_put(l);
         return -ENOMEM;
     }
-    pthread_mutex_lock(&live_lock);
+    pthread_mutex_lock(&l->reg->lock);
     free(l->zdr_prompt);
     l->zdr_prompt = p;
     json_decref(l->zdr_files);
     l->zdr_files = files ? json_incref(files) : NULL;
-    pthread_mutex_unlock(&live_lock);
+    pthread_mutex_unlock(&l->reg->lock);
     eph_live_put(l);
     return 0;
 }
 
 char *eph_live_take_prompt(struct eph_live *l, json_t **files)
 {
-    pthread_mutex_lock(&live_lock);
+    pthread_mutex_lock(&l->reg->lock);
     char *p = l->zdr_prompt;
     *files = l->zdr_files;
     l->zdr_prompt = NULL;
     l->zdr_files = NULL;
-    pthread_mutex_unlock(&live_lock);
+    pthread_mutex_unlock(&l->reg->lock);
     return p;
 }
 
@@ -358,10 +415,10 @@ int eph_live_set_zdr_result(struct eph_live *l, const char *result)
     char *copy = result ? strdup(result) : NULL;
     if (result && !copy)
         return -ENOMEM;
-    pthread_mutex_lock(&live_lock);
+    pthread_mutex_lock(&l->reg->lock);
     free(l->zdr_result);
     l->zdr_result = copy;
-    pthread_mutex_unlock(&live_lock);
+    pthread_mutex_unlock(&l->reg->lock);
     return 0;
 }
 
@@ -386,17 +443,18 @@ bool eph_live_is_lease_lost(struct eph_live *l)
     return atomic_load(&l->lease_lost);
 }
 
-int eph_live_foreach(void (*fn)(struct eph_live *l, void *ctx), void *ctx)
+int eph_live_foreach(struct eph_live_registry *reg, void (*fn)(struct eph_live *l, void *ctx),
+                     void *ctx)
 {
-    pthread_mutex_lock(&live_lock);
-    struct eph_live **all = calloc(live_n ? live_n : 1, sizeof(*all));
+    pthread_mutex_lock(&reg->lock);
+    struct eph_live **all = calloc(reg->n ? reg->n : 1, sizeof(*all));
     size_t n = 0;
     if (all)
-        for (struct eph_live *l = live_head; l && n < live_n; l = l->next) {
+        for (struct eph_live *l = reg->head; l && n < reg->n; l = l->next) {
             l->refs++;
             all[n++] = l;
         }
-    pthread_mutex_unlock(&live_lock);
+    pthread_mutex_unlock(&reg->lock);
     if (!all)
         return -ENOMEM;
     for (size_t i = 0; i < n; i++) {
@@ -429,12 +487,12 @@ bool eph_live_worked_here(struct eph_live *l)
 
 void eph_live_observe(struct eph_live *l, uint64_t seq, bool final)
 {
-    pthread_mutex_lock(&live_lock);
+    pthread_mutex_lock(&l->reg->lock);
     bool changed = seq > l->last_seq && !l->closed;
     if (changed)
         l->last_seq = seq;
-    pthread_cond_broadcast(&live_cond);
-    pthread_mutex_unlock(&live_lock);
+    pthread_cond_broadcast(&l->reg->cond);
+    pthread_mutex_unlock(&l->reg->lock);
     if (final && !atomic_load(&l->worked_here)) {
         uint64_t last;
         bool closed;
@@ -444,5 +502,5 @@ void eph_live_observe(struct eph_live *l, uint64_t seq, bool final)
         return;
     }
     if (changed)
-        notify();
+        notify(l->reg);
 }

@@ -7,7 +7,14 @@
  * writers append through eph_live_emit(), which stores the event and wakes every waiter; readers
  * (SSE streams, long polls) wait on the entry without holding a lock.
  *
+ * The registry is an object the service owns (struct eph_service.live): created at start-up with
+ * eph_live_registry_new(), freed with eph_live_registry_free() once every thread that could hold
+ * a reference has been joined. A test makes one of its own.
+ *
  * Ownership: eph_live_get() returns a reference that the caller gives back with eph_live_put().
+ *
+ * Lock order: a run's emit lock, then the registry's lock; the store is written under neither
+ * (docs/RUN.md).
  */
 #ifndef EPH_LIVE_H
 #define EPH_LIVE_H
@@ -22,11 +29,15 @@
 
 struct eph_sandbox;
 struct eph_live;
+struct eph_live_registry;
 
-int eph_live_init(void);
-/* Registers a run; its first event (seq 1) is already stored. */
-int eph_live_register(const char *run_id, int64_t created_at_ms, uint64_t last_seq);
-struct eph_live *eph_live_get(const char *run_id);
+/* 0 or -errno. */
+int eph_live_registry_new(struct eph_live_registry **out) __attribute__((warn_unused_result));
+void eph_live_registry_free(struct eph_live_registry *reg);
+/* Registers a run; its first event (seq 1) is already stored. -EEXIST when it is already. */
+int eph_live_register(struct eph_live_registry *reg, const char *run_id, int64_t created_at_ms,
+                      uint64_t last_seq);
+struct eph_live *eph_live_get(struct eph_live_registry *reg, const char *run_id);
 void eph_live_put(struct eph_live *l);
 const char *eph_live_id(const struct eph_live *l);
 
@@ -41,6 +52,11 @@ void eph_live_prepare(struct eph_live *l, struct eph_event *e, const char *sourc
  * registry; references still held stay valid. A ZDR result (may be NULL) is handed over and kept
  * for waiters for a short while. */
 void eph_live_close(struct eph_live *l, uint64_t last_seq, char *zdr_result);
+
+/* The worker could not settle the run (the store refused): the entry stays open and registered,
+ * its last number goes back to what is stored, and it is no longer worked here, so that the lease
+ * keeper stops renewing it and settles it as lost once its lease expires (closing it then). */
+void eph_live_abandon(struct eph_live *l, uint64_t last_stored_seq);
 
 /* Waits until an event after after_seq exists or the run closed or deadline_ns passes
  * (CLOCK_MONOTONIC). Returns the last sequence number; *closed set when the run is settled. */
@@ -65,17 +81,18 @@ char *eph_live_zdr_result(struct eph_live *l);
 /* Zero data retention: the prompt and files never reach the store; the API hands them to the
  * live entry, and the worker takes them (once). take returns NULL when none is held; the caller
  * frees the prompt and decrefs *files. */
-int eph_live_set_prompt(const char *run_id, const char *prompt, json_t *files);
+int eph_live_set_prompt(struct eph_live_registry *reg, const char *run_id, const char *prompt,
+                        json_t *files);
 char *eph_live_take_prompt(struct eph_live *l, json_t **files);
 
 /* The current state without waiting: the last sequence number and whether the run is settled. */
 void eph_live_state(struct eph_live *l, uint64_t *last_seq, bool *closed);
 
-/* One process-wide observer, called after any live run gains an event, is settled or is cancelled
+/* One observer per registry, called after any live run gains an event, is settled or is cancelled
  * (for servers that park waiting clients instead of blocking a thread on eph_live_wait). It is
  * called without any live lock held, from the thread that made the change, and must be quick and
  * must not call back into this module. NULL removes it. */
-void eph_live_set_observer(void (*fn)(void));
+void eph_live_set_observer(struct eph_live_registry *reg, void (*fn)(void *ctx), void *ctx);
 
 /* Leases (scheduler.c renews them): the instant compute started accruing for the run's sandbox
  * (0 before it and once the sandbox is destroyed), so that a renewal can checkpoint compute. */
@@ -99,10 +116,11 @@ void eph_live_drop_worker(struct eph_live *l);
 bool eph_live_worked_here(struct eph_live *l);
 void eph_live_observe(struct eph_live *l, uint64_t seq, bool final);
 /* Calls fn for every registered run, with a reference held and no lock held. */
-int eph_live_foreach(void (*fn)(struct eph_live *l, void *ctx), void *ctx);
+int eph_live_foreach(struct eph_live_registry *reg, void (*fn)(struct eph_live *l, void *ctx),
+                     void *ctx);
 
 /* Cancels every live run (shutdown). */
-void eph_live_cancel_all(void);
-unsigned eph_live_count(void);
+void eph_live_cancel_all(struct eph_live_registry *reg);
+unsigned eph_live_count(struct eph_live_registry *reg);
 
 #endif

@@ -1,354 +1,393 @@
 /*
- * scheduler.c - the bounded worker pool: a FIFO of queued run ids and max_concurrent_runs threads
- * that take from it. Runs are durable in the store; the queue is only the order in which this
- * process works on them, rebuilt from the store at start-up.
+ * scheduler.c - the bounded worker pool: a FIFO of queued run ids and a fixed number of threads
+ * that take from it, a settler thread, and the periodic thread. Runs are durable in the store;
+ * the queue is only the order in which this process works on them, rebuilt from the store at
+ * start-up.
+ *
+ * One lock (s->lock) guards every field; it is never held while ops are called.
  */
+#include "run/scheduler.h"
+
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "common/clock.h"
-#include "common/error.h"
+#include "common/id.h"
 #include "common/log.h"
-#include "common/money.h"
-#include "run/live.h"
-#include "run/service.h"
 
 struct qitem {
     char id[EPH_RUN_ID_LEN + 1];
     struct qitem *next;
 };
 
-static pthread_mutex_t q_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t q_cond = PTHREAD_COND_INITIALIZER;
-static pthread_cond_t q_idle = PTHREAD_COND_INITIALIZER;
-static struct qitem *q_head, *q_tail;
-static unsigned q_depth, q_running;
-static bool q_stopping;
-static pthread_t *workers;
-static unsigned nworkers;
-static struct eph_service *q_svc;
-
-/* The lease keeper's thread and its stop flag (under q_lock, signalled on lease_cond). */
-static pthread_t lease_thread;
-static bool lease_started;
-static pthread_cond_t lease_cond;
-
-static unsigned renew_seconds(const struct eph_config *cfg)
-{
-    unsigned lease = cfg->lease_seconds ? cfg->lease_seconds : 30;
-    unsigned renew = cfg->lease_renew_seconds ? cfg->lease_renew_seconds : 10;
-    /* A renewal must come well before the lease ends. */
-    if (renew * 2 > lease)
-        renew = lease / 3 ? lease / 3 : 1;
-    return renew;
-}
-
-static void renew_one(struct eph_live *l, void *ctx)
-{
-    struct eph_service *svc = ctx;
-    uint64_t last;
-    bool closed;
-    eph_live_state(l, &last, &closed);
-    /* Only runs this node holds have a lease here: not the ones waiting in its queue, nor the
-     * ones it follows for another node. */
-    if (closed || !eph_live_worked_here(l))
-        return;
-    uint64_t start = eph_live_compute_start(l);
-    uint64_t now = eph_clock_mono_ns();
-    int64_t compute = start && now > start
-                          ? (int64_t)eph_money_compute_cost(
-                                now - start, svc->cfg->prices.compute_micros_per_second)
-                          : 0;
-    int rc = svc->store->ops->run_renew(
-        svc->store, eph_live_id(l), svc->node_id,
-        eph_clock_real_ms() + (int64_t)svc->cfg->lease_seconds * 1000, compute);
-    if (rc == -ESTALE) {
-        eph_live_state(l, &last, &closed);
-        if (!closed && eph_live_compute_start(l)) {
-            EPH_WARN("scheduler", "run %s: lease lost (settled by another node); stopping it",
-                     eph_live_id(l));
-            eph_live_lease_lost(l);
-        }
-    } else if (rc && rc != -ESTALE) {
-        EPH_WARN("scheduler", "run %s: cannot renew its lease: %s", eph_live_id(l),
-                 eph_strerror(rc));
-    }
-}
-
-struct reap {
-    struct eph_service *svc;
-    int64_t now_ms;
+struct qlist {
+    struct qitem *head, *tail;
+    unsigned n;
 };
 
-static int reap_one(const struct eph_run *r, void *ctx)
+struct eph_scheduler {
+    struct eph_scheduler_ops ops;
+    unsigned period_seconds;
+    pthread_mutex_t lock;
+    pthread_cond_t work_cond;   /* workers: a run was queued, a kick, or stop */
+    pthread_cond_t settle_cond; /* the settler: a run was handed, or stop */
+    pthread_cond_t idle_cond;   /* stop: a run ended (CLOCK_MONOTONIC) */
+    pthread_cond_t period_cond; /* the periodic thread: stop (CLOCK_MONOTONIC) */
+    struct qlist queue, settle;
+    unsigned running;
+    bool stopping, kicked;
+    atomic_bool said_unreachable;
+    pthread_t *workers;
+    unsigned nworkers;
+    pthread_t settler, periodic;
+    bool settler_started, periodic_started;
+    bool joined;
+};
+
+static void list_push(struct qlist *l, struct qitem *it)
 {
-    struct reap *rp = ctx;
-    /* A run this process still works on is renewed, not reaped (a late keeper pass). */
-    struct eph_live *l = eph_live_get(r->id);
-    if (l) {
-        bool ours = strcmp(r->node_id, rp->svc->node_id) == 0;
-        eph_live_put(l);
-        if (ours)
-            return 0;
-    }
-    int rc = eph_worker_settle_lost(rp->svc, r->id, rp->now_ms);
-    if (rc == 0)
-        EPH_WARN("scheduler", "run %s: the lease of node %s expired: settled as worker_lost", r->id,
-                 r->node_id);
-    return 0;
+    it->next = NULL;
+    if (l->tail)
+        l->tail->next = it;
+    else
+        l->head = it;
+    l->tail = it;
+    l->n++;
 }
 
-void eph_lease_pass(struct eph_service *svc)
+static struct qitem *list_pop(struct qlist *l)
 {
-    eph_live_foreach(renew_one, svc);
-    struct reap rp = {.svc = svc, .now_ms = eph_clock_real_ms()};
-    svc->store->ops->runs_lease_expired(svc->store, rp.now_ms, reap_one, &rp);
+    struct qitem *it = l->head;
+    if (!it)
+        return NULL;
+    l->head = it->next;
+    if (!l->head)
+        l->tail = NULL;
+    l->n--;
+    return it;
 }
 
-static void *lease_main(void *arg)
+static void list_clear(struct qlist *l)
 {
-    struct eph_service *svc = arg;
-    unsigned every = renew_seconds(svc->cfg);
-    pthread_mutex_lock(&q_lock);
-    while (!q_stopping) {
+    struct qitem *it;
+    while ((it = list_pop(l)))
+        free(it);
+}
+
+static void deadline_in(struct timespec *ts, uint64_t ns)
+{
+    eph_clock_timespec(eph_clock_mono_ns() + ns, ts);
+}
+
+static void *periodic_main(void *arg)
+{
+    struct eph_scheduler *s = arg;
+    uint64_t every = (uint64_t)s->period_seconds * 1000000000u;
+    pthread_mutex_lock(&s->lock);
+    while (!s->stopping) {
         struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        ts.tv_sec += every;
-        while (!q_stopping && pthread_cond_timedwait(&lease_cond, &q_lock, &ts) != ETIMEDOUT)
+        deadline_in(&ts, every);
+        while (!s->stopping && pthread_cond_timedwait(&s->period_cond, &s->lock, &ts) != ETIMEDOUT)
             ;
-        if (q_stopping)
+        if (s->stopping)
             break;
-        pthread_mutex_unlock(&q_lock);
-        eph_lease_pass(svc);
-        pthread_mutex_lock(&q_lock);
+        pthread_mutex_unlock(&s->lock);
+        s->ops.periodic(s->ops.ctx);
+        pthread_mutex_lock(&s->lock);
     }
-    pthread_mutex_unlock(&q_lock);
+    pthread_mutex_unlock(&s->lock);
     return NULL;
 }
 
-/* Shared stores: with nothing queued here, an idle worker looks for a run no node holds when
- * kicked (a run was queued somewhere) and at least every renewal interval. */
-static bool q_kicked;
-
-void eph_scheduler_kick(void)
+void eph_scheduler_kick(struct eph_scheduler *s)
 {
-    pthread_mutex_lock(&q_lock);
-    q_kicked = true;
-    pthread_cond_signal(&q_cond);
-    pthread_mutex_unlock(&q_lock);
+    pthread_mutex_lock(&s->lock);
+    s->kicked = true;
+    pthread_cond_signal(&s->work_cond);
+    pthread_mutex_unlock(&s->lock);
 }
 
-/* Works on one run; q_running was counted by the caller under q_lock. */
-static void run_one(const char *id)
+/* Works on one run; s->running was counted by the caller under s->lock. */
+static void run_one(struct eph_scheduler *s, const char *id)
 {
-    eph_worker_run(q_svc, id);
-    pthread_mutex_lock(&q_lock);
-    q_running--;
-    pthread_cond_broadcast(&q_idle);
-    pthread_mutex_unlock(&q_lock);
+    s->ops.work(s->ops.ctx, id);
+    pthread_mutex_lock(&s->lock);
+    s->running--;
+    pthread_cond_broadcast(&s->idle_cond);
+    pthread_mutex_unlock(&s->lock);
+}
+
+/* Shared stores: with nothing queued here, claims a run no node holds. */
+static void take_next(struct eph_scheduler *s)
+{
+    char id[EPH_RUN_ID_LEN + 1];
+    int rc = s->ops.take_next(s->ops.ctx, id, sizeof(id));
+    /* Without the database this node takes no run (and /healthz says so); the runs stay queued
+     * for a node that can reach it. */
+    if (rc == -ENOTCONN && !atomic_exchange(&s->said_unreachable, true))
+        EPH_ERROR("scheduler", "the database cannot be reached: taking no runs");
+    else if (rc != -ENOTCONN && atomic_exchange(&s->said_unreachable, false))
+        EPH_INFO("scheduler", "the database answers again: taking runs");
+    if (rc)
+        return;
+    pthread_mutex_lock(&s->lock);
+    s->running++;
+    pthread_mutex_unlock(&s->lock);
+    /* Another run may be waiting: let another idle worker look too. */
+    eph_scheduler_kick(s);
+    run_one(s, id);
 }
 
 static void *worker_main(void *arg)
 {
-    (void)arg;
-    bool shared = q_svc->store->ops->run_claim_next != NULL;
-    unsigned every = renew_seconds(q_svc->cfg);
+    struct eph_scheduler *s = arg;
+    bool shared = s->ops.take_next != NULL;
+    uint64_t every = (uint64_t)s->period_seconds * 1000000000u;
     for (;;) {
-        pthread_mutex_lock(&q_lock);
+        pthread_mutex_lock(&s->lock);
         bool look = false;
-        while (!q_head && !q_stopping && !look) {
+        while (!s->queue.head && !s->stopping && !look) {
             if (!shared) {
-                pthread_cond_wait(&q_cond, &q_lock);
+                pthread_cond_wait(&s->work_cond, &s->lock);
                 continue;
             }
-            if (q_kicked) {
-                q_kicked = false;
+            if (s->kicked) {
+                s->kicked = false;
                 look = true;
                 break;
             }
             struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_sec += every;
-            if (pthread_cond_timedwait(&q_cond, &q_lock, &ts) == ETIMEDOUT)
+            deadline_in(&ts, every);
+            if (pthread_cond_timedwait(&s->work_cond, &s->lock, &ts) == ETIMEDOUT)
                 look = true;
         }
-        if (q_stopping) {
-            pthread_mutex_unlock(&q_lock);
+        if (s->stopping) {
+            pthread_mutex_unlock(&s->lock);
             return NULL;
         }
-        if (!q_head) {
-            pthread_mutex_unlock(&q_lock);
-            char id[EPH_RUN_ID_LEN + 1];
-            int trc = atomic_load(&q_svc->shutting_down)
-                          ? -ESHUTDOWN
-                          : eph_cluster_take_next(q_svc, id, sizeof(id));
-            /* Without the database this node takes no run (and /healthz says so); the runs stay
-             * queued for a node that can reach it. */
-            static atomic_bool said_unreachable;
-            if (trc == -ENOTCONN && !atomic_exchange(&said_unreachable, true))
-                EPH_ERROR("scheduler", "the database cannot be reached: taking no runs");
-            else if (trc != -ENOTCONN && atomic_exchange(&said_unreachable, false))
-                EPH_INFO("scheduler", "the database answers again: taking runs");
-            if (trc == 0) {
-                pthread_mutex_lock(&q_lock);
-                q_running++;
-                pthread_mutex_unlock(&q_lock);
-                /* Another run may be waiting: let another idle worker look too. */
-                eph_scheduler_kick();
-                run_one(id);
-            }
+        struct qitem *it = list_pop(&s->queue);
+        if (!it) {
+            pthread_mutex_unlock(&s->lock);
+            take_next(s);
             continue;
         }
-        struct qitem *it = q_head;
-        q_head = it->next;
-        if (!q_head)
-            q_tail = NULL;
-        q_depth--;
-        q_running++;
-        pthread_mutex_unlock(&q_lock);
-        run_one(it->id);
+        s->running++;
+        pthread_mutex_unlock(&s->lock);
+        run_one(s, it->id);
         free(it);
     }
 }
 
-int eph_scheduler_start(struct eph_service *svc)
+/* Finishes every run it is handed, also after stop was asked (they end at once). */
+static void *settler_main(void *arg)
 {
-    q_svc = svc;
-    unsigned n = svc->cfg->max_concurrent_runs ? svc->cfg->max_concurrent_runs : 1;
-    workers = calloc(n, sizeof(*workers));
-    if (!workers)
-        return -ENOMEM;
-    pthread_attr_t attr;
-    pthread_attr_init(&attr);
-    pthread_attr_setstacksize(&attr, 1u << 20);
-    for (unsigned i = 0; i < n; i++) {
-        int rc = pthread_create(&workers[i], &attr, worker_main, NULL);
-        if (rc) {
-            pthread_attr_destroy(&attr);
-            EPH_ERROR("scheduler", "cannot start worker %u: %s", i, strerror(rc));
-            return -rc;
-        }
-        nworkers++;
+    struct eph_scheduler *s = arg;
+    pthread_mutex_lock(&s->lock);
+    for (;;) {
+        while (!s->settle.head && !s->stopping)
+            pthread_cond_wait(&s->settle_cond, &s->lock);
+        struct qitem *it = list_pop(&s->settle);
+        if (!it)
+            break; /* stopping, nothing left */
+        s->running++;
+        pthread_mutex_unlock(&s->lock);
+        run_one(s, it->id);
+        free(it);
+        pthread_mutex_lock(&s->lock);
     }
-    pthread_attr_destroy(&attr);
+    pthread_mutex_unlock(&s->lock);
+    return NULL;
+}
+
+static int cond_init_mono(pthread_cond_t *c)
+{
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&lease_cond, &ca);
+    int rc = pthread_cond_init(c, &ca);
     pthread_condattr_destroy(&ca);
-    int rc = pthread_create(&lease_thread, NULL, lease_main, svc);
-    if (rc) {
-        EPH_ERROR("scheduler", "cannot start the lease keeper: %s", strerror(rc));
-        return -rc;
+    return -rc;
+}
+
+static void join_all(struct eph_scheduler *s)
+{
+    if (s->joined)
+        return;
+    s->joined = true;
+    pthread_mutex_lock(&s->lock);
+    s->stopping = true;
+    pthread_cond_broadcast(&s->work_cond);
+    pthread_cond_broadcast(&s->settle_cond);
+    pthread_cond_broadcast(&s->period_cond);
+    pthread_mutex_unlock(&s->lock);
+    if (s->periodic_started)
+        pthread_join(s->periodic, NULL);
+    if (s->settler_started)
+        pthread_join(s->settler, NULL);
+    for (unsigned i = 0; i < s->nworkers; i++)
+        pthread_join(s->workers[i], NULL);
+}
+
+static void scheduler_free(struct eph_scheduler *s)
+{
+    list_clear(&s->queue);
+    list_clear(&s->settle);
+    pthread_cond_destroy(&s->work_cond);
+    pthread_cond_destroy(&s->settle_cond);
+    pthread_cond_destroy(&s->idle_cond);
+    pthread_cond_destroy(&s->period_cond);
+    pthread_mutex_destroy(&s->lock);
+    free(s->workers);
+    free(s);
+}
+
+int eph_scheduler_start(const struct eph_scheduler_ops *ops, unsigned workers,
+                        unsigned period_seconds, struct eph_scheduler **out)
+{
+    *out = NULL;
+    if (!ops || !ops->work)
+        return -EINVAL;
+    struct eph_scheduler *s = calloc(1, sizeof(*s));
+    unsigned n = workers ? workers : 1;
+    if (!s || !(s->workers = calloc(n, sizeof(*s->workers)))) {
+        free(s);
+        return -ENOMEM;
     }
-    lease_started = true;
+    s->ops = *ops;
+    s->period_seconds = period_seconds ? period_seconds : 1;
+    atomic_init(&s->said_unreachable, false);
+    pthread_mutex_init(&s->lock, NULL);
+    pthread_cond_init(&s->work_cond, NULL);
+    pthread_cond_init(&s->settle_cond, NULL);
+    int rc = cond_init_mono(&s->idle_cond);
+    if (!rc)
+        rc = cond_init_mono(&s->period_cond);
+    if (rc) {
+        scheduler_free(s);
+        return rc;
+    }
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, 1u << 20);
+    for (unsigned i = 0; i < n && !rc; i++) {
+        rc = -pthread_create(&s->workers[i], &attr, worker_main, s);
+        if (rc)
+            EPH_ERROR("scheduler", "cannot start worker %u: %s", i, strerror(-rc));
+        else
+            s->nworkers++;
+    }
+    if (!rc && !(rc = -pthread_create(&s->settler, &attr, settler_main, s)))
+        s->settler_started = true;
+    pthread_attr_destroy(&attr);
+    if (!rc && ops->periodic && !(rc = -pthread_create(&s->periodic, NULL, periodic_main, s)))
+        s->periodic_started = true;
+    if (rc) {
+        EPH_ERROR("scheduler", "cannot start the worker pool: %s", strerror(-rc));
+        join_all(s);
+        scheduler_free(s);
+        return rc;
+    }
+    *out = s;
     return 0;
 }
 
-int eph_scheduler_submit(const char *run_id)
+static int push(struct eph_scheduler *s, struct qlist *l, pthread_cond_t *c, const char *run_id)
 {
     struct qitem *it = calloc(1, sizeof(*it));
     if (!it)
         return -ENOMEM;
     snprintf(it->id, sizeof(it->id), "%s", run_id);
-    pthread_mutex_lock(&q_lock);
-    if (q_tail)
-        q_tail->next = it;
-    else
-        q_head = it;
-    q_tail = it;
-    q_depth++;
-    pthread_cond_signal(&q_cond);
-    pthread_mutex_unlock(&q_lock);
+    pthread_mutex_lock(&s->lock);
+    if (s->stopping) {
+        pthread_mutex_unlock(&s->lock);
+        free(it);
+        return -ESHUTDOWN;
+    }
+    list_push(l, it);
+    pthread_cond_signal(c);
+    pthread_mutex_unlock(&s->lock);
     return 0;
 }
 
-int eph_scheduler_withdraw(const char *run_id)
+int eph_scheduler_submit(struct eph_scheduler *s, const char *run_id)
+{
+    return push(s, &s->queue, &s->work_cond, run_id);
+}
+
+int eph_scheduler_settle(struct eph_scheduler *s, const char *run_id)
+{
+    return push(s, &s->settle, &s->settle_cond, run_id);
+}
+
+int eph_scheduler_withdraw(struct eph_scheduler *s, const char *run_id)
 {
     int rc = -ENOENT;
-    pthread_mutex_lock(&q_lock);
+    pthread_mutex_lock(&s->lock);
     struct qitem *prev = NULL;
-    for (struct qitem *it = q_head; it; prev = it, it = it->next) {
+    for (struct qitem *it = s->queue.head; it; prev = it, it = it->next) {
         if (strcmp(it->id, run_id) != 0)
             continue;
         if (prev)
             prev->next = it->next;
         else
-            q_head = it->next;
-        if (q_tail == it)
-            q_tail = prev;
-        q_depth--;
+            s->queue.head = it->next;
+        if (s->queue.tail == it)
+            s->queue.tail = prev;
+        s->queue.n--;
         free(it);
         rc = 0;
         break;
     }
-    pthread_mutex_unlock(&q_lock);
+    pthread_mutex_unlock(&s->lock);
     return rc;
 }
 
-unsigned eph_scheduler_queue_depth(void)
+unsigned eph_scheduler_queue_depth(struct eph_scheduler *s)
 {
-    pthread_mutex_lock(&q_lock);
-    unsigned n = q_depth;
-    pthread_mutex_unlock(&q_lock);
+    pthread_mutex_lock(&s->lock);
+    unsigned n = s->queue.n;
+    pthread_mutex_unlock(&s->lock);
     return n;
 }
 
-unsigned eph_scheduler_running(void)
+unsigned eph_scheduler_running(struct eph_scheduler *s)
 {
-    pthread_mutex_lock(&q_lock);
-    unsigned n = q_running;
-    pthread_mutex_unlock(&q_lock);
+    pthread_mutex_lock(&s->lock);
+    unsigned n = s->running;
+    pthread_mutex_unlock(&s->lock);
     return n;
 }
 
-void eph_scheduler_stop(unsigned grace_seconds)
+void eph_scheduler_stop(struct eph_scheduler *s, unsigned grace_seconds)
 {
-    uint64_t deadline = eph_clock_mono_ns() + (uint64_t)grace_seconds * 1000000000u;
-    pthread_mutex_lock(&q_lock);
+    if (!s || s->joined)
+        return;
+    struct timespec deadline;
+    deadline_in(&deadline, (uint64_t)grace_seconds * 1000000000u);
+    pthread_mutex_lock(&s->lock);
     /* Queued runs stay queued in the store; drop them from this process's queue. */
-    while (q_head) {
-        struct qitem *it = q_head;
-        q_head = it->next;
-        free(it);
-    }
-    q_tail = NULL;
-    q_depth = 0;
-    pthread_mutex_unlock(&q_lock);
-
-    pthread_mutex_lock(&q_lock);
-    /* q_idle uses the real-time clock: wait in short slices against the monotonic deadline. */
-    while (q_running && eph_clock_mono_ns() < deadline) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 100000000;
-        if (ts.tv_nsec >= 1000000000) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000;
-        }
-        pthread_cond_timedwait(&q_idle, &q_lock, &ts);
-    }
-    unsigned still = q_running;
-    pthread_mutex_unlock(&q_lock);
-    if (still) {
+    list_clear(&s->queue);
+    while (s->running && pthread_cond_timedwait(&s->idle_cond, &s->lock, &deadline) != ETIMEDOUT)
+        ;
+    unsigned still = s->running;
+    pthread_mutex_unlock(&s->lock);
+    if (still && s->ops.cancel_all) {
         EPH_WARN("scheduler", "grace period over: cancelling %u running runs", still);
-        eph_live_cancel_all();
+        s->ops.cancel_all(s->ops.ctx);
     }
-    pthread_mutex_lock(&q_lock);
-    q_stopping = true;
-    pthread_cond_broadcast(&q_cond);
-    pthread_cond_broadcast(&lease_cond);
-    pthread_mutex_unlock(&q_lock);
-    if (lease_started) {
-        pthread_join(lease_thread, NULL);
-        lease_started = false;
-    }
-    for (unsigned i = 0; i < nworkers; i++)
-        pthread_join(workers[i], NULL);
-    free(workers);
-    workers = NULL;
-    nworkers = 0;
+    join_all(s);
+}
+
+void eph_scheduler_free(struct eph_scheduler *s)
+{
+    if (!s)
+        return;
+    eph_scheduler_stop(s, 0);
+    scheduler_free(s);
 }

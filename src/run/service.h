@@ -1,6 +1,9 @@
 /*
  * service.h - what the server's parts share: configuration, store, sandbox backend, models, and
- * the worker pool that runs queued runs.
+ * the objects created at start-up that hold the server's running state (the live-run registry,
+ * the worker pool, the warm sandbox pool). Nothing of that state lives in file-level variables:
+ * everything is reached from the struct eph_service that daemon/serve.c creates and passes down,
+ * and a test builds one of its own.
  */
 #ifndef EPH_SERVICE_H
 #define EPH_SERVICE_H
@@ -9,12 +12,15 @@
 #include <stdbool.h>
 
 #include "agent/model.h"
-#include "daemon/config.h"
+#include "common/config.h"
 #include "sandbox/sandbox.h"
 #include "store/store.h"
 
 struct eph_live;
+struct eph_live_registry;
 struct eph_readiness;
+struct eph_sandbox_pool;
+struct eph_scheduler;
 
 struct eph_service {
     struct eph_config *cfg;
@@ -25,25 +31,32 @@ struct eph_service {
     struct eph_model **models; /* opened, parallel to cfg->models */
     atomic_bool shutting_down;
     char node_id[40]; /* this node's name in run leases (cfg->node_id or the host name) */
-    struct eph_readiness *readiness; /* store, image and backend (daemon/readiness.h) */
+    struct eph_readiness *readiness;    /* store, image and backend (daemon/readiness.h) */
+    struct eph_live_registry *live;     /* the runs this process works on or follows (live.h) */
+    struct eph_scheduler *sched;        /* the worker pool (scheduler.h); NULL until started */
+    struct eph_sandbox_pool *pool;      /* warm sandboxes (sandbox/pool.h); NULL: none */
+    struct eph_store_listener listener; /* other nodes' notifications (cluster.c) */
 };
 
 struct eph_model *eph_service_model(struct eph_service *svc, const char *id);
 
-/* The worker pool (scheduler.c). start: spawns cfg->max_concurrent_runs workers. */
-int eph_scheduler_start(struct eph_service *svc);
+/* The worker pool of the service (service.c): cfg->max_concurrent_runs workers running
+ * eph_worker_run, the settler, and the lease keeper, in svc->sched (scheduler.h). */
+int eph_service_start_workers(struct eph_service *svc) __attribute__((warn_unused_result));
+/* Stops it (eph_scheduler_stop with the grace period); svc->sched stays until the service is
+ * released (eph_scheduler_free), refusing new runs. */
+void eph_service_stop_workers(struct eph_service *svc, unsigned grace_seconds);
 /* Queues a run that is registered live and stored as queued. */
-int eph_scheduler_submit(const char *run_id);
-/* Takes a run out of the queue before any worker has it: 0 when it was queued here (the caller
- * now owns its settlement), -ENOENT when it is not (a worker has it, or it is not ours). */
-int eph_scheduler_withdraw(const char *run_id);
-/* The lease keeper (scheduler.c): every lease_renew_seconds it renews the lease of each run this
- * node works on (checkpointing its compute), stops the runs whose lease another node took over,
- * and settles as worker_lost the runs of any node whose lease expired. Started by
- * eph_scheduler_start, stopped by eph_scheduler_stop. One pass, for tests and start-up: */
-void eph_lease_pass(struct eph_service *svc);
+int eph_service_submit(struct eph_service *svc, const char *run_id);
 /* Wakes one idle worker to look for a run to claim (shared stores). */
-void eph_scheduler_kick(void);
+void eph_service_kick(struct eph_service *svc);
+/* The lease keeper (lease.c): every lease_renew_seconds it renews the lease of each run this
+ * node works on (checkpointing its compute), stops the runs whose lease another node took over,
+ * and settles as worker_lost the runs of any node whose lease expired. The scheduler's periodic
+ * pass; one pass, for tests and start-up: */
+void eph_lease_pass(struct eph_service *svc);
+/* Seconds between two passes: lease_renew_seconds, lowered to fit well within the lease. */
+unsigned eph_lease_renew_seconds(const struct eph_config *cfg);
 
 /* Several nodes on one shared store (cluster.c); each does nothing on a single-node store.
  * start: listens for other nodes' events, queued runs and cancels. follow: the live entry of a
@@ -54,13 +67,6 @@ int eph_cluster_start(struct eph_service *svc);
 struct eph_live *eph_cluster_follow(struct eph_service *svc, const char *run_id);
 int eph_cluster_cancel(struct eph_service *svc, const char *run_id);
 int eph_cluster_take_next(struct eph_service *svc, char *run_id, size_t idlen);
-
-/* Runs waiting for a worker. */
-unsigned eph_scheduler_queue_depth(void);
-unsigned eph_scheduler_running(void);
-/* Stops taking new runs, lets running ones finish for up to grace_seconds, then cancels them,
- * and joins every worker. Queued runs stay queued in the store for the next start. */
-void eph_scheduler_stop(unsigned grace_seconds);
 
 /* Start-up recovery: runs a dead server left starting or running are finished as failed
  * (worker_lost) and settled for what was measured; queued runs are registered and queued. */
@@ -73,7 +79,8 @@ int eph_recovery_run(struct eph_service *svc, unsigned *lost, unsigned *requeued
 int eph_worker_settle_lost(struct eph_service *svc, const char *run_id,
                            int64_t lease_expired_before_ms);
 
-/* One run, start to settlement (worker.c). */
+/* One run, start to settlement (worker.c), on a worker or the settler thread, never on an HTTP
+ * thread (an HTTP handler hands a run it withdrew to the settler: eph_scheduler_settle). */
 void eph_worker_run(struct eph_service *svc, const char *run_id);
 /* Settles a stored, live, never started run as failed with code and message: nothing charged,
  * its whole reservation released, its live entry closed. For a run that could not be queued. */

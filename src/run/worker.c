@@ -1,12 +1,16 @@
 /*
- * worker.c - one run, from the queue to settlement.
+ * worker.c - one run, from the queue to settlement, as ordered steps (eph_worker_run):
  *
- *   queued -> starting: the sandbox is created (compute starts accruing)
- *   starting -> running: sandbox.ready, worker.started, the request's files placed
- *   the agent loop, until a result or a stop
- *   the sandbox destroyed (sandbox.destroyed), compute stops
- *   settlement: the terminal status, the ledger's charge and release, and the closing events
- *   (run.<status>, worker.destroyed) in one transaction
+ *   1. load: the run, its live entry, its lease
+ *   2. prompt: a zero-data-retention prompt taken from the live entry; cancelled? model?
+ *   3. sandbox: queued -> starting, the sandbox created (compute starts accruing), -> running,
+ *      sandbox.ready, worker.started
+ *   4. files: the request's files placed, the broker started
+ *   5. agent: the agent loop, until a result or a stop
+ *   6. destroy (always): the tunnels end, the sandbox is destroyed (sandbox.destroyed), compute
+ *      stops
+ *   7. settle (always): the money split once (ledger/), the terminal status, the ledger's charge
+ *      and release, and the closing events (run.<status>, worker.destroyed) in one transaction
  *
  * The budget's compute deadline bounds everything the run waits on, so the sandbox is destroyed no
  * later than the instant compute would exhaust the reservation.
@@ -25,20 +29,14 @@
 #include "common/log.h"
 #include "common/metrics.h"
 #include "common/money.h"
+#include "common/sink.h"
 #include "ledger/budget.h"
+#include "ledger/settle.h"
 #include "run/egress.h"
 #include "run/live.h"
 #include "run/replay_run.h"
 #include "run/service.h"
 #include "sandbox/pool.h"
-
-struct eph_model *eph_service_model(struct eph_service *svc, const char *id)
-{
-    for (size_t i = 0; i < svc->cfg->nmodels; i++)
-        if (strcmp(svc->cfg->models[i].id, id) == 0)
-            return svc->models[i];
-    return NULL;
-}
 
 /* 250 ms apart: two minutes of retries. */
 #define SETTLE_RETRIES 480
@@ -60,24 +58,15 @@ static const char *run_event_type(enum eph_run_status st)
 }
 
 /* Writes the terminal transaction and closes the live entry (may be NULL). r carries status,
- * error, result and cost (model/web/compute); charged and released are computed here. */
+ * error, result and its cost already split (ledger/settle.h): model, web, compute, charged and
+ * released are written as they are. When the store refuses the settlement for good, the live
+ * entry is not closed: the run is still running in the store, and a client waiting on it must not
+ * be told it ended. The entry is handed back instead (eph_live_abandon): its timeline goes back to
+ * what is stored, and the lease keeper, or the next start, settles the run as lost. */
 static int settle(struct eph_service *svc, struct eph_live *live, struct eph_run *r,
                   uint64_t last_seq_if_not_live, int64_t lease_expired_before_ms)
 {
     struct eph_cost *c = &r->cost;
-    /* The hard limit, enforced once more where the money is written. */
-    if (c->model_micros + c->web_micros > c->reserved_micros) {
-        EPH_WARN("worker", "run %s: model and web charges capped at the reservation", r->id);
-        if (c->model_micros > c->reserved_micros)
-            c->model_micros = c->reserved_micros;
-        c->web_micros = c->reserved_micros - c->model_micros < c->web_micros
-                            ? c->reserved_micros - c->model_micros
-                            : c->web_micros;
-    }
-    if (c->compute_micros > c->reserved_micros - c->model_micros - c->web_micros)
-        c->compute_micros = c->reserved_micros - c->model_micros - c->web_micros;
-    c->charged_micros = c->model_micros + c->web_micros + c->compute_micros;
-    c->released_micros = c->reserved_micros - c->charged_micros;
     r->finished_at_ms = eph_clock_real_ms();
     if (!r->zdr)
         r->log_expires_at_ms =
@@ -182,11 +171,28 @@ static int settle(struct eph_service *svc, struct eph_live *live, struct eph_run
     uint64_t last = all[nev - 1].seq;
     for (size_t i = 0; i < nev; i++)
         eph_event_release(&all[i]);
-    if (live) {
+    if (live && rc && rc != -EALREADY) {
+        /* Not settled: the two closing events were numbered but never stored. */
+        eph_live_abandon(live, last - 2);
+    } else if (live) {
         char *zdr_result = r->zdr && r->result ? strdup(r->result) : NULL;
         eph_live_close(live, rc ? last - 2 : last, zdr_result);
     }
     return rc;
+}
+
+/* The split of a cost as stored (a run settled without its budget: refused, or lost). */
+static void split_stored(struct eph_cost *c)
+{
+    struct eph_settlement st;
+    eph_ledger_split(c->reserved_micros, c->model_micros, c->web_micros, c->compute_micros, &st);
+    if (st.capped)
+        EPH_WARN("worker", "charges capped at the reservation");
+    c->model_micros = st.model;
+    c->web_micros = st.web;
+    c->compute_micros = st.compute;
+    c->charged_micros = st.charged;
+    c->released_micros = st.released;
 }
 
 /* The error type a run's outcome shows (docs/API.md, "Why a run did not complete"): a stop the
@@ -233,8 +239,11 @@ int eph_worker_refuse(struct eph_service *svc, const char *run_id, const char *c
     int rc = svc->store->ops->run_get(svc->store, run_id, NULL, &r);
     if (rc)
         return rc;
-    struct eph_live *live = eph_live_get(run_id);
+    struct eph_live *live = eph_live_get(svc->live, run_id);
     fail_run(&r, EPH_RUN_FAILED, code, message);
+    /* Never started: nothing measured, everything released. */
+    r.cost.model_micros = r.cost.web_micros = r.cost.compute_micros = 0;
+    split_stored(&r.cost);
     rc = settle(svc, live, &r, 1, 0);
     eph_run_release(&r);
     eph_live_put(live);
@@ -280,21 +289,38 @@ static int last_seq_cb(const struct eph_event *e, void *ctx)
     return 0;
 }
 
-/* The agent's sink (common/sink.h): its events go to the live timeline and the store, and its
- * progress (usage, and the costs the budget measured) to the run's record. */
-struct agent_sink {
+/* ---- one run as ordered steps ----
+ *
+ * Each step returns 0 to go on, or non-zero when the run stops there: its outcome is then in
+ * j->r (status and error), and eph_worker_run() goes straight to the steps that always run
+ * (destroy, settle). Like nsjail's containProc(): the order is the list below, read top down. */
+
+struct job {
+    struct eph_service *svc;
     struct eph_live *live;
-    struct eph_store *store;
-    struct eph_run *run;
-    struct eph_budget *budget;
-    const struct eph_agent_usage *usage;
+    struct eph_run r;
+    bool loaded;
+    const struct eph_model_config *mcfg;
+    struct eph_model *model;
+    struct eph_budget budget;
+    struct eph_sandbox *sb;
+    struct eph_egress *egress;
+    uint64_t start_ns, deadline_ns;
+    /* How the worker's own steps (and, through it, the layers below) report: the run's live
+     * timeline, stored; and the run's cancel flag. */
+    struct eph_sink sink;
+    struct eph_cancel cancel;
+    struct eph_agent_usage usage;  /* the agent's counts, copied into r on progress */
+    struct eph_replay_run *replay; /* a replay: the original's record (replay_run.h), or NULL */
 };
 
-static int agent_event(void *p, const char *source, const char *type, json_t *data,
-                       const char *message)
+/* The sink of a run: an event is numbered under the run's emit lock and stored outside the
+ * registry's lock (live.c), then published to every waiter. */
+static int sink_event(void *ctx, const char *source, const char *type, json_t *data,
+                      const char *message)
 {
-    struct agent_sink *a = p;
-    return eph_live_emit(a->live, a->store, source, type, data, "%s", message);
+    struct job *j = ctx;
+    return eph_live_emit(j->live, j->svc->store, source, type, data, "%s", message);
 }
 
 static void agent_usage_copy(struct eph_run *r, const struct eph_agent_usage *u)
@@ -305,14 +331,16 @@ static void agent_usage_copy(struct eph_run *r, const struct eph_agent_usage *u)
     r->usage.shell_commands = u->shell_commands;
 }
 
-static int agent_progress(void *p)
+/* Usage and cost changed (the agent's counts, the costs the budget measured): persisted to the
+ * run's record, so that a crash settles what was measured. */
+static int sink_progress(void *ctx)
 {
-    struct agent_sink *a = p;
-    agent_usage_copy(a->run, a->usage);
-    a->run->cost.model_micros = a->budget->model;
-    a->run->cost.web_micros = a->budget->web;
-    a->run->cost.compute_micros = eph_budget_compute(a->budget, eph_clock_mono_ns());
-    return a->store->ops->run_progress(a->store, a->run);
+    struct job *j = ctx;
+    agent_usage_copy(&j->r, &j->usage);
+    j->r.cost.model_micros = j->budget.model;
+    j->r.cost.web_micros = j->budget.web;
+    j->r.cost.compute_micros = eph_budget_compute(&j->budget, eph_clock_mono_ns());
+    return j->svc->store->ops->run_progress(j->svc->store, &j->r);
 }
 
 static enum eph_run_status agent_status(enum eph_agent_status s)
@@ -332,40 +360,37 @@ static enum eph_run_status agent_status(enum eph_agent_status s)
     return EPH_RUN_FAILED;
 }
 
-void eph_worker_run(struct eph_service *svc, const char *run_id)
+/* Step 1: the run, its live entry and its lease. Non-zero: not this worker's to work on
+ * (nothing to settle here). */
+static int step_load(struct job *j, const char *run_id)
 {
+    struct eph_service *svc = j->svc;
     struct eph_store *st = svc->store;
-    struct eph_run r;
-    struct eph_live *live = eph_live_get(run_id);
-    if (!live) {
+    j->live = eph_live_get(svc->live, run_id);
+    if (!j->live) {
         EPH_ERROR("worker", "run %s is not live", run_id);
-        return;
+        return -ENOENT;
     }
-    int rc = st->ops->run_get(st, run_id, NULL, &r);
+    int rc = st->ops->run_get(st, run_id, NULL, &j->r);
     if (rc) {
         EPH_ERROR("worker", "run %s: cannot load: %s", run_id, eph_strerror(rc));
-        eph_live_put(live);
-        return;
+        return rc;
     }
-    if (r.status != EPH_RUN_QUEUED) {
+    j->loaded = true;
+    if (j->r.status != EPH_RUN_QUEUED) {
         /* Settled or taken elsewhere (another node, a cancel): a finished run no worker here
          * will close leaves the registry; a running one stays followed. */
-        if (eph_run_status_terminal(r.status) && !eph_live_worked_here(live)) {
+        if (eph_run_status_terminal(j->r.status) && !eph_live_worked_here(j->live)) {
             uint64_t last = 0;
             st->ops->events_list(st, run_id, 0, 0, last_seq_cb, &last);
-            eph_live_close(live, last, NULL);
+            eph_live_close(j->live, last, NULL);
         }
-        eph_run_release(&r);
-        eph_live_put(live);
-        return;
+        return -EALREADY;
     }
     /* Another worker of this node may have it already: the lease is the node's, not the
      * worker's, so it would be granted twice. */
-    if (!eph_live_take_worker(live)) {
-        eph_run_release(&r);
-        eph_live_put(live);
-        return;
-    }
+    if (!eph_live_take_worker(j->live))
+        return -EALREADY;
     /* The lease: from here this node works on the run; the lease keeper renews it. */
     rc = st->ops->run_claim(st, run_id, svc->node_id,
                             eph_clock_real_ms() + (int64_t)svc->cfg->lease_seconds * 1000);
@@ -374,201 +399,256 @@ void eph_worker_run(struct eph_service *svc, const char *run_id)
          * out of reach (the run stays queued there for whichever node reaches it first). */
         if (rc != -EALREADY)
             EPH_WARN("worker", "run %s: not claimed: %s", run_id, eph_strerror(rc));
-        eph_live_drop_worker(live);
-        eph_run_release(&r);
-        eph_live_put(live);
-        return;
+        eph_live_drop_worker(j->live);
+        return rc;
     }
     if (rc) /* one node: nobody else could take it; work on it, the renewals will lease it */
         EPH_WARN("worker", "run %s: cannot record its lease: %s", run_id, eph_strerror(rc));
-    eph_live_set_worked_here(live);
-    const struct eph_model_config *mcfg = eph_config_model(svc->cfg, r.model);
-    struct eph_model *model = eph_service_model(svc, r.model);
-    struct eph_budget budget;
-    eph_budget_init(&budget, r.cost.reserved_micros, svc->cfg->prices.compute_micros_per_second);
-    struct eph_replay_run *replay = NULL;
+    eph_live_set_worked_here(j->live);
+    j->mcfg = eph_config_model(svc->cfg, j->r.model);
+    j->model = eph_service_model(svc, j->r.model);
+    eph_budget_init(&j->budget, j->r.cost.reserved_micros,
+                    svc->cfg->prices.compute_micros_per_second);
+    j->sink = (struct eph_sink){.ctx = j, .event = sink_event, .progress = sink_progress};
+    j->cancel = (struct eph_cancel){.flag = eph_live_cancel_flag(j->live)};
+    return 0;
+}
 
-    if (r.zdr) {
-        /* The prompt never reached the store; it waits on the live entry. */
+/* Step 2: the prompt (a zero-data-retention run's waits on the live entry), and what must hold
+ * before a sandbox is worth creating. */
+static int step_prompt(struct job *j)
+{
+    struct eph_run *r = &j->r;
+    if (r->zdr) {
         json_t *files = NULL;
-        r.prompt = eph_live_take_prompt(live, &files);
-        json_decref(r.files);
-        r.files = files;
-        if (!r.prompt) {
-            fail_run(&r, EPH_RUN_FAILED, "prompt_lost",
+        r->prompt = eph_live_take_prompt(j->live, &files);
+        json_decref(r->files);
+        r->files = files;
+        if (!r->prompt) {
+            fail_run(r, EPH_RUN_FAILED, "prompt_lost",
                      "the prompt of this zero-data-retention run was not kept across a restart");
-            goto settle;
+            return -ENOENT;
         }
     }
-    if (eph_live_cancelled(live)) {
-        fail_cancelled(svc, &r, "before the run started");
-        goto settle;
+    if (eph_cancelled(&j->cancel)) {
+        fail_cancelled(j->svc, r, "before the run started");
+        return -ECANCELED;
     }
-    if (r.replay_of) {
+    if (r->replay_of) {
         /* A replay answers from the original's record, not from its model. */
         char why[256];
-        if (eph_replay_run_open(svc, &r, live, &replay, why, sizeof(why))) {
-            fail_run(&r, EPH_RUN_FAILED, "replay_error", why);
-            goto settle;
+        if (eph_replay_run_open(j->svc, r, j->live, &j->replay, why, sizeof(why))) {
+            fail_run(r, EPH_RUN_FAILED, "replay_error", why);
+            return -ENOENT;
         }
-        mcfg = eph_replay_run_config(replay);
-        model = eph_replay_run_model(replay);
+        j->mcfg = eph_replay_run_config(j->replay);
+        j->model = eph_replay_run_model(j->replay);
     }
-    if (!mcfg || !model) {
-        fail_run(&r, EPH_RUN_FAILED, "model_unavailable", "the run's model is not configured");
-        goto settle;
+    if (!j->mcfg || !j->model) {
+        fail_run(r, EPH_RUN_FAILED, "model_unavailable", "the run's model is not configured");
+        return -ENOENT;
     }
-
-    if (r.zdr && eph_sandbox_records_commands(svc->sandbox_ops)) {
+    if (r->zdr && eph_sandbox_records_commands(j->svc->sandbox_ops)) {
         /* The backend writes every command and its output to the host's disk (a debug setting):
          * the promise of a zero-data-retention run could not be kept. */
-        fail_run(&r, EPH_RUN_FAILED, "sandbox_error",
+        fail_run(r, EPH_RUN_FAILED, "sandbox_error",
                  "zero data retention is refused while the sandbox backend records every command "
                  "(EPHEMERAL_RUNSC_DEBUG_DIR is set)");
-        goto settle;
+        return -EPERM;
     }
+    return 0;
+}
 
-    r.status = EPH_RUN_STARTING;
-    r.started_at_ms = eph_clock_real_ms();
-    if ((rc = st->ops->run_update(st, &r)))
-        EPH_WARN("worker", "run %s: cannot record start: %s", r.id, eph_strerror(rc));
-    uint64_t start_ns = eph_clock_mono_ns();
-    uint64_t deadline = start_ns + (uint64_t)r.timeout_seconds * 1000000000u;
-
-    struct eph_sandbox *sb = NULL;
+/* Step 3: queued -> starting -> running; the sandbox (compute starts accruing). */
+static int step_sandbox(struct job *j)
+{
+    struct eph_service *svc = j->svc;
+    struct eph_store *st = svc->store;
+    struct eph_run *r = &j->r;
+    int rc;
+    r->status = EPH_RUN_STARTING;
+    r->started_at_ms = eph_clock_real_ms();
+    if ((rc = st->ops->run_update(st, r)))
+        EPH_WARN("worker", "run %s: cannot record start: %s", r->id, eph_strerror(rc));
+    j->start_ns = eph_clock_mono_ns();
+    j->deadline_ns = j->start_ns + (uint64_t)r->timeout_seconds * 1000000000u;
     if (!svc->sandbox_ops) {
         /* A server started not ready, without a backend (see /healthz). */
-        fail_run(&r, EPH_RUN_FAILED, "sandbox_error", "this server has no usable sandbox backend");
-        goto settle;
+        fail_run(r, EPH_RUN_FAILED, "sandbox_error", "this server has no usable sandbox backend");
+        return -ENODEV;
     }
     /* Compute runs from the start of the sandbox's creation; a pooled sandbox was made before
      * this run existed, so its compute runs from the take. */
     bool pooled = false;
-    rc = eph_sandbox_pool_take(svc->sandbox_ops, &svc->sandbox_cfg, &sb, &pooled);
+    rc = eph_sandbox_pool_take(svc->pool, svc->sandbox_ops, &svc->sandbox_cfg, &j->sb, &pooled);
     uint64_t ready_ns = eph_clock_mono_ns();
-    eph_budget_sandbox_started(&budget, pooled ? ready_ns : start_ns);
-    eph_live_set_compute_start(live, pooled ? ready_ns : start_ns);
+    eph_budget_sandbox_started(&j->budget, pooled ? ready_ns : j->start_ns);
+    eph_live_set_compute_start(j->live, pooled ? ready_ns : j->start_ns);
     if (rc) {
-        eph_budget_sandbox_stopped(&budget, ready_ns);
-        eph_live_set_compute_start(live, 0);
-        EPH_ERROR("worker", "run %s: sandbox create failed: %s", r.id, eph_strerror(rc));
+        j->sb = NULL;
+        eph_budget_sandbox_stopped(&j->budget, ready_ns);
+        eph_live_set_compute_start(j->live, 0);
+        EPH_ERROR("worker", "run %s: sandbox create failed: %s", r->id, eph_strerror(rc));
         char msg[128];
         snprintf(msg, sizeof(msg), "the sandbox could not be created: %s", eph_strerror(rc));
-        fail_run(&r, EPH_RUN_FAILED, "sandbox_error", msg);
-        goto settle_costs;
+        fail_run(r, EPH_RUN_FAILED, "sandbox_error", msg);
+        return rc;
     }
-    eph_live_attach_sandbox(live, sb);
-    eph_metrics_observe_sandbox_start(ready_ns - start_ns);
-    free(r.sandbox_backend);
-    r.sandbox_backend = strdup(svc->sandbox_ops->name);
-    r.vcpus = svc->sandbox_cfg.limits.vcpus;
-    r.memory_mib = svc->sandbox_cfg.limits.memory_mib;
-    r.status = EPH_RUN_RUNNING;
-    if ((rc = st->ops->run_update(st, &r)))
-        EPH_WARN("worker", "run %s: cannot record running: %s", r.id, eph_strerror(rc));
-    eph_live_emit(live, st, "sandbox", "sandbox.ready",
+    eph_live_attach_sandbox(j->live, j->sb);
+    eph_metrics_observe_sandbox_start(ready_ns - j->start_ns);
+    free(r->sandbox_backend);
+    r->sandbox_backend = strdup(svc->sandbox_ops->name);
+    r->vcpus = svc->sandbox_cfg.limits.vcpus;
+    r->memory_mib = svc->sandbox_cfg.limits.memory_mib;
+    r->status = EPH_RUN_RUNNING;
+    if ((rc = st->ops->run_update(st, r)))
+        EPH_WARN("worker", "run %s: cannot record running: %s", r->id, eph_strerror(rc));
+    eph_sink_emit(&j->sink, "sandbox", "sandbox.ready",
                   json_pack("{s:s, s:I, s:I, s:I}", "backend", svc->sandbox_ops->name, "create_ms",
-                            (json_int_t)((ready_ns - start_ns) / 1000000u), "vcpus",
-                            (json_int_t)r.vcpus, "memory_mib", (json_int_t)r.memory_mib),
+                            (json_int_t)((ready_ns - j->start_ns) / 1000000u), "vcpus",
+                            (json_int_t)r->vcpus, "memory_mib", (json_int_t)r->memory_mib),
                   "%s", svc->sandbox_ops->ready_message);
-    eph_live_emit(live, st, "worker", "worker.started",
-                  json_pack("{s:b, s:b, s:s}", "shell", r.shell, "web", r.web, "model", r.model),
-                  "worker started · shell %s · web %s", r.shell ? "on" : "off",
-                  r.web ? "on" : "off");
+    eph_sink_emit(&j->sink, "worker", "worker.started",
+                  json_pack("{s:b, s:b, s:s}", "shell", r->shell, "web", r->web, "model", r->model),
+                  "worker started · shell %s · web %s", r->shell ? "on" : "off",
+                  r->web ? "on" : "off");
+    return 0;
+}
 
+/* Step 4: the request's files in the scratch directory, and the run's way out (the broker). */
+static int step_files(struct job *j)
+{
+    struct eph_run *r = &j->r;
     char err[256];
-    struct eph_egress *egress = NULL;
-    if (r.files && json_array_size(r.files) && (rc = place_files(sb, &r, err, sizeof(err)))) {
+    int rc;
+    if (r->files && json_array_size(r->files) && (rc = place_files(j->sb, r, err, sizeof(err)))) {
         /* A cancel interrupts the sandbox, so a file being written fails: that is the cancel. */
-        if (eph_live_cancelled(live))
-            fail_cancelled(svc, &r, "while its files were being placed");
+        if (eph_cancelled(&j->cancel))
+            fail_cancelled(j->svc, r, "while its files were being placed");
         else
-            fail_run(&r, EPH_RUN_FAILED, "files_error", err);
-    } else if (eph_live_cancelled(live)) {
-        fail_cancelled(svc, &r, "before the agent started");
-    } else if ((rc = eph_egress_start(svc, &r, live, &budget, sb, &egress, err, sizeof(err)))) {
-        EPH_ERROR("worker", "run %s: broker: %s", r.id, err);
-        fail_run(&r, EPH_RUN_FAILED, "broker_error", err);
-    } else if (replay && eph_egress_broker(egress) &&
-               eph_broker_set_replay(eph_egress_broker(egress), eph_replay_run_exchanges(replay))) {
-        /* A replay's broker answers from the record only: nothing leaves the machine. */
-        fail_run(&r, EPH_RUN_FAILED, "replay_error",
-                 "the recorded exchanges could not be given to the broker");
-    } else {
-        struct eph_agent_usage usage = {.model_calls = r.usage.model_calls,
-                                        .input_tokens = r.usage.input_tokens,
-                                        .output_tokens = r.usage.output_tokens,
-                                        .shell_commands = r.usage.shell_commands};
-        struct agent_sink as = {
-            .live = live, .store = st, .run = &r, .budget = &budget, .usage = &usage};
-        const struct eph_sink sink = {.ctx = &as, .event = agent_event, .progress = agent_progress};
-        struct eph_agent_ctx ctx = {
-            .sink = &sink,
-            .cancel = {eph_live_cancel_flag(live)},
-            .run_id = r.id,
-            .prompt = r.prompt,
-            .recording = json_string_value(json_object_get(r.metadata, "transcript")),
-            .shell = r.shell,
-            .web = r.web,
-            .zdr = r.zdr,
-            .timeout_seconds = r.timeout_seconds,
-            .usage = &usage,
-            .model = model,
-            .mcfg = mcfg,
-            .sb = sb,
-            .budget = &budget,
-            .deadline_ns = deadline,
-            .turn_limit = svc->cfg->turn_limit,
-            .command_timeout_ms = svc->cfg->sandbox.command_timeout_seconds * 1000u,
-            .output_cap = svc->cfg->sandbox.output_cap_bytes,
-            .limits = &svc->sandbox_cfg.limits,
-            .backend_name = svc->sandbox_ops->name,
-            .broker = eph_egress_broker(egress),
-        };
-        struct eph_agent_outcome out;
-        eph_agent_run(&ctx, &out);
-        agent_usage_copy(&r, &usage);
-        r.status = agent_status(out.status);
-        if (r.status == EPH_RUN_COMPLETED) {
-            r.result = out.result;
-            out.result = NULL;
-            if (r.zdr && eph_live_set_zdr_result(live, r.result))
-                EPH_ERROR("worker", "run %s: out of memory keeping the result", r.id);
-        } else if (r.status == EPH_RUN_CANCELLED) {
-            fail_cancelled(svc, &r, "while it was running");
-            free(out.result);
-        } else {
-            fail_run(&r, r.status, out.error_code, out.error_message);
-            free(out.result);
-        }
+            fail_run(r, EPH_RUN_FAILED, "files_error", err);
+        return rc;
     }
+    if (eph_cancelled(&j->cancel)) {
+        fail_cancelled(j->svc, r, "before the agent started");
+        return -ECANCELED;
+    }
+    if ((rc = eph_egress_start(j->svc, r, j->live, &j->budget, j->sb, &j->egress, err,
+                               sizeof(err)))) {
+        EPH_ERROR("worker", "run %s: broker: %s", r->id, err);
+        fail_run(r, EPH_RUN_FAILED, "broker_error", err);
+        return rc;
+    }
+    if (j->replay && eph_egress_broker(j->egress) &&
+        eph_broker_set_replay(eph_egress_broker(j->egress), eph_replay_run_exchanges(j->replay))) {
+        /* A replay's broker answers from the record only: nothing leaves the machine. */
+        fail_run(r, EPH_RUN_FAILED, "replay_error",
+                 "the recorded exchanges could not be given to the broker");
+        return -EIO;
+    }
+    return 0;
+}
 
-    /* Every tunnel ends before the sandbox does. */
-    eph_egress_stop(egress, &r);
-    eph_live_attach_sandbox(live, NULL);
+/* Step 5: the agent loop, until a result or a stop. */
+static int step_agent(struct job *j)
+{
+    struct eph_service *svc = j->svc;
+    struct eph_run *r = &j->r;
+    j->usage = (struct eph_agent_usage){.model_calls = r->usage.model_calls,
+                                        .input_tokens = r->usage.input_tokens,
+                                        .output_tokens = r->usage.output_tokens,
+                                        .shell_commands = r->usage.shell_commands};
+    struct eph_agent_ctx ctx = {
+        .sink = &j->sink,
+        .cancel = j->cancel,
+        .run_id = r->id,
+        .prompt = r->prompt,
+        .recording = json_string_value(json_object_get(r->metadata, "transcript")),
+        .shell = r->shell,
+        .web = r->web,
+        .zdr = r->zdr,
+        .timeout_seconds = r->timeout_seconds,
+        .usage = &j->usage,
+        .model = j->model,
+        .mcfg = j->mcfg,
+        .sb = j->sb,
+        .budget = &j->budget,
+        .deadline_ns = j->deadline_ns,
+        .turn_limit = svc->cfg->turn_limit,
+        .command_timeout_ms = svc->cfg->sandbox.command_timeout_seconds * 1000u,
+        .output_cap = svc->cfg->sandbox.output_cap_bytes,
+        .limits = &svc->sandbox_cfg.limits,
+        .backend_name = svc->sandbox_ops->name,
+        .broker = eph_egress_broker(j->egress),
+    };
+    struct eph_agent_outcome out;
+    eph_agent_run(&ctx, &out);
+    agent_usage_copy(r, &j->usage);
+    r->status = agent_status(out.status);
+    if (r->status == EPH_RUN_COMPLETED) {
+        r->result = out.result;
+        if (r->zdr && eph_live_set_zdr_result(j->live, r->result))
+            EPH_ERROR("worker", "run %s: out of memory keeping the result", r->id);
+        return 0;
+    }
+    if (r->status == EPH_RUN_CANCELLED)
+        fail_cancelled(svc, r, "while it was running");
+    else
+        fail_run(r, r->status, out.error_code, out.error_message);
+    free(out.result);
+    return -ECANCELED;
+}
+
+/* Step 6 (always): every tunnel ends, then the sandbox; compute stops. */
+static void step_destroy(struct job *j)
+{
+    struct eph_service *svc = j->svc;
+    eph_egress_stop(j->egress, &j->r);
+    if (!j->sb) {
+        eph_egress_free(j->egress);
+        j->egress = NULL;
+        return;
+    }
+    eph_live_attach_sandbox(j->live, NULL);
     uint64_t d0 = eph_clock_mono_ns();
-    rc = eph_sandbox_destroy(sb);
-    eph_egress_free(egress);
+    int rc = eph_sandbox_destroy(j->sb);
+    j->sb = NULL;
+    eph_egress_free(j->egress);
+    j->egress = NULL;
     uint64_t end_ns = eph_clock_mono_ns();
-    eph_budget_sandbox_stopped(&budget, end_ns);
-    eph_live_set_compute_start(live, 0);
+    eph_budget_sandbox_stopped(&j->budget, end_ns);
+    eph_live_set_compute_start(j->live, 0);
     if (rc)
-        EPH_ERROR("worker", "run %s: sandbox destroy reported: %s", r.id, eph_strerror(rc));
-    eph_live_emit(live, st, "sandbox", "sandbox.destroyed",
+        EPH_ERROR("worker", "run %s: sandbox destroy reported: %s", j->r.id, eph_strerror(rc));
+    eph_sink_emit(&j->sink, "sandbox", "sandbox.destroyed",
                   json_pack("{s:s, s:I, s:I}", "backend", svc->sandbox_ops->name, "destroy_ms",
                             (json_int_t)((end_ns - d0) / 1000000u), "lifetime_ms",
-                            (json_int_t)((end_ns - start_ns) / 1000000u)),
+                            (json_int_t)((end_ns - j->start_ns) / 1000000u)),
                   "%s", svc->sandbox_ops->destroyed_message);
+}
 
-settle_costs:;
-    int64_t charged, released;
-    eph_budget_settle(&budget, eph_clock_mono_ns(), &r.cost.model_micros, &r.cost.web_micros,
-                      &r.cost.compute_micros, &charged, &released);
-settle:
-    settle(svc, live, &r, 0, 0);
-    eph_replay_run_free(replay);
-    eph_run_release(&r);
-    eph_live_put(live);
+/* Step 7 (always): the money split once (the budget's, ledger/settle.h) and the settlement. */
+static void step_settle(struct job *j)
+{
+    struct eph_cost *c = &j->r.cost;
+    eph_budget_settle(&j->budget, eph_clock_mono_ns(), &c->model_micros, &c->web_micros,
+                      &c->compute_micros, &c->charged_micros, &c->released_micros);
+    settle(j->svc, j->live, &j->r, 0, 0);
+}
+
+void eph_worker_run(struct eph_service *svc, const char *run_id)
+{
+    struct job j = {.svc = svc};
+    if (step_load(&j, run_id) == 0) {
+        if (!step_prompt(&j) && !step_sandbox(&j) && !step_files(&j))
+            step_agent(&j);
+        step_destroy(&j);
+        step_settle(&j);
+    }
+    eph_replay_run_free(j.replay);
+    if (j.loaded)
+        eph_run_release(&j.r);
+    eph_live_put(j.live);
 }
 
 /* ---- recovery ---- */
@@ -593,7 +673,16 @@ int eph_worker_settle_lost(struct eph_service *svc, const char *run_id,
     svc->store->ops->events_list(svc->store, r.id, 0, 0, last_seq_cb, &last);
     fail_run(&r, EPH_RUN_FAILED, "worker_lost",
              "the server running this run stopped; it was settled for what was measured");
+    split_stored(&r.cost);
     rc = settle(svc, NULL, &r, last, lease_expired_before_ms);
+    /* A run whose worker here could not settle it (eph_live_abandon) is still live: waiting
+     * clients learn now that it ended. */
+    struct eph_live *live = rc ? NULL : eph_live_get(svc->live, r.id);
+    if (live) {
+        if (!eph_live_worked_here(live))
+            eph_live_close(live, last + 2 + (r.sandbox_backend ? 1 : 0), NULL);
+        eph_live_put(live);
+    }
     eph_run_release(&r);
     return rc;
 }
@@ -616,7 +705,8 @@ static int requeue(const struct eph_run *r, void *ctx)
     struct recovery *rec = ctx;
     uint64_t last = 0;
     rec->svc->store->ops->events_list(rec->svc->store, r->id, 0, 0, last_seq_cb, &last);
-    if (eph_live_register(r->id, r->created_at_ms, last) == 0 && eph_scheduler_submit(r->id) == 0)
+    if (eph_live_register(rec->svc->live, r->id, r->created_at_ms, last) == 0 &&
+        eph_service_submit(rec->svc, r->id) == 0)
         rec->requeued++;
     return 0;
 }

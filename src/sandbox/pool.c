@@ -24,30 +24,50 @@
  * first command 2-3 ms slower). The first thing a run does is usually a model call anyway. */
 #define REFILL_DELAY_MS 20u
 
-static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t need;    /* the thread waits here: room in the pool, or stop */
-static pthread_cond_t changed; /* wait_full waits here */
-static pthread_once_t conds_once = PTHREAD_ONCE_INIT;
+/* One pool; the server's is a member of its service object (run/service.h). */
+struct eph_sandbox_pool {
+    pthread_mutex_t lock;
+    pthread_cond_t need;    /* the thread waits here: room in the pool, or stop */
+    pthread_cond_t changed; /* wait_full waits here */
 
-static bool running; /* start..stop; guards every field below */
-static bool stopping;
-static pthread_t thread;
-static const struct eph_sandbox_ops *pool_ops;
-static struct eph_sandbox_config pool_cfg; /* strings owned */
-static unsigned pool_size;
-static struct eph_sandbox *ready[EPH_SANDBOX_POOL_MAX];
-static unsigned nready;
-static struct timespec last_take; /* CLOCK_MONOTONIC */
-static struct eph_sandbox_pool_stats stats;
+    bool running; /* start..stop; guards every field below */
+    bool stopping;
+    pthread_t thread;
+    const struct eph_sandbox_ops *ops;
+    struct eph_sandbox_config cfg; /* strings owned */
+    unsigned size;
+    struct eph_sandbox *ready[EPH_SANDBOX_POOL_MAX];
+    unsigned nready;
+    struct timespec last_take; /* CLOCK_MONOTONIC */
+    struct eph_sandbox_pool_stats stats;
+};
 
-static void conds_init(void)
+int eph_sandbox_pool_new(struct eph_sandbox_pool **out)
 {
+    *out = NULL;
+    struct eph_sandbox_pool *p = calloc(1, sizeof(*p));
+    if (!p)
+        return -ENOMEM;
     pthread_condattr_t a;
     pthread_condattr_init(&a);
     pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
-    pthread_cond_init(&need, &a);
-    pthread_cond_init(&changed, &a);
+    pthread_cond_init(&p->need, &a);
+    pthread_cond_init(&p->changed, &a);
     pthread_condattr_destroy(&a);
+    pthread_mutex_init(&p->lock, NULL);
+    *out = p;
+    return 0;
+}
+
+void eph_sandbox_pool_free(struct eph_sandbox_pool *p)
+{
+    if (!p)
+        return;
+    eph_sandbox_pool_stop(p);
+    pthread_cond_destroy(&p->need);
+    pthread_cond_destroy(&p->changed);
+    pthread_mutex_destroy(&p->lock);
+    free(p);
 }
 
 static struct timespec deadline_in(unsigned ms)
@@ -101,67 +121,67 @@ static void cfg_free(struct eph_sandbox_config *c)
 /* The creating thread. Every sandbox it makes is pushed once or destroyed here. */
 static void *pool_main(void *arg)
 {
+    struct eph_sandbox_pool *p = arg;
     unsigned backoff = 0;
-    pthread_mutex_lock(&lock);
+    pthread_mutex_lock(&p->lock);
     for (;;) {
-        while (!stopping && nready >= pool_size)
-            pthread_cond_wait(&need, &lock);
-        if (stopping)
+        while (!p->stopping && p->nready >= p->size)
+            pthread_cond_wait(&p->need, &p->lock);
+        if (p->stopping)
             break;
         /* Not right behind a take (see REFILL_DELAY_MS); a stop ends the wait. */
-        struct timespec after = last_take;
+        struct timespec after = p->last_take;
         after.tv_nsec += (long)REFILL_DELAY_MS * 1000000L;
         if (after.tv_nsec >= 1000000000L) {
             after.tv_sec++;
             after.tv_nsec -= 1000000000L;
         }
-        if (pthread_cond_timedwait(&need, &lock, &after) != ETIMEDOUT)
+        if (pthread_cond_timedwait(&p->need, &p->lock, &after) != ETIMEDOUT)
             continue; /* woken (stop, or another take): look again */
-        pthread_mutex_unlock(&lock);
+        pthread_mutex_unlock(&p->lock);
         struct eph_sandbox *sb = NULL;
-        int rc = pool_ops->create(&pool_cfg, &sb);
-        pthread_mutex_lock(&lock);
+        int rc = p->ops->create(&p->cfg, &sb);
+        pthread_mutex_lock(&p->lock);
         if (rc) {
-            stats.failures++;
+            p->stats.failures++;
             backoff = backoff ? (backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : backoff * 2)
                               : BACKOFF_MIN_MS;
             EPH_WARN(COMPONENT, "warm pool: cannot create a sandbox (%s); again in %u ms",
                      strerror(rc < 0 ? -rc : rc), backoff);
             struct timespec until = deadline_in(backoff);
-            while (!stopping && pthread_cond_timedwait(&need, &lock, &until) != ETIMEDOUT)
+            while (!p->stopping && pthread_cond_timedwait(&p->need, &p->lock, &until) != ETIMEDOUT)
                 ;
             continue;
         }
         backoff = 0;
-        if (stopping || nready >= pool_size) {
-            pthread_mutex_unlock(&lock);
+        if (p->stopping || p->nready >= p->size) {
+            pthread_mutex_unlock(&p->lock);
             eph_sandbox_destroy(sb);
-            pthread_mutex_lock(&lock);
-            stats.destroyed++;
+            pthread_mutex_lock(&p->lock);
+            p->stats.destroyed++;
             continue;
         }
-        ready[nready++] = sb;
-        stats.created++;
-        pthread_cond_broadcast(&changed);
+        p->ready[p->nready++] = sb;
+        p->stats.created++;
+        pthread_cond_broadcast(&p->changed);
     }
-    pthread_mutex_unlock(&lock);
+    pthread_mutex_unlock(&p->lock);
     return NULL;
 }
 
-int eph_sandbox_pool_start(const struct eph_sandbox_ops *ops, const struct eph_sandbox_config *cfg,
-                           unsigned size)
+int eph_sandbox_pool_start(struct eph_sandbox_pool *p, const struct eph_sandbox_ops *ops,
+                           const struct eph_sandbox_config *cfg, unsigned size)
 {
-    pthread_once(&conds_once, conds_init);
     if (size > EPH_SANDBOX_POOL_MAX || !ops || !cfg)
         return -EINVAL;
-    pthread_mutex_lock(&lock);
-    if (running) {
-        pthread_mutex_unlock(&lock);
+    pthread_mutex_lock(&p->lock);
+    if (p->running) {
+        pthread_mutex_unlock(&p->lock);
         return -EALREADY;
     }
-    memset(&stats, 0, sizeof(stats));
+    memset(&p->stats, 0, sizeof(p->stats));
     if (size == 0) {
-        pthread_mutex_unlock(&lock);
+        pthread_mutex_unlock(&p->lock);
         return 0;
     }
     bool ok = true;
@@ -172,46 +192,49 @@ int eph_sandbox_pool_start(const struct eph_sandbox_ops *ops, const struct eph_s
     c.owner_tag = dup_or_null(cfg->owner_tag, &ok);
     if (!ok) {
         cfg_free(&c);
-        pthread_mutex_unlock(&lock);
+        pthread_mutex_unlock(&p->lock);
         return -ENOMEM;
     }
-    pool_ops = ops;
-    pool_cfg = c;
-    pool_size = size;
-    nready = 0;
-    stopping = false;
-    int rc = pthread_create(&thread, NULL, pool_main, NULL);
+    p->ops = ops;
+    p->cfg = c;
+    p->size = size;
+    p->nready = 0;
+    p->stopping = false;
+    int rc = pthread_create(&p->thread, NULL, pool_main, p);
     if (rc) {
-        cfg_free(&pool_cfg);
-        pool_ops = NULL;
-        pool_size = 0;
-        pthread_mutex_unlock(&lock);
+        cfg_free(&p->cfg);
+        p->ops = NULL;
+        p->size = 0;
+        pthread_mutex_unlock(&p->lock);
         return -rc;
     }
-    running = true;
-    stats.size = size;
-    pthread_mutex_unlock(&lock);
+    p->running = true;
+    p->stats.size = size;
+    pthread_mutex_unlock(&p->lock);
     EPH_INFO(COMPONENT, "warm pool: %u %s sandboxes", size, ops->name);
     return 0;
 }
 
-int eph_sandbox_pool_take(const struct eph_sandbox_ops *ops, const struct eph_sandbox_config *cfg,
-                          struct eph_sandbox **out, bool *pooled)
+int eph_sandbox_pool_take(struct eph_sandbox_pool *p, const struct eph_sandbox_ops *ops,
+                          const struct eph_sandbox_config *cfg, struct eph_sandbox **out,
+                          bool *pooled)
 {
     struct eph_sandbox *sb = NULL;
     if (pooled)
         *pooled = false;
-    pthread_mutex_lock(&lock);
-    if (running && !stopping && ops == pool_ops && cfg_eq(cfg, &pool_cfg) && nready > 0) {
-        sb = ready[--nready];
-        ready[nready] = NULL;
-        stats.taken++;
-        clock_gettime(CLOCK_MONOTONIC, &last_take);
-        pthread_cond_signal(&need);
+    if (!p)
+        return ops->create(cfg, out);
+    pthread_mutex_lock(&p->lock);
+    if (p->running && !p->stopping && ops == p->ops && cfg_eq(cfg, &p->cfg) && p->nready > 0) {
+        sb = p->ready[--p->nready];
+        p->ready[p->nready] = NULL;
+        p->stats.taken++;
+        clock_gettime(CLOCK_MONOTONIC, &p->last_take);
+        pthread_cond_signal(&p->need);
     } else {
-        stats.fallbacks++;
+        p->stats.fallbacks++;
     }
-    pthread_mutex_unlock(&lock);
+    pthread_mutex_unlock(&p->lock);
     if (sb) {
         *out = sb;
         if (pooled)
@@ -221,65 +244,65 @@ int eph_sandbox_pool_take(const struct eph_sandbox_ops *ops, const struct eph_sa
     return ops->create(cfg, out);
 }
 
-void eph_sandbox_pool_stop(void)
+void eph_sandbox_pool_stop(struct eph_sandbox_pool *p)
 {
-    pthread_once(&conds_once, conds_init);
-    pthread_mutex_lock(&lock);
-    if (!running || stopping) {
-        pthread_mutex_unlock(&lock);
+    if (!p)
+        return;
+    pthread_mutex_lock(&p->lock);
+    if (!p->running || p->stopping) {
+        pthread_mutex_unlock(&p->lock);
         return;
     }
-    stopping = true;
-    pthread_cond_broadcast(&need);
-    pthread_cond_broadcast(&changed);
-    pthread_mutex_unlock(&lock);
-    pthread_join(thread, NULL);
+    p->stopping = true;
+    pthread_cond_broadcast(&p->need);
+    pthread_cond_broadcast(&p->changed);
+    pthread_mutex_unlock(&p->lock);
+    pthread_join(p->thread, NULL);
 
-    pthread_mutex_lock(&lock);
+    pthread_mutex_lock(&p->lock);
     struct eph_sandbox *left[EPH_SANDBOX_POOL_MAX];
-    unsigned n = nready;
-    memcpy(left, ready, sizeof(left[0]) * n);
-    memset(ready, 0, sizeof(ready));
-    nready = 0;
-    pthread_mutex_unlock(&lock);
+    unsigned n = p->nready;
+    memcpy(left, p->ready, sizeof(left[0]) * n);
+    memset(p->ready, 0, sizeof(p->ready));
+    p->nready = 0;
+    pthread_mutex_unlock(&p->lock);
     for (unsigned i = 0; i < n; i++)
         eph_sandbox_destroy(left[i]);
 
-    pthread_mutex_lock(&lock);
-    stats.destroyed += n;
-    stats.size = 0;
-    stats.ready = 0;
-    cfg_free(&pool_cfg);
-    pool_ops = NULL;
-    pool_size = 0;
-    running = false;
-    stopping = false;
-    pthread_cond_broadcast(&changed);
-    pthread_mutex_unlock(&lock);
+    pthread_mutex_lock(&p->lock);
+    p->stats.destroyed += n;
+    p->stats.size = 0;
+    p->stats.ready = 0;
+    cfg_free(&p->cfg);
+    p->ops = NULL;
+    p->size = 0;
+    p->running = false;
+    p->stopping = false;
+    pthread_cond_broadcast(&p->changed);
+    pthread_mutex_unlock(&p->lock);
 }
 
-void eph_sandbox_pool_stats(struct eph_sandbox_pool_stats *out)
+void eph_sandbox_pool_stats(struct eph_sandbox_pool *p, struct eph_sandbox_pool_stats *out)
 {
-    pthread_mutex_lock(&lock);
-    *out = stats;
-    out->ready = nready;
-    pthread_mutex_unlock(&lock);
+    pthread_mutex_lock(&p->lock);
+    *out = p->stats;
+    out->ready = p->nready;
+    pthread_mutex_unlock(&p->lock);
 }
 
-int eph_sandbox_pool_wait_full(unsigned timeout_ms)
+int eph_sandbox_pool_wait_full(struct eph_sandbox_pool *p, unsigned timeout_ms)
 {
-    pthread_once(&conds_once, conds_init);
     struct timespec until = deadline_in(timeout_ms);
     int rc = 0;
-    pthread_mutex_lock(&lock);
-    while (running && !stopping && nready < pool_size) {
-        if (pthread_cond_timedwait(&changed, &lock, &until) == ETIMEDOUT) {
+    pthread_mutex_lock(&p->lock);
+    while (p->running && !p->stopping && p->nready < p->size) {
+        if (pthread_cond_timedwait(&p->changed, &p->lock, &until) == ETIMEDOUT) {
             rc = -ETIMEDOUT;
             break;
         }
     }
-    if (!rc && !(running && nready >= pool_size))
+    if (!rc && !(p->running && p->nready >= p->size))
         rc = -ESRCH;
-    pthread_mutex_unlock(&lock);
+    pthread_mutex_unlock(&p->lock);
     return rc;
 }

@@ -20,18 +20,11 @@
 #include <stdint.h>
 
 #include "common/buf.h"
+#include "common/config.h"
 
 struct eph_sandbox;
 
-struct eph_sandbox_limits {
-    unsigned vcpus;       /* CPU quota in whole CPUs (default 1) */
-    unsigned memory_mib;  /* memory without swap (default 512) */
-    unsigned pids;        /* processes and threads (default 256) */
-    unsigned disk_mib;    /* the writable tmpfs for /tmp and scratch (default 1024) */
-    unsigned nofile;      /* open files per process (default 1024) */
-    uint64_t fsize_bytes; /* largest file a process may write (default = disk) */
-};
-
+/* The limits of a sandbox: struct eph_sandbox_limits, in common/config.h. */
 struct eph_sandbox_config {
     const char *backend;   /* "auto", "namespaces", "gvisor", "microvm" */
     const char *image;     /* root file system directory, mounted read-only */

@@ -56,17 +56,6 @@ void eph_connection_release(struct eph_connection *c)
     c->sealed_len = 0;
 }
 
-json_t *eph_event_to_json(const struct eph_event *e)
-{
-    char at[32];
-    /* t in seconds with two decimals, as a JSON number. */
-    double t = (double)(e->t_ms / 10) / 100.0;
-    return json_pack("{s:I, s:f, s:s, s:s, s:s, s:s, s:o}", "seq", (json_int_t)e->seq, "t", t, "at",
-                     eph_clock_format_iso8601(e->at_ms, at, sizeof(at)), "source", e->source,
-                     "type", e->type, "message", e->message ? e->message : "", "data",
-                     e->data ? json_incref(e->data) : json_object());
-}
-
 int eph_store_health(struct eph_store *s, char *reason, size_t len)
 {
     int rc = s->ops->ping(s);

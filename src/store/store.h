@@ -20,7 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "run/run.h"
+#include "store/run_record.h"
 
 struct eph_store;
 
@@ -35,7 +35,6 @@ struct eph_event {
 };
 
 void eph_event_release(struct eph_event *e);
-json_t *eph_event_to_json(const struct eph_event *e);
 
 struct eph_balance {
     int64_t balance_micros;   /* credits - charges */

@@ -11,6 +11,7 @@
 #include "api/validate.h"
 #include "common/id.h"
 #include "common/text.h"
+#include "daemon/config.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

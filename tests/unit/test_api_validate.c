@@ -16,6 +16,7 @@
 #include "api/api.h"
 #include "api/validate.h"
 #include "common/clock.h"
+#include "daemon/config.h"
 #include "common/money.h"
 #include "common/text.h"
 #include "run/live.h"
@@ -477,7 +478,7 @@ static int admit_setup(void **state)
         f->st->ops->org_ensure(f->st, "acme", 100000, f->org, sizeof(f->org), &created), 0);
     f->svc.cfg = &cfg;
     f->svc.store = f->st;
-    assert_int_equal(eph_live_init(), 0);
+    assert_int_equal(eph_live_registry_new(&f->svc.live), 0);
     *state = f;
     return 0;
 }
@@ -485,6 +486,7 @@ static int admit_setup(void **state)
 static int admit_teardown(void **state)
 {
     struct admit_fixture *f = *state;
+    eph_live_registry_free(f->svc.live);
     f->st->ops->close(f->st);
     char cmd[128];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", f->dir);
@@ -494,11 +496,11 @@ static int admit_teardown(void **state)
 }
 
 static char submitted[64];
-static int submit_fails(const char *run_id)
+static int submit_fails(struct eph_service *svc, const char *run_id)
 {
     return -ENOMEM;
 }
-static int submit_ok(const char *run_id)
+static int submit_ok(struct eph_service *svc, const char *run_id)
 {
     snprintf(submitted, sizeof(submitted), "%s", run_id);
     return 0;
@@ -551,7 +553,7 @@ static void admit_refused_releases(void **state, bool zdr, const char *id)
     assert_int_equal(got.cost.charged_micros, 0);
     assert_int_equal(got.cost.released_micros, 30000);
     eph_run_release(&got);
-    assert_null(eph_live_get(id));
+    assert_null(eph_live_get(f->svc.live, id));
     eph_run_release(&r);
     eph_event_release(&first);
 }
@@ -579,7 +581,7 @@ static void test_admit_store_refusal_leaves_nothing_live(void **state)
                      -EDQUOT);
     assert_false(queue_failed);
     assert_string_equal(submitted, "");
-    assert_null(eph_live_get(r.id));
+    assert_null(eph_live_get(f->svc.live, r.id));
     struct eph_run got;
     assert_int_equal(f->st->ops->run_get(f->st, r.id, f->org, &got), -ENOENT);
     eph_run_release(&r);
@@ -597,7 +599,7 @@ static void test_admit_ok(void **state)
                      0);
     assert_false(queue_failed);
     assert_string_equal(submitted, r.id);
-    struct eph_live *l = eph_live_get(r.id);
+    struct eph_live *l = eph_live_get(f->svc.live, r.id);
     assert_non_null(l);
     eph_live_put(l);
     struct eph_balance b;

@@ -21,6 +21,9 @@
 
 #include "sandbox/namespaces/namespaces.h"
 #include "sandbox/pool.h"
+
+/* The pool under test: one per test (setup/teardown). */
+static struct eph_sandbox_pool *pool;
 #include "sandbox/sandbox.h"
 
 struct fake {
@@ -82,6 +85,7 @@ static struct eph_sandbox_config cfg_default(void)
 
 static int setup(void **state)
 {
+    assert_int_equal(eph_sandbox_pool_new(&pool), 0);
     main_thread = pthread_self();
     atomic_store(&fail_creates, false);
     atomic_store(&creates_by_other_threads, 0);
@@ -90,49 +94,52 @@ static int setup(void **state)
 
 static int teardown(void **state)
 {
-    eph_sandbox_pool_stop();
+    eph_sandbox_pool_stop(pool);
     assert_int_equal(atomic_load(&live), 0);
+    eph_sandbox_pool_free(pool);
+    pool = NULL;
     return 0;
 }
 
 static void test_disabled_creates_fresh(void **state)
 {
     struct eph_sandbox_config c = cfg_default();
-    assert_int_equal(eph_sandbox_pool_start(&fake_ops, &c, 0), 0);
+    assert_int_equal(eph_sandbox_pool_start(pool, &fake_ops, &c, 0), 0);
     struct eph_sandbox *sb = NULL;
     bool pooled = true;
-    assert_int_equal(eph_sandbox_pool_take(&fake_ops, &c, &sb, &pooled), 0);
+    assert_int_equal(eph_sandbox_pool_take(pool, &fake_ops, &c, &sb, &pooled), 0);
     assert_non_null(sb);
     assert_false(pooled); /* a fresh one: compute is billed from its creation */
     assert_int_equal(atomic_load(&creates_by_other_threads), 0); /* made by this thread */
     struct eph_sandbox_pool_stats st;
-    eph_sandbox_pool_stats(&st);
+    eph_sandbox_pool_stats(pool, &st);
     assert_int_equal(st.fallbacks, 1);
     assert_int_equal(st.taken, 0);
     eph_sandbox_destroy(sb);
-    assert_int_equal(eph_sandbox_pool_start(&fake_ops, &c, EPH_SANDBOX_POOL_MAX + 1), -EINVAL);
+    assert_int_equal(eph_sandbox_pool_start(pool, &fake_ops, &c, EPH_SANDBOX_POOL_MAX + 1),
+                     -EINVAL);
 }
 
 static void test_fill_take_refill_stop(void **state)
 {
     struct eph_sandbox_config c = cfg_default();
-    assert_int_equal(eph_sandbox_pool_start(&fake_ops, &c, 3), 0);
-    assert_int_equal(eph_sandbox_pool_start(&fake_ops, &c, 3), -EALREADY);
-    assert_int_equal(eph_sandbox_pool_wait_full(5000), 0);
+    assert_int_equal(eph_sandbox_pool_start(pool, &fake_ops, &c, 3), 0);
+    assert_int_equal(eph_sandbox_pool_start(pool, &fake_ops, &c, 3), -EALREADY);
+    assert_int_equal(eph_sandbox_pool_wait_full(pool, 5000), 0);
     assert_int_equal(atomic_load(&live), 3);
     assert_int_equal(atomic_load(&creates_by_other_threads), 3); /* the pool's own thread */
 
     struct eph_sandbox *a = NULL, *b = NULL;
     bool pooled = false;
-    assert_int_equal(eph_sandbox_pool_take(&fake_ops, &c, &a, &pooled), 0);
+    assert_int_equal(eph_sandbox_pool_take(pool, &fake_ops, &c, &a, &pooled), 0);
     assert_true(pooled); /* compute is billed from the take */
-    assert_int_equal(eph_sandbox_pool_take(&fake_ops, &c, &b, NULL), 0);
+    assert_int_equal(eph_sandbox_pool_take(pool, &fake_ops, &c, &b, NULL), 0);
     assert_ptr_not_equal(a, b);
     assert_false(pthread_equal(((struct fake *)a)->creator, main_thread));
     /* Refilled in the background, up to the size and no further. */
-    assert_int_equal(eph_sandbox_pool_wait_full(5000), 0);
+    assert_int_equal(eph_sandbox_pool_wait_full(pool, 5000), 0);
     struct eph_sandbox_pool_stats st;
-    eph_sandbox_pool_stats(&st);
+    eph_sandbox_pool_stats(pool, &st);
     assert_int_equal(st.ready, 3);
     assert_int_equal(st.taken, 2);
     assert_int_equal(st.created, 5);
@@ -142,15 +149,15 @@ static void test_fill_take_refill_stop(void **state)
     struct eph_sandbox_config other = c;
     other.limits.memory_mib *= 2;
     struct eph_sandbox *x = NULL;
-    assert_int_equal(eph_sandbox_pool_take(&fake_ops, &other, &x, NULL), 0);
+    assert_int_equal(eph_sandbox_pool_take(pool, &fake_ops, &other, &x, NULL), 0);
     assert_true(pthread_equal(((struct fake *)x)->creator, main_thread));
-    eph_sandbox_pool_stats(&st);
+    eph_sandbox_pool_stats(pool, &st);
     assert_int_equal(st.fallbacks, 1);
     assert_int_equal(st.ready, 3);
 
     /* Stop destroys the idle ones and only them: a, b and x are their takers'. */
-    eph_sandbox_pool_stop();
-    eph_sandbox_pool_stats(&st);
+    eph_sandbox_pool_stop(pool);
+    eph_sandbox_pool_stats(pool, &st);
     assert_int_equal(st.destroyed, 3);
     assert_int_equal(st.ready, 0);
     assert_int_equal(atomic_load(&live), 3);
@@ -159,9 +166,9 @@ static void test_fill_take_refill_stop(void **state)
     eph_sandbox_destroy(x);
     assert_int_equal(atomic_load(&live), 0);
     /* Stopped: a take still works, by creating. */
-    assert_int_equal(eph_sandbox_pool_take(&fake_ops, &c, &a, NULL), 0);
+    assert_int_equal(eph_sandbox_pool_take(pool, &fake_ops, &c, &a, NULL), 0);
     eph_sandbox_destroy(a);
-    eph_sandbox_pool_stop(); /* idempotent */
+    eph_sandbox_pool_stop(pool); /* idempotent */
 }
 
 #define TAKERS 8
@@ -173,7 +180,7 @@ static void *taker(void *arg)
     struct eph_sandbox_config c = cfg_default();
     for (int i = 0; i < TAKES; i++) {
         struct eph_sandbox *sb = NULL;
-        if (eph_sandbox_pool_take(&fake_ops, &c, &sb, NULL) != 0 || !sb)
+        if (eph_sandbox_pool_take(pool, &fake_ops, &c, &sb, NULL) != 0 || !sb)
             return (void *)1;
         struct fake *f = (struct fake *)sb;
         if (atomic_fetch_add(&f->owners, 1) != 0)
@@ -195,7 +202,7 @@ static int cmp_u64(const void *a, const void *b)
 static void test_never_handed_out_twice(void **state)
 {
     struct eph_sandbox_config c = cfg_default();
-    assert_int_equal(eph_sandbox_pool_start(&fake_ops, &c, 4), 0);
+    assert_int_equal(eph_sandbox_pool_start(pool, &fake_ops, &c, 4), 0);
     static uint64_t ids[TAKERS][TAKES];
     pthread_t t[TAKERS];
     for (int i = 0; i < TAKERS; i++)
@@ -211,10 +218,10 @@ static void test_never_handed_out_twice(void **state)
     for (int i = 1; i < TAKERS * TAKES; i++)
         assert_true(all[i] != all[i - 1]);
     struct eph_sandbox_pool_stats st;
-    eph_sandbox_pool_stats(&st);
+    eph_sandbox_pool_stats(pool, &st);
     assert_int_equal(st.taken + st.fallbacks, TAKERS * TAKES);
     assert_true(st.taken > 0);
-    eph_sandbox_pool_stop();
+    eph_sandbox_pool_stop(pool);
     assert_int_equal(atomic_load(&live), 0);
 }
 
@@ -222,20 +229,21 @@ static void test_failing_creates_back_off_and_stop(void **state)
 {
     struct eph_sandbox_config c = cfg_default();
     atomic_store(&fail_creates, true);
-    assert_int_equal(eph_sandbox_pool_start(&fake_ops, &c, 2), 0);
-    assert_int_equal(eph_sandbox_pool_wait_full(300), -ETIMEDOUT);
+    assert_int_equal(eph_sandbox_pool_start(pool, &fake_ops, &c, 2), 0);
+    assert_int_equal(eph_sandbox_pool_wait_full(pool, 300), -ETIMEDOUT);
     struct eph_sandbox *sb = NULL;
-    assert_int_equal(eph_sandbox_pool_take(&fake_ops, &c, &sb, NULL), -EIO); /* what create says */
+    assert_int_equal(eph_sandbox_pool_take(pool, &fake_ops, &c, &sb, NULL),
+                     -EIO); /* what create says */
     struct eph_sandbox_pool_stats st;
-    eph_sandbox_pool_stats(&st);
+    eph_sandbox_pool_stats(pool, &st);
     assert_true(st.failures >= 1);
     assert_true(st.failures < 10); /* backing off, not spinning */
     /* The pool recovers once creates work again... */
     atomic_store(&fail_creates, false);
-    assert_int_equal(eph_sandbox_pool_wait_full(15000), 0);
+    assert_int_equal(eph_sandbox_pool_wait_full(pool, 15000), 0);
     /* ...and stop does not wait for a backoff. */
     uint64_t t0 = (uint64_t)time(NULL);
-    eph_sandbox_pool_stop();
+    eph_sandbox_pool_stop(pool);
     assert_true((uint64_t)time(NULL) - t0 <= 2);
     assert_int_equal(atomic_load(&live), 0);
 }
@@ -295,11 +303,11 @@ static void test_namespaces_pool(void **state)
                       access(image, R_OK) != 0 ? "no image" : why);
         skip();
     }
-    assert_int_equal(eph_sandbox_pool_start(ops, &c, 2), 0);
-    assert_int_equal(eph_sandbox_pool_wait_full(20000), 0);
+    assert_int_equal(eph_sandbox_pool_start(pool, ops, &c, 2), 0);
+    assert_int_equal(eph_sandbox_pool_wait_full(pool, 20000), 0);
     assert_int_equal(count_cgroups_of_this_process(), 2);
     struct eph_sandbox *sb = NULL;
-    assert_int_equal(eph_sandbox_pool_take(ops, &c, &sb, NULL), 0);
+    assert_int_equal(eph_sandbox_pool_take(pool, ops, &c, &sb, NULL), 0);
     /* Created by the pool's thread, used from this one: it answers. */
     struct eph_exec_request req = {
         .command = "echo pooled", .timeout_ms = 10000, .stdout_cap = 64, .stderr_cap = 64};
@@ -310,10 +318,10 @@ static void test_namespaces_pool(void **state)
     assert_int_equal(res.out.len, 7);
     assert_memory_equal(res.out.data, "pooled\n", 7);
     eph_exec_result_release(&res);
-    assert_int_equal(eph_sandbox_pool_wait_full(20000), 0); /* refilled */
+    assert_int_equal(eph_sandbox_pool_wait_full(pool, 20000), 0); /* refilled */
     assert_int_equal(count_cgroups_of_this_process(), 3);
     assert_int_equal(eph_sandbox_destroy(sb), 0);
-    eph_sandbox_pool_stop();
+    eph_sandbox_pool_stop(pool);
     /* Nothing left: no cgroup of this process (destroy removes it after its init is reaped). */
     assert_int_equal(count_cgroups_of_this_process(), 0);
 }

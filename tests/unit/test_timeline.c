@@ -15,6 +15,7 @@
 #include <cmocka.h>
 
 #include "common/clock.h"
+#include "api/json.h"
 #include "common/id.h"
 #include "run/live.h"
 #include "store/store.h"
@@ -22,6 +23,9 @@
 static char dir[64];
 static struct eph_store *st;
 static char org[48];
+
+/* The live registry under test: one per test. */
+static struct eph_live_registry *reg;
 
 static int setup(void **state)
 {
@@ -32,12 +36,14 @@ static int setup(void **state)
     assert_int_equal(eph_store_open(path, &st, err, sizeof(err)), 0);
     bool created;
     assert_int_equal(st->ops->org_ensure(st, "o", 1000000, org, sizeof(org), &created), 0);
-    assert_int_equal(eph_live_init(), 0);
+    assert_int_equal(eph_live_registry_new(&reg), 0);
     return 0;
 }
 
 static int teardown(void **state)
 {
+    eph_live_registry_free(reg);
+    reg = NULL;
     st->ops->close(st);
     char cmd[128];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
@@ -62,7 +68,7 @@ static void new_run(char id[EPH_RUN_ID_LEN + 1], int64_t created)
     eph_event_release(&first);
     memcpy(id, r.id, EPH_RUN_ID_LEN + 1);
     eph_run_release(&r);
-    assert_int_equal(eph_live_register(id, created, 1), 0);
+    assert_int_equal(eph_live_register(reg, id, created, 1), 0);
 }
 
 struct collected {
@@ -86,7 +92,7 @@ static void test_events_numbered_in_order(void **state)
 {
     char id[EPH_RUN_ID_LEN + 1];
     new_run(id, eph_clock_real_ms() - 2500);
-    struct eph_live *l = eph_live_get(id);
+    struct eph_live *l = eph_live_get(reg, id);
     assert_non_null(l);
     assert_int_equal(
         eph_live_emit(l, st, "sandbox", "sandbox.ready", NULL, "namespace sandbox ready"), 0);
@@ -120,7 +126,7 @@ static void test_event_json_shape(void **state)
 {
     char id[EPH_RUN_ID_LEN + 1];
     new_run(id, eph_clock_real_ms() - 5250);
-    struct eph_live *l = eph_live_get(id);
+    struct eph_live *l = eph_live_get(reg, id);
     assert_int_equal(eph_live_emit(l, st, "shell", "shell.command", NULL, "$ pwd"), 0);
     json_t *o = NULL;
     assert_int_equal(st->ops->events_list(st, id, 0, 0, first_json, &o), 0);
@@ -205,7 +211,7 @@ static void test_waiters_wake_on_emit_and_close(void **state)
 {
     char id[EPH_RUN_ID_LEN + 1];
     new_run(id, eph_clock_real_ms());
-    struct eph_live *l = eph_live_get(id);
+    struct eph_live *l = eph_live_get(reg, id);
     struct waiter w = {.l = l, .after = 1};
     pthread_t t;
     start_blocked_waiter(&w, &t);
@@ -231,7 +237,7 @@ static void test_waiters_wake_on_emit_and_close(void **state)
     assert_true(closed);
     assert_true(eph_live_wait_closed(l, eph_clock_mono_ns()));
     /* A closed run is no longer found live, but the reference held stays valid. */
-    assert_null(eph_live_get(id));
+    assert_null(eph_live_get(reg, id));
     eph_live_put(l);
 }
 
@@ -239,13 +245,137 @@ static void test_cancel_flag(void **state)
 {
     char id[EPH_RUN_ID_LEN + 1];
     new_run(id, eph_clock_real_ms());
-    struct eph_live *l = eph_live_get(id);
+    struct eph_live *l = eph_live_get(reg, id);
     assert_false(eph_live_cancelled(l));
     eph_live_cancel(l);
     assert_true(eph_live_cancelled(l));
     assert_true(atomic_load(eph_live_cancel_flag(l)));
     eph_live_close(l, 1, NULL);
     eph_live_put(l);
+}
+
+/* ---- a store whose event writes for one run block until the test releases them ---- */
+
+static const struct eph_store_ops *real_ops;
+static struct eph_store_ops slow_ops;
+static pthread_mutex_t slow_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t slow_cond = PTHREAD_COND_INITIALIZER;
+static char slow_run[EPH_RUN_ID_LEN + 1];
+static bool slow_entered, slow_released;
+
+static int slow_event_append(struct eph_store *s, const char *run_id, const struct eph_event *e)
+{
+    if (strcmp(run_id, slow_run) == 0) {
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_sec += 60; /* bounded: a broken test ends, it does not hang */
+        pthread_mutex_lock(&slow_lock);
+        slow_entered = true;
+        pthread_cond_broadcast(&slow_cond);
+        int rc = 0;
+        while (!slow_released && rc == 0)
+            rc = pthread_cond_timedwait(&slow_cond, &slow_lock, &until);
+        pthread_mutex_unlock(&slow_lock);
+    }
+    return real_ops->event_append(s, run_id, e);
+}
+
+struct slow_writer {
+    struct eph_live *l;
+    int rc;
+};
+
+static void *slow_writer_main(void *arg)
+{
+    struct slow_writer *w = arg;
+    w->rc = eph_live_emit(w->l, st, "shell", "shell.command", NULL, "$ sleep");
+    return NULL;
+}
+
+struct reader {
+    struct eph_live *slow;  /* the run whose store write is blocked */
+    struct eph_live *other; /* another run */
+    const char *slow_id;
+    uint64_t seq;
+    bool closed;
+    int other_rc;
+};
+
+/* What the HTTP threads do: look at the blocked run's state (long poll, SSE scan), poll its
+ * timeline with an expired deadline, find it in the registry, and another run's worker emits. */
+static void *reader_main(void *arg)
+{
+    struct reader *r = arg;
+    eph_live_state(r->slow, &r->seq, &r->closed);
+    eph_live_wait(r->slow, r->seq, eph_clock_mono_ns(), &r->closed);
+    struct eph_live *again = eph_live_get(reg, r->slow_id);
+    eph_live_put(again);
+    r->other_rc = eph_live_emit(r->other, st, "worker", "worker.started", NULL, "worker started");
+    return NULL;
+}
+
+/* A worker's store write that does not return (a slow disk, a fsync) holds up neither the readers
+ * of its own run nor another run's worker: the registry's lock is never held across the store.
+ * The reader must finish while the write is still blocked; the bound only turns a hang into a
+ * failure. */
+static void test_slow_store_write_blocks_no_reader(void **state)
+{
+    char a[EPH_RUN_ID_LEN + 1], b[EPH_RUN_ID_LEN + 1];
+    new_run(a, eph_clock_real_ms());
+    new_run(b, eph_clock_real_ms());
+    struct eph_live *la = eph_live_get(reg, a), *lb = eph_live_get(reg, b);
+    assert_non_null(la);
+    assert_non_null(lb);
+    snprintf(slow_run, sizeof(slow_run), "%s", a);
+    slow_entered = slow_released = false;
+    real_ops = st->ops;
+    slow_ops = *real_ops;
+    slow_ops.event_append = slow_event_append;
+    st->ops = &slow_ops;
+
+    pthread_t wt, rt;
+    struct slow_writer w = {.l = la};
+    assert_int_equal(pthread_create(&wt, NULL, slow_writer_main, &w), 0);
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += (time_t)(BOUND_NS / 1000000000u);
+    pthread_mutex_lock(&slow_lock);
+    int rc = 0;
+    while (!slow_entered && rc == 0)
+        rc = pthread_cond_timedwait(&slow_cond, &slow_lock, &until);
+    bool entered = slow_entered;
+    pthread_mutex_unlock(&slow_lock);
+    assert_true(entered);
+
+    struct reader r = {.slow = la, .other = lb, .slow_id = a};
+    assert_int_equal(pthread_create(&rt, NULL, reader_main, &r), 0);
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += (time_t)(BOUND_NS / 1000000000u);
+    int jrc = pthread_timedjoin_np(rt, NULL, &until);
+    /* The write is still blocked: the reader did not wait for it. */
+    pthread_mutex_lock(&slow_lock);
+    bool still_blocked = !slow_released;
+    slow_released = true;
+    pthread_cond_broadcast(&slow_cond);
+    pthread_mutex_unlock(&slow_lock);
+    if (jrc == ETIMEDOUT)
+        pthread_join(rt, NULL);
+    pthread_join(wt, NULL);
+    st->ops = real_ops;
+    assert_int_equal(jrc, 0);
+    assert_true(still_blocked);
+    assert_int_equal(r.seq, 1); /* the blocked event is not published before it is stored */
+    assert_false(r.closed);
+    assert_int_equal(r.other_rc, 0);
+    assert_int_equal(w.rc, 0);
+    uint64_t last;
+    bool closed;
+    eph_live_state(la, &last, &closed);
+    assert_int_equal(last, 2);
+    eph_live_close(la, 2, NULL);
+    eph_live_close(lb, 2, NULL);
+    eph_live_put(la);
+    eph_live_put(lb);
 }
 
 int main(void)
@@ -255,6 +385,7 @@ int main(void)
         cmocka_unit_test(test_event_json_shape),
         cmocka_unit_test(test_waiters_wake_on_emit_and_close),
         cmocka_unit_test(test_cancel_flag),
+        cmocka_unit_test(test_slow_store_write_blocks_no_reader),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

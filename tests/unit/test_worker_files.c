@@ -1,8 +1,10 @@
-/* The worker's file step (src/run/worker.c) against the fake sandbox backend, whose file write
- * is made to block until the sandbox is interrupted: a cancel that arrives while the request's
- * files are being placed ends the run `cancelled` (not `failed`), settled, with nothing left
- * reserved. The black-box test (api_cancel.sh) cannot make its cancel land in that window every
- * time; here the fake backend holds the window open until the cancel has been sent. */
+/* The worker's steps (src/run/worker.c) against a fake sandbox backend: a run that completes
+ * goes through every step in order (its commands run by the fake backend); a store that refuses the
+ * settlement leaves the timeline open; and the file step, with a file write that blocks until the
+ * sandbox is interrupted: a cancel that arrives while the request's files are being placed ends the
+ * run `cancelled` (not `failed`), settled, with nothing left reserved. The black-box test
+ * (api_cancel.sh) cannot make its cancel land in that window every time; here the fake backend
+ * holds the window open until the cancel has been sent. */
 #include <errno.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -19,6 +21,7 @@
 #include "agent/model.h"
 #include "api/api.h"
 #include "common/clock.h"
+#include "daemon/config.h"
 #include "run/live.h"
 #include "run/service.h"
 #include "store/store.h"
@@ -138,7 +141,7 @@ static int setup(void **state)
     f->svc.sandbox_cfg.init_path = f->cfg.sandbox.init_path;
     f->svc.models = &f->model;
     snprintf(f->svc.node_id, sizeof(f->svc.node_id), "test-node");
-    assert_int_equal(eph_live_init(), 0);
+    assert_int_equal(eph_live_registry_new(&f->svc.live), 0);
     *state = f;
     return 0;
 }
@@ -146,6 +149,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     struct fixture *f = *state;
+    eph_live_registry_free(f->svc.live);
     f->st->ops->close(f->st);
     f->model->ops->free(f->model);
     eph_config_release(&f->cfg);
@@ -156,7 +160,7 @@ static int teardown(void **state)
     return 0;
 }
 
-static int submit_nothing(const char *run_id)
+static int submit_nothing(struct eph_service *svc, const char *run_id)
 {
     return 0; /* the test runs the worker itself */
 }
@@ -222,7 +226,7 @@ static void test_cancel_while_files_are_placed(void **state)
     assert_int_equal(writes, 1);
 
     /* The cancel, as the API's cancel handler sends it. */
-    struct eph_live *l = eph_live_get(id);
+    struct eph_live *l = eph_live_get(f->svc.live, id);
     assert_non_null(l);
     eph_live_cancel(l);
     eph_live_put(l);
@@ -242,17 +246,230 @@ static void test_cancel_while_files_are_placed(void **state)
     assert_int_equal(f->st->ops->balance(f->st, f->org, &b), 0);
     assert_int_equal(b.reserved_micros, 0);
     /* One sandbox, destroyed; the second file was never written. */
+    /* Read under the lock, asserted after it: a failed assertion must not leave it held. */
     pthread_mutex_lock(&fake_lock);
-    assert_int_equal(fake_created, 1);
-    assert_int_equal(fake_destroyed, 1);
-    assert_int_equal(fake_writes, 1);
+    unsigned created = fake_created, destroyed = fake_destroyed;
+    writes = fake_writes;
     pthread_mutex_unlock(&fake_lock);
+    assert_int_equal(created, 1);
+    assert_int_equal(destroyed, 1);
+    assert_int_equal(writes, 1);
+}
+
+/* ---- a store whose settlement fails ---- */
+
+static const struct eph_store_ops *real_ops;
+static struct eph_store_ops failing_ops;
+static unsigned finish_calls;
+
+static int finish_fails(struct eph_store *s, const struct eph_run_final *fin)
+{
+    finish_calls++;
+    return -EINVAL; /* refused for good: no retry */
+}
+
+static int count_cb(const struct eph_event *e, void *ctx)
+{
+    (*(unsigned *)ctx)++;
+    return 0;
+}
+
+static void admit(struct fixture *f, const char *id)
+{
+    struct eph_run r;
+    eph_run_init(&r);
+    snprintf(r.id, sizeof(r.id), "%s", id);
+    snprintf(r.org_id, sizeof(r.org_id), "%s", f->org);
+    r.status = EPH_RUN_QUEUED;
+    r.model = strdup(f->cfg.default_model);
+    r.prompt = strdup("the prompt");
+    r.connections = json_array();
+    r.metadata = json_object();
+    r.timeout_seconds = 60;
+    r.created_at_ms = eph_clock_real_ms();
+    r.cost.reserved_micros = 30000;
+    struct eph_event first;
+    memset(&first, 0, sizeof(first));
+    first.seq = 1;
+    first.at_ms = r.created_at_ms;
+    snprintf(first.source, sizeof(first.source), "queue");
+    snprintf(first.type, sizeof(first.type), "run.queued");
+    first.message = strdup("budget reserved");
+    bool queue_failed = false;
+    assert_int_equal(
+        eph_api_run_admit(&f->svc, &r, &first, NULL, NULL, submit_nothing, &queue_failed), 0);
+    eph_event_release(&first);
+    eph_run_release(&r);
+}
+
+/* When the store refuses the settlement, the live timeline is not closed as settled while the
+ * store still says the run is not finished: a waiting client would be told it ended. The entry
+ * stays open at what is stored, and the settlement of a lost run closes it later. */
+static void test_settle_failure_leaves_the_timeline_open(void **state)
+{
+    struct fixture *f = *state;
+    const char *id = "run_00000000000000000000000000005e77";
+    admit(f, id);
+    /* Cancelled before a worker took it: the worker settles it at once, without a sandbox. */
+    struct eph_live *l = eph_live_get(f->svc.live, id);
+    assert_non_null(l);
+    eph_live_cancel(l);
+
+    real_ops = f->st->ops;
+    failing_ops = *real_ops;
+    failing_ops.run_finish = finish_fails;
+    f->st->ops = &failing_ops;
+    eph_worker_run(&f->svc, id);
+    f->st->ops = real_ops;
+    assert_int_equal(finish_calls, 1);
+
+    uint64_t last;
+    bool closed;
+    eph_live_state(l, &last, &closed);
+    assert_false(closed);
+    assert_int_equal(last, 1); /* the closing events were never stored */
+    assert_false(eph_live_worked_here(l));
+    struct eph_live *again = eph_live_get(f->svc.live, id);
+    assert_ptr_equal(again, l); /* still registered, for the clients waiting on it */
+    eph_live_put(again);
+    struct eph_run got;
+    assert_int_equal(f->st->ops->run_get(f->st, id, f->org, &got), 0);
+    assert_false(eph_run_status_terminal(got.status));
+    eph_run_release(&got);
+    unsigned n = 0;
+    assert_int_equal(f->st->ops->events_list(f->st, id, 0, 0, count_cb, &n), 0);
+    assert_int_equal(n, 1);
+
+    /* The store takes writes again: settled as lost, and now the timeline closes. */
+    assert_int_equal(eph_worker_settle_lost(&f->svc, id, 0), 0);
+    eph_live_state(l, &last, &closed);
+    assert_true(closed);
+    n = 0;
+    assert_int_equal(f->st->ops->events_list(f->st, id, 0, 0, count_cb, &n), 0);
+    assert_int_equal(last, n);
+    assert_int_equal(f->st->ops->run_get(f->st, id, f->org, &got), 0);
+    assert_int_equal(got.status, EPH_RUN_FAILED);
+    assert_string_equal(got.error_code, "worker_lost");
+    assert_int_equal(got.cost.charged_micros, 0);
+    assert_int_equal(got.cost.released_micros, 30000);
+    eph_run_release(&got);
+    assert_null(eph_live_get(f->svc.live, id));
+    eph_live_put(l);
+}
+
+/* Collects the types of a run's stored events in order. */
+struct types {
+    char t[64][40];
+    unsigned n;
+};
+
+static int types_cb(const struct eph_event *e, void *ctx)
+{
+    struct types *ty = ctx;
+    if (ty->n < 64)
+        snprintf(ty->t[ty->n++], sizeof(ty->t[0]), "%s", e->type);
+    return 0;
+}
+
+static int find_type(const struct types *ty, const char *type)
+{
+    for (unsigned i = 0; i < ty->n; i++)
+        if (strcmp(ty->t[i], type) == 0)
+            return (int)i;
+    return -1;
+}
+
+/* Every step of a run that completes, in order: the seed example's replay model asks for its
+ * commands, which the fake backend runs; the run ends completed, its sandbox created and
+ * destroyed once, its timeline in step order and closed, its money split adding up. */
+static void test_steps_of_a_completed_run(void **state)
+{
+    struct fixture *f = *state;
+    const char *id = "run_000000000000000000000000000057e9";
+    FILE *in = fopen("examples/sandbox-proof/request.json", "re");
+    if (!in) {
+        char path[512];
+        const char *top = getenv("TOP");
+        snprintf(path, sizeof(path), "%s/examples/sandbox-proof/request.json",
+                 top && *top ? top : ".");
+        in = fopen(path, "re");
+    }
+    assert_non_null(in);
+    json_error_t je;
+    json_t *req = json_loadf(in, 0, &je);
+    fclose(in);
+    assert_non_null(req);
+    struct eph_run r;
+    eph_run_init(&r);
+    snprintf(r.id, sizeof(r.id), "%s", id);
+    snprintf(r.org_id, sizeof(r.org_id), "%s", f->org);
+    r.status = EPH_RUN_QUEUED;
+    r.model = strdup(f->cfg.default_model);
+    r.prompt = strdup(json_string_value(json_object_get(req, "prompt")));
+    json_decref(req);
+    r.shell = true;
+    r.connections = json_array();
+    r.metadata = json_object();
+    r.timeout_seconds = 60;
+    r.created_at_ms = eph_clock_real_ms();
+    r.cost.reserved_micros = 100000;
+    struct eph_event first;
+    memset(&first, 0, sizeof(first));
+    first.seq = 1;
+    first.at_ms = r.created_at_ms;
+    snprintf(first.source, sizeof(first.source), "queue");
+    snprintf(first.type, sizeof(first.type), "run.queued");
+    first.message = strdup("budget reserved");
+    bool queue_failed = false;
+    assert_int_equal(
+        eph_api_run_admit(&f->svc, &r, &first, NULL, NULL, submit_nothing, &queue_failed), 0);
+    eph_event_release(&first);
+    eph_run_release(&r);
+
+    unsigned created0 = fake_created, destroyed0 = fake_destroyed;
+    struct eph_live *l = eph_live_get(f->svc.live, id);
+    assert_non_null(l);
+    eph_worker_run(&f->svc, id);
+
+    struct eph_run got;
+    assert_int_equal(f->st->ops->run_get(f->st, id, f->org, &got), 0);
+    assert_int_equal(got.status, EPH_RUN_COMPLETED);
+    assert_non_null(got.result);
+    assert_string_equal(got.sandbox_backend, "fake");
+    assert_true(got.usage.model_calls >= 1);
+    assert_int_equal(got.cost.charged_micros,
+                     got.cost.model_micros + got.cost.web_micros + got.cost.compute_micros);
+    assert_int_equal(got.cost.charged_micros + got.cost.released_micros, 100000);
+    eph_run_release(&got);
+    assert_int_equal(fake_created - created0, 1);
+    assert_int_equal(fake_destroyed - destroyed0, 1);
+
+    struct types ty = {0};
+    assert_int_equal(f->st->ops->events_list(f->st, id, 0, 0, types_cb, &ty), 0);
+    int queued = find_type(&ty, "run.queued"), ready = find_type(&ty, "sandbox.ready"),
+        started = find_type(&ty, "worker.started"), cmd = find_type(&ty, "shell.command"),
+        destroyed = find_type(&ty, "sandbox.destroyed"), done = find_type(&ty, "run.completed"),
+        closed_ev = find_type(&ty, "worker.destroyed");
+    assert_true(queued == 0 && ready > queued && started > ready && cmd > started &&
+                destroyed > cmd && done > destroyed && closed_ev == (int)ty.n - 1);
+    uint64_t last;
+    bool closed;
+    eph_live_state(l, &last, &closed);
+    assert_true(closed);
+    assert_int_equal(last, ty.n);
+    eph_live_put(l);
+    struct eph_balance b;
+    assert_int_equal(f->st->ops->balance(f->st, f->org, &b), 0);
+    assert_int_equal(b.reserved_micros, 0);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_cancel_while_files_are_placed, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_settle_failure_leaves_the_timeline_open, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_steps_of_a_completed_run, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

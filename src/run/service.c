@@ -1,0 +1,71 @@
+/*
+ * service.c - the service's worker pool: the scheduler (scheduler.h) wired to the run's worker,
+ * the shared-store claim and the lease keeper.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "run/live.h"
+#include "run/scheduler.h"
+#include "run/service.h"
+
+struct eph_model *eph_service_model(struct eph_service *svc, const char *id)
+{
+    for (size_t i = 0; i < svc->cfg->nmodels; i++)
+        if (strcmp(svc->cfg->models[i].id, id) == 0)
+            return svc->models[i];
+    return NULL;
+}
+
+static void work(void *ctx, const char *run_id)
+{
+    eph_worker_run(ctx, run_id);
+}
+
+static int take_next(void *ctx, char *run_id, size_t idlen)
+{
+    struct eph_service *svc = ctx;
+    if (atomic_load(&svc->shutting_down))
+        return -ESHUTDOWN;
+    return eph_cluster_take_next(svc, run_id, idlen);
+}
+
+static void periodic(void *ctx)
+{
+    eph_lease_pass(ctx);
+}
+
+static void cancel_all(void *ctx)
+{
+    struct eph_service *svc = ctx;
+    eph_live_cancel_all(svc->live);
+}
+
+int eph_service_start_workers(struct eph_service *svc)
+{
+    struct eph_scheduler_ops ops = {
+        .ctx = svc,
+        .work = work,
+        .take_next = svc->store->ops->run_claim_next ? take_next : NULL,
+        .periodic = periodic,
+        .cancel_all = cancel_all,
+    };
+    return eph_scheduler_start(&ops, svc->cfg->max_concurrent_runs,
+                               eph_lease_renew_seconds(svc->cfg), &svc->sched);
+}
+
+void eph_service_stop_workers(struct eph_service *svc, unsigned grace_seconds)
+{
+    eph_scheduler_stop(svc->sched, grace_seconds);
+}
+
+int eph_service_submit(struct eph_service *svc, const char *run_id)
+{
+    return svc->sched ? eph_scheduler_submit(svc->sched, run_id) : -ESHUTDOWN;
+}
+
+void eph_service_kick(struct eph_service *svc)
+{
+    if (svc->sched)
+        eph_scheduler_kick(svc->sched);
+}

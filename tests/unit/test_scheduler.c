@@ -1,0 +1,238 @@
+/* The worker pool (src/run/scheduler.c) with a stub worker: FIFO order, the bound on concurrent
+ * runs, queue depth and running counts, withdraw, the settler that finishes a handed run while
+ * every worker is busy (so that an HTTP thread never has to), stop with its grace period and
+ * cancel, and refusals after stop. Every wait is bounded; nothing sleeps to synchronise. */
+#include <errno.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cmocka.h>
+
+#include "run/scheduler.h"
+
+#define WAIT_S 20
+
+/* The stub worker: records the ids it got and blocks while the gate is closed. */
+struct stub {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    bool gate_open;
+    unsigned inside; /* work calls entered and not returned */
+    unsigned done;
+    char ids[32][40];
+    pthread_t threads[32];
+    unsigned cancel_all_calls;
+};
+
+static void work(void *ctx, const char *run_id)
+{
+    struct stub *s = ctx;
+    pthread_mutex_lock(&s->lock);
+    unsigned n = s->inside + s->done;
+    if (n < 32) {
+        snprintf(s->ids[n], sizeof(s->ids[n]), "%s", run_id);
+        s->threads[n] = pthread_self();
+    }
+    s->inside++;
+    pthread_cond_broadcast(&s->cond);
+    while (!s->gate_open)
+        pthread_cond_wait(&s->cond, &s->lock);
+    s->inside--;
+    s->done++;
+    pthread_cond_broadcast(&s->cond);
+    pthread_mutex_unlock(&s->lock);
+}
+
+static void cancel_all(void *ctx)
+{
+    struct stub *s = ctx;
+    pthread_mutex_lock(&s->lock);
+    s->cancel_all_calls++;
+    s->gate_open = true; /* a cancel ends every run at once */
+    pthread_cond_broadcast(&s->cond);
+    pthread_mutex_unlock(&s->lock);
+}
+
+/* Waits until pred(s) holds or WAIT_S passes; true when it holds. */
+static bool wait_for(struct stub *s, bool (*pred)(struct stub *, unsigned), unsigned arg)
+{
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += WAIT_S;
+    pthread_mutex_lock(&s->lock);
+    int rc = 0;
+    while (!pred(s, arg) && rc == 0)
+        rc = pthread_cond_timedwait(&s->cond, &s->lock, &until);
+    bool ok = pred(s, arg);
+    pthread_mutex_unlock(&s->lock);
+    return ok;
+}
+
+static bool inside_is(struct stub *s, unsigned n)
+{
+    return s->inside == n;
+}
+
+static bool done_is(struct stub *s, unsigned n)
+{
+    return s->done == n;
+}
+
+static void open_gate(struct stub *s)
+{
+    pthread_mutex_lock(&s->lock);
+    s->gate_open = true;
+    pthread_cond_broadcast(&s->cond);
+    pthread_mutex_unlock(&s->lock);
+}
+
+static struct stub *stub_new(void)
+{
+    struct stub *s = calloc(1, sizeof(*s));
+    assert_non_null(s);
+    pthread_mutex_init(&s->lock, NULL);
+    pthread_cond_init(&s->cond, NULL);
+    return s;
+}
+
+static struct eph_scheduler *start(struct stub *s, unsigned workers)
+{
+    struct eph_scheduler_ops ops = {.ctx = s, .work = work, .cancel_all = cancel_all};
+    struct eph_scheduler *sch = NULL;
+    assert_int_equal(eph_scheduler_start(&ops, workers, 60, &sch), 0);
+    assert_non_null(sch);
+    return sch;
+}
+
+static void test_fifo_bounded_and_counted(void **state)
+{
+    struct stub *s = stub_new();
+    struct eph_scheduler *sch = start(s, 2);
+    assert_int_equal(eph_scheduler_submit(sch, "run_a"), 0);
+    assert_int_equal(eph_scheduler_submit(sch, "run_b"), 0);
+    assert_int_equal(eph_scheduler_submit(sch, "run_c"), 0);
+    assert_int_equal(eph_scheduler_submit(sch, "run_d"), 0);
+    /* Two workers: two runs at a time, the others wait in order. */
+    assert_true(wait_for(s, inside_is, 2));
+    assert_int_equal(eph_scheduler_running(sch), 2);
+    assert_int_equal(eph_scheduler_queue_depth(sch), 2);
+    pthread_mutex_lock(&s->lock);
+    bool first_two = (!strcmp(s->ids[0], "run_a") && !strcmp(s->ids[1], "run_b")) ||
+                     (!strcmp(s->ids[0], "run_b") && !strcmp(s->ids[1], "run_a"));
+    pthread_mutex_unlock(&s->lock);
+    assert_true(first_two);
+    open_gate(s);
+    assert_true(wait_for(s, done_is, 4));
+    assert_int_equal(eph_scheduler_queue_depth(sch), 0);
+    eph_scheduler_free(sch);
+    free(s);
+}
+
+static void test_withdraw_takes_a_queued_run_only(void **state)
+{
+    struct stub *s = stub_new();
+    struct eph_scheduler *sch = start(s, 1);
+    assert_int_equal(eph_scheduler_submit(sch, "run_busy"), 0);
+    assert_true(wait_for(s, inside_is, 1));
+    assert_int_equal(eph_scheduler_submit(sch, "run_queued"), 0);
+    assert_int_equal(eph_scheduler_queue_depth(sch), 1);
+    /* The one a worker has is not in the queue; the queued one is taken out once. */
+    assert_int_equal(eph_scheduler_withdraw(sch, "run_busy"), -ENOENT);
+    assert_int_equal(eph_scheduler_withdraw(sch, "run_queued"), 0);
+    assert_int_equal(eph_scheduler_withdraw(sch, "run_queued"), -ENOENT);
+    assert_int_equal(eph_scheduler_queue_depth(sch), 0);
+    open_gate(s);
+    assert_true(wait_for(s, done_is, 1));
+    eph_scheduler_free(sch);
+    /* The withdrawn run never reached a worker. */
+    assert_int_equal(s->done, 1);
+    assert_string_equal(s->ids[0], "run_busy");
+    free(s);
+}
+
+/* The cancel handler's path: a withdrawn run is handed to the settler, which works on it while
+ * every worker is busy, on a thread that is neither a worker nor the caller. */
+static void test_settler_runs_while_workers_are_busy(void **state)
+{
+    struct stub *s = stub_new();
+    struct eph_scheduler *sch = start(s, 1);
+    assert_int_equal(eph_scheduler_submit(sch, "run_long"), 0);
+    assert_true(wait_for(s, inside_is, 1));
+    assert_int_equal(eph_scheduler_settle(sch, "run_cancelled"), 0);
+    /* The settler entered it although the only worker is still blocked. */
+    assert_true(wait_for(s, inside_is, 2));
+    assert_int_equal(eph_scheduler_running(sch), 2);
+    pthread_mutex_lock(&s->lock);
+    assert_string_equal(s->ids[1], "run_cancelled");
+    assert_false(pthread_equal(s->threads[1], s->threads[0]));
+    assert_false(pthread_equal(s->threads[1], pthread_self()));
+    pthread_mutex_unlock(&s->lock);
+    open_gate(s);
+    assert_true(wait_for(s, done_is, 2));
+    eph_scheduler_free(sch);
+    free(s);
+}
+
+static void test_stop_cancels_after_grace_and_refuses_after(void **state)
+{
+    struct stub *s = stub_new();
+    struct eph_scheduler *sch = start(s, 1);
+    assert_int_equal(eph_scheduler_submit(sch, "run_running"), 0);
+    assert_true(wait_for(s, inside_is, 1));
+    assert_int_equal(eph_scheduler_submit(sch, "run_waiting"), 0);
+    /* Grace 0: the running run is cancelled (the stub returns when cancelled), the queued one is
+     * dropped, never worked (it stays queued in the store for the next start). */
+    eph_scheduler_stop(sch, 0);
+    assert_int_equal(s->cancel_all_calls, 1);
+    assert_int_equal(s->done, 1);
+    assert_int_equal(eph_scheduler_queue_depth(sch), 0);
+    assert_int_equal(eph_scheduler_submit(sch, "run_late"), -ESHUTDOWN);
+    assert_int_equal(eph_scheduler_settle(sch, "run_late"), -ESHUTDOWN);
+    eph_scheduler_free(sch);
+    assert_int_equal(s->done, 1);
+    free(s);
+}
+
+static void test_stop_within_grace_does_not_cancel(void **state)
+{
+    struct stub *s = stub_new();
+    s->gate_open = true;
+    struct eph_scheduler *sch = start(s, 2);
+    assert_int_equal(eph_scheduler_submit(sch, "run_quick"), 0);
+    assert_true(wait_for(s, done_is, 1));
+    eph_scheduler_stop(sch, 5);
+    assert_int_equal(s->cancel_all_calls, 0);
+    eph_scheduler_free(sch);
+    free(s);
+}
+
+static void test_bad_arguments(void **state)
+{
+    struct eph_scheduler *sch = (struct eph_scheduler *)1;
+    struct eph_scheduler_ops none = {0};
+    assert_int_equal(eph_scheduler_start(&none, 1, 1, &sch), -EINVAL);
+    assert_null(sch);
+    eph_scheduler_stop(NULL, 0);
+    eph_scheduler_free(NULL);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_fifo_bounded_and_counted),
+        cmocka_unit_test(test_withdraw_takes_a_queued_run_only),
+        cmocka_unit_test(test_settler_runs_while_workers_are_busy),
+        cmocka_unit_test(test_stop_cancels_after_grace_and_refuses_after),
+        cmocka_unit_test(test_stop_within_grace_does_not_cancel),
+        cmocka_unit_test(test_bad_arguments),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
