@@ -97,9 +97,8 @@ static int meter_authorise(void *p, unsigned attempt, uint64_t at_ns, uint64_t i
     struct meter *mt = p;
     struct eph_agent_ctx *ctx = mt->ctx;
     if (check_only) {
-        struct eph_budget probe = *ctx->budget;
-        return eph_budget_authorise(&probe, at_ns, input_bound, attempt_ns(ctx, at_ns), &mt->price,
-                                    MIN_OUTPUT_TOKENS, max_tokens);
+        return eph_budget_authorise_check(ctx->budget, at_ns, input_bound, attempt_ns(ctx, at_ns),
+                                          &mt->price, MIN_OUTPUT_TOKENS, max_tokens);
     }
     uint32_t asked = *max_tokens;
     mt->available = eph_budget_available(ctx->budget, at_ns);
@@ -119,7 +118,7 @@ static int meter_authorise(void *p, unsigned attempt, uint64_t at_ns, uint64_t i
               "run %s: model call %u attempt %u authorised: input bound %llu, "
               "max_tokens %u, earmark %lld",
               ctx->run_id, mt->call, attempt, (unsigned long long)input_bound, *max_tokens,
-              (long long)ctx->budget->earmark);
+              (long long)eph_price_worst_case(&mt->price, input_bound, *max_tokens));
     return 0;
 }
 

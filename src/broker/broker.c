@@ -316,10 +316,9 @@ int eph_broker_on_stream(void *arg, uint32_t stream, int fd)
     s->fd = fd;
     s->up = -1;
     eph_meter_init(&s->meter, b->s.micros_per_request, b->s.micros_per_mib);
-    /* The fee, before a byte goes anywhere. */
-    pthread_mutex_lock(&b->lock);
+    /* The fee, before a byte goes anywhere (the budget locks itself; the stream is not listed
+     * yet, so its meter is this thread's alone). */
     int fee = b->budget ? eph_meter_start(&s->meter, b->budget, eph_clock_mono_ns()) : 0;
-    pthread_mutex_unlock(&b->lock);
     if (fee != 0) {
         s->no_budget = true;
         atomic_store(&b->exhausted, true);
@@ -345,6 +344,8 @@ size_t eph_broker_on_bytes(void *arg, uint32_t stream, size_t n)
     if (!b->budget || atomic_load(&b->closing))
         return n; /* nothing reaches an upstream any more */
     size_t k = n;
+    /* The broker's lock guards the list and the stream's meter (emit reads it); the budget,
+     * charged from other threads too, locks itself. */
     pthread_mutex_lock(&b->lock);
     for (struct bstream *s = b->streams; s; s = s->next) {
         if (s->id != stream)
@@ -1721,11 +1722,8 @@ static size_t fetch_body(char *p, size_t size, size_t n, void *arg)
     struct fetch_io *io = arg;
     size_t len = size * n;
     size_t k = len;
-    if (io->b->budget) {
-        pthread_mutex_lock(&io->b->lock);
+    if (io->b->budget) /* the meter is this fetch's own; the budget locks itself */
         k = eph_meter_take(io->meter, io->b->budget, eph_clock_mono_ns(), len);
-        pthread_mutex_unlock(&io->b->lock);
-    }
     io->bytes += k;
     if (k < len) {
         io->cut = true;
@@ -1835,9 +1833,7 @@ int eph_broker_web_fetch(struct eph_broker *b, const char *url, size_t text_cap,
                 snprintf(err, errlen, "%s does not resolve", u.auth.host.name);
             return rc;
         }
-        pthread_mutex_lock(&b->lock);
         int fee = b->budget ? eph_meter_start(&fake.meter, b->budget, eph_clock_mono_ns()) : 0;
-        pthread_mutex_unlock(&b->lock);
         if (fee) {
             atomic_store(&b->exhausted, true);
             rc0.ev.status = 402;

@@ -10,13 +10,13 @@
  * anything else is refused with SPEC 7's JSON and an event, and no byte goes upstream.
  *
  * Metering runs in the tunnel's callbacks (the fee when a stream opens, each byte as it crosses)
- * and in web_fetch; every touch of the run's budget from the broker is made under the broker's
- * lock, so the callbacks may run on a thread of their own (one that owns the sandbox's channel and
- * relays between commands), not only inside the worker's wait on an exec. A stream whose fee does
- * not fit is answered 402 and never connects; a transfer is cut at the byte where the budget ends,
- * and eph_broker_exhausted() then tells the worker to stop the run budget_exhausted. What else
- * charges the same budget on another thread (the model's calls) must be serialised with these by
- * the budget's owner.
+ * and in web_fetch. The run's budget locks itself (ledger/budget.h): each fee and each byte's
+ * charge is checked and made as one step against everything else that spends it at the same
+ * instant (other streams, the model's calls on the worker's thread, compute), so the callbacks
+ * may run on a thread of their own (one that owns the sandbox's channel and relays between
+ * commands). A stream whose fee does not fit is answered 402 and never connects; a transfer is cut
+ * at the byte where the budget ends, and eph_broker_exhausted() then tells the worker to stop the
+ * run budget_exhausted.
  *
  * Threads: eph_broker_new, eph_broker_close, eph_broker_free and eph_broker_web_fetch on the
  * worker's thread; the callbacks on the thread that drives the sandbox's channel (the worker's
@@ -103,7 +103,7 @@ struct eph_broker_run {
     const struct eph_broker_conn *conns;
     size_t nconns;
     bool record;               /* build each event's exchange (off for zero data retention) */
-    struct eph_budget *budget; /* the run's; touched only from the tunnel callbacks */
+    struct eph_budget *budget; /* the run's, shared with the worker (it locks itself) */
     eph_broker_event_fn on_event;
     void *event_arg;
 };

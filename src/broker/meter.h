@@ -9,7 +9,9 @@
  * The byte price (prices.web_micros_per_mib per 1,048,576 bytes) is applied to the running total,
  * rounded up once, so a transfer in many small pieces costs what it would in one.
  *
- * Pure arithmetic on the caller's budget, no lock: call it on the thread that owns the budget.
+ * A meter is one caller's (no lock of its own); the budget it charges is shared and locks itself.
+ * Each fee and each byte's charge is all or nothing on the budget, so what the meter counts as
+ * paid is what the budget charged, whatever other threads spend at the same time.
  */
 #ifndef EPH_BROKER_METER_H
 #define EPH_BROKER_METER_H

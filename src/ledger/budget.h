@@ -16,11 +16,19 @@
  * it bills within the bound. A reported usage above the bound is charged up to what is left (the
  * operator absorbs the rest) and the budget remembers that it capped.
  *
- * Not thread-safe: the worker's thread owns it (the agent loop and its tools run there).
+ * Shared between threads: the worker's thread (the agent loop, its tools, the settlement) and the
+ * run's broker (the sandbox's channel thread and one thread per stream) all charge it at any
+ * instant. Every operation below takes the budget's own lock for its whole read-check-write, so
+ * each check and the charge it allows are one step, whatever runs beside it: an authorisation
+ * sees every web charge made before it, a web charge cannot take an earmark, and the invariant
+ * holds after every operation. Callers never read or copy its fields: eph_budget_read() gives a
+ * consistent view, eph_budget_authorise_check() a probe. The lock is a leaf: no callback or other
+ * lock is taken under it.
  */
 #ifndef EPH_BUDGET_H
 #define EPH_BUDGET_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -57,7 +65,9 @@ struct eph_token_usage {
     uint64_t reasoning_tokens;
 };
 
+/* Private: only budget.c reads or writes these, under lock. */
 struct eph_budget {
+    pthread_mutex_t lock;
     int64_t reserved;
     int64_t model;          /* charged for model attempts */
     int64_t web;            /* charged for web and connection traffic */
@@ -70,16 +80,29 @@ struct eph_budget {
 };
 
 void eph_budget_init(struct eph_budget *b, int64_t reserved, uint64_t compute_price);
+/* Once no thread uses it any more (the broker's threads joined). */
+void eph_budget_destroy(struct eph_budget *b);
 void eph_budget_sandbox_started(struct eph_budget *b, uint64_t now_ns);
 void eph_budget_sandbox_stopped(struct eph_budget *b, uint64_t now_ns);
 
 /* Compute charged as of now_ns (capped at what model, web and the earmark leave). */
-int64_t eph_budget_compute(const struct eph_budget *b, uint64_t now_ns);
+int64_t eph_budget_compute(struct eph_budget *b, uint64_t now_ns);
 /* What is left as of now_ns, after the earmark: never negative. */
-int64_t eph_budget_available(const struct eph_budget *b, uint64_t now_ns);
+int64_t eph_budget_available(struct eph_budget *b, uint64_t now_ns);
+/* One consistent view of the budget as of now_ns (all read under one lock). */
+struct eph_budget_view {
+    int64_t reserved;
+    int64_t model;
+    int64_t web;
+    int64_t earmark;   /* of the attempt in flight */
+    int64_t compute;   /* as eph_budget_compute */
+    int64_t available; /* as eph_budget_available */
+    bool capped;
+};
+void eph_budget_read(struct eph_budget *b, uint64_t now_ns, struct eph_budget_view *out);
 /* Monotonic instant at which compute would exhaust what is left; UINT64_MAX when compute is free
  * or no sandbox runs. */
-uint64_t eph_budget_compute_deadline(const struct eph_budget *b);
+uint64_t eph_budget_compute_deadline(struct eph_budget *b);
 
 /* The dearest price an input token can be billed at (uncached, cache read or cache write). */
 uint64_t eph_price_input_max(const struct eph_price *p);
@@ -101,6 +124,12 @@ int64_t eph_price_worst_case(const struct eph_price *p, uint64_t input_bound, ui
 int eph_budget_authorise(struct eph_budget *b, uint64_t now_ns, uint64_t input_bound,
                          uint64_t call_ns, const struct eph_price *p, uint32_t min_tokens,
                          uint32_t *max_tokens) __attribute__((warn_unused_result));
+/* The same decision as eph_budget_authorise (an earmark in flight counted as replaced), made
+ * under the lock, without earmarking anything: whether an attempt would be authorised, and at
+ * what max_tokens. */
+int eph_budget_authorise_check(struct eph_budget *b, uint64_t now_ns, uint64_t input_bound,
+                               uint64_t call_ns, const struct eph_price *p, uint32_t min_tokens,
+                               uint32_t *max_tokens) __attribute__((warn_unused_result));
 
 /* How an attempt is charged. */
 enum eph_attempt_charge {
@@ -130,12 +159,19 @@ int64_t eph_budget_charge_attempt(struct eph_budget *b, uint64_t now_ns,
  * attempt in flight stays untouched). A negative amount charges nothing. Returns the micros
  * charged; *capped is set when the amount did not fit. */
 int64_t eph_budget_charge_web(struct eph_budget *b, uint64_t now_ns, int64_t micros, bool *capped);
-/* Whether micros can be spent now without crossing the limit. */
-bool eph_budget_fits(const struct eph_budget *b, uint64_t now_ns, int64_t micros);
+/* Charges micros for web traffic only if all of it fits what is left (the earmark untouched), as
+ * one step: true when charged (0 always is), false when nothing was (a negative amount never
+ * is). A check with
+ * eph_budget_fits() followed by a charge would let another thread take the room in between. */
+bool eph_budget_charge_web_all(struct eph_budget *b, uint64_t now_ns, int64_t micros)
+    __attribute__((warn_unused_result));
+/* Whether micros can be spent now without crossing the limit (a hint: another thread may spend
+ * before the caller does). */
+bool eph_budget_fits(struct eph_budget *b, uint64_t now_ns, int64_t micros);
 
 /* Settlement: the final split (eph_ledger_split of ledger/settle.h on what the budget measured).
  * charged + released = reserved and charged = model + web + compute always hold. */
-void eph_budget_settle(const struct eph_budget *b, uint64_t end_ns, int64_t *model, int64_t *web,
+void eph_budget_settle(struct eph_budget *b, uint64_t end_ns, int64_t *model, int64_t *web,
                        int64_t *compute, int64_t *charged, int64_t *released);
 
 #endif

@@ -337,9 +337,11 @@ static int sink_progress(void *ctx)
 {
     struct job *j = ctx;
     agent_usage_copy(&j->r, &j->usage);
-    j->r.cost.model_micros = j->budget.model;
-    j->r.cost.web_micros = j->budget.web;
-    j->r.cost.compute_micros = eph_budget_compute(&j->budget, eph_clock_mono_ns());
+    struct eph_budget_view v;
+    eph_budget_read(&j->budget, eph_clock_mono_ns(), &v);
+    j->r.cost.model_micros = v.model;
+    j->r.cost.web_micros = v.web;
+    j->r.cost.compute_micros = v.compute;
     return j->svc->store->ops->run_progress(j->svc->store, &j->r);
 }
 
@@ -644,6 +646,7 @@ void eph_worker_run(struct eph_service *svc, const char *run_id)
             step_agent(&j);
         step_destroy(&j);
         step_settle(&j);
+        eph_budget_destroy(&j.budget); /* the broker's threads are joined */
     }
     eph_replay_run_free(j.replay);
     if (j.loaded)

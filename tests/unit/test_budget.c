@@ -2,9 +2,13 @@
  * charged, the compute deadline, prices per token class, saturating counts, and a property test:
  * over 100 000 random runs of attempts, cuts, usages, prices, compute and web traffic, what a
  * provider can bill never exceeds the reservation, the charge never understates it, and the
- * settlement adds up. */
+ * settlement adds up; and the budget shared between threads: web traffic charged from several
+ * threads while another authorises and charges model attempts and compute. */
 #include <errno.h>
+#include <pthread.h>
 #include <setjmp.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -18,6 +22,14 @@
 
 #define SEC 1000000000ull
 
+/* The budget as seen now (its fields are read under its lock only). */
+static struct eph_budget_view field(struct eph_budget *b)
+{
+    struct eph_budget_view v;
+    eph_budget_read(b, 0, &v);
+    return v;
+}
+
 static void test_authorise_lowers_max_tokens(void **state)
 {
     struct eph_budget b;
@@ -27,14 +39,14 @@ static void test_authorise_lowers_max_tokens(void **state)
     /* 1000 micros: input 10000 tokens = 500, leaves 500 micros = 2500 output tokens. */
     assert_int_equal(eph_budget_authorise(&b, 0, 10000, 0, &p, 16, &max), 0);
     assert_int_equal(max, 2500);
-    assert_int_equal(b.earmark, 1000);
+    assert_int_equal(field(&b).earmark, 1000);
     assert_int_equal(eph_budget_available(&b, 0), 0);
     /* A max_tokens that fits is left alone. */
     eph_budget_init(&b, 1000000, 0);
     max = 100;
     assert_int_equal(eph_budget_authorise(&b, 0, 10000, 0, &p, 16, &max), 0);
     assert_int_equal(max, 100);
-    assert_int_equal(b.earmark, 520);
+    assert_int_equal(field(&b).earmark, 520);
 }
 
 static void test_authorise_prices_input_at_the_dearest_class(void **state)
@@ -49,7 +61,7 @@ static void test_authorise_prices_input_at_the_dearest_class(void **state)
     uint32_t max = 500;
     assert_int_equal(eph_budget_authorise(&b, 0, 1000, 0, &p, 16, &max), 0);
     assert_int_equal(max, 500);
-    assert_int_equal(b.earmark, 3000);
+    assert_int_equal(field(&b).earmark, 3000);
     eph_budget_init(&b, 2999, 0);
     max = 500;
     assert_int_equal(eph_budget_authorise(&b, 0, 1000, 0, &p, 16, &max), 0);
@@ -66,7 +78,7 @@ static void test_authorise_leaves_compute_for_the_attempt(void **state)
     /* 20 s of the attempt's compute (2000 micros) stays out of the worst case. */
     assert_int_equal(eph_budget_authorise(&b, 0, 0, 20 * SEC, &p, 16, &max), 0);
     assert_int_equal(max, 8000);
-    assert_int_equal(b.earmark, 8000);
+    assert_int_equal(field(&b).earmark, 8000);
     /* so the attempt has those 20 s before compute would exhaust the budget */
     assert_int_equal(eph_budget_compute_deadline(&b), 20 * SEC);
     /* An attempt that may take very long: at most half of what is left is set aside. */
@@ -88,7 +100,7 @@ static void test_authorise_refuses_when_nothing_fits(void **state)
     uint32_t max = 1024;
     /* Input alone (1000 tokens = 50 micros) is over the 10 left. */
     assert_int_equal(eph_budget_authorise(&b, 0, 1000, 0, &p, 16, &max), -EDQUOT);
-    assert_int_equal(b.earmark, 0);
+    assert_int_equal(field(&b).earmark, 0);
     assert_int_equal(max, 1024);
     eph_budget_init(&b, 51, 0);
     /* 1 micro left after input = 5 output tokens, below the minimum of 16. */
@@ -108,7 +120,7 @@ static void test_charge_attempt_kinds(void **state)
     uint32_t max = 1024;
     /* worst case: 1000 x 0.05 + 1024 x 0.2 = 254.8 -> 255 */
     assert_int_equal(eph_budget_authorise(&b, 0, 1000, 0, &p, 16, &max), 0);
-    assert_int_equal(b.earmark, 255);
+    assert_int_equal(field(&b).earmark, 255);
     /* The reported usage is charged, not the earmark. */
     struct eph_token_usage u = {
         .input_tokens = 600, .cached_input_tokens = 400, .output_tokens = 100};
@@ -116,17 +128,17 @@ static void test_charge_attempt_kinds(void **state)
     assert_int_equal(c.earmark, 255);
     assert_false(c.capped);
     assert_false(c.above_bound);
-    assert_int_equal(b.earmark, 0);
-    assert_int_equal(b.model, 52);
+    assert_int_equal(field(&b).earmark, 0);
+    assert_int_equal(field(&b).model, 52);
     /* No usage but the provider may bill: the earmark. */
     assert_int_equal(eph_budget_authorise(&b, 0, 1000, 0, &p, 16, &max), 0);
     assert_int_equal(eph_budget_charge_attempt(&b, 0, EPH_CHARGE_EARMARK, NULL, &p, &c), 255);
-    assert_int_equal(b.model, 307);
+    assert_int_equal(field(&b).model, 307);
     /* An HTTP error: nothing, even with a usage in hand. */
     assert_int_equal(eph_budget_authorise(&b, 0, 1000, 0, &p, 16, &max), 0);
     assert_int_equal(eph_budget_charge_attempt(&b, 0, EPH_CHARGE_NOTHING, &u, &p, &c), 0);
-    assert_int_equal(b.model, 307);
-    assert_int_equal(b.earmark, 0);
+    assert_int_equal(field(&b).model, 307);
+    assert_int_equal(field(&b).earmark, 0);
     /* A usage above the bound is flagged and charged up to what is left. */
     assert_int_equal(eph_budget_authorise(&b, 0, 1000, 0, &p, 16, &max), 0);
     struct eph_token_usage huge = {.input_tokens = 1000000000000ull,
@@ -179,7 +191,11 @@ static void test_compute_deadline(void **state)
     assert_int_equal(eph_budget_compute_deadline(&b), 15 * SEC);
     assert_int_equal(eph_budget_compute(&b, 15 * SEC), 2400);
     assert_int_equal(eph_budget_compute(&b, 20 * SEC), 2400); /* capped */
-    b.earmark = 1200;
+    /* An attempt in flight earmarks 1200 of the 2400 (1 micro per output token). */
+    struct eph_price one = {0, 0, 1000000};
+    uint32_t max = 1200;
+    assert_int_equal(eph_budget_authorise(&b, 5 * SEC, 0, 0, &one, 16, &max), 0);
+    assert_int_equal(field(&b).earmark, 1200);
     assert_int_equal(eph_budget_compute_deadline(&b), 10 * SEC);
     eph_budget_sandbox_stopped(&b, 6 * SEC);
     assert_int_equal(eph_budget_compute(&b, 100 * SEC), 240);
@@ -193,7 +209,7 @@ static void test_compute_never_eats_the_earmark(void **state)
     eph_budget_sandbox_started(&b, 0);
     uint32_t max = 100000;
     assert_int_equal(eph_budget_authorise(&b, 0, 0, 2 * SEC, &p, 16, &max), 0);
-    assert_int_equal(b.earmark, 8000);
+    assert_int_equal(field(&b).earmark, 8000);
     /* The sandbox outlives the compute deadline (2 s) by far: compute stops at 2000... */
     assert_int_equal(eph_budget_compute(&b, 9 * SEC), 2000);
     /* ...so an attempt billed its whole worst case still fits, uncapped. */
@@ -220,7 +236,7 @@ static void test_web_charge_as_bytes_flow(void **state)
     assert_int_equal(eph_budget_charge_web(&b, 0, 100, &capped), 100);
     uint32_t max = 100000;
     assert_int_equal(eph_budget_authorise(&b, 0, 0, 0, &p, 16, &max), 0);
-    assert_int_equal(b.earmark, 900);
+    assert_int_equal(field(&b).earmark, 900);
     /* Traffic during an attempt cannot take the attempt's earmark. */
     assert_false(eph_budget_fits(&b, 0, 1));
     assert_true(eph_budget_fits(&b, 0, 0));
@@ -231,7 +247,7 @@ static void test_web_charge_as_bytes_flow(void **state)
     assert_int_equal(eph_budget_charge_attempt(&b, 0, EPH_CHARGE_NOTHING, NULL, &p, &c), 0);
     assert_int_equal(eph_budget_charge_web(&b, 0, INT64_MAX, &capped), 900);
     assert_true(capped);
-    assert_int_equal(b.web, 1000);
+    assert_int_equal(field(&b).web, 1000);
 }
 
 /* A small deterministic generator, so a failure can be replayed from its seed. */
@@ -289,15 +305,17 @@ static void test_property_provider_spend_within_reservation(void **state)
                 int rc = eph_budget_authorise(&b, now, bound, rnd(200) * SEC, &p, 16, &max);
                 if (rc) {
                     assert_int_equal(rc, -EDQUOT);
-                    assert_int_equal(b.earmark, 0);
+                    assert_int_equal(field(&b).earmark, 0);
                     refused++;
                     break;
                 }
                 attempts++;
                 lowered += max < asked;
                 assert_true(max <= asked && max >= 16);
-                assert_true(b.earmark == eph_price_worst_case(&p, bound, max));
-                assert_true(b.model + b.web + b.earmark + eph_budget_compute(&b, now) <= reserved);
+                assert_true(field(&b).earmark == eph_price_worst_case(&p, bound, max));
+                assert_true(field(&b).model + field(&b).web + field(&b).earmark +
+                                eph_budget_compute(&b, now) <=
+                            reserved);
                 /* The attempt is in flight until at most the compute deadline, and sometimes
                  * a little past it (the sandbox takes time to die). */
                 uint64_t end = eph_budget_compute_deadline(&b);
@@ -328,11 +346,11 @@ static void test_property_provider_spend_within_reservation(void **state)
                     bill = eph_price_cost(&p, &u);
                     break;
                 }
-                int64_t before = b.model;
+                int64_t before = field(&b).model;
                 struct eph_attempt_cost c;
                 int64_t charged = eph_budget_charge_attempt(&b, now, how, &u, &p, &c);
-                assert_int_equal(charged, b.model - before);
-                assert_int_equal(b.earmark, 0);
+                assert_int_equal(charged, field(&b).model - before);
+                assert_int_equal(field(&b).earmark, 0);
                 if (how == EPH_CHARGE_EARMARK || how == EPH_CHARGE_USAGE)
                     assert_true(bill <= c.earmark || c.above_bound);
                 if (!c.above_bound) {
@@ -347,11 +365,11 @@ static void test_property_provider_spend_within_reservation(void **state)
             }
             case 1: {
                 bool capped;
-                int64_t before = b.web;
+                int64_t before = field(&b).web;
                 int64_t want = (int64_t)rnd(2000) - 100;
                 int64_t got = eph_budget_charge_web(&b, now, want, &capped);
                 assert_true(got >= 0 && got <= (want > 0 ? want : 0));
-                assert_int_equal(b.web - before, got);
+                assert_int_equal(field(&b).web - before, got);
                 break;
             }
             default:
@@ -359,10 +377,10 @@ static void test_property_provider_spend_within_reservation(void **state)
             }
             /* At every instant: nothing spent beyond the reservation, and (within the bound)
              * nothing the provider can bill beyond it either. */
-            assert_true(b.model >= 0 && b.web >= 0 && b.earmark == 0);
-            assert_true(b.model + b.web + eph_budget_compute(&b, now) <= reserved);
+            assert_true(field(&b).model >= 0 && field(&b).web >= 0 && field(&b).earmark == 0);
+            assert_true(field(&b).model + field(&b).web + eph_budget_compute(&b, now) <= reserved);
             if (!liar)
-                assert_true(billable + b.web + eph_budget_compute(&b, now) <= reserved);
+                assert_true(billable + field(&b).web + eph_budget_compute(&b, now) <= reserved);
             assert_true(eph_budget_available(&b, now) >= 0);
         }
         now += rnd(100 * SEC);
@@ -388,6 +406,135 @@ static void test_property_provider_spend_within_reservation(void **state)
            (unsigned long long)lowered, (unsigned long long)refused);
 }
 
+/* ---- shared between threads ---- */
+
+#define WEB_THREADS 3
+#define WEB_STEPS 200000
+#define MODEL_STEPS 200000
+#define SHARED_RESERVED 240000000
+
+struct shared {
+    struct eph_budget b;
+    pthread_barrier_t go;   /* every thread starts at once */
+    _Atomic uint64_t now;   /* the simulated clock, advanced by the model thread */
+    atomic_int violations;  /* steps where the invariant did not hold */
+    atomic_int cut_earmark; /* attempts authorised that could not be charged their earmark */
+    int64_t web[WEB_THREADS];
+    int64_t model;
+    unsigned granted;
+};
+
+struct web_arg {
+    struct shared *sh;
+    unsigned i;
+};
+
+/* One step's observation, from one consistent view. */
+static void check_view(struct shared *sh)
+{
+    struct eph_budget_view v;
+    eph_budget_read(&sh->b, atomic_load(&sh->now), &v);
+    if (v.model < 0 || v.web < 0 || v.earmark < 0 || v.compute < 0 || v.available < 0 ||
+        v.model + v.web + v.earmark + v.compute > v.reserved ||
+        v.model + v.web + v.earmark + v.compute + v.available != v.reserved)
+        atomic_fetch_add(&sh->violations, 1);
+}
+
+static void *web_thread(void *p)
+{
+    struct web_arg *a = p;
+    struct shared *sh = a->sh;
+    uint64_t x = 0x9e3779b97f4a7c15ull * (a->i + 1);
+    pthread_barrier_wait(&sh->go);
+    for (unsigned n = 0; n < WEB_STEPS; n++) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        int64_t micros = (int64_t)(x % 500) + 1;
+        uint64_t now = atomic_load(&sh->now);
+        if (n % 2) { /* a fee: all or nothing */
+            if (eph_budget_charge_web_all(&sh->b, now, micros))
+                sh->web[a->i] += micros;
+        } else { /* bytes: cut at what is left */
+            bool capped;
+            sh->web[a->i] += eph_budget_charge_web(&sh->b, now, micros, &capped);
+        }
+        check_view(sh);
+    }
+    return NULL;
+}
+
+static void *model_thread(void *p)
+{
+    struct shared *sh = p;
+    struct eph_price price = {0, 0, 1000000}; /* a micro per output token */
+    uint64_t x = 88172645463325252ull;
+    pthread_barrier_wait(&sh->go);
+    for (unsigned n = 0; n < MODEL_STEPS; n++) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        uint64_t now = atomic_fetch_add(&sh->now, 1000000) + 1000000; /* a millisecond */
+        uint32_t max = (uint32_t)(x % 2000) + 16;
+        int rc = eph_budget_authorise(&sh->b, now, 0, SEC, &price, 16, &max);
+        check_view(sh);
+        if (rc)
+            continue;
+        sh->granted++;
+        /* Billed its whole worst case: an authorisation is only granted when the earmark fits
+         * beside every web charge made meanwhile, so it is charged whole, never cut. */
+        struct eph_token_usage u = {.output_tokens = max};
+        struct eph_attempt_cost c;
+        int64_t got = eph_budget_charge_attempt(&sh->b, now, EPH_CHARGE_USAGE, &u, &price, &c);
+        sh->model += got;
+        if (c.capped || got != (int64_t)max)
+            atomic_fetch_add(&sh->cut_earmark, 1);
+        check_view(sh);
+    }
+    return NULL;
+}
+
+static void test_shared_between_threads(void **state)
+{
+    struct shared *sh = calloc(1, sizeof(*sh));
+    assert_non_null(sh);
+    eph_budget_init(&sh->b, SHARED_RESERVED, 1000); /* a micro per sandbox-millisecond */
+    eph_budget_sandbox_started(&sh->b, 0);
+    assert_int_equal(pthread_barrier_init(&sh->go, NULL, WEB_THREADS + 1), 0);
+    pthread_t model, web[WEB_THREADS];
+    struct web_arg args[WEB_THREADS];
+    assert_int_equal(pthread_create(&model, NULL, model_thread, sh), 0);
+    for (unsigned i = 0; i < WEB_THREADS; i++) {
+        args[i] = (struct web_arg){.sh = sh, .i = i};
+        assert_int_equal(pthread_create(&web[i], NULL, web_thread, &args[i]), 0);
+    }
+    pthread_join(model, NULL);
+    int64_t web_sum = 0;
+    for (unsigned i = 0; i < WEB_THREADS; i++) {
+        pthread_join(web[i], NULL);
+        web_sum += sh->web[i];
+    }
+    assert_int_equal(atomic_load(&sh->violations), 0);
+    assert_int_equal(atomic_load(&sh->cut_earmark), 0);
+    assert_true(sh->granted > 0);
+    /* What each charge returned is what the budget holds: no charge lost or doubled. */
+    uint64_t end = atomic_load(&sh->now);
+    struct eph_budget_view v;
+    eph_budget_read(&sh->b, end, &v);
+    assert_int_equal(v.web, web_sum);
+    assert_int_equal(v.model, sh->model);
+    assert_int_equal(v.earmark, 0);
+    assert_true(sh->model + web_sum + v.compute <= SHARED_RESERVED);
+    int64_t m, w, comp, charged, released;
+    eph_budget_sandbox_stopped(&sh->b, end);
+    eph_budget_settle(&sh->b, end, &m, &w, &comp, &charged, &released);
+    assert_int_equal(charged, sh->model + web_sum + comp);
+    assert_int_equal(charged + released, SHARED_RESERVED);
+    eph_budget_destroy(&sh->b);
+    pthread_barrier_destroy(&sh->go);
+    free(sh);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -402,6 +549,7 @@ int main(void)
         cmocka_unit_test(test_compute_never_eats_the_earmark),
         cmocka_unit_test(test_web_charge_as_bytes_flow),
         cmocka_unit_test(test_property_provider_spend_within_reservation),
+        cmocka_unit_test(test_shared_between_threads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
