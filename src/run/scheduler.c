@@ -40,6 +40,7 @@ struct eph_scheduler {
     pthread_cond_t idle_cond;   /* stop: a run ended (CLOCK_MONOTONIC) */
     pthread_cond_t period_cond; /* the periodic thread: stop (CLOCK_MONOTONIC) */
     struct qlist queue, settle;
+    struct qlist active; /* the runs the workers work on now (a shared store's claims too) */
     unsigned running;
     bool stopping, kicked;
     atomic_bool said_unreachable;
@@ -71,6 +72,34 @@ static struct qitem *list_pop(struct qlist *l)
         l->tail = NULL;
     l->n--;
     return it;
+}
+
+static bool list_has(const struct qlist *l, const char *id)
+{
+    for (const struct qitem *it = l->head; it; it = it->next)
+        if (strcmp(it->id, id) == 0)
+            return true;
+    return false;
+}
+
+/* Takes the item with this id out of the list (NULL when none). */
+static struct qitem *list_take(struct qlist *l, const char *id)
+{
+    struct qitem *prev = NULL;
+    for (struct qitem *it = l->head; it; prev = it, it = it->next) {
+        if (strcmp(it->id, id) != 0)
+            continue;
+        if (prev)
+            prev->next = it->next;
+        else
+            l->head = it->next;
+        if (l->tail == it)
+            l->tail = prev;
+        l->n--;
+        it->next = NULL;
+        return it;
+    }
+    return NULL;
 }
 
 static void list_clear(struct qlist *l)
@@ -136,12 +165,27 @@ static void take_next(struct eph_scheduler *s)
         EPH_INFO("scheduler", "the database answers again: taking runs");
     if (rc)
         return;
+    /* The run may also have been handed to this node's queue (its creation here raced the
+     * store's notice of it): it is worked once, now, so that entry goes, and a later hand-over
+     * of it is ignored while it is active. */
+    struct qitem *it = calloc(1, sizeof(*it));
     pthread_mutex_lock(&s->lock);
+    free(list_take(&s->queue, id));
+    if (it) {
+        snprintf(it->id, sizeof(it->id), "%s", id);
+        list_push(&s->active, it);
+    }
     s->running++;
     pthread_mutex_unlock(&s->lock);
     /* Another run may be waiting: let another idle worker look too. */
     eph_scheduler_kick(s);
     run_one(s, id);
+    if (it) {
+        pthread_mutex_lock(&s->lock);
+        list_take(&s->active, id);
+        pthread_mutex_unlock(&s->lock);
+        free(it);
+    }
 }
 
 static void *worker_main(void *arg)
@@ -177,9 +221,13 @@ static void *worker_main(void *arg)
             take_next(s);
             continue;
         }
+        list_push(&s->active, it);
         s->running++;
         pthread_mutex_unlock(&s->lock);
         run_one(s, it->id);
+        pthread_mutex_lock(&s->lock);
+        list_take(&s->active, it->id);
+        pthread_mutex_unlock(&s->lock);
         free(it);
     }
 }
@@ -238,6 +286,7 @@ static void scheduler_free(struct eph_scheduler *s)
 {
     list_clear(&s->queue);
     list_clear(&s->settle);
+    list_clear(&s->active);
     pthread_cond_destroy(&s->work_cond);
     pthread_cond_destroy(&s->settle_cond);
     pthread_cond_destroy(&s->idle_cond);
@@ -309,6 +358,11 @@ static int push(struct eph_scheduler *s, struct qlist *l, pthread_cond_t *c, con
         free(it);
         return -ESHUTDOWN;
     }
+    if (l == &s->queue && (list_has(&s->queue, run_id) || list_has(&s->active, run_id))) {
+        pthread_mutex_unlock(&s->lock);
+        free(it);
+        return 0;
+    }
     list_push(l, it);
     pthread_cond_signal(c);
     pthread_mutex_unlock(&s->lock);
@@ -317,6 +371,8 @@ static int push(struct eph_scheduler *s, struct qlist *l, pthread_cond_t *c, con
 
 int eph_scheduler_submit(struct eph_scheduler *s, const char *run_id)
 {
+    /* A run already queued or worked on here is not queued again (a shared store's claim may
+     * have taken it before it was handed over). */
     return push(s, &s->queue, &s->work_cond, run_id);
 }
 
@@ -327,25 +383,12 @@ int eph_scheduler_settle(struct eph_scheduler *s, const char *run_id)
 
 int eph_scheduler_withdraw(struct eph_scheduler *s, const char *run_id)
 {
-    int rc = -ENOENT;
     pthread_mutex_lock(&s->lock);
-    struct qitem *prev = NULL;
-    for (struct qitem *it = s->queue.head; it; prev = it, it = it->next) {
-        if (strcmp(it->id, run_id) != 0)
-            continue;
-        if (prev)
-            prev->next = it->next;
-        else
-            s->queue.head = it->next;
-        if (s->queue.tail == it)
-            s->queue.tail = prev;
-        s->queue.n--;
-        free(it);
-        rc = 0;
-        break;
-    }
+    struct qitem *it = list_take(&s->queue, run_id);
     pthread_mutex_unlock(&s->lock);
-    return rc;
+    bool found = it != NULL;
+    free(it);
+    return found ? 0 : -ENOENT;
 }
 
 unsigned eph_scheduler_queue_depth(struct eph_scheduler *s)

@@ -30,6 +30,8 @@ struct stub {
     char ids[32][40];
     pthread_t threads[32];
     unsigned cancel_all_calls;
+    struct eph_scheduler *sch; /* for take_next */
+    bool claimed;
 };
 
 static void work(void *ctx, const char *run_id)
@@ -158,6 +160,40 @@ static void test_withdraw_takes_a_queued_run_only(void **state)
     free(s);
 }
 
+/* A shared store's claim: hands out run_claimed once, and (the race seen on PostgreSQL) the run's
+ * creation hands it to this node's queue while the claim is being made. */
+static int take_next(void *ctx, char *run_id, size_t idlen)
+{
+    struct stub *s = ctx;
+    if (s->claimed)
+        return -ENOENT;
+    s->claimed = true;
+    assert_int_equal(eph_scheduler_submit(s->sch, "run_claimed"), 0);
+    snprintf(run_id, idlen, "%s", "run_claimed");
+    return 0;
+}
+
+static void test_claimed_run_is_not_queued_twice(void **state)
+{
+    struct stub *s = stub_new();
+    struct eph_scheduler_ops ops = {
+        .ctx = s, .work = work, .cancel_all = cancel_all, .take_next = take_next};
+    assert_int_equal(eph_scheduler_start(&ops, 1, 60, &s->sch), 0);
+    eph_scheduler_kick(s->sch);
+    assert_true(wait_for(s, inside_is, 1));
+    /* The queue entry the race left is gone, and the run is not queued again while it runs. */
+    assert_int_equal(eph_scheduler_queue_depth(s->sch), 0);
+    assert_int_equal(eph_scheduler_submit(s->sch, "run_claimed"), 0);
+    assert_int_equal(eph_scheduler_queue_depth(s->sch), 0);
+    assert_int_equal(eph_scheduler_running(s->sch), 1);
+    open_gate(s);
+    assert_true(wait_for(s, done_is, 1));
+    assert_int_equal(eph_scheduler_queue_depth(s->sch), 0);
+    eph_scheduler_free(s->sch);
+    assert_int_equal(s->done, 1);
+    free(s);
+}
+
 /* The cancel handler's path: a withdrawn run is handed to the settler, which works on it while
  * every worker is busy, on a thread that is neither a worker nor the caller. */
 static void test_settler_runs_while_workers_are_busy(void **state)
@@ -229,6 +265,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fifo_bounded_and_counted),
         cmocka_unit_test(test_withdraw_takes_a_queued_run_only),
+        cmocka_unit_test(test_claimed_run_is_not_queued_twice),
         cmocka_unit_test(test_settler_runs_while_workers_are_busy),
         cmocka_unit_test(test_stop_cancels_after_grace_and_refuses_after),
         cmocka_unit_test(test_stop_within_grace_does_not_cancel),
