@@ -100,6 +100,8 @@ struct eph_api_req {
 /* Answers with a JSON body (steals body). extra_header/value may be NULL. */
 int eph_api_reply_json(struct eph_api_req *req, unsigned status, json_t *body,
                        const char *extra_header, const char *extra_value);
+/* Answers with a JSON body already serialised (steals text, which ends with a newline). */
+int eph_api_reply_json_text(struct eph_api_req *req, unsigned status, char *text);
 /* Answers with a body of another type (copies text). */
 int eph_api_reply_text(struct eph_api_req *req, unsigned status, const char *content_type,
                        const char *text, size_t len);

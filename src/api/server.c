@@ -113,6 +113,11 @@ static int queue(struct eph_api_req *req, unsigned status, char *text, const cha
                           extra_header, extra_value);
 }
 
+int eph_api_reply_json_text(struct eph_api_req *req, unsigned status, char *text)
+{
+    return queue(req, status, text, NULL, NULL);
+}
+
 int eph_api_reply_text(struct eph_api_req *req, unsigned status, const char *content_type,
                        const char *text, size_t len)
 {
