@@ -18,7 +18,6 @@
 #include "common/log.h"
 #include "common/money.h"
 #include "common/text.h"
-#include "daemon/readiness.h"
 #include "run/event_wire.h"
 #include "run/live.h"
 #include "run/scheduler.h"
@@ -219,7 +218,7 @@ int eph_api_runs_create(struct eph_api_req *req)
     /* A server started not ready (on_unready "serve") takes no run it could only fail: nothing
      * is reserved, and the caller is told what the operator must do. */
     char why[512];
-    if (svc->readiness && !eph_readiness_can_run(svc->readiness, svc, why, sizeof(why)))
+    if (svc->readiness && !svc->readiness_ops->can_run(svc->readiness, svc, why, sizeof(why)))
         return eph_api_reply_error(req, 503, "api_error", "not_ready", NULL,
                                    "the server is not ready to run: %s", why);
     unsigned wait;
