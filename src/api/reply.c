@@ -216,7 +216,6 @@ bool eph_api_authenticate(struct eph_api_req *req)
     return true;
 }
 
-
 /* ---- idempotency ---- */
 
 void eph_api_idem_finish(struct eph_api_req *req, unsigned status, const char *text)
