@@ -10,7 +10,6 @@
 #include "common/log.h"
 #include "common/money.h"
 #include "common/metrics.h"
-#include "daemon/readiness.h"
 #include "run/scheduler.h"
 
 static int balance_reply(struct eph_api_req *req, const struct eph_balance *bal)
@@ -87,11 +86,12 @@ int eph_api_credits(struct eph_api_req *req)
 }
 
 /* Each part of the server (store, image, backend) with what to do about an unusable one; 503
- * while one is unusable or the server is shutting down (daemon/readiness.h). */
+ * while one is unusable or the server is shutting down (the service's readiness_ops). */
 int eph_api_healthz(struct eph_api_req *req)
 {
     bool ok = false;
-    json_t *body = eph_readiness_report(req->svc->readiness, req->svc, &ok);
+    struct eph_service *svc = req->svc;
+    json_t *body = svc->readiness_ops->report(svc->readiness, svc, &ok);
     if (!body)
         return eph_api_reply_error(req, 503, "api_error", "out_of_memory", NULL,
                                    "the health report could not be built");

@@ -100,6 +100,8 @@ struct eph_api_req {
 /* Answers with a JSON body (steals body). extra_header/value may be NULL. */
 int eph_api_reply_json(struct eph_api_req *req, unsigned status, json_t *body,
                        const char *extra_header, const char *extra_value);
+/* Answers with a JSON body already serialised (steals text, which ends with a newline). */
+int eph_api_reply_json_text(struct eph_api_req *req, unsigned status, char *text);
 /* Answers with a body of another type (copies text). */
 int eph_api_reply_text(struct eph_api_req *req, unsigned status, const char *content_type,
                        const char *text, size_t len);
@@ -116,6 +118,12 @@ bool eph_api_require_admin(struct eph_api_req *req);
 /* Stores the answer of an idempotent request now (before a long poll) instead of when the
  * request is answered. */
 void eph_api_idem_settle(struct eph_api_req *req, unsigned status, json_t *body);
+/* SPEC 3.5 for a POST that carries Idempotency-Key (the server, before the handler): true when
+ * the request was answered (a replay, 409, 422, or a bad key), false when the handler should run,
+ * holding the key. */
+bool eph_api_idem_gate(struct eph_api_req *req);
+/* Records the answer of a request that holds a key (text NULL or a failure: the key is let go). */
+void eph_api_idem_finish(struct eph_api_req *req, unsigned status, const char *text);
 /* Checks the bearer key; answers 401 and returns false when it is missing or unknown. */
 bool eph_api_authenticate(struct eph_api_req *req);
 /* A request header, or NULL. The query arguments are validated into req->query. */

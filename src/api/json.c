@@ -2,17 +2,6 @@
 
 #include "common/clock.h"
 
-json_t *eph_event_to_json(const struct eph_event *e)
-{
-    char at[32];
-    /* t in seconds with two decimals, as a JSON number. */
-    double t = (double)(e->t_ms / 10) / 100.0;
-    return json_pack("{s:I, s:f, s:s, s:s, s:s, s:s, s:o}", "seq", (json_int_t)e->seq, "t", t, "at",
-                     eph_clock_format_iso8601(e->at_ms, at, sizeof(at)), "source", e->source,
-                     "type", e->type, "message", e->message ? e->message : "", "data",
-                     e->data ? json_incref(e->data) : json_object());
-}
-
 static json_t *time_or_null(int64_t ms)
 {
     char buf[32];

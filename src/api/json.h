@@ -1,7 +1,7 @@
 /*
- * json.h - the API's wire forms of the store's records: the run object (SPEC 3.2) and the event
- * object (SPEC 5), as served. They live here, not in store/ or run/: the store keeps plain
- * records, and only the API decides how they look on the wire.
+ * json.h - the API's wire form of the run object (SPEC 3.2), as served. It lives here, not in
+ * store/ or run/: the store keeps plain records. An event's wire form is made once, when the run
+ * layer emits it (run/event_wire.h), and stored as that text.
  */
 #ifndef EPH_API_JSON_H
 #define EPH_API_JSON_H
@@ -12,8 +12,5 @@
 
 /* The run object (new reference). retention_days is the configured log retention. */
 json_t *eph_run_to_json(const struct eph_run *r, unsigned retention_days);
-/* The event object (new reference): seq, t (seconds, two decimals), at, source, type, message,
- * data. */
-json_t *eph_event_to_json(const struct eph_event *e);
 
 #endif

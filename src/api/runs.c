@@ -18,7 +18,7 @@
 #include "common/log.h"
 #include "common/money.h"
 #include "common/text.h"
-#include "daemon/readiness.h"
+#include "run/event_wire.h"
 #include "run/live.h"
 #include "run/scheduler.h"
 
@@ -179,6 +179,8 @@ static int new_run(struct eph_api_req *req, const struct eph_api_create *c, stru
         rc = -ENOMEM;
     }
     first->data = json_pack("{s:I}", "reserved_micros", (json_int_t)c->max_cost);
+    if (!rc)
+        rc = eph_event_serialise(first); /* stored as served */
     return rc;
 }
 
@@ -216,7 +218,7 @@ int eph_api_runs_create(struct eph_api_req *req)
     /* A server started not ready (on_unready "serve") takes no run it could only fail: nothing
      * is reserved, and the caller is told what the operator must do. */
     char why[512];
-    if (svc->readiness && !eph_readiness_can_run(svc->readiness, svc, why, sizeof(why)))
+    if (svc->readiness && !svc->readiness_ops->can_run(svc->readiness, svc, why, sizeof(why)))
         return eph_api_reply_error(req, 503, "api_error", "not_ready", NULL,
                                    "the server is not ready to run: %s", why);
     unsigned wait;
@@ -379,10 +381,23 @@ int eph_api_runs_list(struct eph_api_req *req)
 
 /* ---- events ---- */
 
+#define EVENTS_LIST_HEAD "{\"object\":\"list\",\"data\":["
+#define EVENTS_LIST_HEAD_LEN (sizeof(EVENTS_LIST_HEAD) - 1)
+
+/* The list of a run's events, written as {"object":"list","data":[...]} around each event's text
+ * as stored: nothing is parsed or serialised again per read. */
 static int events_cb(const struct eph_event *e, void *ctx)
 {
-    json_array_append_new((json_t *)ctx, eph_event_to_json(e));
-    return 0;
+    struct eph_buf *b = ctx;
+    char *made;
+    const char *wire = eph_event_wire(e, &made);
+    if (!wire)
+        return -ENOMEM;
+    int rc = eph_buf_appends(b, b->len > EVENTS_LIST_HEAD_LEN ? "," : "");
+    if (!rc)
+        rc = eph_buf_appends(b, wire);
+    free(made);
+    return rc;
 }
 
 /* One event stream. The content reader runs on a polling thread and never blocks: with nothing
@@ -428,13 +443,13 @@ static int sse_event_cb(const struct eph_event *e, void *ctx)
         if (zrc)
             return zrc;
     }
-    json_t *o = eph_event_to_json(e);
-    char *text = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(10));
-    json_decref(o);
+    /* The text as stored, written out as is. */
+    char *made;
+    const char *text = eph_event_wire(e, &made);
     int rc = text ? eph_buf_appendf(&s->pending, "id: %llu\nevent: %s\ndata: %s\n\n",
                                     (unsigned long long)e->seq, e->type, text)
                   : -ENOMEM;
-    free(text);
+    free(made);
     s->last_seq = e->seq;
     if (strcmp(e->type, "worker.destroyed") == 0)
         s->done = true;
@@ -548,13 +563,18 @@ int eph_api_runs_events(struct eph_api_req *req, const char *id)
     }
     const char *accept = eph_api_header(req, "Accept");
     if (!accept || !strstr(accept, "text/event-stream")) {
-        json_t *data = json_array();
-        if (st->ops->events_list(st, id, after, 0, events_cb, data)) {
-            json_decref(data);
-            return eph_api_reply_store_unavailable(req);
+        struct eph_buf b;
+        eph_buf_init(&b, SIZE_MAX);
+        int rc = eph_buf_appends(&b, EVENTS_LIST_HEAD);
+        if (!rc)
+            rc = st->ops->events_list(st, id, after, 0, events_cb, &b);
+        if (!rc)
+            rc = eph_buf_appends(&b, "]}\n");
+        if (rc) {
+            eph_buf_release(&b);
+            return rc == -ENOMEM ? MHD_NO : eph_api_reply_store_unavailable(req);
         }
-        return eph_api_reply_json(req, 200, json_pack("{s:s, s:o}", "object", "list", "data", data),
-                                  NULL, NULL);
+        return eph_api_reply_json_text(req, 200, eph_buf_steal(&b));
     }
     struct sse *s = calloc(1, sizeof(*s));
     if (!s)

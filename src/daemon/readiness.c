@@ -358,3 +358,8 @@ json_t *eph_readiness_report(struct eph_readiness *r, struct eph_service *svc, b
     *ready = ok;
     return body;
 }
+
+const struct eph_readiness_ops eph_readiness_ops = {
+    .can_run = eph_readiness_can_run,
+    .report = eph_readiness_report,
+};

@@ -46,6 +46,8 @@ bool eph_readiness_check(struct eph_readiness *r, struct eph_service *svc);
  * The store is not part of it: a create that cannot store its run answers for itself. */
 bool eph_readiness_can_run(struct eph_readiness *r, struct eph_service *svc, char *why,
                            size_t whylen);
+/* eph_readiness_can_run and eph_readiness_report, for the service (run/service.h). */
+extern const struct eph_readiness_ops eph_readiness_ops;
 /* The report for /healthz: {"status", "store": {...}, "image": {...}, "backend": {...},
  * "shutting_down"}, each part {"ok", "message" when not}. The store and the image are checked
  * again at each call (both are cheap); an unusable backend is tried again at most every few

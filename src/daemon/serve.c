@@ -124,6 +124,7 @@ int eph_cmd_serve(int argc, char **argv)
     svc.sandbox_cfg.init_path = cfg.sandbox.init_path;
     svc.sandbox_cfg.limits = cfg.sandbox.limits;
     bool refuse_unready = strcmp(cfg.on_unready, "serve") != 0;
+    svc.readiness_ops = &eph_readiness_ops;
     if ((rc = eph_readiness_new(&svc.readiness)))
         goto out;
     rc = eph_sandbox_choose(&svc.sandbox_cfg, &svc.sandbox_ops, err, sizeof(err));

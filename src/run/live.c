@@ -12,6 +12,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "run/event_wire.h"
 #include "sandbox/sandbox.h"
 
 struct eph_live {
@@ -223,6 +224,9 @@ void eph_live_prepare(struct eph_live *l, struct eph_event *e, const char *sourc
     e->seq = ++l->last_seq;
     pthread_mutex_unlock(&l->reg->lock);
     pthread_mutex_unlock(&l->emit_lock);
+    /* Serialised once, now its number is known; without the text it is stored all the same and
+     * made on read. */
+    eph_event_serialise(e);
 }
 
 int eph_live_emit(struct eph_live *l, struct eph_store *st, const char *source, const char *type,
@@ -239,6 +243,8 @@ int eph_live_emit(struct eph_live *l, struct eph_store *st, const char *source, 
     pthread_mutex_lock(&l->reg->lock);
     e.seq = l->last_seq + 1;
     pthread_mutex_unlock(&l->reg->lock);
+    /* Serialised once, here, as the API serves it (without the text, it is made on read). */
+    eph_event_serialise(&e);
     int rc = st->ops->event_append(st, l->id, &e);
     if (!rc) {
         pthread_mutex_lock(&l->reg->lock);

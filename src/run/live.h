@@ -41,11 +41,12 @@ struct eph_live *eph_live_get(struct eph_live_registry *reg, const char *run_id)
 void eph_live_put(struct eph_live *l);
 const char *eph_live_id(const struct eph_live *l);
 
-/* Appends an event (stealing data, which may be NULL) and wakes the waiters. */
+/* Appends an event (stealing data, which may be NULL), serialised once as the API serves it
+ * (event_wire.h), and wakes the waiters. */
 int eph_live_emit(struct eph_live *l, struct eph_store *st, const char *source, const char *type,
                   json_t *data, const char *fmt, ...) __attribute__((format(printf, 6, 7)));
-/* Fills an event with the next number and the current time without storing it (for the events
- * that the settlement transaction writes). Steals data. */
+/* Fills an event with the next number, the current time and its wire text without storing it
+ * (for the events that the settlement transaction writes). Steals data. */
 void eph_live_prepare(struct eph_live *l, struct eph_event *e, const char *source, const char *type,
                       json_t *data, const char *fmt, ...) __attribute__((format(printf, 6, 7)));
 /* The run is settled: publish the last sequence number and wake everyone. The entry leaves the

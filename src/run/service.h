@@ -19,8 +19,20 @@
 struct eph_live;
 struct eph_live_registry;
 struct eph_readiness;
+struct eph_service;
 struct eph_sandbox_pool;
 struct eph_scheduler;
+
+/* Whether the server can do its work (the store, the image, the backend), as the API asks it:
+ * daemon/readiness.c implements it (eph_readiness_ops) and serve sets it with the state it owns,
+ * so that the API reaches readiness through the service, not up into daemon/. */
+struct eph_readiness_ops {
+    /* Whether a run could be started now; when not, what is missing and what to do in why. */
+    bool (*can_run)(struct eph_readiness *r, struct eph_service *svc, char *why, size_t whylen);
+    /* The /healthz report (new reference, NULL when out of memory); *ready false while a part
+     * is unusable or the server is shutting down. */
+    json_t *(*report)(struct eph_readiness *r, struct eph_service *svc, bool *ready);
+};
 
 struct eph_service {
     struct eph_config *cfg;
@@ -31,7 +43,8 @@ struct eph_service {
     struct eph_model **models; /* opened, parallel to cfg->models */
     atomic_bool shutting_down;
     char node_id[40]; /* this node's name in run leases (cfg->node_id or the host name) */
-    struct eph_readiness *readiness;    /* store, image and backend (daemon/readiness.h) */
+    struct eph_readiness *readiness; /* store, image and backend; NULL: always ready (tests) */
+    const struct eph_readiness_ops *readiness_ops; /* on readiness, set with it */
     struct eph_live_registry *live;     /* the runs this process works on or follows (live.h) */
     struct eph_scheduler *sched;        /* the worker pool (scheduler.h); NULL until started */
     struct eph_sandbox_pool *pool;      /* warm sandboxes (sandbox/pool.h); NULL: none */

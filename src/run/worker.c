@@ -33,6 +33,7 @@
 #include "ledger/budget.h"
 #include "ledger/settle.h"
 #include "run/egress.h"
+#include "run/event_wire.h"
 #include "run/live.h"
 #include "run/replay_run.h"
 #include "run/service.h"
@@ -143,6 +144,11 @@ static int settle(struct eph_service *svc, struct eph_live *live, struct eph_run
     }
     if (nev == 3)
         all[0].seq = last_seq_if_not_live + 1;
+    /* Each is stored as the API serves it, serialised once its number is final (a live run's
+     * were, when prepared). */
+    for (size_t i = 0; i < nev; i++)
+        if (!live || !all[i].wire)
+            eph_event_serialise(&all[i]);
     struct eph_run_final fin = {.run = r,
                                 .events = all,
                                 .nevents = nev,

@@ -112,10 +112,15 @@ static const char v2[] =
 static const char v3[] = "ALTER TABLE runs ADD COLUMN replay_of TEXT;"
                          "ALTER TABLE runs ADD COLUMN divergences BIGINT NOT NULL DEFAULT 0;";
 
+/* SQLite version 6: an event's wire form, as the API serves it (NULL on older and reaped rows:
+ * the API makes it on read). */
+static const char v4[] = "ALTER TABLE events ADD COLUMN wire TEXT;";
+
 const struct eph_migration eph_postgres_migrations[] = {
     {1, "initial schema (SQLite version 3)", v1},
     {2, "web allow-lists, query-parameter credentials (SQLite version 4)", v2},
     {3, "replays (SQLite version 5)", v3},
+    {4, "events stored as served (SQLite version 6)", v4},
 };
 const unsigned eph_postgres_migrations_count =
     sizeof(eph_postgres_migrations) / sizeof(eph_postgres_migrations[0]);

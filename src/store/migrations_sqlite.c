@@ -125,12 +125,17 @@ static const char v4[] =
 static const char v5[] = "ALTER TABLE runs ADD COLUMN replay_of TEXT;"
                          "ALTER TABLE runs ADD COLUMN divergences INTEGER NOT NULL DEFAULT 0;";
 
+/* An event's wire form, as the API serves it, serialised once when the run layer emitted it. Rows
+ * from before (and rows the retention reaper blanked) have none: the API makes it on read. */
+static const char v6[] = "ALTER TABLE events ADD COLUMN wire TEXT;";
+
 const struct eph_migration eph_sqlite_migrations[] = {
     {1, "initial schema", v1},
     {2, "key prefixes, connections", v2},
     {3, "running balance, leases", v3},
     {4, "web allow-lists, query-parameter credentials", v4},
     {5, "replays", v5},
+    {6, "events stored as served", v6},
 };
 const unsigned eph_sqlite_migrations_count =
     sizeof(eph_sqlite_migrations) / sizeof(eph_sqlite_migrations[0]);

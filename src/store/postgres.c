@@ -995,14 +995,16 @@ static int event_insert(struct pg_store *s, struct pg_conn *c, const char *run_i
     p_text(&p, e->type);
     p_text(&p, e->message ? e->message : "");
     p_json(&p, e->data, "{}");
+    p_text(&p, e->wire);
     /* The notification rides the same transaction: listeners hear of the event when it is
      * committed, never before. The payload is the run id and the seq, never the content. */
-    int rc = run(s, c,
-                 "WITH ins AS (INSERT INTO events (run_id, seq, t_ms, at_ms, source, type, "
-                 "message, data) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING run_id, seq, "
-                 "type) SELECT pg_notify('eph_events', run_id || ' ' || seq || ' ' || type) "
-                 "FROM ins",
-                 &p, NULL, NULL, "event insert");
+    int rc = run(
+        s, c,
+        "WITH ins AS (INSERT INTO events (run_id, seq, t_ms, at_ms, source, type, "
+        "message, data, wire) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING run_id, seq, "
+        "type) SELECT pg_notify('eph_events', run_id || ' ' || seq || ' ' || type) "
+        "FROM ins",
+        &p, NULL, NULL, "event insert");
     p_free(&p);
     return rc;
 }
@@ -1388,7 +1390,7 @@ static int purge_once(struct pg_store *s, struct pg_conn *c, int64_t now_ms, uns
     struct params p = {0};
     p_i64(&p, now_ms);
     if ((rc = run(s, c,
-                  "UPDATE events SET message = type, data = '{}' WHERE run_id IN "
+                  "UPDATE events SET message = type, data = '{}', wire = NULL WHERE run_id IN "
                   "(SELECT id FROM runs WHERE log_purged = 0 AND log_expires_at <= $1)",
                   &p, NULL, NULL, "purge events")))
         return rc;
@@ -1434,11 +1436,12 @@ static int pg_events_list(struct eph_store *base, const char *run_id, uint64_t a
     else
         p_text(&p, NULL);
     PGresult *r = NULL;
-    int rc = WITH_CONN(s, select_once(s, c,
-                                      "SELECT seq, t_ms, at_ms, source, type, message, data FROM "
-                                      "events WHERE run_id = $1 AND seq > $2 ORDER BY seq "
-                                      "LIMIT $3::bigint",
-                                      &p, &r, "events list"));
+    int rc =
+        WITH_CONN(s, select_once(s, c,
+                                 "SELECT seq, t_ms, at_ms, source, type, message, data, wire FROM "
+                                 "events WHERE run_id = $1 AND seq > $2 ORDER BY seq "
+                                 "LIMIT $3::bigint",
+                                 &p, &r, "events list"));
     for (int i = 0; !rc && i < PQntuples(r); i++) {
         struct eph_event e;
         memset(&e, 0, sizeof(e));
@@ -1451,6 +1454,7 @@ static int pg_events_list(struct eph_store *base, const char *run_id, uint64_t a
         e.data = col_json(r, i, 6);
         if (!e.data)
             e.data = json_object();
+        e.wire = col_strdup(r, i, 7);
         rc = cb(&e, ctx);
         eph_event_release(&e);
     }

@@ -858,8 +858,8 @@ static int event_insert_locked(struct sq_conn *s, const char *run_id, const stru
 {
     sqlite3_stmt *st;
     int rc = prepare(s,
-                     "INSERT INTO events (run_id, seq, t_ms, at_ms, source, type, message, data) "
-                     "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                     "INSERT INTO events (run_id, seq, t_ms, at_ms, source, type, message, data, "
+                     "wire) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                      &st);
     if (rc)
         return rc;
@@ -874,6 +874,10 @@ static int event_insert_locked(struct sq_conn *s, const char *run_id, const stru
         bind_json_or_null(st, 8, e->data);
     else
         sqlite3_bind_text(st, 8, "{}", -1, SQLITE_STATIC);
+    if (e->wire)
+        sqlite3_bind_text(st, 9, e->wire, -1, SQLITE_TRANSIENT);
+    else
+        sqlite3_bind_null(st, 9);
     return step_done(s, st, "event insert");
 }
 
@@ -1324,10 +1328,11 @@ static int sq_purge_logs(struct eph_store *base, int64_t now_ms, unsigned *purge
     int rc = begin(s);
     if (rc)
         goto out;
-    /* Events keep their type and timing; their message and data (commands, outputs) go. */
+    /* Events keep their type and timing; their message and data (commands, outputs) go, and so
+     * does the stored text that carried them (it is made again, from what is left, on read). */
     sqlite3_stmt *st;
     if ((rc = prepare(s,
-                      "UPDATE events SET message = type, data = '{}' WHERE run_id IN "
+                      "UPDATE events SET message = type, data = '{}', wire = NULL WHERE run_id IN "
                       "(SELECT id FROM runs WHERE log_purged = 0 AND log_expires_at <= ?)",
                       &st)))
         goto fail;
@@ -1371,7 +1376,7 @@ static int sq_events_list(struct eph_store *base, const char *run_id, uint64_t a
     pthread_mutex_lock(&s->lock);
     sqlite3_stmt *st;
     int rc = prepare(s,
-                     "SELECT seq, t_ms, at_ms, source, type, message, data FROM events "
+                     "SELECT seq, t_ms, at_ms, source, type, message, data, wire FROM events "
                      "WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?",
                      &st);
     if (!rc) {
@@ -1401,6 +1406,7 @@ static int sq_events_list(struct eph_store *base, const char *run_id, uint64_t a
             e->data = col_json(st, 6);
             if (!e->data)
                 e->data = json_object();
+            e->wire = col_strdup(st, 7);
         }
         if (!rc && r != SQLITE_DONE)
             rc = db_err(s, r, "events list");

@@ -36,6 +36,8 @@ void eph_event_release(struct eph_event *e)
 {
     free(e->message);
     json_decref(e->data);
+    free(e->wire);
+    e->wire = NULL;
     e->message = NULL;
     e->data = NULL;
 }

@@ -32,6 +32,7 @@ struct eph_event {
     char type[32];
     char *message;
     json_t *data; /* object, never NULL once filled */
+    char *wire;   /* the JSON text the API serves (run/event_wire.h); NULL: not stored */
 };
 
 void eph_event_release(struct eph_event *e);

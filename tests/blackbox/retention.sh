@@ -37,6 +37,8 @@ events=$(api GET "/v1/runs/$id/events" | head -n 1)
 assert_eq "$(jq '[.data[] | select(.type=="shell.command")] | length' <<<"$events")" 4 "events kept"
 assert_eq "$(jq -r '[.data[] | select(.message != .type)] | length' <<<"$events")" 0 "messages reduced to types"
 assert_eq "$(jq -r '[.data[] | select(.data != {})] | length' <<<"$events")" 0 "outputs purged"
+assert_eq "$(sqlite3 "$DB" "SELECT COUNT(*) FROM events WHERE run_id = '$id' AND wire IS NOT NULL")" 0 \
+    "no stored event text left to carry the outputs"
 if grep -a -q "Could not resolve host" "$DB" "$DB-wal" 2>/dev/null; then
     # secure_delete overwrites freed pages; a checkpoint has not necessarily run, so only the
     # live database file is held to this.

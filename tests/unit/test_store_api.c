@@ -1,5 +1,6 @@
 /* The store operations behind the API contract: key listing and revocation, connections with
- * sealed headers, the queued-runs cap, idempotency expiry, and sealing with the key file. */
+ * sealed headers, the queued-runs cap, idempotency expiry, events kept as served, and sealing with
+ * the key file. */
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -184,6 +185,100 @@ static void test_run_web_allow(void **state)
     eph_run_release(&r);
 }
 
+/* The events of a run as the store gives them back. */
+struct listed {
+    size_t n;
+    uint64_t seq[8];
+    char *wire[8];
+    char *message[8];
+};
+
+static int list_cb(const struct eph_event *e, void *ctx)
+{
+    struct listed *l = ctx;
+    assert_true(l->n < 8);
+    l->seq[l->n] = e->seq;
+    l->wire[l->n] = e->wire ? strdup(e->wire) : NULL;
+    l->message[l->n] = strdup(e->message);
+    l->n++;
+    return 0;
+}
+
+static void listed_release(struct listed *l)
+{
+    for (size_t i = 0; i < l->n; i++) {
+        free(l->wire[i]);
+        free(l->message[i]);
+    }
+    memset(l, 0, sizeof(*l));
+}
+
+static void make_event(struct eph_event *e, uint64_t seq, const char *wire)
+{
+    memset(e, 0, sizeof(*e));
+    e->seq = seq;
+    e->at_ms = eph_clock_real_ms();
+    snprintf(e->source, sizeof(e->source), "shell");
+    snprintf(e->type, sizeof(e->type), "shell.command");
+    e->message = strdup("$ cat secret.txt");
+    e->data = json_pack("{s:s}", "output", "the output");
+    e->wire = wire ? strdup(wire) : NULL;
+}
+
+/* An event is kept as the text the API serves, byte for byte, whichever way it is written (with
+ * the run, appended, or closing it); a row without one reads back without one. The retention
+ * reaper drops the text with the message and data it carried. */
+static void test_event_wire(void **state)
+{
+    struct fixture *f = *state;
+    struct eph_store *st = f->st;
+    /* Not what a serialiser would make of the fields: the store must keep it, not remake it. */
+    const char *w1 = "{\"seq\":1, \"t\":0.0,\"note\":\"\u00e9 as sent\"}";
+    const char *w2 = "{\"seq\":2,\"message\":\"$ cat secret.txt\"}";
+    const char *w4 = "{\"seq\":4,\"closing\":true}";
+    struct eph_run r;
+    make_run(&r, f->org);
+    struct eph_event e;
+    make_event(&e, 1, w1);
+    assert_int_equal(st->ops->run_insert(st, &r, &e), 0);
+    eph_event_release(&e);
+    make_event(&e, 2, w2);
+    assert_int_equal(st->ops->event_append(st, r.id, &e), 0);
+    eph_event_release(&e);
+    make_event(&e, 3, NULL);
+    assert_int_equal(st->ops->event_append(st, r.id, &e), 0);
+    eph_event_release(&e);
+    make_event(&e, 4, w4);
+    r.status = EPH_RUN_COMPLETED;
+    r.finished_at_ms = eph_clock_real_ms();
+    r.log_expires_at_ms = r.finished_at_ms;
+    r.cost.released_micros = r.cost.reserved_micros;
+    struct eph_run_final fin = {.run = &r, .events = &e, .nevents = 1};
+    assert_int_equal(st->ops->run_finish(st, &fin), 0);
+    eph_event_release(&e);
+
+    struct listed l = {0};
+    assert_int_equal(st->ops->events_list(st, r.id, 0, 0, list_cb, &l), 0);
+    assert_int_equal(l.n, 4);
+    assert_string_equal(l.wire[0], w1);
+    assert_string_equal(l.wire[1], w2);
+    assert_null(l.wire[2]);
+    assert_string_equal(l.wire[3], w4);
+    listed_release(&l);
+
+    unsigned purged;
+    assert_int_equal(st->ops->purge_logs(st, r.log_expires_at_ms, &purged), 0);
+    assert_int_equal(purged, 1);
+    assert_int_equal(st->ops->events_list(st, r.id, 0, 0, list_cb, &l), 0);
+    assert_int_equal(l.n, 4);
+    for (size_t i = 0; i < l.n; i++) {
+        assert_null(l.wire[i]); /* the command went with it */
+        assert_string_equal(l.message[i], "shell.command");
+    }
+    listed_release(&l);
+    eph_run_release(&r);
+}
+
 static void test_queued_cap(void **state)
 {
     struct fixture *f = *state;
@@ -270,6 +365,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_keys, setup, teardown),
         cmocka_unit_test_setup_teardown(test_secret_and_connections, setup, teardown),
         cmocka_unit_test_setup_teardown(test_run_web_allow, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_event_wire, setup, teardown),
         cmocka_unit_test_setup_teardown(test_queued_cap, setup, teardown),
         cmocka_unit_test_setup_teardown(test_idempotency_expiry, setup, teardown),
         cmocka_unit_test(test_metrics_render),

@@ -15,7 +15,7 @@
 #include <cmocka.h>
 
 #include "common/clock.h"
-#include "api/json.h"
+#include "run/event_wire.h"
 #include "common/id.h"
 #include "run/live.h"
 #include "store/store.h"
@@ -115,10 +115,13 @@ static void test_events_numbered_in_order(void **state)
     eph_live_put(l);
 }
 
+/* The event with seq 2 as stored: its text, parsed. */
 static int first_json(const struct eph_event *e, void *ctx)
 {
-    if (e->seq == 2)
-        *(json_t **)ctx = eph_event_to_json(e);
+    if (e->seq == 2) {
+        assert_non_null(e->wire);
+        *(json_t **)ctx = json_loads(e->wire, 0, NULL);
+    }
     return 0;
 }
 
@@ -139,6 +142,70 @@ static void test_event_json_shape(void **state)
     assert_true(json_is_object(json_object_get(o, "data")));
     assert_int_equal(strlen(json_string_value(json_object_get(o, "at"))), 24);
     json_decref(o);
+    eph_live_put(l);
+}
+
+/* What the API serves for each event, and what the store holds. */
+struct served {
+    size_t n;
+    int same_pointer;   /* served straight from the stored text, not made again */
+    const char *expect; /* when set: the text every event listed must have been stored with */
+};
+
+static int check_served(const struct eph_event *e, void *ctx)
+{
+    struct served *sv = ctx;
+    char *made;
+    const char *text = eph_event_wire(e, &made);
+    assert_non_null(text);
+    if (sv->expect)
+        assert_string_equal(e->wire, sv->expect);
+    if (e->wire) {
+        assert_null(made);
+        sv->same_pointer += text == e->wire;
+    }
+    /* The wire form of before, field order and number format included: what the API's replies
+     * made of the event object each time it was read. */
+    json_t *o = eph_event_to_json(e);
+    char *before = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(10));
+    json_decref(o);
+    assert_string_equal(text, before);
+    free(before);
+    free(made);
+    sv->n++;
+    return 0;
+}
+
+/* Each event is serialised once, when it is emitted: the store keeps that text, and the text served
+ * is the text stored, byte for byte, in the form the API has always served. A row without it (one
+ * stored before, or blanked by the retention reaper) is served in the same form, made on read. */
+static void test_event_served_as_stored(void **state)
+{
+    char id[EPH_RUN_ID_LEN + 1];
+    new_run(id, eph_clock_real_ms() - 1234);
+    struct eph_live *l = eph_live_get(reg, id);
+    assert_int_equal(eph_live_emit(l, st, "shell", "shell.command",
+                                   json_pack("{s:s, s:f, s:b}", "output", "caf\u00e9 \"q\"\n", "x",
+                                             0.1, "ok", 1),
+                                   "$ %s", "echo \"caf\u00e9\""),
+                     0);
+    struct eph_event e;
+    eph_live_prepare(l, &e, "run", "run.completed", NULL, "done");
+    assert_non_null(e.wire);
+    assert_int_equal(st->ops->event_append(st, id, &e), 0);
+    char *prepared = strdup(e.wire);
+    eph_event_release(&e);
+
+    struct served sv = {0};
+    assert_int_equal(st->ops->events_list(st, id, 0, 0, check_served, &sv), 0);
+    assert_int_equal(sv.n, 3);
+    assert_int_equal(sv.same_pointer, 2); /* the first (run.queued) was stored without text */
+    /* A prepared event is stored with the text made when it was numbered. */
+    struct served last = {.expect = prepared};
+    assert_int_equal(st->ops->events_list(st, id, 2, 0, check_served, &last), 0);
+    assert_int_equal(last.n, 1);
+    assert_int_equal(last.same_pointer, 1);
+    free(prepared);
     eph_live_put(l);
 }
 
@@ -383,6 +450,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_events_numbered_in_order),
         cmocka_unit_test(test_event_json_shape),
+        cmocka_unit_test(test_event_served_as_stored),
         cmocka_unit_test(test_waiters_wake_on_emit_and_close),
         cmocka_unit_test(test_cancel_flag),
         cmocka_unit_test(test_slow_store_write_blocks_no_reader),
