@@ -82,12 +82,13 @@ static bool list_has(const struct qlist *l, const char *id)
     return false;
 }
 
-/* Takes the item with this id out of the list (NULL when none). */
-static struct qitem *list_take(struct qlist *l, const char *id)
+/* Takes out of the list the item that is want, or else (want NULL) the first with this id: NULL
+ * when none. */
+static struct qitem *list_take_item(struct qlist *l, const struct qitem *want, const char *id)
 {
     struct qitem *prev = NULL;
     for (struct qitem *it = l->head; it; prev = it, it = it->next) {
-        if (strcmp(it->id, id) != 0)
+        if (want ? it != want : strcmp(it->id, id) != 0)
             continue;
         if (prev)
             prev->next = it->next;
@@ -100,6 +101,11 @@ static struct qitem *list_take(struct qlist *l, const char *id)
         return it;
     }
     return NULL;
+}
+
+static struct qitem *list_take(struct qlist *l, const char *id)
+{
+    return list_take_item(l, NULL, id);
 }
 
 static void list_clear(struct qlist *l)
@@ -182,7 +188,7 @@ static void take_next(struct eph_scheduler *s)
     run_one(s, id);
     if (it) {
         pthread_mutex_lock(&s->lock);
-        list_take(&s->active, id);
+        list_take_item(&s->active, it, NULL);
         pthread_mutex_unlock(&s->lock);
         free(it);
     }
@@ -221,12 +227,18 @@ static void *worker_main(void *arg)
             take_next(s);
             continue;
         }
+        /* A shared store's claim may already have handed it to another worker here. */
+        if (list_has(&s->active, it->id)) {
+            pthread_mutex_unlock(&s->lock);
+            free(it);
+            continue;
+        }
         list_push(&s->active, it);
         s->running++;
         pthread_mutex_unlock(&s->lock);
         run_one(s, it->id);
         pthread_mutex_lock(&s->lock);
-        list_take(&s->active, it->id);
+        list_take_item(&s->active, it, NULL);
         pthread_mutex_unlock(&s->lock);
         free(it);
     }
