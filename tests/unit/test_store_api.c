@@ -14,6 +14,7 @@
 
 #include <cmocka.h>
 #include <sodium.h>
+#include <sqlite3.h>
 
 #include "common/clock.h"
 #include "common/id.h"
@@ -351,6 +352,45 @@ static void test_metrics_render(void **state)
     eph_buf_release(&b);
 }
 
+/* A SQLite file the store cannot open, at each step of the open: no directory to create it in, a
+ * file that is not a database, a database whose migration table is not the store's. Each is an
+ * error with the reason; what was opened before the failing step is closed again (the sanitizer
+ * build finds a leak). */
+static void expect_open_error(const char *target, const char *needle)
+{
+    struct eph_store *st = NULL;
+    char err[512] = "";
+    assert_int_not_equal(eph_store_open(target, &st, err, sizeof(err)), 0);
+    assert_null(st);
+    if (!strstr(err, needle))
+        fail_msg("expected '%s', got '%s'", needle, err);
+}
+
+static void test_sqlite_open_errors(void **state)
+{
+    struct store_fixture *sf = &((struct fixture *)*state)->db;
+    char path[256];
+    snprintf(path, sizeof(path), "%s/no-such-dir/x.db", sf->dir);
+    expect_open_error(path, "cannot open database");
+
+    snprintf(path, sizeof(path), "%s/not-a-db", sf->dir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    for (int i = 0; i < 256; i++)
+        fputs("this is not a database file, ", f);
+    assert_int_equal(fclose(f), 0);
+    expect_open_error(path, "cannot prepare database");
+
+    snprintf(path, sizeof(path), "%s/other.db", sf->dir);
+    sqlite3 *db;
+    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+    assert_int_equal(
+        sqlite3_exec(db, "CREATE TABLE schema_migrations (something_else TEXT)", NULL, NULL, NULL),
+        SQLITE_OK);
+    assert_int_equal(sqlite3_close(db), SQLITE_OK);
+    expect_open_error(path, "cannot prepare database");
+}
+
 int main(void)
 {
     if (sodium_init() < 0)
@@ -363,6 +403,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_queued_cap, setup, teardown),
         cmocka_unit_test_setup_teardown(test_idempotency_expiry, setup, teardown),
         cmocka_unit_test(test_metrics_render),
+        cmocka_unit_test_setup_teardown(test_sqlite_open_errors, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
