@@ -36,6 +36,7 @@
 #include "run/scheduler.h"
 #include "run/service.h"
 #include "store/store.h"
+#include "store_fixture.h"
 
 /* How long the test waits for anything (an answer, a blocked sync, a stream's event): generous
  * for a loaded machine. Only a hang reaches it. */
@@ -400,14 +401,13 @@ static bool call_finish(struct call *c)
 /* ---- the server under test ---- */
 
 struct fixture {
-    char dir[64];
+    struct store_fixture sf; /* SQLite, opened on the gated VFS */
     char image[96];
     struct eph_config cfg;
     struct eph_service svc;
     struct eph_api *api;
     uint16_t port;
     char key[EPH_API_KEY_LEN + 1];
-    char org[48];
     char a[EPH_RUN_ID_LEN + 1], b[EPH_RUN_ID_LEN + 1];
     struct eph_live *la, *lb;
     /* the worker's write held at the gate */
@@ -428,7 +428,7 @@ static void new_run(struct fixture *f, char id[EPH_RUN_ID_LEN + 1])
     struct eph_run r;
     eph_run_init(&r);
     assert_int_equal(eph_id_hex("run_", 16, r.id, sizeof(r.id)), 0);
-    snprintf(r.org_id, sizeof(r.org_id), "%s", f->org);
+    snprintf(r.org_id, sizeof(r.org_id), "%s", f->sf.org);
     r.status = EPH_RUN_QUEUED;
     r.model = strdup("m");
     r.prompt = strdup("p");
@@ -447,21 +447,22 @@ static void new_run(struct fixture *f, char id[EPH_RUN_ID_LEN + 1])
     eph_run_release(&r);
 }
 
-/* The worker pool's place is taken by an idle one (for /metrics): the test is the worker, and
- * nothing is ever submitted to the pool. */
-static void idle_work(void *ctx, const char *run_id)
+/* The worker pool runs the real worker, but without the lease keeper nor claims of queued runs
+ * (both would write to the store on their own): nothing is submitted to it, the test is A's
+ * worker until it refuses A, which the settler then settles. */
+static void work(void *ctx, const char *run_id)
 {
+    eph_worker_run(ctx, run_id);
 }
 
 /* The service as daemon/serve.c fills it, with what the API needs: the configuration, the
- * SQLite store (opened on the gated VFS), the live registry, readiness without a backend, and an
- * idle worker pool. */
+ * SQLite store (opened on the gated VFS), the live registry, readiness without a backend, and a
+ * worker pool that takes no run of its own. */
 static int setup(void **state)
 {
     struct fixture *f = &fx;
     memset(f, 0, sizeof(*f));
-    snprintf(f->dir, sizeof(f->dir), "/tmp/eph-slowstore-XXXXXX");
-    assert_non_null(mkdtemp(f->dir));
+    store_fixture_setup(&f->sf, "slowstore");
     assert_int_equal(eph_config_defaults(&f->cfg), 0);
     free(f->cfg.listen);
     f->cfg.listen = strdup("127.0.0.1:0");
@@ -474,28 +475,25 @@ static int setup(void **state)
     atomic_init(&f->emit_done, false);
     snprintf(svc->node_id, sizeof(svc->node_id), "test");
     /* No image (nor backend): /healthz answers 503 whatever the host has, with its parts. */
-    assert_true(snprintf(f->image, sizeof(f->image), "%s/no-image", f->dir) <
+    assert_true(snprintf(f->image, sizeof(f->image), "%s/no-image", f->sf.dir) <
                 (int)sizeof(f->image));
     svc->sandbox_cfg.image = f->image;
     svc->sandbox_cfg.init_path = f->cfg.sandbox.init_path;
 
-    char path[128], err[256];
-    assert_true(snprintf(path, sizeof(path), "%s/slow.db", f->dir) < (int)sizeof(path));
-    assert_int_equal(eph_store_open(path, &svc->store, err, sizeof(err)), 0);
+    svc->store = f->sf.st;
+    char err[256];
     assert_int_equal(eph_live_registry_new(&svc->live), 0);
     assert_int_equal(eph_readiness_new(&svc->readiness), 0);
     svc->readiness_ops = &eph_readiness_ops;
     eph_readiness_no_backend(svc->readiness, "no backend in this test");
-    const struct eph_scheduler_ops idle = {.work = idle_work};
-    assert_int_equal(eph_scheduler_start(&idle, 1, 60, &svc->sched), 0);
+    const struct eph_scheduler_ops ops = {.ctx = svc, .work = work};
+    assert_int_equal(eph_scheduler_start(&ops, 1, 60, &svc->sched), 0);
 
     struct eph_store *st = svc->store;
-    bool created;
-    assert_int_equal(st->ops->org_ensure(st, "acme", 1000000, f->org, sizeof(f->org), &created), 0);
     char hash[65];
     assert_int_equal(eph_id_base62("eph_", 40, f->key, sizeof(f->key)), 0);
     eph_sha256_hex(f->key, strlen(f->key), hash);
-    assert_int_equal(st->ops->key_insert(st, f->org, hash, "member", "eph_test", NULL, 0), 0);
+    assert_int_equal(st->ops->key_insert(st, f->sf.org, hash, "member", "eph_test", NULL, 0), 0);
 
     new_run(f, f->a);
     new_run(f, f->b);
@@ -535,13 +533,9 @@ static int teardown(void **state)
     eph_scheduler_free(f->svc.sched);
     eph_live_registry_free(f->svc.live);
     eph_readiness_free(f->svc.readiness);
-    if (f->svc.store)
-        f->svc.store->ops->close(f->svc.store);
     eph_config_release(&f->cfg);
-    char cmd[128];
-    if (snprintf(cmd, sizeof(cmd), "rm -rf '%s'", f->dir) >= (int)sizeof(cmd))
-        return -1;
-    return system(cmd);
+    store_fixture_teardown(&f->sf);
+    return 0;
 }
 
 /* GET path (with the key unless public) and its answer as JSON; fails the test when no answer
@@ -672,7 +666,8 @@ static void test_http_answers_while_a_store_write_is_blocked(void **state)
     assert_true(call_wait_for(&f->stream, "id: 3\nevent: shell.command\n"));
     assert_false(call_done(&f->poll)); /* A is not settled yet */
 
-    /* A is settled: the long poll answers with it, and the stream ends with its last event. */
+    /* A is settled (refused, by the settler running the worker): the long poll answers with it,
+     * and the stream ends with its last event. */
     assert_int_equal(eph_worker_refuse(&f->svc, f->a, "test_settled", "settled by the test"), 0);
     assert_true(call_finish(&f->poll));
     assert_int_equal(f->poll.rc, CURLE_OK);
@@ -688,6 +683,8 @@ static void test_http_answers_while_a_store_write_is_blocked(void **state)
 
 int main(void)
 {
+    /* The slowness is SQLite's own fsync: this test is about the SQLite store, never another. */
+    unsetenv("EPH_TEST_PG");
     curl_global_init(CURL_GLOBAL_DEFAULT);
     gate_install();
     const struct CMUnitTest tests[] = {
