@@ -478,6 +478,16 @@ static int open_beneath(const char *path, int flags, mode_t mode, bool mkparents
         int nfd = openat(dfd, p, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         if (nfd < 0)
             return -errno;
+        /* O_NOFOLLOW with O_DIRECTORY refuses a link to a directory on Linux, but gVisor follows
+         * it: check that the name is a directory itself, the very one opened (a link swapped in
+         * after the open shows as a link, or as another inode). */
+        struct stat opened, named;
+        if (fstat(nfd, &opened) != 0 || fstatat(dfd, p, &named, AT_SYMLINK_NOFOLLOW) != 0 ||
+            !S_ISDIR(named.st_mode) || opened.st_dev != named.st_dev ||
+            opened.st_ino != named.st_ino) {
+            close(nfd);
+            return -ENOTDIR;
+        }
         close(dfd);
         dfd = nfd;
         p = slash + 1;
