@@ -31,6 +31,9 @@ struct MHD_Connection;
 int eph_api_start(struct eph_service *svc, struct eph_api **out, char *err, size_t errlen);
 /* Resumes every parked request (they answer at once), then stops the server. */
 void eph_api_stop(struct eph_api *api);
+/* The port the server listens on: the one cfg->listen named, or the one the kernel chose when
+ * it named port 0 (tests start a server on a free loopback port that way). 0 if unknown. */
+uint16_t eph_api_port(struct eph_api *api);
 
 /* ---- parking (park.c) ---- */
 

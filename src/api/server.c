@@ -382,6 +382,12 @@ int eph_api_start(struct eph_service *svc, struct eph_api **out, char *err, size
     return 0;
 }
 
+uint16_t eph_api_port(struct eph_api *api)
+{
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(api->mhd, MHD_DAEMON_INFO_BIND_PORT);
+    return info ? info->port : 0;
+}
+
 void eph_api_stop(struct eph_api *api)
 {
     if (!api)
