@@ -184,13 +184,18 @@ static int new_run(struct eph_api_req *req, const struct eph_api_create *c, stru
     return rc;
 }
 
+static int queue_unavailable(struct eph_api_req *req)
+{
+    return eph_api_reply_error(req, 503, "api_error", "queue_unavailable", NULL,
+                               "the run could not be queued; nothing was reserved, retry");
+}
+
 /* The answer to a run that could not be admitted. */
 static int admit_refused(struct eph_api_req *req, int rc, bool queue_failed, int64_t max_cost)
 {
     struct eph_store *st = req->svc->store;
     if (queue_failed)
-        return eph_api_reply_error(req, 503, "api_error", "queue_unavailable", NULL,
-                                   "the run could not be queued; nothing was reserved, retry");
+        return queue_unavailable(req);
     if (rc == -EDQUOT) {
         struct eph_balance b = {0};
         st->ops->balance(st, req->org_id, &b);
@@ -253,10 +258,19 @@ int eph_api_runs_create(struct eph_api_req *req)
                                &queue_failed);
     eph_event_release(&first);
     eph_run_release(&orig);
+    if (rc && queue_failed) {
+        /* Stored but refused: the settler releases its reservation. The answer waits for that
+         * (parked, no thread held), so that "nothing was reserved" is true when it arrives. */
+        req->live = eph_live_get(svc->live, r.id);
+        snprintf(req->run_id, sizeof(req->run_id), "%s", r.id);
+    }
     if (rc) {
         eph_run_release(&r);
         eph_api_create_release(&c);
         json_decref(body);
+        if (queue_failed &&
+            eph_api_park_until_settled(req, deadline_in(CANCEL_WAIT_SECONDS), queue_unavailable))
+            return MHD_YES;
         return admit_refused(req, rc, queue_failed, c.max_cost);
     }
     req->live = eph_live_get(svc->live, r.id);

@@ -191,18 +191,44 @@ out:
 #define CONNECTION_USAGE                                                                           \
     "usage: ephemerald admin connection add --org NAME --name N --base-url URL --methods "         \
     "GET,POST\n"                                                                                   \
-    "                                       [--path-prefix P]... [--header 'Name: value']...\n"
+    "                                       [--path-prefix P]... [--header 'Name: value']...\n"    \
+    "                                       [--query 'name=value']...\n"
 
-/* Moves the repeatable options (--path-prefix, --header) out of argv into arrays, leaving the rest
- * for eph_options_load. Returns the new argc, or -1 on a missing value. */
-static int take_repeated(int argc, char **argv, json_t *prefixes, json_t *headers, bool *bad)
+/* A repeatable option's name at a, alone or as "--name=value". */
+static bool is_option(const char *a, const char *name)
+{
+    size_t n = strlen(name);
+    return strncmp(a, name, n) == 0 && (a[n] == '\0' || a[n] == '=');
+}
+
+/* Splits "name<sep>value" into obj[name] = value (spaces after sep skipped). False when there is
+ * no name. The value is a credential: it goes into the sealed blob only. */
+static bool put_pair(json_t *obj, const char *v, char sep)
+{
+    const char *at = strchr(v, sep);
+    if (!at || at == v || (size_t)(at - v) >= 160)
+        return false;
+    char name[160];
+    snprintf(name, sizeof(name), "%.*s", (int)(at - v), v);
+    const char *val = at + 1;
+    while (*val == ' ' || *val == '\t')
+        val++;
+    json_object_set_new(obj, name, json_string(val));
+    return true;
+}
+
+/* Moves the repeatable options (--path-prefix, --header, --query) out of argv into arrays,
+ * leaving the rest for eph_options_load. Returns the new argc, or -1 on a missing value. */
+static int take_repeated(int argc, char **argv, json_t *prefixes, json_t *headers, json_t *query,
+                         bool *bad)
 {
     int out = 0;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
-        bool is_prefix = strncmp(a, "--path-prefix", 13) == 0 && (a[13] == '\0' || a[13] == '=');
-        bool is_header = strncmp(a, "--header", 8) == 0 && (a[8] == '\0' || a[8] == '=');
-        if (!is_prefix && !is_header) {
+        bool is_prefix = is_option(a, "--path-prefix");
+        bool is_header = is_option(a, "--header");
+        bool is_query = is_option(a, "--query");
+        if (!is_prefix && !is_header && !is_query) {
             argv[out++] = argv[i];
             continue;
         }
@@ -210,24 +236,24 @@ static int take_repeated(int argc, char **argv, json_t *prefixes, json_t *header
         const char *v = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
         if (!v)
             return -1;
-        if (is_prefix) {
+        if (is_prefix)
             json_array_append_new(prefixes, json_string(v));
-            continue;
-        }
-        /* "Name: value": the value is a credential; it goes into the sealed blob only. */
-        const char *colon = strchr(v, ':');
-        if (!colon || colon == v) {
+        else if (!put_pair(is_header ? headers : query, v, is_header ? ':' : '='))
             *bad = true;
-            continue;
-        }
-        char name[160];
-        snprintf(name, sizeof(name), "%.*s", (int)(colon - v), v);
-        const char *val = colon + 1;
-        while (*val == ' ' || *val == '\t')
-            val++;
-        json_object_set_new(headers, name, json_string(val));
     }
     return out;
+}
+
+/* Wipes the credentials an object held in the clear. */
+static void wipe_values(json_t *obj)
+{
+    const char *k;
+    json_t *v;
+    json_object_foreach(obj, k, v)
+    {
+        if (json_is_string(v))
+            sodium_memzero((char *)json_string_value(v), json_string_length(v));
+    }
 }
 
 static int admin_connection(int argc, char **argv)
@@ -242,11 +268,12 @@ static int admin_connection(int argc, char **argv)
     memset(&cfg, 0, sizeof(cfg));
     struct eph_store *st = NULL;
     int status = 1;
-    json_t *prefixes = json_array(), *headers = json_object(), *body = NULL;
-    bool bad_header = false;
-    int n = take_repeated(argc, argv, prefixes, headers, &bad_header);
-    if (n < 0 || bad_header) {
-        fprintf(stderr, "ephemerald: --header takes 'Name: value', --path-prefix a path\n");
+    json_t *prefixes = json_array(), *headers = json_object(), *query = json_object(), *body = NULL;
+    bool bad_pair = false;
+    int n = take_repeated(argc, argv, prefixes, headers, query, &bad_pair);
+    if (n < 0 || bad_pair) {
+        fprintf(stderr, "ephemerald: --header takes 'Name: value', --query 'name=value', "
+                        "--path-prefix a path\n");
         status = 2;
         goto out;
     }
@@ -262,8 +289,9 @@ static int admin_connection(int argc, char **argv)
     snprintf(mbuf, sizeof(mbuf), "%s", vals[3]);
     for (char *save = NULL, *m = strtok_r(mbuf, ",", &save); m; m = strtok_r(NULL, ",", &save))
         json_array_append_new(methods, json_string(m));
-    body = json_pack("{s:s, s:s, s:o, s:O, s:O}", "name", vals[1], "base_url", vals[2], "methods",
-                     methods, "path_prefixes", prefixes, "headers", headers);
+    body =
+        json_pack("{s:s, s:s, s:o, s:O, s:O, s:O}", "name", vals[1], "base_url", vals[2], "methods",
+                  methods, "path_prefixes", prefixes, "headers", headers, "query", query);
     if (!body)
         goto out;
     struct eph_connection c;
@@ -293,23 +321,21 @@ static int admin_connection(int argc, char **argv)
         fprintf(stderr, "ephemerald: cannot store the connection: %s\n", eph_strerror(rc));
     else {
         printf("%s\n", c.id);
-        fprintf(stderr, "admin: connection '%s' added to org '%s' (%zu headers, sealed)\n", c.name,
-                vals[0], json_array_size(c.header_names));
+        fprintf(stderr,
+                "admin: connection '%s' added to org '%s' (%zu headers, %zu query parameters, "
+                "sealed)\n",
+                c.name, vals[0], json_array_size(c.header_names), json_array_size(c.query_names));
         status = 0;
     }
     eph_connection_release(&c);
 out:;
-    /* The headers held credentials in the clear: wipe them. */
-    const char *hk;
-    json_t *hv;
-    json_object_foreach(headers, hk, hv)
-    {
-        if (json_is_string(hv))
-            sodium_memzero((char *)json_string_value(hv), json_string_length(hv));
-    }
+    /* The headers and parameters held credentials in the clear: wipe them. */
+    wipe_values(headers);
+    wipe_values(query);
     json_decref(body);
     json_decref(prefixes);
     json_decref(headers);
+    json_decref(query);
     if (st)
         st->ops->close(st);
     eph_config_release(&cfg);

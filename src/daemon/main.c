@@ -16,6 +16,7 @@ static void usage(FILE *f)
         "       ephemerald admin credit --org NAME --micros N\n"
         "       ephemerald admin connection add --org NAME --name N --base-url URL\n"
         "                            --methods GET,POST [--path-prefix P]... [--header 'N: V']...\n"
+        "                            [--query 'name=value']...\n"
         "       ephemerald sandbox run [--backend B] [--memory-mib N] [--pids N] [--timeout S]\n"
         "                              [--json] -- COMMAND [ARG...]\n"
         "       ephemerald image build [--dir DIR]\n",

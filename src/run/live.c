@@ -28,6 +28,9 @@ struct eph_live {
      * the registry's lock, so that a slow store write never holds up another run or a reader. */
     pthread_mutex_t emit_lock;
     _Atomic uint64_t compute_start_ns; /* 0: no compute accruing (lease renewals checkpoint it) */
+    /* Stored but never to be worked on (eph_live_refuse): the code and message of its
+     * settlement, constant strings; guarded by the registry's lock. */
+    const char *refused_code, *refused_message;
     struct eph_sandbox *sb;
     char *zdr_result;
     char *zdr_prompt;
@@ -333,6 +336,23 @@ void eph_live_cancel(struct eph_live *l)
     pthread_cond_broadcast(&l->reg->cond);
     pthread_mutex_unlock(&l->reg->lock);
     notify(l->reg);
+}
+
+void eph_live_refuse(struct eph_live *l, const char *code, const char *message)
+{
+    pthread_mutex_lock(&l->reg->lock);
+    l->refused_code = code;
+    l->refused_message = message;
+    pthread_mutex_unlock(&l->reg->lock);
+}
+
+bool eph_live_refusal(struct eph_live *l, const char **code, const char **message)
+{
+    pthread_mutex_lock(&l->reg->lock);
+    *code = l->refused_code;
+    *message = l->refused_message;
+    pthread_mutex_unlock(&l->reg->lock);
+    return *code != NULL;
 }
 
 const atomic_bool *eph_live_cancel_flag(struct eph_live *l)

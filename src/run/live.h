@@ -69,6 +69,11 @@ bool eph_live_wait_closed(struct eph_live *l, uint64_t deadline_ns);
 void eph_live_cancel(struct eph_live *l);
 const atomic_bool *eph_live_cancel_flag(struct eph_live *l);
 bool eph_live_cancelled(struct eph_live *l);
+/* A run stored but never to be worked on (it could not be queued): the worker that takes it
+ * settles it failed with this code and message (constant strings, kept by pointer), nothing
+ * measured, everything released. refusal returns false when the run was not refused. */
+void eph_live_refuse(struct eph_live *l, const char *code, const char *message);
+bool eph_live_refusal(struct eph_live *l, const char **code, const char **message);
 /* Attaches (or with NULL detaches) the run's sandbox, so that cancel can interrupt it. */
 void eph_live_attach_sandbox(struct eph_live *l, struct eph_sandbox *sb);
 

@@ -82,7 +82,7 @@ static bool list_has(const struct qlist *l, const char *id)
     return false;
 }
 
-/* Takes out of the list the item that is want, or else (want NULL) the first with this id: NULL
+/* Takes out of the list the item that is want, or else (want NULL) the first with id: NULL
  * when none. */
 static struct qitem *list_take_item(struct qlist *l, const struct qitem *want, const char *id)
 {
@@ -188,7 +188,7 @@ static void take_next(struct eph_scheduler *s)
     run_one(s, id);
     if (it) {
         pthread_mutex_lock(&s->lock);
-        list_take_item(&s->active, it, NULL);
+        list_take_item(&s->active, it, it->id);
         pthread_mutex_unlock(&s->lock);
         free(it);
     }
@@ -238,7 +238,7 @@ static void *worker_main(void *arg)
         pthread_mutex_unlock(&s->lock);
         run_one(s, it->id);
         pthread_mutex_lock(&s->lock);
-        list_take_item(&s->active, it, NULL);
+        list_take_item(&s->active, it, it->id);
         pthread_mutex_unlock(&s->lock);
         free(it);
     }

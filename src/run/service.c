@@ -64,6 +64,11 @@ int eph_service_submit(struct eph_service *svc, const char *run_id)
     return svc->sched ? eph_scheduler_submit(svc->sched, run_id) : -ESHUTDOWN;
 }
 
+int eph_service_settle(struct eph_service *svc, const char *run_id)
+{
+    return svc->sched ? eph_scheduler_settle(svc->sched, run_id) : -ESHUTDOWN;
+}
+
 void eph_service_kick(struct eph_service *svc)
 {
     if (svc->sched)

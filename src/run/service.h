@@ -61,6 +61,9 @@ int eph_service_start_workers(struct eph_service *svc) __attribute__((warn_unuse
 void eph_service_stop_workers(struct eph_service *svc, unsigned grace_seconds);
 /* Queues a run that is registered live and stored as queued. */
 int eph_service_submit(struct eph_service *svc, const char *run_id);
+/* Hands a registered, stored run to the settler thread, for a run that ends at once (cancelled
+ * or refused before it started). 0, or -ESHUTDOWN when no settler runs, -ENOMEM. */
+int eph_service_settle(struct eph_service *svc, const char *run_id);
 /* Wakes one idle worker to look for a run to claim (shared stores). */
 void eph_service_kick(struct eph_service *svc);
 /* The lease keeper (lease.c): every lease_renew_seconds it renews the lease of each run this
@@ -95,8 +98,11 @@ int eph_worker_settle_lost(struct eph_service *svc, const char *run_id,
 /* One run, start to settlement (worker.c), on a worker or the settler thread, never on an HTTP
  * thread (an HTTP handler hands a run it withdrew to the settler: eph_scheduler_settle). */
 void eph_worker_run(struct eph_service *svc, const char *run_id);
-/* Settles a stored, live, never started run as failed with code and message: nothing charged,
- * its whole reservation released, its live entry closed. For a run that could not be queued. */
+/* A stored, live, never started run that could not be queued: marks it refused (code and
+ * message, constant strings) and hands it to the settler, which settles it failed, nothing
+ * charged, its whole reservation released, its live entry closed. Safe on an HTTP thread: it
+ * never works on the run there. Only when no settler can take it (stopping, out of memory) does it
+ * settle here, in one attempt without retries. 0 when handed on or settled, else -errno. */
 int eph_worker_refuse(struct eph_service *svc, const char *run_id, const char *code,
                       const char *message);
 

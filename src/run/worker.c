@@ -65,7 +65,7 @@ static const char *run_event_type(enum eph_run_status st)
  * be told it ended. The entry is handed back instead (eph_live_abandon): its timeline goes back to
  * what is stored, and the lease keeper, or the next start, settles the run as lost. */
 static int settle(struct eph_service *svc, struct eph_live *live, struct eph_run *r,
-                  uint64_t last_seq_if_not_live, int64_t lease_expired_before_ms)
+                  uint64_t last_seq_if_not_live, int64_t lease_expired_before_ms, bool may_retry)
 {
     struct eph_cost *c = &r->cost;
     r->finished_at_ms = eph_clock_real_ms();
@@ -159,7 +159,7 @@ static int settle(struct eph_service *svc, struct eph_live *live, struct eph_run
      * run stays unsettled in the store and the next start settles it (worker_lost). */
     for (unsigned tries = 0;
          (rc == -ENOSPC || rc == -EROFS || rc == -EBUSY || rc == -EIO || rc == -ENOTCONN) &&
-         tries < SETTLE_RETRIES && !atomic_load(&svc->shutting_down);
+         may_retry && tries < SETTLE_RETRIES && !atomic_load(&svc->shutting_down);
          tries++) {
         if (tries == 0)
             EPH_ERROR("worker", "run %s: cannot settle yet: %s; retrying", r->id, eph_strerror(rc));
@@ -241,17 +241,29 @@ static void fail_cancelled(struct eph_service *svc, struct eph_run *r, const cha
 int eph_worker_refuse(struct eph_service *svc, const char *run_id, const char *code,
                       const char *message)
 {
-    struct eph_run r;
-    int rc = svc->store->ops->run_get(svc->store, run_id, NULL, &r);
-    if (rc)
-        return rc;
     struct eph_live *live = eph_live_get(svc->live, run_id);
-    fail_run(&r, EPH_RUN_FAILED, code, message);
-    /* Never started: nothing measured, everything released. */
-    r.cost.model_micros = r.cost.web_micros = r.cost.compute_micros = 0;
-    split_stored(&r.cost);
-    rc = settle(svc, live, &r, 1, 0);
-    eph_run_release(&r);
+    if (!live)
+        return -ENOENT;
+    eph_live_refuse(live, code, message);
+    /* The settler settles it like any run: step_prompt stops it before a sandbox. */
+    int rc = eph_service_settle(svc, run_id);
+    if (rc) {
+        /* No thread can take it (the server is stopping, or memory ran out): one attempt here,
+         * no retries, so the caller, maybe an HTTP thread, never waits on a store that refuses.
+         * Should that attempt fail too, the run stays reserved until the next start. */
+        EPH_WARN("worker", "run %s: cannot hand the refused run on: %s; settling it here", run_id,
+                 eph_strerror(rc));
+        struct eph_run r;
+        rc = svc->store->ops->run_get(svc->store, run_id, NULL, &r);
+        if (!rc) {
+            fail_run(&r, EPH_RUN_FAILED, code, message);
+            /* Never started: nothing measured, everything released. */
+            r.cost.model_micros = r.cost.web_micros = r.cost.compute_micros = 0;
+            split_stored(&r.cost);
+            rc = settle(svc, live, &r, 1, 0, false);
+            eph_run_release(&r);
+        }
+    }
     eph_live_put(live);
     return rc;
 }
@@ -413,8 +425,6 @@ static int step_load(struct job *j, const char *run_id)
     if (rc) /* one node: nobody else could take it; work on it, the renewals will lease it */
         EPH_WARN("worker", "run %s: cannot record its lease: %s", run_id, eph_strerror(rc));
     eph_live_set_worked_here(j->live);
-    j->mcfg = eph_config_model(svc->cfg, j->r.model);
-    j->model = eph_service_model(svc, j->r.model);
     eph_budget_init(&j->budget, j->r.cost.reserved_micros,
                     svc->cfg->prices.compute_micros_per_second);
     j->sink = (struct eph_sink){.ctx = j, .event = sink_event, .progress = sink_progress};
@@ -427,6 +437,12 @@ static int step_load(struct job *j, const char *run_id)
 static int step_prompt(struct job *j)
 {
     struct eph_run *r = &j->r;
+    const char *code, *message;
+    if (eph_live_refusal(j->live, &code, &message)) {
+        /* Stored but refused (it could not be queued): settled failed, everything released. */
+        fail_run(r, EPH_RUN_FAILED, code, message);
+        return -ECANCELED;
+    }
     if (r->zdr) {
         json_t *files = NULL;
         r->prompt = eph_live_take_prompt(j->live, &files);
@@ -442,6 +458,8 @@ static int step_prompt(struct job *j)
         fail_cancelled(j->svc, r, "before the run started");
         return -ECANCELED;
     }
+    j->mcfg = eph_config_model(j->svc->cfg, r->model);
+    j->model = eph_service_model(j->svc, r->model);
     if (r->replay_of) {
         /* A replay answers from the original's record, not from its model. */
         char why[256];
@@ -641,7 +659,7 @@ static void step_settle(struct job *j)
     struct eph_cost *c = &j->r.cost;
     eph_budget_settle(&j->budget, eph_clock_mono_ns(), &c->model_micros, &c->web_micros,
                       &c->compute_micros, &c->charged_micros, &c->released_micros);
-    settle(j->svc, j->live, &j->r, 0, 0);
+    settle(j->svc, j->live, &j->r, 0, 0, true);
 }
 
 void eph_worker_run(struct eph_service *svc, const char *run_id)
@@ -683,7 +701,7 @@ int eph_worker_settle_lost(struct eph_service *svc, const char *run_id,
     fail_run(&r, EPH_RUN_FAILED, "worker_lost",
              "the server running this run stopped; it was settled for what was measured");
     split_stored(&r.cost);
-    rc = settle(svc, NULL, &r, last, lease_expired_before_ms);
+    rc = settle(svc, NULL, &r, last, lease_expired_before_ms, true);
     /* A run whose worker here could not settle it (eph_live_abandon) is still live: waiting
      * clients learn now that it ended. */
     struct eph_live *live = rc ? NULL : eph_live_get(svc->live, r.id);

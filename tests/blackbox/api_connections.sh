@@ -10,6 +10,7 @@ test_deadline 90
 start_api_server
 SECRET=cred-canary-$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')
 SECRET2=cli-canary-$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')
+SECRET3=cli-query-canary-$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')
 [ ! -e "$TEST_TMP/secret.key" ] || fail "the key file exists before first use"
 
 conn=$(jq -cn --arg s "$SECRET" '{name: "github", base_url: "https://api.github.com",
@@ -96,19 +97,31 @@ assert_error "$(as "$other" api DELETE /v1/connections/github)" 404 not_found_er
 # The CLI adds one to the same store while the server runs.
 cli_out=$("$EPHD" admin connection add --db "$DB" --config "$TEST_TMP/config.json" --org default \
     --name ci --base-url https://ci.example --methods GET,POST --path-prefix /api --path-prefix /v2 \
-    --header "Authorization: Token $SECRET2" --header 'Accept: application/json' 2>"$TEST_TMP/cli.err")
+    --header "Authorization: Token $SECRET2" --header 'Accept: application/json' \
+    --query "api_key=$SECRET3" --query=region=eu 2>"$TEST_TMP/cli.err")
 rc=$?
 assert_eq "$rc" 0 "admin connection add ($(cat "$TEST_TMP/cli.err"))"
 [[ $cli_out =~ ^conn_[0-9a-f]{24}$ ]] || fail "admin connection add prints the id: $cli_out"
 assert_not_contains "$(cat "$TEST_TMP/cli.err")" "$SECRET2" "the CLI shows the credential"
+assert_not_contains "$(cat "$TEST_TMP/cli.err")" "$SECRET3" "the CLI shows the query credential"
 out=$(api GET /v1/connections/ci)
-assert_eq "$(body_of "$out" | jq -c '[.methods, .path_prefixes, (.header_names | sort)]')" \
-    '[["GET","POST"],["/api","/v2"],["Accept","Authorization"]]' "CLI connection"
+assert_eq "$(body_of "$out" | jq -c '[.methods, .path_prefixes, (.header_names | sort), (.query_names | sort)]')" \
+    '[["GET","POST"],["/api","/v2"],["Accept","Authorization"],["api_key","region"]]' "CLI connection"
+assert_not_contains "$out" "$SECRET3" "the API shows the query credential"
 "$EPHD" admin connection add --db "$DB" --config "$TEST_TMP/config.json" --org default --name ci \
     --base-url https://ci.example --methods GET 2>/dev/null && fail "duplicate via the CLI"
 "$EPHD" admin connection add --db "$DB" --config "$TEST_TMP/config.json" --org default --name bad \
     --base-url ftp://x --methods GET 2>/dev/null
 assert_eq "$?" 2 "CLI validation exit status"
+for q in novalue =nameless; do
+    "$EPHD" admin connection add --db "$DB" --config "$TEST_TMP/config.json" --org default \
+        --name badq --base-url https://x.example --methods GET --query "$q" 2>"$TEST_TMP/q.err"
+    assert_eq "$?" 2 "--query '$q' refused"
+    assert_contains "$(cat "$TEST_TMP/q.err")" "--query 'name=value'" "--query '$q' says why"
+done
+"$EPHD" admin connection add --db "$DB" --config "$TEST_TMP/config.json" --org default \
+    --name badq --base-url https://x.example --methods GET --query 2>/dev/null
+assert_eq "$?" 2 "--query without a value"
 "$EPHD" admin connection add --db "$DB" --org nosuch --name x --base-url https://x.example \
     --methods GET --config "$TEST_TMP/config.json" 2>/dev/null && fail "unknown org"
 
@@ -118,11 +131,13 @@ for f in "$DB" "$DB-wal"; do
     [ -e "$f" ] || continue
     grep -aq "$SECRET" "$f" && fail "credential in the clear in $f"
     grep -aq "$SECRET2" "$f" && fail "CLI credential in the clear in $f"
+    grep -aq "$SECRET3" "$f" && fail "CLI query credential in the clear in $f"
 done
 sealed=$(sqlite3 -cmd '.timeout 5000' "$DB" "SELECT length(sealed_headers) FROM connections WHERE name = 'github'")
 [ "$sealed" -gt 40 ] || fail "sealed blob: $sealed bytes"
 # And no log line has it.
 grep -q "$SECRET" "$SERVER_LOG" && fail "credential in the server log"
+grep -q "$SECRET3" "$SERVER_LOG" && fail "query credential in the server log"
 
 # A key file others may read is refused, with a clear error.
 chmod 644 "$TEST_TMP/secret.key"

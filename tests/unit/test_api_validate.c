@@ -1,7 +1,9 @@
 /* The API's input rules without a socket (src/api/validate.c, the connection rules of
  * connections.c, the file path rule of common/text.c, the credit bound of common/money.c), and the
- * admission of a run that cannot be queued: a 503 with nothing reserved, not a 201. */
+ * admission of a run that cannot be queued: a 503 with nothing reserved, not a 201, the run
+ * settled by the settler thread and never on the thread that admitted it. */
 #include <errno.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -20,6 +22,7 @@
 #include "common/money.h"
 #include "common/text.h"
 #include "run/live.h"
+#include "run/scheduler.h"
 #include "store/store.h"
 
 static struct eph_config cfg;
@@ -456,14 +459,70 @@ static void test_money_rules(void **state)
     assert_null(why);
 }
 
-/* ---- admission: a run the queue refuses ---- */
+/* ---- admission: a run the queue refuses ----
+ *
+ * The fixture runs a real scheduler whose settler works on runs with eph_worker_run, behind a
+ * gate: a test sees which thread took the run, and what the store says before it is settled. */
 
 struct admit_fixture {
     char dir[64];
     struct eph_store *st;
     struct eph_service svc;
     char org[48];
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    bool gate_open;
+    unsigned arrived;
+    char worked_on[64];
+    pthread_t work_thread;
 };
+
+static void gated_work(void *ctx, const char *run_id)
+{
+    struct admit_fixture *f = ctx;
+    pthread_mutex_lock(&f->lock);
+    snprintf(f->worked_on, sizeof(f->worked_on), "%s", run_id);
+    f->work_thread = pthread_self();
+    f->arrived++;
+    pthread_cond_broadcast(&f->cond);
+    while (!f->gate_open)
+        pthread_cond_wait(&f->cond, &f->lock);
+    pthread_mutex_unlock(&f->lock);
+    eph_worker_run(&f->svc, run_id);
+}
+
+static void open_gate(struct admit_fixture *f)
+{
+    pthread_mutex_lock(&f->lock);
+    f->gate_open = true;
+    pthread_cond_broadcast(&f->cond);
+    pthread_mutex_unlock(&f->lock);
+}
+
+/* Waits (30 s at most: a failure, not a hang) until the scheduler has handed over n runs. */
+static void wait_arrived(struct admit_fixture *f, unsigned n)
+{
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 30;
+    pthread_mutex_lock(&f->lock);
+    int rc = 0;
+    while (f->arrived < n && rc == 0)
+        rc = pthread_cond_timedwait(&f->cond, &f->lock, &until);
+    unsigned got = f->arrived;
+    pthread_mutex_unlock(&f->lock);
+    assert_int_equal(got, n);
+}
+
+/* Waits (30 s at most) until the run's live entry is closed: it was settled. */
+static void wait_settled(struct admit_fixture *f, const char *id)
+{
+    struct eph_live *l = eph_live_get(f->svc.live, id);
+    if (!l)
+        return; /* closed already */
+    assert_true(eph_live_wait_closed(l, eph_clock_mono_ns() + 30 * 1000000000ull));
+    eph_live_put(l);
+}
 
 static int admit_setup(void **state)
 {
@@ -478,7 +537,14 @@ static int admit_setup(void **state)
         f->st->ops->org_ensure(f->st, "acme", 100000, f->org, sizeof(f->org), &created), 0);
     f->svc.cfg = &cfg;
     f->svc.store = f->st;
+    snprintf(f->svc.node_id, sizeof(f->svc.node_id), "test-node");
+    f->svc.models = calloc(cfg.nmodels ? cfg.nmodels : 1, sizeof(*f->svc.models));
+    assert_non_null(f->svc.models);
     assert_int_equal(eph_live_registry_new(&f->svc.live), 0);
+    pthread_mutex_init(&f->lock, NULL);
+    pthread_cond_init(&f->cond, NULL);
+    struct eph_scheduler_ops ops = {.ctx = f, .work = gated_work};
+    assert_int_equal(eph_scheduler_start(&ops, 1, 0, &f->svc.sched), 0);
     *state = f;
     return 0;
 }
@@ -486,8 +552,13 @@ static int admit_setup(void **state)
 static int admit_teardown(void **state)
 {
     struct admit_fixture *f = *state;
+    open_gate(f);
+    eph_scheduler_free(f->svc.sched);
     eph_live_registry_free(f->svc.live);
+    free(f->svc.models);
     f->st->ops->close(f->st);
+    pthread_cond_destroy(&f->cond);
+    pthread_mutex_destroy(&f->lock);
     char cmd[128];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", f->dir);
     assert_int_equal(system(cmd), 0);
@@ -521,12 +592,38 @@ static void make_run(struct admit_fixture *f, const char *id, bool zdr, struct e
     r->timeout_seconds = 60;
     r->created_at_ms = eph_clock_real_ms();
     r->cost.reserved_micros = 30000;
+    if (zdr) {
+        snprintf(r->node_id, sizeof(r->node_id), "%s", f->svc.node_id);
+        r->lease_expires_at_ms = r->created_at_ms + 60000;
+    }
     memset(first, 0, sizeof(*first));
     first->seq = 1;
     first->at_ms = r->created_at_ms;
     snprintf(first->source, sizeof(first->source), "queue");
     snprintf(first->type, sizeof(first->type), "run.queued");
     first->message = strdup("budget reserved");
+}
+
+static void assert_reserved(struct admit_fixture *f, int64_t micros)
+{
+    struct eph_balance b;
+    assert_int_equal(f->st->ops->balance(f->st, f->org, &b), 0);
+    assert_int_equal(b.reserved_micros, micros);
+    assert_int_equal(b.available_micros, 100000 - micros);
+}
+
+/* The run is settled, failed, with its whole budget released, and no longer live. */
+static void assert_refused_and_released(struct admit_fixture *f, const char *id)
+{
+    assert_reserved(f, 0);
+    struct eph_run got;
+    assert_int_equal(f->st->ops->run_get(f->st, id, f->org, &got), 0);
+    assert_int_equal(got.status, EPH_RUN_FAILED);
+    assert_string_equal(got.error_code, "queue_unavailable");
+    assert_int_equal(got.cost.charged_micros, 0);
+    assert_int_equal(got.cost.released_micros, 30000);
+    eph_run_release(&got);
+    assert_null(eph_live_get(f->svc.live, id));
 }
 
 static void admit_refused_releases(void **state, bool zdr, const char *id)
@@ -540,20 +637,19 @@ static void admit_refused_releases(void **state, bool zdr, const char *id)
         eph_api_run_admit(&f->svc, &r, &first, "the prompt", NULL, submit_fails, &queue_failed);
     assert_int_equal(rc, -ENOMEM);
     assert_true(queue_failed);
-    /* Nothing reserved, nothing charged. */
-    struct eph_balance b;
-    assert_int_equal(f->st->ops->balance(f->st, f->org, &b), 0);
-    assert_int_equal(b.reserved_micros, 0);
-    assert_int_equal(b.available_micros, 100000);
-    /* The run is settled, failed, with its whole budget released, and no longer live. */
+    /* The settler has it, not this (HTTP) thread: until it works on it, the run is stored as
+     * queued with its reservation, and live. */
+    wait_arrived(f, 1);
+    assert_string_equal(f->worked_on, id);
+    assert_false(pthread_equal(f->work_thread, pthread_self()));
     struct eph_run got;
     assert_int_equal(f->st->ops->run_get(f->st, id, f->org, &got), 0);
-    assert_int_equal(got.status, EPH_RUN_FAILED);
-    assert_string_equal(got.error_code, "queue_unavailable");
-    assert_int_equal(got.cost.charged_micros, 0);
-    assert_int_equal(got.cost.released_micros, 30000);
+    assert_int_equal(got.status, EPH_RUN_QUEUED);
     eph_run_release(&got);
-    assert_null(eph_live_get(f->svc.live, id));
+    assert_reserved(f, 30000);
+    open_gate(f);
+    wait_settled(f, id);
+    assert_refused_and_released(f, id);
     eph_run_release(&r);
     eph_event_release(&first);
 }
@@ -566,6 +662,28 @@ static void test_admit_queue_failure(void **state)
 static void test_admit_queue_failure_zdr(void **state)
 {
     admit_refused_releases(state, true, "run_00000000000000000000000000000002");
+}
+
+/* No settler can take it (the server is stopping): settled where it was refused, in one attempt,
+ * so that no reservation outlives the 503. */
+static void test_admit_queue_failure_without_settler(void **state)
+{
+    struct admit_fixture *f = *state;
+    open_gate(f);
+    eph_scheduler_stop(f->svc.sched, 0);
+    struct eph_run r;
+    struct eph_event first;
+    const char *id = "run_00000000000000000000000000000005";
+    make_run(f, id, false, &r, &first);
+    bool queue_failed = false;
+    assert_int_equal(
+        eph_api_run_admit(&f->svc, &r, &first, "the prompt", NULL, submit_fails, &queue_failed),
+        -ENOMEM);
+    assert_true(queue_failed);
+    assert_int_equal(f->arrived, 0);
+    assert_refused_and_released(f, id);
+    eph_run_release(&r);
+    eph_event_release(&first);
 }
 
 static void test_admit_store_refusal_leaves_nothing_live(void **state)
@@ -602,11 +720,11 @@ static void test_admit_ok(void **state)
     struct eph_live *l = eph_live_get(f->svc.live, r.id);
     assert_non_null(l);
     eph_live_put(l);
-    struct eph_balance b;
-    assert_int_equal(f->st->ops->balance(f->st, f->org, &b), 0);
-    assert_int_equal(b.reserved_micros, 30000);
+    assert_reserved(f, 30000);
     /* Settle it so the live registry is left empty. */
+    open_gate(f);
     assert_int_equal(eph_worker_refuse(&f->svc, r.id, "test", "done"), 0);
+    wait_settled(f, r.id);
     eph_run_release(&r);
     eph_event_release(&first);
 }
@@ -628,6 +746,8 @@ int main(void)
         cmocka_unit_test(test_money_rules),
         cmocka_unit_test_setup_teardown(test_admit_queue_failure, admit_setup, admit_teardown),
         cmocka_unit_test_setup_teardown(test_admit_queue_failure_zdr, admit_setup, admit_teardown),
+        cmocka_unit_test_setup_teardown(test_admit_queue_failure_without_settler, admit_setup,
+                                        admit_teardown),
         cmocka_unit_test_setup_teardown(test_admit_store_refusal_leaves_nothing_live, admit_setup,
                                         admit_teardown),
         cmocka_unit_test_setup_teardown(test_admit_ok, admit_setup, admit_teardown),

@@ -181,9 +181,12 @@ static void test_claimed_run_is_not_queued_twice(void **state)
 {
     struct stub *s = stub_new();
     s->claim_races_submit = true;
+    /* Idle workers look at start-up, before s->sch is set: nothing to claim until it is. */
+    atomic_store(&s->claim_closed, true);
     struct eph_scheduler_ops ops = {
         .ctx = s, .work = work, .cancel_all = cancel_all, .take_next = take_next};
     assert_int_equal(eph_scheduler_start(&ops, 1, 60, &s->sch), 0);
+    atomic_store(&s->claim_closed, false);
     eph_scheduler_kick(s->sch);
     assert_true(wait_for(s, inside_is, 1));
     /* The queue entry the race left is gone, and the run is not queued again while it runs. */
