@@ -1594,7 +1594,8 @@ def main():
             f"{m['bwrap'] or 'bwrap not installed'}; "
             f"{('runsc ' + m['runsc'].split()[-1]) if m['runsc'] else 'runsc not installed'} "
             f"(ptrace platform, the package's default)")
-    rep.add(f"- Image: `{image}`, read-only root for all three")
+    shown = os.path.relpath(image, ROOT) if image.startswith(ROOT + os.sep) else image
+    rep.add(f"- Image: `{shown}`, read-only root for all three")
     rep.add()
     results = {}
 
