@@ -27,6 +27,7 @@
 #include "broker/policy.h"
 #include "broker/redact.h"
 #include "common/buf.h"
+#include "common/cleanup.h"
 #include "common/clock.h"
 #include "common/log.h"
 
@@ -301,16 +302,13 @@ static void reap_done(struct eph_broker *b)
 int eph_broker_on_stream(void *arg, uint32_t stream, int fd)
 {
     struct eph_broker *b = arg;
-    if (atomic_load(&b->closing)) {
-        close(fd);
+    EPH_AUTOCLOSE int owned = fd; /* the stream's thread takes it; closed here if none does */
+    if (atomic_load(&b->closing))
         return -ECANCELED;
-    }
     reap_done(b);
-    struct bstream *s = calloc(1, sizeof(*s));
-    if (!s) {
-        close(fd);
+    EPH_AUTOFREE struct bstream *s = calloc(1, sizeof(*s));
+    if (!s)
         return -ENOMEM;
-    }
     s->b = b;
     s->id = stream;
     s->fd = fd;
@@ -330,10 +328,11 @@ int eph_broker_on_stream(void *arg, uint32_t stream, int fd)
     if (rc) {
         b->streams = s->next;
         pthread_mutex_unlock(&b->lock);
-        close(fd);
-        free(s);
         return -rc;
     }
+    /* The thread owns both now (and may already have freed the stream). */
+    eph_steal_ptr(&s);
+    eph_steal_fd(&owned);
     pthread_mutex_unlock(&b->lock);
     return 0;
 }
@@ -1107,7 +1106,7 @@ static void serve_connection(struct req_ctx *rc, const struct eph_http_request *
 {
     struct eph_broker *b = rc->s->b;
     static struct eph_conn_target zero;
-    struct eph_conn_target *t = malloc(sizeof(*t));
+    EPH_AUTOFREE struct eph_conn_target *t = malloc(sizeof(*t));
     if (!t)
         return;
     *t = zero;
@@ -1116,7 +1115,6 @@ static void serve_connection(struct req_ctx *rc, const struct eph_http_request *
         rc->ev.connection = "?";
         answer_error(rc, 403, "permission_error", "path_not_allowed",
                      "the path does not normalise to an allowed form");
-        free(t);
         return;
     }
     const struct conn_copy *c = find_conn(b, t->name);
@@ -1126,7 +1124,6 @@ static void serve_connection(struct req_ctx *rc, const struct eph_http_request *
         snprintf(rc->host, sizeof(rc->host), "%s", t->name);
         answer_error(rc, 403, "permission_error", "unknown_connection",
                      "this run has no connection of that name");
-        free(t);
         return;
     }
     rc->ev.connection = c->name;
@@ -1136,7 +1133,6 @@ static void serve_connection(struct req_ctx *rc, const struct eph_http_request *
     if (eph_http_parse_url(c->base_url, strlen(c->base_url), &base)) {
         answer_error(rc, 502, "api_error", "bad_connection",
                      "the connection's base URL is invalid");
-        free(t);
         return;
     }
     snprintf(rc->host, sizeof(rc->host), "%s", base.auth.host.name);
@@ -1149,7 +1145,6 @@ static void serve_connection(struct req_ctx *rc, const struct eph_http_request *
                      d == EPH_POLICY_METHOD_NOT_ALLOWED
                          ? "this connection does not allow that method"
                          : "this connection does not allow that path");
-        free(t);
         return;
     }
     struct eph_addr a;
@@ -1160,14 +1155,12 @@ static void serve_connection(struct req_ctx *rc, const struct eph_http_request *
                      r == -EACCES ? "address_not_allowed" : "dns_failed",
                      r == -EACCES ? "the connection's address is not public"
                                   : "the connection's host does not resolve");
-        free(t);
         return;
     }
     struct eph_buf body;
     memset(&body, 0, sizeof(body));
     if (read_body(rc, req, after_head, nafter, &body)) {
         eph_buf_release(&body);
-        free(t);
         return;
     }
 
@@ -1308,7 +1301,6 @@ static void serve_connection(struct req_ctx *rc, const struct eph_http_request *
     eph_buf_release(&body);
     if (h)
         curl_easy_cleanup(h);
-    free(t);
 }
 
 /* ---- the record and the replay ------------------------------------------------------------ */

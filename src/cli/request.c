@@ -12,6 +12,7 @@
 
 #include "cli/http.h"
 #include "common/buf.h"
+#include "common/cleanup.h"
 #include "common/id.h"
 #include "common/money.h"
 #include "common/text.h"
@@ -274,29 +275,20 @@ static int read_stream(FILE *f, struct eph_buf *b)
 /* Opens a regular file for reading: a FIFO or a device would read forever or mean a mistake. */
 static int open_regular(const char *path, FILE **out, off_t *size)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+    EPH_AUTOCLOSE int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
     if (fd < 0)
         return -errno;
     struct stat st;
-    if (fstat(fd, &st) < 0) {
-        int rc = -errno;
-        close(fd);
-        return rc;
-    }
-    if (S_ISDIR(st.st_mode)) {
-        close(fd);
+    if (fstat(fd, &st) < 0)
+        return -errno;
+    if (S_ISDIR(st.st_mode))
         return -EISDIR;
-    }
-    if (!S_ISREG(st.st_mode)) {
-        close(fd);
+    if (!S_ISREG(st.st_mode))
         return -EINVAL;
-    }
     FILE *f = fdopen(fd, "rb");
-    if (!f) {
-        int rc = -errno;
-        close(fd);
-        return rc;
-    }
+    if (!f)
+        return -errno;
+    eph_steal_fd(&fd); /* the stream owns it now */
     *out = f;
     *size = st.st_size;
     return 0;

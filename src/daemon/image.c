@@ -232,20 +232,19 @@ static int lock_cache(const char *base)
         fprintf(stderr, "ephemerald: the image cache path '%s' is too long\n", base);
         return -1;
     }
-    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    EPH_AUTOCLOSE int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
     if (fd < 0) {
         fprintf(stderr, "ephemerald: cannot open '%s': %s\n", path, strerror(errno));
         return -1;
     }
     if (flock(fd, LOCK_EX | LOCK_NB) == 0)
-        return fd;
+        return eph_steal_fd(&fd);
     if (errno == EWOULDBLOCK) {
         fprintf(stderr, "image: another build of this image is under way; waiting for it\n");
         if (EPH_RETRY_EINTR(flock(fd, LOCK_EX)) == 0)
-            return fd;
+            return eph_steal_fd(&fd);
     }
     fprintf(stderr, "ephemerald: cannot lock '%s': %s\n", path, strerror(errno));
-    close(fd);
     return -1;
 }
 
@@ -348,8 +347,8 @@ static int image_build(const char *dir, bool quiet)
     }
     /* Two builds of one recipe at once (two clones, two `make image`) would remove each other's
      * half-built root: the second waits for the first, then finds the image complete. The lock
-     * is held until the microvm disk is built too, and released when the process ends. */
-    int lock = lock_cache(base);
+     * is held until the microvm disk is built too, and released on return. */
+    EPH_AUTOCLOSE int lock = lock_cache(base);
     if (lock < 0)
         return 1;
     struct stat sb;
@@ -386,7 +385,6 @@ static int image_build(const char *dir, bool quiet)
         argv[a] = NULL;
         if ((rc = run_command(argv))) {
             fprintf(stderr, "ephemerald: mmdebstrap failed; the image was not built\n");
-            close(lock);
             return 1;
         }
         for (size_t i = 0; i < sizeof(recipe_post) / sizeof(recipe_post[0]); i++) {
@@ -399,7 +397,6 @@ static int image_build(const char *dir, bool quiet)
         }
         if (rename(tmp, rootfs)) {
             fprintf(stderr, "ephemerald: cannot move the image into place: %s\n", strerror(errno));
-            close(lock);
             return 1;
         }
         int fd = open(marker, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -412,7 +409,6 @@ static int image_build(const char *dir, bool quiet)
     free_sources(sources, nsources);
     if ((rc = point_link(dir, rootfs))) {
         fprintf(stderr, "ephemerald: cannot point '%s' at the image: %s\n", dir, strerror(-rc));
-        close(lock);
         return 1;
     }
     /* The microvm backend's root disk and kernel, next to the image (src/daemon/image_vm.c).
@@ -420,7 +416,6 @@ static int image_build(const char *dir, bool quiet)
     if (eph_image_vm_build(cache_root(), base, quiet) != 0)
         fprintf(stderr, "image: the microvm backend's disk and kernel were not built (see above); "
                         "the other backends are unaffected\n");
-    close(lock);
     return cache_make_private();
 }
 

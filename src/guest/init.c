@@ -34,6 +34,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/cleanup.h"
 #include "guest/protocol.h"
 #include "guest/tunnel.h"
 #include "guest/vm.h"
@@ -460,7 +461,7 @@ static int open_beneath(const char *path, int flags, mode_t mode, bool mkparents
         return -ENAMETOOLONG;
     memcpy(buf, path, n + 1);
     char *p = buf;
-    int dfd = open(*p == '/' ? "/" : scratch_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    EPH_AUTOCLOSE int dfd = open(*p == '/' ? "/" : scratch_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dfd < 0)
         return -errno;
     if (*p == '/')
@@ -469,21 +470,25 @@ static int open_beneath(const char *path, int flags, mode_t mode, bool mkparents
         char *slash = strchr(p, '/');
         if (!slash) {
             int fd = openat(dfd, p, flags | O_NOFOLLOW | O_CLOEXEC, mode);
-            int e = errno;
-            close(dfd);
-            return fd < 0 ? -e : fd;
+            return fd < 0 ? -errno : fd;
         }
         *slash = '\0';
-        if (mkparents && mkdirat(dfd, p, 0755) != 0 && errno != EEXIST) {
-            int e = errno;
-            close(dfd);
-            return -e;
-        }
+        if (mkparents && mkdirat(dfd, p, 0755) != 0 && errno != EEXIST)
+            return -errno;
         int nfd = openat(dfd, p, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        int e = errno;
-        close(dfd);
         if (nfd < 0)
-            return -e;
+            return -errno;
+        /* O_NOFOLLOW with O_DIRECTORY refuses a link to a directory on Linux, but gVisor follows
+         * it: check that the name is a directory itself, the very one opened (a link swapped in
+         * after the open shows as a link, or as another inode). */
+        struct stat opened, named;
+        if (fstat(nfd, &opened) != 0 || fstatat(dfd, p, &named, AT_SYMLINK_NOFOLLOW) != 0 ||
+            !S_ISDIR(named.st_mode) || opened.st_dev != named.st_dev ||
+            opened.st_ino != named.st_ino) {
+            close(nfd);
+            return -ENOTDIR;
+        }
+        close(dfd);
         dfd = nfd;
         p = slash + 1;
     }
@@ -532,38 +537,31 @@ static void do_read_file(uint32_t id, const uint8_t *payload, size_t len)
         reply_error(id, -EPROTO, "malformed read_file request");
         return;
     }
-    int fd = open_beneath(rf.path, O_RDONLY | O_NONBLOCK, 0, false);
+    EPH_AUTOCLOSE int fd = open_beneath(rf.path, O_RDONLY | O_NONBLOCK, 0, false);
     if (fd < 0) {
         reply_error(id, fd, "cannot open the file");
         return;
     }
     struct stat st;
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        close(fd);
         reply_error(id, -EINVAL, "not a regular file");
         return;
     }
     if ((uint64_t)st.st_size > rf.cap) {
-        close(fd);
         reply_error(id, -EMSGSIZE, "the file is larger than the cap");
         return;
     }
     uint64_t total = 0;
     for (;;) {
-        ssize_t n = read(fd, tx + EPH_PROTO_HEADER_SIZE, EPH_PROTO_CHUNK);
-        if (n < 0 && errno == EINTR)
-            continue;
+        ssize_t n = EPH_RETRY_EINTR(read(fd, tx + EPH_PROTO_HEADER_SIZE, EPH_PROTO_CHUNK));
         if (n < 0) {
-            int e = errno;
-            close(fd);
-            reply_error(id, -e, "cannot read the file");
+            reply_error(id, -errno, "cannot read the file");
             return;
         }
         if (n == 0)
             break;
         /* The file may grow while it is read: the cap holds for what is sent, not what stat saw. */
         if (total + (uint64_t)n > rf.cap) {
-            close(fd);
             reply_error(id, -EMSGSIZE, "the file is larger than the cap");
             return;
         }
@@ -571,7 +569,6 @@ static void do_read_file(uint32_t id, const uint8_t *payload, size_t len)
         eph_proto_header_encode(tx, EPH_PROTO_FILE_DATA, 0, id, (uint32_t)n);
         send_all(tx, EPH_PROTO_HEADER_SIZE + (size_t)n);
     }
-    close(fd);
     uint8_t sz[8];
     for (int i = 0; i < 8; i++)
         sz[i] = (uint8_t)(total >> (8 * i));

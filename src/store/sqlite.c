@@ -19,6 +19,7 @@
 
 #include <sqlite3.h>
 
+#include "common/cleanup.h"
 #include "common/clock.h"
 #include "common/id.h"
 #include "common/log.h"
@@ -279,6 +280,18 @@ static void sq_close(struct eph_store *base)
     free(s);
 }
 
+/* A store being opened: what of it is open is closed on every return, unless taken with
+ * eph_steal_ptr. */
+static void sq_cleanup_(struct sqlite_store **s)
+{
+    if (*s) {
+        int saved = errno;
+        sq_close(&(*s)->base);
+        errno = saved;
+    }
+}
+#define SQ_AUTOCLOSE __attribute__((cleanup(sq_cleanup_)))
+
 static int sq_open(const char *target, struct eph_store **out, char *err, size_t errlen)
 {
     /* SQLite in WAL mode cannot even read a database it cannot write (the -shm file): say so
@@ -289,7 +302,7 @@ static int sq_open(const char *target, struct eph_store **out, char *err, size_t
                  e == EROFS ? "read-only file system" : strerror(e));
         return e == EROFS ? -EROFS : -EACCES;
     }
-    struct sqlite_store *s = calloc(1, sizeof(*s));
+    SQ_AUTOCLOSE struct sqlite_store *s = calloc(1, sizeof(*s));
     if (!s)
         return -ENOMEM;
     s->base.ops = &eph_store_sqlite_ops;
@@ -297,23 +310,18 @@ static int sq_open(const char *target, struct eph_store **out, char *err, size_t
                        "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;"
                        "PRAGMA secure_delete=ON;",
                        err, errlen);
-    if (rc) {
-        free(s);
+    if (rc)
         return rc;
-    }
     if ((rc = apply_migrations(&s->writer))) {
         snprintf(err, errlen, "cannot prepare database '%s': %s", target,
                  rc == -EROFS ? "read-only" : sqlite3_errmsg(s->writer.db));
-        sq_close(&s->base);
         return rc;
     }
     /* Readers never write (query_only), so a bug cannot bypass the writer's transactions. */
     for (unsigned i = 0; i < NREADERS; i++)
-        if ((rc = conn_open(&s->readers[i], target, "PRAGMA query_only=1;", err, errlen))) {
-            sq_close(&s->base);
+        if ((rc = conn_open(&s->readers[i], target, "PRAGMA query_only=1;", err, errlen)))
             return rc;
-        }
-    *out = &s->base;
+    *out = &eph_steal_ptr(&s)->base;
     return 0;
 }
 

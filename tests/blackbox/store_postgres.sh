@@ -1,11 +1,12 @@
 #!/bin/bash
-# Every store test, unchanged, against a real PostgreSQL 15 started for this test: each test
-# creates a fresh database (tests/store_target.h), applying the versioned migrations. Then two
-# stores opened at once on one empty database migrate it exactly once (the advisory lock).
+# Every store test (and the admission and worker-step tests, which use a store), unchanged,
+# against a real PostgreSQL 15 started for this test: each test creates a fresh database
+# (tests/store_target.h), applying the versioned migrations. Then two stores opened at once on one
+# empty database migrate it exactly once (the advisory lock).
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/pg_common.sh"
 pg_start
-for t in test_store_api test_ledger test_store_money; do
+for t in test_store_api test_ledger test_store_money test_api_validate test_worker_files; do
     [ -x "$BUILD/tests/$t" ] || fail "$t is not built"
     EPH_TEST_PG=$PG_URL "$BUILD/tests/$t" || fail "$t against PostgreSQL"
 done

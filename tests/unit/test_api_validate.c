@@ -24,6 +24,7 @@
 #include "run/live.h"
 #include "run/scheduler.h"
 #include "store/store.h"
+#include "store_fixture.h"
 
 static struct eph_config cfg;
 
@@ -465,10 +466,9 @@ static void test_money_rules(void **state)
  * gate: a test sees which thread took the run, and what the store says before it is settled. */
 
 struct admit_fixture {
-    char dir[64];
-    struct eph_store *st;
+    struct store_fixture db; /* the store, with the org "acme" holding 100000 */
+    struct eph_store *st;    /* db.st */
     struct eph_service svc;
-    char org[48];
     pthread_mutex_t lock;
     pthread_cond_t cond;
     bool gate_open;
@@ -527,14 +527,8 @@ static void wait_settled(struct admit_fixture *f, const char *id)
 static int admit_setup(void **state)
 {
     struct admit_fixture *f = calloc(1, sizeof(*f));
-    snprintf(f->dir, sizeof(f->dir), "/tmp/eph-admit-XXXXXX");
-    assert_non_null(mkdtemp(f->dir));
-    char path[128], err[256];
-    snprintf(path, sizeof(path), "%s/t.db", f->dir);
-    assert_int_equal(eph_store_open(path, &f->st, err, sizeof(err)), 0);
-    bool created;
-    assert_int_equal(
-        f->st->ops->org_ensure(f->st, "acme", 100000, f->org, sizeof(f->org), &created), 0);
+    store_fixture_setup(&f->db, "admit");
+    f->st = f->db.st;
     f->svc.cfg = &cfg;
     f->svc.store = f->st;
     snprintf(f->svc.node_id, sizeof(f->svc.node_id), "test-node");
@@ -556,12 +550,9 @@ static int admit_teardown(void **state)
     eph_scheduler_free(f->svc.sched);
     eph_live_registry_free(f->svc.live);
     free(f->svc.models);
-    f->st->ops->close(f->st);
     pthread_cond_destroy(&f->cond);
     pthread_mutex_destroy(&f->lock);
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", f->dir);
-    assert_int_equal(system(cmd), 0);
+    store_fixture_teardown(&f->db);
     free(f);
     return 0;
 }
@@ -582,7 +573,7 @@ static void make_run(struct admit_fixture *f, const char *id, bool zdr, struct e
 {
     eph_run_init(r);
     snprintf(r->id, sizeof(r->id), "%s", id);
-    snprintf(r->org_id, sizeof(r->org_id), "%s", f->org);
+    snprintf(r->org_id, sizeof(r->org_id), "%s", f->db.org);
     r->status = EPH_RUN_QUEUED;
     r->model = strdup(cfg.default_model);
     r->zdr = zdr;
@@ -607,7 +598,7 @@ static void make_run(struct admit_fixture *f, const char *id, bool zdr, struct e
 static void assert_reserved(struct admit_fixture *f, int64_t micros)
 {
     struct eph_balance b;
-    assert_int_equal(f->st->ops->balance(f->st, f->org, &b), 0);
+    assert_int_equal(f->st->ops->balance(f->st, f->db.org, &b), 0);
     assert_int_equal(b.reserved_micros, micros);
     assert_int_equal(b.available_micros, 100000 - micros);
 }
@@ -617,7 +608,7 @@ static void assert_refused_and_released(struct admit_fixture *f, const char *id)
 {
     assert_reserved(f, 0);
     struct eph_run got;
-    assert_int_equal(f->st->ops->run_get(f->st, id, f->org, &got), 0);
+    assert_int_equal(f->st->ops->run_get(f->st, id, f->db.org, &got), 0);
     assert_int_equal(got.status, EPH_RUN_FAILED);
     assert_string_equal(got.error_code, "queue_unavailable");
     assert_int_equal(got.cost.charged_micros, 0);
@@ -643,7 +634,7 @@ static void admit_refused_releases(void **state, bool zdr, const char *id)
     assert_string_equal(f->worked_on, id);
     assert_false(pthread_equal(f->work_thread, pthread_self()));
     struct eph_run got;
-    assert_int_equal(f->st->ops->run_get(f->st, id, f->org, &got), 0);
+    assert_int_equal(f->st->ops->run_get(f->st, id, f->db.org, &got), 0);
     assert_int_equal(got.status, EPH_RUN_QUEUED);
     eph_run_release(&got);
     assert_reserved(f, 30000);
@@ -701,7 +692,7 @@ static void test_admit_store_refusal_leaves_nothing_live(void **state)
     assert_string_equal(submitted, "");
     assert_null(eph_live_get(f->svc.live, r.id));
     struct eph_run got;
-    assert_int_equal(f->st->ops->run_get(f->st, r.id, f->org, &got), -ENOENT);
+    assert_int_equal(f->st->ops->run_get(f->st, r.id, f->db.org, &got), -ENOENT);
     eph_run_release(&r);
     eph_event_release(&first);
 }

@@ -337,6 +337,33 @@ static void test_faults_connection(void **state)
     assert_non_null(strstr(ans, "malformed chunked body"));
     free(ans);
     assert_int_equal(atomic_load(&up_served), served);
+    /* Refused before anything goes upstream: each answered, nothing kept of them (the
+     * sanitizers' leak check). */
+    static const char *const refused[][2] = {
+        {"GET /nope/x", "unknown_connection"},
+        {"GET /api/a/../../b", "path_not_allowed"},
+        {"DELETE /api/x", "method_not_allowed"},
+    };
+    for (uint32_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+        char req[128];
+        snprintf(req, sizeof(req), "%s HTTP/1.1\r\nHost: x\r\n\r\n", refused[i][0]);
+        ans = exchange(b, 11 + 2 * i, req);
+        if (!strstr(ans, refused[i][1]))
+            fail_msg("%s: no %s in '%s'", refused[i][0], refused[i][1], ans);
+        free(ans);
+    }
+    assert_int_equal(atomic_load(&up_served), served);
+    /* A stream that arrives once the broker is closing is refused, and its descriptor closed:
+     * the program sees the end of the stream. */
+    eph_broker_close(b);
+    int sv[2];
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    assert_int_equal(eph_broker_on_stream(b, 21, sv[1]), -ECANCELED);
+    struct pollfd p = {.fd = sv[0], .events = POLLIN};
+    assert_int_equal(poll(&p, 1, 10000), 1); /* a bound for a broken test, not a time limit */
+    char byte;
+    assert_int_equal(read(sv[0], &byte, 1), 0);
+    close(sv[0]);
     eph_broker_free(b);
     assert_int_equal(count_fds(), fds);
 }

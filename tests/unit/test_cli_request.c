@@ -1,6 +1,7 @@
 /*
  * test_cli_request.c - `ephemeral run` arguments to the request body: every flag, the request
- * file overridden by flags, --file encoding and its path rules, and the usage errors.
+ * file overridden by flags, --file encoding and its path rules, and the usage errors (each leaving
+ * no descriptor open).
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -244,8 +245,19 @@ static void test_double_dash(void **state)
     eph_cli_run_opts_release(&o);
 }
 
+/* The lowest descriptor number free now: the same before and after a call that failed means the
+ * call left no descriptor open. */
+static int lowest_free_fd(void)
+{
+    int fd = dup(0);
+    assert_true(fd >= 0);
+    close(fd);
+    return fd;
+}
+
 static void expect_body_error(int argc, char **argv, int want, const char *needle)
 {
+    int free_fd = lowest_free_fd();
     struct eph_cli_run_opts o;
     assert_int_equal(eph_cli_run_parse(argc, argv, &o, err, sizeof(err)), 0);
     json_t *body = NULL;
@@ -255,6 +267,8 @@ static void expect_body_error(int argc, char **argv, int want, const char *needl
     assert_null(body);
     if (rc != want || !strstr(err, needle))
         fail_msg("expected %d with '%s', got %d '%s'", want, needle, rc, err);
+    if (lowest_free_fd() != free_fd)
+        fail_msg("a descriptor was left open after '%s'", needle);
 }
 
 #define BAD_BODY(want, needle, ...)                                                                \

@@ -18,37 +18,21 @@
 #include "common/clock.h"
 #include "common/id.h"
 #include "store/store.h"
-#include "store_target.h"
-
-struct fixture {
-    char dir[64];
-    char path[128];
-    struct eph_store *st;
-    char org[48];
-};
+#include "store_fixture.h"
 
 static int setup(void **state)
 {
-    struct fixture *f = calloc(1, sizeof(*f));
-    snprintf(f->dir, sizeof(f->dir), "/tmp/eph-ledger-XXXXXX");
-    assert_non_null(mkdtemp(f->dir));
-    snprintf(f->path, sizeof(f->path), "%s/test.db", f->dir);
-    assert_int_equal(test_store_open(f->path, &f->st), 0);
-    bool created;
-    assert_int_equal(
-        f->st->ops->org_ensure(f->st, "acme", 100000, f->org, sizeof(f->org), &created), 0);
-    assert_true(created);
+    struct store_fixture *f = calloc(1, sizeof(*f));
+    assert_non_null(f);
+    store_fixture_setup(f, "ledger");
     *state = f;
     return 0;
 }
 
 static int teardown(void **state)
 {
-    struct fixture *f = *state;
-    f->st->ops->close(f->st);
-    char cmd[160];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", f->dir);
-    assert_int_equal(system(cmd), 0);
+    struct store_fixture *f = *state;
+    store_fixture_teardown(f);
     free(f);
     return 0;
 }
@@ -67,7 +51,8 @@ static void make_run(struct eph_run *r, const char *org, int64_t reserve)
     r->cost.reserved_micros = reserve;
 }
 
-static void check_balance(struct fixture *f, int64_t balance, int64_t reserved, int64_t available)
+static void check_balance(struct store_fixture *f, int64_t balance, int64_t reserved,
+                          int64_t available)
 {
     struct eph_balance b;
     assert_int_equal(f->st->ops->balance(f->st, f->org, &b), 0);
@@ -78,7 +63,7 @@ static void check_balance(struct fixture *f, int64_t balance, int64_t reserved, 
 
 static void test_org_ensure_is_idempotent(void **state)
 {
-    struct fixture *f = *state;
+    struct store_fixture *f = *state;
     char again[48];
     bool created;
     assert_int_equal(f->st->ops->org_ensure(f->st, "acme", 100000, again, sizeof(again), &created),
@@ -90,7 +75,7 @@ static void test_org_ensure_is_idempotent(void **state)
 
 static void test_reserve_then_settle(void **state)
 {
-    struct fixture *f = *state;
+    struct store_fixture *f = *state;
     struct eph_run r;
     make_run(&r, f->org, 40000);
     assert_int_equal(f->st->ops->run_insert(f->st, &r, NULL), 0);
@@ -128,7 +113,7 @@ static void test_reserve_then_settle(void **state)
 
 static void test_insufficient_balance(void **state)
 {
-    struct fixture *f = *state;
+    struct store_fixture *f = *state;
     struct eph_run r;
     make_run(&r, f->org, 100001);
     assert_int_equal(f->st->ops->run_insert(f->st, &r, NULL), -EDQUOT);
@@ -138,7 +123,7 @@ static void test_insufficient_balance(void **state)
 }
 
 struct racer {
-    struct fixture *f;
+    struct store_fixture *f;
     int ok, refused;
 };
 
@@ -160,7 +145,7 @@ static void *race(void *arg)
 
 static void test_concurrent_reservations_never_overdraw(void **state)
 {
-    struct fixture *f = *state;
+    struct store_fixture *f = *state;
     pthread_t t[8];
     struct racer r[8];
     for (int i = 0; i < 8; i++) {
@@ -182,7 +167,7 @@ static void test_concurrent_reservations_never_overdraw(void **state)
 static void test_settling_a_live_run_is_refused(void **state)
 {
     /* run_finish refuses a terminal state that is not terminal. */
-    struct fixture *f = *state;
+    struct store_fixture *f = *state;
     struct eph_run r;
     make_run(&r, f->org, 1000);
     assert_int_equal(f->st->ops->run_insert(f->st, &r, NULL), 0);
@@ -196,7 +181,7 @@ static void test_settling_a_live_run_is_refused(void **state)
 /* Settles r in a child process; returns the signal that ended the child, or 0 when it returned
  * (with run_finish's answer, 0 or not, in *finish_rc). Only unbalanced settlements are tried this
  * way: the check refuses them before the store's file is touched. */
-static int settle_in_child(struct fixture *f, struct eph_run *r, int *finish_rc)
+static int settle_in_child(struct store_fixture *f, struct eph_run *r, int *finish_rc)
 {
     fflush(NULL);
     pid_t pid = fork();
@@ -218,7 +203,7 @@ static void test_unbalanced_settlement_is_a_bug(void **state)
 {
     /* A settlement whose charge and release do not add up to the reservation, or whose charge is
      * not the sum of its parts, is a programmer error: the store aborts before writing it. */
-    struct fixture *f = *state;
+    struct store_fixture *f = *state;
     struct eph_run r;
     make_run(&r, f->org, 1000);
     assert_int_equal(f->st->ops->run_insert(f->st, &r, NULL), 0);

@@ -161,6 +161,22 @@ static void op_files(struct bcase *c)
     assert_int_equal(sb->ops->read_file(sb, "conf.bin", 4, &b), -EMSGSIZE);
     assert_int_equal(sb->ops->read_file(sb, "no-such-file", 4096, &b), -ENOENT);
     assert_int_equal(sb->ops->write_file(sb, "../escape", "x", 1, 0644), -EINVAL);
+    /* A directory is not a file to read, and a link at the end of the path is not followed. */
+    assert_int_equal(run(c, "mkdir adir && ln -s conf.bin alink", 4096, &res), 0);
+    assert_int_equal(res.exit_code, 0);
+    eph_exec_result_release(&res);
+    assert_int_equal(sb->ops->read_file(sb, "adir", 4096, &b), -EINVAL);
+    assert_int_equal(sb->ops->read_file(sb, "alink", 4096, &b), -ELOOP);
+    /* Nor is a link in the middle of the path, read or written (gVisor follows a link to a
+     * directory despite O_NOFOLLOW: the guest checks each directory it opens). */
+    assert_int_equal(run(c, "printf in > adir/x && ln -s adir dirlink", 4096, &res), 0);
+    assert_int_equal(res.exit_code, 0);
+    eph_exec_result_release(&res);
+    assert_int_equal(sb->ops->read_file(sb, "dirlink/x", 4096, &b), -ENOTDIR);
+    assert_int_equal(sb->ops->write_file(sb, "dirlink/y", "y", 1, 0644), -ENOTDIR);
+    assert_int_equal(run(c, "test ! -e adir/y", 4096, &res), 0);
+    assert_int_equal(res.exit_code, 0);
+    eph_exec_result_release(&res);
     /* A file made by a command comes back. */
     assert_int_equal(run(c, "printf made > made.txt", 4096, &res), 0);
     eph_exec_result_release(&res);

@@ -14,33 +14,29 @@
 
 #include <cmocka.h>
 #include <sodium.h>
+#include <sqlite3.h>
 
 #include "common/clock.h"
 #include "common/id.h"
 #include "common/metrics.h"
 #include "common/secret.h"
 #include "store/store.h"
-#include "store_target.h"
+#include "store_fixture.h"
 
 struct fixture {
-    char dir[64];
-    char path[128];
-    struct eph_store *st;
-    char org[48], other[48];
+    struct store_fixture db;
+    char other[48];
 };
 
 static int setup(void **state)
 {
     struct fixture *f = calloc(1, sizeof(*f));
-    snprintf(f->dir, sizeof(f->dir), "/tmp/eph-storeapi-XXXXXX");
-    assert_non_null(mkdtemp(f->dir));
-    snprintf(f->path, sizeof(f->path), "%s/test.db", f->dir);
-    assert_int_equal(test_store_open(f->path, &f->st), 0);
+    assert_non_null(f);
+    store_fixture_setup(&f->db, "storeapi");
     bool created;
     assert_int_equal(
-        f->st->ops->org_ensure(f->st, "acme", 100000, f->org, sizeof(f->org), &created), 0);
-    assert_int_equal(
-        f->st->ops->org_ensure(f->st, "other", 100000, f->other, sizeof(f->other), &created), 0);
+        f->db.st->ops->org_ensure(f->db.st, "other", 100000, f->other, sizeof(f->other), &created),
+        0);
     *state = f;
     return 0;
 }
@@ -48,10 +44,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     struct fixture *f = *state;
-    f->st->ops->close(f->st);
-    char cmd[160];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", f->dir);
-    assert_int_equal(system(cmd), 0);
+    store_fixture_teardown(&f->db);
     free(f);
     return 0;
 }
@@ -66,12 +59,12 @@ static int count_key(const struct eph_key_info *k, void *ctx)
 static void test_keys(void **state)
 {
     struct fixture *f = *state;
-    struct eph_store *st = f->st;
+    struct eph_store *st = f->db.st;
     char id[48], org[48], role[16];
-    assert_int_equal(st->ops->key_insert(st, f->org, "h1", "member", "eph_abcd", id, sizeof(id)),
+    assert_int_equal(st->ops->key_insert(st, f->db.org, "h1", "member", "eph_abcd", id, sizeof(id)),
                      0);
     int n = 0;
-    assert_int_equal(st->ops->key_list(st, f->org, count_key, &n), 0);
+    assert_int_equal(st->ops->key_list(st, f->db.org, count_key, &n), 0);
     assert_int_equal(n, 1);
     n = 0;
     assert_int_equal(st->ops->key_list(st, f->other, count_key, &n), 0);
@@ -79,20 +72,20 @@ static void test_keys(void **state)
     /* Another org cannot revoke it; its own org can, once. */
     assert_int_equal(st->ops->key_revoke(st, f->other, id, 1), -ENOENT);
     assert_int_equal(st->ops->key_lookup(st, "h1", org, sizeof(org), role, sizeof(role)), 0);
-    assert_int_equal(st->ops->key_revoke(st, f->org, id, 1), 0);
-    assert_int_equal(st->ops->key_revoke(st, f->org, id, 2), -ENOENT);
+    assert_int_equal(st->ops->key_revoke(st, f->db.org, id, 1), 0);
+    assert_int_equal(st->ops->key_revoke(st, f->db.org, id, 2), -ENOENT);
     assert_int_equal(st->ops->key_lookup(st, "h1", org, sizeof(org), role, sizeof(role)), -ENOENT);
     n = 0;
-    assert_int_equal(st->ops->key_list(st, f->org, count_key, &n), 0);
+    assert_int_equal(st->ops->key_list(st, f->db.org, count_key, &n), 0);
     assert_int_equal(n, 0);
 }
 
 static void test_secret_and_connections(void **state)
 {
     struct fixture *f = *state;
-    struct eph_store *st = f->st;
+    struct eph_store *st = f->db.st;
     char keypath[128], err[256];
-    snprintf(keypath, sizeof(keypath), "%s/sub/secret.key", f->dir);
+    snprintf(keypath, sizeof(keypath), "%s/sub/secret.key", f->db.dir);
     struct eph_secret k1, k2;
     /* Not there and not to be created: an error. Created: 0600, and read back the same. */
     assert_int_not_equal(eph_secret_load(keypath, false, &k1, err, sizeof(err)), 0);
@@ -118,13 +111,13 @@ static void test_secret_and_connections(void **state)
     assert_int_equal(eph_secret_seal(&k1, plain, strlen(plain), &c.sealed, &c.sealed_len), 0);
     assert_null(memmem(c.sealed, c.sealed_len, "s3cret", 6));
     c.created_at_ms = 5;
-    assert_int_equal(st->ops->conn_insert(st, f->org, &c, c.id, sizeof(c.id)), 0);
-    assert_int_equal(st->ops->conn_insert(st, f->org, &c, NULL, 0), -EEXIST);
+    assert_int_equal(st->ops->conn_insert(st, f->db.org, &c, c.id, sizeof(c.id)), 0);
+    assert_int_equal(st->ops->conn_insert(st, f->db.org, &c, NULL, 0), -EEXIST);
     assert_int_equal(st->ops->conn_insert(st, f->other, &c, NULL, 0), 0); /* names are per org */
     eph_connection_release(&c);
 
     struct eph_connection got;
-    assert_int_equal(st->ops->conn_get(st, f->org, "github", &got), 0);
+    assert_int_equal(st->ops->conn_get(st, f->db.org, "github", &got), 0);
     assert_string_equal(json_string_value(json_array_get(got.query_names, 0)), "key");
     unsigned char *open = NULL;
     size_t olen = 0;
@@ -140,9 +133,9 @@ static void test_secret_and_connections(void **state)
     assert_int_equal(eph_secret_open(&k3, got.sealed, got.sealed_len, &open, &olen), -EBADMSG);
     eph_connection_release(&got);
 
-    assert_int_equal(st->ops->conn_delete(st, f->org, "github"), 0);
-    assert_int_equal(st->ops->conn_get(st, f->org, "github", &got), -ENOENT);
-    assert_int_equal(st->ops->conn_delete(st, f->org, "github"), -ENOENT);
+    assert_int_equal(st->ops->conn_delete(st, f->db.org, "github"), 0);
+    assert_int_equal(st->ops->conn_get(st, f->db.org, "github", &got), -ENOENT);
+    assert_int_equal(st->ops->conn_delete(st, f->db.org, "github"), -ENOENT);
     assert_int_equal(st->ops->conn_get(st, f->other, "github", &got), 0);
     eph_connection_release(&got);
     eph_secret_clear(&k1);
@@ -165,21 +158,21 @@ static void make_run(struct eph_run *r, const char *org)
 static void test_run_web_allow(void **state)
 {
     struct fixture *f = *state;
-    struct eph_store *st = f->st;
+    struct eph_store *st = f->db.st;
     struct eph_run r, got;
-    make_run(&r, f->org);
+    make_run(&r, f->db.org);
     r.web = true;
     r.web_allow = json_pack("[s, s]", "example.com", "*.example.org");
     assert_int_equal(st->ops->run_insert(st, &r, NULL), 0);
-    assert_int_equal(st->ops->run_get(st, r.id, f->org, &got), 0);
+    assert_int_equal(st->ops->run_get(st, r.id, f->db.org, &got), 0);
     assert_true(got.web);
     assert_true(json_equal(got.web_allow, r.web_allow));
     eph_run_release(&got);
     eph_run_release(&r);
-    make_run(&r, f->org);
+    make_run(&r, f->db.org);
     r.web = true;
     assert_int_equal(st->ops->run_insert(st, &r, NULL), 0);
-    assert_int_equal(st->ops->run_get(st, r.id, f->org, &got), 0);
+    assert_int_equal(st->ops->run_get(st, r.id, f->db.org, &got), 0);
     assert_null(got.web_allow);
     eph_run_release(&got);
     eph_run_release(&r);
@@ -231,13 +224,13 @@ static void make_event(struct eph_event *e, uint64_t seq, const char *wire)
 static void test_event_wire(void **state)
 {
     struct fixture *f = *state;
-    struct eph_store *st = f->st;
+    struct eph_store *st = f->db.st;
     /* Not what a serialiser would make of the fields: the store must keep it, not remake it. */
     const char *w1 = "{\"seq\":1, \"t\":0.0,\"note\":\"\u00e9 as sent\"}";
     const char *w2 = "{\"seq\":2,\"message\":\"$ cat secret.txt\"}";
     const char *w4 = "{\"seq\":4,\"closing\":true}";
     struct eph_run r;
-    make_run(&r, f->org);
+    make_run(&r, f->db.org);
     struct eph_event e;
     make_event(&e, 1, w1);
     assert_int_equal(st->ops->run_insert(st, &r, &e), 0);
@@ -282,23 +275,23 @@ static void test_event_wire(void **state)
 static void test_queued_cap(void **state)
 {
     struct fixture *f = *state;
-    struct eph_store *st = f->st;
+    struct eph_store *st = f->db.st;
     struct eph_run r;
     for (int i = 0; i < 2; i++) {
-        make_run(&r, f->org);
+        make_run(&r, f->db.org);
         assert_int_equal(st->ops->run_insert_capped(st, &r, NULL, 2), 0);
         eph_run_release(&r);
     }
-    make_run(&r, f->org);
+    make_run(&r, f->db.org);
     assert_int_equal(st->ops->run_insert_capped(st, &r, NULL, 2), -EAGAIN);
     /* Refused: nothing written, not even the reservation. */
     struct eph_balance b;
-    assert_int_equal(st->ops->balance(st, f->org, &b), 0);
+    assert_int_equal(st->ops->balance(st, f->db.org, &b), 0);
     assert_int_equal(b.reserved_micros, 200);
     assert_int_equal(st->ops->run_insert_capped(st, &r, NULL, 0), 0); /* 0: no cap */
     eph_run_release(&r);
     unsigned n;
-    assert_int_equal(st->ops->runs_count_queued(st, f->org, &n), 0);
+    assert_int_equal(st->ops->runs_count_queued(st, f->db.org, &n), 0);
     assert_int_equal(n, 3);
     assert_int_equal(st->ops->runs_count_queued(st, f->other, &n), 0);
     assert_int_equal(n, 0);
@@ -307,23 +300,25 @@ static void test_queued_cap(void **state)
 static void test_idempotency_expiry(void **state)
 {
     struct fixture *f = *state;
-    struct eph_store *st = f->st;
+    struct eph_store *st = f->db.st;
     struct eph_idem prev = {0};
     int64_t day = 24 * 3600 * 1000;
-    assert_int_equal(st->ops->idem_begin(st, f->org, "k", "h", 1000, 1000 - day, &prev), 0);
+    assert_int_equal(st->ops->idem_begin(st, f->db.org, "k", "h", 1000, 1000 - day, &prev), 0);
     /* In flight: a second begin sees it without an answer. */
-    assert_int_equal(st->ops->idem_begin(st, f->org, "k", "h", 2000, 2000 - day, &prev), -EEXIST);
+    assert_int_equal(st->ops->idem_begin(st, f->db.org, "k", "h", 2000, 2000 - day, &prev),
+                     -EEXIST);
     assert_int_equal(prev.status_code, 0);
-    assert_int_equal(st->ops->idem_complete(st, f->org, "k", 201, "{}"), 0);
-    assert_int_equal(st->ops->idem_begin(st, f->org, "k", "h", 3000, 3000 - day, &prev), -EEXIST);
+    assert_int_equal(st->ops->idem_complete(st, f->db.org, "k", 201, "{}"), 0);
+    assert_int_equal(st->ops->idem_begin(st, f->db.org, "k", "h", 3000, 3000 - day, &prev),
+                     -EEXIST);
     assert_int_equal(prev.status_code, 201);
     free(prev.response_body);
     /* Scoped to the org. */
     assert_int_equal(st->ops->idem_begin(st, f->other, "k", "h2", 3000, 3000 - day, &prev), 0);
     /* 24 hours and 1 ms later the key is new again, with whatever request it now carries. */
     int64_t later = 1000 + day + 1;
-    assert_int_equal(st->ops->idem_begin(st, f->org, "k", "h3", later, later - day, &prev), 0);
-    assert_int_equal(st->ops->idem_begin(st, f->org, "k", "h3", later, later - day, &prev),
+    assert_int_equal(st->ops->idem_begin(st, f->db.org, "k", "h3", later, later - day, &prev), 0);
+    assert_int_equal(st->ops->idem_begin(st, f->db.org, "k", "h3", later, later - day, &prev),
                      -EEXIST);
     assert_string_equal(prev.request_hash, "h3");
     assert_int_equal(prev.status_code, 0);
@@ -357,6 +352,45 @@ static void test_metrics_render(void **state)
     eph_buf_release(&b);
 }
 
+/* A SQLite file the store cannot open, at each step of the open: no directory to create it in, a
+ * file that is not a database, a database whose migration table is not the store's. Each is an
+ * error with the reason; what was opened before the failing step is closed again (the sanitizer
+ * build finds a leak). */
+static void expect_open_error(const char *target, const char *needle)
+{
+    struct eph_store *st = NULL;
+    char err[512] = "";
+    assert_int_not_equal(eph_store_open(target, &st, err, sizeof(err)), 0);
+    assert_null(st);
+    if (!strstr(err, needle))
+        fail_msg("expected '%s', got '%s'", needle, err);
+}
+
+static void test_sqlite_open_errors(void **state)
+{
+    struct store_fixture *sf = &((struct fixture *)*state)->db;
+    char path[256];
+    snprintf(path, sizeof(path), "%s/no-such-dir/x.db", sf->dir);
+    expect_open_error(path, "cannot open database");
+
+    snprintf(path, sizeof(path), "%s/not-a-db", sf->dir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    for (int i = 0; i < 256; i++)
+        fputs("this is not a database file, ", f);
+    assert_int_equal(fclose(f), 0);
+    expect_open_error(path, "cannot prepare database");
+
+    snprintf(path, sizeof(path), "%s/other.db", sf->dir);
+    sqlite3 *db;
+    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+    assert_int_equal(
+        sqlite3_exec(db, "CREATE TABLE schema_migrations (something_else TEXT)", NULL, NULL, NULL),
+        SQLITE_OK);
+    assert_int_equal(sqlite3_close(db), SQLITE_OK);
+    expect_open_error(path, "cannot prepare database");
+}
+
 int main(void)
 {
     if (sodium_init() < 0)
@@ -369,6 +403,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_queued_cap, setup, teardown),
         cmocka_unit_test_setup_teardown(test_idempotency_expiry, setup, teardown),
         cmocka_unit_test(test_metrics_render),
+        cmocka_unit_test_setup_teardown(test_sqlite_open_errors, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

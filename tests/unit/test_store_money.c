@@ -16,36 +16,21 @@
 #include "common/clock.h"
 #include "common/id.h"
 #include "store/store.h"
-#include "store_target.h"
-
-struct fixture {
-    char dir[64];
-    char path[128];
-    struct eph_store *st;
-    char org[48];
-};
+#include "store_fixture.h"
 
 static int setup(void **state)
 {
-    struct fixture *f = calloc(1, sizeof(*f));
-    snprintf(f->dir, sizeof(f->dir), "/tmp/eph-storemoney-XXXXXX");
-    assert_non_null(mkdtemp(f->dir));
-    snprintf(f->path, sizeof(f->path), "%s/test.db", f->dir);
-    assert_int_equal(test_store_open(f->path, &f->st), 0);
-    bool created;
-    assert_int_equal(
-        f->st->ops->org_ensure(f->st, "acme", 100000, f->org, sizeof(f->org), &created), 0);
+    struct store_fixture *f = calloc(1, sizeof(*f));
+    assert_non_null(f);
+    store_fixture_setup(f, "storemoney");
     *state = f;
     return 0;
 }
 
 static int teardown(void **state)
 {
-    struct fixture *f = *state;
-    f->st->ops->close(f->st);
-    char cmd[160];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", f->dir);
-    assert_int_equal(system(cmd), 0);
+    struct store_fixture *f = *state;
+    store_fixture_teardown(f);
     free(f);
     return 0;
 }
@@ -64,7 +49,7 @@ static void make_run(struct eph_run *r, const char *org, int64_t reserve)
 }
 
 /* The running totals agree with the ledger they summarise. */
-static void check_totals(struct fixture *f)
+static void check_totals(struct store_fixture *f)
 {
     struct eph_balance b;
     int64_t cr, rs, ch, rl;
@@ -91,7 +76,7 @@ static void settle(struct eph_store *st, struct eph_run *r, int64_t compute, int
 
 static void test_running_balance_follows_the_ledger(void **state)
 {
-    struct fixture *f = *state;
+    struct store_fixture *f = *state;
     struct eph_store *st = f->st;
     check_totals(f);
     assert_int_equal(st->ops->credit_add(st, f->org, 2500), 0);
@@ -117,7 +102,7 @@ static void test_running_balance_follows_the_ledger(void **state)
 
 static void test_credit_near_2_63_does_not_lock_the_org_out(void **state)
 {
-    struct fixture *f = *state;
+    struct store_fixture *f = *state;
     struct eph_store *st = f->st;
     /* Up to the largest total 64 bits hold: accepted. */
     assert_int_equal(st->ops->credit_add(st, f->org, INT64_MAX - 100000), 0);
@@ -141,7 +126,7 @@ static void test_credit_near_2_63_does_not_lock_the_org_out(void **state)
 
 static void test_lease_claim_renew_and_checkpoint(void **state)
 {
-    struct fixture *f = *state;
+    struct store_fixture *f = *state;
     struct eph_store *st = f->st;
     struct eph_run r;
     make_run(&r, f->org, 10000);
@@ -178,7 +163,7 @@ static int collect(const struct eph_run *r, void *ctx)
 
 static void test_expired_lease_settled_exactly_once(void **state)
 {
-    struct fixture *f = *state;
+    struct store_fixture *f = *state;
     struct eph_store *st = f->st;
     struct eph_run r, live;
     make_run(&r, f->org, 10000);

@@ -26,6 +26,7 @@
 #include "run/service.h"
 #include "store/store.h"
 #include "fake_sandbox.h"
+#include "store_fixture.h"
 #include "sandbox/backend.h"
 
 /* ---- the fake backend, its first file write held open until interrupted ---- */
@@ -90,12 +91,10 @@ static int fake_destroy(struct eph_sandbox *sb)
 /* ---- the service around one worker ---- */
 
 struct fixture {
-    char dir[64];
+    struct store_fixture db;
     struct eph_config cfg;
-    struct eph_store *st;
     struct eph_service svc;
     struct eph_model *model;
-    char org[48];
 };
 
 static int setup(void **state)
@@ -114,16 +113,9 @@ static int setup(void **state)
     assert_non_null(mops);
     assert_int_equal(mops->open(&f->cfg.models[0], &f->model, err, sizeof(err)), 0);
 
-    snprintf(f->dir, sizeof(f->dir), "/tmp/eph-worker-XXXXXX");
-    assert_non_null(mkdtemp(f->dir));
-    char path[128];
-    snprintf(path, sizeof(path), "%s/t.db", f->dir);
-    assert_int_equal(eph_store_open(path, &f->st, err, sizeof(err)), 0);
-    bool created;
-    assert_int_equal(
-        f->st->ops->org_ensure(f->st, "acme", 100000, f->org, sizeof(f->org), &created), 0);
+    store_fixture_setup(&f->db, "worker");
     f->svc.cfg = &f->cfg;
-    f->svc.store = f->st;
+    f->svc.store = f->db.st;
     char init[4096], why[256];
     struct eph_sandbox_config sc;
     if (eph_fake_sandbox_config(&sc, init, sizeof(init), why, sizeof(why)) != 0) {
@@ -150,12 +142,9 @@ static int teardown(void **state)
 {
     struct fixture *f = *state;
     eph_live_registry_free(f->svc.live);
-    f->st->ops->close(f->st);
+    store_fixture_teardown(&f->db);
     f->model->ops->free(f->model);
     eph_config_release(&f->cfg);
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", f->dir);
-    assert_int_equal(system(cmd), 0);
     free(f);
     return 0;
 }
@@ -184,7 +173,7 @@ static void test_cancel_while_files_are_placed(void **state)
     struct eph_run r;
     eph_run_init(&r);
     snprintf(r.id, sizeof(r.id), "%s", id);
-    snprintf(r.org_id, sizeof(r.org_id), "%s", f->org);
+    snprintf(r.org_id, sizeof(r.org_id), "%s", f->db.org);
     r.status = EPH_RUN_QUEUED;
     r.model = strdup(f->cfg.default_model);
     r.prompt = strdup("the prompt");
@@ -235,7 +224,7 @@ static void test_cancel_while_files_are_placed(void **state)
     assert_int_equal(pthread_timedjoin_np(t, NULL, &until), 0);
 
     struct eph_run got;
-    assert_int_equal(f->st->ops->run_get(f->st, id, f->org, &got), 0);
+    assert_int_equal(f->db.st->ops->run_get(f->db.st, id, f->db.org, &got), 0);
     assert_int_equal(got.status, EPH_RUN_CANCELLED);
     assert_string_equal(got.error_code, "cancelled");
     assert_non_null(strstr(got.error_message, "while its files were being placed"));
@@ -243,7 +232,7 @@ static void test_cancel_while_files_are_placed(void **state)
     eph_run_release(&got);
 
     struct eph_balance b;
-    assert_int_equal(f->st->ops->balance(f->st, f->org, &b), 0);
+    assert_int_equal(f->db.st->ops->balance(f->db.st, f->db.org, &b), 0);
     assert_int_equal(b.reserved_micros, 0);
     /* One sandbox, destroyed; the second file was never written. */
     /* Read under the lock, asserted after it: a failed assertion must not leave it held. */
@@ -279,7 +268,7 @@ static void admit(struct fixture *f, const char *id)
     struct eph_run r;
     eph_run_init(&r);
     snprintf(r.id, sizeof(r.id), "%s", id);
-    snprintf(r.org_id, sizeof(r.org_id), "%s", f->org);
+    snprintf(r.org_id, sizeof(r.org_id), "%s", f->db.org);
     r.status = EPH_RUN_QUEUED;
     r.model = strdup(f->cfg.default_model);
     r.prompt = strdup("the prompt");
@@ -315,12 +304,12 @@ static void test_settle_failure_leaves_the_timeline_open(void **state)
     assert_non_null(l);
     eph_live_cancel(l);
 
-    real_ops = f->st->ops;
+    real_ops = f->db.st->ops;
     failing_ops = *real_ops;
     failing_ops.run_finish = finish_fails;
-    f->st->ops = &failing_ops;
+    f->db.st->ops = &failing_ops;
     eph_worker_run(&f->svc, id);
-    f->st->ops = real_ops;
+    f->db.st->ops = real_ops;
     assert_int_equal(finish_calls, 1);
 
     uint64_t last;
@@ -333,11 +322,11 @@ static void test_settle_failure_leaves_the_timeline_open(void **state)
     assert_ptr_equal(again, l); /* still registered, for the clients waiting on it */
     eph_live_put(again);
     struct eph_run got;
-    assert_int_equal(f->st->ops->run_get(f->st, id, f->org, &got), 0);
+    assert_int_equal(f->db.st->ops->run_get(f->db.st, id, f->db.org, &got), 0);
     assert_false(eph_run_status_terminal(got.status));
     eph_run_release(&got);
     unsigned n = 0;
-    assert_int_equal(f->st->ops->events_list(f->st, id, 0, 0, count_cb, &n), 0);
+    assert_int_equal(f->db.st->ops->events_list(f->db.st, id, 0, 0, count_cb, &n), 0);
     assert_int_equal(n, 1);
 
     /* The store takes writes again: settled as lost, and now the timeline closes. */
@@ -345,9 +334,9 @@ static void test_settle_failure_leaves_the_timeline_open(void **state)
     eph_live_state(l, &last, &closed);
     assert_true(closed);
     n = 0;
-    assert_int_equal(f->st->ops->events_list(f->st, id, 0, 0, count_cb, &n), 0);
+    assert_int_equal(f->db.st->ops->events_list(f->db.st, id, 0, 0, count_cb, &n), 0);
     assert_int_equal(last, n);
-    assert_int_equal(f->st->ops->run_get(f->st, id, f->org, &got), 0);
+    assert_int_equal(f->db.st->ops->run_get(f->db.st, id, f->db.org, &got), 0);
     assert_int_equal(got.status, EPH_RUN_FAILED);
     assert_string_equal(got.error_code, "worker_lost");
     assert_int_equal(got.cost.charged_micros, 0);
@@ -402,7 +391,7 @@ static void test_steps_of_a_completed_run(void **state)
     struct eph_run r;
     eph_run_init(&r);
     snprintf(r.id, sizeof(r.id), "%s", id);
-    snprintf(r.org_id, sizeof(r.org_id), "%s", f->org);
+    snprintf(r.org_id, sizeof(r.org_id), "%s", f->db.org);
     r.status = EPH_RUN_QUEUED;
     r.model = strdup(f->cfg.default_model);
     r.prompt = strdup(json_string_value(json_object_get(req, "prompt")));
@@ -432,7 +421,7 @@ static void test_steps_of_a_completed_run(void **state)
     eph_worker_run(&f->svc, id);
 
     struct eph_run got;
-    assert_int_equal(f->st->ops->run_get(f->st, id, f->org, &got), 0);
+    assert_int_equal(f->db.st->ops->run_get(f->db.st, id, f->db.org, &got), 0);
     assert_int_equal(got.status, EPH_RUN_COMPLETED);
     assert_non_null(got.result);
     assert_string_equal(got.sandbox_backend, "fake");
@@ -445,7 +434,7 @@ static void test_steps_of_a_completed_run(void **state)
     assert_int_equal(fake_destroyed - destroyed0, 1);
 
     struct types ty = {0};
-    assert_int_equal(f->st->ops->events_list(f->st, id, 0, 0, types_cb, &ty), 0);
+    assert_int_equal(f->db.st->ops->events_list(f->db.st, id, 0, 0, types_cb, &ty), 0);
     int queued = find_type(&ty, "run.queued"), ready = find_type(&ty, "sandbox.ready"),
         started = find_type(&ty, "worker.started"), cmd = find_type(&ty, "shell.command"),
         destroyed = find_type(&ty, "sandbox.destroyed"), done = find_type(&ty, "run.completed"),
@@ -459,7 +448,7 @@ static void test_steps_of_a_completed_run(void **state)
     assert_int_equal(last, ty.n);
     eph_live_put(l);
     struct eph_balance b;
-    assert_int_equal(f->st->ops->balance(f->st, f->org, &b), 0);
+    assert_int_equal(f->db.st->ops->balance(f->db.st, f->db.org, &b), 0);
     assert_int_equal(b.reserved_micros, 0);
 }
 
