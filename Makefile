@@ -217,7 +217,14 @@ $(BENCH_BROKER): bench/bench_broker.c $(DAEMON_LIB_OBJ) $(BUILD)/.flags
 	@echo "  BENCH   $@"
 	$(Q)$(CC) $(CFLAGS_ALL) $(LDFLAGS_ALL) -o $@ $< $(DAEMON_LIB_OBJ) $(LIBS)
 
-bench: all image $(BENCH_BIN) $(BENCH_BROKER)
+# The model client's benchmark (bench/bench_model.c): a call with the connection kept or new.
+BENCH_MODEL := $(BUILD)/bench/bench_model
+$(BENCH_MODEL): bench/bench_model.c $(DAEMON_LIB_OBJ) $(BUILD)/.flags
+	$(Q)mkdir -p $(dir $@)
+	@echo "  BENCH   $@"
+	$(Q)$(CC) $(CFLAGS_ALL) $(LDFLAGS_ALL) -o $@ $< $(DAEMON_LIB_OBJ) $(LIBS)
+
+bench: all image $(BENCH_BIN) $(BENCH_BROKER) $(BENCH_MODEL)
 	$(Q)bench/run.sh $(BUILD)
 
 lint: deps

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """bench.py - Ephemeral side by side with bubblewrap and gVisor (runsc). Run by bench/run.sh.
 
-    bench/bench.py BUILD [--quick] [--only start,backends,exec,api,history,pg,queue,density,broker]
+    bench/bench.py BUILD [--quick] [--only start,backends,exec,api,history,pg,queue,density,broker,model]
 
-Five measurements, each interleaved with its peers after a warm-up, every loop bounded in count
+Six measurements, each interleaved with its peers after a warm-up, every loop bounded in count
 and in time; the table goes to stdout and to bench/results/YYYY-MM-DD-HHMM.md. docs/BENCH.md says
 what each row measures and how to read it. Standard library only. Nothing here asserts a duration:
 a slow machine gets slow numbers, never a failure.
@@ -50,6 +50,7 @@ PHASE_CAP_S = 120.0    # no phase runs longer than this
 BACKEND_CAP_S = 60.0   # each of the four loops of the gvisor and microvm rows (slow boots)
 BROKER_REQUESTS = 300  # sequential requests on fresh connections, per path (direct, tinyproxy, broker)
 BROKER_MIB = 256       # one CONNECT download, per path
+MODEL_CALLS = 300      # model calls per variant (connection reused, new connection), per protocol
 
 TMP = tempfile.mkdtemp(prefix="ephemeral-bench.")
 _started = []  # (pid, starttime) of every process we spawned and may still need to kill
@@ -1448,6 +1449,108 @@ def bench_broker(ctx, rep):
     return res
 
 
+# ---- 6. model calls ----------------------------------------------------------------------------
+
+def model_server(tmp, calls, tls=None):
+    """tests/fake_model_server.py on a loopback port with a script long enough for every call;
+    returns (pid, port, log path)."""
+    script = os.path.join(tmp, "script.json")
+    log_path = os.path.join(tmp, "requests.jsonl")
+    with open(script, "w") as f:
+        json.dump([{"text": "pong", "keep_alive": True}] * calls, f)
+    argv = [sys.executable, os.path.join(ROOT, "tests/fake_model_server.py"), "--script", script,
+            "--log", log_path, "--max-seconds", str(int(PHASE_CAP_S * 2))]
+    if tls:
+        argv += ["--tls", tls[0], tls[1]]
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    track(p.pid)
+    st = proc_starttime(p.pid)
+    port = int(p.stdout.readline() or 0)  # the server prints its port once it listens
+    if not port:
+        kill_pid(p.pid, st)
+        p.wait()
+        raise RuntimeError("the fake model server did not start")
+    return p, st, port, log_path
+
+
+def accepted(log_path):
+    """How many connections the fake server accepted (its request log says)."""
+    most = 0
+    with open(log_path) as f:
+        for line in f:
+            most = max(most, json.loads(line).get("accepted", 0))
+    return most
+
+
+def bench_model(ctx, rep):
+    """build/bench/bench_model against the fake model server: one model call with the connection
+    reused and on a new connection, over plain HTTP and (with openssl, a certificate made here)
+    HTTPS."""
+    prog = os.path.join(ctx["build"], "bench/bench_model")
+    if not os.access(prog, os.X_OK):
+        raise RuntimeError(f"{prog} is missing (make {os.path.relpath(prog, ROOT)})")
+    n = ctx["n"](MODEL_CALLS)
+    total = 2 * n + 2 * 10 + 10  # both variants, their warm-up, a margin
+    res = {}
+    rows = []
+    for proto in ("http", "https"):
+        tmp = tempfile.mkdtemp(dir=TMP, prefix=f"model-{proto}.")
+        tls = None
+        if proto == "https":
+            if not shutil.which("openssl"):
+                log("model: openssl is not installed: no HTTPS rows")
+                rows.append("| HTTPS | n/a (openssl not installed) | | | |")
+                continue
+            tls = (os.path.join(tmp, "cert.pem"), os.path.join(tmp, "key.pem"))
+            _, _, code, _ = run_timed(
+                ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                 "ec_paramgen_curve:prime256v1", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
+                 "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", tls[1], "-out", tls[0]],
+                capture=True)
+            if code != 0:
+                raise RuntimeError("openssl could not make a certificate")
+        proc, st, port, log_path = model_server(tmp, total, tls)
+        try:
+            url = f"{proto}://127.0.0.1:{port}/v1/chat/completions"
+            log(f"model: {n} calls per variant over {proto.upper()}")
+            argv = [prog, url, str(n)] + ([tls[0]] if tls else [])
+            _, _, code, out = run_timed(argv, capture=True, timeout=PHASE_CAP_S)
+            if code != 0:
+                raise RuntimeError(f"bench_model exited {code}")
+            for line in out.decode(errors="replace").splitlines():
+                if line.startswith("json "):
+                    res[proto] = json.loads(line[5:])
+                elif line.startswith("|"):
+                    rows.append(line)
+            res[proto]["connections_accepted"] = accepted(log_path)
+        finally:
+            kill_pid(proc.pid, st)
+            proc.wait()
+    rep.add("### 6. Model calls: the connection kept or not")
+    rep.add()
+    rep.add("One small model call (an OpenAI-style POST and its JSON answer) against "
+            "`tests/fake_model_server.py` on loopback, with the connection kept from the previous "
+            "call and on a new connection, alternating call by call (µs). HTTP goes through the "
+            "providers' client (`eph_http_post` with the model's pool, and without a pool); HTTPS "
+            "(a self-signed P-256 certificate made at the start) drives libcurl directly the same "
+            "way, one handle kept or one per call, since the client takes no private CA. "
+            "The Python server's own time is in both columns alike.")
+    rep.add()
+    rep.add("| variant | median | p90 | p99 | calls |")
+    rep.add("|---|---|---|---|---|")
+    for line in rows:
+        rep.add(line)
+    rep.add()
+    for proto, r in res.items():
+        kept, fresh = r["reused"]["median_us"], r["fresh"]["median_us"]
+        rep.add(f"- {proto.upper()}: a new connection costs {fmt(fresh - kept)} µs a call more "
+                f"(medians; {ratio(fresh, kept)} the time with the connection kept); the server "
+                f"accepted {r['connections_accepted']} connections for {2 * (r['calls'] + 10)} "
+                f"calls, warm-up included")
+    rep.add()
+    return res
+
+
 # ---- main --------------------------------------------------------------------------------------
 
 def main():
@@ -1491,7 +1594,8 @@ def main():
             f"{m['bwrap'] or 'bwrap not installed'}; "
             f"{('runsc ' + m['runsc'].split()[-1]) if m['runsc'] else 'runsc not installed'} "
             f"(ptrace platform, the package's default)")
-    rep.add(f"- Image: `{image}`, read-only root for all three")
+    shown = os.path.relpath(image, ROOT) if image.startswith(ROOT + os.sep) else image
+    rep.add(f"- Image: `{shown}`, read-only root for all three")
     rep.add()
     results = {}
 
@@ -1526,6 +1630,8 @@ def main():
         results["queue"] = queue
         if want("broker"):
             results["broker"] = section("broker", bench_broker)
+        if want("model"):
+            results["model"] = section("model", bench_model)
     finally:
         kill_all_started()
         shutil.rmtree(TMP, ignore_errors=True)

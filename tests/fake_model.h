@@ -4,8 +4,9 @@
  *
  * The server is found through $TOP (set by tests/run.sh), else relative to the test binary
  * (BUILD/tests/test_x -> ../../tests), else relative to the working directory. It binds port 0 and
- * prints the port it got on its first line: reading that line on a pipe is the synchronisation,
- * so a test never sleeps hoping the server is up. The server dies with the test (PDEATHSIG) and
+ * prints the port it got on its first line: reading that line on a pipe is the synchronisation
+ * (a blocking read, without a deadline a loaded machine could overrun), so a test never sleeps
+ * hoping the server is up. The server dies with the test (PDEATHSIG) and
  * exits by itself after 60 s in any case.
  */
 #ifndef EPH_TESTS_FAKE_MODEL_H
@@ -14,8 +15,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <poll.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -123,17 +125,14 @@ static FAKE_UNUSED int fake_start(struct fake_server *s, const char *script, con
     }
     close(fds[1]);
     s->pid = pid;
+    /* No deadline: the line comes when the server listens, however loaded the machine, and a
+     * server that fails (or an interpreter that cannot start) exits, which ends the read. */
     char line[32];
     size_t got = 0;
-    uint64_t end = eph_clock_mono_ns() + 15ull * 1000000000u;
     while (got < sizeof(line) - 1 && (got == 0 || line[got - 1] != '\n')) {
-        uint64_t now = eph_clock_mono_ns();
-        if (now >= end)
-            break;
-        struct pollfd p = {.fd = fds[0], .events = POLLIN};
-        if (poll(&p, 1, (int)((end - now) / 1000000u) + 1) <= 0)
-            continue;
         ssize_t r = read(fds[0], line + got, sizeof(line) - 1 - got);
+        if (r < 0 && errno == EINTR)
+            continue;
         if (r <= 0)
             break;
         got += (size_t)r;
@@ -290,6 +289,208 @@ static FAKE_UNUSED void attempt_log_record(void *ctx, const struct eph_model_att
     l->a[l->n].retryable = r->retryable;
     l->a[l->n].status = r->http_status;
     l->n++;
+}
+
+/* ---- connections ---- */
+
+/* How many TCP connections the server had accepted by the last request it logged. */
+static FAKE_UNUSED long fake_accepted(const struct fake_server *s)
+{
+    json_t *reqs = fake_requests(s);
+    long most = 0;
+    size_t i;
+    json_t *r;
+    json_array_foreach(reqs, i, r)
+    {
+        long a = (long)json_integer_value(json_object_get(r, "accepted"));
+        if (a > most)
+            most = a;
+    }
+    json_decref(reqs);
+    return most;
+}
+
+/* Four answers and a 500 that is retried, all keeping the connection open: five requests for four
+ * calls, on one connection when the client reuses it. */
+#define FAKE_REUSE_SCRIPT                                                                          \
+    "[{\"text\":\"one\",\"keep_alive\":true},{\"text\":\"two\",\"keep_alive\":true},"              \
+    "{\"status\":500,\"error\":\"busy\",\"keep_alive\":true},"                                     \
+    "{\"text\":\"three\",\"keep_alive\":true},{\"text\":\"four\",\"keep_alive\":true}]"
+static const char *const fake_reuse_answers[] FAKE_UNUSED = {"one", "two", "three", "four"};
+
+/* The connection (1 for the first accepted) each logged request came on, in order, into conn:
+ * how many requests were logged (at most max are stored). */
+static FAKE_UNUSED size_t fake_conns(const struct fake_server *s, long *conn, size_t max)
+{
+    json_t *reqs = fake_requests(s);
+    size_t i;
+    json_t *r;
+    json_array_foreach(reqs, i, r)
+    {
+        if (i < max)
+            conn[i] = (long)json_integer_value(json_object_get(r, "conn"));
+    }
+    size_t n = json_array_size(reqs);
+    json_decref(reqs);
+    return n;
+}
+
+/* A script of n answers that echo the caller's marker and keep the connection open; with gather,
+ * the server answers them gather at a time, once all of a group have arrived. Free it. */
+static FAKE_UNUSED char *fake_echo_script(unsigned n, unsigned gather)
+{
+    json_t *arr = json_array();
+    for (unsigned i = 0; i < n; i++) {
+        json_t *e = json_pack("{s:b,s:b}", "echo", 1, "keep_alive", 1);
+        if (gather)
+            json_object_set_new(e, "gather", json_integer(gather));
+        json_array_append_new(arr, e);
+    }
+    char *s = json_dumps(arr, JSON_COMPACT);
+    json_decref(arr);
+    return s;
+}
+
+/* One call of m with marker as the user's message (no tools): 0, or the call's error. The
+ * answer's text goes to resp. */
+static FAKE_UNUSED int fake_call_marked(struct eph_model *m, const char *marker,
+                                        struct eph_model_response *resp, char *err, size_t errlen)
+{
+    json_t *messages = json_pack("[{s:s,s:s},{s:s,s:s}]", "role", "system", "content",
+                                 "you are in a sandbox", "role", "user", "content", marker);
+    struct eph_model_request req = {.messages = messages,
+                                    .max_tokens = 64,
+                                    .deadline_ns = eph_clock_mono_ns() + 60ull * 1000000000u,
+                                    .prompt = marker};
+    struct attempt_log log;
+    memset(&log, 0, sizeof(log));
+    struct eph_model_meter meter = {attempt_log_authorise, attempt_log_record, &log};
+    int rc = eph_model_call(m, &req, &meter, resp, err, errlen);
+    json_decref(messages);
+    return rc;
+}
+
+/* Several callers at once, as several workers would: each thread makes `rounds` calls through
+ * call (which puts marker in its request and copies the answer's text to answer) and checks that
+ * each answer is the echo of its own marker. Threads do not assert (cmocka's asserts belong to the
+ * main thread): they count what went wrong and keep the first reason. */
+typedef int (*fake_marked_fn)(void *ctx, const char *marker, char *answer, size_t len);
+
+struct fake_crowd {
+    fake_marked_fn call;
+    void *ctx;
+    unsigned rounds;
+    atomic_uint next_id;
+    atomic_uint wrong;
+    pthread_mutex_t lock;
+    char why[256];
+};
+
+static FAKE_UNUSED void *fake_crowd_thread(void *arg)
+{
+    struct fake_crowd *c = arg;
+    unsigned id = atomic_fetch_add(&c->next_id, 1);
+    for (unsigned r = 0; r < c->rounds; r++) {
+        char marker[64], want[80], answer[256] = "";
+        snprintf(marker, sizeof(marker), "caller %u call %u", id, r);
+        snprintf(want, sizeof(want), "echo: %s", marker);
+        int rc = c->call(c->ctx, marker, answer, sizeof(answer));
+        if (rc == 0 && strcmp(answer, want) == 0)
+            continue;
+        atomic_fetch_add(&c->wrong, 1);
+        pthread_mutex_lock(&c->lock);
+        if (!c->why[0])
+            snprintf(c->why, sizeof(c->why), "%s: rc %d, answer '%.80s'", marker, rc, answer);
+        pthread_mutex_unlock(&c->lock);
+    }
+    return NULL;
+}
+
+/* Runs threads callers (at most 16) of `rounds` calls each and joins them: the number of calls
+ * that failed or got another caller's answer, the first of them described in why. */
+static FAKE_UNUSED unsigned fake_crowd_run(fake_marked_fn call, void *ctx, unsigned threads,
+                                           unsigned rounds, char *why, size_t whylen)
+{
+    struct fake_crowd c = {.call = call, .ctx = ctx, .rounds = rounds};
+    pthread_t t[16];
+    unsigned started = 0;
+    pthread_mutex_init(&c.lock, NULL);
+    while (started < threads && started < 16 &&
+           pthread_create(&t[started], NULL, fake_crowd_thread, &c) == 0)
+        started++;
+    for (unsigned i = 0; i < started; i++)
+        pthread_join(t[i], NULL);
+    pthread_mutex_destroy(&c.lock);
+    unsigned wrong = atomic_load(&c.wrong) + (threads - started) * rounds;
+    snprintf(why, whylen, "%s%s", c.why, started < threads ? " (a thread did not start)" : "");
+    return wrong;
+}
+
+/* Runs callers x rounds calls of m at once (the server must gather callers requests at a time,
+ * fake_echo_script): 0 when every caller got its own answers, else -1 with the first wrong one on
+ * stderr. */
+static FAKE_UNUSED int fake_crowd_check(fake_marked_fn call, void *ctx, unsigned callers,
+                                        unsigned rounds)
+{
+    char why[320];
+    unsigned wrong = fake_crowd_run(call, ctx, callers, rounds, why, sizeof(why));
+    if (wrong)
+        fprintf(stderr, "%u of %u calls went wrong, first: %s\n", wrong, callers * rounds, why);
+    return wrong ? -1 : 0;
+}
+
+/* fake_marked_fn for a model: ctx is the struct eph_model. */
+static FAKE_UNUSED int fake_model_marked(void *ctx, const char *marker, char *answer, size_t len)
+{
+    struct eph_model_response resp;
+    char err[256];
+    memset(&resp, 0, sizeof(resp));
+    int rc = fake_call_marked(ctx, marker, &resp, err, sizeof(err));
+    snprintf(answer, len, "%s", rc ? err : resp.content ? resp.content : "");
+    eph_model_response_release(&resp);
+    return rc;
+}
+
+/* FAKE_REUSE_SCRIPT through m, four calls in a row: 0 when each got its answer and every request
+ * came on connection 1, else -1 with the reason on stderr. */
+static FAKE_UNUSED int fake_check_one_connection(struct eph_model *m, const struct fake_server *s)
+{
+    for (size_t i = 0; i < 4; i++) {
+        char answer[256];
+        if (fake_model_marked(m, "again", answer, sizeof(answer)) != 0 ||
+            strcmp(answer, fake_reuse_answers[i]) != 0) {
+            fprintf(stderr, "call %zu: '%s', not '%s'\n", i, answer, fake_reuse_answers[i]);
+            return -1;
+        }
+    }
+    long conn[5];
+    size_t n = fake_conns(s, conn, 5);
+    for (size_t i = 0; i < n && i < 5; i++) {
+        if (conn[i] != 1) {
+            fprintf(stderr, "request %zu came on connection %ld\n", i, conn[i]);
+            return -1;
+        }
+    }
+    if (n != 5)
+        fprintf(stderr, "%zu requests, not 5\n", n);
+    return n == 5 ? 0 : -1;
+}
+
+/* callers threads making rounds calls each through m at once (the server gathering callers
+ * requests, fake_echo_script): 0 when every caller got its own answers, every call made one
+ * request, and the server accepted exactly callers connections; else -1, the reason on stderr. */
+static FAKE_UNUSED int fake_check_concurrent(struct eph_model *m, const struct fake_server *s,
+                                             unsigned callers, unsigned rounds)
+{
+    if (fake_crowd_check(fake_model_marked, m, callers, rounds) != 0)
+        return -1;
+    size_t n = fake_request_count(s);
+    long accepted = fake_accepted(s);
+    if (n != (size_t)callers * rounds || accepted != (long)callers) {
+        fprintf(stderr, "%zu requests on %ld connections\n", n, accepted);
+        return -1;
+    }
+    return 0;
 }
 
 #endif

@@ -41,13 +41,22 @@ when the script is used up the answer is a 500. Entry fields, all optional:
                    says "Connection: close")
     cut_after      streaming: send this many events, then drop the connection (no end chunk)
     interleave     OpenAI streaming: the deltas of the tool calls alternate between indices
+    echo           true: the text is "echo: " and the text of the request's last user message (a
+                   marker each concurrent caller puts in its request comes back in its answer)
+    gather         N: the request waits until N such requests have arrived (requests are counted
+                   in groups of N) before it is answered, so N callers are really at the server at
+                   once; after 30 s without the group complete the answer is a 500
+    drop_after     true: the connection is closed once the answer is sent, without saying
+                   "Connection: close" (a keep-alive the server dropped between two calls)
     usage also takes "cache_write", "cache_write_1h" (Anthropic) and "reasoning" (OpenAI)
 
 Every request is appended to the log as one JSON line before it is answered: n, conn (the TCP
-connection it came on: 1 for the first accepted, 2 for the second...), method, path,
+connection it came on: 1 for the first accepted, 2 for the second...), accepted (how many
+connections the server had accepted by then), method, path,
 headers (lowercased; authorization and x-api-key values replaced by "<redacted>"), auth_present,
 auth_ok (the key matched --key; null when no --key was given), body (parsed JSON, or the raw text
 under body_raw). The server exits after --max-seconds (default 120) or on SIGTERM.
+With --tls CERT KEY it speaks HTTPS (PEM files) instead of plain HTTP.
 """
 
 import argparse
@@ -55,6 +64,7 @@ import json
 import os
 import signal
 import socketserver
+import ssl
 import sys
 import threading
 import time
@@ -66,8 +76,30 @@ class Server(socketserver.ThreadingMixIn, HTTPServer):
     allow_reuse_address = True
 
 
-STATE = {"script": [], "next": 0, "n": 0, "conns": 0, "log": None, "key": None}
+STATE = {"script": [], "next": 0, "n": 0, "conns": 0, "log": None, "key": None, "gathered": 0}
 LOCK = threading.Lock()
+GATHER = threading.Condition()
+
+
+def gather(n):
+    """Waits until the group of n requests this one belongs to is complete. False after 30 s."""
+    with GATHER:
+        STATE["gathered"] += 1
+        group_end = ((STATE["gathered"] - 1) // n + 1) * n
+        GATHER.notify_all()
+        return GATHER.wait_for(lambda: STATE["gathered"] >= group_end, timeout=30)
+
+
+def last_user_text(body):
+    """The text of the last user message of an OpenAI or Anthropic request ("" when none)."""
+    for m in reversed(body.get("messages") or []):
+        if isinstance(m, dict) and m.get("role") == "user":
+            c = m.get("content")
+            if isinstance(c, str):
+                return c
+            if isinstance(c, list):
+                return "".join(b.get("text", "") for b in c if isinstance(b, dict))
+    return ""
 
 
 def usage_of(entry):
@@ -85,6 +117,9 @@ def split(s, parts=3):
 
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    # The headers and the body are two writes: without TCP_NODELAY the body waits for the
+    # client's delayed ACK (40 ms) on a kept connection.
+    disable_nagle_algorithm = True
 
     def log_message(self, fmt, *args):  # quiet: the request log is the record
         pass
@@ -116,13 +151,20 @@ class Handler(BaseHTTPRequestHandler):
         if entry is None:
             self.send_error_body(500, "fake server: script exhausted", anthropic)
             return
-        self.keep_alive = bool(entry.get("keep_alive"))
+        self.keep_alive = bool(entry.get("keep_alive") or entry.get("drop_after"))
+        if entry.get("gather") and not gather(int(entry["gather"])):
+            self.send_error_body(500, "fake server: gather timed out", anthropic)
+            return
+        if entry.get("echo"):
+            entry = dict(entry, text="echo: " + last_user_text(body))
         if entry.get("delay"):
             time.sleep(float(entry["delay"]))
         try:
             self.answer(entry, body, anthropic)
         except (BrokenPipeError, ConnectionResetError):
             pass  # the client gave up (cancel, deadline, size cap): that is the point
+        if entry.get("drop_after"):
+            self.close_connection = True  # after an answer that said nothing of it
 
     def record(self, n, raw, anthropic):
         headers = {}
@@ -135,7 +177,8 @@ class Handler(BaseHTTPRequestHandler):
         else:
             got = self.headers.get("Authorization")
             want = "Bearer " + STATE["key"] if STATE["key"] is not None else None
-        rec = {"n": n, "conn": self.conn, "method": self.command, "path": self.path, "headers": headers,
+        rec = {"n": n, "conn": self.conn, "accepted": STATE["conns"], "method": self.command,
+               "path": self.path, "headers": headers,
                "auth_present": got is not None,
                "auth_ok": (got == want) if want is not None else None}
         try:
@@ -471,6 +514,7 @@ def main():
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--key", default=None)
     ap.add_argument("--max-seconds", type=float, default=120)
+    ap.add_argument("--tls", nargs=2, metavar=("CERT", "KEY"), default=None)
     args = ap.parse_args()
 
     with open(args.script) as f:
@@ -495,6 +539,10 @@ def main():
     threading.Thread(target=give_up, daemon=True).start()
 
     srv = Server(("127.0.0.1", args.port), Handler)
+    if args.tls:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(args.tls[0], args.tls[1])
+        srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
     sys.stdout.write("%d\n" % srv.server_address[1])
     sys.stdout.flush()
     srv.serve_forever(poll_interval=0.1)

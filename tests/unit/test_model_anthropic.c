@@ -92,6 +92,37 @@ static const char *jstr(json_t *o, const char *k)
     return json_string_value(json_object_get(o, k));
 }
 
+/* ---- connections ---- */
+
+/* Every call of a model, a retry included, rides the first TCP connection; CALLERS runs at once,
+ * ROUNDS calls each, through the one model, with the server gathering CALLERS requests before it
+ * answers, make CALLERS connections for all the calls, and every caller gets the echo of its own
+ * marker (test_model_openai.c says more). Plain, then streamed. */
+#define CALLERS 4
+#define ROUNDS 3
+
+static void test_calls_reuse_one_connection(void **state)
+{
+    for (int stream = 0; stream < 2; stream++) {
+        struct fixture f;
+        start(&f, FAKE_REUSE_SCRIPT, stream);
+        assert_int_equal(fake_check_one_connection(f.model, &f.srv), 0);
+        finish(&f);
+    }
+}
+
+static void test_concurrent_calls_share_the_pool(void **state)
+{
+    char *script = fake_echo_script(CALLERS * ROUNDS, CALLERS);
+    for (int stream = 0; stream < 2; stream++) {
+        struct fixture f;
+        start(&f, script, stream);
+        assert_int_equal(fake_check_concurrent(f.model, &f.srv, CALLERS, ROUNDS), 0);
+        finish(&f);
+    }
+    free(script);
+}
+
 static void text_answer(bool stream)
 {
     struct fixture f;
@@ -640,6 +671,8 @@ int main(void)
     unsetenv("ALL_PROXY");
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_text_answer),
+        cmocka_unit_test(test_calls_reuse_one_connection),
+        cmocka_unit_test(test_concurrent_calls_share_the_pool),
         cmocka_unit_test(test_stream_text_answer),
         cmocka_unit_test(test_tool_round_trip),
         cmocka_unit_test(test_stream_tool_round_trip),

@@ -96,21 +96,8 @@ static int call(struct fixture *f)
 static void check_one_connection(bool stream)
 {
     struct fixture f;
-    start(&f,
-          "[{\"text\":\"one\",\"keep_alive\":true},{\"text\":\"two\",\"keep_alive\":true},"
-          "{\"status\":500,\"error\":\"busy\",\"keep_alive\":true},"
-          "{\"text\":\"three\",\"keep_alive\":true},{\"text\":\"four\",\"keep_alive\":true}]",
-          stream);
-    static const char *const want[] = {"one", "two", "three", "four"};
-    for (size_t i = 0; i < 4; i++) {
-        assert_int_equal(call(&f), 0);
-        assert_string_equal(f.resp.content, want[i]);
-    }
-    json_t *reqs = fake_requests(&f.srv);
-    assert_int_equal(json_array_size(reqs), 5);
-    for (size_t i = 0; i < json_array_size(reqs); i++)
-        assert_int_equal(json_integer_value(json_object_get(json_array_get(reqs, i), "conn")), 1);
-    json_decref(reqs);
+    start(&f, FAKE_REUSE_SCRIPT, stream);
+    assert_int_equal(fake_check_one_connection(f.model, &f.srv), 0);
     finish(&f);
 }
 
@@ -118,6 +105,127 @@ static void test_calls_reuse_one_connection(void **state)
 {
     check_one_connection(false);
     check_one_connection(true);
+}
+
+/* CALLERS runs at once, as CALLERS workers would, each making ROUNDS calls through the one model.
+ * The server answers nothing before CALLERS requests are in, so CALLERS handles are out of the
+ * pool at the same time: it accepts CALLERS connections for all the calls (not one per call, and
+ * not fewer: the calls really overlapped), and every caller gets the echo of its own marker. */
+#define CALLERS 4
+#define ROUNDS 3
+
+static void check_concurrent_calls(bool stream)
+{
+    char *script = fake_echo_script(CALLERS * ROUNDS, CALLERS);
+    struct fixture f;
+    start(&f, script, stream);
+    free(script);
+    assert_int_equal(fake_check_concurrent(f.model, &f.srv, CALLERS, ROUNDS), 0);
+    finish(&f);
+}
+
+static void test_concurrent_calls_share_the_pool(void **state)
+{
+    check_concurrent_calls(false);
+    check_concurrent_calls(true);
+}
+
+/* The pool's bound, through the HTTP client itself: a pool that keeps KEPT handles, CALLERS
+ * callers at once. Every call still succeeds with its own answer; when the callers give their
+ * handles back the pool keeps KEPT and closes the rest, so the next round of CALLERS concurrent
+ * calls reuses KEPT connections and opens exactly CALLERS - KEPT new ones. */
+#define KEPT 2
+
+struct pooled {
+    struct eph_http_pool *pool;
+    char url[128];
+};
+
+static int pooled_marked(void *ctx, const char *marker, char *answer, size_t len)
+{
+    struct pooled *p = ctx;
+    static const char *const headers[] = {"Content-Type: application/json",
+                                          "Authorization: Bearer " KEY, NULL};
+    json_t *body = json_pack("{s:s,s:[{s:s,s:s}]}", "model", "fake", "messages", "role", "user",
+                             "content", marker);
+    char *text = json_dumps(body, JSON_COMPACT);
+    json_decref(body);
+    struct eph_http_request req = {.what = "pooled",
+                                   .url = p->url,
+                                   .headers = headers,
+                                   .body = text,
+                                   .body_len = strlen(text),
+                                   .deadline_ns = eph_clock_mono_ns() + 60ull * 1000000000u,
+                                   .max_body = 1u << 20,
+                                   .max_attempts = 1,
+                                   .pool = p->pool};
+    struct eph_http_response resp;
+    char err[256];
+    int rc = eph_http_post(&req, &resp, err, sizeof(err));
+    free(text);
+    if (!rc && resp.status != 200)
+        rc = -EIO;
+    json_t *got = rc ? NULL : json_loadb(resp.body.data, resp.body.len, 0, NULL);
+    const char *content = json_string_value(json_object_get(
+        json_object_get(json_array_get(json_object_get(got, "choices"), 0), "message"), "content"));
+    snprintf(answer, len, "%s", content ? content : rc ? err : "");
+    json_decref(got);
+    eph_http_response_release(&resp);
+    return rc;
+}
+
+static void test_pool_past_its_size(void **state)
+{
+    char *script = fake_echo_script(CALLERS * (ROUNDS + 1), CALLERS);
+    struct fake_server srv;
+    assert_int_equal(fake_start(&srv, script, KEY), 0);
+    free(script);
+    struct pooled p = {.pool = eph_http_pool_new(KEPT)};
+    assert_non_null(p.pool);
+    snprintf(p.url, sizeof(p.url), "%s/chat/completions", srv.url);
+    assert_int_equal(fake_crowd_check(pooled_marked, &p, CALLERS, ROUNDS), 0);
+    /* Between rounds a handle given back may be borrowed again before the pool is full: at
+     * least CALLERS connections, at most CALLERS - KEPT more per later round. */
+    long before = fake_accepted(&srv);
+    assert_in_range(before, CALLERS, CALLERS + (ROUNDS - 1) * (CALLERS - KEPT));
+    assert_int_equal(fake_crowd_check(pooled_marked, &p, CALLERS, 1), 0);
+    assert_int_equal(fake_accepted(&srv) - before, CALLERS - KEPT);
+    assert_int_equal(fake_request_count(&srv), CALLERS * (ROUNDS + 1));
+    eph_http_pool_free(p.pool);
+    fake_stop(&srv);
+}
+
+/* A connection the server closed: after an answer that said "Connection: close", and after one
+ * that kept the connection alive and then dropped it anyway. The next call succeeds at its first
+ * attempt (libcurl connects again by itself) on a new connection, and no request is lost or sent
+ * twice. */
+static void check_reconnect(bool stream)
+{
+    struct fixture f;
+    start(&f,
+          "[{\"text\":\"one\",\"keep_alive\":true},{\"text\":\"two\",\"drop_after\":true},"
+          "{\"text\":\"three\"},{\"text\":\"four\",\"keep_alive\":true},"
+          "{\"text\":\"five\",\"keep_alive\":true}]",
+          stream);
+    static const char *const want[] = {"one", "two", "three", "four", "five"};
+    static const long conn[] = {1, 1, 2, 3, 3};
+    for (size_t i = 0; i < 5; i++) {
+        assert_int_equal(call(&f), 0);
+        assert_string_equal(f.resp.content, want[i]);
+        assert_int_equal(f.log.n, 1);
+    }
+    long got[5];
+    assert_int_equal(fake_conns(&f.srv, got, 5), 5);
+    for (size_t i = 0; i < 5; i++)
+        assert_int_equal(got[i], conn[i]);
+    assert_int_equal(fake_accepted(&f.srv), 3);
+    finish(&f);
+}
+
+static void test_closed_connection_reconnects(void **state)
+{
+    check_reconnect(false);
+    check_reconnect(true);
 }
 
 /* ---- plain ---- */
@@ -1034,6 +1142,9 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_text_answer),
         cmocka_unit_test(test_calls_reuse_one_connection),
+        cmocka_unit_test(test_concurrent_calls_share_the_pool),
+        cmocka_unit_test(test_pool_past_its_size),
+        cmocka_unit_test(test_closed_connection_reconnects),
         cmocka_unit_test(test_tool_round_trip),
         cmocka_unit_test(test_unknown_finish_reason),
         cmocka_unit_test(test_length_finish_reason),
