@@ -994,7 +994,7 @@ static int event_insert(struct pg_store *s, struct pg_conn *c, const char *run_i
     p_text(&p, e->source);
     p_text(&p, e->type);
     p_text(&p, e->message ? e->message : "");
-    p_json(&p, e->data, "{}");
+    p_json(&p, e->wire ? NULL : e->data, "{}"); /* with its wire text, data is in it (store.h) */
     p_text(&p, e->wire);
     /* The notification rides the same transaction: listeners hear of the event when it is
      * committed, never before. The payload is the run id and the seq, never the content. */
@@ -1451,10 +1451,8 @@ static int pg_events_list(struct eph_store *base, const char *run_id, uint64_t a
         col_copy(r, i, 3, e.source, sizeof(e.source));
         col_copy(r, i, 4, e.type, sizeof(e.type));
         e.message = col_strdup(r, i, 5);
-        e.data = col_json(r, i, 6);
-        if (!e.data)
-            e.data = json_object();
         e.wire = col_strdup(r, i, 7);
+        e.data = eph_event_stored_data(e.wire, isnull(r, i, 6) ? NULL : val(r, i, 6));
         rc = cb(&e, ctx);
         eph_event_release(&e);
     }

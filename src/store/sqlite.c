@@ -878,7 +878,8 @@ static int event_insert_locked(struct sq_conn *s, const char *run_id, const stru
     sqlite3_bind_text(st, 5, e->source, -1, SQLITE_TRANSIENT);
     sqlite3_bind_text(st, 6, e->type, -1, SQLITE_TRANSIENT);
     sqlite3_bind_text(st, 7, e->message ? e->message : "", -1, SQLITE_TRANSIENT);
-    if (e->data)
+    /* With its wire text, data is in it already: not stored twice (store.h). */
+    if (e->data && !e->wire)
         bind_json_or_null(st, 8, e->data);
     else
         sqlite3_bind_text(st, 8, "{}", -1, SQLITE_STATIC);
@@ -1411,10 +1412,8 @@ static int sq_events_list(struct eph_store *base, const char *run_id, uint64_t a
             snprintf(e->source, sizeof(e->source), "%s", sqlite3_column_text(st, 3));
             snprintf(e->type, sizeof(e->type), "%s", sqlite3_column_text(st, 4));
             e->message = col_strdup(st, 5);
-            e->data = col_json(st, 6);
-            if (!e->data)
-                e->data = json_object();
             e->wire = col_strdup(st, 7);
+            e->data = eph_event_stored_data(e->wire, (const char *)sqlite3_column_text(st, 6));
         }
         if (!rc && r != SQLITE_DONE)
             rc = db_err(s, r, "events list");

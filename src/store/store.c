@@ -42,6 +42,23 @@ void eph_event_release(struct eph_event *e)
     e->data = NULL;
 }
 
+json_t *eph_event_stored_data(const char *wire, const char *data_column)
+{
+    json_t *data = NULL;
+    if (wire) {
+        json_t *w = json_loads(wire, 0, NULL);
+        data = json_incref(json_object_get(w, "data"));
+        json_decref(w);
+    } else if (data_column) {
+        data = json_loads(data_column, JSON_DECODE_ANY, NULL);
+    }
+    if (data && !json_is_object(data)) {
+        json_decref(data);
+        data = NULL;
+    }
+    return data ? data : json_object();
+}
+
 void eph_connection_release(struct eph_connection *c)
 {
     free(c->base_url);

@@ -2,8 +2,8 @@
 # Events are stored as the text the API serves (SPEC 5): the JSON list and the SSE stream write
 # each event's stored text out as is, byte for byte; every event, the first (run.queued) and the
 # closing ones included, is stored with it, and what is served is that text, not the fields made
-# again. A row without it (written before the text was stored)
-# is served the same, byte for byte.
+# again; an event's data is kept once, in that text. A row without it (written before the text was
+# stored, its data in its own column) is served the same, byte for byte.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/api_common.sh"
 test_deadline 120
@@ -37,6 +37,11 @@ curl -sS -N --max-time 60 "$EPHEMERAL_URL/v1/runs/$id/events" \
 grep '^data: ' "$TEST_TMP/events.sse" | sed 's/^data: //' >"$TEST_TMP/streamed.txt"
 cmp "$TEST_TMP/streamed.txt" "$TEST_TMP/stored.txt" || fail "the stream is not the stored text"
 
+# The data of an event stored with its text is in that text, not stored a second time.
+assert_eq "$(q "SELECT COUNT(*) FROM events WHERE run_id = '$id' AND data != '{}'")" 0 \
+    "event data stored once, in the text"
+q "CREATE TABLE kept AS SELECT seq, wire FROM events WHERE run_id = '$id'"
+
 # What is served is what is stored, not made again from the fields: a stored text changed behind
 # the server's back is what both forms serve.
 q "UPDATE events SET wire = '{\"seq\":2,\"marker\":\"as stored\"}' WHERE run_id = '$id' AND seq = 2"
@@ -48,8 +53,10 @@ curl -sS -N --max-time 60 "$EPHEMERAL_URL/v1/runs/$id/events" \
 assert_eq "$(grep -m1 '^data: ' "$TEST_TMP/marked.sse")" 'data: {"seq":2,"marker":"as stored"}' \
     "stream: stored text"
 
-# Rows from before the column: served in the same form, made on read.
-q "UPDATE events SET wire = NULL WHERE run_id = '$id'"
+# Rows from before the column (their data in its own column, no text): served in the same form,
+# made on read.
+q "UPDATE events SET data = (SELECT json_extract(k.wire, '\$.data') FROM kept k WHERE k.seq = events.seq),
+   wire = NULL WHERE run_id = '$id'"
 get_list "$TEST_TMP/old.json"
 cmp "$TEST_TMP/old.json" "$TEST_TMP/list.json" || fail "a row without its text is served otherwise"
 echo "run $id: $(wc -l <"$TEST_TMP/stored.txt") events served as stored"

@@ -186,6 +186,21 @@ struct listed {
     char *message[8];
 };
 
+/* Collects each event's data as compact JSON with sorted keys. */
+struct datas {
+    size_t n;
+    char *text[8];
+};
+
+static int data_cb(const struct eph_event *e, void *ctx)
+{
+    struct datas *d = ctx;
+    assert_true(d->n < 8);
+    assert_non_null(e->data);
+    d->text[d->n++] = json_dumps(e->data, JSON_COMPACT | JSON_SORT_KEYS);
+    return 0;
+}
+
 static int list_cb(const struct eph_event *e, void *ctx)
 {
     struct listed *l = ctx;
@@ -269,6 +284,56 @@ static void test_event_wire(void **state)
         assert_string_equal(l.message[i], "shell.command");
     }
     listed_release(&l);
+    eph_run_release(&r);
+}
+
+/* An event with its wire text is written once: its data comes back from the wire, and the store
+ * holds no second serialisation of it (on SQLite, the data column is '{}'). An event without one
+ * (an old row) keeps its own data. */
+static void test_event_data_stored_once(void **state)
+{
+    struct fixture *f = *state;
+    struct eph_store *st = f->db.st;
+    struct eph_run r;
+    make_run(&r, f->db.org);
+    struct eph_event e;
+    make_event(&e, 1, "{\"seq\":1,\"data\":{\"output\":\"from the wire\",\"n\":[1,2]}}");
+    assert_int_equal(st->ops->run_insert(st, &r, &e), 0);
+    eph_event_release(&e);
+    make_event(&e, 2, NULL);
+    assert_int_equal(st->ops->event_append(st, r.id, &e), 0);
+    eph_event_release(&e);
+    make_event(&e, 3, "{\"seq\":3,\"data\":\"not an object\"}");
+    assert_int_equal(st->ops->event_append(st, r.id, &e), 0);
+    eph_event_release(&e);
+
+    struct datas d = {0};
+    assert_int_equal(st->ops->events_list(st, r.id, 0, 0, data_cb, &d), 0);
+    assert_int_equal(d.n, 3);
+    assert_string_equal(d.text[0], "{\"n\":[1,2],\"output\":\"from the wire\"}");
+    assert_string_equal(d.text[1], "{\"output\":\"the output\"}");
+    assert_string_equal(d.text[2], "{}"); /* a wire whose data is no object: none */
+    for (size_t i = 0; i < d.n; i++)
+        free(d.text[i]);
+
+    const char *pg = getenv("EPH_TEST_PG");
+    if (!pg || !*pg) {
+        sqlite3 *db;
+        assert_int_equal(sqlite3_open_v2(f->db.path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+        sqlite3_stmt *q;
+        assert_int_equal(sqlite3_prepare_v2(db,
+                                            "SELECT data FROM events WHERE run_id = ? ORDER BY seq",
+                                            -1, &q, NULL),
+                         SQLITE_OK);
+        sqlite3_bind_text(q, 1, r.id, -1, SQLITE_STATIC);
+        const char *want[] = {"{}", "{\"output\":\"the output\"}", "{}"};
+        for (int i = 0; i < 3; i++) {
+            assert_int_equal(sqlite3_step(q), SQLITE_ROW);
+            assert_string_equal((const char *)sqlite3_column_text(q, 0), want[i]);
+        }
+        sqlite3_finalize(q);
+        sqlite3_close(db);
+    }
     eph_run_release(&r);
 }
 
@@ -400,6 +465,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_secret_and_connections, setup, teardown),
         cmocka_unit_test_setup_teardown(test_run_web_allow, setup, teardown),
         cmocka_unit_test_setup_teardown(test_event_wire, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_event_data_stored_once, setup, teardown),
         cmocka_unit_test_setup_teardown(test_queued_cap, setup, teardown),
         cmocka_unit_test_setup_teardown(test_idempotency_expiry, setup, teardown),
         cmocka_unit_test(test_metrics_render),
