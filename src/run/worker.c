@@ -437,22 +437,23 @@ static int step_load(struct job *j, const char *run_id)
 static int step_prompt(struct job *j)
 {
     struct eph_run *r = &j->r;
+    if (r->zdr) {
+        /* Taken first, refused or not, so that it leaves the live entry with the run record. */
+        json_t *files = NULL;
+        r->prompt = eph_live_take_prompt(j->live, &files);
+        json_decref(r->files);
+        r->files = files;
+    }
     const char *code, *message;
     if (eph_live_refusal(j->live, &code, &message)) {
         /* Stored but refused (it could not be queued): settled failed, everything released. */
         fail_run(r, EPH_RUN_FAILED, code, message);
         return -ECANCELED;
     }
-    if (r->zdr) {
-        json_t *files = NULL;
-        r->prompt = eph_live_take_prompt(j->live, &files);
-        json_decref(r->files);
-        r->files = files;
-        if (!r->prompt) {
-            fail_run(r, EPH_RUN_FAILED, "prompt_lost",
-                     "the prompt of this zero-data-retention run was not kept across a restart");
-            return -ENOENT;
-        }
+    if (r->zdr && !r->prompt) {
+        fail_run(r, EPH_RUN_FAILED, "prompt_lost",
+                 "the prompt of this zero-data-retention run was not kept across a restart");
+        return -ENOENT;
     }
     if (eph_cancelled(&j->cancel)) {
         fail_cancelled(j->svc, r, "before the run started");
