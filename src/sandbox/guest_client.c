@@ -220,19 +220,14 @@ static struct eph_buf *out_buf(struct eph_guest_client *c)
     return c->out_src == 1 ? &c->requests : eph_guest_tunnel_out(c->tunnel);
 }
 
-/* Writes what it can without blocking. The channel thread calls it when poll said the channel
- * is writable; a caller (caller_side) right after queueing its request, so that a request does
- * not wait for the thread to wake up: on a channel that is not a socket, where only the thread's
- * poll makes a write safe not to block, the caller leaves it to the thread. */
-static int write_out(struct eph_guest_client *c, bool caller_side)
+/* Writes what it can without blocking. */
+static int write_out(struct eph_guest_client *c)
 {
     struct eph_buf *q;
     while ((q = out_buf(c))) {
         /* MSG_NOSIGNAL: a dead guest must be an error here, not a SIGPIPE for the whole server. */
         ssize_t w =
             send(c->fd, q->data + c->out_off, q->len - c->out_off, MSG_NOSIGNAL | MSG_DONTWAIT);
-        if (w < 0 && errno == ENOTSOCK && caller_side)
-            return 0;
         if (w < 0 && errno == ENOTSOCK)
             w = write(c->fd, q->data + c->out_off, q->len - c->out_off);
         if (w < 0 && errno == EINTR)
@@ -282,7 +277,7 @@ static void *channel_main(void *arg)
         }
         if (c->stop || c->broken)
             continue;
-        if (may_write && (pfd[0].revents & (POLLOUT | POLLERR | POLLHUP)) && write_out(c, false))
+        if (may_write && (pfd[0].revents & (POLLOUT | POLLERR | POLLHUP)) && write_out(c))
             continue;
         if (may_read && (pfd[0].revents & (POLLIN | POLLHUP | POLLERR)) && read_some(c))
             continue;
@@ -329,9 +324,7 @@ static int call_check(struct eph_guest_client *c)
 
 /* ---- the caller's side ------------------------------------------------------------------- */
 
-/* Queues a whole request frame and writes what the channel takes at once, under the same lock
- * as the channel thread's writes (so frames never interleave); the thread is woken only for what
- * is left, or when the write failed. */
+/* Hands a whole request frame to the channel thread. */
 static int send_all(struct eph_guest_client *c, const uint8_t *p, size_t n, uint64_t deadline_ns)
 {
     pthread_mutex_lock(&c->mu);
@@ -341,13 +334,8 @@ static int send_all(struct eph_guest_client *c, const uint8_t *p, size_t n, uint
         if (rc)
             rc = fail_caller(c, rc == -EMSGSIZE ? -EPROTO : rc);
     }
-    bool left = false;
-    if (!rc && !c->broken) {
-        (void)write_out(c, true);
-        left = c->broken || out_buf(c) != NULL;
-    }
     pthread_mutex_unlock(&c->mu);
-    if (left)
+    if (!rc)
         wake(c);
     return rc;
 }
