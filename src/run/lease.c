@@ -42,6 +42,10 @@ static void renew_one(struct eph_live *l, void *ctx)
     int rc = svc->store->ops->run_renew(
         svc->store, eph_live_id(l), svc->node_id,
         eph_clock_real_ms() + (int64_t)svc->cfg->lease_seconds * 1000, compute);
+    uint64_t took_ms = (eph_clock_mono_ns() - now) / 1000000u;
+    if (took_ms * 4 > (uint64_t)svc->cfg->lease_seconds * 1000)
+        EPH_WARN("scheduler", "run %s: renewing its lease took %llu ms (the lease is %u s)",
+                 eph_live_id(l), (unsigned long long)took_ms, svc->cfg->lease_seconds);
     if (rc == -ESTALE) {
         eph_live_state(l, &last, &closed);
         if (!closed && eph_live_compute_start(l)) {
@@ -81,7 +85,15 @@ static int reap_one(const struct eph_run *r, void *ctx)
 
 void eph_lease_pass(struct eph_service *svc)
 {
+    uint64_t t0 = eph_clock_mono_ns();
     eph_live_foreach(svc->live, renew_one, svc);
+    uint64_t t1 = eph_clock_mono_ns();
     struct reap rp = {.svc = svc, .now_ms = eph_clock_real_ms()};
     svc->store->ops->runs_lease_expired(svc->store, rp.now_ms, reap_one, &rp);
+    uint64_t t2 = eph_clock_mono_ns();
+    /* A pass that takes a good part of the lease puts this node's own leases at risk. */
+    if ((t2 - t0) / 1000000u * 4 > (uint64_t)svc->cfg->lease_seconds * 1000)
+        EPH_WARN("scheduler", "a lease pass took %llu ms (renewals %llu ms; the lease is %u s)",
+                 (unsigned long long)((t2 - t0) / 1000000u),
+                 (unsigned long long)((t1 - t0) / 1000000u), svc->cfg->lease_seconds);
 }

@@ -135,6 +135,11 @@ static void *periodic_main(void *arg)
         pthread_mutex_unlock(&s->lock);
         s->ops.periodic(s->ops.ctx);
         pthread_mutex_lock(&s->lock);
+        /* One idle worker looks at a shared store once per period. */
+        if (s->ops.take_next) {
+            s->kicked = true;
+            pthread_cond_signal(&s->work_cond);
+        }
     }
     pthread_mutex_unlock(&s->lock);
     return NULL;
@@ -198,24 +203,19 @@ static void *worker_main(void *arg)
 {
     struct eph_scheduler *s = arg;
     bool shared = s->ops.take_next != NULL;
-    uint64_t every = (uint64_t)s->period_seconds * 1000000000u;
     for (;;) {
         pthread_mutex_lock(&s->lock);
+        /* A shared store's idle workers do not poll it: one kick, one look by one worker (a
+         * worker that claims a run kicks the next). The kicks come from the store's notices and
+         * once per period from the periodic thread, for a notice that was missed. */
         bool look = false;
         while (!s->queue.head && !s->stopping && !look) {
-            if (!shared) {
-                pthread_cond_wait(&s->work_cond, &s->lock);
-                continue;
-            }
-            if (s->kicked) {
+            if (shared && s->kicked) {
                 s->kicked = false;
                 look = true;
                 break;
             }
-            struct timespec ts;
-            deadline_in(&ts, every);
-            if (pthread_cond_timedwait(&s->work_cond, &s->lock, &ts) == ETIMEDOUT)
-                look = true;
+            pthread_cond_wait(&s->work_cond, &s->lock);
         }
         if (s->stopping) {
             pthread_mutex_unlock(&s->lock);
@@ -322,6 +322,8 @@ int eph_scheduler_start(const struct eph_scheduler_ops *ops, unsigned workers,
     }
     s->ops = *ops;
     s->period_seconds = period_seconds ? period_seconds : 1;
+    /* A shared store may hold runs queued before this node started: one worker looks at once. */
+    s->kicked = ops->take_next != NULL;
     atomic_init(&s->said_unreachable, false);
     pthread_mutex_init(&s->lock, NULL);
     pthread_cond_init(&s->work_cond, NULL);

@@ -25,8 +25,9 @@ struct eph_scheduler_ops {
     /* Works on one run, start to settlement, on a worker or the settler thread. */
     void (*work)(void *ctx, const char *run_id);
     /* Optional (shared stores): claims a run no node holds into run_id. 0, -ENOENT when there is
-     * none, another -errno on failure (-ENOTCONN: the database is out of reach). An idle worker
-     * calls it when kicked and at least every period_seconds. */
+     * none, another -errno on failure (-ENOTCONN: the database is out of reach). One idle worker
+     * calls it at start, on each kick and once every period_seconds (with ops->periodic); a
+     * worker that claims a run kicks another. Idle workers never poll the store on their own. */
     int (*take_next)(void *ctx, char *run_id, size_t idlen);
     /* Optional: called every period_seconds on a thread of its own (the lease keeper). */
     void (*periodic)(void *ctx);

@@ -90,8 +90,10 @@ int eph_recovery_run(struct eph_service *svc, unsigned *lost, unsigned *requeued
 
 /* Finishes a run whose worker is gone as failed (worker_lost), charged what was measured up to its
  * last checkpoint, with the closing events (sandbox.destroyed when it had a sandbox). Non-zero
- * lease_expired_before_ms: only if its lease is still expired then (another node's run). 0 when
- * settled here, -EALREADY when it was not ours to settle (finished or renewed meanwhile). */
+ * lease_expired_before_ms: only if its lease is still expired then (another node's run), and
+ * without retrying a store that fails (the lease keeper must get back to its renewals; its next
+ * pass tries again). 0 when settled here, -EALREADY when it was not ours to settle (finished or
+ * renewed meanwhile). */
 int eph_worker_settle_lost(struct eph_service *svc, const char *run_id,
                            int64_t lease_expired_before_ms);
 

@@ -388,7 +388,11 @@ static int step_load(struct job *j, const char *run_id)
     struct eph_store *st = svc->store;
     j->live = eph_live_get(svc->live, run_id);
     if (!j->live) {
-        EPH_ERROR("worker", "run %s is not live", run_id);
+        /* On a shared store, another node may have claimed and finished a run queued here. */
+        if (st->ops->shared)
+            EPH_DEBUG("worker", "run %s: ended elsewhere", run_id);
+        else
+            EPH_ERROR("worker", "run %s is not live", run_id);
         return -ENOENT;
     }
     int rc = st->ops->run_get(st, run_id, NULL, &j->r);
@@ -702,7 +706,7 @@ int eph_worker_settle_lost(struct eph_service *svc, const char *run_id,
     fail_run(&r, EPH_RUN_FAILED, "worker_lost",
              "the server running this run stopped; it was settled for what was measured");
     split_stored(&r.cost);
-    rc = settle(svc, NULL, &r, last, lease_expired_before_ms, true);
+    rc = settle(svc, NULL, &r, last, lease_expired_before_ms, lease_expired_before_ms == 0);
     /* A run whose worker here could not settle it (eph_live_abandon) is still live: waiting
      * clients learn now that it ended. */
     struct eph_live *live = rc ? NULL : eph_live_get(svc->live, r.id);

@@ -58,6 +58,7 @@ struct pg_store {
     pthread_cond_t cond;
     struct pg_conn *pool;
     unsigned n;
+    unsigned urgent_waiting;   /* under lock: lease keeper calls waiting for a connection */
     unsigned long round_trips; /* under lock: statements sent (bench) */
 };
 
@@ -140,30 +141,44 @@ static int conn_connect(struct pg_store *s, struct pg_conn *c)
     return 0;
 }
 
-static struct pg_conn *conn_get(struct pg_store *s)
+/* Takes a free connection, waiting for one. An urgent caller (the lease keeper: a renewal that
+ * queues behind the workers' writes can cost this node its leases) goes before every waiting
+ * ordinary caller. */
+static struct pg_conn *conn_get_as(struct pg_store *s, bool urgent)
 {
     pthread_mutex_lock(&s->lock);
     struct pg_conn *c = NULL;
+    if (urgent)
+        s->urgent_waiting++;
     for (;;) {
-        for (unsigned i = 0; i < s->n; i++)
-            if (!s->pool[i].busy) {
-                c = &s->pool[i];
-                break;
-            }
+        if (urgent || !s->urgent_waiting)
+            for (unsigned i = 0; i < s->n; i++)
+                if (!s->pool[i].busy) {
+                    c = &s->pool[i];
+                    break;
+                }
         if (c)
             break;
         pthread_cond_wait(&s->cond, &s->lock);
     }
+    /* The ordinary waiters a release passed over look again (another may be free). */
+    if (urgent && --s->urgent_waiting == 0)
+        pthread_cond_broadcast(&s->cond);
     c->busy = true;
     pthread_mutex_unlock(&s->lock);
     if (!conn_ok(c) && conn_connect(s, c)) {
         pthread_mutex_lock(&s->lock);
         c->busy = false;
-        pthread_cond_signal(&s->cond);
+        pthread_cond_broadcast(&s->cond);
         pthread_mutex_unlock(&s->lock);
         return NULL;
     }
     return c;
+}
+
+static struct pg_conn *conn_get(struct pg_store *s)
+{
+    return conn_get_as(s, false);
 }
 
 static void conn_put(struct pg_store *s, struct pg_conn *c)
@@ -176,7 +191,11 @@ static void conn_put(struct pg_store *s, struct pg_conn *c)
     }
     pthread_mutex_lock(&s->lock);
     c->busy = false;
-    pthread_cond_signal(&s->cond);
+    /* With an urgent caller waiting, the one woken must be that one. */
+    if (s->urgent_waiting)
+        pthread_cond_broadcast(&s->cond);
+    else
+        pthread_cond_signal(&s->cond);
     pthread_mutex_unlock(&s->lock);
 }
 
@@ -291,13 +310,15 @@ static bool retry_wait(unsigned attempt)
 }
 
 /* Runs one operation on a pooled connection, retrying the whole operation while the connection
- * fails. expr sees `c`. */
-#define WITH_CONN(s, expr)                                                                         \
+ * fails. expr sees `c`. WITH_CONN_URGENT goes before ordinary waiters (conn_get_as). */
+#define WITH_CONN(s, expr) WITH_CONN_AS(s, false, expr)
+#define WITH_CONN_URGENT(s, expr) WITH_CONN_AS(s, true, expr)
+#define WITH_CONN_AS(s, urgent, expr)                                                              \
     ({                                                                                             \
         int _rc;                                                                                   \
         unsigned _try = 0;                                                                         \
         do {                                                                                       \
-            struct pg_conn *c = conn_get(s);                                                       \
+            struct pg_conn *c = conn_get_as(s, urgent);                                            \
             if (!c) {                                                                              \
                 _rc = -ENOTCONN;                                                                   \
             } else {                                                                               \
@@ -1355,13 +1376,14 @@ static int pg_run_renew(struct eph_store *base, const char *run_id, const char *
     p_text(&p, run_id);
     p_text(&p, node_id);
     unsigned long n = 0;
-    int rc = WITH_CONN(s, changed_once(s, c,
-                                       "UPDATE runs SET lease_expires_at = $1, compute_micros = "
-                                       "GREATEST(compute_micros, LEAST($2::bigint, "
-                                       "reserved_micros - model_micros - web_micros)) "
-                                       "WHERE id = $3 AND node_id = $4 AND status IN "
-                                       "('queued', 'starting', 'running')",
-                                       &p, &n, "run renew"));
+    int rc = WITH_CONN_URGENT(s, changed_once(s, c,
+                                              "UPDATE runs SET lease_expires_at = $1, "
+                                              "compute_micros = "
+                                              "GREATEST(compute_micros, LEAST($2::bigint, "
+                                              "reserved_micros - model_micros - web_micros)) "
+                                              "WHERE id = $3 AND node_id = $4 AND status IN "
+                                              "('queued', 'starting', 'running')",
+                                              &p, &n, "run renew"));
     return rc ? rc : n ? 0 : -ESTALE;
 }
 
@@ -1371,11 +1393,12 @@ static int pg_runs_lease_expired(struct eph_store *base, int64_t now_ms, eph_run
     struct params p = {0};
     p_i64(&p, now_ms);
     PGresult *r = NULL;
-    int rc = WITH_CONN(s, select_once(s, c,
-                                      "SELECT " RUN_COLUMNS " FROM runs WHERE status IN "
-                                      "('queued', 'starting', 'running') AND node_id IS NOT NULL "
-                                      "AND lease_expires_at < $1 ORDER BY created_at, seq",
-                                      &p, &r, "expired leases"));
+    int rc =
+        WITH_CONN_URGENT(s, select_once(s, c,
+                                        "SELECT " RUN_COLUMNS " FROM runs WHERE status IN "
+                                        "('queued', 'starting', 'running') AND node_id IS NOT NULL "
+                                        "AND lease_expires_at < $1 ORDER BY created_at, seq",
+                                        &p, &r, "expired leases"));
     if (!rc)
         rc = each_run(r, 0, cb, ctx, NULL);
     PQclear(r);

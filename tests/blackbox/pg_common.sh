@@ -39,7 +39,8 @@ pg_start() {
 pg_spawn() {
     setpriv --reuid=postgres --regid=postgres --init-groups -- "$PG_BIN/postgres" \
         -D "$PG_DIR/data" -p "$PG_PORT" -k "$PG_DIR" -c listen_addresses=127.0.0.1 \
-        -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200 &
+        -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200 \
+        -c log_lock_waits=on -c deadlock_timeout=1s -c log_min_duration_statement=1000 &
     PG_PID=$!
 }
 

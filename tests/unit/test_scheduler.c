@@ -35,6 +35,8 @@ struct stub {
     bool claimed;
     bool claim_races_submit;  /* take_next hands the claimed run to the queue too */
     atomic_bool claim_closed; /* take_next finds nothing until the test opens it */
+    atomic_uint take_calls;   /* take_next calls (also the refused ones) */
+    unsigned periodic_passes;
 };
 
 static void work(void *ctx, const char *run_id)
@@ -168,6 +170,7 @@ static void test_withdraw_takes_a_queued_run_only(void **state)
 static int take_next(void *ctx, char *run_id, size_t idlen)
 {
     struct stub *s = ctx;
+    atomic_fetch_add(&s->take_calls, 1);
     if (s->claimed || atomic_load(&s->claim_closed))
         return -ENOENT;
     s->claimed = true;
@@ -221,6 +224,53 @@ static void test_queued_and_claimed_at_once(void **state)
     assert_int_equal(eph_scheduler_running(s->sch), 2);
     open_gate(s);
     assert_true(wait_for(s, done_is, 2));
+    eph_scheduler_free(s->sch);
+    free(s);
+}
+
+static void periodic(void *ctx)
+{
+    struct stub *s = ctx;
+    pthread_mutex_lock(&s->lock);
+    s->periodic_passes++;
+    pthread_cond_broadcast(&s->cond);
+    pthread_mutex_unlock(&s->lock);
+}
+
+static bool passes_at_least(struct stub *s, unsigned n)
+{
+    return s->periodic_passes >= n;
+}
+
+/* On a shared store, idle workers do not poll it: one look at start, one per kick, one per
+ * period (for a notice that was missed), whatever the number of workers. Polling workers made
+ * 64 idle workers per node flood a PostgreSQL pool of 4 connections until the lease keeper's
+ * renewals waited seconds for one. A run that becomes claimable without a notice is still
+ * claimed, at the next period. */
+static void test_idle_workers_do_not_poll(void **state)
+{
+    struct stub *s = stub_new();
+    atomic_store(&s->claim_closed, true);
+    struct eph_scheduler_ops ops = {.ctx = s,
+                                    .work = work,
+                                    .cancel_all = cancel_all,
+                                    .take_next = take_next,
+                                    .periodic = periodic};
+    assert_int_equal(eph_scheduler_start(&ops, 16, 1, &s->sch), 0);
+    assert_true(wait_for(s, passes_at_least, 3));
+    /* The look at start, one per pass so far (a pass may have just ended). */
+    pthread_mutex_lock(&s->lock);
+    unsigned passes = s->periodic_passes;
+    pthread_mutex_unlock(&s->lock);
+    unsigned calls = atomic_load(&s->take_calls);
+    assert_true(calls >= passes);
+    assert_true(calls <= passes + 2);
+    /* Claimable now, and nobody kicks: the next period's look takes it. */
+    atomic_store(&s->claim_closed, false);
+    assert_true(wait_for(s, inside_is, 1));
+    assert_string_equal(s->ids[0], "run_claimed");
+    open_gate(s);
+    assert_true(wait_for(s, done_is, 1));
     eph_scheduler_free(s->sch);
     free(s);
 }
@@ -298,6 +348,7 @@ int main(void)
         cmocka_unit_test(test_withdraw_takes_a_queued_run_only),
         cmocka_unit_test(test_claimed_run_is_not_queued_twice),
         cmocka_unit_test(test_queued_and_claimed_at_once),
+        cmocka_unit_test(test_idle_workers_do_not_poll),
         cmocka_unit_test(test_settler_runs_while_workers_are_busy),
         cmocka_unit_test(test_stop_cancels_after_grace_and_refuses_after),
         cmocka_unit_test(test_stop_within_grace_does_not_cancel),
