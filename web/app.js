@@ -556,7 +556,14 @@ function runPage(main, runId) {
     const bits = [run.model, `created ${fmt.when(run.created_at)}`];
     if (run.sandbox && run.sandbox.backend) bits.push(`${run.sandbox.backend} sandbox`);
     meta.replaceChildren(bits.join(" · "));
-    if (run.replay_of) meta.append(" · replay of ", h("a", { href: `/runs/${run.replay_of}`, "data-nav": true }, run.replay_of));
+    // A replay (replay_of) names the run it replays and counts the tool results that differed.
+    const rp = run.replay;
+    if (rp && typeof rp.of === "string") {
+      const n = rp.divergences;
+      meta.append(" · ", h("span", { id: "run-replay" }, "replay of ",
+        h("a", { href: `/runs/${encodeURIComponent(rp.of)}`, "data-nav": true }, rp.of),
+        `, ${fmt.thousands(n)} ${n === 1 ? "divergence" : "divergences"}`));
+    }
     if (run.error && run.error.message) meta.append(h("span", { class: "errtext" }, ` · ${run.error.message}`));
     cancelBtn.hidden = terminal;
     bar.replaceChildren(...costBar(c, reserved, !terminal));

@@ -2,9 +2,10 @@
 # The web UI (issue 16, SPEC 11) in a real headless Chromium driven over WebDriver by
 # tests/browser/test_webui.py, against a real ephemerald on a loopback port: static files and
 # their headers, the playground and its curl/JSON, a live run, the seed example, replay timing,
-# reconnection with Last-Event-ID, cancel, the sanitiser, API errors in words, the keyboard path,
-# a 390x844 screen, the runs list, the balance and the admin page. Screenshots go to
-# $BUILD/test-logs/webui/.
+# a replay_of run's divergences (the "diverged" badge, its message, the header's origin and
+# count), reconnection with Last-Event-ID, cancel, the sanitiser, API errors in words, the
+# keyboard path, a 390x844 screen, the runs list, the balance and the admin page. Screenshots go
+# to $BUILD/test-logs/webui/.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/api_common.sh"
 command -v chromium >/dev/null && command -v chromedriver >/dev/null ||
@@ -35,6 +36,7 @@ WEBUI_SERVER=$EPHEMERAL_URL ADMIN_KEY=$EPHEMERAL_API_KEY MEMBER_KEY=$MEMBER_KEY 
     TEST_TMP=$TEST_TMP SEED_REQUEST=$TOP/examples/sandbox-proof/request.json \
     SPACED_PROMPT=$(jq -r .prompt "$TOP/tests/fixtures/webui/spaced/request.json") \
     XSS_PROMPT=$(jq -r .prompt "$TOP/tests/fixtures/webui/xss/request.json") \
+    DIVERGE_PROMPT=$(jq -r .prompt "$TOP/tests/fixtures/webui/diverge/request.json") \
     SLOW_PROMPT=$SLOW_PROMPT \
     python3 -B "$TOP/tests/browser/test_webui.py" &
 py=$!

@@ -3,7 +3,7 @@ ephemerald. Run by tests/blackbox/webui_browser.sh, which starts the server and 
 
     WEBUI_SERVER   the server's URL          ADMIN_KEY, MEMBER_KEY   keys of the org "default"
     SHOTS          where screenshots go      TEST_TMP                a scratch directory
-    SEED_REQUEST, SPACED_PROMPT, XSS_PROMPT, SLOW_PROMPT            the fixtures' prompts
+    SEED_REQUEST, SPACED_PROMPT, XSS_PROMPT, DIVERGE_PROMPT, SLOW_PROMPT   the fixtures' prompts
 
 The browser reaches the server through a small TCP proxy on another loopback port, which logs
 every request line and header and can cut every connection at once (a network drop). Each test
@@ -35,6 +35,7 @@ TMP = os.environ["TEST_TMP"]
 SEED = json.load(open(os.environ["SEED_REQUEST"]))
 SPACED_PROMPT = os.environ["SPACED_PROMPT"]
 XSS_PROMPT = os.environ["XSS_PROMPT"]
+DIVERGE_PROMPT = os.environ["DIVERGE_PROMPT"]
 SLOW_PROMPT = os.environ["SLOW_PROMPT"]
 TERMINAL = {"completed", "failed", "timed_out", "budget_exhausted", "cancelled"}
 
@@ -570,6 +571,79 @@ def replay_keeps_the_original_timing(b):
     b.find("#replay-play").click()
     b.wait_js("the replay to end", "return document.getElementById('replay').dataset.state === 'ended'")
     assert all(not r["hidden"] for r in timeline(b))
+
+
+def replay_of(run_id):
+    """A replay (replay_of) of a finished run, finished: (its id, its run object, its events)."""
+    st, rep = api("POST", "/v1/runs", MEMBER_KEY, {"replay_of": run_id, "max_cost_micros": 30000})
+    assert st == 201, f"replay_of {run_id}: {st} {rep}"
+    run = finished(rep["id"])
+    assert run["status"] == "completed", run
+    return rep["id"], run, events_of(rep["id"])
+
+
+def badges(b):
+    """Every badge in the timeline, with its row: what the page marks, whatever the event."""
+    return b.js("return [...document.querySelectorAll('#timeline-body .badge')].map(x => {"
+                "const r = x.closest('tr'); const box = x.getBoundingClientRect();"
+                "return {seq: Number(r.dataset.seq), type: r.dataset.type, badge: x.textContent,"
+                "src: r.querySelector('.src').textContent, msg: r.querySelector('.msg').textContent,"
+                "shown: !r.hidden && box.width > 0 && box.height > 0}})")
+
+
+def replay_header(b):
+    """The run header's replay part, once the run is drawn: {text, href}, or None."""
+    b.wait_js("the run's header line", "return document.getElementById('run-meta').textContent.length > 0")
+    return b.js("const s = document.getElementById('run-replay');"
+                "return s && {text: s.textContent, href: s.querySelector('a')?.getAttribute('href')}")
+
+
+@test()
+def a_replay_marks_its_divergences(b):
+    """A replay of a run that read /dev/urandom: that command's divergence is marked "diverged"
+    with the server's message, the header names the original and counts 1 divergence; the
+    original itself is no replay. A replay of a run that gives the same results has no badge."""
+    orig = new_run(DIVERGE_PROMPT)
+    assert finished(orig)["status"] == "completed"
+    rep, run, evs = replay_of(orig)
+    divs = [e for e in evs if e["type"] == "replay.divergence"]
+    # What the page is to show, as the server has it: only the random bytes differ.
+    assert run["replay"] == {"of": orig, "divergences": 1}, run["replay"]
+    assert [d["data"]["call_id"] for d in divs] == ["call_2"], divs
+    assert len([e for e in evs if e["type"] == "shell.command"]) == 2, evs
+    open_run(b, rep, settled=True)
+    wait_destroyed(b)
+    assert [r["seq"] for r in timeline(b)] == [e["seq"] for e in evs], (timeline(b), evs)
+    # The divergence's row, and only it, carries the badge, with the server's message beside it.
+    d = divs[0]
+    assert badges(b) == [{"seq": d["seq"], "type": "replay.divergence", "badge": "diverged",
+                          "src": "Divergence", "msg": f"diverged {d['message']}", "shown": True}], badges(b)
+    assert d["message"] == "divergence in shell (turn 2)", d
+    head = replay_header(b)
+    assert head == {"text": f"replay of {orig}, 1 divergence", "href": f"/runs/{orig}"}, head
+    shot(b, "07b-replay-diverged")
+    # The header's link opens the original, which is no replay and has nothing marked.
+    b.find("#run-replay a").click()
+    b.wait("the original's page", lambda: b.url.endswith(f"/runs/{orig}"))
+    b.wait_js("the original's timeline", "return document.getElementById('live-state').dataset.state === 'done'"
+              " && document.querySelector('code.runid').textContent === arguments[0]", orig)
+    assert replay_header(b) is None, replay_header(b)
+    assert badges(b) == [], badges(b)
+
+    # The same commands, the same results: nothing marked, and the header says 0 divergences.
+    spaced = ctx.runs.get("spaced") or new_run(SPACED_PROMPT)
+    finished(spaced)
+    rep, run, evs = replay_of(spaced)
+    assert run["replay"] == {"of": spaced, "divergences": 0}, run["replay"]
+    assert not [e for e in evs if e["type"] == "replay.divergence"], evs
+    assert len([e for e in evs if e["type"] == "shell.command"]) == 3, evs
+    open_run(b, rep, settled=True)
+    wait_destroyed(b)
+    assert [r["seq"] for r in timeline(b)] == [e["seq"] for e in evs], (timeline(b), evs)
+    assert badges(b) == [], badges(b)
+    head = replay_header(b)
+    assert head == {"text": f"replay of {spaced}, 0 divergences", "href": f"/runs/{spaced}"}, head
+    shot(b, "07c-replay-no-divergence")
 
 
 @test(allow=[r"/events - Failed to load resource: net::ERR_(INCOMPLETE_CHUNKED_ENCODING|EMPTY_RESPONSE|CONNECTION_RESET)"])
