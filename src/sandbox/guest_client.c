@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,17 +66,27 @@ int eph_guest_client_init(struct eph_guest_client *c, int fd)
         c->broken = -ENOMEM;
         return -ENOMEM;
     }
-    if (pipe2(c->wake, O_CLOEXEC | O_NONBLOCK) != 0) {
-        c->broken = -errno;
-        return c->broken;
-    }
     int fl = fcntl(fd, F_GETFL);
     if (fl >= 0)
         (void)fcntl(fd, F_SETFL, fl | O_NONBLOCK);
     eph_proto_decoder_init(&c->dec, EPH_PROTO_FROM_GUEST, c->rx_payload, EPH_PROTO_MAX_PAYLOAD);
+    return 0;
+}
+
+/* Hands the channel to a thread of its own (the tunnel's streams need serving between calls).
+ * Called by the caller, between calls: nothing else drives the channel meanwhile. */
+static int thread_start(struct eph_guest_client *c)
+{
+    if (c->running)
+        return 0;
+    if (pipe2(c->wake, O_CLOEXEC | O_NONBLOCK) != 0)
+        return -errno;
     int rc = pthread_create(&c->thread, NULL, channel_main, c);
     if (rc) {
-        c->broken = -rc;
+        for (int i = 0; i < 2; i++) {
+            close(c->wake[i]);
+            c->wake[i] = -1;
+        }
         return -rc;
     }
     c->running = true;
@@ -246,45 +257,55 @@ static int write_out(struct eph_guest_client *c)
     return 0;
 }
 
+/* One round of driving the channel: decodes what was read, then waits (at most timeout_ms; -1,
+ * no limit) for what the channel, the wake pipe (on the thread) and the tunnel's streams allow,
+ * and does it: writes requests and tunnel frames, reads, serves the streams. until_frame: return
+ * at once when a frame is queued for the caller. Call with mu; it is released during the wait. */
+static void channel_round(struct eph_guest_client *c, int timeout_ms, bool until_frame)
+{
+    struct pollfd pfd[2 + EPH_GUEST_TUNNEL_MAX_STREAMS];
+    /* A broken channel is out of step: nothing more is read or relayed. */
+    if (!c->broken)
+        (void)decode_some(c);
+    if (until_frame && (c->head || c->broken))
+        return;
+    bool may_read = !c->broken && c->rpos >= c->rlen && c->queued < QUEUE_MAX;
+    bool may_write = !c->broken && out_buf(c) != NULL;
+    pfd[0] = (struct pollfd){
+        .fd = c->fd, .events = (short)((may_read ? POLLIN : 0) | (may_write ? POLLOUT : 0))};
+    pfd[1] = (struct pollfd){.fd = c->wake[0], .events = POLLIN}; /* -1 (no thread): ignored */
+    struct eph_guest_tunnel *t = c->broken ? NULL : c->tunnel;
+    size_t nt = t ? eph_guest_tunnel_pollfds(t, pfd + 2, EPH_GUEST_TUNNEL_MAX_STREAMS) : 0;
+    pthread_mutex_unlock(&c->mu);
+    int n = poll(pfd, 2 + nt, timeout_ms);
+    pthread_mutex_lock(&c->mu);
+    if (n < 0) {
+        if (errno != EINTR)
+            (void)fail(c, -errno);
+        return;
+    }
+    if (pfd[1].revents & POLLIN) {
+        char drain[64];
+        while (read(c->wake[0], drain, sizeof(drain)) > 0)
+            ;
+    }
+    if (c->stop || c->broken)
+        return;
+    if (may_write && (pfd[0].revents & (POLLOUT | POLLERR | POLLHUP)) && write_out(c))
+        return;
+    if (may_read && (pfd[0].revents & (POLLIN | POLLHUP | POLLERR)) && read_some(c))
+        return;
+    /* The tunnel may have been detached meanwhile (a listen that failed). */
+    if (nt && t == c->tunnel)
+        eph_guest_tunnel_service(t, pfd + 2, nt);
+}
+
 static void *channel_main(void *arg)
 {
     struct eph_guest_client *c = arg;
-    struct pollfd pfd[2 + EPH_GUEST_TUNNEL_MAX_STREAMS];
     pthread_mutex_lock(&c->mu);
-    while (!c->stop) {
-        /* A broken channel is out of step: nothing more is read or relayed. */
-        if (!c->broken)
-            (void)decode_some(c);
-        bool may_read = !c->broken && c->rpos >= c->rlen && c->queued < QUEUE_MAX;
-        bool may_write = !c->broken && out_buf(c) != NULL;
-        pfd[0] = (struct pollfd){
-            .fd = c->fd, .events = (short)((may_read ? POLLIN : 0) | (may_write ? POLLOUT : 0))};
-        pfd[1] = (struct pollfd){.fd = c->wake[0], .events = POLLIN};
-        struct eph_guest_tunnel *t = c->broken ? NULL : c->tunnel;
-        size_t nt = t ? eph_guest_tunnel_pollfds(t, pfd + 2, EPH_GUEST_TUNNEL_MAX_STREAMS) : 0;
-        pthread_mutex_unlock(&c->mu);
-        int n = poll(pfd, 2 + nt, -1);
-        pthread_mutex_lock(&c->mu);
-        if (n < 0) {
-            if (errno != EINTR)
-                (void)fail(c, -errno);
-            continue;
-        }
-        if (pfd[1].revents & POLLIN) {
-            char drain[64];
-            while (read(c->wake[0], drain, sizeof(drain)) > 0)
-                ;
-        }
-        if (c->stop || c->broken)
-            continue;
-        if (may_write && (pfd[0].revents & (POLLOUT | POLLERR | POLLHUP)) && write_out(c))
-            continue;
-        if (may_read && (pfd[0].revents & (POLLIN | POLLHUP | POLLERR)) && read_some(c))
-            continue;
-        /* The tunnel may have been detached meanwhile (a listen that failed). */
-        if (nt && t == c->tunnel)
-            eph_guest_tunnel_service(t, pfd + 2, nt);
-    }
+    while (!c->stop)
+        channel_round(c, -1, false);
     pthread_mutex_unlock(&c->mu);
     return NULL;
 }
@@ -355,11 +376,18 @@ static int next_frame(struct eph_guest_client *c, uint64_t deadline_ns, struct e
             rc = c->broken;
             break;
         }
-        if (eph_clock_mono_ns() >= deadline_ns) {
+        uint64_t now = eph_clock_mono_ns();
+        if (now >= deadline_ns) {
             rc = fail_caller(c, -ETIMEDOUT);
             break;
         }
-        (void)pthread_cond_timedwait(&c->cv, &c->mu, &until);
+        if (c->running) {
+            (void)pthread_cond_timedwait(&c->cv, &c->mu, &until);
+        } else {
+            /* No thread yet (no tunnel): the caller drives the channel itself. */
+            uint64_t ms = (deadline_ns - now + 999999u) / 1000000u;
+            channel_round(c, ms > INT_MAX ? INT_MAX : (int)ms, true);
+        }
     }
     bool was_full = false;
     if (c->head) {
@@ -644,6 +672,9 @@ int eph_guest_client_open_tunnel(struct eph_guest_client *c, const struct eph_sa
     }
     c->tunnel = t;
     pthread_mutex_unlock(&c->mu);
+    /* From here the streams need serving between calls too: a thread takes the channel. */
+    if ((rc = thread_start(c)))
+        return tunnel_drop(c, rc);
     wake(c);
     rc = send_all(c, c->tx, (size_t)len, deadline_ns);
     if (!rc)

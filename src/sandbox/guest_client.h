@@ -10,14 +10,17 @@
  * broken (the stream is out of step) and every later call returns the same error: destroy the
  * sandbox.
  *
- * Threads: the channel is owned by a thread of the client (started by init, joined by release)
- * that reads it all the time and writes to it: it hands the broker tunnel's frames to the tunnel
- * and serves its streams, between calls as well as during them, and queues every other frame for
- * the caller. Flow control: the thread stops reading the channel while the queue holds more than
- * one largest frame (the caller is slow), and the tunnel's streams are credit based
- * (guest_tunnel.h): no side buffers without bound. The calls below are made by one thread at a
- * time (the one that drives the sandbox); they hand their request to the channel thread and wait
- * for the reply frames by their deadline. The tunnel's callbacks run on the channel thread.
+ * Threads: the calls below are made by one thread at a time (the one that drives the sandbox).
+ * Until the broker tunnel is opened, that caller drives the channel itself: it writes its request
+ * and reads until its reply frames are queued, with no other thread and no hand-off (most runs
+ * never open a tunnel). Opening the tunnel hands the channel to a thread of the client (joined by
+ * release) that reads it all the time and writes to it: it hands the tunnel's frames to the
+ * tunnel and serves its streams, between calls as well as during them, and queues every other
+ * frame for the caller, who then waits for it by its deadline. Either way one loop does the work
+ * (the thread runs it forever, a caller until its frame is there). Flow control: the channel is
+ * not read while the queue holds more than one largest frame (the caller is slow), and the
+ * tunnel's streams are credit based (guest_tunnel.h): no side buffers without bound. The
+ * tunnel's callbacks run on the channel thread.
  */
 #ifndef EPH_SANDBOX_GUEST_CLIENT_H
 #define EPH_SANDBOX_GUEST_CLIENT_H
@@ -43,7 +46,7 @@ struct eph_guest_client {
     uint8_t *tx; /* EPH_PROTO_HEADER_SIZE + EPH_PROTO_MAX_PAYLOAD bytes: a request being encoded */
     struct eph_guest_frame *cur; /* the frame the caller looks at (next_frame) */
     uint32_t guest_pid;          /* from the guest's hello */
-    /* The channel thread's own. */
+    /* Whoever drives the channel (the caller, or the channel thread once there is one). */
     struct eph_proto_decoder dec;
     uint8_t *rx_payload; /* EPH_PROTO_MAX_PAYLOAD bytes, the decoder's buffer */
     uint8_t rbuf[65536]; /* bytes read but not yet decoded */
@@ -63,11 +66,11 @@ struct eph_guest_client {
     struct eph_guest_tunnel *tunnel;
     int wake[2]; /* a pipe: wakes the channel thread when there is something to send or room */
     pthread_t thread;
-    bool running;
+    bool running; /* the channel thread owns the channel (since the tunnel opened) */
 };
 
-/* Takes ownership of fd (closed by release), makes it non-blocking and starts the channel thread.
- * 0, or -ENOMEM / -EAGAIN; release must be called either way. */
+/* Takes ownership of fd (closed by release) and makes it non-blocking. 0, or -ENOMEM; release
+ * must be called either way. */
 int eph_guest_client_init(struct eph_guest_client *c, int fd) __attribute__((warn_unused_result));
 void eph_guest_client_release(struct eph_guest_client *c);
 

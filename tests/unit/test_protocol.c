@@ -641,9 +641,10 @@ static void test_client_exec(void **state)
     assert_int_equal(run_fake(s, n, true, OP_EXEC, 100, NULL), -EPROTO);
 }
 
-/* A slow caller: while it does not take its replies, the channel thread stops reading once one
- * largest frame's worth waits, so what the host holds stays bounded; the guest waits (its writes
- * block) and everything arrives whole and in order once the caller goes on. */
+/* A slow caller: while it does not take its replies, what the host holds stays bounded; the
+ * guest waits (its writes block) and everything arrives whole and in order once the caller goes
+ * on. Without a tunnel the caller drives the channel, so nothing is read while it is away; with
+ * one, the channel thread reads on and stops once one largest frame's worth waits. */
 #define FLOOD_FRAMES 64u
 #define FLOOD_CHUNK 65536u
 
@@ -666,14 +667,15 @@ static void slow_on_output(void *arg, int stream, const void *data, size_t len)
             sl->in_order = false;
     if (sl->pieces++ != 0)
         return;
-    /* The first piece: stall until the channel thread has queued all it may (it broadcasts the
-     * condition at each frame it queues), then look at how much that is. */
+    /* The first piece: with a channel thread, stall until it has queued all it may (it
+     * broadcasts the condition at each frame it queues), then look at how much that is. Without
+     * one, nobody reads while the caller is away: what is queued is what its last read brought. */
     struct eph_guest_client *c = sl->c;
     uint64_t deadline = eph_clock_mono_ns() + 20ull * 1000000000u;
     struct timespec until = {.tv_sec = (time_t)(deadline / 1000000000u),
                              .tv_nsec = (long)(deadline % 1000000000u)};
     pthread_mutex_lock(&c->mu);
-    while (c->queued < EPH_PROTO_MAX_PAYLOAD && !c->broken &&
+    while (c->running && c->queued < EPH_PROTO_MAX_PAYLOAD && !c->broken &&
            pthread_cond_timedwait(&c->cv, &c->mu, &until) == 0)
         ;
     sl->max_queued = c->queued;
@@ -684,22 +686,34 @@ static void slow_on_output(void *arg, int stream, const void *data, size_t len)
     sl->guest_done = poll(&w, 1, 2000) == 1;
 }
 
-static void test_client_slow_caller(void **state)
+static int refuse_stream(void *arg, uint32_t stream, int fd)
+{
+    (void)arg;
+    (void)stream;
+    close(fd);
+    return -1;
+}
+
+static void slow_caller(bool tunnel)
 {
     size_t flen = EPH_PROTO_HEADER_SIZE + FLOOD_CHUNK;
-    size_t len = FLOOD_FRAMES * flen + 64;
+    size_t len = FLOOD_FRAMES * flen + 128;
     uint8_t *script = malloc(len), chunk[FLOOD_CHUNK];
     assert_non_null(script);
     size_t n = 0;
     uint8_t b = 0;
+    /* With a tunnel, request 1 is its listen (answered first) and the command is request 2. */
+    uint32_t id = tunnel ? 2 : 1;
+    if (tunnel)
+        n += (size_t)eph_proto_raw_encode(script, len, EPH_PROTO_OK, 0, 1, NULL, 0);
     for (unsigned i = 0; i < FLOOD_FRAMES; i++) {
         for (size_t k = 0; k < FLOOD_CHUNK; k++)
             chunk[k] = b++;
-        n += (size_t)eph_proto_raw_encode(script + n, len - n, EPH_PROTO_EXEC_STDOUT, 0, 1, chunk,
+        n += (size_t)eph_proto_raw_encode(script + n, len - n, EPH_PROTO_EXEC_STDOUT, 0, id, chunk,
                                           FLOOD_CHUNK);
     }
     struct eph_proto_exit e = {.stdout_total = (uint64_t)FLOOD_FRAMES * FLOOD_CHUNK};
-    n += (size_t)eph_proto_exit_encode(script + n, len - n, 1, &e);
+    n += (size_t)eph_proto_exit_encode(script + n, len - n, id, &e);
 
     int sv[2], done[2], wrote[2];
     assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
@@ -722,12 +736,19 @@ static void test_client_slow_caller(void **state)
                                    .stderr_cap = 16,
                                    .on_output = slow_on_output,
                                    .on_output_arg = &sl};
+    if (tunnel) {
+        struct eph_sandbox_tunnel tc = {.port = 3128, .max_streams = 1, .on_stream = refuse_stream};
+        assert_int_equal(
+            eph_guest_client_open_tunnel(&c, &tc, eph_clock_mono_ns() + 20ull * 1000000000u), 0);
+    }
+    assert_int_equal(c.running, tunnel);
     struct eph_exec_result res;
     eph_exec_result_init(&res);
     assert_int_equal(eph_guest_client_exec(&c, &req, &res), 0);
-    /* It did fill (the caller was slow), and no more than one more frame came in meanwhile. */
-    assert_true(sl.max_queued >= EPH_PROTO_MAX_PAYLOAD);
-    assert_true(sl.max_queued <= EPH_PROTO_MAX_PAYLOAD + 2 * flen + 4096);
+    if (tunnel) /* it did fill (the caller was slow) */
+        assert_true(sl.max_queued >= EPH_PROTO_MAX_PAYLOAD);
+    /* and no more than one more frame came in meanwhile (none, with no thread to read it). */
+    assert_true(sl.max_queued <= (tunnel ? EPH_PROTO_MAX_PAYLOAD : 0) + 2 * flen + 4096);
     assert_false(sl.guest_done);
     assert_int_equal(res.out.len, (size_t)FLOOD_FRAMES * FLOOD_CHUNK);
     assert_true(sl.in_order);
@@ -741,6 +762,16 @@ static void test_client_slow_caller(void **state)
     close(wrote[0]);
     close(wrote[1]);
     free(script);
+}
+
+static void test_client_slow_caller(void **state)
+{
+    slow_caller(false);
+}
+
+static void test_client_slow_caller_with_tunnel(void **state)
+{
+    slow_caller(true);
 }
 
 int main(void)
@@ -762,6 +793,7 @@ int main(void)
         cmocka_unit_test(test_client_garbage_and_death),
         cmocka_unit_test(test_client_exec),
         cmocka_unit_test(test_client_slow_caller),
+        cmocka_unit_test(test_client_slow_caller_with_tunnel),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
