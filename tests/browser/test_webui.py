@@ -525,27 +525,41 @@ def replay_keeps_the_original_timing(b):
               }
             });
             window.__obs.observe(body, {subtree: true, attributes: true, attributeFilter: ['hidden']});
+            // How late this page's own timers fire meanwhile (a loaded machine starves the
+            // browser): the replay's timers cannot be asked to be more punctual than that.
+            window.__lag = 0;
+            let tick = performance.now();
+            clearInterval(window.__lagTimer);
+            window.__lagTimer = setInterval(() => {
+              const now = performance.now();
+              window.__lag = Math.max(window.__lag, now - tick - 50);
+              tick = now;
+            }, 50);
             window.__start = performance.now();
             document.getElementById('replay-play').click();
         """)
         b.wait_js("the replay to end", "return document.getElementById('replay').dataset.state === 'ended'",
                   timeout=30)
-        shown = b.js("return {start: window.__start, shown: window.__shown}")
-        return {int(k): (v - shown["start"]) / 1000 for k, v in shown["shown"].items()}
+        shown = b.js("clearInterval(window.__lagTimer);"
+                     "return {start: window.__start, shown: window.__shown, lag: window.__lag}")
+        lag = max(0.0, shown["lag"]) / 1000
+        return {int(k): (v - shown["start"]) / 1000 for k, v in shown["shown"].items()}, lag
 
     for speed in (1, 4):
-        seen = play(speed)
+        seen, lag = play(speed)
         order = sorted(seen, key=lambda s: (seen[s], s))
         later = [e["seq"] for e in evs if e["t"] > 0.05]
         assert [s for s in order if s in later] == later, f"order at x{speed}: {order}"
         for e in shells:
             expected = e["t"] / speed
             got = seen[e["seq"]]
-            assert abs(got - expected) <= max(0.3, 0.15 * expected), \
-                f"x{speed}: event {e['seq']} at {got:.2f} s, expected {expected:.2f} s"
+            # Early by at most the tolerance; late by at most that plus the page's own timer lag.
+            assert -max(0.3, 0.15 * expected) <= got - expected <= max(0.3, 0.15 * expected) + lag, \
+                f"x{speed}: event {e['seq']} at {got:.2f} s, expected {expected:.2f} s (timer lag {lag:.2f} s)"
         gap = seen[shells[2]["seq"]] - seen[shells[0]["seq"]]
         want = (shells[2]["t"] - shells[0]["t"]) / speed
-        assert abs(gap - want) <= max(0.25, 0.15 * want), f"x{speed}: spacing {gap:.2f} s, want {want:.2f}"
+        assert abs(gap - want) <= max(0.25, 0.15 * want) + lag, \
+            f"x{speed}: spacing {gap:.2f} s, want {want:.2f} (timer lag {lag:.2f} s)"
         shot(b, f"06-replay-x{speed}-ended")
 
     # Pause holds the clock; Resume goes on to the end.
