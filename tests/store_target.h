@@ -13,8 +13,13 @@
 #include "common/id.h"
 #include "store/store.h"
 
+/* The PostgreSQL target of the last test_store_open ("" on SQLite), to open a second store on the
+ * same database. */
+static char test_store_pg_target[512];
+
 static inline int test_store_open(const char *sqlite_path, struct eph_store **st)
 {
+    test_store_pg_target[0] = '\0';
     char err[256];
     const char *pg = getenv("EPH_TEST_PG");
     if (!pg || !*pg) {
@@ -44,6 +49,7 @@ static inline int test_store_open(const char *sqlite_path, struct eph_store **st
     if (!ok)
         return -1;
     snprintf(target, sizeof(target), "%s%s", pg, name);
+    snprintf(test_store_pg_target, sizeof(test_store_pg_target), "%s", target);
     int rc = eph_store_open(target, st, err, sizeof(err));
     if (rc)
         fprintf(stderr, "store: %s\n", err);

@@ -59,6 +59,7 @@ struct pg_store {
     struct pg_conn *pool;
     unsigned n;
     unsigned urgent_waiting;   /* under lock: lease keeper calls waiting for a connection */
+    unsigned ordinary_waiting; /* under lock: other calls waiting for one */
     unsigned long round_trips; /* under lock: statements sent (bench) */
 };
 
@@ -148,6 +149,7 @@ static struct pg_conn *conn_get_as(struct pg_store *s, bool urgent)
 {
     pthread_mutex_lock(&s->lock);
     struct pg_conn *c = NULL;
+    bool waited = false;
     if (urgent)
         s->urgent_waiting++;
     for (;;) {
@@ -159,8 +161,14 @@ static struct pg_conn *conn_get_as(struct pg_store *s, bool urgent)
                 }
         if (c)
             break;
+        if (!urgent && !waited) {
+            waited = true;
+            s->ordinary_waiting++;
+        }
         pthread_cond_wait(&s->cond, &s->lock);
     }
+    if (waited)
+        s->ordinary_waiting--;
     /* The ordinary waiters a release passed over look again (another may be free). */
     if (urgent && --s->urgent_waiting == 0)
         pthread_cond_broadcast(&s->cond);
@@ -1728,6 +1736,15 @@ unsigned long eph_store_postgres_round_trips(struct eph_store *base)
     unsigned long n = s->round_trips;
     pthread_mutex_unlock(&s->lock);
     return n;
+}
+
+void eph_store_postgres_waiters(struct eph_store *base, unsigned *ordinary, unsigned *urgent)
+{
+    struct pg_store *s = P(base);
+    pthread_mutex_lock(&s->lock);
+    *ordinary = s->ordinary_waiting;
+    *urgent = s->urgent_waiting;
+    pthread_mutex_unlock(&s->lock);
 }
 
 const struct eph_store_ops eph_store_postgres_ops = {

@@ -235,5 +235,8 @@ bool eph_store_target_is_postgres(const char *target);
 int eph_store_health(struct eph_store *s, char *reason, size_t len);
 /* Statements sent to PostgreSQL since open (the bench's round trips per run). */
 unsigned long eph_store_postgres_round_trips(struct eph_store *s);
+/* Calls waiting for a pooled connection now: the lease keeper's (urgent, served first) and the
+ * others (for the tests). */
+void eph_store_postgres_waiters(struct eph_store *s, unsigned *ordinary, unsigned *urgent);
 
 #endif

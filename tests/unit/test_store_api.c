@@ -1,7 +1,8 @@
 /* The store operations behind the API contract: key listing and revocation, connections with
  * sealed headers, the queued-runs cap, idempotency expiry, events kept as served, and sealing with
- * the key file. */
+ * the key file; on PostgreSQL, the lease keeper served first by a busy pool. */
 #include <errno.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -10,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -362,6 +364,141 @@ static void test_queued_cap(void **state)
     assert_int_equal(n, 0);
 }
 
+/* ---- PostgreSQL: the lease keeper goes first for a pooled connection ---- */
+
+struct pool_call {
+    struct eph_store *st;
+    const char *org;
+    char run_id[EPH_RUN_ID_LEN + 1];
+    int kind; /* 0: a run insert (takes the org's row lock), 1: run_get, 2: run_renew */
+    int rc;
+    pthread_mutex_t *lock;
+    unsigned *next, done_as; /* finishing order, from 1 */
+    pthread_t t;
+};
+
+static void *pool_call_main(void *arg)
+{
+    struct pool_call *pc = arg;
+    struct eph_run r;
+    if (pc->kind == 0) {
+        make_run(&r, pc->org);
+        pc->rc = pc->st->ops->run_insert(pc->st, &r, NULL);
+        eph_run_release(&r);
+    } else if (pc->kind == 1) {
+        pc->rc = pc->st->ops->run_get(pc->st, pc->run_id, NULL, &r);
+        if (!pc->rc)
+            eph_run_release(&r);
+    } else {
+        pc->rc =
+            pc->st->ops->run_renew(pc->st, pc->run_id, "node-a", eph_clock_real_ms() + 60000, 0);
+    }
+    pthread_mutex_lock(pc->lock);
+    pc->done_as = ++*pc->next;
+    pthread_mutex_unlock(pc->lock);
+    return NULL;
+}
+
+/* Waits (bounded) until cond(arg) holds, looking every millisecond. */
+static bool wait_until(bool (*cond)(void *), void *arg)
+{
+    for (int i = 0; i < 20000; i++) {
+        if (cond(arg))
+            return true;
+        struct timespec ms = {0, 1000000};
+        nanosleep(&ms, NULL);
+    }
+    return cond(arg);
+}
+
+static bool backend_waits_on_a_lock(void *arg)
+{
+    PGresult *r = PQexec(arg, "SELECT COUNT(*) FROM pg_stat_activity WHERE wait_event_type = "
+                              "'Lock' AND datname = current_database()");
+    bool yes = PQresultStatus(r) == PGRES_TUPLES_OK && atoi(PQgetvalue(r, 0, 0)) == 1;
+    PQclear(r);
+    return yes;
+}
+
+struct waiters_want {
+    struct eph_store *st;
+    unsigned ordinary, urgent;
+};
+
+static bool waiters_are(void *arg)
+{
+    struct waiters_want *w = arg;
+    unsigned o, u;
+    eph_store_postgres_waiters(w->st, &o, &u);
+    return o == w->ordinary && u == w->urgent;
+}
+
+/* With every connection taken and ordinary calls queued for one, a lease renewal is served
+ * before them: queued behind the workers, a node's renewals could wait past its lease (as they
+ * did when idle workers polled the store). One connection, held by an insert blocked on the
+ * org's row lock; four reads queue, then a renewal; the lock goes: the renewal finishes second.
+ * (Without the priority, the renewal comes second only by the chance of the wake-up order.) */
+static void test_pg_lease_keeper_goes_first(void **state)
+{
+    struct fixture *f = *state;
+    if (!test_store_pg_target[0])
+        skip(); /* SQLite has no pool */
+    struct eph_store *st = f->db.st;
+    struct eph_run r;
+    make_run(&r, f->db.org);
+    assert_int_equal(st->ops->run_insert(st, &r, NULL), 0);
+    assert_int_equal(st->ops->run_claim(st, r.id, "node-a", eph_clock_real_ms() + 60000), 0);
+
+    char err[256];
+    struct eph_store *one = NULL;
+    assert_int_equal(eph_store_open_pool(test_store_pg_target, 1, &one, err, sizeof(err)), 0);
+    PGconn *lk = PQconnectdb(test_store_pg_target);
+    assert_int_equal(PQstatus(lk), CONNECTION_OK);
+    PQclear(PQexec(lk, "BEGIN"));
+    const char *params[1] = {f->db.org};
+    PGresult *res = PQexecParams(lk, "SELECT id FROM orgs WHERE id = $1 FOR UPDATE", 1, NULL,
+                                 params, NULL, NULL, 0);
+    assert_int_equal(PQresultStatus(res), PGRES_TUPLES_OK);
+    PQclear(res);
+
+    pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    unsigned next = 0;
+    enum { READS = 4, N = READS + 2 };
+    struct pool_call calls[N];
+    for (int i = 0; i < N; i++) {
+        calls[i] = (struct pool_call){.st = one,
+                                      .org = f->db.org,
+                                      .kind = i == 0       ? 0
+                                              : i == N - 1 ? 2
+                                                           : 1,
+                                      .lock = &lock,
+                                      .next = &next};
+        snprintf(calls[i].run_id, sizeof(calls[i].run_id), "%s", r.id);
+    }
+    /* The insert takes the one connection and waits for the org's row. */
+    assert_int_equal(pthread_create(&calls[0].t, NULL, pool_call_main, &calls[0]), 0);
+    assert_true(wait_until(backend_waits_on_a_lock, lk));
+    /* The reads queue for the connection, then the renewal. */
+    for (int i = 1; i <= READS; i++)
+        assert_int_equal(pthread_create(&calls[i].t, NULL, pool_call_main, &calls[i]), 0);
+    struct waiters_want w = {one, READS, 0};
+    assert_true(wait_until(waiters_are, &w));
+    assert_int_equal(pthread_create(&calls[N - 1].t, NULL, pool_call_main, &calls[N - 1]), 0);
+    w.urgent = 1;
+    assert_true(wait_until(waiters_are, &w));
+
+    PQclear(PQexec(lk, "ROLLBACK"));
+    for (int i = 0; i < N; i++)
+        assert_int_equal(pthread_join(calls[i].t, NULL), 0);
+    for (int i = 0; i < N; i++)
+        assert_int_equal(calls[i].rc, 0);
+    assert_int_equal(calls[0].done_as, 1);
+    assert_int_equal(calls[N - 1].done_as, 2); /* the renewal, before every read */
+    PQfinish(lk);
+    one->ops->close(one);
+    eph_run_release(&r);
+}
+
 static void test_idempotency_expiry(void **state)
 {
     struct fixture *f = *state;
@@ -468,6 +605,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_event_data_stored_once, setup, teardown),
         cmocka_unit_test_setup_teardown(test_queued_cap, setup, teardown),
         cmocka_unit_test_setup_teardown(test_idempotency_expiry, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_pg_lease_keeper_goes_first, setup, teardown),
         cmocka_unit_test(test_metrics_render),
         cmocka_unit_test_setup_teardown(test_sqlite_open_errors, setup, teardown),
     };
