@@ -14,8 +14,7 @@
 /* Room kept after a decoded body's head for its Content-Length and the framing. */
 #define FRAMING_ROOM 64
 
-void eph_answer_init(struct eph_answer *a, uint64_t max_bytes, eph_answer_write_fn write,
-                     void *arg)
+void eph_answer_init(struct eph_answer *a, uint64_t max_bytes, eph_answer_write_fn write, void *arg)
 {
     memset(a, 0, sizeof(*a));
     eph_redactor_begin(&a->red);
@@ -138,8 +137,8 @@ int eph_answer_header(struct eph_answer *a, const char *line, size_t n)
         eph_decode_add_header(&a->enc, line + 17, n - 17);
         return 0;
     }
-    static const char *const drop[] = {"connection:", "keep-alive:", "transfer-encoding:",
-                                       "content-length:", "proxy-"};
+    static const char *const drop[] = {
+        "connection:", "keep-alive:", "transfer-encoding:", "content-length:", "proxy-"};
     for (size_t i = 0; i < sizeof(drop) / sizeof(drop[0]); i++)
         if (starts_ci(line, n, drop[i]))
             return 0;

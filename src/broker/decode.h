@@ -31,7 +31,7 @@ const char *eph_decode_name(enum eph_decode_kind kind);
 
 struct eph_decoder {
     enum eph_decode_kind kind;
-    void *state; /* z_stream or BrotliDecoderState */
+    void *state;           /* z_stream or BrotliDecoderState */
     unsigned char head[2]; /* deflate: the first bytes, to tell zlib's wrapper from raw */
     size_t head_len;
     bool started, done;

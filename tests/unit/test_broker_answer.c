@@ -67,9 +67,8 @@ static struct result run(const char *const *lines, const void *body, size_t blen
     }
     if (!rc)
         rc = eph_answer_end(&a);
-    struct result r = {.out = got.data ? eph_buf_steal(&got) : strdup(""),
-                       .rc = rc,
-                       .refused = a.refused};
+    struct result r = {
+        .out = got.data ? eph_buf_steal(&got) : strdup(""), .rc = rc, .refused = a.refused};
     if (a.refused)
         assert_false(a.head_sent);
     eph_answer_release(&a);
@@ -79,15 +78,20 @@ static struct result run(const char *const *lines, const void *body, size_t blen
 
 static const char text[] = "{\"echo\": \"Bearer " TOKEN "\", \"url\": \"https:\\/\\/x\\/?t=" TOKEN
                            "\"} and the token alone: " TOKEN " in plain text.";
-static const char want_body[] = "{\"echo\": \"[REDACTED]\", \"url\": \"https:\\/\\/x\\/?t=[REDACTED]"
-                                "\"} and the token alone: [REDACTED] in plain text.";
+static const char want_body[] =
+    "{\"echo\": \"[REDACTED]\", \"url\": \"https:\\/\\/x\\/?t=[REDACTED]"
+    "\"} and the token alone: [REDACTED] in plain text.";
 
 static void expect_decoded(const char *encoding, const unsigned char *body, size_t blen)
 {
     char ce[64];
     snprintf(ce, sizeof(ce), "Content-Encoding: %s\r\n", encoding);
-    const char *lines[] = {"HTTP/1.1 200 OK\r\n", "Content-Type: application/json\r\n", ce,
-                           "Content-Length: 999\r\n", "\r\n", NULL};
+    const char *lines[] = {"HTTP/1.1 200 OK\r\n",
+                           "Content-Type: application/json\r\n",
+                           ce,
+                           "Content-Length: 999\r\n",
+                           "\r\n",
+                           NULL};
     char want[1024];
     snprintf(want, sizeof(want),
              "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
@@ -193,7 +197,8 @@ static void test_no_body(void **state)
                            "ETag: \"x\"\r\n", "\r\n", NULL};
     struct result r = run(lines, NULL, 0, 0, 1 << 20);
     assert_int_equal(r.rc, 0);
-    assert_string_equal(r.out, "HTTP/1.1 304 Not Modified\r\nETag: \"x\"\r\nConnection: close\r\n\r\n");
+    assert_string_equal(r.out,
+                        "HTTP/1.1 304 Not Modified\r\nETag: \"x\"\r\nConnection: close\r\n\r\n");
     free(r.out);
 }
 
@@ -238,7 +243,8 @@ static void test_plain_cap(void **state)
     const char *lines[] = {"HTTP/1.1 200 OK\r\n", "\r\n", NULL};
     struct result r = run(lines, "0123456789" TOKEN "abcdef", 26, 4, 1 << 20);
     assert_int_equal(r.rc, 0);
-    assert_string_equal(r.out, "HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n0123456789[REDACTED]abcdef");
+    assert_string_equal(r.out,
+                        "HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n0123456789[REDACTED]abcdef");
     free(r.out);
     r = run(lines, "0123456789abcdef", 16, 4, 48);
     assert_int_equal(r.rc, -EMSGSIZE);
