@@ -54,20 +54,6 @@ void eph_decode_add_header(enum eph_decode_kind *kind, const char *value, size_t
     }
 }
 
-const char *eph_decode_name(enum eph_decode_kind kind)
-{
-    switch (kind) {
-    case EPH_DECODE_GZIP:
-        return "gzip";
-    case EPH_DECODE_DEFLATE:
-        return "deflate";
-    case EPH_DECODE_BR:
-        return "br";
-    default:
-        return NULL;
-    }
-}
-
 /* ---- brotli's memory, capped ---- */
 
 struct br_state {

@@ -26,8 +26,6 @@ enum eph_decode_kind {
 /* Adds one Content-Encoding header's value (a comma-separated list) to *kind, which starts as
  * EPH_DECODE_IDENTITY: "identity" changes nothing, a second coding makes it unsupported. */
 void eph_decode_add_header(enum eph_decode_kind *kind, const char *value, size_t n);
-/* "gzip", "deflate", "br", or NULL. */
-const char *eph_decode_name(enum eph_decode_kind kind);
 
 struct eph_decoder {
     enum eph_decode_kind kind;
