@@ -11,6 +11,7 @@
 #include "broker/redact.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,7 +19,9 @@
 
 #include <sodium.h>
 
-enum form_kind { FORM_EXACT, FORM_CI, FORM_PCT, FORM_JSON };
+/* FORM_DECODED is FORM_PCT and FORM_JSON in one pass, for a value with neither '%' nor '\\' (the
+ * characters that start an escape): it matches all that the raw, percent and JSON forms do. */
+enum form_kind { FORM_EXACT, FORM_CI, FORM_PCT, FORM_JSON, FORM_DECODED };
 
 struct eph_redact_form {
     enum form_kind kind;
@@ -63,7 +66,9 @@ static int hexval(unsigned char c)
 /* How long an input a form can match at most: an escape per byte of its pattern. */
 static size_t form_maxin(const struct eph_redact_form *f)
 {
-    return f->kind == FORM_PCT ? 3 * f->len : f->kind == FORM_JSON ? 6 * f->len : f->len;
+    return f->kind == FORM_PCT                               ? 3 * f->len
+           : f->kind == FORM_JSON || f->kind == FORM_DECODED ? 6 * f->len
+                                                             : f->len;
 }
 
 void eph_redactor_begin(struct eph_redactor *r)
@@ -178,11 +183,16 @@ int eph_redactor_add(struct eph_redactor *r, const char *value, size_t len)
         eph_redactor_release(r);
         return -EINVAL;
     }
-    int rc = add_form(r, FORM_CI, value, len);
-    if (!rc)
-        rc = add_form(r, FORM_PCT, value, len);
-    if (!rc)
-        rc = add_form(r, FORM_JSON, value, len);
+    int rc;
+    if (!memchr(value, '%', len) && !memchr(value, '\\', len)) {
+        rc = add_form(r, FORM_DECODED, value, len);
+    } else {
+        rc = add_form(r, FORM_CI, value, len);
+        if (!rc)
+            rc = add_form(r, FORM_PCT, value, len);
+        if (!rc)
+            rc = add_form(r, FORM_JSON, value, len);
+    }
     if (!rc) {
         char *hex = malloc(2 * len + 1);
         rc = hex ? 0 : -ENOMEM;
@@ -238,8 +248,8 @@ int eph_redactor_add_header_value(struct eph_redactor *r, const char *value)
     return rc;
 }
 
-/* The bytes that may start an input a form matches (at most four). */
-static size_t first_bytes(const struct eph_redact_form *f, unsigned char out[4])
+/* The bytes that may start an input a form matches (at most five). */
+static size_t first_bytes(const struct eph_redact_form *f, unsigned char out[5])
 {
     unsigned char c = (unsigned char)f->s[0];
     size_t n = 0;
@@ -250,18 +260,20 @@ static size_t first_bytes(const struct eph_redact_form *f, unsigned char out[4])
         out[n++] = (unsigned char)lower(c);
     else if (upper(c) != c)
         out[n++] = (unsigned char)upper(c);
-    if (f->kind == FORM_PCT && c != '%')
+    bool pct = f->kind == FORM_PCT || f->kind == FORM_DECODED;
+    bool json = f->kind == FORM_JSON || f->kind == FORM_DECODED;
+    if (pct && c != '%')
         out[n++] = '%';
-    if (f->kind == FORM_PCT && c == ' ')
+    if (pct && c == ' ')
         out[n++] = '+';
-    if (f->kind == FORM_JSON && c != '\\')
+    if (json && c != '\\')
         out[n++] = '\\';
     return n;
 }
 
 int eph_redactor_seal(struct eph_redactor *r)
 {
-    unsigned char fb[4];
+    unsigned char fb[5];
     memset(r->start, 0, sizeof(r->start));
     for (size_t i = 0; i < r->nforms; i++)
         for (size_t k = 0, n = first_bytes(&r->forms[i], fb); k < n; k++)
@@ -316,43 +328,6 @@ static size_t match_plain(const struct eph_redact_form *f, const unsigned char *
                 return 0;
     }
     return k < f->len ? PARTIAL : f->len;
-}
-
-/* Each byte of the value as itself (any case), as %XX (either case of hex), or a space as '+'.
- * A '%' followed by two hex digits is always an escape. */
-static size_t match_pct(const struct eph_redact_form *f, const unsigned char *p, size_t n)
-{
-    const unsigned char *s = (const unsigned char *)f->s;
-    size_t j = 0, k = 0;
-    while (j < f->len) {
-        if (k >= n)
-            return PARTIAL;
-        unsigned char c = p[k], want = s[j];
-        if (c == '%') {
-            if (k + 1 >= n)
-                return PARTIAL;
-            int h = hexval(p[k + 1]);
-            if (h >= 0 && k + 2 >= n)
-                return PARTIAL;
-            int l = h >= 0 ? hexval(p[k + 2]) : -1;
-            if (l >= 0) {
-                if (!eq_ci((unsigned char)(h * 16 + l), want))
-                    return 0;
-                k += 3;
-                j++;
-                continue;
-            }
-        } else if (c == '+' && want == ' ') {
-            k++;
-            j++;
-            continue;
-        }
-        if (!eq_ci(c, want))
-            return 0;
-        k++;
-        j++;
-    }
-    return k;
 }
 
 /* Four hex digits at p (n available): their value, -1 when one is not hex, -2 when the input
@@ -412,93 +387,111 @@ static int json_short_escape(unsigned char e)
     return -1;
 }
 
-/* Each byte of the value as itself (any case) or as a JSON escape: a short one, \uXXXX of an
- * ASCII byte, of the UTF-8 character that starts here (a surrogate pair above the BMP), or of the
- * byte read as Latin-1. A backslash is always an escape. */
-static size_t match_json(const struct eph_redact_form *f, const unsigned char *p, size_t n)
+/* One JSON escape at p[k] (a backslash) for the value's bytes from s[j]: a short one, \uXXXX of an
+ * ASCII byte, of the UTF-8 character that starts at s[j] (a surrogate pair above the BMP), or of
+ * the byte read as Latin-1. 1 with *dj value bytes and *dk input bytes matched, 0, or PARTIAL. */
+static size_t json_escape(const unsigned char *s, size_t len, size_t j, const unsigned char *p,
+                          size_t n, size_t k, size_t *dj, size_t *dk)
+{
+    unsigned char want = s[j];
+    if (k + 1 >= n)
+        return PARTIAL;
+    int se = json_short_escape(p[k + 1]);
+    if (se >= 0) {
+        *dj = 1;
+        *dk = 2;
+        return (unsigned char)se == want;
+    }
+    if (p[k + 1] != 'u')
+        return 0;
+    long cu = hex4(p + k + 2, n - (k + 2));
+    if (cu == -2)
+        return PARTIAL;
+    if (cu < 0 || (cu >= 0xdc00 && cu <= 0xdfff))
+        return 0;
+    uint32_t cp = (uint32_t)cu;
+    *dk = 6;
+    if (cu >= 0xd800 && cu <= 0xdbff) {
+        if (j + 4 > len) /* a pair stands for four bytes of UTF-8 */
+            return 0;
+        if (k + 6 >= n)
+            return PARTIAL;
+        if (p[k + 6] != '\\')
+            return 0;
+        if (k + 7 >= n)
+            return PARTIAL;
+        if (p[k + 7] != 'u')
+            return 0;
+        long lo = hex4(p + k + 8, n - (k + 8));
+        if (lo == -2)
+            return PARTIAL;
+        if (lo < 0xdc00 || lo > 0xdfff)
+            return 0;
+        cp = 0x10000 + (((uint32_t)cu - 0xd800) << 10) + ((uint32_t)lo - 0xdc00);
+        *dk = 12;
+    }
+    *dj = 1;
+    if (cp < 0x80)
+        return eq_ci((unsigned char)cp, want);
+    unsigned char u8[4];
+    size_t ul = utf8_encode(cp, u8);
+    if (j + ul <= len && memcmp(s + j, u8, ul) == 0) {
+        *dj = ul;
+        return 1;
+    }
+    return cp < 0x100 && want == cp;
+}
+
+/* Each byte of the value as itself (any case) or, as the form's kind says, as %XX (either case of
+ * hex) or '+' for a space, and as a JSON escape. A '%' followed by two hex digits and a backslash
+ * always start an escape; one pass, no backtracking. */
+static size_t match_decoded(const struct eph_redact_form *f, const unsigned char *p, size_t n)
 {
     const unsigned char *s = (const unsigned char *)f->s;
+    bool pct = f->kind != FORM_JSON, json = f->kind != FORM_PCT;
     size_t j = 0, k = 0;
     while (j < f->len) {
         if (k >= n)
             return PARTIAL;
         unsigned char c = p[k], want = s[j];
-        if (c != '\\') {
-            if (!eq_ci(c, want))
-                return 0;
+        if (pct && c == '%') {
+            if (k + 1 >= n)
+                return PARTIAL;
+            int h = hexval(p[k + 1]);
+            if (h >= 0 && k + 2 >= n)
+                return PARTIAL;
+            int l = h >= 0 ? hexval(p[k + 2]) : -1;
+            if (l >= 0) {
+                if (!eq_ci((unsigned char)(h * 16 + l), want))
+                    return 0;
+                k += 3;
+                j++;
+                continue;
+            }
+        } else if (pct && c == '+' && want == ' ') {
             k++;
             j++;
             continue;
-        }
-        if (k + 1 >= n)
-            return PARTIAL;
-        int se = json_short_escape(p[k + 1]);
-        if (se >= 0) {
-            if ((unsigned char)se != want)
-                return 0;
-            k += 2;
-            j++;
+        } else if (json && c == '\\') {
+            size_t dj = 0, dk = 0, m = json_escape(s, f->len, j, p, n, k, &dj, &dk);
+            if (m != 1)
+                return m;
+            j += dj;
+            k += dk;
             continue;
         }
-        if (p[k + 1] != 'u')
+        if (!eq_ci(c, want))
             return 0;
-        long cu = hex4(p + k + 2, n - (k + 2));
-        if (cu == -2)
-            return PARTIAL;
-        if (cu < 0 || (cu >= 0xdc00 && cu <= 0xdfff))
-            return 0;
-        uint32_t cp = (uint32_t)cu;
-        size_t used = 6;
-        if (cu >= 0xd800 && cu <= 0xdbff) {
-            if (j + 4 > f->len) /* a pair stands for four bytes of UTF-8 */
-                return 0;
-            if (k + 6 >= n)
-                return PARTIAL;
-            if (p[k + 6] != '\\')
-                return 0;
-            if (k + 7 >= n)
-                return PARTIAL;
-            if (p[k + 7] != 'u')
-                return 0;
-            long lo = hex4(p + k + 8, n - (k + 8));
-            if (lo == -2)
-                return PARTIAL;
-            if (lo < 0xdc00 || lo > 0xdfff)
-                return 0;
-            cp = 0x10000 + (((uint32_t)cu - 0xd800) << 10) + ((uint32_t)lo - 0xdc00);
-            used = 12;
-        }
-        if (cp < 0x80) {
-            if (!eq_ci((unsigned char)cp, want))
-                return 0;
-            k += used;
-            j++;
-            continue;
-        }
-        unsigned char u8[4];
-        size_t ul = utf8_encode(cp, u8);
-        if (j + ul <= f->len && memcmp(s + j, u8, ul) == 0) {
-            j += ul;
-        } else if (cp < 0x100 && want == cp) {
-            j++;
-        } else {
-            return 0;
-        }
-        k += used;
+        k++;
+        j++;
     }
     return k;
 }
 
 static size_t match(const struct eph_redact_form *f, const unsigned char *p, size_t n)
 {
-    switch (f->kind) {
-    case FORM_PCT:
-        return match_pct(f, p, n);
-    case FORM_JSON:
-        return match_json(f, p, n);
-    default:
-        return match_plain(f, p, n);
-    }
+    return f->kind == FORM_EXACT || f->kind == FORM_CI ? match_plain(f, p, n)
+                                                       : match_decoded(f, p, n);
 }
 
 /* Redacts p[0..n); with at_end false, a tail that may start a form is kept in hold. */
