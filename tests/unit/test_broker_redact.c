@@ -231,6 +231,19 @@ static void test_every_form(void **state)
         sodium_bin2base64(f, sizeof(f), (const unsigned char *)val, strlen(val), variants[i]);
         expect_form(v, 1, f, "base64");
     }
+    /* A value with the characters that start escapes ('%' and '\\') has separate raw, percent
+     * and JSON forms: a shared matcher would read its own "%41" as "A". */
+    static const char *const e[] = {"p%41\\x/y z"};
+    expect_form(e, 1, e[0], "raw with % and \\");
+    expect_form(e, 1, "P%41\\X/Y Z", "raw with % and \\, upper case");
+    pct(e[0], f, "0123456789ABCDEF", false, "-._~");
+    expect_form(e, 1, f, "percent with % and \\");
+    pct(e[0], f, "0123456789abcdef", true, "");
+    expect_form(e, 1, f, "form encoding with % and \\");
+    expect_form(e, 1, "p%41\\\\x\\/y z", "JSON with % and \\");
+    json_all(e[0], f, "0123456789abcdef");
+    expect_form(e, 1, f, "JSON \\u00xx with % and \\");
+    expect_splits(e, 1, "pA\\x/y z", "pA\\x/y z"); /* "%41" is not "A" here */
     /* JSON escapes of UTF-8: a character's code point, a surrogate pair, Latin-1 bytes. */
     static const char *const u[] = {"p\xc3\xa4ss\xe2\x82\xac\xf0\x9f\x98\x80w"};
     expect_form(u, 1, u[0], "UTF-8 raw");
