@@ -639,48 +639,24 @@ static void emit(struct req_ctx *rc)
     rc->ev.exchange = NULL;
 }
 
-/* ---- the SSRF guard around a resolver ----------------------------------------------------- */
+/* ---- the SSRF guard around a resolver (guard.h) ------------------------------------------ */
 
-int eph_broker_resolve(const struct eph_host *host, const struct eph_cidr *allow, size_t nallow,
-                       struct eph_addr *out, enum eph_addr_class *cls)
+/* What a web request (broker.web_private_cidrs) or a connection (broker.allow_private_cidrs) may
+ * reach; never the server's own sockets. */
+static struct eph_guard guard_of(const struct eph_broker *b, bool web)
 {
-    enum eph_addr_class c = EPH_ADDR_PUBLIC;
-    if (host->literal) {
-        *out = host->addr;
-        int rc = eph_addr_check(out, allow, nallow, &c);
-        if (cls)
-            *cls = c;
-        return rc;
-    }
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
-    struct addrinfo *res = NULL;
-    int g = getaddrinfo(host->name, NULL, &hints, &res);
-    if (g != 0 || !res)
-        return -ENOENT;
-    int rc = -ENOENT;
-    bool have = false;
-    /* Every answer must pass: a name that also points inside is refused, whichever answer a
-     * later lookup would have given. */
-    for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
-        struct eph_addr a;
-        if (eph_addr_from_sockaddr(ai->ai_addr, &a))
-            continue;
-        enum eph_addr_class ac;
-        if (eph_addr_check(&a, allow, nallow, &ac)) {
-            c = ac;
-            rc = -EACCES;
-            break;
-        }
-        if (!have) {
-            *out = a;
-            have = true;
-            rc = 0;
-        }
-    }
-    freeaddrinfo(res);
-    if (cls)
-        *cls = c;
-    return rc;
+    return (struct eph_guard){.allow = web ? b->s.web_private : b->s.allow_private,
+                              .nallow = web ? b->s.nweb_private : b->s.nallow_private,
+                              .own = &b->s.own};
+}
+
+/* The message of a refused address (eph_guard_resolve's -EACCES or -EPERM). */
+static void refusal_text(int r, enum eph_addr_class cls, char *msg, size_t len)
+{
+    if (r == -EPERM)
+        snprintf(msg, len, "the address is the server's own");
+    else
+        snprintf(msg, len, "the address is not public (%s)", eph_addr_class_name(cls));
 }
 
 /* Connects to exactly the address checked. */
@@ -741,10 +717,11 @@ static int web_connect(struct req_ctx *rc, const struct eph_http_authority *auth
     }
     struct eph_addr a;
     enum eph_addr_class cls;
-    int r = eph_broker_resolve(&auth->host, b->s.allow_private, b->s.nallow_private, &a, &cls);
-    if (r == -EACCES) {
+    struct eph_guard g = guard_of(b, true);
+    int r = eph_guard_resolve(&g, &auth->host, auth->port, &a, &cls);
+    if (r == -EACCES || r == -EPERM) {
         char msg[128];
-        snprintf(msg, sizeof(msg), "the address is not public (%s)", eph_addr_class_name(cls));
+        refusal_text(r, cls, msg, sizeof(msg));
         answer_error(rc, 403, "permission_error", "address_not_allowed", msg);
         return r;
     }
@@ -1149,12 +1126,15 @@ static void serve_connection(struct req_ctx *rc, const struct eph_http_request *
     }
     struct eph_addr a;
     enum eph_addr_class cls;
-    int r = eph_broker_resolve(&base.auth.host, b->s.allow_private, b->s.nallow_private, &a, &cls);
+    struct eph_guard g = guard_of(b, false);
+    int r = eph_guard_resolve(&g, &base.auth.host, base.auth.port, &a, &cls);
     if (r) {
-        answer_error(rc, r == -EACCES ? 403 : 502, r == -EACCES ? "permission_error" : "api_error",
-                     r == -EACCES ? "address_not_allowed" : "dns_failed",
-                     r == -EACCES ? "the connection's address is not public"
-                                  : "the connection's host does not resolve");
+        bool no = r == -EACCES || r == -EPERM;
+        answer_error(rc, no ? 403 : 502, no ? "permission_error" : "api_error",
+                     no ? "address_not_allowed" : "dns_failed",
+                     r == -EPERM    ? "the connection's address is the server's own"
+                     : r == -EACCES ? "the connection's address is not public"
+                                    : "the connection's host does not resolve");
         return;
     }
     struct eph_buf body;
@@ -1810,15 +1790,18 @@ int eph_broker_web_fetch(struct eph_broker *b, const char *url, size_t text_cap,
         struct eph_addr a = {0};
         enum eph_addr_class cls;
         /* A replay resolves nothing either: nothing leaves the machine. */
-        rc = b->replay ? 0
-                       : eph_broker_resolve(&u.auth.host, b->s.allow_private, b->s.nallow_private,
-                                            &a, &cls);
+        struct eph_guard g = guard_of(b, true);
+        rc = b->replay ? 0 : eph_guard_resolve(&g, &u.auth.host, u.auth.port, &a, &cls);
         if (rc) {
-            rc0.ev.status = rc == -EACCES ? 403 : 502;
-            rc0.ev.denied = rc == -EACCES ? "address_not_allowed" : "dns_failed";
+            bool no = rc == -EACCES || rc == -EPERM;
+            rc0.ev.status = no ? 403 : 502;
+            rc0.ev.denied = no ? "address_not_allowed" : "dns_failed";
             rc0.ev.exchange = fetch_refused(b, cur, rc0.ev.status);
             emit(&rc0);
-            if (rc == -EACCES)
+            if (rc == -EPERM)
+                snprintf(err, errlen, "%s:%u is the server's own address", u.auth.host.name,
+                         u.auth.port);
+            else if (rc == -EACCES)
                 snprintf(err, errlen, "%s is not a public address (%s)", u.auth.host.name,
                          eph_addr_class_name(cls));
             else
