@@ -24,6 +24,7 @@
 #include "broker/html.h"
 #include "broker/http.h"
 #include "broker/meter.h"
+#include "broker/pin.h"
 #include "broker/policy.h"
 #include "broker/redact.h"
 #include "common/buf.h"
@@ -1151,16 +1152,13 @@ static void serve_connection(struct req_ctx *rc, const struct eph_http_request *
     size_t bpl = base.path_len;
     while (bpl > 0 && base.path[bpl - 1] == '/')
         bpl--;
-    size_t base_len = (size_t)(base.path - c->base_url);
-    if (base.path[0] != '/' || strcmp(base.path, "/") == 0)
-        base_len = strlen(c->base_url), bpl = 0;
-    while (base_len > 0 && c->base_url[base_len - 1] == '/')
-        base_len--;
     CURL *h = curl_easy_init();
     int err = h ? 0 : -ENOMEM;
+    /* The origin in the spelling the guard checked (pin.h), so curl never resolves it again. */
     if (!err)
-        err = eph_buf_appendf(&url, "%.*s%.*s%s", (int)base_len, c->base_url, (int)bpl,
-                              bpl ? base.path : "", t->path);
+        err = eph_pin_origin(&url, base.https, &base.auth);
+    if (!err)
+        err = eph_buf_appendf(&url, "%.*s%s", (int)bpl, base.path, t->path);
     char sep = '?';
     if (!err && t->query) {
         err = eph_buf_appendf(&url, "?%.*s", (int)t->query_len, t->query);
@@ -1219,17 +1217,14 @@ static void serve_connection(struct req_ctx *rc, const struct eph_http_request *
     if (!err)
         err = eph_redactor_init(&o.red, vals, nv);
 
-    char resolve[EPH_HOST_NAME_MAX + EPH_ADDR_STRLEN + 16], astr[EPH_ADDR_STRLEN];
-    eph_addr_format(&a, astr);
-    snprintf(resolve, sizeof(resolve), a.family == AF_INET6 ? "%s:%u:[%s]" : "%s:%u:%s",
-             base.auth.host.name, base.auth.port, astr);
-    struct curl_slist *pin = curl_slist_append(NULL, resolve);
+    struct eph_pin pin = {0};
+    if (!err)
+        err = eph_pin_apply(&pin, h, &base.auth, &a);
     if (!err) {
         char method[32];
         snprintf(method, sizeof(method), "%.*s", (int)req->method_len, req->method);
         curl_easy_setopt(h, CURLOPT_URL, url.data);
         curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
-        curl_easy_setopt(h, CURLOPT_RESOLVE, pin);
         curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
         curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
         curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
@@ -1270,7 +1265,6 @@ static void serve_connection(struct req_ctx *rc, const struct eph_http_request *
     }
     eph_redactor_release(&o.red);
     eph_buf_release(&o.buf);
-    curl_slist_free_all(pin);
     /* The headers hold the credential: wipe before freeing. */
     for (struct curl_slist *l = hdrs; l; l = l->next)
         sodium_memzero(l->data, strlen(l->data));
@@ -1281,6 +1275,7 @@ static void serve_connection(struct req_ctx *rc, const struct eph_http_request *
     eph_buf_release(&body);
     if (h)
         curl_easy_cleanup(h);
+    eph_pin_release(&pin);
 }
 
 /* ---- the record and the replay ------------------------------------------------------------ */
@@ -1843,19 +1838,19 @@ int eph_broker_web_fetch(struct eph_broker *b, const char *url, size_t text_cap,
                 return rc;
             continue;
         }
-        char resolve[EPH_HOST_NAME_MAX + EPH_ADDR_STRLEN + 16], astr[EPH_ADDR_STRLEN];
-        eph_addr_format(&a, astr);
-        snprintf(resolve, sizeof(resolve), a.family == AF_INET6 ? "%s:%u:[%s]" : "%s:%u:%s",
-                 u.auth.host.name, u.auth.port, astr);
-        struct curl_slist *pin = curl_slist_append(NULL, resolve);
+        /* curl gets the URL in the spelling checked and the address pinned (pin.h); a
+         * redirect's Location comes back through this loop, parsed and checked again. */
+        struct eph_buf pinned_url;
+        eph_buf_init(&pinned_url, sizeof(cur) + 16);
+        struct eph_pin pin = {0};
         struct curl_slist *hdrs = curl_slist_append(NULL, "Accept-Encoding: identity");
         CURL *h = curl_easy_init();
         long status = 0;
         char *redirect = NULL;
         CURLcode cr = CURLE_OUT_OF_MEMORY;
-        if (h && pin && hdrs) {
-            curl_easy_setopt(h, CURLOPT_URL, cur);
-            curl_easy_setopt(h, CURLOPT_RESOLVE, pin);
+        if (h && hdrs && eph_pin_url(&pinned_url, &u) == 0 &&
+            eph_pin_apply(&pin, h, &u.auth, &a) == 0) {
+            curl_easy_setopt(h, CURLOPT_URL, pinned_url.data);
             curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
             curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
             curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
@@ -1885,7 +1880,8 @@ int eph_broker_web_fetch(struct eph_broker *b, const char *url, size_t text_cap,
         json_decref(io.headers);
         if (h)
             curl_easy_cleanup(h);
-        curl_slist_free_all(pin);
+        eph_pin_release(&pin);
+        eph_buf_release(&pinned_url);
         curl_slist_free_all(hdrs);
         bool ok_end = cr == CURLE_OK || ((io.over || io.cut) && cr == CURLE_WRITE_ERROR);
         if (!ok_end) {
