@@ -10,7 +10,8 @@
 #      the loopback upstream (plain HTTP, CONNECT, web_fetch), never the server's own API port in
 #      any spelling (127.0.0.1, localhost, 127.0.0.2, [::ffff:127.0.0.1], [::1]), nor by CONNECT,
 #      nor through a redirect; the connection's upstream is refused to the connection.
-# What reached the upstream is checked from its own log: only what was allowed.
+# What reached the upstream is checked from its own log: only what was allowed. A list that is not
+# one of CIDRs stops the server at start-up with a clear message.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/agent_common.sh"
 . "$(dirname "$0")/broker_common.sh"
@@ -78,6 +79,23 @@ serve_with() {
     done
     fail "server did not become healthy"
 }
+# A list that is not one of CIDRs is refused at start-up, with the key and the entry named.
+bad_config() { # BROKER_JSON EXPECTED_MESSAGE
+    jq -n --argjson broker "$1" '{broker: $broker}' >"$TEST_TMP/bad.json"
+    if "$EPHD" serve --config "$TEST_TMP/bad.json" --listen "127.0.0.1:$(free_port)" \
+        --db "$TEST_TMP/bad.db" >"$TEST_TMP/bad.log" 2>&1; then
+        fail "broker $1 was accepted"
+    fi
+    assert_contains "$(cat "$TEST_TMP/bad.log")" "$2" "broker $1"
+}
+bad_config '{"web_private_cidrs": ["127.0.0.1/33"]}' "broker.web_private_cidrs[0] is not a CIDR"
+bad_config '{"web_private_cidrs": ["127.0.0.0/8", "10.0.0.1/8"]}' "broker.web_private_cidrs[1] is not a CIDR"
+bad_config '{"web_private_cidrs": ["localhost"]}' "broker.web_private_cidrs[0] is not a CIDR"
+bad_config '{"web_private_cidrs": "127.0.0.1/32"}' "'broker.web_private_cidrs' must be an array of at most 64 CIDRs"
+bad_config "{\"web_private_cidrs\": $(jq -nc '[range(65) | "127.0.0.\(.)/32"]')}" \
+    "'broker.web_private_cidrs' must be an array of at most 64 CIDRs"
+bad_config '{"allow_private_cidrs": [1]}' "broker.allow_private_cidrs[0] is not a CIDR"
+
 EPHEMERAL_API_KEY=$("$EPHD" admin init --db "$DB") || fail "admin init failed"
 export EPHEMERAL_API_KEY
 SERVER_PID=
