@@ -18,6 +18,7 @@ fi
 . "$(dirname "$0")/agent_common.sh"
 . "$(dirname "$0")/broker_common.sh"
 cd "$TOP"
+command -v ip >/dev/null || skip "ip (iproute2) is needed to bring up the namespace's loopback"
 
 ip link set lo up || fail "cannot bring up loopback in the test's namespace"
 # The namespace is the test's own: loopback and nothing else.
