@@ -24,6 +24,7 @@
 #include "broker/html.h"
 #include "broker/http.h"
 #include "broker/meter.h"
+#include "broker/pin.h"
 #include "broker/policy.h"
 #include "broker/redact.h"
 #include "common/buf.h"
@@ -639,48 +640,24 @@ static void emit(struct req_ctx *rc)
     rc->ev.exchange = NULL;
 }
 
-/* ---- the SSRF guard around a resolver ----------------------------------------------------- */
+/* ---- the SSRF guard around a resolver (guard.h) ------------------------------------------ */
 
-int eph_broker_resolve(const struct eph_host *host, const struct eph_cidr *allow, size_t nallow,
-                       struct eph_addr *out, enum eph_addr_class *cls)
+/* What a web request (broker.web_private_cidrs) or a connection (broker.allow_private_cidrs) may
+ * reach; never the server's own sockets. */
+static struct eph_guard guard_of(const struct eph_broker *b, bool web)
 {
-    enum eph_addr_class c = EPH_ADDR_PUBLIC;
-    if (host->literal) {
-        *out = host->addr;
-        int rc = eph_addr_check(out, allow, nallow, &c);
-        if (cls)
-            *cls = c;
-        return rc;
-    }
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
-    struct addrinfo *res = NULL;
-    int g = getaddrinfo(host->name, NULL, &hints, &res);
-    if (g != 0 || !res)
-        return -ENOENT;
-    int rc = -ENOENT;
-    bool have = false;
-    /* Every answer must pass: a name that also points inside is refused, whichever answer a
-     * later lookup would have given. */
-    for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
-        struct eph_addr a;
-        if (eph_addr_from_sockaddr(ai->ai_addr, &a))
-            continue;
-        enum eph_addr_class ac;
-        if (eph_addr_check(&a, allow, nallow, &ac)) {
-            c = ac;
-            rc = -EACCES;
-            break;
-        }
-        if (!have) {
-            *out = a;
-            have = true;
-            rc = 0;
-        }
-    }
-    freeaddrinfo(res);
-    if (cls)
-        *cls = c;
-    return rc;
+    return (struct eph_guard){.allow = web ? b->s.web_private : b->s.allow_private,
+                              .nallow = web ? b->s.nweb_private : b->s.nallow_private,
+                              .own = &b->s.own};
+}
+
+/* The message of a refused address (eph_guard_resolve's -EACCES or -EPERM). */
+static void refusal_text(int r, enum eph_addr_class cls, char *msg, size_t len)
+{
+    if (r == -EPERM)
+        snprintf(msg, len, "the address is the server's own");
+    else
+        snprintf(msg, len, "the address is not public (%s)", eph_addr_class_name(cls));
 }
 
 /* Connects to exactly the address checked. */
@@ -741,10 +718,11 @@ static int web_connect(struct req_ctx *rc, const struct eph_http_authority *auth
     }
     struct eph_addr a;
     enum eph_addr_class cls;
-    int r = eph_broker_resolve(&auth->host, b->s.allow_private, b->s.nallow_private, &a, &cls);
-    if (r == -EACCES) {
+    struct eph_guard g = guard_of(b, true);
+    int r = eph_guard_resolve(&g, &auth->host, auth->port, &a, &cls);
+    if (r == -EACCES || r == -EPERM) {
         char msg[128];
-        snprintf(msg, sizeof(msg), "the address is not public (%s)", eph_addr_class_name(cls));
+        refusal_text(r, cls, msg, sizeof(msg));
         answer_error(rc, 403, "permission_error", "address_not_allowed", msg);
         return r;
     }
@@ -1149,12 +1127,15 @@ static void serve_connection(struct req_ctx *rc, const struct eph_http_request *
     }
     struct eph_addr a;
     enum eph_addr_class cls;
-    int r = eph_broker_resolve(&base.auth.host, b->s.allow_private, b->s.nallow_private, &a, &cls);
+    struct eph_guard g = guard_of(b, false);
+    int r = eph_guard_resolve(&g, &base.auth.host, base.auth.port, &a, &cls);
     if (r) {
-        answer_error(rc, r == -EACCES ? 403 : 502, r == -EACCES ? "permission_error" : "api_error",
-                     r == -EACCES ? "address_not_allowed" : "dns_failed",
-                     r == -EACCES ? "the connection's address is not public"
-                                  : "the connection's host does not resolve");
+        bool no = r == -EACCES || r == -EPERM;
+        answer_error(rc, no ? 403 : 502, no ? "permission_error" : "api_error",
+                     no ? "address_not_allowed" : "dns_failed",
+                     r == -EPERM    ? "the connection's address is the server's own"
+                     : r == -EACCES ? "the connection's address is not public"
+                                    : "the connection's host does not resolve");
         return;
     }
     struct eph_buf body;
@@ -1171,16 +1152,13 @@ static void serve_connection(struct req_ctx *rc, const struct eph_http_request *
     size_t bpl = base.path_len;
     while (bpl > 0 && base.path[bpl - 1] == '/')
         bpl--;
-    size_t base_len = (size_t)(base.path - c->base_url);
-    if (base.path[0] != '/' || strcmp(base.path, "/") == 0)
-        base_len = strlen(c->base_url), bpl = 0;
-    while (base_len > 0 && c->base_url[base_len - 1] == '/')
-        base_len--;
     CURL *h = curl_easy_init();
     int err = h ? 0 : -ENOMEM;
+    /* The origin in the spelling the guard checked (pin.h), so curl never resolves it again. */
     if (!err)
-        err = eph_buf_appendf(&url, "%.*s%.*s%s", (int)base_len, c->base_url, (int)bpl,
-                              bpl ? base.path : "", t->path);
+        err = eph_pin_origin(&url, base.https, &base.auth);
+    if (!err)
+        err = eph_buf_appendf(&url, "%.*s%s", (int)bpl, base.path, t->path);
     char sep = '?';
     if (!err && t->query) {
         err = eph_buf_appendf(&url, "?%.*s", (int)t->query_len, t->query);
@@ -1239,17 +1217,14 @@ static void serve_connection(struct req_ctx *rc, const struct eph_http_request *
     if (!err)
         err = eph_redactor_init(&o.red, vals, nv);
 
-    char resolve[EPH_HOST_NAME_MAX + EPH_ADDR_STRLEN + 16], astr[EPH_ADDR_STRLEN];
-    eph_addr_format(&a, astr);
-    snprintf(resolve, sizeof(resolve), a.family == AF_INET6 ? "%s:%u:[%s]" : "%s:%u:%s",
-             base.auth.host.name, base.auth.port, astr);
-    struct curl_slist *pin = curl_slist_append(NULL, resolve);
+    struct eph_pin pin = {0};
+    if (!err)
+        err = eph_pin_apply(&pin, h, &base.auth, &a);
     if (!err) {
         char method[32];
         snprintf(method, sizeof(method), "%.*s", (int)req->method_len, req->method);
         curl_easy_setopt(h, CURLOPT_URL, url.data);
         curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
-        curl_easy_setopt(h, CURLOPT_RESOLVE, pin);
         curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
         curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
         curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
@@ -1290,7 +1265,6 @@ static void serve_connection(struct req_ctx *rc, const struct eph_http_request *
     }
     eph_redactor_release(&o.red);
     eph_buf_release(&o.buf);
-    curl_slist_free_all(pin);
     /* The headers hold the credential: wipe before freeing. */
     for (struct curl_slist *l = hdrs; l; l = l->next)
         sodium_memzero(l->data, strlen(l->data));
@@ -1301,6 +1275,7 @@ static void serve_connection(struct req_ctx *rc, const struct eph_http_request *
     eph_buf_release(&body);
     if (h)
         curl_easy_cleanup(h);
+    eph_pin_release(&pin);
 }
 
 /* ---- the record and the replay ------------------------------------------------------------ */
@@ -1810,15 +1785,18 @@ int eph_broker_web_fetch(struct eph_broker *b, const char *url, size_t text_cap,
         struct eph_addr a = {0};
         enum eph_addr_class cls;
         /* A replay resolves nothing either: nothing leaves the machine. */
-        rc = b->replay ? 0
-                       : eph_broker_resolve(&u.auth.host, b->s.allow_private, b->s.nallow_private,
-                                            &a, &cls);
+        struct eph_guard g = guard_of(b, true);
+        rc = b->replay ? 0 : eph_guard_resolve(&g, &u.auth.host, u.auth.port, &a, &cls);
         if (rc) {
-            rc0.ev.status = rc == -EACCES ? 403 : 502;
-            rc0.ev.denied = rc == -EACCES ? "address_not_allowed" : "dns_failed";
+            bool no = rc == -EACCES || rc == -EPERM;
+            rc0.ev.status = no ? 403 : 502;
+            rc0.ev.denied = no ? "address_not_allowed" : "dns_failed";
             rc0.ev.exchange = fetch_refused(b, cur, rc0.ev.status);
             emit(&rc0);
-            if (rc == -EACCES)
+            if (rc == -EPERM)
+                snprintf(err, errlen, "%s:%u is the server's own address", u.auth.host.name,
+                         u.auth.port);
+            else if (rc == -EACCES)
                 snprintf(err, errlen, "%s is not a public address (%s)", u.auth.host.name,
                          eph_addr_class_name(cls));
             else
@@ -1860,19 +1838,19 @@ int eph_broker_web_fetch(struct eph_broker *b, const char *url, size_t text_cap,
                 return rc;
             continue;
         }
-        char resolve[EPH_HOST_NAME_MAX + EPH_ADDR_STRLEN + 16], astr[EPH_ADDR_STRLEN];
-        eph_addr_format(&a, astr);
-        snprintf(resolve, sizeof(resolve), a.family == AF_INET6 ? "%s:%u:[%s]" : "%s:%u:%s",
-                 u.auth.host.name, u.auth.port, astr);
-        struct curl_slist *pin = curl_slist_append(NULL, resolve);
+        /* curl gets the URL in the spelling checked and the address pinned (pin.h); a
+         * redirect's Location comes back through this loop, parsed and checked again. */
+        struct eph_buf pinned_url;
+        eph_buf_init(&pinned_url, sizeof(cur) + 16);
+        struct eph_pin pin = {0};
         struct curl_slist *hdrs = curl_slist_append(NULL, "Accept-Encoding: identity");
         CURL *h = curl_easy_init();
         long status = 0;
         char *redirect = NULL;
         CURLcode cr = CURLE_OUT_OF_MEMORY;
-        if (h && pin && hdrs) {
-            curl_easy_setopt(h, CURLOPT_URL, cur);
-            curl_easy_setopt(h, CURLOPT_RESOLVE, pin);
+        if (h && hdrs && eph_pin_url(&pinned_url, &u) == 0 &&
+            eph_pin_apply(&pin, h, &u.auth, &a) == 0) {
+            curl_easy_setopt(h, CURLOPT_URL, pinned_url.data);
             curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
             curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
             curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
@@ -1902,7 +1880,8 @@ int eph_broker_web_fetch(struct eph_broker *b, const char *url, size_t text_cap,
         json_decref(io.headers);
         if (h)
             curl_easy_cleanup(h);
-        curl_slist_free_all(pin);
+        eph_pin_release(&pin);
+        eph_buf_release(&pinned_url);
         curl_slist_free_all(hdrs);
         bool ok_end = cr == CURLE_OK || ((io.over || io.cut) && cr == CURLE_WRITE_ERROR);
         if (!ok_end) {

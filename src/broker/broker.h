@@ -33,6 +33,7 @@
 #include <jansson.h>
 
 #include "broker/addr.h"
+#include "broker/guard.h"
 #include "ledger/budget.h"
 
 #define EPH_BROKER_PORT 3128
@@ -40,8 +41,12 @@
 
 /* broker.* and the web prices of the server's configuration. */
 struct eph_broker_settings {
-    struct eph_cidr allow_private[EPH_BROKER_MAX_ALLOW_CIDRS]; /* broker.allow_private_cidrs */
+    struct eph_cidr allow_private[EPH_BROKER_MAX_ALLOW_CIDRS]; /* broker.allow_private_cidrs:
+                                                                 connections only */
     size_t nallow_private;
+    struct eph_cidr web_private[EPH_BROKER_MAX_ALLOW_CIDRS]; /* broker.web_private_cidrs */
+    size_t nweb_private;
+    struct eph_guard_own own;  /* the server's own sockets, refused to every request */
     const char *extra_ca_file; /* PEM, added to the system store; may be NULL */
     uint64_t max_request_bytes;
     uint64_t max_response_bytes;
@@ -165,13 +170,6 @@ struct eph_web_fetch {
  * with a message for the model in err. */
 int eph_broker_web_fetch(struct eph_broker *b, const char *url, size_t text_cap,
                          struct eph_web_fetch *out, char *err, size_t errlen)
-    __attribute__((warn_unused_result));
-
-/* Resolves host on the host and checks every address with the SSRF guard: 0 with the address to
- * connect to (the first), -EACCES when any address is not allowed (*cls says why), -ENOENT when
- * the name does not resolve. Exposed for web_fetch and the tests. */
-int eph_broker_resolve(const struct eph_host *host, const struct eph_cidr *allow, size_t nallow,
-                       struct eph_addr *out, enum eph_addr_class *cls)
     __attribute__((warn_unused_result));
 
 #endif

@@ -19,6 +19,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 
 #include "store/run_record.h"
 
@@ -235,6 +236,11 @@ bool eph_store_target_is_postgres(const char *target);
 int eph_store_health(struct eph_store *s, char *reason, size_t len);
 /* Statements sent to PostgreSQL since open (the bench's round trips per run). */
 unsigned long eph_store_postgres_round_trips(struct eph_store *s);
+/* The TCP addresses of the PostgreSQL servers a target names (host or hostaddr, each with its
+ * port, PGHOST and PGPORT when the target has none, 5432 by default), resolved now: at most max
+ * into out, their number returned; 0 for a Unix socket, a SQLite path or a target libpq cannot
+ * parse. The broker refuses to reach them (docs/BROKER.md). */
+size_t eph_store_postgres_servers(const char *target, struct sockaddr_storage *out, size_t max);
 /* Calls waiting for a pooled connection now: the lease keeper's (urgent, served first) and the
  * others (for the tests). */
 void eph_store_postgres_waiters(struct eph_store *s, unsigned *ordinary, unsigned *urgent);
