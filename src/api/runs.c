@@ -12,6 +12,7 @@
 
 #include "api/api.h"
 #include "api/json.h"
+#include "common/cleanup.h"
 #include "common/clock.h"
 #include "common/error.h"
 #include "common/id.h"
@@ -383,9 +384,20 @@ int eph_api_runs_list(struct eph_api_req *req)
     }
     unsigned limit = q->limit;
     const char *after = q->after, *status = q->status;
+    /* The filters as one JSON object (KEY → VALUE): the stores match it whole. A key or value
+     * that is not UTF-8 matches no run, since no run's metadata can hold it. */
+    EPH_AUTOJSON json_t *md = NULL;
+    if (q->nmeta) {
+        md = json_object();
+        if (!md)
+            return eph_api_reply_store_unavailable(req);
+        for (unsigned i = 0; i < q->nmeta; i++)
+            if (json_object_set_new(md, q->meta_keys[i], json_string(q->meta_values[i])))
+                return eph_api_reply_list(req, json_array(), false);
+    }
     struct list_ctx l = {json_array(), req->svc->cfg->retention_days};
     bool more = false;
-    int rc = st->ops->run_list(st, req->org_id, limit, after, status, list_cb, &l, &more);
+    int rc = st->ops->run_list(st, req->org_id, limit, after, status, md, list_cb, &l, &more);
     if (rc) {
         json_decref(l.data);
         return eph_api_reply_store_unavailable(req);

@@ -166,9 +166,9 @@ static int check_metadata(json_t *md, struct eph_api_error *e)
     json_t *v;
     json_object_foreach(md, k, v)
     {
-        if (strlen(k) == 0 || strlen(k) > 64)
+        if (strlen(k) == 0 || strlen(k) > EPH_API_METADATA_KEY_MAX)
             return BAD("metadata", "metadata keys must be 1 to 64 bytes");
-        if (!plain_string(v) || json_string_length(v) > 512)
+        if (!plain_string(v) || json_string_length(v) > EPH_API_METADATA_VALUE_MAX)
             return BAD("metadata", "metadata values must be strings of at most 512 bytes");
     }
     return 0;
@@ -404,6 +404,24 @@ static int query_arg(const char *route, const char *name, const char *value,
         if (eph_run_status_parse(value, &s))
             return BAD("status", "unknown status '%.32s'", value);
         q->status = value;
+        return 0;
+    }
+    if (list && strncmp(name, "metadata[", 9) == 0) {
+        /* metadata[KEY]=VALUE: KEY as a metadata key may be (docs/API.md), VALUE as a value.
+         * KEY runs to the name's last ']', so a key may hold brackets of its own. */
+        size_t nlen = strlen(name);
+        size_t klen = nlen > 10 ? nlen - 10 : 0;
+        if (name[nlen - 1] != ']' || klen < 1 || klen > EPH_API_METADATA_KEY_MAX)
+            return BAD("metadata", "a metadata filter is metadata[KEY]=VALUE, KEY 1 to %d bytes",
+                       EPH_API_METADATA_KEY_MAX);
+        if (strlen(value) > EPH_API_METADATA_VALUE_MAX)
+            return BAD("metadata", "a metadata filter's value is at most %d bytes",
+                       EPH_API_METADATA_VALUE_MAX);
+        if (q->nmeta == EPH_API_METADATA_FILTERS_MAX)
+            return BAD("metadata", "at most %d metadata filters", EPH_API_METADATA_FILTERS_MAX);
+        memcpy(q->meta_keys[q->nmeta], name + 9, klen);
+        q->meta_keys[q->nmeta][klen] = '\0';
+        q->meta_values[q->nmeta++] = value;
         return 0;
     }
     if (events && strcmp(name, "after") == 0) {
