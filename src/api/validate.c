@@ -297,8 +297,22 @@ static int check_scalars(json_t *body, const struct eph_config *cfg, struct eph_
     c->prompt = json_string_value(prompt);
     json_t *model = json_object_get(body, "model");
     if (model) {
-        if (!plain_string(model) || !eph_config_model(cfg, json_string_value(model)))
-            return BAD("model", "'model' must be one of the configured models");
+        if (!plain_string(model) || !eph_config_model(cfg, json_string_value(model))) {
+            /* The models there are, so that the caller can pick one (GET /v1/models has them
+             * with their prices). */
+            char names[512] = "";
+            size_t o = 0;
+            for (size_t i = 0; i < cfg->nmodels && o + 1 < sizeof(names); i++) {
+                int n = snprintf(names + o, sizeof(names) - o, "%s'%s'", i ? ", " : "",
+                                 cfg->models[i].id);
+                if (n < 0 || (size_t)n >= sizeof(names) - o) {
+                    names[o] = '\0'; /* the names that fit, whole */
+                    break;
+                }
+                o += (size_t)n;
+            }
+            return BAD("model", "'model' must be one of the configured models: %s", names);
+        }
         c->model = json_string_value(model);
     } else {
         c->model = cfg->default_model;

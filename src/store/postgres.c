@@ -1204,8 +1204,8 @@ static int each_run(PGresult *res, unsigned limit, eph_run_cb cb, void *ctx, boo
 }
 
 static int pg_run_list(struct eph_store *base, const char *org_id, unsigned limit,
-                       const char *after, const char *status, const json_t *metadata,
-                       eph_run_cb cb, void *ctx, bool *has_more)
+                       const char *after, const char *status, const json_t *metadata, eph_run_cb cb,
+                       void *ctx, bool *has_more)
 {
     struct pg_store *s = P(base);
     struct params p = {0};

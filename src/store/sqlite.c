@@ -1095,8 +1095,8 @@ static int each_run(struct sq_conn *s, sqlite3_stmt *st, unsigned limit, eph_run
 }
 
 static int sq_run_list(struct eph_store *base, const char *org_id, unsigned limit,
-                       const char *after, const char *status, const json_t *metadata,
-                       eph_run_cb cb, void *ctx, bool *has_more)
+                       const char *after, const char *status, const json_t *metadata, eph_run_cb cb,
+                       void *ctx, bool *has_more)
 {
     struct sq_conn *s = READER(base);
     pthread_mutex_lock(&s->lock);

@@ -252,14 +252,18 @@ static void test_query_metadata(void **state)
     assert_int_equal(q.limit, 5);
     char many[256] = "";
     for (int i = 0; i < 8; i++)
-        snprintf(many + strlen(many), sizeof(many) - strlen(many), "%smetadata[k%d]=v", i ? "&" : "",
-                 i);
+        snprintf(many + strlen(many), sizeof(many) - strlen(many), "%smetadata[k%d]=v",
+                 i ? "&" : "", i);
     assert_int_equal(query("/v1/runs", many, &q, &e), 0);
     assert_int_equal(q.nmeta, 8);
     char longkey[128];
     snprintf(longkey, sizeof(longkey), "metadata[%065d]=v", 0);
-    const char *bad[] = {"metadata[]=x", "metadata[team=x", "metadata=x", "metadata[x]y=1",
-                         "metadata[a]=1&metadata[a]=2", longkey};
+    const char *bad[] = {"metadata[]=x",
+                         "metadata[team=x",
+                         "metadata=x",
+                         "metadata[x]y=1",
+                         "metadata[a]=1&metadata[a]=2",
+                         longkey};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         print_message("query '%s'\n", bad[i]);
         assert_int_equal(query("/v1/runs", bad[i], &q, &e), -EINVAL);
