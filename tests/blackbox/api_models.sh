@@ -84,4 +84,29 @@ assert_eq "$(api GET /v1/runs | sed '$d' | jq '.data | length')" 0 "no run store
 out=$(api POST /v1/runs -H 'Content-Type: application/json' -H 'Idempotency-Key: key-1' \
     -d "$(jq -n --arg p "$QUICK_PROMPT" '{prompt: $p, max_cost_micros: 20000}')")
 assert_eq "$(code_of "$out")" 201 "a recorded prompt, with the key the refusals left free"
+
+# Models from a key: with a provider's key set and no "models" in the configuration, the server
+# offers that provider's models beside the replay model, and says so. (Nothing is called: the
+# list is all this looks at.)
+TEST_TMP=$TEST_TMP/keyed
+mkdir -p "$TEST_TMP"
+OPENAI_API_KEY=sk-test-not-real start_server
+out=$(api GET /v1/models)
+b=$(body_of "$out")
+assert_eq "$(jq -r '[.data[].id] | join(",")' <<<"$b")" \
+    "openai/gpt-6-luna,openai/gpt-4.1,openai/gpt-4.1-mini" "models from OPENAI_API_KEY"
+assert_eq "$(jq -r '[.data[] | select(.id | startswith("openai/gpt-4")) | .provider, .available] | unique | join(",")' <<<"$b")" \
+    "true,openai" "the key's models are openai models, available"
+assert_eq "$(jq -r '.data[] | select(.default) | .id' <<<"$b")" openai/gpt-6-luna \
+    "the replay model stays the default"
+assert_contains "$(cat "$SERVER_LOG")" "OPENAI_API_KEY is set: offering the model 'openai/gpt-4.1-mini'" \
+    "start-up says so"
+assert_not_contains "$(cat "$SERVER_LOG")$b" "sk-test-not-real" "the key in the log or the list"
+# A configuration with models is the operator's: nothing is added to it.
+TEST_TMP=$TEST_TMP/configured
+mkdir -p "$TEST_TMP"
+ANTHROPIC_API_KEY=sk-ant-not-real OPENAI_API_KEY=sk-test-not-real \
+    start_server --config "$(dirname "$TEST_TMP")/../config.json"
+assert_eq "$(api GET /v1/models | sed '$d' | jq -r '[.data[].id] | join(",")')" "replay,keyless,keyed" \
+    "a configuration's models alone"
 echo ok
