@@ -96,6 +96,7 @@ struct eph_config {
     char *default_model;
     struct eph_model_config *models;
     size_t nmodels;
+    bool models_configured; /* the configuration file has "models": nothing is added to them */
 };
 
 /* The model configured under id, or NULL. */

@@ -523,6 +523,7 @@ static int load_root(struct eph_config *cfg, json_t *root, const char *path, cha
         free(cfg->models);
         cfg->models = ms;
         cfg->nmodels = n;
+        cfg->models_configured = true;
     }
     if (strcmp(cfg->on_unready, "refuse") != 0 && strcmp(cfg->on_unready, "serve") != 0) {
         snprintf(err, errlen, "config: 'on_unready' must be \"refuse\" or \"serve\"");

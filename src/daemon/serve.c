@@ -96,6 +96,11 @@ int eph_cmd_serve(int argc, char **argv)
         eph_config_release(&cfg);
         return 2;
     }
+    if (eph_config_add_key_models(&cfg)) {
+        EPH_ERROR("serve", "out of memory adding the models of the keys set");
+        eph_config_release(&cfg);
+        return 1;
+    }
     svc.cfg = &cfg;
     atomic_init(&svc.shutting_down, false);
 

@@ -1205,8 +1205,8 @@ static int each_run(PGresult *res, unsigned limit, eph_run_cb cb, void *ctx, boo
 }
 
 static int pg_run_list(struct eph_store *base, const char *org_id, unsigned limit,
-                       const char *after, const char *status, eph_run_cb cb, void *ctx,
-                       bool *has_more)
+                       const char *after, const char *status, const json_t *metadata, eph_run_cb cb,
+                       void *ctx, bool *has_more)
 {
     struct pg_store *s = P(base);
     struct params p = {0};
@@ -1214,6 +1214,10 @@ static int pg_run_list(struct eph_store *base, const char *org_id, unsigned limi
     p_text(&p, status);
     p_text(&p, after);
     p_i64(&p, (int64_t)limit + 1);
+    if (metadata)
+        p_json(&p, metadata, "{}");
+    else
+        p_text(&p, NULL);
     PGresult *r = NULL;
     int rc = WITH_CONN(
         s, select_once(s, c,
@@ -1221,6 +1225,8 @@ static int pg_run_list(struct eph_store *base, const char *org_id, unsigned limi
                        " AND ($2::text IS NULL OR status = $2::text)"
                        " AND ($3::text IS NULL OR (created_at, seq) < "
                        "  (SELECT created_at, seq FROM runs WHERE id = $3::text AND org_id = $1))"
+                       /* containment: every filter pair is one of the run's metadata pairs */
+                       " AND ($5::text IS NULL OR metadata::jsonb @> $5::jsonb)"
                        " ORDER BY created_at DESC, seq DESC LIMIT $4",
                        &p, &r, "run list"));
     if (!rc)
