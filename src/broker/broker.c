@@ -775,7 +775,10 @@ static int connect_to(const struct bstream *s, const struct eph_addr *a, unsigne
      * Nagle wait for an ACK the upstream may delay. */
     int one = 1;
     (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    /* out is the stream's upstream socket, which eph_broker_close shuts under the lock. */
+    pthread_mutex_lock(&s->b->lock);
     *out = fd;
+    pthread_mutex_unlock(&s->b->lock);
     return 0;
 }
 
