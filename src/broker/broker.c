@@ -56,8 +56,9 @@ struct bstream {
     int up;                 /* the upstream socket of web requests, or -1 */
     struct eph_meter meter; /* under b->lock */
     bool no_budget;         /* the fee did not fit */
+    bool fd_shut;           /* the thread shut fd for writing (the upstream's answer ended) */
     bool done;              /* the thread has finished */
-    bool joined;            /* and was joined (by the tunnel's thread) */
+    bool joined;            /* and was joined (by the tunnel's thread): its slot is free */
     pthread_t thread;
     struct bstream *next;
 };
@@ -300,6 +301,21 @@ static void reap_done(struct eph_broker *b)
     pthread_mutex_unlock(&b->reap_lock);
 }
 
+/* The streams whose thread may still run: each holds a slot of the run's tunnel cap until it
+ * has been joined, so a stream the sandbox reset keeps its slot until its thread has let go of
+ * everything (its upstream socket, its curl handle) and exited. */
+static size_t streams_held(struct eph_broker *b)
+{
+    size_t n = 0;
+    pthread_mutex_lock(&b->lock);
+    for (struct bstream *s = b->streams; s; s = s->next)
+        n += !s->joined;
+    pthread_mutex_unlock(&b->lock);
+    return n;
+}
+
+static void refuse_busy(struct eph_broker *b, int fd);
+
 int eph_broker_on_stream(void *arg, uint32_t stream, int fd)
 {
     struct eph_broker *b = arg;
@@ -307,6 +323,11 @@ int eph_broker_on_stream(void *arg, uint32_t stream, int fd)
     if (atomic_load(&b->closing))
         return -ECANCELED;
     reap_done(b);
+    /* Only this thread adds streams, so the count cannot grow behind the check. */
+    if (streams_held(b) >= b->s.max_tunnels_per_run) {
+        refuse_busy(b, fd);
+        return 0;
+    }
     EPH_AUTOFREE struct bstream *s = calloc(1, sizeof(*s));
     if (!s)
         return -ENOMEM;
@@ -363,23 +384,51 @@ size_t eph_broker_on_bytes(void *arg, uint32_t stream, size_t n)
 
 /* ---- I/O with deadlines ----------------------------------------------------------------- */
 
-static int wait_fd(int fd, short ev, uint64_t deadline_ns)
+/* The program's side of a stream, watched by every wait of its thread: when the sandbox resets the
+ * stream (or the tunnel ends) the host end of the pair is closed and fd reports POLLHUP; when the
+ * broker closes, it shuts fd itself. Until the thread has shut fd for writing itself, a hang-up
+ * can only mean that the program is gone (a half close from the program is POLLIN, end of
+ * file). */
+static bool watch_program(const struct bstream *s)
+{
+    return s && s->fd >= 0 && !s->fd_shut;
+}
+
+/* Whether the stream's work must stop now: its program is gone, or the broker closes. */
+static bool stream_gone(const struct bstream *s)
+{
+    if (!s)
+        return false;
+    if (atomic_load(&s->b->closing))
+        return true;
+    if (!watch_program(s))
+        return false;
+    struct pollfd p = {.fd = s->fd, .events = 0};
+    return poll(&p, 1, 0) == 1 && (p.revents & (POLLHUP | POLLERR | POLLNVAL));
+}
+
+/* Waits for ev on fd until the deadline, or -ECANCELED as soon as the stream is gone. */
+static int wait_fd(const struct bstream *s, int fd, short ev, uint64_t deadline_ns)
 {
     for (;;) {
+        if (stream_gone(s))
+            return -ECANCELED;
         uint64_t now = eph_clock_mono_ns();
         if (now >= deadline_ns)
             return -ETIMEDOUT;
         uint64_t ms = (deadline_ns - now) / 1000000u + 1;
-        struct pollfd p = {.fd = fd, .events = ev};
-        int n = poll(&p, 1, ms > 60000 ? 60000 : (int)ms);
+        struct pollfd p[2] = {{.fd = fd, .events = ev},
+                              {.fd = watch_program(s) && s->fd != fd ? s->fd : -1}};
+        int n = poll(p, 2, ms > 60000 ? 60000 : (int)ms);
         if (n < 0 && errno != EINTR)
             return -errno;
-        if (n > 0)
+        if (n > 0 && p[0].revents)
             return 0;
     }
 }
 
-static int write_all(int fd, const void *data, size_t n, uint64_t deadline_ns)
+static int write_all(const struct bstream *s, int fd, const void *data, size_t n,
+                     uint64_t deadline_ns)
 {
     const char *p = data;
     while (n) {
@@ -393,7 +442,7 @@ static int write_all(int fd, const void *data, size_t n, uint64_t deadline_ns)
             continue;
         if (w < 0 && errno != EAGAIN)
             return -errno;
-        int rc = wait_fd(fd, POLLOUT, deadline_ns);
+        int rc = wait_fd(s, fd, POLLOUT, deadline_ns);
         if (rc)
             return rc;
     }
@@ -401,7 +450,7 @@ static int write_all(int fd, const void *data, size_t n, uint64_t deadline_ns)
 }
 
 /* Reads at most n bytes: > 0, 0 at end of stream, or a negative error. */
-static ssize_t read_some(int fd, void *buf, size_t n, uint64_t deadline_ns)
+static ssize_t read_some(const struct bstream *s, int fd, void *buf, size_t n, uint64_t deadline_ns)
 {
     for (;;) {
         ssize_t r = recv(fd, buf, n, MSG_DONTWAIT);
@@ -411,7 +460,7 @@ static ssize_t read_some(int fd, void *buf, size_t n, uint64_t deadline_ns)
             continue;
         if (errno != EAGAIN)
             return -errno;
-        int rc = wait_fd(fd, POLLIN, deadline_ns);
+        int rc = wait_fd(s, fd, POLLIN, deadline_ns);
         if (rc)
             return rc;
     }
@@ -445,7 +494,7 @@ static int to_program(struct req_ctx *rc, const void *data, size_t n)
         if (k < n || eph_buf_append(&rc->down, data, k))
             rc->down_cut = true;
     }
-    return write_all(rc->s->fd, data, n, rc->deadline_ns);
+    return write_all(rc->s, rc->s->fd, data, n, rc->deadline_ns);
 }
 
 static void sha256_hex(const void *data, size_t n, char out[65])
@@ -499,6 +548,8 @@ static const char *reason_phrase(int status)
         return "Content Too Large";
     case 502:
         return "Bad Gateway";
+    case 503:
+        return "Service Unavailable";
     case 504:
         return "Gateway Timeout";
     }
@@ -661,7 +712,8 @@ static void refusal_text(int r, enum eph_addr_class cls, char *msg, size_t len)
 }
 
 /* Connects to exactly the address checked. */
-static int connect_to(const struct eph_addr *a, unsigned port, uint64_t deadline_ns, int *out)
+static int connect_to(const struct bstream *s, const struct eph_addr *a, unsigned port,
+                      uint64_t deadline_ns, int *out)
 {
     struct sockaddr_storage ss;
     socklen_t len;
@@ -687,7 +739,7 @@ static int connect_to(const struct eph_addr *a, unsigned port, uint64_t deadline
         close(fd);
         return -e;
     }
-    int rc = wait_fd(fd, POLLOUT, deadline_ns);
+    int rc = wait_fd(s, fd, POLLOUT, deadline_ns);
     int err = 0;
     socklen_t el = sizeof(err);
     if (!rc && getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) == 0 && err)
@@ -700,7 +752,10 @@ static int connect_to(const struct eph_addr *a, unsigned port, uint64_t deadline
      * Nagle wait for an ACK the upstream may delay. */
     int one = 1;
     (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    /* out is the stream's upstream socket, which eph_broker_close shuts under the lock. */
+    pthread_mutex_lock(&s->b->lock);
     *out = fd;
+    pthread_mutex_unlock(&s->b->lock);
     return 0;
 }
 
@@ -730,7 +785,7 @@ static int web_connect(struct req_ctx *rc, const struct eph_http_authority *auth
         answer_error(rc, 502, "api_error", "dns_failed", "the host name does not resolve");
         return r;
     }
-    r = connect_to(&a, auth->port, rc->deadline_ns, &rc->s->up);
+    r = connect_to(rc->s, &a, auth->port, rc->deadline_ns, &rc->s->up);
     if (r) {
         answer_error(rc, r == -ETIMEDOUT ? 504 : 502, "api_error", "connect_failed",
                      "cannot connect to the upstream");
@@ -755,12 +810,15 @@ static void relay(struct req_ctx *rc, const char *pending, size_t npending, bool
     size_t status_have = 0;
     if (!buf)
         return;
-    if (npending && write_all(up, pending, npending, rc->deadline_ns) == 0)
+    if (npending && write_all(rc->s, up, pending, npending, rc->deadline_ns) == 0)
         rc->ev.bytes_up += npending;
     /* A request whose body the broker forwarded already (!upward) reads the answer only. */
     while (down_open || up_open) {
-        struct pollfd p[2] = {{.fd = up_open ? fd : -1, .events = POLLIN},
-                              {.fd = down_open ? up : -1, .events = POLLIN}};
+        /* The program's side is polled even when nothing more is read from it: its hang-up (a
+         * reset from the sandbox) ends the relay at once. */
+        struct pollfd p[2] = {
+            {.fd = up_open || watch_program(rc->s) ? fd : -1, .events = up_open ? POLLIN : 0},
+            {.fd = down_open ? up : -1, .events = POLLIN}};
         uint64_t now = eph_clock_mono_ns();
         if (now >= rc->deadline_ns || atomic_load(&rc->s->b->closing))
             break;
@@ -770,10 +828,12 @@ static void relay(struct req_ctx *rc, const char *pending, size_t npending, bool
             break;
         if (n <= 0)
             continue;
-        if (p[0].revents) {
+        if (watch_program(rc->s) && (p[0].revents & (POLLHUP | POLLERR)))
+            break; /* the program is gone: what it sent last goes nowhere */
+        if (up_open && p[0].revents) {
             ssize_t r = recv(fd, buf, RELAY_CHUNK, MSG_DONTWAIT);
             if (r > 0) {
-                if (write_all(up, buf, (size_t)r, rc->deadline_ns))
+                if (write_all(rc->s, up, buf, (size_t)r, rc->deadline_ns))
                     break;
                 rc->ev.bytes_up += (uint64_t)r;
             } else if (r == 0 || (errno != EAGAIN && errno != EINTR)) {
@@ -800,6 +860,7 @@ static void relay(struct req_ctx *rc, const char *pending, size_t npending, bool
                     break;
             } else if (r == 0 || (errno != EAGAIN && errno != EINTR)) {
                 down_open = false;
+                rc->s->fd_shut = true; /* from now on a hang-up may be this shutdown's */
                 shutdown(fd, SHUT_WR);
             }
         }
@@ -885,11 +946,12 @@ static void serve_web_http(struct req_ctx *rc, const struct eph_http_request *re
         answer_error(rc, 400, "invalid_request_error", "bad_request", "request head too large");
         return;
     }
-    if (write_all(rc->s->up, head.data, head.len, rc->deadline_ns) == 0)
+    if (write_all(rc->s, rc->s->up, head.data, head.len, rc->deadline_ns) == 0)
         rc->ev.bytes_up += head.len;
     eph_buf_release(&head);
     if (body.len)
-        (void)write_all(rc->s->up, body.data, body.len, rc->deadline_ns); /* counted when read */
+        (void)write_all(rc->s, rc->s->up, body.data, body.len,
+                        rc->deadline_ns); /* counted when read */
     eph_buf_release(&body);
     rc->ev.status = 502;
     relay(rc, NULL, 0, true, false);
@@ -908,7 +970,7 @@ static void serve_connect(struct req_ctx *rc, const struct eph_http_request *req
     if (web_connect(rc, &auth))
         return;
     static const char ok[] = "HTTP/1.1 200 Connection established\r\n\r\n";
-    if (write_all(rc->s->fd, ok, sizeof(ok) - 1, rc->deadline_ns))
+    if (write_all(rc->s, rc->s->fd, ok, sizeof(ok) - 1, rc->deadline_ns))
         return;
     rc->ev.status = 200;
     relay(rc, after_head, nafter, false, true);
@@ -1002,7 +1064,7 @@ static int read_chunked(struct req_ctx *rc, const char *after, size_t nafter, st
             after += n;
             nafter -= n;
         } else {
-            ssize_t got = read_some(rc->s->fd, tmp, IO_CHUNK, rc->deadline_ns);
+            ssize_t got = read_some(rc->s, rc->s->fd, tmp, IO_CHUNK, rc->deadline_ns);
             if (got <= 0) {
                 r = got ? (int)got : -EPIPE;
                 break;
@@ -1051,7 +1113,7 @@ static int read_body(struct req_ctx *rc, const struct eph_http_request *req, con
     char tmp[IO_CHUNK];
     while (body->len < want) {
         size_t n = want - body->len < sizeof(tmp) ? (size_t)(want - body->len) : sizeof(tmp);
-        ssize_t r = read_some(rc->s->fd, tmp, n, rc->deadline_ns);
+        ssize_t r = read_some(rc->s, rc->s->fd, tmp, n, rc->deadline_ns);
         if (r <= 0)
             return r ? (int)r : -EPIPE;
         if (eph_buf_append(body, tmp, (size_t)r))
@@ -1077,6 +1139,44 @@ static bool conn_sets_header(const struct conn_copy *c, const struct eph_http_he
             strncasecmp(c->hnames[i], h->name, h->name_len) == 0)
             return true;
     return false;
+}
+
+/* curl_easy_perform, watching the stream as every other wait does: the sandbox's reset (or the
+ * broker's close) aborts the transfer at once, and curl lets go of its socket, instead of at the
+ * request's deadline. */
+static CURLcode perform(const struct bstream *s, CURL *h)
+{
+    CURLM *m = curl_multi_init();
+    if (!m || curl_multi_add_handle(m, h) != CURLM_OK) {
+        curl_multi_cleanup(m);
+        return CURLE_OUT_OF_MEMORY;
+    }
+    CURLcode cr = CURLE_OK;
+    for (;;) {
+        int running = 0, left;
+        if (curl_multi_perform(m, &running) != CURLM_OK) {
+            cr = CURLE_OUT_OF_MEMORY;
+            break;
+        }
+        if (!running) {
+            CURLMsg *msg = curl_multi_info_read(m, &left);
+            cr = msg && msg->msg == CURLMSG_DONE ? msg->data.result : CURLE_RECV_ERROR;
+            break;
+        }
+        if (stream_gone(s)) {
+            cr = CURLE_ABORTED_BY_CALLBACK;
+            break;
+        }
+        /* No event asked on the program's side: poll reports its hang-up all the same. */
+        struct curl_waitfd w = {.fd = s->fd};
+        if (curl_multi_poll(m, &w, watch_program(s) ? 1 : 0, 1000, NULL) != CURLM_OK) {
+            cr = CURLE_RECV_ERROR;
+            break;
+        }
+    }
+    curl_multi_remove_handle(m, h);
+    curl_multi_cleanup(m);
+    return cr;
 }
 
 static void serve_connection(struct req_ctx *rc, const struct eph_http_request *req,
@@ -1250,10 +1350,12 @@ static void serve_connection(struct req_ctx *rc, const struct eph_http_request *
             curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body.len);
         }
         rc->ev.status = 502;
-        CURLcode cr = curl_easy_perform(h);
+        CURLcode cr = perform(rc->s, h);
         if (cr == CURLE_OK) {
             if (eph_redactor_finish(&o.red, &o.buf) == 0)
                 (void)flush_out(&o);
+        } else if (cr == CURLE_ABORTED_BY_CALLBACK) {
+            EPH_DEBUG(COMPONENT, "connection %s: the stream ended first", c->name);
         } else if (!o.head_done) {
             EPH_INFO(COMPONENT, "connection %s: %s", c->name, curl_easy_strerror(cr));
             answer_error(rc, cr == CURLE_OPERATION_TIMEDOUT ? 504 : 502, "api_error",
@@ -1470,6 +1572,25 @@ static void serve_replay(struct req_ctx *rc, const struct eph_http_request *req,
 
 /* ---- one stream ------------------------------------------------------------------------- */
 
+/* A stream over the run's cap of stream threads: answered 503 at once, from the tunnel's thread
+ * (the answer fits a fresh socket pair's buffer), with an event; free, like every denial. */
+static void refuse_busy(struct eph_broker *b, int fd)
+{
+    struct bstream s = {.b = b, .fd = fd, .up = -1};
+    struct req_ctx *rc = calloc(1, sizeof(*rc));
+    if (!rc)
+        return;
+    rc->s = &s;
+    rc->start_ns = eph_clock_mono_ns();
+    rc->deadline_ns = rc->start_ns + 1000000000u;
+    rc->ev.connection = b->web ? NULL : "?";
+    answer_error(rc, 503, "rate_limit_error", "too_many_tunnels",
+                 "too many concurrent connections through the proxy (earlier ones are ending)");
+    rc->ev.denied = "too_many_tunnels";
+    emit(rc);
+    free(rc);
+}
+
 static void *serve(void *arg)
 {
     struct bstream *s = arg;
@@ -1490,7 +1611,7 @@ static void *serve(void *arg)
         r = eph_http_parse_request(head, have, req);
         if (r != -EAGAIN)
             break;
-        ssize_t n = read_some(s->fd, head + have, EPH_HTTP_MAX_HEAD - have, rc->deadline_ns);
+        ssize_t n = read_some(s, s->fd, head + have, EPH_HTTP_MAX_HEAD - have, rc->deadline_ns);
         if (n <= 0)
             goto out; /* the program went away before asking anything */
         have += (size_t)n;

@@ -127,7 +127,10 @@ int eph_broker_new(const struct eph_broker_settings *settings, const struct eph_
 int eph_broker_set_replay(struct eph_broker *b, json_t *exchanges)
     __attribute__((warn_unused_result));
 
-/* The tunnel's callbacks (struct eph_sandbox_tunnel); arg is the broker. */
+/* The tunnel's callbacks (struct eph_sandbox_tunnel); arg is the broker. on_stream takes fd in
+ * every case. A stream holds one of the run's max_tunnels_per_run places until its thread has
+ * ended, which it does as soon as the tunnel closes its end of the pair (a reset): one that finds
+ * every place taken is answered 503 too_many_tunnels at once, with an event (docs/BROKER.md). */
 int eph_broker_on_stream(void *arg, uint32_t stream, int fd);
 size_t eph_broker_on_bytes(void *arg, uint32_t stream, size_t n);
 /* Whether some transfer was cut because the budget ended (the run must stop). */
