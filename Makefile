@@ -46,8 +46,10 @@ INIT_CFLAGS := -std=gnu11 -g -O2 -D_GNU_SOURCE -Isrc -static $(WARN) $(CFLAGS)
 
 OBJ := $(BUILD)/obj
 COMMON_SRC := $(wildcard src/common/*.c)
-SHARED_GUEST_SRC := src/guest/protocol.c
-# The sandbox's seccomp program, compiled to BPF at build time (src/sandbox/namespaces/seccomp.c).
+# The guest code the daemon links too: the protocol, and the seccomp loader the jail shares.
+SHARED_GUEST_SRC := src/guest/protocol.c src/guest/seccomp.c
+# The sandbox's seccomp program, compiled to BPF at build time and loaded by src/guest/seccomp.c
+# (into the jail's child, and by the init of gvisor and microvm).
 SECCOMP_GEN_SRC := src/sandbox/namespaces/seccomp_gen.c
 SECCOMP_BPF_H := $(OBJ)/gen/seccomp_bpf.h
 DAEMON_LIB_SRC := $(COMMON_SRC) $(SHARED_GUEST_SRC) \
@@ -134,8 +136,9 @@ $(SECCOMP_BPF_H): $(BUILD)/seccomp-gen
 	@echo "  GEN     $@"
 	$(Q)$(BUILD)/seccomp-gen $@
 
-$(OBJ)/src/sandbox/namespaces/seccomp.o: $(SECCOMP_BPF_H)
-$(OBJ)/src/sandbox/namespaces/seccomp.o: CFLAGS_ALL += -I$(OBJ)/gen
+$(OBJ)/src/guest/seccomp.o $(BUILD)/init-obj/src/guest/seccomp.o: $(SECCOMP_BPF_H)
+$(OBJ)/src/guest/seccomp.o: CFLAGS_ALL += -I$(OBJ)/gen
+$(BUILD)/init-obj/src/guest/seccomp.o: INIT_CFLAGS += -I$(OBJ)/gen
 
 $(WEB_LIBS):
 	$(Q)scripts/setup-deps.sh build
