@@ -4,6 +4,7 @@
 #   make test            unit tests, then black-box tests against the real server and sandbox
 #   make SANITIZE=address,undefined test
 #   make demo            the seed example end to end on the embedded defaults
+#   make install         the programs, man pages, systemd unit and config (PREFIX, DESTDIR)
 #   make image           the sandbox image (cached outside the clone)
 #   make bench           benchmarks side by side with bubblewrap and gVisor
 #   make lint / format / fuzz
@@ -85,7 +86,7 @@ SANDBOX_CLI_OBJ := $(OBJ)/src/daemon/sandbox_main.o $(OBJ)/src/daemon/sandbox_cm
 
 BINS := $(BUILD)/ephemerald $(BUILD)/ephemeral $(BUILD)/ephemeral-init $(GVISOR_COMPAT) $(SANDBOX_CLI)
 
-.PHONY: all deps test unit blackbox demo image bench lint format fuzz clean
+.PHONY: all deps test unit blackbox demo image bench lint format fuzz clean install
 # A failed recipe leaves no half-written target that a later make would take as up to date.
 .DELETE_ON_ERROR:
 all: deps $(BINS)
@@ -241,6 +242,23 @@ fuzz: deps
 
 clean:
 	rm -rf $(BUILD)
+
+# Installation (docs/DEPLOY.md). The programs in $(BINDIR); the guest agent and the gVisor shim
+# beside each other in $(LIBEXECDIR), where ephemerald looks for them; the recorded examples the
+# replay model answers from in $(DATADIR)/examples; the configuration, made from the example with
+# those paths, in $(SYSCONFDIR)/ephemeral (an existing one is kept); the man pages and the systemd
+# unit (ExecStart in $(BINDIR)); bash completion. DESTDIR stages everything under another root.
+PREFIX ?= /usr/local
+BINDIR ?= $(PREFIX)/bin
+LIBEXECDIR ?= $(PREFIX)/lib/ephemeral
+DATADIR ?= $(PREFIX)/share/ephemeral
+MANDIR ?= $(PREFIX)/share/man
+SYSCONFDIR ?= /etc
+UNITDIR ?= $(PREFIX)/lib/systemd/system
+COMPLETIONDIR ?= $(PREFIX)/share/bash-completion/completions
+install: all
+	$(Q)scripts/install.sh "$(BUILD)" "$(DESTDIR)" "$(BINDIR)" "$(LIBEXECDIR)" "$(DATADIR)" \
+		"$(MANDIR)" "$(SYSCONFDIR)" "$(UNITDIR)" "$(COMPLETIONDIR)"
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
 
