@@ -5,7 +5,8 @@
  * (ops->take_next) the store decides which run a free worker takes (docs/RUN.md); without one,
  * the queue is the order (FIFO).
  *
- * One lock (s->lock) guards every field; it is never held while ops are called.
+ * One lock (s->lock) guards every field; it is never held while ops are called. claim_lock
+ * serialises this process's claims (ops->take_next), and is taken before s->lock.
  */
 #include "run/scheduler.h"
 
@@ -36,6 +37,7 @@ struct eph_scheduler {
     struct eph_scheduler_ops ops;
     unsigned period_seconds;
     pthread_mutex_t lock;
+    pthread_mutex_t claim_lock; /* held by the one worker claiming (ops->take_next) */
     pthread_cond_t work_cond;   /* workers: a run was queued, a kick, or stop */
     pthread_cond_t settle_cond; /* the settler: a run was handed, or stop */
     pthread_cond_t idle_cond;   /* stop: a run ended (CLOCK_MONOTONIC) */
@@ -199,6 +201,9 @@ static bool take_next(struct eph_scheduler *s)
     char ids[EPH_SCHEDULER_WAITING_MAX][EPH_RUN_ID_LEN + 1];
     const char *waiting[EPH_SCHEDULER_WAITING_MAX];
     size_t n = 0;
+    /* One claim at a time here: a run this node just claimed leaves the queue before the next
+     * claim lists the waiting runs, so two workers never claim the same one. */
+    pthread_mutex_lock(&s->claim_lock);
     pthread_mutex_lock(&s->lock);
     for (const struct qitem *q = s->queue.head; q && n < EPH_SCHEDULER_WAITING_MAX; q = q->next) {
         memcpy(ids[n], q->id, sizeof(ids[n]));
@@ -214,11 +219,14 @@ static bool take_next(struct eph_scheduler *s)
         EPH_ERROR("scheduler", "the database cannot be reached: taking no runs");
     else if (rc != -ENOTCONN && atomic_exchange(&s->said_unreachable, false))
         EPH_INFO("scheduler", "the database answers again: taking runs");
-    if (rc == -ENOENT || rc == -ESHUTDOWN)
+    if (rc == -ENOENT || rc == -ESHUTDOWN) {
+        pthread_mutex_unlock(&s->claim_lock);
         return false;
+    }
     if (rc) {
         /* The store cannot choose: the runs of this node's own queue go in their order, and
          * each worker's own claim decides (as without a fair claim). */
+        pthread_mutex_unlock(&s->claim_lock);
         pthread_mutex_lock(&s->lock);
         return pop_and_work(s);
     }
@@ -234,6 +242,7 @@ static bool take_next(struct eph_scheduler *s)
     }
     s->running++;
     pthread_mutex_unlock(&s->lock);
+    pthread_mutex_unlock(&s->claim_lock);
     /* Another run may be waiting: let another idle worker look too. */
     eph_scheduler_kick(s);
     if (it) {
@@ -331,6 +340,7 @@ static void scheduler_free(struct eph_scheduler *s)
     pthread_cond_destroy(&s->idle_cond);
     pthread_cond_destroy(&s->period_cond);
     pthread_mutex_destroy(&s->lock);
+    pthread_mutex_destroy(&s->claim_lock);
     free(s->workers);
     free(s);
 }
@@ -353,6 +363,7 @@ int eph_scheduler_start(const struct eph_scheduler_ops *ops, unsigned workers,
     s->kicked = ops->take_next != NULL;
     atomic_init(&s->said_unreachable, false);
     pthread_mutex_init(&s->lock, NULL);
+    pthread_mutex_init(&s->claim_lock, NULL);
     pthread_cond_init(&s->work_cond, NULL);
     pthread_cond_init(&s->settle_cond, NULL);
     int rc = cond_init_mono(&s->idle_cond);

@@ -1738,14 +1738,14 @@ static int claim_next_once(struct pg_store *s, struct pg_conn *c, const struct e
     p_text(&p, waiting);
     PGresult *r = NULL;
     int rc = run(s, c,
-                 "WITH pick AS (SELECT r.id FROM (SELECT "
-                 "(SELECT COUNT(*) FROM runs a WHERE a.org_id = o.id AND a.node_id IS NOT NULL "
-                 "AND a.status IN ('queued', 'starting', 'running')) AS n, "
-                 "(SELECT h.seq FROM runs h WHERE h.org_id = o.id AND h.status = 'queued' AND "
-                 "((h.node_id IS NULL AND h.zdr = 0) OR ((h.node_id IS NULL OR h.node_id = $1) "
-                 "AND h.id = ANY($4::text[]))) ORDER BY h.created_at, h.seq LIMIT 1) AS head "
-                 "FROM orgs o) f JOIN runs r ON r.seq = f.head WHERE $3::bigint = 0 OR f.n < $3 "
-                 "ORDER BY f.n, r.created_at, r.seq LIMIT 1), "
+                 "WITH pick AS (SELECT h.id FROM orgs o CROSS JOIN LATERAL "
+                 "(SELECT COUNT(*) AS n FROM runs a WHERE a.org_id = o.id AND "
+                 "a.node_id IS NOT NULL AND a.status IN ('queued', 'starting', 'running')) c "
+                 "CROSS JOIN LATERAL (SELECT id, created_at, seq FROM runs WHERE org_id = o.id "
+                 "AND status = 'queued' AND ((node_id IS NULL AND zdr = 0) OR "
+                 "((node_id IS NULL OR node_id = $1) AND id = ANY($4::text[]))) "
+                 "ORDER BY created_at, seq LIMIT 1) h WHERE $3::bigint = 0 OR c.n < $3 "
+                 "ORDER BY c.n, h.created_at, h.seq LIMIT 1), "
                  "claimed AS (UPDATE runs SET node_id = $1, lease_expires_at = $2 WHERE id = "
                  "(SELECT l.id FROM runs l WHERE l.id = (SELECT id FROM pick) AND "
                  "l.status = 'queued' AND (l.node_id IS NULL OR l.node_id = $1) "

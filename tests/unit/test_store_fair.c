@@ -1,8 +1,10 @@
 /* Fair claims across orgs (docs/STORE.md, "Fair claims"), on SQLite and, under
  * tests/blackbox/store_postgres.sh, on PostgreSQL: one org's backlog does not keep another org's
- * run waiting, the per-org cap holds a run back until a claimed one ends, and a node claims a
- * zero-data-retention run only when it holds it (shared stores). */
+ * run waiting, the per-org cap holds a run back until a claimed one ends, a node claims a
+ * zero-data-retention run only when it holds it (shared stores), and concurrent claims from two
+ * nodes take each run once. */
 #include <errno.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -45,8 +47,8 @@ static void org_b(struct eph_store *st, char *id, size_t idlen)
 }
 
 /* Queues a run of org, created at created_ms, into id. */
-static void queue_run(struct eph_store *st, const char *org, int64_t created_ms, bool zdr,
-                      char *id, size_t idlen)
+static void queue_run(struct eph_store *st, const char *org, int64_t created_ms, bool zdr, char *id,
+                      size_t idlen)
 {
     struct eph_run r;
     eph_run_init(&r);
@@ -195,12 +197,76 @@ static void test_zdr_is_claimed_by_its_node(void **state)
     assert_int_equal(claim(st, "node-a", 0, NULL, 0, got), -ENOENT);
 }
 
+/* Six nodes (two store handles on one database, three claiming threads on each), at once: every
+ * queued run is claimed exactly once, and none is left queued. (One node's own claims are one at
+ * a time: its scheduler serialises them.) */
+#define RACE_RUNS 24
+
+struct claimer {
+    struct eph_store *st;
+    char node[24];
+    char got[RACE_RUNS][EPH_RUN_ID_LEN + 1];
+    unsigned n;
+    int rc;
+    pthread_t t;
+};
+
+static void *claimer_main(void *arg)
+{
+    struct claimer *c = arg;
+    char id[EPH_RUN_ID_LEN + 1];
+    while ((c->rc = claim(c->st, c->node, 0, NULL, 0, id)) == 0 && c->n < RACE_RUNS)
+        memcpy(c->got[c->n++], id, sizeof(id));
+    return NULL;
+}
+
+static void test_concurrent_claims_take_each_run_once(void **state)
+{
+    (void)state;
+    struct eph_store *st = db.st, *other = NULL;
+    char b_org[48];
+    org_b(st, b_org, sizeof(b_org));
+    if (test_store_pg_target[0]) {
+        char err[256];
+        assert_int_equal(eph_store_open(test_store_pg_target, &other, err, sizeof(err)), 0);
+    } else {
+        assert_int_equal(test_store_open(db.path, &other), 0);
+    }
+    int64_t t0 = eph_clock_real_ms() - 10000;
+    char ids[RACE_RUNS][EPH_RUN_ID_LEN + 1];
+    for (int i = 0; i < RACE_RUNS; i++)
+        queue_run(st, i % 3 ? db.org : b_org, t0 + i, false, ids[i], sizeof(ids[i]));
+    struct claimer c[6] = {0};
+    for (int i = 0; i < 6; i++) {
+        c[i].st = i % 2 ? other : st;
+        snprintf(c[i].node, sizeof(c[i].node), "node-%d", i);
+        assert_int_equal(pthread_create(&c[i].t, NULL, claimer_main, &c[i]), 0);
+    }
+    for (int i = 0; i < 6; i++)
+        pthread_join(c[i].t, NULL);
+    unsigned total = 0;
+    for (int i = 0; i < 6; i++) {
+        assert_int_equal(c[i].rc, -ENOENT);
+        total += c[i].n;
+    }
+    assert_int_equal(total, RACE_RUNS);
+    for (int r = 0; r < RACE_RUNS; r++) {
+        unsigned seen = 0;
+        for (int i = 0; i < 6; i++)
+            for (unsigned k = 0; k < c[i].n; k++)
+                seen += strcmp(c[i].got[k], ids[r]) == 0;
+        assert_int_equal(seen, 1);
+    }
+    other->ops->close(other);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_backlog_does_not_starve_another_org, setup, teardown),
         cmocka_unit_test_setup_teardown(test_per_org_cap, setup, teardown),
         cmocka_unit_test_setup_teardown(test_zdr_is_claimed_by_its_node, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_concurrent_claims_take_each_run_once, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
