@@ -1,8 +1,9 @@
 /* The worker pool (src/run/scheduler.c) with a stub worker: FIFO order, the bound on concurrent
  * runs, queue depth and running counts, withdraw, the settler that finishes a handed run while
  * every worker is busy (so that an HTTP thread never has to), stop with its grace period and
- * cancel, refusals after stop, and a shared store's claims (a run claimed while also queued; idle
- * workers that look once per kick or period instead of polling). Every wait is bounded; nothing
+ * cancel, refusals after stop, and the store's claims (a run claimed while also queued, or taken
+ * from the queue when the claim fails; idle workers that look once per kick or period instead of
+ * polling). Every wait is bounded; nothing
  * sleeps to synchronise. */
 #include <errno.h>
 #include <pthread.h>
