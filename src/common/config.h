@@ -53,6 +53,7 @@ struct eph_config {
     unsigned reaper_interval_ms;      /* 60000: how often expired logs are purged */
     unsigned max_concurrent_runs;     /* 64 */
     unsigned max_queued_per_org;      /* 1000 */
+    unsigned max_running_per_org;     /* 0 (no cap): claimed runs an org may have at once */
     unsigned max_timeout_seconds;     /* 3600 */
     size_t max_body_bytes;            /* 16 MiB */
     unsigned turn_limit;              /* 30 */

@@ -153,6 +153,7 @@ static const struct key top_keys[] = {
     KU("reaper_interval_ms", reaper_interval_ms, 86400000),
     KU("max_concurrent_runs", max_concurrent_runs, 4096),
     KU("max_queued_runs_per_org", max_queued_per_org, 1000000),
+    KU("max_concurrent_runs_per_org", max_running_per_org, 4096),
     KU("max_timeout_seconds", max_timeout_seconds, 86400),
     KZ("max_body_bytes", max_body_bytes, 1u << 30),
     KU("turn_limit", turn_limit, 1000),

@@ -23,12 +23,13 @@ static void work(void *ctx, const char *run_id)
     eph_worker_run(ctx, run_id);
 }
 
-static int take_next(void *ctx, char *run_id, size_t idlen)
+static int take_next(void *ctx, const char *const *waiting, size_t nwaiting, char *run_id,
+                     size_t idlen)
 {
     struct eph_service *svc = ctx;
     if (atomic_load(&svc->shutting_down))
         return -ESHUTDOWN;
-    return eph_cluster_take_next(svc, run_id, idlen);
+    return eph_cluster_take_next(svc, waiting, nwaiting, run_id, idlen);
 }
 
 static void periodic(void *ctx)

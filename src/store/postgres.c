@@ -1705,35 +1705,86 @@ static int pg_notify_cancel(struct eph_store *base, const char *run_id)
         s, run(s, c, "SELECT pg_notify('eph_cancel', $1)", &p, NULL, NULL, "notify cancel"));
 }
 
-static int claim_next_once(struct pg_store *s, struct pg_conn *c, const char *node_id,
-                           int64_t lease_until_ms, char *run_id, size_t idlen)
+/* q->waiting as a text[] literal ({"a","b"}), each element quoted; NULL without memory. */
+static char *waiting_array(const struct eph_claim_next *q)
+{
+    size_t len = 3;
+    for (size_t i = 0; i < q->nwaiting; i++)
+        len += 2 * strlen(q->waiting[i]) + 3;
+    char *a = malloc(len), *w = a;
+    if (!a)
+        return NULL;
+    *w++ = '{';
+    for (size_t i = 0; i < q->nwaiting; i++) {
+        if (i)
+            *w++ = ',';
+        *w++ = '"';
+        for (const char *c = q->waiting[i]; *c; c++) {
+            if (*c == '"' || *c == '\\')
+                *w++ = '\\';
+            *w++ = *c;
+        }
+        *w++ = '"';
+    }
+    *w++ = '}';
+    *w = '\0';
+    return a;
+}
+
+/* One statement: it chooses (docs/STORE.md, "Fair claims") and claims. The row lock is taken on
+ * the chosen run only and held until the update; a run another node is claiming at this instant
+ * is skipped, not waited for, and then the statement claims nothing but says what it chose
+ * (-EAGAIN): the caller asks again, and sees that claim. */
+static int claim_next_once(struct pg_store *s, struct pg_conn *c, const struct eph_claim_next *q,
+                           const char *waiting, char *run_id, size_t idlen)
 {
     struct params p = {0};
-    p_text(&p, node_id);
-    p_i64(&p, lease_until_ms);
+    p_text(&p, q->node_id);
+    p_i64(&p, q->lease_until_ms);
+    p_i64(&p, q->max_per_org);
+    p_text(&p, waiting);
     PGresult *r = NULL;
-    /* One statement: the row lock taken by the sub-select is held until the update, and rows
-     * another node is claiming at this instant are skipped, not waited for. */
     int rc = run(s, c,
-                 "UPDATE runs SET node_id = $1, lease_expires_at = $2 WHERE id = "
-                 "(SELECT id FROM runs WHERE status = 'queued' AND node_id IS NULL AND zdr = 0 "
-                 "ORDER BY created_at, seq LIMIT 1 FOR UPDATE SKIP LOCKED) RETURNING id",
+                 "WITH pick AS (SELECT h.id FROM orgs o CROSS JOIN LATERAL "
+                 "(SELECT COUNT(*) AS n FROM runs a WHERE a.org_id = o.id AND "
+                 "a.node_id IS NOT NULL AND a.status IN ('queued', 'starting', 'running')) c "
+                 "CROSS JOIN LATERAL (SELECT id, created_at, seq FROM runs WHERE org_id = o.id "
+                 "AND status = 'queued' AND ((node_id IS NULL AND zdr = 0) OR "
+                 "((node_id IS NULL OR node_id = $1) AND id = ANY($4::text[]))) "
+                 "ORDER BY created_at, seq LIMIT 1) h WHERE $3::bigint = 0 OR c.n < $3 "
+                 "ORDER BY c.n, h.created_at, h.seq LIMIT 1), "
+                 "claimed AS (UPDATE runs SET node_id = $1, lease_expires_at = $2 WHERE id = "
+                 "(SELECT l.id FROM runs l WHERE l.id = (SELECT id FROM pick) AND "
+                 "l.status = 'queued' AND (l.node_id IS NULL OR l.node_id = $1) "
+                 "FOR UPDATE SKIP LOCKED) RETURNING id) "
+                 "SELECT (SELECT id FROM claimed), (SELECT id FROM pick)",
                  &p, &r, NULL, "claim next");
     if (rc)
         return rc;
-    if (PQntuples(r))
+    if (PQntuples(r) == 1 && !PQgetisnull(r, 0, 0))
         col_copy(r, 0, 0, run_id, idlen);
+    else if (PQntuples(r) == 1 && !PQgetisnull(r, 0, 1))
+        rc = -EAGAIN;
     else
         rc = -ENOENT;
     PQclear(r);
     return rc;
 }
 
-static int pg_run_claim_next(struct eph_store *base, const char *node_id, int64_t lease_until_ms,
-                             char *run_id, size_t idlen)
+static int pg_run_claim_next(struct eph_store *base, const struct eph_claim_next *q, char *run_id,
+                             size_t idlen)
 {
     struct pg_store *s = P(base);
-    return WITH_CONN(s, claim_next_once(s, c, node_id, lease_until_ms, run_id, idlen));
+    char *waiting = waiting_array(q);
+    if (!waiting)
+        return -ENOMEM;
+    /* A lost race means another node claimed the chosen run just now: the next statement sees
+     * that claim (and its org's count). A few tries, then "none" until the next look. */
+    int rc = -EAGAIN;
+    for (int i = 0; i < 4 && rc == -EAGAIN; i++)
+        rc = WITH_CONN(s, claim_next_once(s, c, q, waiting, run_id, idlen));
+    free(waiting);
+    return rc == -EAGAIN ? -ENOENT : rc;
 }
 
 unsigned long eph_store_postgres_round_trips(struct eph_store *base)

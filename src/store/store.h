@@ -109,6 +109,17 @@ struct eph_store_listener {
     void *ctx;
 };
 
+/* What run_claim_next may claim: a run no node holds (on a shared store, not zero-data-retention:
+ * its prompt lives on the node that took it), or one of waiting (the runs queued in this node's
+ * own queue: its zero-data-retention runs) that no other node holds. */
+struct eph_claim_next {
+    const char *node_id;
+    int64_t lease_until_ms;
+    unsigned max_per_org;       /* 0: no cap */
+    const char *const *waiting; /* run ids; NULL when nwaiting is 0 */
+    size_t nwaiting;
+};
+
 typedef int (*eph_event_cb)(const struct eph_event *e, void *ctx);
 typedef int (*eph_run_cb)(const struct eph_run *r, void *ctx);
 typedef int (*eph_key_cb)(const struct eph_key_info *k, void *ctx);
@@ -181,11 +192,13 @@ struct eph_store_ops {
                      int64_t lease_until_ms);
     int (*run_renew)(struct eph_store *s, const char *run_id, const char *node_id,
                      int64_t lease_until_ms, int64_t compute_micros);
-    /* Claims the oldest queued run that no node holds, skipping rows another node is claiming
-     * (FOR UPDATE SKIP LOCKED) and zero-data-retention runs (their prompt lives on the node that
-     * took it); -ENOENT when there is none. NULL on a single-node store. */
-    int (*run_claim_next)(struct eph_store *s, const char *node_id, int64_t lease_until_ms,
-                          char *run_id, size_t idlen);
+    /* Claims the next queued run by the fair rule of docs/STORE.md: of the orgs with a run this
+     * node may claim and fewer than max_per_org claimed runs (0: no cap), the org with the fewest
+     * claimed runs (queued with a node, starting, running; every node), ties to the oldest; and
+     * its oldest such run. The choice and the claim are one statement; a shared store skips rows
+     * another node is claiming (FOR UPDATE SKIP LOCKED). -ENOENT when there is none. */
+    int (*run_claim_next)(struct eph_store *s, const struct eph_claim_next *q, char *run_id,
+                          size_t idlen);
     /* Non-terminal claimed runs whose lease ended before now_ms (any node), oldest first. */
     int (*runs_lease_expired)(struct eph_store *s, int64_t now_ms, eph_run_cb cb, void *ctx);
     /* Runs in a given state (all orgs), oldest first. */
