@@ -4,6 +4,7 @@
 #   make test            unit tests, then black-box tests against the real server and sandbox
 #   make SANITIZE=address,undefined test
 #   make demo            the seed example end to end on the embedded defaults
+#   make install         the programs, man pages, systemd unit and config (PREFIX, DESTDIR)
 #   make image           the sandbox image (cached outside the clone)
 #   make bench           benchmarks side by side with bubblewrap and gVisor
 #   make lint / format / fuzz
@@ -46,8 +47,10 @@ INIT_CFLAGS := -std=gnu11 -g -O2 -D_GNU_SOURCE -Isrc -static $(WARN) $(CFLAGS)
 
 OBJ := $(BUILD)/obj
 COMMON_SRC := $(wildcard src/common/*.c)
-SHARED_GUEST_SRC := src/guest/protocol.c
-# The sandbox's seccomp program, compiled to BPF at build time (src/sandbox/namespaces/seccomp.c).
+# The guest code the daemon links too: the protocol, and the seccomp loader the jail shares.
+SHARED_GUEST_SRC := src/guest/protocol.c src/guest/seccomp.c
+# The sandbox's seccomp program, compiled to BPF at build time and loaded by src/guest/seccomp.c
+# (into the jail's child, and by the init of gvisor and microvm).
 SECCOMP_GEN_SRC := src/sandbox/namespaces/seccomp_gen.c
 SECCOMP_BPF_H := $(OBJ)/gen/seccomp_bpf.h
 DAEMON_LIB_SRC := $(COMMON_SRC) $(SHARED_GUEST_SRC) \
@@ -83,7 +86,7 @@ SANDBOX_CLI_OBJ := $(OBJ)/src/daemon/sandbox_main.o $(OBJ)/src/daemon/sandbox_cm
 
 BINS := $(BUILD)/ephemerald $(BUILD)/ephemeral $(BUILD)/ephemeral-init $(GVISOR_COMPAT) $(SANDBOX_CLI)
 
-.PHONY: all deps test unit blackbox demo image bench lint format fuzz clean
+.PHONY: all deps test unit blackbox demo image bench lint format fuzz clean install
 # A failed recipe leaves no half-written target that a later make would take as up to date.
 .DELETE_ON_ERROR:
 all: deps $(BINS)
@@ -134,8 +137,9 @@ $(SECCOMP_BPF_H): $(BUILD)/seccomp-gen
 	@echo "  GEN     $@"
 	$(Q)$(BUILD)/seccomp-gen $@
 
-$(OBJ)/src/sandbox/namespaces/seccomp.o: $(SECCOMP_BPF_H)
-$(OBJ)/src/sandbox/namespaces/seccomp.o: CFLAGS_ALL += -I$(OBJ)/gen
+$(OBJ)/src/guest/seccomp.o $(BUILD)/init-obj/src/guest/seccomp.o: $(SECCOMP_BPF_H)
+$(OBJ)/src/guest/seccomp.o: CFLAGS_ALL += -I$(OBJ)/gen
+$(BUILD)/init-obj/src/guest/seccomp.o: INIT_CFLAGS += -I$(OBJ)/gen
 
 $(WEB_LIBS):
 	$(Q)scripts/setup-deps.sh build
@@ -239,6 +243,23 @@ fuzz: deps $(SECCOMP_BPF_H)
 
 clean:
 	rm -rf $(BUILD)
+
+# Installation (docs/DEPLOY.md). The programs in $(BINDIR); the guest agent and the gVisor shim
+# beside each other in $(LIBEXECDIR), where ephemerald looks for them; the recorded examples the
+# replay model answers from in $(DATADIR)/examples; the configuration, made from the example with
+# those paths, in $(SYSCONFDIR)/ephemeral (an existing one is kept); the man pages and the systemd
+# unit (ExecStart in $(BINDIR)); bash completion. DESTDIR stages everything under another root.
+PREFIX ?= /usr/local
+BINDIR ?= $(PREFIX)/bin
+LIBEXECDIR ?= $(PREFIX)/lib/ephemeral
+DATADIR ?= $(PREFIX)/share/ephemeral
+MANDIR ?= $(PREFIX)/share/man
+SYSCONFDIR ?= /etc
+UNITDIR ?= $(PREFIX)/lib/systemd/system
+COMPLETIONDIR ?= $(PREFIX)/share/bash-completion/completions
+install: all
+	$(Q)scripts/install.sh "$(BUILD)" "$(DESTDIR)" "$(BINDIR)" "$(LIBEXECDIR)" "$(DATADIR)" \
+		"$(MANDIR)" "$(SYSCONFDIR)" "$(UNITDIR)" "$(COMPLETIONDIR)"
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
 

@@ -1,6 +1,7 @@
 #!/bin/sh
 # Installs the Debian packages a step needs when they are missing: idempotent, and silent when
-# everything is already there. Usage: setup-deps.sh GROUP... (build, demo, test, bench, lint, fuzz)
+# everything is already there. Usage: setup-deps.sh GROUP... (build, demo, test, bench, lint, fuzz,
+# runtime)
 set -eu
 
 build="build-essential pkg-config libmicrohttpd-dev libjansson-dev libcurl4-openssl-dev
@@ -12,6 +13,10 @@ bench="$test bubblewrap runsc tinyproxy"
 lint="$build cppcheck clang-format clang-tidy"
 fuzz="$build clang libclang-rt-14-dev"
 demo="$build curl"
+# What an installed server needs at run time, without the build (dist/Containerfile): its
+# libraries, the CA store for the broker and the model providers, and mmdebstrap for the image.
+runtime="libmicrohttpd12 libjansson4 libcurl4 libsodium23 libsqlite3-0 libpq5 ca-certificates
+         mmdebstrap e2fsprogs curl"
 
 want=""
 [ $# -eq 0 ] && set -- build
@@ -23,7 +28,8 @@ for group in "$@"; do
     lint) want="$want $lint" ;;
     fuzz) want="$want $fuzz" ;;
     demo) want="$want $demo" ;;
-    *) echo "usage: $0 build|demo|test|bench|lint|fuzz..." >&2; exit 2 ;;
+    runtime) want="$want $runtime" ;;
+    *) echo "usage: $0 build|demo|test|bench|lint|fuzz|runtime..." >&2; exit 2 ;;
     esac
 done
 

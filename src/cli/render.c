@@ -321,10 +321,13 @@ int eph_cli_render_cost_line(const json_t *run, char *out, size_t outlen)
     int64_t compute = cost_field(cost, "compute_micros");
     if (model < 0 && web < 0 && compute < 0)
         return -ENOENT;
+    /* Shown so that they add up to the charge shown (common/money.h). */
+    int64_t parts[3] = {model < 0 ? 0 : model, web < 0 ? 0 : web, compute < 0 ? 0 : compute};
+    int64_t shown[3];
+    eph_money_split(parts, 3, shown);
     char m[EPH_MONEY_FMT_MAX], w[EPH_MONEY_FMT_MAX], c[EPH_MONEY_FMT_MAX];
-    snprintf(out, outlen, "Model %s · Web %s · Compute %s",
-             eph_money_format(model < 0 ? 0 : model, m), eph_money_format(web < 0 ? 0 : web, w),
-             eph_money_format(compute < 0 ? 0 : compute, c));
+    snprintf(out, outlen, "Model %s · Web %s · Compute %s", eph_money_format(shown[0], m),
+             eph_money_format(shown[1], w), eph_money_format(shown[2], c));
     return 0;
 }
 

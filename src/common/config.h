@@ -53,6 +53,7 @@ struct eph_config {
     unsigned reaper_interval_ms;      /* 60000: how often expired logs are purged */
     unsigned max_concurrent_runs;     /* 64 */
     unsigned max_queued_per_org;      /* 1000 */
+    unsigned max_running_per_org;     /* 0 (no cap): claimed runs an org may have at once */
     unsigned max_timeout_seconds;     /* 3600 */
     size_t max_body_bytes;            /* 16 MiB */
     unsigned turn_limit;              /* 30 */
@@ -81,8 +82,11 @@ struct eph_config {
         uint64_t web_micros_per_mib;        /* 50 */
     } prices;
     struct {
-        char **allow_private_cidrs;       /* none: only public addresses (SPEC 7) */
-        size_t nallow_private_cidrs;      /* at most 64, each checked at load */
+        char **allow_private_cidrs;  /* connections' base_urls only; none: only public
+                                        addresses (docs/BROKER.md) */
+        size_t nallow_private_cidrs; /* at most 64, each checked at load */
+        char **web_private_cidrs;    /* the same for web requests and web_fetch */
+        size_t nweb_private_cidrs;
         char *extra_ca_file;              /* PEM added to the system store, or NULL */
         uint64_t max_request_bytes;       /* 10 MiB */
         uint64_t max_response_bytes;      /* 50 MiB */
@@ -93,6 +97,7 @@ struct eph_config {
     char *default_model;
     struct eph_model_config *models;
     size_t nmodels;
+    bool models_configured; /* the configuration file has "models": nothing is added to them */
 };
 
 /* The model configured under id, or NULL. */

@@ -1,6 +1,7 @@
 #include "common/money.h"
 
 #include <ctype.h>
+#include <stdbool.h>
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -42,6 +43,32 @@ char *eph_money_format_rest(int64_t total, int64_t part, char out[EPH_MONEY_FMT_
     if (part < 0 || part > total)
         return eph_money_format(total - part, out);
     return eph_money_format(shown_micros(total) - shown_micros(part), out);
+}
+
+void eph_money_split(const int64_t *parts, size_t n, int64_t *shown)
+{
+    int64_t p[8], total = 0, floor_sum = 0;
+    if (n > 8)
+        n = 8;
+    for (size_t i = 0; i < n; i++) {
+        p[i] = parts[i] < 0 ? 0 : parts[i];
+        total = p[i] > INT64_MAX - total ? INT64_MAX : total + p[i];
+        shown[i] = p[i] - p[i] % 10;
+        floor_sum += shown[i];
+    }
+    /* What the total shows, less what the floors show: a whole number of 10s, fewer than n. */
+    int64_t missing = (shown_micros(total) - floor_sum) / 10;
+    bool given[8] = {false};
+    for (; missing > 0; missing--) {
+        size_t best = n;
+        for (size_t i = 0; i < n; i++)
+            if (!given[i] && p[i] % 10 > 0 && (best == n || p[i] % 10 > p[best] % 10))
+                best = i;
+        if (best == n)
+            break;
+        given[best] = true;
+        shown[best] += 10;
+    }
 }
 
 int eph_money_parse_dollars_why(const char *s, int64_t *out, const char **why)

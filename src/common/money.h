@@ -24,6 +24,13 @@ char *eph_money_format(int64_t micros, char out[EPH_MONEY_FMT_MAX]);
  * 0 <= part <= total. Returns out. */
 char *eph_money_format_rest(int64_t total, int64_t part, char out[EPH_MONEY_FMT_MAX]);
 
+/* The parts of a total as they are shown (model, web, compute of a charge): each rounded to the
+ * fifth decimal so that the shown parts add up to the shown total, to the last digit. Each part is
+ * rounded down to 10 micros, then the 10s still missing go to the parts with the largest
+ * remainders (the first on a tie): the largest-remainder method. parts are >= 0, n <= 8; shown[i]
+ * gets a multiple of 10 that eph_money_format prints exactly. */
+void eph_money_split(const int64_t *parts, size_t n, int64_t *shown);
+
 /* Parses "0.04", "$1", "12.5" into micros (at most 6 decimals). 0 or -EINVAL / -EOVERFLOW. */
 int eph_money_parse_dollars(const char *s, int64_t *out);
 /* The same, with the rule that failed in *why ("more than 6 decimals", "too large", ...). */

@@ -65,12 +65,21 @@ const char *eph_default_init_path(void)
     const char *env = getenv("EPHEMERAL_INIT");
     if (env && *env)
         return env;
-    ssize_t n = readlink("/proc/self/exe", path, sizeof(path) - 32);
+    /* Beside the program (a build directory), else where `make install` puts it: BINDIR's
+     * ../lib/ephemeral (docs/DEPLOY.md). */
+    ssize_t n = readlink("/proc/self/exe", path, sizeof(path) - 64);
     if (n <= 0)
         return "ephemeral-init";
     path[n] = '\0';
     char *slash = strrchr(path, '/');
-    snprintf(slash ? slash + 1 : path, 32, "ephemeral-init");
+    char *name = slash ? slash + 1 : path;
+    snprintf(name, 64, "ephemeral-init");
+    if (access(path, X_OK) == 0)
+        return path;
+    snprintf(name, 64, "../lib/ephemeral/ephemeral-init");
+    if (access(path, X_OK) == 0)
+        return path;
+    snprintf(name, 64, "ephemeral-init");
     return path;
 }
 

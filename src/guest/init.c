@@ -1,20 +1,23 @@
 /*
  * init.c - ephemeral-init, the sandbox's PID 1 and the guest end of the protocol.
  *
- *   ephemeral-init SCRATCH_DIR HOME_DIR      (the channel is fd 3)
+ *   ephemeral-init [--keeper] SCRATCH_DIR HOME_DIR      (the channel is fd 3)
  *
- * It is started by the jail as worker (uid 1000) with no capabilities, no_new_privs and seccomp
- * already in force, and it is static and unsanitized so that it needs nothing from the image. It
- * serves one request at a time from the channel: exec (runs /bin/sh -c as a new process group in
- * the scratch directory with a clean environment, streams capped output, kills the group at the
- * timeout), write_file, read_file, ping, shutdown. As PID 1 it reaps every orphan.
+ * The jail starts it as worker (uid 1000) with no capabilities, no_new_privs and seccomp already
+ * in force; runsc (gvisor) and the guest kernel (microvm) start it as root with --keeper, and it
+ * makes itself the sandbox's keeper with the same filter and no capability, which every command
+ * runs under as worker (harden.h). It is static and unsanitized so that it needs nothing from the
+ * image. It serves one request at a time from the channel: exec (runs /bin/sh -c as a new process
+ * group in the scratch directory with a clean environment, streams capped output, kills the group
+ * at the timeout), write_file, read_file, ping, shutdown. As PID 1 it reaps every orphan.
  *
  * Nothing it reads is trusted: malformed frames get an error reply and are skipped, and the loop
  * goes on. When the channel closes, the host is gone: init kills everything and exits, which ends
  * the PID namespace.
  *
  * Signals: the kernel drops signals sent to a namespace's init from inside unless init handles
- * them, so `kill -9 1` from a command does nothing. SIGCHLD is blocked and read from a signalfd.
+ * them, so `kill -9 1` from a command does nothing; gVisor does not, and there the keeper's uids
+ * refuse it (harden.h). SIGCHLD is blocked and read from a signalfd.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -35,6 +38,7 @@
 #include <unistd.h>
 
 #include "common/cleanup.h"
+#include "guest/harden.h"
 #include "guest/protocol.h"
 #include "guest/tunnel.h"
 #include "guest/vm.h"
@@ -278,6 +282,12 @@ exec_child(const struct eph_proto_exec *ex, const char *const *envp, int out_w, 
         if (write(adj, "1000", 4) != 4)
             dprintf(2, "ephemeral-init: cannot reset oom_score_adj: %s\n", strerror(errno));
         close(adj);
+    }
+    /* Under the keeper the command is still root in its real and saved uid: worker in all. */
+    int hc = eph_guest_harden_child();
+    if (hc) {
+        dprintf(err_w, "ephemeral-init: cannot become worker: %s\n", strerror(-hc));
+        _exit(126);
     }
     setpgid(0, 0);
     umask(022);
@@ -671,15 +681,26 @@ int main(int argc, char **argv)
     /* Started by a kernel (the microvm backend): build the sandbox first (guest/vm.c). */
     if (eph_guest_vm_started_by_kernel(argc)) {
         argv = eph_guest_vm_setup();
-        argc = 3;
+        argc = 4;
+    }
+    bool keeper = argc == 4 && strcmp(argv[1], "--keeper") == 0;
+    if (keeper) {
+        argc--;
+        argv++;
     }
     if (argc != 3 || argv[1][0] != '/' || argv[2][0] != '/') {
-        dprintf(2, "usage: ephemeral-init SCRATCH_DIR HOME_DIR (channel on fd 3)\n");
+        dprintf(2, "usage: ephemeral-init [--keeper] SCRATCH_DIR HOME_DIR (channel on fd 3)\n");
         return 2;
     }
     scratch_dir = argv[1];
     home_dir = argv[2];
-    /* Commands run as the same uid as init: keep them out of init's memory and fds. */
+    const char *what;
+    int hrc = keeper ? eph_guest_harden(&what) : 0;
+    if (hrc) {
+        dprintf(2, "ephemeral-init: %s: %s\n", what, strerror(-hrc));
+        return 2;
+    }
+    /* Commands run as init's effective uid: keep them out of init's memory and fds. */
     prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
     if (fcntl(CHANNEL_FD, F_SETFD, FD_CLOEXEC) != 0)
         return 2;

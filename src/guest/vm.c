@@ -10,10 +10,10 @@
  *   /dev /proc /sys /newroot   empty mount points
  *
  * Nothing here trusts the host less than the rest of init does, but nothing here runs after a
- * command has: by the time worker code runs, this process is worker too, and every mount is in
- * place. The VM is the boundary; these steps only give the commands the same view of the machine
- * as the other backends give them (read-only image, private /tmp, minimal /dev, no network, no
- * privilege).
+ * command has: by the time worker code runs, this process is the sandbox's keeper (harden.h:
+ * effective uid 1000, no capability, the seccomp filter), and every mount is in place. The VM is
+ * the boundary; these steps only give the commands the same view of the machine as the other
+ * backends give them (read-only image, private /tmp, minimal /dev, no network, no privilege).
  *
  * Failures: a message on the kernel log (the console the host keeps) and a restart, which ends
  * the VM because QEMU runs with -no-reboot. The host sees the channel close and reports it.
@@ -23,7 +23,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <grp.h>
 #include <net/if.h>
 #include <poll.h>
 #include <stdarg.h>
@@ -33,7 +32,6 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mount.h>
-#include <sys/prctl.h>
 #include <sys/reboot.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -57,7 +55,7 @@
 
 static char cmdline[CMDLINE_MAX];
 static char run_dir[64], scratch[80], home[80];
-static char *init_argv[4];
+static char *init_argv[5];
 
 bool eph_guest_vm_started_by_kernel(int argc)
 {
@@ -417,28 +415,24 @@ static void loopback_up(void)
     close(fd);
 }
 
+/* No user namespace in this kernel at all, a second wall behind the seccomp filter's clone and
+ * unshare rules: the guest kernel is the sandbox's own (under the other backends the kernel is
+ * not: the filter alone refuses them). */
+static void userns_off(void)
+{
+    int fd = open("/proc/sys/user/max_user_namespaces", O_WRONLY | O_CLOEXEC);
+    if (fd < 0)
+        fatal("cannot open user.max_user_namespaces: %s", strerror(errno));
+    if (write(fd, "0\n", 2) != 2)
+        fatal("cannot set user.max_user_namespaces to 0: %s", strerror(errno));
+    close(fd);
+}
+
 static void set_limit(int resource, uint64_t v, const char *name)
 {
     struct rlimit rl = {.rlim_cur = (rlim_t)v, .rlim_max = (rlim_t)v};
     if (setrlimit(resource, &rl) != 0)
         fatal("setrlimit %s: %s", name, strerror(errno));
-}
-
-/* Worker, for good: every capability gone from every set (the bounding set first, while this
- * process may still drop from it), no_new_privs so that no set-id program gives any back. */
-static void become_worker(void)
-{
-    for (int cap = 0; cap <= 63; cap++)
-        if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EINVAL)
-            fatal("cannot drop capability %d: %s", cap, strerror(errno));
-    prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
-    gid_t gid = WORKER_ID;
-    if (setgroups(1, &gid) != 0 || setresgid(WORKER_ID, WORKER_ID, WORKER_ID) != 0 ||
-        setresuid(WORKER_ID, WORKER_ID, WORKER_ID) != 0)
-        fatal("cannot become worker: %s", strerror(errno));
-    /* A change of every uid away from 0 empties the permitted and effective sets. */
-    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
-        fatal("no_new_privs: %s", strerror(errno));
 }
 
 char **eph_guest_vm_setup(void)
@@ -498,14 +492,17 @@ char **eph_guest_vm_setup(void)
     set_limit(RLIMIT_NOFILE, nofile, "NOFILE");
     set_limit(RLIMIT_FSIZE, fsize, "FSIZE");
     set_limit(RLIMIT_CORE, 0, "CORE");
-    /* worker's processes in this VM, init included: the VM's process limit. */
+    userns_off();
+    /* worker's processes in this VM: the VM's process limit (the keeper's real uid is 0, which
+     * it does not count). */
     set_limit(RLIMIT_NPROC, nproc, "NPROC");
     umask(022);
-    become_worker();
+    /* Still root: init.c makes this process the keeper (guest/harden.c) before it serves. */
 
     init_argv[0] = "ephemeral-init";
-    init_argv[1] = scratch;
-    init_argv[2] = home;
-    init_argv[3] = NULL;
+    init_argv[1] = "--keeper";
+    init_argv[2] = scratch;
+    init_argv[3] = home;
+    init_argv[4] = NULL;
     return init_argv;
 }

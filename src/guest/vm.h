@@ -22,8 +22,9 @@ bool eph_guest_vm_started_by_kernel(int argc);
  * command line (ephemeral.mode=vm and the run's parameters); the initramfs's kernel modules; the
  * read-only root disk, a size-limited tmpfs on /tmp with the run directory, a fresh /proc and a
  * minimal /dev in it; the virtio-serial port named "ephemeral" on fd 3; the switch into the new
- * root; hostname, loopback, rlimits; and last, worker (uid 1000) with no capability and
- * no_new_privs. Returns init's argv ({"ephemeral-init", SCRATCH, HOME, NULL}, static storage).
+ * root; hostname, loopback, user.max_user_namespaces 0, rlimits. It returns as root: init.c then
+ * makes the process the sandbox's keeper (guest/harden.h), as under gvisor. Returns init's argv
+ * ({"ephemeral-init", "--keeper", SCRATCH, HOME, NULL}, static storage).
  * On any failure it writes the reason to the kernel log (the VM's console) and restarts the
  * machine, which ends it (QEMU runs with -no-reboot): it never returns an error. */
 char **eph_guest_vm_setup(void);

@@ -7,9 +7,10 @@
  * worker) and publishes each event another node stores, so that SSE streams and long polls wait
  * on it exactly as on a run worked here. worker.destroyed closes a followed run. A cancel asked
  * on one node reaches the node working on the run. A queued run wakes an idle worker, which
- * claims the oldest unclaimed run (FOR UPDATE SKIP LOCKED) if its own queue is empty.
+ * claims the next run by the store's fair rule (FOR UPDATE SKIP LOCKED), from any node.
  *
- * On a single-node store (SQLite) nothing here runs: every live run is worked here.
+ * On a single-node store (SQLite) only the claim runs here (eph_cluster_take_next, the store's
+ * fair choice): every live run is worked here.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -18,6 +19,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "run/live.h"
+#include "run/scheduler.h"
 #include "run/service.h"
 
 static int last_seq_cb(const struct eph_event *e, void *ctx)
@@ -41,6 +43,10 @@ static void on_event(const char *run_id, uint64_t seq, const char *type, void *c
     if (!l)
         return;
     eph_live_observe(l, seq, strcmp(type, "worker.destroyed") == 0);
+    /* An event after the creation's of a run queued here that no worker here has: another
+     * node took it (or settled it), so it no longer waits in this node's queue. */
+    if (seq > 1 && !eph_live_worked_here(l) && svc->sched)
+        eph_scheduler_withdraw(svc->sched, run_id);
     eph_live_put(l);
 }
 
@@ -135,13 +141,19 @@ int eph_cluster_cancel(struct eph_service *svc, const char *run_id)
     return svc->store->ops->notify_cancel(svc->store, run_id);
 }
 
-int eph_cluster_take_next(struct eph_service *svc, char *run_id, size_t idlen)
+int eph_cluster_take_next(struct eph_service *svc, const char *const *waiting, size_t nwaiting,
+                          char *run_id, size_t idlen)
 {
     if (!svc->store->ops->run_claim_next)
         return -ENOENT;
-    int rc = svc->store->ops->run_claim_next(
-        svc->store, svc->node_id, eph_clock_real_ms() + (int64_t)svc->cfg->lease_seconds * 1000,
-        run_id, idlen);
+    struct eph_claim_next q = {
+        .node_id = svc->node_id,
+        .lease_until_ms = eph_clock_real_ms() + (int64_t)svc->cfg->lease_seconds * 1000,
+        .max_per_org = svc->cfg->max_running_per_org,
+        .waiting = waiting,
+        .nwaiting = nwaiting,
+    };
+    int rc = svc->store->ops->run_claim_next(svc->store, &q, run_id, idlen);
     if (rc)
         return rc;
     struct eph_run r;

@@ -1,10 +1,12 @@
 /*
- * scheduler.c - the bounded worker pool: a FIFO of queued run ids and a fixed number of threads
- * that take from it, a settler thread, and the periodic thread. Runs are durable in the store;
- * the queue is only the order in which this process works on them, rebuilt from the store at
- * start-up.
+ * scheduler.c - the bounded worker pool: a queue of run ids and a fixed number of threads that
+ * take from it, a settler thread, and the periodic thread. Runs are durable in the store; the
+ * queue is what this process knows of them, rebuilt from the store at start-up. With a fair claim
+ * (ops->take_next) the store decides which run a free worker takes (docs/RUN.md); without one,
+ * the queue is the order (FIFO).
  *
- * One lock (s->lock) guards every field; it is never held while ops are called.
+ * One lock (s->lock) guards every field; it is never held while ops are called. claim_lock
+ * serialises this process's claims (ops->take_next), and is taken before s->lock.
  */
 #include "run/scheduler.h"
 
@@ -35,6 +37,7 @@ struct eph_scheduler {
     struct eph_scheduler_ops ops;
     unsigned period_seconds;
     pthread_mutex_t lock;
+    pthread_mutex_t claim_lock; /* held by the one worker claiming (ops->take_next) */
     pthread_cond_t work_cond;   /* workers: a run was queued, a kick, or stop */
     pthread_cond_t settle_cond; /* the settler: a run was handed, or stop */
     pthread_cond_t idle_cond;   /* stop: a run ended (CLOCK_MONOTONIC) */
@@ -163,20 +166,71 @@ static void run_one(struct eph_scheduler *s, const char *id)
     pthread_mutex_unlock(&s->lock);
 }
 
-/* Shared stores: with nothing queued here, claims a run no node holds. */
-static void take_next(struct eph_scheduler *s)
+/* Works on a run taken out of the queue (FIFO). */
+static void work_popped(struct eph_scheduler *s, struct qitem *it)
 {
+    run_one(s, it->id);
+    pthread_mutex_lock(&s->lock);
+    list_take_item(&s->active, it, it->id);
+    pthread_mutex_unlock(&s->lock);
+    free(it);
+}
+
+/* Takes the queue's first run not already worked on here (under s->lock, which it releases):
+ * false when there is none. */
+static bool pop_and_work(struct eph_scheduler *s)
+{
+    struct qitem *it;
+    while ((it = list_pop(&s->queue)) && list_has(&s->active, it->id))
+        free(it); /* a claim already handed it to another worker here */
+    if (!it) {
+        pthread_mutex_unlock(&s->lock);
+        return false;
+    }
+    list_push(&s->active, it);
+    s->running++;
+    pthread_mutex_unlock(&s->lock);
+    work_popped(s, it);
+    return true;
+}
+
+/* Claims the next run by the store's fair rule and works on it: true when a run was worked on
+ * (its worker then looks again at once, for the run that waits for it). */
+static bool take_next(struct eph_scheduler *s)
+{
+    char ids[EPH_SCHEDULER_WAITING_MAX][EPH_RUN_ID_LEN + 1];
+    const char *waiting[EPH_SCHEDULER_WAITING_MAX];
+    size_t n = 0;
+    /* One claim at a time here: a run this node just claimed leaves the queue before the next
+     * claim lists the waiting runs, so two workers never claim the same one. */
+    pthread_mutex_lock(&s->claim_lock);
+    pthread_mutex_lock(&s->lock);
+    for (const struct qitem *q = s->queue.head; q && n < EPH_SCHEDULER_WAITING_MAX; q = q->next) {
+        memcpy(ids[n], q->id, sizeof(ids[n]));
+        waiting[n] = ids[n];
+        n++;
+    }
+    pthread_mutex_unlock(&s->lock);
     char id[EPH_RUN_ID_LEN + 1];
-    int rc = s->ops.take_next(s->ops.ctx, id, sizeof(id));
+    int rc = s->ops.take_next(s->ops.ctx, waiting, n, id, sizeof(id));
     /* Without the database this node takes no run (and /healthz says so); the runs stay queued
      * for a node that can reach it. */
     if (rc == -ENOTCONN && !atomic_exchange(&s->said_unreachable, true))
         EPH_ERROR("scheduler", "the database cannot be reached: taking no runs");
     else if (rc != -ENOTCONN && atomic_exchange(&s->said_unreachable, false))
         EPH_INFO("scheduler", "the database answers again: taking runs");
-    if (rc)
-        return;
-    /* The run may also have been handed to this node's queue (its creation here raced the
+    if (rc == -ENOENT || rc == -ESHUTDOWN) {
+        pthread_mutex_unlock(&s->claim_lock);
+        return false;
+    }
+    if (rc) {
+        /* The store cannot choose: the runs of this node's own queue go in their order, and
+         * each worker's own claim decides (as without a fair claim). */
+        pthread_mutex_unlock(&s->claim_lock);
+        pthread_mutex_lock(&s->lock);
+        return pop_and_work(s);
+    }
+    /* The run may also be in this node's queue (queued here, or its creation here raced the
      * store's notice of it): it is worked once, now, so that entry goes, and a later hand-over
      * of it is ignored while it is active. */
     struct qitem *it = calloc(1, sizeof(*it));
@@ -188,59 +242,41 @@ static void take_next(struct eph_scheduler *s)
     }
     s->running++;
     pthread_mutex_unlock(&s->lock);
+    pthread_mutex_unlock(&s->claim_lock);
     /* Another run may be waiting: let another idle worker look too. */
     eph_scheduler_kick(s);
-    run_one(s, id);
     if (it) {
-        pthread_mutex_lock(&s->lock);
-        list_take_item(&s->active, it, it->id);
-        pthread_mutex_unlock(&s->lock);
-        free(it);
+        work_popped(s, it);
+    } else {
+        run_one(s, id);
     }
+    return true;
 }
 
 static void *worker_main(void *arg)
 {
     struct eph_scheduler *s = arg;
-    bool shared = s->ops.take_next != NULL;
+    bool claims = s->ops.take_next != NULL;
+    bool look = false;
     for (;;) {
         pthread_mutex_lock(&s->lock);
-        /* A shared store's idle workers do not poll it: one kick, one look by one worker (a
-         * worker that claims a run kicks the next). The kicks come from the store's notices and
-         * once per period from the periodic thread, for a notice that was missed. */
-        bool look = false;
-        while (!s->queue.head && !s->stopping && !look) {
-            if (shared && s->kicked) {
-                s->kicked = false;
-                look = true;
-                break;
-            }
+        /* With a fair claim the store holds the order and the queue is only what this node
+         * knows: a worker looks when told to (a run submitted, a kick, the period) or when its
+         * own run ended, never on its own (one kick, one look by one worker; a worker that
+         * claims a run kicks the next). Without one, the queue is the order. */
+        while (!s->stopping && !look && !(claims ? s->kicked : s->queue.head != NULL))
             pthread_cond_wait(&s->work_cond, &s->lock);
-        }
         if (s->stopping) {
             pthread_mutex_unlock(&s->lock);
             return NULL;
         }
-        struct qitem *it = list_pop(&s->queue);
-        if (!it) {
-            pthread_mutex_unlock(&s->lock);
-            take_next(s);
+        if (!claims) {
+            pop_and_work(s);
             continue;
         }
-        /* A shared store's claim may already have handed it to another worker here. */
-        if (list_has(&s->active, it->id)) {
-            pthread_mutex_unlock(&s->lock);
-            free(it);
-            continue;
-        }
-        list_push(&s->active, it);
-        s->running++;
+        s->kicked = false;
         pthread_mutex_unlock(&s->lock);
-        run_one(s, it->id);
-        pthread_mutex_lock(&s->lock);
-        list_take_item(&s->active, it, it->id);
-        pthread_mutex_unlock(&s->lock);
-        free(it);
+        look = take_next(s);
     }
 }
 
@@ -304,6 +340,7 @@ static void scheduler_free(struct eph_scheduler *s)
     pthread_cond_destroy(&s->idle_cond);
     pthread_cond_destroy(&s->period_cond);
     pthread_mutex_destroy(&s->lock);
+    pthread_mutex_destroy(&s->claim_lock);
     free(s->workers);
     free(s);
 }
@@ -326,6 +363,7 @@ int eph_scheduler_start(const struct eph_scheduler_ops *ops, unsigned workers,
     s->kicked = ops->take_next != NULL;
     atomic_init(&s->said_unreachable, false);
     pthread_mutex_init(&s->lock, NULL);
+    pthread_mutex_init(&s->claim_lock, NULL);
     pthread_cond_init(&s->work_cond, NULL);
     pthread_cond_init(&s->settle_cond, NULL);
     int rc = cond_init_mono(&s->idle_cond);
@@ -378,6 +416,8 @@ static int push(struct eph_scheduler *s, struct qlist *l, pthread_cond_t *c, con
         return 0;
     }
     list_push(l, it);
+    if (l == &s->queue)
+        s->kicked = true; /* a worker looks (with a fair claim, the store says which run) */
     pthread_cond_signal(c);
     pthread_mutex_unlock(&s->lock);
     return 0;

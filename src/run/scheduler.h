@@ -1,6 +1,7 @@
 /*
- * scheduler.h - the bounded worker pool: a FIFO of queued run ids, a fixed number of worker
- * threads that take from it, one settler thread for runs that must be finished at once, and an
+ * scheduler.h - the bounded worker pool: a queue of run ids (whose order the store's fair claim
+ * decides when ops->take_next is set, FIFO otherwise), a fixed number of worker threads that
+ * take from it, one settler thread for runs that must be finished at once, and an
  * optional periodic pass (the lease keeper).
  *
  * The scheduler knows nothing of what a run is: it calls the functions of its ops table with run
@@ -20,15 +21,22 @@
 
 struct eph_scheduler;
 
+/* The most ids of its own queue a scheduler hands to ops->take_next at once. */
+#define EPH_SCHEDULER_WAITING_MAX 64
+
 struct eph_scheduler_ops {
     void *ctx;
     /* Works on one run, start to settlement, on a worker or the settler thread. */
     void (*work)(void *ctx, const char *run_id);
-    /* Optional (shared stores): claims a run no node holds into run_id. 0, -ENOENT when there is
-     * none, another -errno on failure (-ENOTCONN: the database is out of reach). One idle worker
-     * calls it at start, on each kick and once every period_seconds (with ops->periodic); a
-     * worker that claims a run kicks another. Idle workers never poll the store on their own. */
-    int (*take_next)(void *ctx, char *run_id, size_t idlen);
+    /* Optional: claims from the store the next run by its fair rule (docs/RUN.md) into run_id;
+     * waiting holds the ids in this scheduler's own queue, oldest first (at most
+     * EPH_SCHEDULER_WAITING_MAX), that only this node can claim. 0, -ENOENT when there is none,
+     * another -errno on failure (-ENOTCONN: the database is out of reach). With it, the store
+     * chooses the order: a worker looks when a run is submitted, on each kick, once every
+     * period_seconds (with ops->periodic) and when its run ends; a worker that claims a run
+     * kicks another. Idle workers never poll the store on their own. Without it: FIFO. */
+    int (*take_next)(void *ctx, const char *const *waiting, size_t nwaiting, char *run_id,
+                     size_t idlen);
     /* Optional: called every period_seconds on a thread of its own (the lease keeper). */
     void (*periodic)(void *ctx);
     /* Optional: the grace period of eph_scheduler_stop is over with runs still working; make

@@ -11,7 +11,8 @@
 
 struct eph_model *eph_service_model(struct eph_service *svc, const char *id)
 {
-    for (size_t i = 0; i < svc->cfg->nmodels; i++)
+    /* A service without opened models (a test's) has none to give. */
+    for (size_t i = 0; svc->models && i < svc->cfg->nmodels; i++)
         if (strcmp(svc->cfg->models[i].id, id) == 0)
             return svc->models[i];
     return NULL;
@@ -22,12 +23,13 @@ static void work(void *ctx, const char *run_id)
     eph_worker_run(ctx, run_id);
 }
 
-static int take_next(void *ctx, char *run_id, size_t idlen)
+static int take_next(void *ctx, const char *const *waiting, size_t nwaiting, char *run_id,
+                     size_t idlen)
 {
     struct eph_service *svc = ctx;
     if (atomic_load(&svc->shutting_down))
         return -ESHUTDOWN;
-    return eph_cluster_take_next(svc, run_id, idlen);
+    return eph_cluster_take_next(svc, waiting, nwaiting, run_id, idlen);
 }
 
 static void periodic(void *ctx)

@@ -12,6 +12,7 @@
 #include <stdbool.h>
 
 #include "agent/model.h"
+#include "broker/guard.h"
 #include "common/config.h"
 #include "sandbox/sandbox.h"
 #include "store/store.h"
@@ -49,6 +50,8 @@ struct eph_service {
     struct eph_scheduler *sched;        /* the worker pool (scheduler.h); NULL until started */
     struct eph_sandbox_pool *pool;      /* warm sandboxes (sandbox/pool.h); NULL: none */
     struct eph_store_listener listener; /* other nodes' notifications (cluster.c) */
+    struct eph_guard_own broker_own;    /* the server's own sockets, which no broker request may
+                                           reach (eph_egress_learn_own, before the workers) */
 };
 
 struct eph_model *eph_service_model(struct eph_service *svc, const char *id);
@@ -77,12 +80,15 @@ unsigned eph_lease_renew_seconds(const struct eph_config *cfg);
 /* Several nodes on one shared store (cluster.c); each does nothing on a single-node store.
  * start: listens for other nodes' events, queued runs and cancels. follow: the live entry of a
  * run, registered as followed when another node works on it (NULL when finished or unknown);
- * the caller puts it. cancel: tells the node working on the run. take_next: claims the oldest
- * unclaimed queued run and registers it live here (-ENOENT when none). */
+ * the caller puts it. cancel: tells the node working on the run. take_next (every store): claims
+ * the next queued run by the store's fair rule, with max_concurrent_runs_per_org, among the runs
+ * no node holds and waiting (this node's own queue), and registers it live here (-ENOENT when
+ * none). */
 int eph_cluster_start(struct eph_service *svc);
 struct eph_live *eph_cluster_follow(struct eph_service *svc, const char *run_id);
 int eph_cluster_cancel(struct eph_service *svc, const char *run_id);
-int eph_cluster_take_next(struct eph_service *svc, char *run_id, size_t idlen);
+int eph_cluster_take_next(struct eph_service *svc, const char *const *waiting, size_t nwaiting,
+                          char *run_id, size_t idlen);
 
 /* Start-up recovery: runs a dead server left starting or running are finished as failed
  * (worker_lost) and settled for what was measured; queued runs are registered and queued. */

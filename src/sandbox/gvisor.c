@@ -14,8 +14,10 @@
  *      and stdout (runsc run without a terminal hands its stdio to the container as they are);
  *   3. `runsc --root=state --network=none run --bundle DIR ID` spawned with a minimal environment
  *      (never the server's: it holds API keys), its own session, default signals, no other fd;
- *   4. inside, /bin/sh of the image makes /tmp/ephemeral-run-XXXXXX/{scratch,home} in the tmpfs
- *      and execs ephemeral-init with the channel moved to fd 3, as the namespaces jail gives it;
+ *   4. inside, /bin/sh of the image (root, with the four capabilities of eph_gvisor_spec_json)
+ *      makes /tmp/ephemeral-run-XXXXXX/{scratch,home} in the tmpfs, worker's, and execs
+ *      `ephemeral-init --keeper` with the channel moved to fd 3, as the namespaces jail gives it;
+ *      the init drops every capability and runs the commands as worker (src/guest/harden.h);
  *   5. the guest's hello.
  *
  * destroy closes the channel: init kills everything and exits, the container ends, and `runsc
@@ -522,19 +524,25 @@ int eph_gvisor_spec_json(const struct eph_gvisor_plan *p, char **out)
     const struct eph_sandbox_limits *l = &p->limits;
     char trampoline[1024], tmp_size[32];
     *out = NULL;
-    /* The init wants the channel on fd 3 and its two directories made; the image's sh does both
-     * and then is replaced by the init, which stays PID 1. The directories are worker's because
-     * the process is worker from the start. fds 0 and 1 must stay open: when the last guest
-     * reference to an imported host socket goes, the Sentry shuts the socket down, and stdin and
-     * stdout are the channel. The init's children get their own 0, 1 and 2. */
+    /* The init wants the channel on fd 3 and its two directories made, worker's; the image's sh
+     * does both as root (with CAP_CHOWN) and then is replaced by the init, which stays PID 1 and
+     * makes itself the keeper: no capability left, effective uid 1000, real and saved uid 0, so
+     * that no command can signal or re-limit it (src/guest/harden.h). No command has run before
+     * that. fds 0 and 1 must stay open: when the last guest reference to an imported host socket
+     * goes, the Sentry shuts the socket down, and stdin and stdout are the channel. The init's
+     * children get their own 0, 1 and 2. */
     int n = snprintf(trampoline, sizeof(trampoline),
-                     "umask 022 && mkdir %s %s && mkdir -m 700 %s && "
-                     "exec " GUEST_MOUNT "/init %s %s 3<&0 2>/dev/null",
-                     p->run_dir, p->scratch, p->home, p->scratch, p->home);
+                     "umask 022 && mkdir %s %s && mkdir -m 700 %s && chown 1000:1000 %s %s && "
+                     "exec " GUEST_MOUNT "/init --keeper %s %s 3<&0 2>/dev/null",
+                     p->run_dir, p->scratch, p->home, p->scratch, p->home, p->scratch, p->home);
     if (n < 0 || (size_t)n >= sizeof(trampoline))
         return -ENAMETOOLONG;
     snprintf(tmp_size, sizeof(tmp_size), "size=%um", l->disk_mib);
 
+    /* What the trampoline and the init need as root, and only until the init drops them all:
+     * chown (the directories), setgid and setuid (the keeper's ids), setpcap (the bounding set). */
+    static const char *const keeper_caps[] = {"CAP_CHOWN", "CAP_SETGID", "CAP_SETUID",
+                                              "CAP_SETPCAP", NULL};
     static const char *const no_caps[] = {NULL};
     const char *const args[] = {"/bin/sh", "-c", trampoline, NULL};
     const char *const env[] = {SPAWN_PATH, NULL};
@@ -546,9 +554,9 @@ int eph_gvisor_spec_json(const struct eph_gvisor_plan *p, char **out)
         (uint64_t)l->pids * EPH_GVISOR_HOST_TASKS_PER_PROC + EPH_GVISOR_HOST_TASKS_BASE;
     uint64_t fsize = l->fsize_bytes ? l->fsize_bytes : (uint64_t)l->disk_mib << 20;
 
-    json_t *caps = json_pack("{s:o, s:o, s:o, s:o, s:o}", "bounding", str_array(no_caps),
-                             "effective", str_array(no_caps), "inheritable", str_array(no_caps),
-                             "permitted", str_array(no_caps), "ambient", str_array(no_caps));
+    json_t *caps = json_pack("{s:o, s:o, s:o, s:o, s:o}", "bounding", str_array(keeper_caps),
+                             "effective", str_array(keeper_caps), "inheritable", str_array(no_caps),
+                             "permitted", str_array(keeper_caps), "ambient", str_array(no_caps));
     json_t *rlimits = json_array();
     if (rlimits) {
         json_array_append_new(rlimits, rlimit_new("RLIMIT_NOFILE", l->nofile));
@@ -559,9 +567,9 @@ int eph_gvisor_spec_json(const struct eph_gvisor_plan *p, char **out)
         json_array_append_new(rlimits, rlimit_new("RLIMIT_CORE", 0));
     }
     json_t *process = json_pack("{s:b, s:{s:i, s:i, s:[]}, s:o, s:o, s:s, s:o, s:b, s:o}",
-                                "terminal", 0, "user", "uid", 1000, "gid", 1000, "additionalGids",
-                                "args", str_array(args), "env", str_array(env), "cwd", "/",
-                                "capabilities", caps, "noNewPrivileges", 1, "rlimits", rlimits);
+                                "terminal", 0, "user", "uid", 0, "gid", 0, "additionalGids", "args",
+                                str_array(args), "env", str_array(env), "cwd", "/", "capabilities",
+                                caps, "noNewPrivileges", 1, "rlimits", rlimits);
 
     json_t *mounts = json_array();
     if (mounts) {

@@ -116,11 +116,19 @@ static const char v3[] = "ALTER TABLE runs ADD COLUMN replay_of TEXT;"
  * the API makes it on read). */
 static const char v4[] = "ALTER TABLE events ADD COLUMN wire TEXT;";
 
+/* SQLite version 7: fair claims (docs/STORE.md), each org's oldest queued run and the count of
+ * its claimed runs read from indexes of their own. */
+static const char v5[] =
+    "CREATE INDEX runs_org_queued ON runs(org_id, created_at, seq) WHERE status = 'queued';"
+    "CREATE INDEX runs_org_claimed ON runs(org_id) WHERE node_id IS NOT NULL AND "
+    "  status IN ('queued', 'starting', 'running');";
+
 const struct eph_migration eph_postgres_migrations[] = {
     {1, "initial schema (SQLite version 3)", v1},
     {2, "web allow-lists, query-parameter credentials (SQLite version 4)", v2},
     {3, "replays (SQLite version 5)", v3},
     {4, "events stored as served (SQLite version 6)", v4},
+    {5, "fair claims across orgs (SQLite version 7)", v5},
 };
 const unsigned eph_postgres_migrations_count =
     sizeof(eph_postgres_migrations) / sizeof(eph_postgres_migrations[0]);

@@ -129,6 +129,14 @@ static const char v5[] = "ALTER TABLE runs ADD COLUMN replay_of TEXT;"
  * from before (and rows the retention reaper blanked) have none: the API makes it on read. */
 static const char v6[] = "ALTER TABLE events ADD COLUMN wire TEXT;";
 
+/* Fair claims (docs/STORE.md): each org's oldest queued run, and the count of its claimed runs,
+ * each read from an index of its own, so that a claim costs a few lookups per org however many
+ * runs are queued. */
+static const char v7[] =
+    "CREATE INDEX runs_org_queued ON runs(org_id, created_at) WHERE status = 'queued';"
+    "CREATE INDEX runs_org_claimed ON runs(org_id) WHERE node_id IS NOT NULL AND "
+    "  status IN ('queued', 'starting', 'running');";
+
 const struct eph_migration eph_sqlite_migrations[] = {
     {1, "initial schema", v1},
     {2, "key prefixes, connections", v2},
@@ -136,6 +144,7 @@ const struct eph_migration eph_sqlite_migrations[] = {
     {4, "web allow-lists, query-parameter credentials", v4},
     {5, "replays", v5},
     {6, "events stored as served", v6},
+    {7, "fair claims across orgs", v7},
 };
 const unsigned eph_sqlite_migrations_count =
     sizeof(eph_sqlite_migrations) / sizeof(eph_sqlite_migrations[0]);

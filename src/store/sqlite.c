@@ -1095,8 +1095,8 @@ static int each_run(struct sq_conn *s, sqlite3_stmt *st, unsigned limit, eph_run
 }
 
 static int sq_run_list(struct eph_store *base, const char *org_id, unsigned limit,
-                       const char *after, const char *status, eph_run_cb cb, void *ctx,
-                       bool *has_more)
+                       const char *after, const char *status, const json_t *metadata, eph_run_cb cb,
+                       void *ctx, bool *has_more)
 {
     struct sq_conn *s = READER(base);
     pthread_mutex_lock(&s->lock);
@@ -1106,6 +1106,10 @@ static int sq_run_list(struct eph_store *base, const char *org_id, unsigned limi
                      " AND (?2 IS NULL OR status = ?2)"
                      " AND (?3 IS NULL OR (created_at, rowid) < "
                      "  (SELECT created_at, rowid FROM runs WHERE id = ?3 AND org_id = ?1))"
+                     /* every filter pair is one of the run's metadata pairs */
+                     " AND (?5 IS NULL OR NOT EXISTS (SELECT 1 FROM json_each(?5) f"
+                     "  WHERE NOT EXISTS (SELECT 1 FROM json_each(runs.metadata) m"
+                     "   WHERE m.key = f.key AND m.type = 'text' AND m.value = f.value)))"
                      " ORDER BY created_at DESC, rowid DESC LIMIT ?4",
                      &st);
     if (!rc) {
@@ -1113,6 +1117,8 @@ static int sq_run_list(struct eph_store *base, const char *org_id, unsigned limi
         bind_text_or_null(st, 2, status);
         bind_text_or_null(st, 3, after);
         sqlite3_bind_int(st, 4, (int)limit + 1);
+        if (metadata)
+            bind_json_or_null(st, 5, metadata);
         rc = each_run(s, st, limit, cb, ctx, has_more);
     }
     pthread_mutex_unlock(&s->lock);
@@ -1282,6 +1288,65 @@ static int sq_run_claim(struct eph_store *base, const char *run_id, const char *
             rc = -EALREADY;
     }
     pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
+/* The runs of q->waiting as a JSON array (for json_each), or NULL without memory. */
+static char *waiting_json(const struct eph_claim_next *q)
+{
+    json_t *a = json_array();
+    for (size_t i = 0; a && i < q->nwaiting; i++)
+        if (json_array_append_new(a, json_string(q->waiting[i]))) {
+            json_decref(a);
+            a = NULL;
+        }
+    char *text = a ? json_dumps(a, JSON_COMPACT) : NULL;
+    json_decref(a);
+    return text;
+}
+
+/* One node: every queued run is this node's to claim, a zero-data-retention one too. The choice
+ * (docs/STORE.md, "Fair claims") and the claim are one statement on the writer. */
+static int sq_run_claim_next(struct eph_store *base, const struct eph_claim_next *q, char *run_id,
+                             size_t idlen)
+{
+    struct sq_conn *s = WRITER(base);
+    char *waiting = waiting_json(q);
+    if (!waiting)
+        return -ENOMEM;
+    pthread_mutex_lock(&s->lock);
+    sqlite3_stmt *st;
+    int rc = prepare(
+        s,
+        "UPDATE runs SET node_id = ?1, lease_expires_at = ?2 WHERE rowid = ("
+        "SELECT r.rowid FROM (SELECT "
+        "(SELECT COUNT(*) FROM runs a WHERE a.org_id = o.id AND a.node_id IS NOT NULL AND "
+        "a.status IN ('queued', 'starting', 'running')) AS n, "
+        "(SELECT h.rowid FROM runs h WHERE h.org_id = o.id AND h.status = 'queued' AND "
+        "(h.node_id IS NULL OR (h.node_id = ?1 AND h.id IN (SELECT value FROM json_each(?4)))) "
+        "ORDER BY h.created_at, h.rowid LIMIT 1) AS head FROM orgs o) f "
+        "JOIN runs r ON r.rowid = f.head WHERE ?3 = 0 OR f.n < ?3 "
+        "ORDER BY f.n, r.created_at, r.rowid LIMIT 1) RETURNING id",
+        &st);
+    if (!rc) {
+        sqlite3_bind_text(st, 1, q->node_id, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_int64(st, 2, q->lease_until_ms);
+        sqlite3_bind_int64(st, 3, q->max_per_org);
+        sqlite3_bind_text(st, 4, waiting, -1, SQLITE_STATIC);
+        int r = sqlite3_step(st);
+        if (r == SQLITE_ROW) {
+            const unsigned char *id = sqlite3_column_text(st, 0);
+            snprintf(run_id, idlen, "%s", id ? (const char *)id : "");
+            r = sqlite3_step(st);
+        } else {
+            rc = -ENOENT;
+        }
+        if (r != SQLITE_DONE)
+            rc = db_err(s, r, "claim next");
+        done(st);
+    }
+    pthread_mutex_unlock(&s->lock);
+    free(waiting);
     return rc;
 }
 
@@ -1569,6 +1634,7 @@ const struct eph_store_ops eph_store_sqlite_ops = {
     .run_finish = sq_run_finish,
     .runs_in_state = sq_runs_in_state,
     .run_claim = sq_run_claim,
+    .run_claim_next = sq_run_claim_next,
     .run_renew = sq_run_renew,
     .runs_lease_expired = sq_runs_lease_expired,
     .purge_logs = sq_purge_logs,

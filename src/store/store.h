@@ -19,6 +19,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 
 #include "store/run_record.h"
 
@@ -108,6 +109,17 @@ struct eph_store_listener {
     void *ctx;
 };
 
+/* What run_claim_next may claim: a run no node holds (on a shared store, not zero-data-retention:
+ * its prompt lives on the node that took it), or one of waiting (the runs queued in this node's
+ * own queue: its zero-data-retention runs) that no other node holds. */
+struct eph_claim_next {
+    const char *node_id;
+    int64_t lease_until_ms;
+    unsigned max_per_org;       /* 0: no cap */
+    const char *const *waiting; /* run ids; NULL when nwaiting is 0 */
+    size_t nwaiting;
+};
+
 typedef int (*eph_event_cb)(const struct eph_event *e, void *ctx);
 typedef int (*eph_run_cb)(const struct eph_run *r, void *ctx);
 typedef int (*eph_key_cb)(const struct eph_key_info *k, void *ctx);
@@ -160,9 +172,11 @@ struct eph_store_ops {
     int (*runs_count_by_status)(struct eph_store *s, eph_status_count_cb cb, void *ctx);
     /* org_id NULL: any org (internal use). -ENOENT for a run of another org. */
     int (*run_get)(struct eph_store *s, const char *id, const char *org_id, struct eph_run *out);
-    /* Newest first; after = cursor run id or NULL; status NULL = any. */
+    /* Newest first; after = cursor run id or NULL; status NULL = any; metadata NULL = any, else
+     * an object of strings every pair of which the run's metadata must hold. */
     int (*run_list)(struct eph_store *s, const char *org_id, unsigned limit, const char *after,
-                    const char *status, eph_run_cb cb, void *ctx, bool *has_more);
+                    const char *status, const json_t *metadata, eph_run_cb cb, void *ctx,
+                    bool *has_more);
     /* Non-terminal state changes (starting, running) with their fields. */
     int (*run_update)(struct eph_store *s, const struct eph_run *r);
     /* Progress of the money measured so far (so that a crash settles what was measured). */
@@ -178,11 +192,13 @@ struct eph_store_ops {
                      int64_t lease_until_ms);
     int (*run_renew)(struct eph_store *s, const char *run_id, const char *node_id,
                      int64_t lease_until_ms, int64_t compute_micros);
-    /* Claims the oldest queued run that no node holds, skipping rows another node is claiming
-     * (FOR UPDATE SKIP LOCKED) and zero-data-retention runs (their prompt lives on the node that
-     * took it); -ENOENT when there is none. NULL on a single-node store. */
-    int (*run_claim_next)(struct eph_store *s, const char *node_id, int64_t lease_until_ms,
-                          char *run_id, size_t idlen);
+    /* Claims the next queued run by the fair rule of docs/STORE.md: of the orgs with a run this
+     * node may claim and fewer than max_per_org claimed runs (0: no cap), the org with the fewest
+     * claimed runs (queued with a node, starting, running; every node), ties to the oldest; and
+     * its oldest such run. The choice and the claim are one statement; a shared store skips rows
+     * another node is claiming (FOR UPDATE SKIP LOCKED). -ENOENT when there is none. */
+    int (*run_claim_next)(struct eph_store *s, const struct eph_claim_next *q, char *run_id,
+                          size_t idlen);
     /* Non-terminal claimed runs whose lease ended before now_ms (any node), oldest first. */
     int (*runs_lease_expired)(struct eph_store *s, int64_t now_ms, eph_run_cb cb, void *ctx);
     /* Runs in a given state (all orgs), oldest first. */
@@ -235,6 +251,11 @@ bool eph_store_target_is_postgres(const char *target);
 int eph_store_health(struct eph_store *s, char *reason, size_t len);
 /* Statements sent to PostgreSQL since open (the bench's round trips per run). */
 unsigned long eph_store_postgres_round_trips(struct eph_store *s);
+/* The TCP addresses of the PostgreSQL servers a target names (host or hostaddr, each with its
+ * port, PGHOST and PGPORT when the target has none, 5432 by default), resolved now: at most max
+ * into out, their number returned; 0 for a Unix socket, a SQLite path or a target libpq cannot
+ * parse. The broker refuses to reach them (docs/BROKER.md). */
+size_t eph_store_postgres_servers(const char *target, struct sockaddr_storage *out, size_t max);
 /* Calls waiting for a pooled connection now: the lease keeper's (urgent, served first) and the
  * others (for the tests). */
 void eph_store_postgres_waiters(struct eph_store *s, unsigned *ordinary, unsigned *urgent);

@@ -94,6 +94,43 @@ static void test_thousands(void **state)
 }
 
 /* "$X charged, $Y released" adds up to the budget shown, to the last digit. */
+/* The parts of a charge as shown add up to the charge as shown: the issue's example (45 + 35 shown
+ * as $0.00005 + $0.00004 beside $0.00008), and every split of small totals into three parts. */
+static void test_split_adds_up(void **state)
+{
+    int64_t shown[3];
+    eph_money_split((int64_t[]){45, 35, 0}, 3, shown);
+    assert_int_equal(shown[0] + shown[1] + shown[2], 80);
+    assert_int_equal(shown[0], 50); /* the larger remainder first, then nothing is missing */
+    assert_int_equal(shown[1], 30);
+    eph_money_split((int64_t[]){330, 0, 3200}, 3, shown);
+    assert_int_equal(shown[0], 330);
+    assert_int_equal(shown[2], 3200);
+    eph_money_split((int64_t[]){-5, 14, 0}, 3, shown);
+    assert_int_equal(shown[0], 0);
+    assert_int_equal(shown[1], 10);
+    for (int64_t a = 0; a < 40; a++)
+        for (int64_t b = 0; b < 40; b++)
+            for (int64_t c = 0; c < 40; c += 3) {
+                eph_money_split((int64_t[]){a, b, c}, 3, shown);
+                char t[EPH_MONEY_FMT_MAX];
+                int64_t whole;
+                assert_int_equal(eph_money_parse_dollars(eph_money_format(a + b + c, t), &whole),
+                                 0);
+                if (shown[0] + shown[1] + shown[2] != whole)
+                    fail_msg("%lld + %lld + %lld: shown %lld + %lld + %lld != %lld", (long long)a,
+                             (long long)b, (long long)c, (long long)shown[0], (long long)shown[1],
+                             (long long)shown[2], (long long)whole);
+                for (int k = 0; k < 3; k++) {
+                    int64_t part = k == 0 ? a : k == 1 ? b : c;
+                    if (shown[k] % 10 || shown[k] < part - part % 10 ||
+                        shown[k] > part - part % 10 + 10)
+                        fail_msg("part %d of %lld shown as %lld", k, (long long)part,
+                                 (long long)shown[k]);
+                }
+            }
+}
+
 static void test_rest_adds_up(void **state)
 {
     char a[EPH_MONEY_FMT_MAX], b[EPH_MONEY_FMT_MAX];
@@ -128,13 +165,10 @@ static void test_rest_adds_up(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_format_spec_examples),
-        cmocka_unit_test(test_format_edges),
-        cmocka_unit_test(test_parse_dollars),
-        cmocka_unit_test(test_token_cost_ceil),
-        cmocka_unit_test(test_compute_cost),
-        cmocka_unit_test(test_rest_adds_up),
-        cmocka_unit_test(test_thousands),
+        cmocka_unit_test(test_format_spec_examples), cmocka_unit_test(test_format_edges),
+        cmocka_unit_test(test_parse_dollars),        cmocka_unit_test(test_token_cost_ceil),
+        cmocka_unit_test(test_compute_cost),         cmocka_unit_test(test_rest_adds_up),
+        cmocka_unit_test(test_split_adds_up),        cmocka_unit_test(test_thousands),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,8 +1,9 @@
 /*
  * test_sandbox_gvisor.c - the gvisor backend's OCI spec: every guarantee the backend makes that
- * lives in config.json (read-only root, worker without capabilities under no_new_privs, rlimits,
- * cgroup limits, the tmpfs size, the mounts, the namespaces, the trampoline to the init), checked
- * on the JSON the backend writes, without runsc.
+ * lives in config.json (read-only root, the init started as root with only the capabilities it
+ * needs to make itself the keeper (src/guest/harden.h) under no_new_privs, rlimits, cgroup
+ * limits, the tmpfs size, the mounts, the namespaces, the trampoline to the init), checked on the
+ * JSON the backend writes, without runsc.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -74,19 +75,24 @@ static void test_process(void **state)
     struct eph_sandbox_limits l = limits();
     json_t *s = spec_for(&l);
     json_t *proc = json_object_get(s, "process");
-    assert_int_equal(json_integer_value(json_object_get(json_object_get(proc, "user"), "uid")),
-                     1000);
-    assert_int_equal(json_integer_value(json_object_get(json_object_get(proc, "user"), "gid")),
-                     1000);
+    /* Root, so that the init can be the keeper; the commands are worker (the init's doing,
+     * gvisor_doors proves it). */
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(proc, "user"), "uid")), 0);
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(proc, "user"), "gid")), 0);
     assert_int_equal(
         json_array_size(json_object_get(json_object_get(proc, "user"), "additionalGids")), 0);
     assert_true(json_is_true(json_object_get(proc, "noNewPrivileges")));
     assert_true(json_is_false(json_object_get(proc, "terminal")));
-    const char *sets[] = {"bounding", "effective", "inheritable", "permitted", "ambient"};
+    /* Exactly the four capabilities the trampoline and the init use before the init drops them
+     * all; none inheritable or ambient. */
+    const char *sets[] = {"bounding", "effective", "permitted", "inheritable", "ambient"};
+    const char *keeper[] = {"CAP_CHOWN", "CAP_SETGID", "CAP_SETUID", "CAP_SETPCAP"};
     for (size_t i = 0; i < 5; i++) {
         json_t *set = json_object_get(json_object_get(proc, "capabilities"), sets[i]);
         assert_true(json_is_array(set));
-        assert_int_equal(json_array_size(set), 0);
+        assert_int_equal(json_array_size(set), i < 3 ? 4 : 0);
+        for (size_t j = 0; j < json_array_size(set); j++)
+            assert_string_equal(json_string_value(json_array_get(set, j)), keeper[j]);
     }
     assert_int_equal(rlimit(s, "RLIMIT_NOFILE"), 512);
     assert_int_equal(rlimit(s, "RLIMIT_NPROC"), 50);
@@ -95,9 +101,11 @@ static void test_process(void **state)
     /* Only PATH: nothing of the server's environment. */
     assert_int_equal(json_array_size(json_object_get(proc, "env")), 1);
     const char *cmd = json_string_value(json_array_get(json_object_get(proc, "args"), 2));
-    assert_non_null(strstr(cmd, "exec /.ephemeral/init /tmp/ephemeral-run-abcdef/scratch "
+    assert_non_null(strstr(cmd, "exec /.ephemeral/init --keeper /tmp/ephemeral-run-abcdef/scratch "
                                 "/tmp/ephemeral-run-abcdef/home 3<&0"));
     assert_non_null(strstr(cmd, "mkdir -m 700 /tmp/ephemeral-run-abcdef/home"));
+    assert_non_null(strstr(cmd, "chown 1000:1000 /tmp/ephemeral-run-abcdef/scratch "
+                                "/tmp/ephemeral-run-abcdef/home && exec"));
     /* stdin and stdout are the channel: closing either would shut the socket down. */
     assert_null(strstr(cmd, " >/dev/null"));
     assert_null(strstr(cmd, "1>/dev/null"));

@@ -1,8 +1,9 @@
 /* The worker pool (src/run/scheduler.c) with a stub worker: FIFO order, the bound on concurrent
  * runs, queue depth and running counts, withdraw, the settler that finishes a handed run while
  * every worker is busy (so that an HTTP thread never has to), stop with its grace period and
- * cancel, refusals after stop, and a shared store's claims (a run claimed while also queued; idle
- * workers that look once per kick or period instead of polling). Every wait is bounded; nothing
+ * cancel, refusals after stop, and the store's claims (a run claimed while also queued, or taken
+ * from the queue when the claim fails; idle workers that look once per kick or period instead of
+ * polling). Every wait is bounded; nothing
  * sleeps to synchronise. */
 #include <errno.h>
 #include <pthread.h>
@@ -38,6 +39,7 @@ struct stub {
     bool claim_races_submit;  /* take_next hands the claimed run to the queue too */
     atomic_bool claim_closed; /* take_next finds nothing until the test opens it */
     atomic_uint take_calls;   /* take_next calls (also the refused ones) */
+    atomic_bool claim_fails;  /* take_next fails (-EIO): the queue goes in its order */
     unsigned periodic_passes;
 };
 
@@ -169,10 +171,15 @@ static void test_withdraw_takes_a_queued_run_only(void **state)
 
 /* A shared store's claim: hands out run_claimed once, and (the race seen on PostgreSQL) the run's
  * creation hands it to this node's queue while the claim is being made. */
-static int take_next(void *ctx, char *run_id, size_t idlen)
+static int take_next(void *ctx, const char *const *waiting, size_t nwaiting, char *run_id,
+                     size_t idlen)
 {
     struct stub *s = ctx;
+    (void)waiting;
+    (void)nwaiting;
     atomic_fetch_add(&s->take_calls, 1);
+    if (atomic_load(&s->claim_fails))
+        return -EIO;
     if (s->claimed || atomic_load(&s->claim_closed))
         return -ENOENT;
     s->claimed = true;
@@ -207,19 +214,22 @@ static void test_claimed_run_is_not_queued_twice(void **state)
     free(s);
 }
 
-/* A run one worker took from the queue and another claimed from the shared store at the same
- * time: both end, each worker releasing its own entry (the store's claim decides who really works
- * on it; the scheduler must stay sound). Under SANITIZE=address, releasing by id instead of by
- * entry is a use after free here (it crashed the server on PostgreSQL). */
+/* A run one worker took from the queue (the store could not choose) and another claimed from the
+ * store at the same time: both end, each worker releasing its own entry (the store's claim
+ * decides who really works on it; the scheduler must stay sound). Under SANITIZE=address,
+ * releasing by id instead of by entry is a use after free here (it crashed the server on
+ * PostgreSQL). */
 static void test_queued_and_claimed_at_once(void **state)
 {
     struct stub *s = stub_new();
     atomic_store(&s->claim_closed, true); /* idle workers look at start-up: not yet */
+    atomic_store(&s->claim_fails, true);
     struct eph_scheduler_ops ops = {
         .ctx = s, .work = work, .cancel_all = cancel_all, .take_next = take_next};
     assert_int_equal(eph_scheduler_start(&ops, 2, 60, &s->sch), 0);
     assert_int_equal(eph_scheduler_submit(s->sch, "run_claimed"), 0);
     assert_true(wait_for(s, inside_is, 1));
+    atomic_store(&s->claim_fails, false);
     atomic_store(&s->claim_closed, false);
     eph_scheduler_kick(s->sch);
     assert_true(wait_for(s, inside_is, 2));

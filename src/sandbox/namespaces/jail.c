@@ -46,6 +46,7 @@
 #include "common/clock.h"
 #include "common/id.h"
 #include "common/log.h"
+#include "guest/seccomp.h"
 #include "sandbox/backend.h"
 #include "sandbox/hostid.h"
 #include "sandbox/namespaces/namespaces.h"
@@ -206,7 +207,7 @@ static int step_lock(struct eph_ns_plan *p)
 
 static int step_seccomp(struct eph_ns_plan *p)
 {
-    return eph_ns_seccomp_load();
+    return eph_guest_seccomp_load();
 }
 
 static int step_exec(struct eph_ns_plan *p)

@@ -110,9 +110,6 @@ int eph_ns_caps_drop_bounding(void); /* while caps remain: bounding, ambient, se
 int eph_ns_caps_drop_all(void);      /* after becoming worker: every set empty */
 int eph_ns_caps_lock(int parent_fd); /* no_new_privs, setsid, parent-death signal */
 
-/* seccomp.c: the filter, compiled to BPF at build time (seccomp_gen.c), loaded by each child. */
-int eph_ns_seccomp_load(void);
-
 /* cgroup.c */
 struct eph_ns_cgroup {
     int version; /* 1 or 2; 0 when not created */

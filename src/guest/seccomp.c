@@ -1,11 +1,11 @@
 /*
- * seccomp.c - loading the system-call filter into a sandbox.
+ * seccomp.c - loading the system-call filter into a sandbox. See seccomp.h.
  *
- * The policy is in seccomp_gen.c, compiled to BPF when Ephemeral is built (the generated header
- * below): a sandbox start does not compile it, and no Ephemeral program links libseccomp. Each
- * child loads the merged program (the denylist and the allowlist as one) with one system call; a
- * kernel that refuses it (EINVAL) is given the two programs as libseccomp built them, which the
- * kernel combines to the same answers.
+ * The policy is in src/sandbox/namespaces/seccomp_gen.c, compiled to BPF when Ephemeral is built
+ * (the generated header below): a sandbox start does not compile it, and no Ephemeral program
+ * links libseccomp. The merged program (the denylist and the allowlist as one) is loaded with one
+ * system call; a kernel that refuses it (EINVAL) is given the two programs as libseccomp built
+ * them, which the kernel combines to the same answers.
  */
 #include <errno.h>
 #include <linux/filter.h>
@@ -14,7 +14,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "sandbox/namespaces/namespaces.h"
+#include "guest/seccomp.h"
 #include "seccomp_bpf.h" /* generated: $(OBJ)/gen/seccomp_bpf.h */
 
 #define LEN(a) ((unsigned short)(sizeof(a) / sizeof((a)[0])))
@@ -22,7 +22,7 @@
 _Static_assert(sizeof(eph_ns_seccomp_merged) / sizeof(eph_ns_seccomp_merged[0]) <= BPF_MAXINSNS,
                "the seccomp program is longer than the kernel accepts");
 
-int eph_ns_seccomp_load(void)
+int eph_guest_seccomp_load(void)
 {
     /* The kernel copies the program and does not write to it. */
     struct sock_fprog merged = {LEN(eph_ns_seccomp_merged),
