@@ -4,7 +4,8 @@
  * sandbox's choosing, in the data or in the message. Without it, everything, as before. Then a
  * real broker in zero-data-retention mode, driven through a socket pair as the tunnel does: the
  * event its callback gets is already scrubbed, for a web request to a name that does not resolve,
- * a CONNECT, an unknown connection, a known connection's refused path and an odd method. */
+ * a CONNECT, an unknown connection, a known connection's refused path, an odd method and a
+ * web_fetch hop. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -258,9 +259,15 @@ static void test_broker_zdr(void **state)
     one(b, 3, "GET /" CANARY "-conn/x?y=" CANARY " HTTP/1.1\r\nHost: x\r\n\r\n");
     one(b, 4, "GET /github/" CANARY "-denied HTTP/1.1\r\nHost: x\r\n\r\n");
     one(b, 5, "C4N4RYMETHOD /github/allowed HTTP/1.1\r\nHost: x\r\n\r\n");
+    /* web_fetch's hop, refused by the allow-list: an event like the others. */
+    struct eph_web_fetch wf;
+    char err[256];
+    assert_int_not_equal(eph_broker_web_fetch(b, "http://" CANARY "-fetch.test/" CANARY, 1024, &wf,
+                                              err, sizeof(err)),
+                         0);
     eph_broker_close(b);
     eph_broker_free(b);
-    assert_int_equal(nseen, 5);
+    assert_int_equal(nseen, 6);
     assert_false(seen_exchange);
     for (int i = 0; i < nseen; i++) {
         if (strcasestr(seen_host[i], CANARY) || strcasestr(seen_path[i], CANARY) ||
@@ -275,7 +282,7 @@ static void test_broker_zdr(void **state)
     int web = 0, tunnel = 0, unknown = 0, denied = 0, other = 0;
     for (int i = 0; i < nseen; i++) {
         if (!seen_conn[i][0] && strcmp(seen_method[i], "GET") == 0)
-            web++;
+            web++; /* the request, and web_fetch's hop */
         else if (strcmp(seen_method[i], "CONNECT") == 0)
             tunnel++;
         else if (strcmp(seen_conn[i], "?") == 0)
@@ -285,7 +292,7 @@ static void test_broker_zdr(void **state)
         else if (strcmp(seen_conn[i], "github") == 0 && strcmp(seen_method[i], "OTHER") == 0)
             other++;
     }
-    assert_int_equal(web, 1);
+    assert_int_equal(web, 2);
     assert_int_equal(tunnel, 1);
     assert_int_equal(unknown, 1);
     assert_int_equal(denied, 1);
