@@ -20,6 +20,8 @@
 if [ -z "${ZDR_CANARY_NS:-}" ]; then
     [ "$(id -u)" -eq 0 ] || { echo "skip: needs root for a network namespace of its own"; exit 77; }
     command -v unshare >/dev/null || { echo "skip: unshare (util-linux) is needed"; exit 77; }
+    unshare --net --mount --propagation private true 2>/dev/null ||
+        { echo "skip: this host cannot make a network and mount namespace"; exit 77; }
     export ZDR_CANARY_NS=1
     exec unshare --net --mount --propagation private "$0" "$@"
 fi
