@@ -217,7 +217,12 @@ assert_eq "$(jq -r .error.code <<<"$run")" model_error "provider error"
 assert_eq "$(jq -r .error.message <<<"$run")" \
     "the details are not kept: the run has zero data retention" "provider error not quoted"
 
-# ---- the search: stop the server so that everything it would write is written ----
+# ---- the search: first as the files are while the server runs (SQLite's WAL holds every page
+# written since the last checkpoint, overwritten pages too); then once it stopped, so that
+# everything it would write is written ----
+mapfile -t files < <(store_files)
+leaked=$(found_tags "${files[@]}" "$SERVER_LOG")
+[ -z "$leaked" ] || fail "canaries kept with zero data retention (server running): $(echo $leaked)"
 kill -TERM "$SERVER_PID"
 wait "$SERVER_PID"
 mapfile -t files < <(store_files)
