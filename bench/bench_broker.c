@@ -268,9 +268,9 @@ int main(int argc, char **argv)
     }
     struct eph_broker_settings s;
     eph_broker_settings_default(&s);
-    if (eph_cidr_parse("127.0.0.1/32", &s.allow_private[0]))
+    if (eph_cidr_parse("127.0.0.1/32", &s.web_private[0]))
         return 1;
-    s.nallow_private = 1;
+    s.nweb_private = 1;
     s.max_response_bytes = (uint64_t)mib << 21;
     /* As a run has it: every exchange recorded. */
     struct eph_broker_run run = {.web = true, .record = true};

@@ -1,6 +1,7 @@
 #!/bin/sh
 # The broker example end to end: a local stand-in API and web site, ephemerald on the replay model
-# with the broker allowed to reach 127.0.0.1 (broker.allow_private_cidrs), a connection holding a
+# with the broker allowed to reach 127.0.0.1 (broker.allow_private_cidrs for the connection,
+# broker.web_private_cidrs for the web), a connection holding a
 # demo key, and one run that uses the connection and the web through the sandbox's proxy. The
 # model's turns are replayed from transcript.jsonl; every command runs for real.
 #
@@ -27,7 +28,7 @@ cat >"$tmp/config.json" <<JSON
 {
   "db": "$tmp/ephemeral.db",
   "secret_key_file": "$tmp/secret.key",
-  "broker": {"allow_private_cidrs": ["127.0.0.1/32"]},
+  "broker": {"allow_private_cidrs": ["127.0.0.1/32"], "web_private_cidrs": ["127.0.0.1/32"]},
   "default_model": "openai/gpt-6-luna",
   "models": [{"id": "openai/gpt-6-luna", "provider": "replay", "transcripts": "examples",
               "input_micros_per_mtok": 50000, "output_micros_per_mtok": 200000,

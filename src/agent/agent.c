@@ -275,28 +275,67 @@ static bool finish_is(const struct eph_model_response *resp, const char *word)
     return resp->finish_reason && strcmp(resp->finish_reason, word) == 0;
 }
 
+/* The first turn's conversation and tools (new references), or -ENOMEM. */
+static int first_turn(const struct eph_agent_ctx *ctx, json_t **messages, json_t **tools)
+{
+    char *system = eph_agent_system_prompt(ctx);
+    *messages = json_pack("[{s:s, s:s?}, {s:s, s:s}]", "role", "system", "content", system, "role",
+                          "user", "content", ctx->prompt ? ctx->prompt : "");
+    free(system);
+    *tools = eph_tools_declare(ctx->shell, ctx->web);
+    if (*messages && *tools)
+        return 0;
+    json_decref(*messages);
+    json_decref(*tools);
+    *messages = *tools = NULL;
+    return -ENOMEM;
+}
+
+static struct eph_price model_price(const struct eph_model_config *m)
+{
+    return (struct eph_price){.input_micros_per_mtok = m->input_micros_per_mtok,
+                              .cached_input_micros_per_mtok = m->cached_input_micros_per_mtok,
+                              .output_micros_per_mtok = m->output_micros_per_mtok,
+                              .cache_write_micros_per_mtok = m->cache_write_micros_per_mtok,
+                              .cache_write_1h_micros_per_mtok = m->cache_write_1h_micros_per_mtok};
+}
+
+int eph_agent_first_call_min(const struct eph_agent_ctx *ctx, int64_t *micros, char *err,
+                             size_t errlen)
+{
+    json_t *messages, *tools;
+    if (first_turn(ctx, &messages, &tools)) {
+        snprintf(err, errlen, "out of memory");
+        return -ENOMEM;
+    }
+    struct eph_model_request req = {.messages = messages,
+                                    .tools = tools,
+                                    .max_tokens = MIN_OUTPUT_TOKENS,
+                                    .prompt = ctx->prompt,
+                                    .recording = ctx->recording};
+    uint64_t bound = 0;
+    int rc = eph_model_input_bound(ctx->model, &req, &bound, err, errlen);
+    json_decref(messages);
+    json_decref(tools);
+    if (rc)
+        return rc;
+    struct eph_price price = model_price(ctx->mcfg);
+    *micros = eph_price_worst_case(&price, bound, MIN_OUTPUT_TOKENS);
+    return 0;
+}
+
 int eph_agent_run(struct eph_agent_ctx *ctx, struct eph_agent_outcome *out)
 {
     memset(out, 0, sizeof(*out));
-    char *system = eph_agent_system_prompt(ctx);
-    json_t *messages = json_pack("[{s:s, s:s?}, {s:s, s:s}]", "role", "system", "content", system,
-                                 "role", "user", "content", ctx->prompt ? ctx->prompt : "");
-    free(system);
-    json_t *tools = eph_tools_declare(ctx->shell, ctx->web);
-    if (!messages || !tools) {
-        json_decref(messages);
-        json_decref(tools);
+    json_t *messages, *tools;
+    if (first_turn(ctx, &messages, &tools)) {
         outcome(out, EPH_AGENT_FAILED, "internal_error", "out of memory");
         return -ENOMEM;
     }
     const struct eph_model_config *m = ctx->mcfg;
     struct meter mt = {
         .ctx = ctx,
-        .price = {.input_micros_per_mtok = m->input_micros_per_mtok,
-                  .cached_input_micros_per_mtok = m->cached_input_micros_per_mtok,
-                  .output_micros_per_mtok = m->output_micros_per_mtok,
-                  .cache_write_micros_per_mtok = m->cache_write_micros_per_mtok,
-                  .cache_write_1h_micros_per_mtok = m->cache_write_1h_micros_per_mtok},
+        .price = model_price(m),
     };
     struct eph_model_meter meter = {meter_authorise, meter_record, &mt};
     /* A final answer cut by max_tokens, continued over the next turns. */

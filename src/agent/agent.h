@@ -72,6 +72,18 @@ struct eph_agent_outcome {
 
 int eph_agent_run(struct eph_agent_ctx *ctx, struct eph_agent_outcome *out);
 
+/*
+ * The least a run's first model call can cost, in micros: the worst case of its first attempt
+ * (ledger/budget.h) with the fewest output tokens the loop ever asks for. ctx describes the run as
+ * it will be (prompt, permissions, model, limits; sb, broker and budget NULL), so that the request
+ * measured is the first one the loop sends, or shorter: every part the loop fills in only once
+ * the sandbox exists (the scratch path, the budget left, the connections) is counted at its
+ * shortest, so the figure never exceeds what the run will need. A budget below it ends the run
+ * with no model call at all (docs/MONEY.md). 0, or -ENOMEM / -EINVAL (err says why).
+ */
+int eph_agent_first_call_min(const struct eph_agent_ctx *ctx, int64_t *micros, char *err,
+                             size_t errlen) __attribute__((warn_unused_result));
+
 /* The request_digest of a model turn (docs/AGENT.md, "The record"): the sha256 hex of the
  * provider-neutral messages array as jansson writes it compact with sorted keys (UTF-8 as is,
  * '/' not escaped). A replay compares it to the recorded one. */

@@ -180,6 +180,20 @@ int eph_model_call(struct eph_model *m, const struct eph_model_request *req,
 
 /* ---- shared by the HTTP providers ---- */
 
+bool eph_model_unavailable(const struct eph_model *m, char *why, size_t whylen)
+{
+    if (!m) {
+        snprintf(why, whylen, "it could not be set up (the server's log says why)");
+        return true;
+    }
+    if ((m->ops == &eph_model_openai_ops || m->ops == &eph_model_anthropic_ops) &&
+        ((const struct eph_http_model *)m)->key_missing) {
+        snprintf(why, whylen, "its key variable %s is not set on the server", m->cfg->api_key_env);
+        return true;
+    }
+    return false;
+}
+
 int eph_model_set_stream(struct eph_model *m, bool stream)
 {
     if (!m || (m->ops != &eph_model_openai_ops && m->ops != &eph_model_anthropic_ops))

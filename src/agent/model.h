@@ -101,6 +101,12 @@ struct eph_model_ops {
     int (*input_bound)(struct eph_model *m, const struct eph_model_request *req, uint64_t *tokens,
                        char *err, size_t errlen);
     void (*free)(struct eph_model *m);
+    /* Whether the model can answer a run of this prompt (recording: the replay recording it names,
+     * or NULL), asked at create so that a run that cannot succeed is refused before anything is
+     * reserved. 0, or -ENOENT with a lowercase message in err that says what it can answer.
+     * NULL: every prompt. */
+    int (*answers)(struct eph_model *m, const char *prompt, const char *recording, char *err,
+                   size_t errlen);
 };
 
 struct eph_model {
@@ -109,6 +115,10 @@ struct eph_model {
 };
 
 const struct eph_model_ops *eph_model_provider(const char *name);
+
+/* True when m (NULL: a model that could not be opened) cannot take a run: a provider whose key
+ * variable is unset. why gets the reason, lowercase, naming the variable, never a value. */
+bool eph_model_unavailable(const struct eph_model *m, char *why, size_t whylen);
 
 /* The outcome of one attempt, as model.call events name it. */
 enum eph_model_outcome {

@@ -754,6 +754,48 @@ static int answer(struct replay_model *m, const struct eph_replay_record *rec,
     return 0;
 }
 
+/* The names of the recordings, for a message: "a, b, c" (the first ten, then "…"). */
+static void recording_names(const struct replay_model *m, char *out, size_t outlen)
+{
+    size_t o = 0;
+    out[0] = '\0';
+    for (size_t i = 0; i < m->nrecs && o + 1 < outlen; i++) {
+        int n = i < 10 ? snprintf(out + o, outlen - o, "%s%s", i ? ", " : "", m->recs[i].rec.name)
+                       : snprintf(out + o, outlen - o, ", …");
+        if (n < 0 || (size_t)n >= outlen - o || i >= 10)
+            break;
+        o += (size_t)n;
+    }
+}
+
+static int replay_answers(struct eph_model *base, const char *prompt, const char *recording,
+                          char *err, size_t errlen)
+{
+    struct replay_model *m = (struct replay_model *)base;
+    struct eph_model_request req = {.prompt = prompt, .recording = recording};
+    char why[256];
+    pthread_mutex_lock(&m->lock);
+    rescan(m);
+    int rc = choose(m, &req, why, sizeof(why)) ? 0 : -ENOENT;
+    if (rc) {
+        char names[512];
+        recording_names(m, names, sizeof(names));
+        if (recording)
+            snprintf(err, errlen,
+                     "the replay model '%s' has no recording named '%.64s'; it has: %s "
+                     "(docs/MODELS.md says how to use a real model)",
+                     m->base.cfg->id, recording, names[0] ? names : "none");
+        else
+            snprintf(err, errlen,
+                     "the replay model '%s' has no recording of this prompt: it answers only the "
+                     "prompts of its recordings (%s), word for word; docs/MODELS.md says how to "
+                     "use a real model",
+                     m->base.cfg->id, names[0] ? names : "none");
+    }
+    pthread_mutex_unlock(&m->lock);
+    return rc;
+}
+
 static int replay_call(struct eph_model *base, const struct eph_model_request *req,
                        struct eph_model_response *resp, char *err, size_t errlen)
 {
@@ -777,4 +819,5 @@ const struct eph_model_ops eph_model_replay_ops = {
     .open = replay_open,
     .call = replay_call,
     .free = replay_free,
+    .answers = replay_answers,
 };

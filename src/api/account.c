@@ -87,6 +87,20 @@ int eph_api_credits(struct eph_api_req *req)
 
 /* Each part of the server (store, image, backend) with what to do about an unusable one; 503
  * while one is unusable or the server is shutting down (the service's readiness_ops). */
+/* The models that cannot take a run (an unset key variable), each with why: a run on one is
+ * refused at create (503 model_unavailable). The server stays ready for its other models. */
+static json_t *models_report(struct eph_service *svc)
+{
+    json_t *out = json_array();
+    for (size_t i = 0; out && i < svc->cfg->nmodels; i++) {
+        char why[256];
+        const struct eph_model_config *m = &svc->cfg->models[i];
+        if (eph_model_unavailable(eph_service_model(svc, m->id), why, sizeof(why)))
+            json_array_append_new(out, json_pack("{s:s, s:s}", "id", m->id, "reason", why));
+    }
+    return out;
+}
+
 int eph_api_healthz(struct eph_api_req *req)
 {
     bool ok = false;
@@ -95,6 +109,7 @@ int eph_api_healthz(struct eph_api_req *req)
     if (!body)
         return eph_api_reply_error(req, 503, "api_error", "out_of_memory", NULL,
                                    "the health report could not be built");
+    json_object_set_new(body, "models_unavailable", models_report(svc));
     return eph_api_reply_json(req, ok ? 200 : 503, body, NULL, NULL);
 }
 

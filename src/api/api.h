@@ -176,6 +176,7 @@ int eph_api_runs_transcript(struct eph_api_req *req, const char *id);
 int eph_api_replay_prepare(struct eph_api_req *req, json_t *body, struct eph_api_create *c,
                            struct eph_run *orig);
 int eph_api_balance(struct eph_api_req *req);
+int eph_api_models_list(struct eph_api_req *req);
 int eph_api_credits(struct eph_api_req *req);
 int eph_api_healthz(struct eph_api_req *req);
 int eph_api_metrics(struct eph_api_req *req);

@@ -71,10 +71,12 @@ json_t *eph_run_to_json(const struct eph_run *r, unsigned retention_days)
     json_t *replay = r->replay_of ? json_pack("{s:s, s:I}", "of", r->replay_of, "divergences",
                                               (json_int_t)r->divergences)
                                   : NULL;
+    /* The prompt is there until the log is purged; a zero-data-retention run never had it. */
     return json_pack("{s:s, s:s, s:s, s:s?, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, "
-                     "s:o, s:o*}",
+                     "s:o, s:o, s:o*}",
                      "id", r->id, "object", "run", "status", eph_run_status_name(r->status),
-                     "model", r->model, "created_at", time_or_null(r->created_at_ms), "started_at",
+                     "model", r->model, "prompt", str_or_null(r->zdr ? NULL : r->prompt),
+                     "created_at", time_or_null(r->created_at_ms), "started_at",
                      time_or_null(r->started_at_ms), "finished_at", time_or_null(r->finished_at_ms),
                      "permissions", perm, "sandbox", sandbox, "result", str_or_null(r->result),
                      "error", error, "usage", usage, "cost", cost, "retention", retention,

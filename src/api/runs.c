@@ -10,8 +10,10 @@
 #include <microhttpd.h>
 #include <sodium.h>
 
+#include "agent/agent.h"
 #include "api/api.h"
 #include "api/json.h"
+#include "common/cleanup.h"
 #include "common/clock.h"
 #include "common/error.h"
 #include "common/id.h"
@@ -136,6 +138,65 @@ int eph_api_run_admit(struct eph_service *svc, const struct eph_run *r,
     return rc;
 }
 
+/* A run that cannot succeed is refused before anything is reserved (docs/API.md, "Runs that
+ * cannot succeed"): a model this server could not set up (503 model_unavailable), a prompt the
+ * model has no answer for (422 no_recording: the replay model answers only its recordings'
+ * prompts), a budget below the least the first model call can cost (402 budget_too_small). False
+ * after answering. A replay answers from its original's record, so none of this applies to it. */
+static bool run_can_succeed(struct eph_api_req *req, const struct eph_api_create *c)
+{
+    struct eph_service *svc = req->svc;
+    if (c->replay_of)
+        return true;
+    const struct eph_model_config *mcfg = eph_config_model(svc->cfg, c->model);
+    struct eph_model *m = eph_service_model(svc, c->model);
+    char err[768];
+    if (!mcfg || eph_model_unavailable(m, err, sizeof(err))) {
+        eph_api_reply_error(req, 503, "api_error", "model_unavailable", "model",
+                            "the model '%s' is not available on this server: %s; nothing was "
+                            "reserved",
+                            c->model, err);
+        return false;
+    }
+    const char *recording = json_string_value(json_object_get(c->metadata, "transcript"));
+    if (m->ops->answers && m->ops->answers(m, c->prompt, recording, err, sizeof(err))) {
+        eph_api_reply_error(req, 422, "invalid_request_error", "no_recording", "prompt", "%s", err);
+        return false;
+    }
+    struct eph_agent_ctx ctx = {
+        .prompt = c->prompt,
+        .recording = recording,
+        .shell = c->shell,
+        .web = c->web,
+        .zdr = c->zdr,
+        .timeout_seconds = c->timeout,
+        .model = m,
+        .mcfg = mcfg,
+        .turn_limit = svc->cfg->turn_limit,
+        .command_timeout_ms = svc->cfg->sandbox.command_timeout_seconds * 1000u,
+        .output_cap = svc->cfg->sandbox.output_cap_bytes,
+        .limits = &svc->sandbox_cfg.limits,
+        .backend_name = svc->sandbox_ops ? svc->sandbox_ops->name : "",
+    };
+    int64_t least = 0;
+    if (eph_agent_first_call_min(&ctx, &least, err, sizeof(err)))
+        return true; /* not measurable: the run's own meter decides, as before */
+    if (c->max_cost >= least)
+        return true;
+    /* Shown rounded up to what a display shows (5 decimals), so that the amount stated is
+     * enough. */
+    int64_t shown = least > INT64_MAX - 9 ? least : (least + 9) / 10 * 10;
+    char want[EPH_MONEY_FMT_MAX], have[EPH_MONEY_FMT_MAX];
+    eph_api_reply_error(req, 402, "invalid_request_error", "budget_too_small", "max_cost_micros",
+                        "a budget of %s cannot pay for one call of the model '%s': its first call "
+                        "costs at least %s (%lld micros: the prompt, the tools and the system "
+                        "prompt at the model's input price, and the least output); nothing was "
+                        "reserved",
+                        eph_money_format(c->max_cost, have), c->model,
+                        eph_money_format(shown, want), (long long)least);
+    return false;
+}
+
 /* The run record of a validated create, queued, with its first event. */
 static int new_run(struct eph_api_req *req, const struct eph_api_create *c, struct eph_run *r,
                    struct eph_event *first)
@@ -242,7 +303,7 @@ int eph_api_runs_create(struct eph_api_req *req)
     struct eph_run orig;
     eph_run_init(&orig);
     if ((c.replay_of && eph_api_replay_prepare(req, body, &c, &orig)) ||
-        (c.connections && !connections_exist(req, c.connections))) {
+        (c.connections && !connections_exist(req, c.connections)) || !run_can_succeed(req, &c)) {
         eph_run_release(&orig);
         eph_api_create_release(&c);
         json_decref(body);
@@ -383,9 +444,20 @@ int eph_api_runs_list(struct eph_api_req *req)
     }
     unsigned limit = q->limit;
     const char *after = q->after, *status = q->status;
+    /* The filters as one JSON object (KEY → VALUE): the stores match it whole. A key or value
+     * that is not UTF-8 matches no run, since no run's metadata can hold it. */
+    EPH_AUTOJSON json_t *md = NULL;
+    if (q->nmeta) {
+        md = json_object();
+        if (!md)
+            return eph_api_reply_store_unavailable(req);
+        for (unsigned i = 0; i < q->nmeta; i++)
+            if (json_object_set_new(md, q->meta_keys[i], json_string(q->meta_values[i])))
+                return eph_api_reply_list(req, json_array(), false);
+    }
     struct list_ctx l = {json_array(), req->svc->cfg->retention_days};
     bool more = false;
-    int rc = st->ops->run_list(st, req->org_id, limit, after, status, list_cb, &l, &more);
+    int rc = st->ops->run_list(st, req->org_id, limit, after, status, md, list_cb, &l, &more);
     if (rc) {
         json_decref(l.data);
         return eph_api_reply_store_unavailable(req);

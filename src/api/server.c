@@ -82,6 +82,7 @@ static const struct route routes[] = {
     {"/v1/runs/{id}/transcript", "GET", NULL, eph_api_runs_transcript, false, false},
     {"/v1/runs/{id}/cancel", "POST", NULL, eph_api_runs_cancel, false, true},
     {"/v1/balance", "GET", eph_api_balance, NULL, false, false},
+    {"/v1/models", "GET", eph_api_models_list, NULL, false, false},
     {"/v1/credits", "POST", eph_api_credits, NULL, false, true},
     {"/v1/keys", "GET", eph_api_keys_list, NULL, false, false},
     {"/v1/keys", "POST", eph_api_keys_create, NULL, false, false},

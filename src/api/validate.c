@@ -166,9 +166,9 @@ static int check_metadata(json_t *md, struct eph_api_error *e)
     json_t *v;
     json_object_foreach(md, k, v)
     {
-        if (strlen(k) == 0 || strlen(k) > 64)
+        if (strlen(k) == 0 || strlen(k) > EPH_API_METADATA_KEY_MAX)
             return BAD("metadata", "metadata keys must be 1 to 64 bytes");
-        if (!plain_string(v) || json_string_length(v) > 512)
+        if (!plain_string(v) || json_string_length(v) > EPH_API_METADATA_VALUE_MAX)
             return BAD("metadata", "metadata values must be strings of at most 512 bytes");
     }
     return 0;
@@ -297,8 +297,22 @@ static int check_scalars(json_t *body, const struct eph_config *cfg, struct eph_
     c->prompt = json_string_value(prompt);
     json_t *model = json_object_get(body, "model");
     if (model) {
-        if (!plain_string(model) || !eph_config_model(cfg, json_string_value(model)))
-            return BAD("model", "'model' must be one of the configured models");
+        if (!plain_string(model) || !eph_config_model(cfg, json_string_value(model))) {
+            /* The models there are, so that the caller can pick one (GET /v1/models has them
+             * with their prices). */
+            char names[512] = "";
+            size_t o = 0;
+            for (size_t i = 0; i < cfg->nmodels && o + 1 < sizeof(names); i++) {
+                int n = snprintf(names + o, sizeof(names) - o, "%s'%s'", i ? ", " : "",
+                                 cfg->models[i].id);
+                if (n < 0 || (size_t)n >= sizeof(names) - o) {
+                    names[o] = '\0'; /* the names that fit, whole */
+                    break;
+                }
+                o += (size_t)n;
+            }
+            return BAD("model", "'model' must be one of the configured models: %s", names);
+        }
         c->model = json_string_value(model);
     } else {
         c->model = cfg->default_model;
@@ -404,6 +418,24 @@ static int query_arg(const char *route, const char *name, const char *value,
         if (eph_run_status_parse(value, &s))
             return BAD("status", "unknown status '%.32s'", value);
         q->status = value;
+        return 0;
+    }
+    if (list && strncmp(name, "metadata[", 9) == 0) {
+        /* metadata[KEY]=VALUE: KEY as a metadata key may be (docs/API.md), VALUE as a value.
+         * KEY runs to the name's last ']', so a key may hold brackets of its own. */
+        size_t nlen = strlen(name);
+        size_t klen = nlen > 10 ? nlen - 10 : 0;
+        if (name[nlen - 1] != ']' || klen < 1 || klen > EPH_API_METADATA_KEY_MAX)
+            return BAD("metadata", "a metadata filter is metadata[KEY]=VALUE, KEY 1 to %d bytes",
+                       EPH_API_METADATA_KEY_MAX);
+        if (strlen(value) > EPH_API_METADATA_VALUE_MAX)
+            return BAD("metadata", "a metadata filter's value is at most %d bytes",
+                       EPH_API_METADATA_VALUE_MAX);
+        if (q->nmeta == EPH_API_METADATA_FILTERS_MAX)
+            return BAD("metadata", "at most %d metadata filters", EPH_API_METADATA_FILTERS_MAX);
+        memcpy(q->meta_keys[q->nmeta], name + 9, klen);
+        q->meta_keys[q->nmeta][klen] = '\0';
+        q->meta_values[q->nmeta++] = value;
         return 0;
     }
     if (events && strcmp(name, "after") == 0) {

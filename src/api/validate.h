@@ -38,6 +38,8 @@ int eph_api_error_set(struct eph_api_error *e, unsigned status, const char *type
 #define EPH_API_FILES_MAX 100
 #define EPH_API_FILES_BYTES_MAX (10u << 20)
 #define EPH_API_METADATA_PAIRS_MAX 16
+#define EPH_API_METADATA_KEY_MAX 64
+#define EPH_API_METADATA_VALUE_MAX 512
 #define EPH_API_CONNECTIONS_MAX 32
 #define EPH_API_WAIT_MAX 600
 #define EPH_API_WEB_ALLOW_MAX 64
@@ -67,10 +69,18 @@ int eph_api_validate_create(json_t *body, const struct eph_config *cfg, struct e
 void eph_api_create_release(struct eph_api_create *c);
 
 /* The query arguments of one request, as pairs in the order received. */
+/* At most this many metadata[KEY]=VALUE filters on a list (a run has at most 16 pairs). */
+#define EPH_API_METADATA_FILTERS_MAX 16
+
 struct eph_api_query {
     unsigned limit;     /* GET /v1/runs: 1..100, 20 when absent */
     const char *after;  /* GET /v1/runs: a run id (borrowed), or NULL */
     const char *status; /* GET /v1/runs: a run status (borrowed), or NULL */
+    /* GET /v1/runs: metadata[KEY]=VALUE filters; every one must match exactly. The values are
+     * borrowed, the keys copied (they end at the ']' of the parameter's name). */
+    char meta_keys[EPH_API_METADATA_FILTERS_MAX][EPH_API_METADATA_KEY_MAX + 1];
+    const char *meta_values[EPH_API_METADATA_FILTERS_MAX];
+    unsigned nmeta;
     bool has_after_seq; /* GET /v1/runs/{id}/events */
     uint64_t after_seq;
 };

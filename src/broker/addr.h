@@ -4,8 +4,9 @@
  * Pure code: no resolver, no socket. A host from the sandbox is either an IP literal, parsed here
  * the way the C library and browsers would read it (so that no spelling means one address to this
  * check and another to a resolver), or a DNS name, validated and lowercased. An address is then
- * classified; only EPH_ADDR_PUBLIC is reachable, unless the operator's allow-list
- * (broker.allow_private_cidrs) contains it.
+ * classified; only EPH_ADDR_PUBLIC is reachable, unless the operator's allow-list for that kind of
+ * request (broker.web_private_cidrs, broker.allow_private_cidrs) contains it. guard.h adds the
+ * resolver and the server's own sockets.
  */
 #ifndef EPH_BROKER_ADDR_H
 #define EPH_BROKER_ADDR_H
@@ -75,7 +76,7 @@ void eph_addr_format(const struct eph_addr *a, char out[EPH_ADDR_STRLEN]);
 int eph_addr_from_sockaddr(const struct sockaddr *sa, struct eph_addr *out)
     __attribute__((warn_unused_result));
 
-/* An allow-list entry of broker.allow_private_cidrs. */
+/* An allow-list entry of broker.allow_private_cidrs or broker.web_private_cidrs. */
 struct eph_cidr {
     struct eph_addr net;
     unsigned prefix;

@@ -25,6 +25,7 @@
 #include "broker/html.h"
 #include "broker/http.h"
 #include "broker/meter.h"
+#include "broker/pin.h"
 #include "broker/policy.h"
 #include "broker/redact.h"
 #include "common/buf.h"
@@ -56,8 +57,9 @@ struct bstream {
     int up;                 /* the upstream socket of web requests, or -1 */
     struct eph_meter meter; /* under b->lock */
     bool no_budget;         /* the fee did not fit */
+    bool fd_shut;           /* the thread shut fd for writing (the upstream's answer ended) */
     bool done;              /* the thread has finished */
-    bool joined;            /* and was joined (by the tunnel's thread) */
+    bool joined;            /* and was joined (by the tunnel's thread): its slot is free */
     pthread_t thread;
     struct bstream *next;
 };
@@ -302,6 +304,21 @@ static void reap_done(struct eph_broker *b)
     pthread_mutex_unlock(&b->reap_lock);
 }
 
+/* The streams whose thread may still run: each holds a slot of the run's tunnel cap until it
+ * has been joined, so a stream the sandbox reset keeps its slot until its thread has let go of
+ * everything (its upstream socket, its curl handle) and exited. */
+static size_t streams_held(struct eph_broker *b)
+{
+    size_t n = 0;
+    pthread_mutex_lock(&b->lock);
+    for (struct bstream *s = b->streams; s; s = s->next)
+        n += !s->joined;
+    pthread_mutex_unlock(&b->lock);
+    return n;
+}
+
+static void refuse_busy(struct eph_broker *b, int fd);
+
 int eph_broker_on_stream(void *arg, uint32_t stream, int fd)
 {
     struct eph_broker *b = arg;
@@ -309,6 +326,11 @@ int eph_broker_on_stream(void *arg, uint32_t stream, int fd)
     if (atomic_load(&b->closing))
         return -ECANCELED;
     reap_done(b);
+    /* Only this thread adds streams, so the count cannot grow behind the check. */
+    if (streams_held(b) >= b->s.max_tunnels_per_run) {
+        refuse_busy(b, fd);
+        return 0;
+    }
     EPH_AUTOFREE struct bstream *s = calloc(1, sizeof(*s));
     if (!s)
         return -ENOMEM;
@@ -365,23 +387,51 @@ size_t eph_broker_on_bytes(void *arg, uint32_t stream, size_t n)
 
 /* ---- I/O with deadlines ----------------------------------------------------------------- */
 
-static int wait_fd(int fd, short ev, uint64_t deadline_ns)
+/* The program's side of a stream, watched by every wait of its thread: when the sandbox resets the
+ * stream (or the tunnel ends) the host end of the pair is closed and fd reports POLLHUP; when the
+ * broker closes, it shuts fd itself. Until the thread has shut fd for writing itself, a hang-up
+ * can only mean that the program is gone (a half close from the program is POLLIN, end of
+ * file). */
+static bool watch_program(const struct bstream *s)
+{
+    return s && s->fd >= 0 && !s->fd_shut;
+}
+
+/* Whether the stream's work must stop now: its program is gone, or the broker closes. */
+static bool stream_gone(const struct bstream *s)
+{
+    if (!s)
+        return false;
+    if (atomic_load(&s->b->closing))
+        return true;
+    if (!watch_program(s))
+        return false;
+    struct pollfd p = {.fd = s->fd, .events = 0};
+    return poll(&p, 1, 0) == 1 && (p.revents & (POLLHUP | POLLERR | POLLNVAL));
+}
+
+/* Waits for ev on fd until the deadline, or -ECANCELED as soon as the stream is gone. */
+static int wait_fd(const struct bstream *s, int fd, short ev, uint64_t deadline_ns)
 {
     for (;;) {
+        if (stream_gone(s))
+            return -ECANCELED;
         uint64_t now = eph_clock_mono_ns();
         if (now >= deadline_ns)
             return -ETIMEDOUT;
         uint64_t ms = (deadline_ns - now) / 1000000u + 1;
-        struct pollfd p = {.fd = fd, .events = ev};
-        int n = poll(&p, 1, ms > 60000 ? 60000 : (int)ms);
+        struct pollfd p[2] = {{.fd = fd, .events = ev},
+                              {.fd = watch_program(s) && s->fd != fd ? s->fd : -1}};
+        int n = poll(p, 2, ms > 60000 ? 60000 : (int)ms);
         if (n < 0 && errno != EINTR)
             return -errno;
-        if (n > 0)
+        if (n > 0 && p[0].revents)
             return 0;
     }
 }
 
-static int write_all(int fd, const void *data, size_t n, uint64_t deadline_ns)
+static int write_all(const struct bstream *s, int fd, const void *data, size_t n,
+                     uint64_t deadline_ns)
 {
     const char *p = data;
     while (n) {
@@ -395,7 +445,7 @@ static int write_all(int fd, const void *data, size_t n, uint64_t deadline_ns)
             continue;
         if (w < 0 && errno != EAGAIN)
             return -errno;
-        int rc = wait_fd(fd, POLLOUT, deadline_ns);
+        int rc = wait_fd(s, fd, POLLOUT, deadline_ns);
         if (rc)
             return rc;
     }
@@ -403,7 +453,7 @@ static int write_all(int fd, const void *data, size_t n, uint64_t deadline_ns)
 }
 
 /* Reads at most n bytes: > 0, 0 at end of stream, or a negative error. */
-static ssize_t read_some(int fd, void *buf, size_t n, uint64_t deadline_ns)
+static ssize_t read_some(const struct bstream *s, int fd, void *buf, size_t n, uint64_t deadline_ns)
 {
     for (;;) {
         ssize_t r = recv(fd, buf, n, MSG_DONTWAIT);
@@ -413,7 +463,7 @@ static ssize_t read_some(int fd, void *buf, size_t n, uint64_t deadline_ns)
             continue;
         if (errno != EAGAIN)
             return -errno;
-        int rc = wait_fd(fd, POLLIN, deadline_ns);
+        int rc = wait_fd(s, fd, POLLIN, deadline_ns);
         if (rc)
             return rc;
     }
@@ -447,7 +497,7 @@ static int to_program(struct req_ctx *rc, const void *data, size_t n)
         if (k < n || eph_buf_append(&rc->down, data, k))
             rc->down_cut = true;
     }
-    return write_all(rc->s->fd, data, n, rc->deadline_ns);
+    return write_all(rc->s, rc->s->fd, data, n, rc->deadline_ns);
 }
 
 static void sha256_hex(const void *data, size_t n, char out[65])
@@ -501,6 +551,8 @@ static const char *reason_phrase(int status)
         return "Content Too Large";
     case 502:
         return "Bad Gateway";
+    case 503:
+        return "Service Unavailable";
     case 504:
         return "Gateway Timeout";
     }
@@ -657,52 +709,29 @@ static void emit(struct req_ctx *rc)
     rc->ev.exchange = NULL;
 }
 
-/* ---- the SSRF guard around a resolver ----------------------------------------------------- */
+/* ---- the SSRF guard around a resolver (guard.h) ------------------------------------------ */
 
-int eph_broker_resolve(const struct eph_host *host, const struct eph_cidr *allow, size_t nallow,
-                       struct eph_addr *out, enum eph_addr_class *cls)
+/* What a web request (broker.web_private_cidrs) or a connection (broker.allow_private_cidrs) may
+ * reach; never the server's own sockets. */
+static struct eph_guard guard_of(const struct eph_broker *b, bool web)
 {
-    enum eph_addr_class c = EPH_ADDR_PUBLIC;
-    if (host->literal) {
-        *out = host->addr;
-        int rc = eph_addr_check(out, allow, nallow, &c);
-        if (cls)
-            *cls = c;
-        return rc;
-    }
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
-    struct addrinfo *res = NULL;
-    int g = getaddrinfo(host->name, NULL, &hints, &res);
-    if (g != 0 || !res)
-        return -ENOENT;
-    int rc = -ENOENT;
-    bool have = false;
-    /* Every answer must pass: a name that also points inside is refused, whichever answer a
-     * later lookup would have given. */
-    for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
-        struct eph_addr a;
-        if (eph_addr_from_sockaddr(ai->ai_addr, &a))
-            continue;
-        enum eph_addr_class ac;
-        if (eph_addr_check(&a, allow, nallow, &ac)) {
-            c = ac;
-            rc = -EACCES;
-            break;
-        }
-        if (!have) {
-            *out = a;
-            have = true;
-            rc = 0;
-        }
-    }
-    freeaddrinfo(res);
-    if (cls)
-        *cls = c;
-    return rc;
+    return (struct eph_guard){.allow = web ? b->s.web_private : b->s.allow_private,
+                              .nallow = web ? b->s.nweb_private : b->s.nallow_private,
+                              .own = &b->s.own};
+}
+
+/* The message of a refused address (eph_guard_resolve's -EACCES or -EPERM). */
+static void refusal_text(int r, enum eph_addr_class cls, char *msg, size_t len)
+{
+    if (r == -EPERM)
+        snprintf(msg, len, "the address is the server's own");
+    else
+        snprintf(msg, len, "the address is not public (%s)", eph_addr_class_name(cls));
 }
 
 /* Connects to exactly the address checked. */
-static int connect_to(const struct eph_addr *a, unsigned port, uint64_t deadline_ns, int *out)
+static int connect_to(const struct bstream *s, const struct eph_addr *a, unsigned port,
+                      uint64_t deadline_ns, int *out)
 {
     struct sockaddr_storage ss;
     socklen_t len;
@@ -728,7 +757,7 @@ static int connect_to(const struct eph_addr *a, unsigned port, uint64_t deadline
         close(fd);
         return -e;
     }
-    int rc = wait_fd(fd, POLLOUT, deadline_ns);
+    int rc = wait_fd(s, fd, POLLOUT, deadline_ns);
     int err = 0;
     socklen_t el = sizeof(err);
     if (!rc && getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) == 0 && err)
@@ -741,7 +770,10 @@ static int connect_to(const struct eph_addr *a, unsigned port, uint64_t deadline
      * Nagle wait for an ACK the upstream may delay. */
     int one = 1;
     (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    /* out is the stream's upstream socket, which eph_broker_close shuts under the lock. */
+    pthread_mutex_lock(&s->b->lock);
     *out = fd;
+    pthread_mutex_unlock(&s->b->lock);
     return 0;
 }
 
@@ -759,10 +791,11 @@ static int web_connect(struct req_ctx *rc, const struct eph_http_authority *auth
     }
     struct eph_addr a;
     enum eph_addr_class cls;
-    int r = eph_broker_resolve(&auth->host, b->s.allow_private, b->s.nallow_private, &a, &cls);
-    if (r == -EACCES) {
+    struct eph_guard g = guard_of(b, true);
+    int r = eph_guard_resolve(&g, &auth->host, auth->port, &a, &cls);
+    if (r == -EACCES || r == -EPERM) {
         char msg[128];
-        snprintf(msg, sizeof(msg), "the address is not public (%s)", eph_addr_class_name(cls));
+        refusal_text(r, cls, msg, sizeof(msg));
         answer_error(rc, 403, "permission_error", "address_not_allowed", msg);
         return r;
     }
@@ -770,7 +803,7 @@ static int web_connect(struct req_ctx *rc, const struct eph_http_authority *auth
         answer_error(rc, 502, "api_error", "dns_failed", "the host name does not resolve");
         return r;
     }
-    r = connect_to(&a, auth->port, rc->deadline_ns, &rc->s->up);
+    r = connect_to(rc->s, &a, auth->port, rc->deadline_ns, &rc->s->up);
     if (r) {
         answer_error(rc, r == -ETIMEDOUT ? 504 : 502, "api_error", "connect_failed",
                      "cannot connect to the upstream");
@@ -795,12 +828,15 @@ static void relay(struct req_ctx *rc, const char *pending, size_t npending, bool
     size_t status_have = 0;
     if (!buf)
         return;
-    if (npending && write_all(up, pending, npending, rc->deadline_ns) == 0)
+    if (npending && write_all(rc->s, up, pending, npending, rc->deadline_ns) == 0)
         rc->ev.bytes_up += npending;
     /* A request whose body the broker forwarded already (!upward) reads the answer only. */
     while (down_open || up_open) {
-        struct pollfd p[2] = {{.fd = up_open ? fd : -1, .events = POLLIN},
-                              {.fd = down_open ? up : -1, .events = POLLIN}};
+        /* The program's side is polled even when nothing more is read from it: its hang-up (a
+         * reset from the sandbox) ends the relay at once. */
+        struct pollfd p[2] = {
+            {.fd = up_open || watch_program(rc->s) ? fd : -1, .events = up_open ? POLLIN : 0},
+            {.fd = down_open ? up : -1, .events = POLLIN}};
         uint64_t now = eph_clock_mono_ns();
         if (now >= rc->deadline_ns || atomic_load(&rc->s->b->closing))
             break;
@@ -810,10 +846,12 @@ static void relay(struct req_ctx *rc, const char *pending, size_t npending, bool
             break;
         if (n <= 0)
             continue;
-        if (p[0].revents) {
+        if (watch_program(rc->s) && (p[0].revents & (POLLHUP | POLLERR)))
+            break; /* the program is gone: what it sent last goes nowhere */
+        if (up_open && p[0].revents) {
             ssize_t r = recv(fd, buf, RELAY_CHUNK, MSG_DONTWAIT);
             if (r > 0) {
-                if (write_all(up, buf, (size_t)r, rc->deadline_ns))
+                if (write_all(rc->s, up, buf, (size_t)r, rc->deadline_ns))
                     break;
                 rc->ev.bytes_up += (uint64_t)r;
             } else if (r == 0 || (errno != EAGAIN && errno != EINTR)) {
@@ -840,6 +878,7 @@ static void relay(struct req_ctx *rc, const char *pending, size_t npending, bool
                     break;
             } else if (r == 0 || (errno != EAGAIN && errno != EINTR)) {
                 down_open = false;
+                rc->s->fd_shut = true; /* from now on a hang-up may be this shutdown's */
                 shutdown(fd, SHUT_WR);
             }
         }
@@ -925,11 +964,12 @@ static void serve_web_http(struct req_ctx *rc, const struct eph_http_request *re
         answer_error(rc, 400, "invalid_request_error", "bad_request", "request head too large");
         return;
     }
-    if (write_all(rc->s->up, head.data, head.len, rc->deadline_ns) == 0)
+    if (write_all(rc->s, rc->s->up, head.data, head.len, rc->deadline_ns) == 0)
         rc->ev.bytes_up += head.len;
     eph_buf_release(&head);
     if (body.len)
-        (void)write_all(rc->s->up, body.data, body.len, rc->deadline_ns); /* counted when read */
+        (void)write_all(rc->s, rc->s->up, body.data, body.len,
+                        rc->deadline_ns); /* counted when read */
     eph_buf_release(&body);
     rc->ev.status = 502;
     relay(rc, NULL, 0, true, false);
@@ -948,7 +988,7 @@ static void serve_connect(struct req_ctx *rc, const struct eph_http_request *req
     if (web_connect(rc, &auth))
         return;
     static const char ok[] = "HTTP/1.1 200 Connection established\r\n\r\n";
-    if (write_all(rc->s->fd, ok, sizeof(ok) - 1, rc->deadline_ns))
+    if (write_all(rc->s, rc->s->fd, ok, sizeof(ok) - 1, rc->deadline_ns))
         return;
     rc->ev.status = 200;
     relay(rc, after_head, nafter, false, true);
@@ -1042,7 +1082,7 @@ static int read_chunked(struct req_ctx *rc, const char *after, size_t nafter, st
             after += n;
             nafter -= n;
         } else {
-            ssize_t got = read_some(rc->s->fd, tmp, IO_CHUNK, rc->deadline_ns);
+            ssize_t got = read_some(rc->s, rc->s->fd, tmp, IO_CHUNK, rc->deadline_ns);
             if (got <= 0) {
                 r = got ? (int)got : -EPIPE;
                 break;
@@ -1091,7 +1131,7 @@ static int read_body(struct req_ctx *rc, const struct eph_http_request *req, con
     char tmp[IO_CHUNK];
     while (body->len < want) {
         size_t n = want - body->len < sizeof(tmp) ? (size_t)(want - body->len) : sizeof(tmp);
-        ssize_t r = read_some(rc->s->fd, tmp, n, rc->deadline_ns);
+        ssize_t r = read_some(rc->s, rc->s->fd, tmp, n, rc->deadline_ns);
         if (r <= 0)
             return r ? (int)r : -EPIPE;
         if (eph_buf_append(body, tmp, (size_t)r))
@@ -1117,6 +1157,44 @@ static bool conn_sets_header(const struct conn_copy *c, const struct eph_http_he
             strncasecmp(c->hnames[i], h->name, h->name_len) == 0)
             return true;
     return false;
+}
+
+/* curl_easy_perform, watching the stream as every other wait does: the sandbox's reset (or the
+ * broker's close) aborts the transfer at once, and curl lets go of its socket, instead of at the
+ * request's deadline. */
+static CURLcode perform(const struct bstream *s, CURL *h)
+{
+    CURLM *m = curl_multi_init();
+    if (!m || curl_multi_add_handle(m, h) != CURLM_OK) {
+        curl_multi_cleanup(m);
+        return CURLE_OUT_OF_MEMORY;
+    }
+    CURLcode cr = CURLE_OK;
+    for (;;) {
+        int running = 0, left;
+        if (curl_multi_perform(m, &running) != CURLM_OK) {
+            cr = CURLE_OUT_OF_MEMORY;
+            break;
+        }
+        if (!running) {
+            CURLMsg *msg = curl_multi_info_read(m, &left);
+            cr = msg && msg->msg == CURLMSG_DONE ? msg->data.result : CURLE_RECV_ERROR;
+            break;
+        }
+        if (stream_gone(s)) {
+            cr = CURLE_ABORTED_BY_CALLBACK;
+            break;
+        }
+        /* No event asked on the program's side: poll reports its hang-up all the same. */
+        struct curl_waitfd w = {.fd = s->fd};
+        if (curl_multi_poll(m, &w, watch_program(s) ? 1 : 0, 1000, NULL) != CURLM_OK) {
+            cr = CURLE_RECV_ERROR;
+            break;
+        }
+    }
+    curl_multi_remove_handle(m, h);
+    curl_multi_cleanup(m);
+    return cr;
 }
 
 static void serve_connection(struct req_ctx *rc, const struct eph_http_request *req,
@@ -1167,12 +1245,15 @@ static void serve_connection(struct req_ctx *rc, const struct eph_http_request *
     }
     struct eph_addr a;
     enum eph_addr_class cls;
-    int r = eph_broker_resolve(&base.auth.host, b->s.allow_private, b->s.nallow_private, &a, &cls);
+    struct eph_guard g = guard_of(b, false);
+    int r = eph_guard_resolve(&g, &base.auth.host, base.auth.port, &a, &cls);
     if (r) {
-        answer_error(rc, r == -EACCES ? 403 : 502, r == -EACCES ? "permission_error" : "api_error",
-                     r == -EACCES ? "address_not_allowed" : "dns_failed",
-                     r == -EACCES ? "the connection's address is not public"
-                                  : "the connection's host does not resolve");
+        bool no = r == -EACCES || r == -EPERM;
+        answer_error(rc, no ? 403 : 502, no ? "permission_error" : "api_error",
+                     no ? "address_not_allowed" : "dns_failed",
+                     r == -EPERM    ? "the connection's address is the server's own"
+                     : r == -EACCES ? "the connection's address is not public"
+                                    : "the connection's host does not resolve");
         return;
     }
     struct eph_buf body;
@@ -1189,16 +1270,13 @@ static void serve_connection(struct req_ctx *rc, const struct eph_http_request *
     size_t bpl = base.path_len;
     while (bpl > 0 && base.path[bpl - 1] == '/')
         bpl--;
-    size_t base_len = (size_t)(base.path - c->base_url);
-    if (base.path[0] != '/' || strcmp(base.path, "/") == 0)
-        base_len = strlen(c->base_url), bpl = 0;
-    while (base_len > 0 && c->base_url[base_len - 1] == '/')
-        base_len--;
     CURL *h = curl_easy_init();
     int err = h ? 0 : -ENOMEM;
+    /* The origin in the spelling the guard checked (pin.h), so curl never resolves it again. */
     if (!err)
-        err = eph_buf_appendf(&url, "%.*s%.*s%s", (int)base_len, c->base_url, (int)bpl,
-                              bpl ? base.path : "", t->path);
+        err = eph_pin_origin(&url, base.https, &base.auth);
+    if (!err)
+        err = eph_buf_appendf(&url, "%.*s%s", (int)bpl, base.path, t->path);
     char sep = '?';
     if (!err && t->query) {
         err = eph_buf_appendf(&url, "?%.*s", (int)t->query_len, t->query);
@@ -1257,17 +1335,14 @@ static void serve_connection(struct req_ctx *rc, const struct eph_http_request *
     if (!err)
         err = eph_redactor_init(&o.red, vals, nv);
 
-    char resolve[EPH_HOST_NAME_MAX + EPH_ADDR_STRLEN + 16], astr[EPH_ADDR_STRLEN];
-    eph_addr_format(&a, astr);
-    snprintf(resolve, sizeof(resolve), a.family == AF_INET6 ? "%s:%u:[%s]" : "%s:%u:%s",
-             base.auth.host.name, base.auth.port, astr);
-    struct curl_slist *pin = curl_slist_append(NULL, resolve);
+    struct eph_pin pin = {0};
+    if (!err)
+        err = eph_pin_apply(&pin, h, &base.auth, &a);
     if (!err) {
         char method[32];
         snprintf(method, sizeof(method), "%.*s", (int)req->method_len, req->method);
         curl_easy_setopt(h, CURLOPT_URL, url.data);
         curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
-        curl_easy_setopt(h, CURLOPT_RESOLVE, pin);
         curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
         curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
         curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
@@ -1293,10 +1368,12 @@ static void serve_connection(struct req_ctx *rc, const struct eph_http_request *
             curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body.len);
         }
         rc->ev.status = 502;
-        CURLcode cr = curl_easy_perform(h);
+        CURLcode cr = perform(rc->s, h);
         if (cr == CURLE_OK) {
             if (eph_redactor_finish(&o.red, &o.buf) == 0)
                 (void)flush_out(&o);
+        } else if (cr == CURLE_ABORTED_BY_CALLBACK) {
+            EPH_DEBUG(COMPONENT, "connection %s: the stream ended first", c->name);
         } else if (!o.head_done) {
             EPH_INFO(COMPONENT, "connection %s: %s", c->name, curl_easy_strerror(cr));
             answer_error(rc, cr == CURLE_OPERATION_TIMEDOUT ? 504 : 502, "api_error",
@@ -1308,7 +1385,6 @@ static void serve_connection(struct req_ctx *rc, const struct eph_http_request *
     }
     eph_redactor_release(&o.red);
     eph_buf_release(&o.buf);
-    curl_slist_free_all(pin);
     /* The headers hold the credential: wipe before freeing. */
     for (struct curl_slist *l = hdrs; l; l = l->next)
         sodium_memzero(l->data, strlen(l->data));
@@ -1319,6 +1395,7 @@ static void serve_connection(struct req_ctx *rc, const struct eph_http_request *
     eph_buf_release(&body);
     if (h)
         curl_easy_cleanup(h);
+    eph_pin_release(&pin);
 }
 
 /* ---- the record and the replay ------------------------------------------------------------ */
@@ -1513,6 +1590,25 @@ static void serve_replay(struct req_ctx *rc, const struct eph_http_request *req,
 
 /* ---- one stream ------------------------------------------------------------------------- */
 
+/* A stream over the run's cap of stream threads: answered 503 at once, from the tunnel's thread
+ * (the answer fits a fresh socket pair's buffer), with an event; free, like every denial. */
+static void refuse_busy(struct eph_broker *b, int fd)
+{
+    struct bstream s = {.b = b, .fd = fd, .up = -1};
+    struct req_ctx *rc = calloc(1, sizeof(*rc));
+    if (!rc)
+        return;
+    rc->s = &s;
+    rc->start_ns = eph_clock_mono_ns();
+    rc->deadline_ns = rc->start_ns + 1000000000u;
+    rc->ev.connection = b->web ? NULL : "?";
+    answer_error(rc, 503, "rate_limit_error", "too_many_tunnels",
+                 "too many concurrent connections through the proxy (earlier ones are ending)");
+    rc->ev.denied = "too_many_tunnels";
+    emit(rc);
+    free(rc);
+}
+
 static void *serve(void *arg)
 {
     struct bstream *s = arg;
@@ -1533,7 +1629,7 @@ static void *serve(void *arg)
         r = eph_http_parse_request(head, have, req);
         if (r != -EAGAIN)
             break;
-        ssize_t n = read_some(s->fd, head + have, EPH_HTTP_MAX_HEAD - have, rc->deadline_ns);
+        ssize_t n = read_some(s, s->fd, head + have, EPH_HTTP_MAX_HEAD - have, rc->deadline_ns);
         if (n <= 0)
             goto out; /* the program went away before asking anything */
         have += (size_t)n;
@@ -1828,15 +1924,18 @@ int eph_broker_web_fetch(struct eph_broker *b, const char *url, size_t text_cap,
         struct eph_addr a = {0};
         enum eph_addr_class cls;
         /* A replay resolves nothing either: nothing leaves the machine. */
-        rc = b->replay ? 0
-                       : eph_broker_resolve(&u.auth.host, b->s.allow_private, b->s.nallow_private,
-                                            &a, &cls);
+        struct eph_guard g = guard_of(b, true);
+        rc = b->replay ? 0 : eph_guard_resolve(&g, &u.auth.host, u.auth.port, &a, &cls);
         if (rc) {
-            rc0.ev.status = rc == -EACCES ? 403 : 502;
-            rc0.ev.denied = rc == -EACCES ? "address_not_allowed" : "dns_failed";
+            bool no = rc == -EACCES || rc == -EPERM;
+            rc0.ev.status = no ? 403 : 502;
+            rc0.ev.denied = no ? "address_not_allowed" : "dns_failed";
             rc0.ev.exchange = fetch_refused(b, cur, rc0.ev.status);
             emit(&rc0);
-            if (rc == -EACCES)
+            if (rc == -EPERM)
+                snprintf(err, errlen, "%s:%u is the server's own address", u.auth.host.name,
+                         u.auth.port);
+            else if (rc == -EACCES)
                 snprintf(err, errlen, "%s is not a public address (%s)", u.auth.host.name,
                          eph_addr_class_name(cls));
             else
@@ -1878,19 +1977,19 @@ int eph_broker_web_fetch(struct eph_broker *b, const char *url, size_t text_cap,
                 return rc;
             continue;
         }
-        char resolve[EPH_HOST_NAME_MAX + EPH_ADDR_STRLEN + 16], astr[EPH_ADDR_STRLEN];
-        eph_addr_format(&a, astr);
-        snprintf(resolve, sizeof(resolve), a.family == AF_INET6 ? "%s:%u:[%s]" : "%s:%u:%s",
-                 u.auth.host.name, u.auth.port, astr);
-        struct curl_slist *pin = curl_slist_append(NULL, resolve);
+        /* curl gets the URL in the spelling checked and the address pinned (pin.h); a
+         * redirect's Location comes back through this loop, parsed and checked again. */
+        struct eph_buf pinned_url;
+        eph_buf_init(&pinned_url, sizeof(cur) + 16);
+        struct eph_pin pin = {0};
         struct curl_slist *hdrs = curl_slist_append(NULL, "Accept-Encoding: identity");
         CURL *h = curl_easy_init();
         long status = 0;
         char *redirect = NULL;
         CURLcode cr = CURLE_OUT_OF_MEMORY;
-        if (h && pin && hdrs) {
-            curl_easy_setopt(h, CURLOPT_URL, cur);
-            curl_easy_setopt(h, CURLOPT_RESOLVE, pin);
+        if (h && hdrs && eph_pin_url(&pinned_url, &u) == 0 &&
+            eph_pin_apply(&pin, h, &u.auth, &a) == 0) {
+            curl_easy_setopt(h, CURLOPT_URL, pinned_url.data);
             curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
             curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
             curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
@@ -1920,7 +2019,8 @@ int eph_broker_web_fetch(struct eph_broker *b, const char *url, size_t text_cap,
         json_decref(io.headers);
         if (h)
             curl_easy_cleanup(h);
-        curl_slist_free_all(pin);
+        eph_pin_release(&pin);
+        eph_buf_release(&pinned_url);
         curl_slist_free_all(hdrs);
         bool ok_end = cr == CURLE_OK || ((io.over || io.cut) && cr == CURLE_WRITE_ERROR);
         if (!ok_end) {

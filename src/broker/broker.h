@@ -33,6 +33,7 @@
 #include <jansson.h>
 
 #include "broker/addr.h"
+#include "broker/guard.h"
 #include "ledger/budget.h"
 
 #define EPH_BROKER_PORT 3128
@@ -40,8 +41,12 @@
 
 /* broker.* and the web prices of the server's configuration. */
 struct eph_broker_settings {
-    struct eph_cidr allow_private[EPH_BROKER_MAX_ALLOW_CIDRS]; /* broker.allow_private_cidrs */
+    struct eph_cidr allow_private[EPH_BROKER_MAX_ALLOW_CIDRS]; /* broker.allow_private_cidrs:
+                                                                 connections only */
     size_t nallow_private;
+    struct eph_cidr web_private[EPH_BROKER_MAX_ALLOW_CIDRS]; /* broker.web_private_cidrs */
+    size_t nweb_private;
+    struct eph_guard_own own;  /* the server's own sockets, refused to every request */
     const char *extra_ca_file; /* PEM, added to the system store; may be NULL */
     uint64_t max_request_bytes;
     uint64_t max_response_bytes;
@@ -123,7 +128,10 @@ int eph_broker_new(const struct eph_broker_settings *settings, const struct eph_
 int eph_broker_set_replay(struct eph_broker *b, json_t *exchanges)
     __attribute__((warn_unused_result));
 
-/* The tunnel's callbacks (struct eph_sandbox_tunnel); arg is the broker. */
+/* The tunnel's callbacks (struct eph_sandbox_tunnel); arg is the broker. on_stream takes fd in
+ * every case. A stream holds one of the run's max_tunnels_per_run places until its thread has
+ * ended, which it does as soon as the tunnel closes its end of the pair (a reset): one that finds
+ * every place taken is answered 503 too_many_tunnels at once, with an event (docs/BROKER.md). */
 int eph_broker_on_stream(void *arg, uint32_t stream, int fd);
 size_t eph_broker_on_bytes(void *arg, uint32_t stream, size_t n);
 /* Whether some transfer was cut because the budget ended (the run must stop). */
@@ -166,13 +174,6 @@ struct eph_web_fetch {
  * with a message for the model in err. */
 int eph_broker_web_fetch(struct eph_broker *b, const char *url, size_t text_cap,
                          struct eph_web_fetch *out, char *err, size_t errlen)
-    __attribute__((warn_unused_result));
-
-/* Resolves host on the host and checks every address with the SSRF guard: 0 with the address to
- * connect to (the first), -EACCES when any address is not allowed (*cls says why), -ENOENT when
- * the name does not resolve. Exposed for web_fetch and the tests. */
-int eph_broker_resolve(const struct eph_host *host, const struct eph_cidr *allow, size_t nallow,
-                       struct eph_addr *out, enum eph_addr_class *cls)
     __attribute__((warn_unused_result));
 
 #endif

@@ -2,22 +2,33 @@
  * cli.h - the commands of `ephemeral`, the command-line client of the Ephemeral API.
  *
  * Each command takes its own argv (argv[0] is the command's name) and returns the process exit
- * status, unlike the rest of the code base, because that status is the command's interface:
+ * status, unlike the rest of the code base, because that status is the command's interface
+ * (docs/CLI.md, "Exit status"):
  *   0  success (for run and watch: the run completed)
  *   1  the run ended in another terminal status (failed, timed_out, budget_exhausted, cancelled)
- *   2  a usage error, or the server could not be reached or refused the request
+ *   2  a usage error: nothing was sent
+ *   3  the server could not be reached (or the connection to it was lost)
+ *   4  the server refused the request (a 4xx answer)
+ *   5  the server failed (a 5xx answer, or an answer that is not what the API sends)
  * Errors are printed to stderr as "ephemeral: …", in lowercase, never with the API key.
  */
 #ifndef EPH_CLI_CLI_H
 #define EPH_CLI_CLI_H
 
 #include "cli/http.h"
+#include "common/version.h"
 
 enum {
     EPH_CLI_EXIT_OK = 0,
     EPH_CLI_EXIT_RUN_FAILED = 1,
-    EPH_CLI_EXIT_ERROR = 2,
+    EPH_CLI_EXIT_USAGE = 2,
+    EPH_CLI_EXIT_UNREACHABLE = 3,
+    EPH_CLI_EXIT_REFUSED = 4,
+    EPH_CLI_EXIT_SERVER = 5,
 };
+
+/* The client's version, printed by `ephemeral --version`. */
+#define EPH_CLI_VERSION_LINE "ephemeral " EPH_VERSION
 
 int eph_cli_run(int argc, char **argv);
 int eph_cli_watch(int argc, char **argv);
@@ -30,7 +41,7 @@ int eph_cli_balance(int argc, char **argv);
 
 /* Shared by the commands (run.c, runs.c). */
 
-/* Prints "ephemeral: MSG" and the command's usage line to stderr; returns EPH_CLI_EXIT_ERROR. */
+/* Prints "ephemeral: MSG" and the command's usage line to stderr; returns EPH_CLI_EXIT_USAGE. */
 int eph_cli_usage_error(const char *cmd, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 /* Prints the usage of one command (or all, cmd NULL) to f. */

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "cli/cli.h"
 #include "cli/render.h"
 #include "common/error.h"
 
@@ -360,10 +361,39 @@ bool eph_cli_http_transient(int rc)
     return rc == -ECONNREFUSED || rc == -ECONNRESET || rc == -ETIMEDOUT;
 }
 
-void eph_cli_http_report(const struct eph_cli_http *h, const struct eph_cli_response *resp, int rc)
+/* The exit status an answer (rc 0 and its status) or a transport error (rc < 0) means. */
+static int exit_for(int rc, long status)
 {
+    if (rc == -EMSGSIZE || rc == -EPROTO)
+        return EPH_CLI_EXIT_SERVER;
+    if (rc < 0)
+        return EPH_CLI_EXIT_UNREACHABLE;
+    if (status >= 400 && status < 500)
+        return EPH_CLI_EXIT_REFUSED;
+    return EPH_CLI_EXIT_SERVER;
+}
+
+/* The API's error shape on stdout, for --json: a script reads one JSON document either way. */
+static void print_json_error(const char *type, const char *code, const char *message)
+{
+    json_t *e =
+        json_pack("{s:{s:s,s:s,s:s}}", "error", "type", type, "code", code, "message", message);
+    char *s = e ? json_dumps(e, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
+    if (s)
+        puts(s);
+    free(s);
+    json_decref(e);
+}
+
+void eph_cli_http_report(struct eph_cli_http *h, const struct eph_cli_response *resp, int rc)
+{
+    h->exit_code = exit_for(rc, resp ? resp->status : 0);
     if (rc < 0) {
-        fprintf(stderr, "ephemeral: %s\n", h->error[0] ? h->error : eph_strerror(rc));
+        const char *msg = h->error[0] ? h->error : eph_strerror(rc);
+        fprintf(stderr, "ephemeral: %s\n", msg);
+        if (h->json_errors)
+            print_json_error("connection_error",
+                             rc == -EMSGSIZE ? "answer_too_large" : "server_unreachable", msg);
         return;
     }
     json_t *err = json_object_get(resp->json, "error");
@@ -378,6 +408,34 @@ void eph_cli_http_report(const struct eph_cli_http *h, const struct eph_cli_resp
     }
     if (resp->status == 401)
         fputs("ephemeral: check EPHEMERAL_API_KEY\n", stderr);
+    if (h->json_errors) {
+        if (json_is_object(err)) {
+            char *s = json_dumps(resp->json, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+            if (s)
+                puts(s);
+            free(s);
+        } else {
+            char m[320];
+            snprintf(m, sizeof(m), "%s answered http %ld", h->shown_url, resp->status);
+            print_json_error("api_error", "unexpected_answer", m);
+        }
+    }
+}
+
+void eph_cli_http_bad_answer(struct eph_cli_http *h, const char *what)
+{
+    h->exit_code = EPH_CLI_EXIT_SERVER;
+    fprintf(stderr, "ephemeral: %s answered with something that is not %s\n", h->shown_url, what);
+    if (h->json_errors) {
+        char m[400];
+        snprintf(m, sizeof(m), "%s answered with something that is not %s", h->shown_url, what);
+        print_json_error("api_error", "unexpected_answer", m);
+    }
+}
+
+int eph_cli_http_exit(const struct eph_cli_http *h)
+{
+    return h->exit_code ? h->exit_code : EPH_CLI_EXIT_SERVER;
 }
 
 int eph_cli_http_escape(const char *s, char *out, size_t outlen)

@@ -32,6 +32,8 @@ struct eph_cli_http {
     char shown_url[256]; /* the base URL as messages show it: no credentials */
     char error[768];     /* the last transport error, lowercase, for the user */
     char curl_error[CURL_ERROR_SIZE];
+    bool json_errors; /* --json: a failure is also printed to stdout as the API's error object */
+    int exit_code;    /* the exit status of the last failure reported, 0 before any */
 };
 
 struct eph_cli_response {
@@ -89,8 +91,19 @@ int eph_cli_http_stream(struct eph_cli_http *h, const struct eph_cli_stream *st,
 bool eph_cli_http_transient(int rc);
 
 /* Prints why a request failed to stderr, "ephemeral: …": the API's error.message when the server
- * answered with one, else the transport error, else the HTTP status. */
-void eph_cli_http_report(const struct eph_cli_http *h, const struct eph_cli_response *resp, int rc);
+ * answered with one, else the transport error, else the HTTP status. With h->json_errors, the
+ * error is also printed to stdout as the API's JSON error object (the server's own when it sent
+ * one; for a transport failure {"error": {"type": "connection_error", …}}). Records the exit
+ * status the failure means in h->exit_code (cli.h): 3 for a transport error, 4 for a 4xx, 5 for
+ * a 5xx or an answer that is not JSON. */
+void eph_cli_http_report(struct eph_cli_http *h, const struct eph_cli_response *resp, int rc);
+
+/* Reports an answer that is not what the API sends ("… answered with something that is not
+ * WHAT"), as a server failure (exit status 5). */
+void eph_cli_http_bad_answer(struct eph_cli_http *h, const char *what);
+
+/* The exit status of the last failure reported on h (5 when none was recorded). */
+int eph_cli_http_exit(const struct eph_cli_http *h);
 
 /* Percent-escapes s for a URL path segment or query value into out. -EMSGSIZE when it does not
  * fit. */

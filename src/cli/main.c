@@ -21,11 +21,16 @@ int main(int argc, char **argv)
 {
     if (argc < 2) {
         eph_cli_usage(stderr, NULL);
-        return EPH_CLI_EXIT_ERROR;
+        return EPH_CLI_EXIT_USAGE;
     }
     const char *cmd = argv[1];
     if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
-        eph_cli_usage(stdout, NULL);
+        /* "ephemeral help run" is "ephemeral run --help". */
+        eph_cli_usage(stdout, argc > 2 && strcmp(cmd, "help") == 0 ? argv[2] : NULL);
+        return EPH_CLI_EXIT_OK;
+    }
+    if (strcmp(cmd, "--version") == 0 || strcmp(cmd, "-V") == 0 || strcmp(cmd, "version") == 0) {
+        puts(EPH_CLI_VERSION_LINE);
         return EPH_CLI_EXIT_OK;
     }
     for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
@@ -33,18 +38,18 @@ int main(int argc, char **argv)
             continue;
         if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
             fputs("ephemeral: cannot initialise libcurl\n", stderr);
-            return EPH_CLI_EXIT_ERROR;
+            return EPH_CLI_EXIT_USAGE;
         }
         int code = commands[i].fn(argc - 1, argv + 1);
         curl_global_cleanup();
         /* A closed stdout (a full disk, a pipe gone) means the output was lost. */
         if (fflush(stdout) != 0 || ferror(stdout)) {
             fputs("ephemeral: cannot write the output\n", stderr);
-            return EPH_CLI_EXIT_ERROR;
+            return EPH_CLI_EXIT_USAGE;
         }
         return code;
     }
     fprintf(stderr, "ephemeral: unknown command '%.100s'\n", cmd);
     eph_cli_usage(stderr, NULL);
-    return EPH_CLI_EXIT_ERROR;
+    return EPH_CLI_EXIT_USAGE;
 }

@@ -35,6 +35,7 @@ enum opt_id {
     OPT_IDEMPOTENCY_KEY,
     OPT_DETACH,
     OPT_JSON,
+    OPT_METADATA,
 };
 
 static const struct {
@@ -59,6 +60,7 @@ static const struct {
     {"--idempotency-key", true, OPT_IDEMPOTENCY_KEY},
     {"--detach", false, OPT_DETACH},
     {"--json", false, OPT_JSON},
+    {"--metadata", true, OPT_METADATA},
 };
 
 static int fail(char *err, size_t errlen, int rc, const char *fmt, ...)
@@ -108,7 +110,8 @@ int eph_cli_run_parse(int argc, char **argv, struct eph_cli_run_opts *o, char *e
     o->files = calloc((size_t)argc + 1, sizeof(*o->files));
     o->connections = calloc((size_t)argc + 1, sizeof(*o->connections));
     o->web_allow = calloc((size_t)argc + 1, sizeof(*o->web_allow));
-    if (!o->files || !o->connections || !o->web_allow)
+    o->metadata = calloc((size_t)argc + 1, sizeof(*o->metadata));
+    if (!o->files || !o->connections || !o->web_allow || !o->metadata)
         return fail(err, errlen, -ENOMEM, "out of memory");
     bool budget_given = false, max_cost_given = false, positional_only = false;
 
@@ -234,12 +237,31 @@ int eph_cli_run_parse(int argc, char **argv, struct eph_cli_run_opts *o, char *e
         case OPT_JSON:
             o->json = true;
             break;
+        case OPT_METADATA: {
+            /* The API's rule (docs/API.md): keys of 1 to 64 bytes, values of at most 512. */
+            const char *sep = strchr(v, '=');
+            size_t klen = sep ? (size_t)(sep - v) : 0;
+            if (!sep || klen == 0 || klen > 64 || strlen(sep + 1) > 512)
+                return fail(err, errlen, -EINVAL,
+                            "--metadata needs KEY=VALUE, a key of 1 to 64 bytes and a value of at "
+                            "most 512, not '%.100s'",
+                            v);
+            for (size_t m = 0; m < o->nmetadata; m++)
+                if (strncmp(o->metadata[m], v, klen + 1) == 0)
+                    return fail(err, errlen, -EINVAL, "--metadata key '%.*s' is given twice",
+                                (int)klen, v);
+            o->metadata[o->nmetadata++] = v;
+            break;
+        }
         }
     }
     if (budget_given && max_cost_given)
         return fail(err, errlen, -EINVAL, "give --budget or --max-cost-micros, not both");
     if (o->nfiles > EPH_CLI_FILES_MAX)
         return fail(err, errlen, -EINVAL, "at most %d files per run", EPH_CLI_FILES_MAX);
+    if (o->nmetadata > EPH_CLI_METADATA_MAX)
+        return fail(err, errlen, -EINVAL, "at most %d --metadata pairs per run",
+                    EPH_CLI_METADATA_MAX);
     return 0;
 }
 
@@ -248,9 +270,11 @@ void eph_cli_run_opts_release(struct eph_cli_run_opts *o)
     free(o->files);
     free(o->connections);
     free(o->web_allow);
+    free(o->metadata);
     o->files = NULL;
     o->connections = NULL;
     o->web_allow = NULL;
+    o->metadata = NULL;
 }
 
 bool eph_cli_file_path_ok(const char *path)
@@ -451,6 +475,26 @@ int eph_cli_run_body(const struct eph_cli_run_opts *o, FILE *stdin_f, json_t **o
         rc = set(body, "replay_of", json_string(o->replay_of), err, errlen);
     if (!rc && o->nconnections)
         rc = set(body, "connections", strings_array(o->connections, o->nconnections), err, errlen);
+    if (!rc && o->nmetadata) {
+        /* --metadata is merged into the file's metadata, a flag winning over the file's value. */
+        json_t *md = json_object_get(body, "metadata");
+        if (!md) {
+            rc = set(body, "metadata", json_object(), err, errlen);
+            md = json_object_get(body, "metadata");
+        }
+        if (!rc && !json_is_object(md))
+            rc = fail(err, errlen, -EINVAL, "the request's metadata is not an object");
+        for (size_t i = 0; !rc && i < o->nmetadata; i++) {
+            const char *sep = strchr(o->metadata[i], '=');
+            char key[65];
+            size_t klen = (size_t)(sep - o->metadata[i]);
+            memcpy(key, o->metadata[i], klen);
+            key[klen] = '\0';
+            if (json_object_set_new(md, key, json_string(sep + 1)))
+                rc = fail(err, errlen, -EINVAL, "--metadata '%.100s' is not valid utf-8",
+                          o->metadata[i]);
+        }
+    }
     if (!rc && o->nfiles) {
         json_t *a = json_array();
         if (!a)

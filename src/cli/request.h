@@ -22,6 +22,7 @@
 #define EPH_CLI_FILES_BYTES_MAX ((size_t)10 << 20)
 #define EPH_CLI_IDEMPOTENCY_KEY_MAX 255
 #define EPH_CLI_TIMEOUT_MAX 3600
+#define EPH_CLI_METADATA_MAX 16
 
 struct eph_cli_run_opts {
     const char *request_path; /* NULL, "-" or a file */
@@ -42,6 +43,8 @@ struct eph_cli_run_opts {
     const char *idempotency_key;
     bool detach;
     bool json;
+    const char **metadata; /* --metadata KEY=VALUE strings from argv */
+    size_t nmetadata;
 };
 
 /* Parses argv (argv[0] is "run"; the strings must outlive o). 0, -EINVAL with a lowercase message

@@ -33,6 +33,8 @@
 #define STREAM_RETRIES 8
 /* A long poll for the final state; the request timeout leaves room above it. */
 #define WAIT_S 60
+/* Transport failures in a row before the wait for a run's end gives up. */
+#define WAIT_RETRIES 3
 /* How long to keep waiting for a run to finish: above the longest time limit the API allows. */
 #define FINAL_DEADLINE_S (3600 + 600)
 /* Replay never sleeps longer than this between two events, whatever their t says. */
@@ -49,7 +51,9 @@ void eph_cli_sleep_ms(long ms)
         ;
 }
 
-int eph_cli_fetch_run(struct eph_cli_http *h, const char *id, int wait_s, json_t **run)
+/* eph_cli_fetch_run, with transient transport errors left unreported when quiet (the caller
+ * retries them, and reports once if it gives up). */
+static int fetch_run(struct eph_cli_http *h, const char *id, int wait_s, bool quiet, json_t **run)
 {
     char path[128], prefer[32];
     snprintf(path, sizeof(path), "/v1/runs/%s", id);
@@ -69,24 +73,30 @@ int eph_cli_fetch_run(struct eph_cli_http *h, const char *id, int wait_s, json_t
     else if (rc == 0 && !json_is_object(resp.json))
         rc = -EPROTO;
     if (rc == -EPROTO)
-        fprintf(stderr, "ephemeral: %s answered with something that is not a run\n", h->shown_url);
-    else if (rc)
+        eph_cli_http_bad_answer(h, "a run");
+    else if (rc && !(quiet && eph_cli_http_transient(rc)))
         eph_cli_http_report(h, &resp, rc);
-    else
+    else if (!rc)
         *run = json_incref(resp.json);
     eph_cli_response_release(&resp);
     return rc;
 }
 
-/* Waits until the run is in a terminal status. 0 and the run, or an error already reported. */
-static int wait_final(struct eph_cli_http *h, const char *id, json_t **out)
+int eph_cli_fetch_run(struct eph_cli_http *h, const char *id, int wait_s, json_t **run)
+{
+    return fetch_run(h, id, wait_s, false, run);
+}
+
+/* Waits until the run is in a terminal status, trying again after up to retries transport
+ * failures in a row. 0 and the run, or an error already reported (once). */
+static int wait_final(struct eph_cli_http *h, const char *id, int retries, json_t **out)
 {
     uint64_t deadline = eph_clock_mono_ns() + (uint64_t)FINAL_DEADLINE_S * 1000000000u;
     int failures = 0;
     for (;;) {
         uint64_t start = eph_clock_mono_ns();
         json_t *run = NULL;
-        int rc = eph_cli_fetch_run(h, id, WAIT_S, &run);
+        int rc = fetch_run(h, id, WAIT_S, true, &run);
         if (rc == 0) {
             failures = 0;
             const char *status = json_string_value(json_object_get(run, "status"));
@@ -95,11 +105,18 @@ static int wait_final(struct eph_cli_http *h, const char *id, json_t **out)
                 return 0;
             }
             json_decref(run);
-        } else if (!eph_cli_http_transient(rc) || ++failures > 3) {
+        } else if (!eph_cli_http_transient(rc)) {
+            return rc;
+        } else if (++failures > retries) {
+            /* One message for the whole wait, not one per attempt. */
+            fprintf(stderr, "ephemeral: gave up waiting for %s: %s (ephemeral watch %s resumes)\n",
+                    id, h->error, id);
+            h->exit_code = EPH_CLI_EXIT_UNREACHABLE;
             return rc;
         }
         if (eph_clock_mono_ns() > deadline) {
             fprintf(stderr, "ephemeral: gave up waiting for %s to finish\n", id);
+            h->exit_code = EPH_CLI_EXIT_SERVER;
             return -ETIMEDOUT;
         }
         /* A server that ignores Prefer: wait answers at once: do not spin on it. */
@@ -185,8 +202,7 @@ static int follow_poll(struct follow *f, const json_t *first)
 {
     bool more = false;
     if (render_list(f, first, &more)) {
-        fprintf(stderr, "ephemeral: %s answered with something that is not a list of events\n",
-                f->h->shown_url);
+        eph_cli_http_bad_answer(f->h, "a list of events");
         return -EPROTO;
     }
     int idle = 0, failures = 0;
@@ -209,10 +225,7 @@ static int follow_poll(struct follow *f, const json_t *first)
         if (rc == 0 && resp.status == 200) {
             rc = render_list(f, resp.json, &more);
             if (rc)
-                fprintf(stderr,
-                        "ephemeral: %s answered with something that is not a list of "
-                        "events\n",
-                        f->h->shown_url);
+                eph_cli_http_bad_answer(f->h, "a list of events");
         } else if (rc == 0) {
             eph_cli_http_report(f->h, &resp, rc);
             rc = (int)resp.status;
@@ -293,8 +306,11 @@ static int follow_events(struct eph_cli_http *h, struct eph_cli_render *r, const
         }
         failures = r->printed > before ? 0 : failures + 1;
         if (failures > STREAM_RETRIES) {
-            fprintf(stderr, "ephemeral: lost the event stream of %s%s%s\n", id,
-                    h->error[0] ? ": " : "", h->error);
+            /* A server that is gone is reported once, by the caller, after its own wait for the
+             * run's end has failed too; a stream that failed otherwise is reported here. */
+            if (!eph_cli_http_transient(rc))
+                fprintf(stderr, "ephemeral: lost the event stream of %s%s%s\n", id,
+                        h->error[0] ? ": " : "", h->error);
             rc = rc ? rc : -ECONNRESET;
             break;
         }
@@ -332,11 +348,13 @@ static int show_live(struct eph_cli_http *h, const json_t *run, const char *id)
     /* A timeline cut short is reported on stderr, but the run's own outcome decides the exit
      * status: it may well have completed. */
     char *zdr_result = NULL;
-    (void)follow_events(h, &r, id, &zdr_result);
+    int lost = follow_events(h, &r, id, &zdr_result);
     json_t *final = NULL;
-    if (wait_final(h, id, &final)) {
+    /* The stream has already tried for a while when it lost the server: one more look, then one
+     * message for both. */
+    if (wait_final(h, id, eph_cli_http_transient(lost) ? 0 : WAIT_RETRIES, &final)) {
         free(zdr_result);
-        return EPH_CLI_EXIT_ERROR;
+        return eph_cli_http_exit(h);
     }
     if (zdr_result && !json_is_string(json_object_get(final, "result")))
         json_object_set_new(final, "result", json_string(zdr_result));
@@ -368,7 +386,7 @@ int eph_cli_run(int argc, char **argv)
     if (rc) {
         eph_cli_run_opts_release(&o);
         return rc == -EINVAL ? eph_cli_usage_error("run", "%s", err)
-                             : (fprintf(stderr, "ephemeral: %s\n", err), EPH_CLI_EXIT_ERROR);
+                             : (fprintf(stderr, "ephemeral: %s\n", err), EPH_CLI_EXIT_USAGE);
     }
     char *text = json_dumps(body, JSON_COMPACT | JSON_PRESERVE_ORDER);
     json_decref(body);
@@ -376,8 +394,9 @@ int eph_cli_run(int argc, char **argv)
     if (!text || eph_cli_http_init(&h)) {
         free(text);
         eph_cli_run_opts_release(&o);
-        return EPH_CLI_EXIT_ERROR;
+        return EPH_CLI_EXIT_USAGE;
     }
+    h.json_errors = o.json;
 
     /* A key of our own when none is given, so that the one retry below cannot create a second
      * run: the server answers it with the first one. */
@@ -389,7 +408,7 @@ int eph_cli_run(int argc, char **argv)
             free(text);
             eph_cli_http_release(&h);
             eph_cli_run_opts_release(&o);
-            return EPH_CLI_EXIT_ERROR;
+            return EPH_CLI_EXIT_USAGE;
         }
         key = keybuf;
     }
@@ -412,17 +431,17 @@ int eph_cli_run(int argc, char **argv)
         rc = eph_cli_http_do(&h, &rq, &resp);
     }
     free(text);
-    int code = EPH_CLI_EXIT_ERROR;
     const char *id = NULL;
     if (rc == 0 && (resp.status == 200 || resp.status == 201)) {
         id = json_string_value(json_object_get(resp.json, "id"));
         if (!id || !eph_id_is_run(id)) {
-            fprintf(stderr, "ephemeral: %s answered without a run id\n", h.shown_url);
+            eph_cli_http_bad_answer(&h, "a run with an id");
             id = NULL;
         }
     } else {
         eph_cli_http_report(&h, &resp, rc);
     }
+    int code = eph_cli_http_exit(&h);
     if (id && o.detach) {
         if (o.json)
             print_json(resp.json);
@@ -431,11 +450,13 @@ int eph_cli_run(int argc, char **argv)
         code = EPH_CLI_EXIT_OK;
     } else if (id && o.json) {
         json_t *final = NULL;
-        if (wait_final(&h, id, &final) == 0) {
+        if (wait_final(&h, id, WAIT_RETRIES, &final) == 0) {
             print_json(final);
             const char *status = json_string_value(json_object_get(final, "status"));
             code = eph_cli_status_exit(status) == 0 ? EPH_CLI_EXIT_OK : EPH_CLI_EXIT_RUN_FAILED;
             json_decref(final);
+        } else {
+            code = eph_cli_http_exit(&h);
         }
     } else if (id) {
         code = show_live(&h, resp.json, id);
@@ -463,7 +484,7 @@ static const char *single_run_id(int argc, char **argv, int *code)
         return NULL;
     }
     if (eph_cli_check_run_id(argv[0], argv[1])) {
-        *code = EPH_CLI_EXIT_ERROR;
+        *code = EPH_CLI_EXIT_USAGE;
         return NULL;
     }
     return argv[1];
@@ -471,17 +492,19 @@ static const char *single_run_id(int argc, char **argv, int *code)
 
 int eph_cli_watch(int argc, char **argv)
 {
-    int code = EPH_CLI_EXIT_ERROR;
+    int code = EPH_CLI_EXIT_USAGE;
     const char *id = single_run_id(argc, argv, &code);
     if (!id)
         return code;
     struct eph_cli_http h;
     if (eph_cli_http_init(&h))
-        return EPH_CLI_EXIT_ERROR;
+        return EPH_CLI_EXIT_USAGE;
     json_t *run = NULL;
     if (eph_cli_fetch_run(&h, id, 0, &run) == 0) {
         code = show_live(&h, run, id);
         json_decref(run);
+    } else {
+        code = eph_cli_http_exit(&h);
     }
     eph_cli_http_release(&h);
     return code;
@@ -507,10 +530,7 @@ static int fetch_all_events(struct eph_cli_http *h, const char *id, json_t **out
         json_t *data = json_object_get(resp.json, "data");
         if (rc || resp.status != 200 || !json_is_array(data)) {
             if (rc == 0 && resp.status == 200)
-                fprintf(stderr,
-                        "ephemeral: %s answered with something that is not a list of "
-                        "events\n",
-                        h->shown_url);
+                eph_cli_http_bad_answer(h, "a list of events");
             else
                 eph_cli_http_report(h, &resp, rc);
             eph_cli_response_release(&resp);
@@ -567,13 +587,14 @@ static void show_divergences(const json_t *run, const json_t *events)
 
 int eph_cli_replay(int argc, char **argv)
 {
-    int code = EPH_CLI_EXIT_ERROR;
+    int code = EPH_CLI_EXIT_USAGE;
     const char *id = single_run_id(argc, argv, &code);
     if (!id)
         return code;
     struct eph_cli_http h;
     if (eph_cli_http_init(&h))
-        return EPH_CLI_EXIT_ERROR;
+        return EPH_CLI_EXIT_USAGE;
+    code = EPH_CLI_EXIT_SERVER;
     json_t *run = NULL, *events = NULL;
     if (eph_cli_fetch_run(&h, id, 0, &run) == 0 && fetch_all_events(&h, id, &events) == 0) {
         struct eph_cli_render r;
@@ -600,6 +621,8 @@ int eph_cli_replay(int argc, char **argv)
         eph_cli_render_result(&r, run);
         show_divergences(run, events);
         code = EPH_CLI_EXIT_OK;
+    } else {
+        code = eph_cli_http_exit(&h);
     }
     json_decref(run);
     json_decref(events);
@@ -615,13 +638,13 @@ static int write_chunk(void *arg, const char *data, size_t n)
 
 int eph_cli_transcript(int argc, char **argv)
 {
-    int code = EPH_CLI_EXIT_ERROR;
+    int code = EPH_CLI_EXIT_USAGE;
     const char *id = single_run_id(argc, argv, &code);
     if (!id)
         return code;
     struct eph_cli_http h;
     if (eph_cli_http_init(&h))
-        return EPH_CLI_EXIT_ERROR;
+        return EPH_CLI_EXIT_USAGE;
     char path[96];
     snprintf(path, sizeof(path), "/v1/runs/%s/transcript", id);
     /* The record as the server gives it, line by line: JSON, so nothing in it can drive the
@@ -633,12 +656,16 @@ int eph_cli_transcript(int argc, char **argv)
     struct eph_cli_response resp;
     eph_cli_response_init(&resp);
     int rc = eph_cli_http_stream(&h, &st, &resp);
-    if (rc == 0 && resp.status == 200 && resp.streamed)
+    if (rc == 0 && resp.status == 200 && resp.streamed) {
         code = EPH_CLI_EXIT_OK;
-    else if (rc == -EIO && resp.streamed)
+    } else if (rc == -EIO && resp.streamed) {
+        /* Our side failed (a full disk, a closed pipe), not the server. */
         fputs("ephemeral: cannot write the transcript\n", stderr);
-    else
+        code = EPH_CLI_EXIT_USAGE;
+    } else {
         eph_cli_http_report(&h, &resp, rc ? rc : (resp.status == 200 ? -EPROTO : 0));
+        code = eph_cli_http_exit(&h);
+    }
     eph_cli_response_release(&resp);
     eph_cli_http_release(&h);
     return code;

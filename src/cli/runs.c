@@ -9,6 +9,7 @@
 
 #include "cli/cli.h"
 #include "cli/render.h"
+#include "common/id.h"
 #include "common/money.h"
 
 #define LABEL_W 13
@@ -246,7 +247,7 @@ static int parse_simple(int argc, char **argv, bool want_id, const char **id, bo
         return -1;
     }
     if (want_id && eph_cli_check_run_id(argv[0], *id)) {
-        *code = EPH_CLI_EXIT_ERROR;
+        *code = EPH_CLI_EXIT_USAGE;
         return -1;
     }
     return 0;
@@ -256,12 +257,13 @@ int eph_cli_get(int argc, char **argv)
 {
     const char *id;
     bool json;
-    int code = EPH_CLI_EXIT_ERROR;
+    int code = EPH_CLI_EXIT_USAGE;
     if (parse_simple(argc, argv, true, &id, &json, &code))
         return code;
     struct eph_cli_http h;
     if (eph_cli_http_init(&h))
-        return EPH_CLI_EXIT_ERROR;
+        return EPH_CLI_EXIT_USAGE;
+    h.json_errors = json;
     json_t *run = NULL;
     if (eph_cli_fetch_run(&h, id, 0, &run) == 0) {
         if (json)
@@ -270,6 +272,8 @@ int eph_cli_get(int argc, char **argv)
             print_run(run, eph_cli_color_wanted(stdout));
         code = EPH_CLI_EXIT_OK;
         json_decref(run);
+    } else {
+        code = eph_cli_http_exit(&h);
     }
     eph_cli_http_release(&h);
     return code;
@@ -288,7 +292,7 @@ static int get_object(struct eph_cli_http *h, const char *path, json_t **out)
     if (rc == 0 && resp.status == 200 && json_is_object(resp.json)) {
         *out = json_incref(resp.json);
     } else if (rc == 0 && resp.status == 200) {
-        fprintf(stderr, "ephemeral: %s answered with something that is not json\n", h->shown_url);
+        eph_cli_http_bad_answer(h, "json");
         rc = -EPROTO;
     } else {
         eph_cli_http_report(h, &resp, rc);
@@ -298,43 +302,91 @@ static int get_object(struct eph_cli_http *h, const char *path, json_t **out)
     return rc;
 }
 
+/* The value of "--name VALUE" or "--name=VALUE" at argv[*i], or NULL when a is not --name. Sets
+ * *missing when --name has no value. */
+static const char *opt_value(int argc, char **argv, int *i, const char *name, bool *missing)
+{
+    const char *a = argv[*i];
+    size_t n = strlen(name);
+    if (strncmp(a, name, n) != 0 || (a[n] != '\0' && a[n] != '='))
+        return NULL;
+    if (a[n] == '=')
+        return a + n + 1;
+    if (*i + 1 < argc)
+        return argv[++*i];
+    *missing = true;
+    return NULL;
+}
+
+/* Appends "&name=value" (value escaped) to the list's query; -EMSGSIZE when it does not fit. */
+static int query_add(char *q, size_t qlen, const char *name, const char *value)
+{
+    char esc[1600];
+    int rc = eph_cli_http_escape(value, esc, sizeof(esc));
+    if (rc)
+        return rc;
+    size_t used = strlen(q);
+    int n = snprintf(q + used, qlen - used, "&%s=%s", name, esc);
+    return n < 0 || (size_t)n >= qlen - used ? -EMSGSIZE : 0;
+}
+
+static void print_run_table(const json_t *data)
+{
+    printf("%-36s  %-16s  %-19s  %10s  %s\n", "ID", "STATUS", "CREATED (UTC)", "DURATION",
+           "CHARGED");
+    size_t i;
+    json_t *run;
+    json_array_foreach(data, i, run)
+    {
+        char created[20] = "-", dur[32], charged[EPH_MONEY_FMT_MAX];
+        const char *c = str(run, "created_at");
+        if (c && strlen(c) >= 19) {
+            memcpy(created, c, 19);
+            created[19] = '\0';
+            created[10] = ' ';
+        }
+        span(c, str(run, "finished_at"), dur, sizeof(dur));
+        money(charged, sizeof(charged), num(json_object_get(run, "cost"), "charged_micros"));
+        /* Padding is computed on what is printed, so print each column made safe. */
+        char id[40], st[20];
+        snprintf(id, sizeof(id), "%s", str(run, "id") ? str(run, "id") : "?");
+        snprintf(st, sizeof(st), "%s", str(run, "status") ? str(run, "status") : "?");
+        for (char *q = id; *q; q++)
+            if (*q < 0x21 || *q > 0x7e)
+                *q = '?';
+        for (char *q = st; *q; q++)
+            if (*q < 0x21 || *q > 0x7e)
+                *q = '?';
+        for (char *q = created; *q; q++)
+            if (*q < 0x20 || *q > 0x7e)
+                *q = '?';
+        printf("%-36s  %-16s  %-19s  %10s  %s\n", id, st, created, dur[0] ? dur : "-", charged);
+    }
+}
+
 int eph_cli_list(int argc, char **argv)
 {
     long limit = 20;
-    const char *status = NULL;
+    const char *status = NULL, *after = NULL;
     bool json = false;
+    /* The query after limit: status, after and metadata filters, each escaped. */
+    char query[4096] = "";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        const char *v = NULL;
+        bool missing = false;
+        const char *v;
         if (strcmp(a, "--json") == 0) {
             json = true;
-            continue;
-        }
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+        } else if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
             eph_cli_usage(stdout, "list");
             return EPH_CLI_EXIT_OK;
-        }
-        bool is_limit = strncmp(a, "--limit", 7) == 0 && (a[7] == '\0' || a[7] == '=');
-        bool is_status = strncmp(a, "--status", 8) == 0 && (a[8] == '\0' || a[8] == '=');
-        if (!is_limit && !is_status)
-            return eph_cli_usage_error(
-                "list", a[0] == '-' ? "unknown option '%.100s'" : "unexpected argument '%.100s'",
-                a);
-        const char *eq = strchr(a, '=');
-        if (eq)
-            v = eq + 1;
-        else if (i + 1 < argc)
-            v = argv[++i];
-        else
-            return eph_cli_usage_error("list", "option '%s' needs a value",
-                                       is_limit ? "--limit" : "--status");
-        if (is_limit) {
+        } else if ((v = opt_value(argc, argv, &i, "--limit", &missing))) {
             char *end;
             errno = 0;
             limit = strtol(v, &end, 10);
             if (errno || *end || v[0] < '0' || v[0] > '9' || limit < 1 || limit > 100)
                 return eph_cli_usage_error("list", "--limit must be from 1 to 100, not '%.40s'", v);
-        } else {
+        } else if ((v = opt_value(argc, argv, &i, "--status", &missing))) {
             size_t k, n = sizeof(statuses) / sizeof(statuses[0]);
             for (k = 0; k < n && strcmp(v, statuses[k]) != 0; k++)
                 ;
@@ -345,64 +397,64 @@ int eph_cli_list(int argc, char **argv)
                     "budget_exhausted or cancelled, not '%.40s'",
                     v);
             status = statuses[k];
+        } else if ((v = opt_value(argc, argv, &i, "--after", &missing))) {
+            if (eph_cli_check_run_id("list", v))
+                return EPH_CLI_EXIT_USAGE;
+            after = v;
+        } else if ((v = opt_value(argc, argv, &i, "--metadata", &missing))) {
+            const char *eq = strchr(v, '=');
+            size_t klen = eq ? (size_t)(eq - v) : 0;
+            if (!eq || klen == 0 || klen > 64 || strlen(eq + 1) > 512)
+                return eph_cli_usage_error(
+                    "list", "--metadata needs KEY=VALUE (a key of 1 to 64 bytes), not '%.100s'", v);
+            char key[65], name[256];
+            memcpy(key, v, klen);
+            key[klen] = '\0';
+            char esc[200];
+            if (eph_cli_http_escape(key, esc, sizeof(esc)) ||
+                snprintf(name, sizeof(name), "metadata%%5B%s%%5D", esc) >= (int)sizeof(name) ||
+                query_add(query, sizeof(query), name, eq + 1))
+                return eph_cli_usage_error("list", "too many --metadata filters");
+        } else if (missing) {
+            return eph_cli_usage_error("list", "option '%.40s' needs a value", a);
+        } else {
+            return eph_cli_usage_error(
+                "list", a[0] == '-' ? "unknown option '%.100s'" : "unexpected argument '%.100s'",
+                a);
         }
     }
+    if ((status && query_add(query, sizeof(query), "status", status)) ||
+        (after && query_add(query, sizeof(query), "after", after)))
+        return eph_cli_usage_error("list", "the filters are too long");
     struct eph_cli_http h;
     if (eph_cli_http_init(&h))
-        return EPH_CLI_EXIT_ERROR;
-    char path[128];
-    snprintf(path, sizeof(path), "/v1/runs?limit=%ld%s%s", limit, status ? "&status=" : "",
-             status ? status : "");
+        return EPH_CLI_EXIT_USAGE;
+    h.json_errors = json;
+    char path[4200];
+    snprintf(path, sizeof(path), "/v1/runs?limit=%ld%s", limit, query);
     json_t *list = NULL;
-    int code = EPH_CLI_EXIT_ERROR;
+    int code;
     if (get_object(&h, path, &list) == 0) {
         json_t *data = json_object_get(list, "data");
         if (!json_is_array(data)) {
-            fprintf(stderr, "ephemeral: %s answered with something that is not a list of runs\n",
-                    h.shown_url);
+            eph_cli_http_bad_answer(&h, "a list of runs");
+            code = eph_cli_http_exit(&h);
         } else if (json) {
             print_json(list);
             code = EPH_CLI_EXIT_OK;
         } else {
-            printf("%-36s  %-16s  %-19s  %10s  %s\n", "ID", "STATUS", "CREATED (UTC)", "DURATION",
-                   "CHARGED");
-            size_t i;
-            json_t *run;
-            json_array_foreach(data, i, run)
-            {
-                char created[20] = "-", dur[32], charged[EPH_MONEY_FMT_MAX];
-                const char *c = str(run, "created_at");
-                if (c && strlen(c) >= 19) {
-                    memcpy(created, c, 19);
-                    created[19] = '\0';
-                    created[10] = ' ';
-                }
-                span(c, str(run, "finished_at"), dur, sizeof(dur));
-                money(charged, sizeof(charged),
-                      num(json_object_get(run, "cost"), "charged_micros"));
-                /* Padding is computed on what is printed, so print each column made safe. */
-                char id[40], st[20];
-                snprintf(id, sizeof(id), "%s", str(run, "id") ? str(run, "id") : "?");
-                snprintf(st, sizeof(st), "%s", str(run, "status") ? str(run, "status") : "?");
-                for (char *q = id; *q; q++)
-                    if (*q < 0x21 || *q > 0x7e)
-                        *q = '?';
-                for (char *q = st; *q; q++)
-                    if (*q < 0x21 || *q > 0x7e)
-                        *q = '?';
-                for (char *q = created; *q; q++)
-                    if (*q < 0x20 || *q > 0x7e)
-                        *q = '?';
-                printf("%-36s  %-16s  %-19s  %10s  %s\n", id, st, created, dur[0] ? dur : "-",
-                       charged);
-            }
-            if (json_array_size(data) == 0)
+            print_run_table(data);
+            size_t n = json_array_size(data);
+            const char *last = n ? str(json_array_get(data, n - 1), "id") : NULL;
+            if (n == 0)
                 puts("(no runs)");
-            else if (json_is_true(json_object_get(list, "has_more")))
-                printf("(more runs: ephemeral list --limit %ld shows up to %ld)\n", limit, limit);
+            else if (json_is_true(json_object_get(list, "has_more")) && last && eph_id_is_run(last))
+                printf("(more runs: ephemeral list --after %s)\n", last);
             code = EPH_CLI_EXIT_OK;
         }
         json_decref(list);
+    } else {
+        code = eph_cli_http_exit(&h);
     }
     eph_cli_http_release(&h);
     return code;
@@ -412,12 +464,13 @@ int eph_cli_cancel(int argc, char **argv)
 {
     const char *id;
     bool json;
-    int code = EPH_CLI_EXIT_ERROR;
+    int code = EPH_CLI_EXIT_USAGE;
     if (parse_simple(argc, argv, true, &id, &json, &code))
         return code;
     struct eph_cli_http h;
     if (eph_cli_http_init(&h))
-        return EPH_CLI_EXIT_ERROR;
+        return EPH_CLI_EXIT_USAGE;
+    h.json_errors = json;
     char path[128];
     snprintf(path, sizeof(path), "/v1/runs/%s/cancel", id);
     struct eph_cli_request rq = {.method = "POST", .path = path};
@@ -435,9 +488,11 @@ int eph_cli_cancel(int argc, char **argv)
         }
         code = EPH_CLI_EXIT_OK;
     } else if (rc == 0 && (resp.status == 200 || resp.status == 202)) {
-        fprintf(stderr, "ephemeral: %s answered with something that is not a run\n", h.shown_url);
+        eph_cli_http_bad_answer(&h, "a run");
+        code = eph_cli_http_exit(&h);
     } else {
         eph_cli_http_report(&h, &resp, rc);
+        code = eph_cli_http_exit(&h);
     }
     eph_cli_response_release(&resp);
     eph_cli_http_release(&h);
@@ -448,12 +503,13 @@ int eph_cli_balance(int argc, char **argv)
 {
     const char *id;
     bool json;
-    int code = EPH_CLI_EXIT_ERROR;
+    int code = EPH_CLI_EXIT_USAGE;
     if (parse_simple(argc, argv, false, &id, &json, &code))
         return code;
     struct eph_cli_http h;
     if (eph_cli_http_init(&h))
-        return EPH_CLI_EXIT_ERROR;
+        return EPH_CLI_EXIT_USAGE;
+    h.json_errors = json;
     json_t *b = NULL;
     if (get_object(&h, "/v1/balance", &b) == 0) {
         if (json) {
@@ -469,6 +525,8 @@ int eph_cli_balance(int argc, char **argv)
         }
         code = EPH_CLI_EXIT_OK;
         json_decref(b);
+    } else {
+        code = eph_cli_http_exit(&h);
     }
     eph_cli_http_release(&h);
     return code;

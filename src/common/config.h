@@ -81,8 +81,11 @@ struct eph_config {
         uint64_t web_micros_per_mib;        /* 50 */
     } prices;
     struct {
-        char **allow_private_cidrs;       /* none: only public addresses (SPEC 7) */
-        size_t nallow_private_cidrs;      /* at most 64, each checked at load */
+        char **allow_private_cidrs;  /* connections' base_urls only; none: only public
+                                        addresses (docs/BROKER.md) */
+        size_t nallow_private_cidrs; /* at most 64, each checked at load */
+        char **web_private_cidrs;    /* the same for web requests and web_fetch */
+        size_t nweb_private_cidrs;
         char *extra_ca_file;              /* PEM added to the system store, or NULL */
         uint64_t max_request_bytes;       /* 10 MiB */
         uint64_t max_response_bytes;      /* 50 MiB */
@@ -93,6 +96,7 @@ struct eph_config {
     char *default_model;
     struct eph_model_config *models;
     size_t nmodels;
+    bool models_configured; /* the configuration file has "models": nothing is added to them */
 };
 
 /* The model configured under id, or NULL. */

@@ -106,6 +106,9 @@ void eph_config_release(struct eph_config *cfg)
     for (size_t i = 0; i < cfg->broker.nallow_private_cidrs; i++)
         free(cfg->broker.allow_private_cidrs[i]);
     free(cfg->broker.allow_private_cidrs);
+    for (size_t i = 0; i < cfg->broker.nweb_private_cidrs; i++)
+        free(cfg->broker.web_private_cidrs[i]);
+    free(cfg->broker.web_private_cidrs);
     free(cfg->broker.extra_ca_file);
     for (size_t i = 0; i < cfg->nmodels; i++)
         model_release(&cfg->models[i]);
@@ -252,30 +255,16 @@ static int load_object(void *base, const struct key *keys, json_t *obj, const ch
     return 0;
 }
 
-/* broker.*: the scalar keys, the allow-list (each entry a CIDR the broker can parse) and the
- * extra CA file (a path, or null). */
-static int load_broker(struct eph_config *cfg, json_t *o, char *err, size_t errlen)
+/* A list of CIDRs (broker.allow_private_cidrs, broker.web_private_cidrs), each one the broker can
+ * parse, into *out (replacing what was there). */
+static int load_cidrs(json_t *o, const char *key, char ***out, size_t *nout, char *err,
+                      size_t errlen)
 {
-    static const char *const special[] = {"allow_private_cidrs", "extra_ca_file", NULL};
-    int rc = load_object(cfg, broker_keys, o, "broker.", special, err, errlen);
-    if (rc)
-        return rc;
-    json_t *ca = json_object_get(o, "extra_ca_file");
-    if (ca && !json_is_null(ca)) {
-        if (!json_is_string(ca) || !json_string_value(ca)[0]) {
-            snprintf(err, errlen, "config: 'broker.extra_ca_file' must be a path or null");
-            return -EINVAL;
-        }
-        if (eph_config_set(&cfg->broker.extra_ca_file, json_string_value(ca)))
-            return -ENOMEM;
-    }
-    json_t *list = json_object_get(o, "allow_private_cidrs");
+    json_t *list = json_object_get(o, key);
     if (!list)
         return 0;
     if (!json_is_array(list) || json_array_size(list) > EPH_BROKER_MAX_ALLOW_CIDRS) {
-        snprintf(err, errlen,
-                 "config: 'broker.allow_private_cidrs' must be an array of at most "
-                 "%d CIDRs",
+        snprintf(err, errlen, "config: 'broker.%s' must be an array of at most %d CIDRs", key,
                  EPH_BROKER_MAX_ALLOW_CIDRS);
         return -EINVAL;
     }
@@ -288,9 +277,7 @@ static int load_broker(struct eph_config *cfg, json_t *o, char *err, size_t errl
         struct eph_cidr c;
         if (!json_is_string(e) || eph_cidr_parse(json_string_value(e), &c) != 0) {
             snprintf(err, errlen,
-                     "config: broker.allow_private_cidrs[%zu] is not a CIDR "
-                     "(a.b.c.d/n or an IPv6 prefix)",
-                     i);
+                     "config: broker.%s[%zu] is not a CIDR (a.b.c.d/n or an IPv6 prefix)", key, i);
             for (size_t k = 0; k < i; k++)
                 free(v[k]);
             free(v);
@@ -303,12 +290,38 @@ static int load_broker(struct eph_config *cfg, json_t *o, char *err, size_t errl
             return -ENOMEM;
         }
     }
-    for (size_t i = 0; i < cfg->broker.nallow_private_cidrs; i++)
-        free(cfg->broker.allow_private_cidrs[i]);
-    free(cfg->broker.allow_private_cidrs);
-    cfg->broker.allow_private_cidrs = v;
-    cfg->broker.nallow_private_cidrs = n;
+    for (size_t i = 0; i < *nout; i++)
+        free((*out)[i]);
+    free(*out);
+    *out = v;
+    *nout = n;
     return 0;
+}
+
+/* broker.*: the scalar keys, the two allow-lists (each entry a CIDR the broker can parse) and the
+ * extra CA file (a path, or null). */
+static int load_broker(struct eph_config *cfg, json_t *o, char *err, size_t errlen)
+{
+    static const char *const special[] = {"allow_private_cidrs", "web_private_cidrs",
+                                          "extra_ca_file", NULL};
+    int rc = load_object(cfg, broker_keys, o, "broker.", special, err, errlen);
+    if (rc)
+        return rc;
+    json_t *ca = json_object_get(o, "extra_ca_file");
+    if (ca && !json_is_null(ca)) {
+        if (!json_is_string(ca) || !json_string_value(ca)[0]) {
+            snprintf(err, errlen, "config: 'broker.extra_ca_file' must be a path or null");
+            return -EINVAL;
+        }
+        if (eph_config_set(&cfg->broker.extra_ca_file, json_string_value(ca)))
+            return -ENOMEM;
+    }
+    rc = load_cidrs(o, "allow_private_cidrs", &cfg->broker.allow_private_cidrs,
+                    &cfg->broker.nallow_private_cidrs, err, errlen);
+    if (!rc)
+        rc = load_cidrs(o, "web_private_cidrs", &cfg->broker.web_private_cidrs,
+                        &cfg->broker.nweb_private_cidrs, err, errlen);
+    return rc;
 }
 
 /* Cache writes and the input overhead as each provider bills them (docs/MODELS.md): Anthropic
@@ -510,6 +523,7 @@ static int load_root(struct eph_config *cfg, json_t *root, const char *path, cha
         free(cfg->models);
         cfg->models = ms;
         cfg->nmodels = n;
+        cfg->models_configured = true;
     }
     if (strcmp(cfg->on_unready, "refuse") != 0 && strcmp(cfg->on_unready, "serve") != 0) {
         snprintf(err, errlen, "config: 'on_unready' must be \"refuse\" or \"serve\"");

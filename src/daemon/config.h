@@ -22,6 +22,10 @@ int eph_config_load_buffer(struct eph_config *cfg, const char *data, size_t len,
 /* Merges EPHEMERALD_LISTEN, _DB, _SANDBOX, _LOG_FORMAT, _MAX_CONCURRENT_RUNS, ... */
 int eph_config_load_env(struct eph_config *cfg, char *err, size_t errlen);
 void eph_config_release(struct eph_config *cfg);
+/* With no "models" in the configuration file: adds the real models of each provider whose key
+ * variable (OPENAI_API_KEY, ANTHROPIC_API_KEY) is set, beside the replay model, and logs each
+ * (key_models.c). 0 or -ENOMEM. */
+int eph_config_add_key_models(struct eph_config *cfg) __attribute__((warn_unused_result));
 /* Replaces a string field (copies value). */
 int eph_config_set(char **field, const char *value);
 

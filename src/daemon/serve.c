@@ -29,6 +29,7 @@
 #include "daemon/commands.h"
 #include "daemon/options.h"
 #include "daemon/readiness.h"
+#include "run/egress.h"
 #include "run/live.h"
 #include "run/scheduler.h"
 #include "run/service.h"
@@ -94,6 +95,11 @@ int eph_cmd_serve(int argc, char **argv)
     if (eph_options_load(&cfg, argc, argv, 1, NULL, NULL)) {
         eph_config_release(&cfg);
         return 2;
+    }
+    if (eph_config_add_key_models(&cfg)) {
+        EPH_ERROR("serve", "out of memory adding the models of the keys set");
+        eph_config_release(&cfg);
+        return 1;
     }
     svc.cfg = &cfg;
     atomic_init(&svc.shutting_down, false);
@@ -180,6 +186,8 @@ int eph_cmd_serve(int argc, char **argv)
         snprintf(svc.node_id, sizeof(svc.node_id), "node");
     EPH_INFO("serve", "node %s, store %s", svc.node_id, svc.store->ops->name);
 
+    /* Before any run: the sockets of this server that no broker request may reach. */
+    eph_egress_learn_own(&svc);
     unsigned lost = 0, requeued = 0;
     if ((rc = eph_service_start_workers(&svc))) {
         EPH_ERROR("serve", "cannot start the worker pool: %s", eph_strerror(rc));

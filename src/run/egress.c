@@ -13,6 +13,7 @@
 
 #include "broker/broker.h"
 #include "broker/event.h"
+#include "broker/http.h"
 #include "common/log.h"
 #include "common/secret.h"
 
@@ -221,6 +222,33 @@ static int load_connections(struct eph_service *svc, const struct eph_run *r, st
     return rc;
 }
 
+void eph_egress_learn_own(struct eph_service *svc)
+{
+    const struct eph_config *cfg = svc->cfg;
+    struct eph_guard_own *own = &svc->broker_own;
+    memset(own, 0, sizeof(*own));
+    struct eph_http_authority listen;
+    if (cfg->listen &&
+        eph_http_parse_authority(cfg->listen, strlen(cfg->listen), 0, &listen) == 0 &&
+        listen.host.literal) {
+        struct sockaddr_storage ss;
+        eph_guard_sockaddr(&listen.host.addr, listen.port, &ss);
+        if (eph_guard_own_add(own, (struct sockaddr *)&ss))
+            EPH_WARN("egress", "the broker cannot refuse the API's address");
+    } else {
+        EPH_WARN("egress", "listen address '%s' has no fixed port: the broker cannot refuse it",
+                 cfg->listen ? cfg->listen : "");
+    }
+    if (cfg->db && eph_store_target_is_postgres(cfg->db)) {
+        struct sockaddr_storage pg[8];
+        size_t n = eph_store_postgres_servers(cfg->db, pg, sizeof(pg) / sizeof(pg[0]));
+        for (size_t i = 0; i < n; i++)
+            if (eph_guard_own_add(own, (struct sockaddr *)&pg[i]) == -ENOSPC)
+                EPH_WARN("egress", "too many store servers: the broker refuses the first %d",
+                         EPH_GUARD_MAX_OWN);
+    }
+}
+
 int eph_egress_start(struct eph_service *svc, struct eph_run *r, struct eph_live *live,
                      struct eph_budget *budget, struct eph_sandbox *sb, struct eph_egress **out,
                      char *err, size_t errlen)
@@ -240,6 +268,10 @@ int eph_egress_start(struct eph_service *svc, struct eph_run *r, struct eph_live
         if (eph_cidr_parse(cfg->broker.allow_private_cidrs[i],
                            &s.allow_private[s.nallow_private]) == 0)
             s.nallow_private++;
+    for (size_t i = 0; i < cfg->broker.nweb_private_cidrs && i < EPH_BROKER_MAX_ALLOW_CIDRS; i++)
+        if (eph_cidr_parse(cfg->broker.web_private_cidrs[i], &s.web_private[s.nweb_private]) == 0)
+            s.nweb_private++;
+    s.own = svc->broker_own;
     s.extra_ca_file = cfg->broker.extra_ca_file;
     s.max_request_bytes = cfg->broker.max_request_bytes;
     s.max_response_bytes = cfg->broker.max_response_bytes;

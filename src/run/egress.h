@@ -20,6 +20,10 @@
 
 struct eph_egress;
 
+/* Fills svc->broker_own from the configuration, at start-up before any run: the API's listen
+ * address and port (which serves /metrics too), and the store's PostgreSQL servers. Logs what it
+ * cannot know (a listen port of 0). */
+void eph_egress_learn_own(struct eph_service *svc);
 /* Whether a run needs the broker at all. */
 bool eph_egress_wanted(const struct eph_run *r);
 /* Builds the broker and opens the sandbox's tunnel. 0 with *out (NULL when the run needs none),

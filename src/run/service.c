@@ -11,7 +11,8 @@
 
 struct eph_model *eph_service_model(struct eph_service *svc, const char *id)
 {
-    for (size_t i = 0; i < svc->cfg->nmodels; i++)
+    /* A service without opened models (a test's) has none to give. */
+    for (size_t i = 0; svc->models && i < svc->cfg->nmodels; i++)
         if (strcmp(svc->cfg->models[i].id, id) == 0)
             return svc->models[i];
     return NULL;

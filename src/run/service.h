@@ -12,6 +12,7 @@
 #include <stdbool.h>
 
 #include "agent/model.h"
+#include "broker/guard.h"
 #include "common/config.h"
 #include "sandbox/sandbox.h"
 #include "store/store.h"
@@ -49,6 +50,8 @@ struct eph_service {
     struct eph_scheduler *sched;        /* the worker pool (scheduler.h); NULL until started */
     struct eph_sandbox_pool *pool;      /* warm sandboxes (sandbox/pool.h); NULL: none */
     struct eph_store_listener listener; /* other nodes' notifications (cluster.c) */
+    struct eph_guard_own broker_own;    /* the server's own sockets, which no broker request may
+                                           reach (eph_egress_learn_own, before the workers) */
 };
 
 struct eph_model *eph_service_model(struct eph_service *svc, const char *id);

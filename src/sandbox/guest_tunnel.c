@@ -126,6 +126,20 @@ static struct hstream *stream_find(struct eph_guest_tunnel *t, uint32_t id)
     return NULL;
 }
 
+static void stream_read_all(struct eph_guest_tunnel *t, struct hstream *s, uint32_t id);
+
+/* The broker's end is gone while the guest still sends: the broker answered and hung up before
+ * it read everything (a refusal at its cap, a request too large). Its answer is still readable
+ * here, and goes to the guest before the reset, or the program would see a reset alone. */
+static void stream_drain_reset(struct eph_guest_tunnel *t, struct hstream *s)
+{
+    uint32_t id = s->id;
+    if (!s->fd_eof && s->credit > 0)
+        stream_read_all(t, s, id);
+    if (s->fd >= 0 && s->id == id)
+        stream_reset(t, s);
+}
+
 static void stream_write(struct eph_guest_tunnel *t, struct hstream *s)
 {
     while (s->off < s->len) {
@@ -135,7 +149,7 @@ static void stream_write(struct eph_guest_tunnel *t, struct hstream *s)
         if (w < 0 && errno == EAGAIN)
             break;
         if (w <= 0) {
-            stream_reset(t, s);
+            stream_drain_reset(t, s);
             return;
         }
         s->off += (size_t)w;

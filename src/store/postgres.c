@@ -16,6 +16,7 @@
  * together migrate once.
  */
 #include <errno.h>
+#include <netdb.h>
 #include <poll.h>
 #include <stdatomic.h>
 #include <pthread.h>
@@ -1204,8 +1205,8 @@ static int each_run(PGresult *res, unsigned limit, eph_run_cb cb, void *ctx, boo
 }
 
 static int pg_run_list(struct eph_store *base, const char *org_id, unsigned limit,
-                       const char *after, const char *status, eph_run_cb cb, void *ctx,
-                       bool *has_more)
+                       const char *after, const char *status, const json_t *metadata, eph_run_cb cb,
+                       void *ctx, bool *has_more)
 {
     struct pg_store *s = P(base);
     struct params p = {0};
@@ -1213,6 +1214,10 @@ static int pg_run_list(struct eph_store *base, const char *org_id, unsigned limi
     p_text(&p, status);
     p_text(&p, after);
     p_i64(&p, (int64_t)limit + 1);
+    if (metadata)
+        p_json(&p, metadata, "{}");
+    else
+        p_text(&p, NULL);
     PGresult *r = NULL;
     int rc = WITH_CONN(
         s, select_once(s, c,
@@ -1220,6 +1225,8 @@ static int pg_run_list(struct eph_store *base, const char *org_id, unsigned limi
                        " AND ($2::text IS NULL OR status = $2::text)"
                        " AND ($3::text IS NULL OR (created_at, seq) < "
                        "  (SELECT created_at, seq FROM runs WHERE id = $3::text AND org_id = $1))"
+                       /* containment: every filter pair is one of the run's metadata pairs */
+                       " AND ($5::text IS NULL OR metadata::jsonb @> $5::jsonb)"
                        " ORDER BY created_at DESC, seq DESC LIMIT $4",
                        &p, &r, "run list"));
     if (!rc)
@@ -1790,3 +1797,84 @@ const struct eph_store_ops eph_store_postgres_ops = {
     .idem_expire = pg_idem_expire,
     .ledger_totals = pg_ledger_totals,
 };
+
+/* One comma-separated item of a libpq list ("a,b,c"), or the last one when the list is shorter
+ * (libpq's rule for a single port shared by every host). */
+static void list_item(const char *list, size_t i, char *out, size_t cap)
+{
+    out[0] = '\0';
+    if (!list)
+        return;
+    const char *p = list;
+    for (size_t k = 0; k < i; k++) {
+        const char *c = strchr(p, ',');
+        if (!c)
+            break;
+        p = c + 1;
+    }
+    size_t n = strcspn(p, ",");
+    if (n < cap) {
+        memcpy(out, p, n);
+        out[n] = '\0';
+    }
+}
+
+size_t eph_store_postgres_servers(const char *target, struct sockaddr_storage *out, size_t max)
+{
+    char *conninfo = strdup(target);
+    if (!conninfo)
+        return 0;
+    (void)take_pool_size(conninfo);
+    char *msg = NULL;
+    PQconninfoOption *opts = PQconninfoParse(conninfo, &msg);
+    free(conninfo);
+    PQfreemem(msg);
+    if (!opts)
+        return 0;
+    const char *hosts = NULL, *addrs = NULL, *ports = NULL;
+    for (PQconninfoOption *o = opts; o->keyword; o++) {
+        if (!o->val || !o->val[0])
+            continue;
+        if (strcmp(o->keyword, "host") == 0)
+            hosts = o->val;
+        else if (strcmp(o->keyword, "hostaddr") == 0)
+            addrs = o->val;
+        else if (strcmp(o->keyword, "port") == 0)
+            ports = o->val;
+    }
+    /* What libpq itself falls back to. */
+    if (!hosts && !addrs)
+        hosts = getenv("PGHOST");
+    if (!ports)
+        ports = getenv("PGPORT");
+    const char *names = addrs ? addrs : hosts;
+    size_t n = 0, items = 1;
+    for (const char *c = names; c && *c; c++)
+        items += *c == ',';
+    for (size_t i = 0; names && n < max && i < items; i++) {
+        char name[256], port[16];
+        list_item(names, i, name, sizeof(name));
+        list_item(ports, i, port, sizeof(port));
+        if (!port[0])
+            snprintf(port, sizeof(port), "5432");
+        /* An empty item or a directory is a Unix socket: nothing a TCP client reaches. A port
+         * libpq would refuse reaches nothing either. */
+        char *end = NULL;
+        unsigned long pv = strtoul(port, &end, 10);
+        if (!name[0] || name[0] == '/' || name[0] == '@' || !end || *end || pv < 1 || pv > 65535)
+            continue;
+        struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
+        struct addrinfo *res = NULL;
+        if (getaddrinfo(name, port, &hints, &res) != 0)
+            continue;
+        for (struct addrinfo *ai = res; ai && n < max; ai = ai->ai_next)
+            if (ai->ai_addrlen <= sizeof(out[n])) {
+                memset(&out[n], 0, sizeof(out[n]));
+                memcpy(&out[n], ai->ai_addr, ai->ai_addrlen);
+                n++;
+            }
+        freeaddrinfo(res);
+    }
+    PQconninfoFree(opts);
+    return n;
+}

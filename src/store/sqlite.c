@@ -1095,8 +1095,8 @@ static int each_run(struct sq_conn *s, sqlite3_stmt *st, unsigned limit, eph_run
 }
 
 static int sq_run_list(struct eph_store *base, const char *org_id, unsigned limit,
-                       const char *after, const char *status, eph_run_cb cb, void *ctx,
-                       bool *has_more)
+                       const char *after, const char *status, const json_t *metadata, eph_run_cb cb,
+                       void *ctx, bool *has_more)
 {
     struct sq_conn *s = READER(base);
     pthread_mutex_lock(&s->lock);
@@ -1106,6 +1106,10 @@ static int sq_run_list(struct eph_store *base, const char *org_id, unsigned limi
                      " AND (?2 IS NULL OR status = ?2)"
                      " AND (?3 IS NULL OR (created_at, rowid) < "
                      "  (SELECT created_at, rowid FROM runs WHERE id = ?3 AND org_id = ?1))"
+                     /* every filter pair is one of the run's metadata pairs */
+                     " AND (?5 IS NULL OR NOT EXISTS (SELECT 1 FROM json_each(?5) f"
+                     "  WHERE NOT EXISTS (SELECT 1 FROM json_each(runs.metadata) m"
+                     "   WHERE m.key = f.key AND m.type = 'text' AND m.value = f.value)))"
                      " ORDER BY created_at DESC, rowid DESC LIMIT ?4",
                      &st);
     if (!rc) {
@@ -1113,6 +1117,8 @@ static int sq_run_list(struct eph_store *base, const char *org_id, unsigned limi
         bind_text_or_null(st, 2, status);
         bind_text_or_null(st, 3, after);
         sqlite3_bind_int(st, 4, (int)limit + 1);
+        if (metadata)
+            bind_json_or_null(st, 5, metadata);
         rc = each_run(s, st, limit, cb, ctx, has_more);
     }
     pthread_mutex_unlock(&s->lock);

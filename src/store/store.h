@@ -19,6 +19,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 
 #include "store/run_record.h"
 
@@ -160,9 +161,11 @@ struct eph_store_ops {
     int (*runs_count_by_status)(struct eph_store *s, eph_status_count_cb cb, void *ctx);
     /* org_id NULL: any org (internal use). -ENOENT for a run of another org. */
     int (*run_get)(struct eph_store *s, const char *id, const char *org_id, struct eph_run *out);
-    /* Newest first; after = cursor run id or NULL; status NULL = any. */
+    /* Newest first; after = cursor run id or NULL; status NULL = any; metadata NULL = any, else
+     * an object of strings every pair of which the run's metadata must hold. */
     int (*run_list)(struct eph_store *s, const char *org_id, unsigned limit, const char *after,
-                    const char *status, eph_run_cb cb, void *ctx, bool *has_more);
+                    const char *status, const json_t *metadata, eph_run_cb cb, void *ctx,
+                    bool *has_more);
     /* Non-terminal state changes (starting, running) with their fields. */
     int (*run_update)(struct eph_store *s, const struct eph_run *r);
     /* Progress of the money measured so far (so that a crash settles what was measured). */
@@ -235,6 +238,11 @@ bool eph_store_target_is_postgres(const char *target);
 int eph_store_health(struct eph_store *s, char *reason, size_t len);
 /* Statements sent to PostgreSQL since open (the bench's round trips per run). */
 unsigned long eph_store_postgres_round_trips(struct eph_store *s);
+/* The TCP addresses of the PostgreSQL servers a target names (host or hostaddr, each with its
+ * port, PGHOST and PGPORT when the target has none, 5432 by default), resolved now: at most max
+ * into out, their number returned; 0 for a Unix socket, a SQLite path or a target libpq cannot
+ * parse. The broker refuses to reach them (docs/BROKER.md). */
+size_t eph_store_postgres_servers(const char *target, struct sockaddr_storage *out, size_t max);
 /* Calls waiting for a pooled connection now: the lease keeper's (urgent, served first) and the
  * others (for the tests). */
 void eph_store_postgres_waiters(struct eph_store *s, unsigned *ordinary, unsigned *urgent);

@@ -28,8 +28,24 @@ agent_server "$(jq -s . <(fake_model huge openai huge) \
 # (compute at 24 micros a second: the 1000 micros of "lowered" last 40 s of sandbox, so a slow
 # sandbox start on a loaded machine does not use them up before the first call)
 
+# Not even a minimal first call fits: refused at create, before anything is reserved (checked
+# before any other run exists, so that the balance can move only by the refusal).
+before=$(api GET /v1/balance | head -n 1)
+out=$(api POST /v1/runs -H 'Content-Type: application/json' \
+    -d '{"prompt": "too poor", "model": "tiny", "max_cost_micros": 100}')
+assert_eq "${out##*HTTP }" 402 "tiny: refused"
+assert_eq "$(head -n 1 <<<"$out" | jq -r .error.code)" budget_too_small "tiny: error code"
+assert_eq "$(head -n 1 <<<"$out" | jq -r .error.param)" max_cost_micros "tiny: error param"
+assert_contains "$(head -n 1 <<<"$out" | jq -r .error.message)" "costs at least \$" "tiny: the minimum"
+least=$(head -n 1 <<<"$out" | jq -r .error.message | sed -n 's/.*(\([0-9]*\) micros.*/\1/p')
+[ -n "$least" ] && [ "$least" -gt 100 ] || fail "tiny: the minimum in micros: $out"
+assert_eq "$(api GET /v1/balance | head -n 1)" "$before" "tiny: nothing reserved"
+# One micro below the minimum is refused too.
+out=$(api POST /v1/runs -H 'Content-Type: application/json' \
+    -d "{\"prompt\": \"too poor\", \"model\": \"tiny\", \"max_cost_micros\": $((least - 1))}")
+assert_eq "${out##*HTTP }" 402 "tiny: one micro short"
+
 huge_id=$(run_create '{"prompt": "spend it all", "model": "huge", "max_cost_micros": 50000}')
-tiny_id=$(run_create '{"prompt": "too poor", "model": "tiny", "max_cost_micros": 100}')
 nousage_id=$(run_create '{"prompt": "no usage", "model": "nousage", "max_cost_micros": 100000}')
 lowered_id=$(run_create '{"prompt": "little money", "model": "lowered", "max_cost_micros": 1000}')
 
@@ -48,13 +64,7 @@ assert_eq "$(jq '.data.cost_micros' <<<"$call")" "$(jq .cost.model_micros <<<"$r
 assert_eq "$(wc -l <"$TEST_TMP/huge.log")" 1 "huge: the next call cannot fit"
 assert_eq "$(jq .usage.shell_commands <<<"$run")" 0 "huge: no tool runs on a spent budget"
 
-# ---- not even a minimal call fits ----
-run=$(run_wait "$tiny_id")
-assert_eq "$(jq -r .status <<<"$run")" budget_exhausted "tiny status"
-assert_eq "$(jq -r .error.code <<<"$run")" budget_exhausted "tiny error"
-check_settled "$run"
-assert_eq "$(jq .usage.model_calls <<<"$run")" 0 "tiny: no model call"
-assert_eq "$(jq .cost.model_micros <<<"$run")" 0 "tiny: no model cost"
+# ---- not even a minimal call fits: refused above, and nothing reached the model ----
 assert_eq "$(wc -l <"$TEST_TMP/tiny.log")" 0 "tiny: no request reached the model"
 
 # ---- no usage reported: the worst case ----

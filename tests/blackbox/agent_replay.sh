@@ -64,7 +64,7 @@ assert_contains "$(jq -sr '.[] | select(.kind == "tool_call" and .call.id == "r8
 "$EPH" transcript "$orig" >"$TEST_TMP/cli.jsonl" || fail "ephemeral transcript"
 cmp -s "$TEST_TMP/cli.jsonl" "$TEST_TMP/orig.jsonl" || fail "ephemeral transcript differs from the API's"
 "$EPH" transcript "$zdr" >"$TEST_TMP/zdr.jsonl" 2>"$TEST_TMP/zdr.err"
-assert_eq "$?" 2 "ephemeral transcript of a zero-data-retention run"
+assert_eq "$?" 4 "ephemeral transcript of a zero-data-retention run (refused: 4xx)"
 assert_contains "$(cat "$TEST_TMP/zdr.err")" "zero data retention" "its message"
 [ ! -s "$TEST_TMP/zdr.jsonl" ] || fail "a transcript of a zero-data-retention run was written"
 "$EPH" run --replay-of run_nothere --budget 0.1 2>"$TEST_TMP/usage.err"

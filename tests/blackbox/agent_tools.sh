@@ -57,7 +57,7 @@ fake_start bad_oa "$(bad_script m)"
 fake_start bad_an "$(bad_script toolu_m)"
 agent_server "$(jq -s . <(fake_model files openai files) <(fake_model bad-oa openai bad_oa) \
     <(fake_model bad-an anthropic bad_an '{"stream": true}') <(fake_model five openai five))" \
-    '' '{"broker": {"allow_private_cidrs": ["127.0.0.1/32"]}}'
+    '' '{"broker": {"web_private_cidrs": ["127.0.0.1/32"]}}'
 
 files_id=$(run_create "$(jq -nc '{prompt: "use the files", model: "files", max_cost_micros: 100000,
     files: [{path: "input.txt", content: "hello from the request\n"},

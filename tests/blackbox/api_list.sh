@@ -66,4 +66,35 @@ assert_eq "$(api GET '/v1/runs?status=running' | sed '$d' | jq '.data | length')
 b=$(api GET "/v1/runs?after=${created[0]}" | sed '$d')
 assert_eq "$(jq '.data | length' <<<"$b")" 0 "after the oldest"
 assert_eq "$(jq -r .has_more <<<"$b")" false "after the oldest: no more"
+
+# The metadata filter (metadata[KEY]=VALUE, repeatable, all must match), and the prompt in each run.
+md_run() { # metadata-json -> id
+    local out
+    out=$(api POST /v1/runs -H 'Content-Type: application/json' -d "$(jq -n --arg p "$QUICK_PROMPT" \
+        --argjson m "$1" '{prompt: $p, max_cost_micros: 20000, metadata: $m}')")
+    [ "$(code_of "$out")" = 201 ] || fail "create run with metadata: $out"
+    body_of "$out" | jq -r .id
+}
+a=$(md_run '{"team": "red", "job": "build"}')
+b=$(md_run '{"team": "red", "job": "test"}')
+c=$(md_run '{"team": "blue", "job": "build", "odd key/[x]": "a&b=c"}')
+# -g: curl takes the brackets as they are, not as a glob.
+ids() { api GET "/v1/runs?$1" -g | sed '$d' | jq -r '.data[].id' | tr '\n' ' '; }
+assert_eq "$(ids 'metadata[team]=red')" "$b $a " "one filter"
+assert_eq "$(ids 'metadata%5Bteam%5D=red&metadata%5Bjob%5D=build')" "$a " "two filters, encoded"
+assert_eq "$(ids 'metadata[job]=build&limit=1')" "$c " "a filtered page"
+assert_eq "$(api GET '/v1/runs?metadata[job]=build&limit=1' -g | sed '$d' | jq .has_more)" true \
+    "a filtered page has more"
+assert_eq "$(ids "metadata[job]=build&after=$c")" "$a " "a filtered page after a cursor"
+assert_eq "$(ids 'metadata%5Bodd%20key%2F%5Bx%5D%5D=a%26b%3Dc')" "$c " "an odd key and value"
+assert_eq "$(ids 'metadata[team]=Red')" "" "values match exactly"
+assert_eq "$(ids 'metadata[nope]=red')" "" "an absent key matches nothing"
+assert_eq "$(ids 'metadata[team]=red&status=cancelled')" "" "with the status filter"
+for bad in 'metadata[]=x' 'metadata[team=x' "metadata[$(printf 'k%.0s' $(seq 65))]=x" \
+    "metadata[team]=$(printf 'v%.0s' $(seq 513))"; do
+    out=$(api GET "/v1/runs?$bad" -g)
+    assert_eq "$(code_of "$out")" 400 "bad filter ${bad:0:30}"
+    assert_eq "$(body_of "$out" | jq -r .error.param)" metadata "bad filter names metadata"
+done
+assert_eq "$(run_field "$a" .prompt)" "$QUICK_PROMPT" "the run object's prompt"
 echo "list: ok"

@@ -79,8 +79,8 @@ printf '{"sandbox": {"memroy_mib": 5}}' >"$TEST_TMP/bad.json"
 "$EPHD" serve --db "$DB" --config "$TEST_TMP/bad.json" 2>"$TEST_TMP/bad.err"
 assert_contains "$(cat "$TEST_TMP/bad.err")" "unknown key 'sandbox.memroy_mib'" "the nested key is named"
 
-# JSON logs, and what never appears in them. A run with a canary prompt (no recording: it fails,
-# which logs more), a member key made over the API, a connection with a credential.
+# JSON logs, and what never appears in them. A create with a canary prompt (no recording: it is
+# refused, and says why), a member key made over the API, a connection with a credential.
 CANARY=prompt-canary-$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')
 CRED=cred-canary-$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')
 port=$(free_port)
@@ -92,7 +92,7 @@ serve_bg "$LOG" -- --config "$TEST_TMP/run.json" --listen "127.0.0.1:$port" --lo
 wait_healthy "127.0.0.1:$port" "$LOG"
 SERVER_PID=$SRV
 out=$(create_run "$CANARY: do nothing" 20000 -H 'Prefer: wait=30')
-assert_eq "$(body_of "$out" | jq -r .status)" failed "canary run (no recording)"
+assert_eq "$(body_of "$out" | jq -r .error.code)" no_recording "canary run (no recording)"
 out=$(api POST /v1/keys -H "Content-Type: application/json" -d '{"role": "member"}')
 member=$(body_of "$out" | jq -r .key)
 as "$member" api GET /v1/balance >/dev/null

@@ -7,7 +7,16 @@
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/api_common.sh"
 test_deadline 300
-start_api_server
+# The replay model reads one recording, so that it answers every prompt: the bodies below are
+# about validation, and any valid prompt must get as far as a run (docs/AGENT.md: a transcripts
+# file, not a folder, is replayed for every run).
+validation_config() { # FILE [extra top-level JSON]
+    api_config "$1" "${2:-}"
+    jq --arg t "$FIXTURES/quick/transcript.jsonl" '.models[0].transcripts = $t' "$1" >"$1.tmp" &&
+        mv "$1.tmp" "$1"
+}
+validation_config "$TEST_TMP/config.json"
+start_server --config "$TEST_TMP/config.json"
 
 post() { # JSON [curl args]: POST /v1/runs with that body
     local body=$1
@@ -137,7 +146,8 @@ ok() {
     assert_eq "$(code_of "$out")" 201 "valid body refused: $(body_of "$out" | head -c 300)"
     body_of "$out" | jq -r .id
 }
-id1=$(ok "{\"prompt\": \"$max_prompt\", \"max_cost_micros\": 1000}")
+# (a 64 KiB prompt's first model call needs more than $0.001: budget_too_small below that)
+id1=$(ok "{\"prompt\": \"$max_prompt\", \"max_cost_micros\": 100000}")
 id2=$(ok "$(with '.files = [range(100) | {path: "d/f\(.)", content: "x"}] | .timeout_seconds = 3600')")
 k64=$(head -c 64 /dev/zero | tr '\0' k)
 v512=$(head -c 512 /dev/zero | tr '\0' v)
@@ -152,7 +162,7 @@ done
 
 # 413: a second server on the same store with a small max_body_bytes (from its config file).
 # Over the limit, announced by Content-Length ...
-api_config "$TEST_TMP/small.json" '"max_body_bytes": 200000'
+validation_config "$TEST_TMP/small.json" '"max_body_bytes": 200000'
 start_server --config "$TEST_TMP/small.json"
 out=$(post "$base")
 assert_eq "$(code_of "$out")" 201 "a small body passes the small limit"

@@ -1,6 +1,7 @@
 # Helpers for the broker's black-box tests (docs/BROKER.md). Source after lib.sh and
 # agent_common.sh. Every upstream listens on 127.0.0.1 and is allowed by
-# broker.allow_private_cidrs ["127.0.0.1/32"]; refusals are proved with other loopback forms.
+# broker.allow_private_cidrs (connections) and broker.web_private_cidrs (web), both
+# ["127.0.0.1/32"], unless the test says otherwise; refusals are proved with other loopback forms.
 #
 #   upstream_start NAME          starts tests/broker_upstream.py; sets UP_PORT; log $TEST_TMP/NAME.up
 #   broker_server MODELS [BROKER] [PRICES]
@@ -41,7 +42,7 @@ make_test_ca() {
 
 broker_server() { # MODELS [BROKER JSON] [PRICES JSON]
     local broker=${2:-} prices=${3:-}
-    [ -n "$broker" ] || broker='{"allow_private_cidrs": ["127.0.0.1/32"]}'
+    [ -n "$broker" ] || broker='{"allow_private_cidrs": ["127.0.0.1/32"], "web_private_cidrs": ["127.0.0.1/32"]}'
     [ -n "$prices" ] || prices='{}'
     jq -n --argjson models "$1" --argjson broker "$broker" --argjson prices "$prices" \
         --arg key "$TEST_TMP/secret.key" \

@@ -2,7 +2,7 @@
 # Web through the broker (SPEC 7), in a real sandbox through the real server: plain HTTP and
 # CONNECT tunnels through the proxy environment (curl, Python's urllib); the SSRF guard refusing
 # every other loopback form (127.0.0.2, [::1], [::ffff:127.0.0.2], 2130706434, 0x7f000002) with 403
-# and no byte upstream, while 127.0.0.1 is allowed by broker.allow_private_cidrs; a run without web
+# and no byte upstream, while 127.0.0.1 is allowed by broker.web_private_cidrs; a run without web
 # or connections has no proxy at all; a large download against a small budget is cut at the byte
 # where the budget ends, the run stops budget_exhausted and the ledger balances. A run whose web is
 # {"allow": [...]} reaches the listed hosts only (requests, CONNECT and web_fetch). Every exchange

@@ -267,14 +267,14 @@ assert_eq "$out" "$RUN cancelled" "cancel"
 out=$("$EPH" run --prompt x --budget 1 --detach) || fail "detach"
 assert_eq "$out" "$RUN" "detach prints the id"
 
-# A wrong key: the API's message, exit 2, and no key in sight.
+# A wrong key: the API's message, exit 4, and no key in sight.
 out=$(EPHEMERAL_API_KEY=eph_wrongwrongwrong "$EPH" balance 2>&1); rc=$?
-assert_eq "$rc" 2 "wrong key exit"
+assert_eq "$rc" 4 "wrong key exit (refused: 4xx)"
 assert_contains "$out" "ephemeral: missing or unknown api key" "wrong key message"
 assert_not_contains "$out" "wrongwrong" "wrong key echoed"
-# A validation error from the server: its message, exit 2.
+# A validation error from the server: its message, exit 4.
 out=$(printf '{"prompt":"x","max_cost_micros":"5"}' | "$EPH" run - 2>&1); rc=$?
-assert_eq "$rc" 2 "invalid request exit"
+assert_eq "$rc" 4 "invalid request exit (refused: 4xx)"
 assert_eq "$out" "ephemeral: max_cost_micros must be an integer" "invalid request message"
 # A device is not a file to send.
 out=$("$EPH" run --prompt x --max-cost-micros 5 --file /dev/null 2>&1); rc=$?
@@ -301,13 +301,13 @@ assert_eq "$keys" 1 "one key for both attempts"
 # 4. An answer over the cap.
 fake big
 out=$("$EPH" balance 2>&1); rc=$?
-assert_eq "$rc" 2 "too large exit"
+assert_eq "$rc" 5 "too large exit (not an answer of the api)"
 assert_contains "$out" "too large (over 16 MiB)" "too large message"
 
 # 5. Nobody listening.
 port=$(free_port)
 out=$(EPHEMERAL_URL="http://127.0.0.1:$port" "$EPH" balance 2>&1); rc=$?
-assert_eq "$rc" 2 "unreachable exit"
+assert_eq "$rc" 3 "unreachable exit"
 assert_contains "$out" "cannot reach http://127.0.0.1:$port" "unreachable message"
 out=$(EPHEMERAL_URL="http://user:secretpw@127.0.0.1:$port" "$EPH" balance 2>&1)
 assert_not_contains "$out" "secretpw" "credentials in EPHEMERAL_URL shown"

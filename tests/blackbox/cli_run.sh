@@ -1,7 +1,7 @@
 #!/bin/bash
 # `ephemeral run` of the seed example against the real server: the timeline in the seed's order,
 # the result, the cost line, exit 0; then get, list, balance, --json, --detach + watch, replay;
-# usage errors exit 2; an unreachable server exits 2 with a clear message; the key is never shown.
+# usage errors exit 2; an unreachable server exits 3 with a clear message; the key is never shown.
 . "$(dirname "$0")/lib.sh"
 cd "$TOP" || fail "no TOP"
 export NO_COLOR=1
@@ -123,13 +123,13 @@ done
 "$EPH" run --prompt x --budget 0.0000001 2>"$TEST_TMP/amount.err"
 assert_contains "$(cat "$TEST_TMP/amount.err")" "more than 6 decimals" "amount rule"
 "$EPH" get run_00000000000000000000000000000000 2>"$TEST_TMP/nf.err"; rc=$?
-assert_eq "$rc" 2 "unknown run"
+assert_eq "$rc" 4 "unknown run (refused: 4xx)"
 assert_contains "$(cat "$TEST_TMP/nf.err")" "ephemeral: " "unknown run message"
 
-# A bad key: the API's message, exit 2, and the key itself never shown.
+# A bad key: the API's message, exit 4, and the key itself never shown.
 bad="eph_$(printf 'Z%.0s' $(seq 40))"
 msg=$(EPHEMERAL_API_KEY=$bad "$EPH" balance 2>&1); rc=$?
-assert_eq "$rc" 2 "bad key exit"
+assert_eq "$rc" 4 "bad key exit"
 assert_not_contains "$msg" "$bad" "bad key echoed"
 assert_not_contains "$out$summary$list$bal$msg" "$EPHEMERAL_API_KEY" "key in any output"
 
@@ -139,6 +139,6 @@ assert_eq "$rc" 2 "no key exit"
 assert_contains "$msg" "EPHEMERAL_API_KEY is not set" "no key message"
 port=$(free_port)
 msg=$(EPHEMERAL_URL="http://127.0.0.1:$port" "$EPH" run examples/sandbox-proof/request.json 2>&1); rc=$?
-assert_eq "$rc" 2 "unreachable server exit"
+assert_eq "$rc" 3 "unreachable server exit"
 assert_contains "$msg" "cannot reach http://127.0.0.1:$port" "unreachable server message"
 echo "ok"

@@ -266,7 +266,13 @@ check("post", "/v1/runs", "/v1/runs", 400, body={"prompt": "", "max_cost_micros"
 check("post", "/v1/runs", "/v1/runs", 400, body={"prompt": "p", "max_cost_micros": 1, "x": 1})
 check("post", "/v1/runs", "/v1/runs", 400, body={"replay_of": "run_x", "max_cost_micros": 1})
 check("post", "/v1/runs", "/v1/runs", 401, body={"prompt": "p", "max_cost_micros": 1}, key=None)
-check("post", "/v1/runs", "/v1/runs", 402, body={"prompt": "p", "max_cost_micros": 10**14})
+check("post", "/v1/runs", "/v1/runs", 402, body={"prompt": QUICK, "max_cost_micros": 10**14})
+# Runs that cannot succeed, refused before anything is reserved: a budget below one model call,
+# a prompt the replay model has no recording of.
+check("post", "/v1/runs", "/v1/runs", 402, body={"prompt": QUICK, "max_cost_micros": 1})
+check("post", "/v1/runs", "/v1/runs", 422, body={"prompt": "no recording has this", "max_cost_micros": 1000})
+check("get", "/v1/models", "/v1/models", 200)
+check("get", "/v1/models", "/v1/models", 401, key=None)
 check("post", "/v1/runs", "/v1/runs", 413, announce_len=2 << 20)
 # 409: a first request with the key is in flight (its record has no answer yet).
 db = sqlite3.connect(DB, timeout=5)

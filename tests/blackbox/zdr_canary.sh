@@ -102,7 +102,8 @@ models=$(jq -s --arg t "$TOP/tests/fixtures/zdr" '
     <(fake_model cc openai cc))
 jq -n --argjson models "$models" --arg key "$TEST_TMP/secret.key" \
     '{default_model: "replay", log_level: "debug", models: $models, secret_key_file: $key,
-      broker: {allow_private_cidrs: ["127.0.0.1/32"]}}' >"$TEST_TMP/config.json" || fail "config"
+      broker: {allow_private_cidrs: ["127.0.0.1/32"], web_private_cidrs: ["127.0.0.1/32"]}}' \
+    >"$TEST_TMP/config.json" || fail "config"
 start_server --config "$TEST_TMP/config.json" \
     ${EPHEMERAL_TEST_SANDBOX:+--sandbox "$EPHEMERAL_TEST_SANDBOX"}
 if [ -n "${EPH_TEST_PG:-}" ]; then

@@ -3,7 +3,8 @@
  * head ends with CRLF CRLF inside the input and every part points inside it; the chunked body
  * decoder never writes past what it read; a normalised path
  * starts with "/", has no empty, "." or ".." segment, no encoded "/" or "\", and normalising it
- * again changes nothing (so a rule checked on it is checked on what goes upstream). */
+ * again changes nothing (so a rule checked on it is checked on what goes upstream); the URL handed
+ * to curl for a parsed absolute URI parses back to the same host, port, path and query. */
 #include <errno.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -11,8 +12,26 @@
 #include <string.h>
 
 #include "broker/http.h"
+#include "broker/pin.h"
+#include "common/buf.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+/* The URL handed to curl (pin.h) reads back as the one checked: the same host in the same
+ * spelling, port, path and query. */
+static void check_pinned(const struct eph_http_url *u)
+{
+    struct eph_buf b;
+    eph_buf_init(&b, 1u << 20);
+    struct eph_http_url v;
+    if (eph_pin_url(&b, u) || eph_http_parse_url(b.data, b.len, &v) || v.https != u->https ||
+        v.auth.port != u->auth.port || v.auth.host.literal != u->auth.host.literal ||
+        strcmp(v.auth.host.name, u->auth.host.name) != 0 || v.path_len != u->path_len ||
+        memcmp(v.path, u->path, u->path_len) != 0 || !v.query != !u->query ||
+        (u->query && (v.query_len != u->query_len || memcmp(v.query, u->query, u->query_len))))
+        abort();
+    eph_buf_release(&b);
+}
 
 static void check_inside(const char *base, size_t len, const char *p, size_t n)
 {
@@ -79,6 +98,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         int n = eph_http_normalize_path(u.path, u.path_len, out, sizeof(out));
         if (n >= 0)
             check_normalized(out, (size_t)n);
+        check_pinned(&u);
     }
 
     /* The chunked decoder: data only moves back, never past what was read; once it says the

@@ -239,6 +239,39 @@ static void test_query(void **state)
     assert_int_equal(query("/v1/balance", "", &q, &e), 0);
 }
 
+/* metadata[KEY]=VALUE on the run list: the keys copied out of the names, brackets inside a key
+ * kept, the rules of metadata on each side, nowhere else. */
+static void test_query_metadata(void **state)
+{
+    struct eph_api_query q;
+    struct eph_api_error e;
+    assert_int_equal(query("/v1/runs", "metadata[team]=red&metadata[a[b]]=&limit=5", &q, &e), 0);
+    assert_int_equal(q.nmeta, 2);
+    assert_string_equal(q.meta_keys[0], "team");
+    assert_string_equal(q.meta_keys[1], "a[b]");
+    assert_int_equal(q.limit, 5);
+    char many[256] = "";
+    for (int i = 0; i < 8; i++)
+        snprintf(many + strlen(many), sizeof(many) - strlen(many), "%smetadata[k%d]=v",
+                 i ? "&" : "", i);
+    assert_int_equal(query("/v1/runs", many, &q, &e), 0);
+    assert_int_equal(q.nmeta, 8);
+    char longkey[128];
+    snprintf(longkey, sizeof(longkey), "metadata[%065d]=v", 0);
+    const char *bad[] = {"metadata[]=x",
+                         "metadata[team=x",
+                         "metadata=x",
+                         "metadata[x]y=1",
+                         "metadata[a]=1&metadata[a]=2",
+                         longkey};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        print_message("query '%s'\n", bad[i]);
+        assert_int_equal(query("/v1/runs", bad[i], &q, &e), -EINVAL);
+        assert_int_equal(e.status, 400);
+    }
+    assert_int_equal(query("/v1/runs/{id}/events", "metadata[a]=1", &q, &e), -EINVAL);
+}
+
 static void test_prefer(void **state)
 {
     struct eph_api_error e;
@@ -729,6 +762,7 @@ int main(void)
         cmocka_unit_test(test_create_file_paths),
         cmocka_unit_test(test_file_path_rule_reasons),
         cmocka_unit_test(test_query),
+        cmocka_unit_test(test_query_metadata),
         cmocka_unit_test(test_prefer),
         cmocka_unit_test(test_content_type),
         cmocka_unit_test(test_connection_rules),

@@ -190,6 +190,8 @@ static struct eph_broker *make_rec(bool web, unsigned timeout_s,
     eph_broker_settings_default(&s);
     assert_int_equal(eph_cidr_parse("127.0.0.1/32", &s.allow_private[0]), 0);
     s.nallow_private = 1;
+    s.web_private[0] = s.allow_private[0];
+    s.nweb_private = 1;
     s.request_timeout_seconds = timeout_s;
     s.record_body_max_bytes = record_max;
     struct eph_broker_run run = {
@@ -206,6 +208,8 @@ static struct eph_broker *make(bool web, unsigned timeout_s, const struct eph_br
     eph_broker_settings_default(&s);
     assert_int_equal(eph_cidr_parse("127.0.0.1/32", &s.allow_private[0]), 0);
     s.nallow_private = 1;
+    s.web_private[0] = s.allow_private[0];
+    s.nweb_private = 1;
     s.request_timeout_seconds = timeout_s;
     struct eph_broker_run run = {
         .web = web, .conns = conns, .nconns = nconns, .on_event = on_event};
@@ -495,6 +499,8 @@ static void test_chunked_and_query(void **state)
     eph_broker_settings_default(&s);
     assert_int_equal(eph_cidr_parse("127.0.0.1/32", &s.allow_private[0]), 0);
     s.nallow_private = 1;
+    s.web_private[0] = s.allow_private[0];
+    s.nweb_private = 1;
     s.max_request_bytes = 8;
     s.request_timeout_seconds = 5;
     struct eph_broker_run run = {.web = true, .conns = &c, .nconns = 1, .on_event = on_event};

@@ -167,6 +167,42 @@ static void test_protocol_errors(void **state)
     eph_guest_tunnel_free(t);
 }
 
+/* A broker that answers and hangs up before the request arrives (a refusal): the request that
+ * follows finds its end closed, and the answer still reaches the guest, before the reset. */
+static int answer_and_close(void *arg, uint32_t stream, int fd)
+{
+    static const char busy[] = "HTTP/1.1 503 Service Unavailable\r\n\r\n";
+    assert_int_equal(write(fd, busy, sizeof(busy) - 1), (ssize_t)(sizeof(busy) - 1));
+    close(fd);
+    return 0;
+}
+
+static void test_answer_before_hangup(void **state)
+{
+    struct eph_sandbox_tunnel cfg = {.port = 3128, .max_streams = 4, .on_stream = answer_and_close};
+    struct eph_guest_tunnel *t;
+    assert_int_equal(eph_guest_tunnel_new(&cfg, &t), 0);
+    assert_int_equal(frame(t, EPH_PROTO_TUNNEL_OPEN, 1, NULL, 0), 0);
+    assert_int_equal(frame(t, EPH_PROTO_TUNNEL_DATA, 1, "GET / HTTP/1.1\r\n\r\n", 18), 0);
+    assert_int_equal(eph_guest_tunnel_streams(t), 0);
+    size_t bytes;
+    assert_int_equal(queued(t, EPH_PROTO_TUNNEL_DATA, 1, &bytes, NULL), 1);
+    assert_int_equal(bytes, 36);
+    uint32_t how = 0;
+    assert_int_equal(queued(t, EPH_PROTO_TUNNEL_CLOSE, 1, NULL, &how), 1);
+    assert_int_equal(how, EPH_PROTO_CLOSE_RESET);
+    /* In that order: the answer's frame first. */
+    static uint8_t buf[EPH_PROTO_MAX_PAYLOAD];
+    struct eph_buf *q = eph_guest_tunnel_out(t);
+    struct eph_proto_decoder d;
+    struct eph_proto_frame f;
+    size_t used;
+    eph_proto_decoder_init(&d, EPH_PROTO_FROM_HOST, buf, sizeof(buf));
+    assert_int_equal(eph_proto_decode(&d, q->data, q->len, &used, &f), 1);
+    assert_int_equal(f.hdr.type, EPH_PROTO_TUNNEL_DATA);
+    eph_guest_tunnel_free(t);
+}
+
 static void test_cap(void **state)
 {
     struct eph_guest_tunnel *t = make(2);
@@ -206,7 +242,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_both_ways),       cmocka_unit_test(test_credit_enforced),
         cmocka_unit_test(test_protocol_errors), cmocka_unit_test(test_cap),
-        cmocka_unit_test(test_meter_cut),
+        cmocka_unit_test(test_meter_cut),       cmocka_unit_test(test_answer_before_hangup),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
