@@ -113,5 +113,8 @@ void eph_worker_run(struct eph_service *svc, const char *run_id);
  * settle here, in one attempt without retries. 0 when handed on or settled, else -errno. */
 int eph_worker_refuse(struct eph_service *svc, const char *run_id, const char *code,
                       const char *message);
+/* The error message a zero-data-retention run stores and shows for code: msg itself for the codes
+ * whose messages are the server's own words, else a fixed sentence (worker.c). */
+const char *eph_worker_zdr_message(const char *code, const char *msg);
 
 #endif

@@ -217,8 +217,36 @@ static const char *error_type_for(enum eph_run_status st)
     }
 }
 
+/* The error message a zero-data-retention run keeps (SPEC 10, docs/API.md "Zero data
+ * retention"): the server's own sentence for the codes whose messages are made of fixed words,
+ * numbers, the org's connection names and system errors only; for every other code (a file's
+ * path, the model's refusal, a provider's or a recording's answer, anything yet to come) a fixed
+ * sentence, since its message can quote what the run was given or what the model said. */
+const char *eph_worker_zdr_message(const char *code, const char *msg)
+{
+    static const char *const fixed[] = {"cancelled",
+                                        "server_shutdown",
+                                        "timeout",
+                                        "budget_exhausted",
+                                        "internal_error",
+                                        "turn_limit",
+                                        "model_output_truncated",
+                                        "prompt_lost",
+                                        "model_unavailable",
+                                        "sandbox_error",
+                                        "broker_error",
+                                        "worker_lost",
+                                        "queue_unavailable"};
+    for (size_t i = 0; code && i < sizeof(fixed) / sizeof(fixed[0]); i++)
+        if (strcmp(code, fixed[i]) == 0)
+            return msg;
+    return "the details are not kept: the run has zero data retention";
+}
+
 static void fail_run(struct eph_run *r, enum eph_run_status st, const char *code, const char *msg)
 {
+    if (r->zdr)
+        msg = eph_worker_zdr_message(code, msg);
     r->status = st;
     if (eph_run_set_error(r, error_type_for(st), code, msg))
         EPH_ERROR("worker", "run %s: out of memory", r->id);
