@@ -119,6 +119,13 @@ struct eph_sandbox_ops {
      * to disk on the host (gvisor with EPHEMERAL_RUNSC_DEBUG_DIR); a zero-data-retention run
      * must then be refused. */
     bool (*records_commands)(void);
+    /* Optional (the run's lease fence, docs/RUN.md): a new descriptor (a pidfd, O_CLOEXEC) of
+     * the process whose SIGKILL ends the whole machine, for a watchdog outside the server;
+     * -ENOTSUP without one. From any thread. */
+    int (*watch_fd)(struct eph_sandbox *sb);
+    /* Optional: stops (paused) or resumes everything in the machine, from any thread, so that
+     * nothing in it runs meanwhile; -ENOTSUP when the backend cannot. */
+    int (*pause)(struct eph_sandbox *sb, bool paused);
     /* The primitives of a guest-based backend (backend.h); NULL for a backend that implements the
      * calls above itself. */
     const struct eph_sandbox_backend *backend;
