@@ -167,6 +167,9 @@ static int watchdog_start(struct eph_fence *f)
         if (sv[1] != WATCHDOG_FD && dup2(sv[1], WATCHDOG_FD) < 0)
             _exit(1);
         syscall(SYS_close_range, WATCHDOG_FD + 1, ~0u, 0);
+        /* A session of its own: a stop sent to the server's process group (a shell's job
+         * control) does not stop the watchdog with it. */
+        setsid();
         prctl(PR_SET_NAME, "eph-fence", 0, 0, 0);
         watchdog_main(f->shared, f->nslots);
     }
@@ -207,8 +210,9 @@ static int tell(struct eph_fence *f, uint32_t op, size_t slot, int fd)
     if (w == (ssize_t)sizeof(m))
         return 0;
     int rc = w < 0 ? -errno : -EIO;
-    EPH_ERROR("fence", "the fence's watchdog is gone (%s): sandboxes are fenced by this process "
-                       "alone",
+    EPH_ERROR("fence",
+              "the fence's watchdog is gone (%s): sandboxes are fenced by this process "
+              "alone",
               strerror(-rc));
     close(f->sock);
     f->sock = -1;
@@ -247,13 +251,15 @@ static void tick_one(struct eph_fence *f, size_t i, uint64_t now)
         int rc = e->sb->ops->pause ? e->sb->ops->pause(e->sb, true) : -ENOTSUP;
         if (rc == 0) {
             e->paused = true;
-            EPH_WARN("fence", "run %s: its lease could not be renewed in time; its sandbox is "
-                              "paused until it is",
+            EPH_WARN("fence",
+                     "run %s: its lease could not be renewed in time; its sandbox is "
+                     "paused until it is",
                      eph_live_id(e->live));
         } else {
             e->cannot_pause = true;
-            EPH_WARN("fence", "run %s: its lease could not be renewed in time and its sandbox "
-                              "cannot be paused (%s): it is killed at the fence",
+            EPH_WARN("fence",
+                     "run %s: its lease could not be renewed in time and its sandbox "
+                     "cannot be paused (%s): it is killed at the fence",
                      eph_live_id(e->live), strerror(-rc));
         }
     }
@@ -308,8 +314,9 @@ int eph_fence_start(struct eph_service *svc)
     pthread_condattr_destroy(&a);
     int rc = watchdog_start(f);
     if (rc)
-        EPH_ERROR("fence", "cannot start the fence's watchdog: %s; sandboxes are fenced by this "
-                           "process alone",
+        EPH_ERROR("fence",
+                  "cannot start the fence's watchdog: %s; sandboxes are fenced by this "
+                  "process alone",
                   strerror(-rc));
     svc->fence = f;
     rc = pthread_create(&f->thread, NULL, fence_main, f);
@@ -363,8 +370,7 @@ void eph_fence_arm(struct eph_fence *f, struct eph_live *l, struct eph_sandbox *
     if (i == f->nslots) {
         pthread_mutex_unlock(&f->lock);
         eph_live_put(ref);
-        EPH_ERROR("fence", "run %s: no fence slot left; its sandbox is not fenced",
-                  eph_live_id(l));
+        EPH_ERROR("fence", "run %s: no fence slot left; its sandbox is not fenced", eph_live_id(l));
         return;
     }
     f->entries[i] = (struct entry){.live = ref, .sb = sb};
@@ -375,8 +381,9 @@ void eph_fence_arm(struct eph_fence *f, struct eph_live *l, struct eph_sandbox *
         tell(f, OP_ARM, i, fd);
         close(fd);
     } else {
-        EPH_WARN("fence", "run %s: the sandbox has no process to fence (%s); only this process "
-                          "fences it",
+        EPH_WARN("fence",
+                 "run %s: the sandbox has no process to fence (%s); only this process "
+                 "fences it",
                  eph_live_id(l), strerror(-fd));
     }
     pthread_mutex_unlock(&f->lock);
@@ -397,8 +404,9 @@ void eph_fence_disarm(struct eph_fence *f, struct eph_live *l)
             e->sb->ops->interrupt(e->sb);
         if (atomic_load(&f->shared[i].killed)) {
             f->kills++;
-            EPH_WARN("fence", "run %s: its sandbox was killed at its fence (the lease was not "
-                              "renewed in time)",
+            EPH_WARN("fence",
+                     "run %s: its sandbox was killed at its fence (the lease was not "
+                     "renewed in time)",
                      eph_live_id(l));
         }
         atomic_store(&f->shared[i].deadline_ns, 0);
