@@ -15,8 +15,9 @@
  *   - the fence thread, in this process, every 100 ms: while a run's fence is ahead it sets the
  *     watchdog's deadline to the fence. Shortly before the fence (an eighth of a lease), when the
  *     lease could not be renewed (the store is out of reach, or the keeper is stuck), it pauses the
- *     sandbox (SIGSTOP to everything in it), and from then on sets the watchdog's deadline only a
- *     little ahead of now, as a sign that this process is alive and keeps it paused. When a renewal
+ *     sandbox (SIGSTOP to everything in it), and from then on sets the watchdog's deadline a
+ *     quarter of a lease (at least a second) ahead of now, as a sign that this process is alive
+ *     and keeps it paused. When a renewal
  *     moves the fence on, it resumes the sandbox. When the renewal finds the run lost, the worker
  *     destroys it (disarm kills a paused one first).
  *
@@ -224,6 +225,15 @@ static uint64_t lead_ns(const struct eph_config *cfg)
     return (uint64_t)(cfg->lease_seconds ? cfg->lease_seconds : 30) * 1000000000u / 8;
 }
 
+/* While a sandbox is paused, how far ahead of now the watchdog's deadline is kept: nothing runs in
+ * it, so this only bounds how long a node stopped meanwhile leaves it in memory; generous enough
+ * that a busy host's late tick does not kill a paused sandbox. */
+static uint64_t keepalive_ns(const struct eph_config *cfg)
+{
+    uint64_t q = (uint64_t)(cfg->lease_seconds ? cfg->lease_seconds : 30) * 1000000000u / 4;
+    return q > 1000000000u ? q : 1000000000u;
+}
+
 /* One run's sandbox, once a tick; call with f->lock. */
 static void tick_one(struct eph_fence *f, size_t i, uint64_t now)
 {
@@ -265,7 +275,7 @@ static void tick_one(struct eph_fence *f, size_t i, uint64_t now)
     }
     /* Paused, nothing runs in it: this process, alive, keeps it so; should it stop too, the
      * watchdog kills the sandbox within a lead. */
-    atomic_store(&s->deadline_ns, e->paused ? now + lead : fence);
+    atomic_store(&s->deadline_ns, e->paused ? now + keepalive_ns(f->svc->cfg) : fence);
 }
 
 static void *fence_main(void *arg)

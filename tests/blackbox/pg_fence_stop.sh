@@ -11,13 +11,17 @@
 . "$(dirname "$0")/multinode_common.sh"
 . "$(dirname "$0")/agent_common.sh"
 test_deadline 180
-LEASE=4
+LEASE=6
 multinode_setup
+# The run's command, a marker of this test alone (other tests may run the fixtures' at the same
+# time on this host).
+MARKER="sleep 71.$$"
 [ "$(sleepers)" -eq 0 ] || skip "another process already runs '$MARKER'"
 has_sleeper() { [ "$(sleepers)" -ge 1 ]; }
 # The model: one command that blocks, then answers that would finish the run (never asked for).
-fake_start model '[{"tool_calls": [{"id": "call_1", "name": "shell", "arguments": "{\"command\": \"echo started; sleep 61.417\"}"}], "finish_reason": "tool_calls"},
-                   {"text": "done"}, {"text": "done"}]'
+fake_start model "$(jq -nc --arg cmd "echo started; $MARKER" \
+    '[{tool_calls: [{id: "call_1", name: "shell", arguments: ({command: $cmd} | tojson)}],
+       finish_reason: "tool_calls"}, {text: "done"}, {text: "done"}]')"
 jq -n --argjson m "$(fake_model fake/model openai model)" --arg key "$TEST_TMP/secret.key" \
     --argjson lease "$LEASE" \
     '{default_model: "fake/model", models: [$m], secret_key_file: $key, shutdown_grace_seconds: 1,
