@@ -205,12 +205,19 @@ static int tell(struct eph_fence *f, uint32_t op, size_t slot, int fd)
         memcpy(CMSG_DATA(c), &fd, sizeof(fd));
     }
     ssize_t w;
+    /* Never blocks a worker: a watchdog that does not read (stopped by hand) misses the message,
+     * and that sandbox is fenced by this process alone. */
     do
-        w = sendmsg(f->sock, &mh, MSG_NOSIGNAL);
+        w = sendmsg(f->sock, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
     while (w < 0 && errno == EINTR);
     if (w == (ssize_t)sizeof(m))
         return 0;
     int rc = w < 0 ? -errno : -EIO;
+    if (rc == -EAGAIN) {
+        EPH_WARN("fence", "the fence's watchdog does not keep up; a sandbox is fenced by this "
+                          "process alone");
+        return rc;
+    }
     EPH_ERROR("fence",
               "the fence's watchdog is gone (%s): sandboxes are fenced by this process "
               "alone",

@@ -268,8 +268,8 @@ int eph_live_emit(struct eph_live *l, struct eph_store *st, const char *source, 
          * lease. Said once; the run stops here and stores nothing more. */
         if (eph_live_first_loss_notice(l))
             EPH_WARN("timeline",
-                     "run %s: settled as lost by another node; stopping it here, "
-                     "its events are no longer stored",
+                     "run %s: lease lost (settled by another node); stopping it, its events "
+                     "are no longer stored",
                      l->id);
         eph_live_lease_lost(l);
     } else if (rc && !atomic_load(&l->lease_lost)) {
