@@ -56,11 +56,11 @@ struct eph_service {
     struct eph_readiness *readiness; /* store, image and backend; NULL: always ready (tests) */
     const struct eph_readiness_ops *readiness_ops; /* on readiness, set with it */
     struct eph_live_registry *live;     /* the runs this process works on or follows (live.h) */
+    struct eph_lease_keeper keeper;     /* lease.c */
+    struct eph_fence *fence;            /* fence.c; NULL on a single-node store */
     struct eph_scheduler *sched;        /* the worker pool (scheduler.h); NULL until started */
     struct eph_sandbox_pool *pool;      /* warm sandboxes (sandbox/pool.h); NULL: none */
     struct eph_store_listener listener; /* other nodes' notifications (cluster.c) */
-    struct eph_lease_keeper keeper;     /* lease.c */
-    struct eph_fence *fence;            /* fence.c; NULL on a single-node store */
 };
 
 struct eph_model *eph_service_model(struct eph_service *svc, const char *id);
