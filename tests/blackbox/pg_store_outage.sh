@@ -24,17 +24,22 @@ cat >"$FIXTURES/outage/transcript.jsonl" <<'JSONL'
 {"content": null, "finish_reason": "tool_calls", "tool_calls": [{"id": "call_1", "name": "shell", "arguments": {"command": "echo started; sleep 14.417; echo slept"}}], "usage": {"input_tokens": 900, "output_tokens": 40}}
 {"content": "{{call_1.stdout:2}}", "finish_reason": "stop", "tool_calls": [], "usage": {"input_tokens": 1000, "output_tokens": 10}}
 JSONL
-api_config "$TEST_TMP/config.json" "\"lease_seconds\": $LEASE, \"lease_renew_seconds\": 1"
+# Two workers a node: a node busy with two runs claims none of the other's.
+api_config "$TEST_TMP/config.json" \
+    "\"lease_seconds\": $LEASE, \"lease_renew_seconds\": 1, \"max_concurrent_runs\": 2"
 
 start_node a
-start_node b
 ids=()
-for n in a b a b; do ids+=("$(EPHEMERAL_URL=$(node_url $n) new_run "fixture: outlast the store" 50000)"); done
+for _ in 1 2; do ids+=("$(EPHEMERAL_URL=$(node_url a) new_run "fixture: outlast the store" 50000)"); done
+for id in "${ids[@]}"; do EPHEMERAL_URL=$(node_url a) wait_command_running "$id"; done
+start_node b
+for _ in 1 2; do ids+=("$(EPHEMERAL_URL=$(node_url b) new_run "fixture: outlast the store" 50000)"); done
 for id in "${ids[@]}"; do EPHEMERAL_URL=$(node_url a) wait_command_running "$id"; done
 wait_until "the four commands to run" 200 bash -c "[ \"\$(pgrep -f '$MARKER' | wc -l)\" -ge 4 ]"
 declare -A owner
 for id in "${ids[@]}"; do owner[$id]=$(run_node "$id"); done
-for id in "${ids[@]}"; do [ -n "${owner[$id]}" ] || fail "no node holds $id"; done
+assert_eq "${owner[${ids[0]}]}${owner[${ids[1]}]}${owner[${ids[2]}]}${owner[${ids[3]}]}" aabb \
+    "nodes working on the runs"
 
 pg_stop
 stopped_at=$(date +%s%N)
