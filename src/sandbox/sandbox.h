@@ -8,9 +8,10 @@
  * released (backend.h). One sandbox serves one run and is never reused. Adding a backend is adding
  * a file and one line in sandbox.c.
  *
- * Threads: a sandbox is driven by one thread (the run's worker). eph_sandbox_interrupt() is the one
- * call that may come from any other thread (cancel, shutdown, budget): it kills the machine at
- * once, so that a blocked exec returns -ECANCELED; destroy must still be called.
+ * Threads: a sandbox is driven by one thread (the run's worker). eph_sandbox_interrupt() may come
+ * from any other thread (cancel, shutdown, budget): it kills the machine at once, so that a blocked
+ * exec returns -ECANCELED; destroy must still be called. So may the fence's watch_fd and pause
+ * (run/fence.c), before destroy.
  */
 #ifndef EPH_SANDBOX_H
 #define EPH_SANDBOX_H
