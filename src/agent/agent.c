@@ -346,10 +346,12 @@ int eph_agent_run(struct eph_agent_ctx *ctx, struct eph_agent_outcome *out)
     unsigned turn;
     for (turn = 1; turn <= ctx->turn_limit; turn++) {
         uint64_t now = eph_clock_mono_ns();
-        if (eph_cancelled(&ctx->cancel)) {
+        /* No model call while this node's lease of the run is in doubt (docs/RUN.md). */
+        if (!eph_cancel_hold(&ctx->cancel)) {
             stop_for(ctx, -ECANCELED, out);
             goto done;
         }
+        now = eph_clock_mono_ns();
         if (now >= ctx->deadline_ns) {
             stop_for(ctx, -ETIMEDOUT, out);
             goto done;
@@ -454,7 +456,8 @@ int eph_agent_run(struct eph_agent_ctx *ctx, struct eph_agent_outcome *out)
         }
         for (size_t i = 0; i < resp.ncalls; i++) {
             char *content = NULL;
-            rc = eph_tools_execute(ctx, &resp.calls[i], &content);
+            rc = eph_cancel_hold(&ctx->cancel) ? eph_tools_execute(ctx, &resp.calls[i], &content)
+                                               : -ECANCELED;
             if (rc) {
                 free(content);
                 eph_model_response_release(&resp);
