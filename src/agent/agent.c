@@ -122,6 +122,18 @@ static int meter_authorise(void *p, unsigned attempt, uint64_t at_ns, uint64_t i
     return 0;
 }
 
+/* A finish reason as a zero-data-retention event keeps it: the providers' usual words, else
+ * "other" (the provider's field is free text). */
+static const char *zdr_finish(const char *f)
+{
+    static const char *const known[] = {"stop",           "tool_calls", "length",    "refusal",
+                                        "content_filter", "pause_turn", "max_tokens"};
+    for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++)
+        if (strcmp(f, known[i]) == 0)
+            return known[i];
+    return "other";
+}
+
 /* How an attempt is charged (docs/MONEY.md): what the provider reported when it reported its
  * whole usage; its worst case when it may bill without having said how much (an answer without
  * usage, a stream cut after the request went out); nothing when it cannot bill (an HTTP error
@@ -178,7 +190,9 @@ static void meter_record(void *p, const struct eph_model_attempt *a)
     if (data && resp->http_status)
         json_object_set_new(data, "http_status", json_integer(resp->http_status));
     if (data && resp->finish_reason)
-        json_object_set_new(data, "finish_reason", json_string(resp->finish_reason));
+        json_object_set_new(
+            data, "finish_reason",
+            json_string(ctx->zdr ? zdr_finish(resp->finish_reason) : resp->finish_reason));
     if (data && how == EPH_CHARGE_EARMARK)
         json_object_set_new(data, "usage_missing", json_true());
     if (data && cost.capped)
@@ -217,9 +231,10 @@ static void meter_record(void *p, const struct eph_model_attempt *a)
                   resp->replayed ? " · replayed" : "", why,
                   cost.above_bound ? " · usage above the bound" : "",
                   cost.capped ? " · capped at the reservation" : "");
+    /* A provider's error can quote what it was sent: a zero-data-retention run logs none. */
     if (a->rc && a->err && a->err[0])
         EPH_INFO("agent", "run %s: model call %u attempt %u: %s", ctx->run_id, mt->call, a->number,
-                 a->err);
+                 ctx->zdr ? outcome_name : a->err);
     int rc = eph_sink_progress(ctx->sink);
     if (rc)
         EPH_WARN("agent", "run %s: cannot record progress: %s", ctx->run_id, strerror(-rc));
@@ -331,10 +346,12 @@ int eph_agent_run(struct eph_agent_ctx *ctx, struct eph_agent_outcome *out)
     unsigned turn;
     for (turn = 1; turn <= ctx->turn_limit; turn++) {
         uint64_t now = eph_clock_mono_ns();
-        if (eph_cancelled(&ctx->cancel)) {
+        /* No model call while this node's lease of the run is in doubt (docs/RUN.md). */
+        if (!eph_cancel_hold(&ctx->cancel)) {
             stop_for(ctx, -ECANCELED, out);
             goto done;
         }
+        now = eph_clock_mono_ns();
         if (now >= ctx->deadline_ns) {
             stop_for(ctx, -ETIMEDOUT, out);
             goto done;
@@ -350,7 +367,8 @@ int eph_agent_run(struct eph_agent_ctx *ctx, struct eph_agent_outcome *out)
                                         .deadline_ns = ctx->deadline_ns,
                                         .cancel = ctx->cancel.flag,
                                         .prompt = ctx->prompt,
-                                        .recording = ctx->recording};
+                                        .recording = ctx->recording,
+                                        .zdr = ctx->zdr};
         struct eph_model_response resp;
         char err[256] = "";
         int rc = eph_model_call(ctx->model, &req, &meter, &resp, err, sizeof(err));
@@ -438,7 +456,8 @@ int eph_agent_run(struct eph_agent_ctx *ctx, struct eph_agent_outcome *out)
         }
         for (size_t i = 0; i < resp.ncalls; i++) {
             char *content = NULL;
-            rc = eph_tools_execute(ctx, &resp.calls[i], &content);
+            rc = eph_cancel_hold(&ctx->cancel) ? eph_tools_execute(ctx, &resp.calls[i], &content)
+                                               : -ECANCELED;
             if (rc) {
                 free(content);
                 eph_model_response_release(&resp);

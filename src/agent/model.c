@@ -162,8 +162,9 @@ int eph_model_call(struct eph_model *m, const struct eph_model_request *req,
                      n);
             break;
         }
-        EPH_INFO("model", "%s; attempt %u of %u, retrying in %llu ms", err[0] ? err : "failed", n,
-                 EPH_MODEL_MAX_ATTEMPTS, (unsigned long long)wait);
+        EPH_INFO("model", "%s; attempt %u of %u, retrying in %llu ms",
+                 err[0] && !req->zdr ? err : m->ops->name, n, EPH_MODEL_MAX_ATTEMPTS,
+                 (unsigned long long)wait);
         int src = eph_http_sleep(wait, req->cancel);
         if (src) {
             snprintf(err, errlen, "%s: call cancelled", m->ops->name);

@@ -44,6 +44,7 @@ struct eph_model_request {
     const char *prompt;        /* the run's original prompt (replay matches on it) */
     const char *recording;     /* replay: the recording's name (the run's metadata "transcript"),
                                   or NULL */
+    bool zdr; /* zero data retention: log no provider's text (it can quote the request) */
 };
 
 struct eph_tool_call {

@@ -22,6 +22,7 @@
 #include <sodium.h>
 
 #include "broker/answer.h"
+#include "broker/event.h"
 #include "broker/html.h"
 #include "broker/http.h"
 #include "broker/meter.h"
@@ -81,6 +82,7 @@ struct eph_broker {
     atomic_bool exhausted;
     uint64_t web_count, conn_count;
     bool record;
+    bool zdr;                    /* events keep nothing the sandbox chose (broker/event.h) */
     struct replay_entry *replay; /* replay mode when not NULL; used flags under lock */
     size_t nreplay;
 };
@@ -175,6 +177,7 @@ int eph_broker_new(const struct eph_broker_settings *settings, const struct eph_
     b->s.extra_ca_file = settings->extra_ca_file ? strdup(settings->extra_ca_file) : NULL;
     b->web = run->web;
     b->record = run->record;
+    b->zdr = run->zdr;
     b->budget = run->budget;
     b->on_event = run->on_event;
     b->event_arg = run->event_arg;
@@ -665,6 +668,16 @@ static json_t *record_exchange(struct req_ctx *rc)
     return json_pack("{s:o, s:o}", "request", req, "response", record_response(rc));
 }
 
+/* Whether name is one of the run's connections (broker/event.h). */
+static bool knows_conn(void *arg, const char *name)
+{
+    const struct eph_broker *b = arg;
+    for (size_t i = 0; i < b->nconns; i++)
+        if (strcmp(b->conns[i].name, name) == 0)
+            return true;
+    return false;
+}
+
 static void emit(struct req_ctx *rc)
 {
     struct eph_broker *b = rc->s->b;
@@ -684,8 +697,13 @@ static void emit(struct req_ctx *rc)
         rc->ev.path = rc->path;
     if (!rc->ev.scheme)
         rc->ev.scheme = "http";
-    if (rc->recording && rc->url.data)
+    if (rc->recording && rc->url.data && !b->zdr)
         rc->ev.exchange = record_exchange(rc);
+    if (b->zdr) {
+        json_decref(rc->ev.exchange); /* web_fetch's hops come with one */
+        rc->ev.exchange = NULL;
+        eph_broker_event_scrub(&rc->ev, knows_conn, b);
+    }
     if (b->on_event)
         b->on_event(b->event_arg, &rc->ev);
     json_decref(rc->ev.exchange);

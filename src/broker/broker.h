@@ -107,7 +107,8 @@ struct eph_broker_run {
     size_t nweb_allow;
     const struct eph_broker_conn *conns;
     size_t nconns;
-    bool record;               /* build each event's exchange (off for zero data retention) */
+    bool record; /* build each event's exchange (off for zero data retention) */
+    bool zdr;    /* zero data retention: events keep nothing the sandbox chose (broker/event.h) */
     struct eph_budget *budget; /* the run's, shared with the worker (it locks itself) */
     eph_broker_event_fn on_event;
     void *event_arg;

@@ -6,6 +6,9 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
+
+#include "common/clock.h"
 
 int eph_sink_emit(const struct eph_sink *sink, const char *source, const char *type, json_t *data,
                   const char *fmt, ...)
@@ -34,4 +37,18 @@ int eph_sink_emit(const struct eph_sink *sink, const char *source, const char *t
 int eph_sink_progress(const struct eph_sink *sink)
 {
     return sink && sink->progress ? sink->progress(sink->ctx) : 0;
+}
+
+bool eph_cancel_hold(const struct eph_cancel *c)
+{
+    /* Rare (a store out of reach past the lease, or a node resumed after a stop): a short poll,
+     * until the lease keeper renews the lease or finds it lost (which cancels). */
+    while (!eph_cancelled(c) && c && c->fence_ns) {
+        uint64_t until = atomic_load(c->fence_ns);
+        if (!until || eph_clock_mono_ns() < until)
+            return true;
+        struct timespec ts = {0, 20 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    return !eph_cancelled(c);
 }

@@ -12,6 +12,7 @@
 
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdint.h>
 
 #include <jansson.h>
 
@@ -35,7 +36,14 @@ int eph_sink_progress(const struct eph_sink *sink);
 /* A cancel token: a flag owned by the caller's caller, set once, read by anyone. */
 struct eph_cancel {
     const atomic_bool *flag; /* NULL: never cancelled */
+    /* Optional: the monotonic instant (eph_clock_mono_ns) past which the work must wait until it
+     * moves on again (the run's lease fence, docs/RUN.md); NULL or 0: never. */
+    const _Atomic uint64_t *fence_ns;
 };
+
+/* Before a step that reaches out (a model call, a tool call): waits while the fence has passed
+ * and the token is not cancelled. true: go on; false: cancelled (while waiting or before). */
+bool eph_cancel_hold(const struct eph_cancel *c);
 
 static inline bool eph_cancelled(const struct eph_cancel *c)
 {

@@ -12,9 +12,9 @@
 #include <sodium.h>
 
 #include "broker/broker.h"
+#include "broker/event.h"
 #include "broker/http.h"
 #include "common/log.h"
-#include "common/money.h"
 #include "common/secret.h"
 
 struct eph_egress {
@@ -34,53 +34,27 @@ struct eph_broker *eph_egress_broker(struct eph_egress *e)
     return e ? e->broker : NULL;
 }
 
-/* The timeline's record of one request (SPEC 5 and 7): called from the broker's threads. */
+/* Whether name is one of the run's connections: an org's, checked when the run started. */
+static bool run_has_conn(void *arg, const char *name)
+{
+    struct eph_egress *e = arg;
+    struct eph_broker_conn_rules c;
+    for (size_t i = 0; e->broker && eph_broker_conn_rules(e->broker, i, &c); i++)
+        if (strcmp(c.name, name) == 0)
+            return true;
+    return false;
+}
+
+/* The timeline's record of one request (SPEC 5 and 7; with zero data retention, SPEC 10: what
+ * broker/event.h lists and nothing else): called from the broker's threads. */
 static void on_event(void *arg, const struct eph_broker_event *ev)
 {
     struct eph_egress *e = arg;
     const char *source = ev->connection ? "connection" : "web";
     const char *type = ev->connection ? "connection.request" : "web.request";
-    json_t *data;
-    if (e->zdr) {
-        /* Zero data retention: method, host and status only. */
-        data = json_pack("{s:s, s:s, s:i}", "method", ev->method, "host", ev->host, "status",
-                         ev->status);
-        if (ev->connection)
-            json_object_set_new(data, "connection", json_string(ev->connection));
-        eph_live_emit(e->live, e->store, source, type, data, "%s %s → %d", ev->method, ev->host,
-                      ev->status);
-        return;
-    }
-    data = json_pack("{s:s, s:s, s:s, s:i, s:s, s:i, s:I, s:I, s:I, s:I}", "method", ev->method,
-                     "scheme", ev->scheme, "host", ev->host, "port", (int)ev->port, "path",
-                     ev->path, "status", ev->status, "bytes_up", (json_int_t)ev->bytes_up,
-                     "bytes_down", (json_int_t)ev->bytes_down, "duration_ms",
-                     (json_int_t)ev->duration_ms, "cost_micros", (json_int_t)ev->cost_micros);
-    if (ev->connection)
-        json_object_set_new(data, "connection", json_string(ev->connection));
-    if (ev->denied)
-        json_object_set_new(data, "denied", json_string(ev->denied));
-    /* The record a replay answers from (the broker builds none with zero data retention). */
-    if (ev->exchange)
-        json_object_set(data, "exchange", ev->exchange);
-    char bytes[32];
-    eph_format_thousands(ev->bytes_down, bytes);
-    if (ev->connection)
-        eph_live_emit(e->live, e->store, source, type, data, "%s · %s %s → %d%s%s", ev->connection,
-                      ev->method, ev->path, ev->status, ev->denied ? " · " : "",
-                      ev->denied ? ev->denied : "");
-    else if (strcmp(ev->scheme, "tunnel") == 0)
-        eph_live_emit(e->live, e->store, source, type, data, "CONNECT %s:%u → %d · %s bytes%s%s",
-                      ev->host, ev->port, ev->status, bytes, ev->denied ? " · " : "",
-                      ev->denied ? ev->denied : "");
-    else {
-        char port[16] = "";
-        if (ev->port && ev->port != (strcmp(ev->scheme, "https") == 0 ? 443u : 80u))
-            snprintf(port, sizeof(port), ":%u", ev->port);
-        eph_live_emit(e->live, e->store, source, type, data, "%s %s://%s%s%s → %d · %s bytes%s%s",
-                      ev->method, ev->scheme, ev->host, port, ev->path, ev->status, bytes,
-                      ev->denied ? " · " : "", ev->denied ? ev->denied : "");
-    }
+    char msg[EPH_BROKER_EVENT_MSG_MAX];
+    json_t *data = eph_broker_event_data(ev, e->zdr, run_has_conn, e, msg, sizeof(msg));
+    eph_live_emit(e->live, e->store, source, type, data, "%s", msg);
 }
 
 /* The connections a run names, from the store, credentials unsealed. */
@@ -322,6 +296,7 @@ int eph_egress_start(struct eph_service *svc, struct eph_run *r, struct eph_live
     if (!rc) {
         struct eph_broker_run run = {.web = r->web,
                                      .record = !r->zdr,
+                                     .zdr = r->zdr,
                                      .web_allow = allow,
                                      .nweb_allow = nallow,
                                      .conns = l.conns,

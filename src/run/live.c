@@ -22,8 +22,10 @@ struct eph_live {
     bool closed;
     atomic_bool cancel;
     atomic_bool lease_lost;
-    atomic_bool worked_here;  /* a worker of this process works on it (else: followed) */
-    atomic_bool worker_taken; /* one worker of this process has taken it (eph_live_take_worker) */
+    atomic_bool loss_noticed;  /* the loss was logged (once) */
+    _Atomic uint64_t fence_ns; /* eph_live_set_fence; 0: none */
+    atomic_bool worked_here;   /* a worker of this process works on it (else: followed) */
+    atomic_bool worker_taken;  /* one worker of this process has taken it (eph_live_take_worker) */
     /* Serialises this run's emitters: numbers are assigned and events stored in order, outside
      * the registry's lock, so that a slow store write never holds up another run or a reader. */
     pthread_mutex_t emit_lock;
@@ -137,6 +139,8 @@ int eph_live_register(struct eph_live_registry *reg, const char *run_id, int64_t
     l->registered = true;
     atomic_init(&l->cancel, false);
     atomic_init(&l->lease_lost, false);
+    atomic_init(&l->loss_noticed, false);
+    atomic_init(&l->fence_ns, 0);
     atomic_init(&l->worked_here, false);
     atomic_init(&l->worker_taken, false);
     pthread_mutex_init(&l->emit_lock, NULL);
@@ -259,8 +263,18 @@ int eph_live_emit(struct eph_live *l, struct eph_store *st, const char *source, 
     pthread_mutex_unlock(&l->emit_lock);
     if (!rc)
         notify(l->reg);
-    if (rc)
+    if (rc == -ESTALE) {
+        /* Fenced off: another node settled the run as lost while this one could not renew its
+         * lease. Said once; the run stops here and stores nothing more. */
+        if (eph_live_first_loss_notice(l))
+            EPH_WARN("timeline",
+                     "run %s: lease lost (settled by another node); stopping it, its events "
+                     "are no longer stored",
+                     l->id);
+        eph_live_lease_lost(l);
+    } else if (rc && !atomic_load(&l->lease_lost)) {
         EPH_ERROR("timeline", "run %s: cannot store event %s: %s", l->id, type, strerror(-rc));
+    }
     eph_event_release(&e);
     return rc;
 }
@@ -467,6 +481,26 @@ void eph_live_lease_lost(struct eph_live *l)
 bool eph_live_is_lease_lost(struct eph_live *l)
 {
     return atomic_load(&l->lease_lost);
+}
+
+bool eph_live_first_loss_notice(struct eph_live *l)
+{
+    return !atomic_exchange(&l->loss_noticed, true);
+}
+
+void eph_live_set_fence(struct eph_live *l, uint64_t until_ns)
+{
+    atomic_store(&l->fence_ns, until_ns);
+}
+
+uint64_t eph_live_fence(struct eph_live *l)
+{
+    return atomic_load(&l->fence_ns);
+}
+
+const _Atomic uint64_t *eph_live_fence_ptr(struct eph_live *l)
+{
+    return &l->fence_ns;
 }
 
 int eph_live_foreach(struct eph_live_registry *reg, void (*fn)(struct eph_live *l, void *ctx),

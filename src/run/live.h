@@ -108,6 +108,15 @@ uint64_t eph_live_compute_start(struct eph_live *l);
  * settle it. */
 void eph_live_lease_lost(struct eph_live *l);
 bool eph_live_is_lease_lost(struct eph_live *l);
+/* True the first time only: a node that lost a run says so once (lease.c, emit). */
+bool eph_live_first_loss_notice(struct eph_live *l);
+/* The fence (docs/RUN.md, "Fencing"): the monotonic instant until which this node may work on
+ * the run without a newer successful renewal of its lease (0: no fence, a single-node store).
+ * The lease keeper moves it on at each renewal; the fence (fence.c) stops the sandbox at it; the
+ * run's work (model calls, broker requests) waits while it has passed (eph_cancel_hold). */
+void eph_live_set_fence(struct eph_live *l, uint64_t until_ns);
+uint64_t eph_live_fence(struct eph_live *l);
+const _Atomic uint64_t *eph_live_fence_ptr(struct eph_live *l);
 /* Several nodes: a run registered here is either worked on by a worker of this process
  * (set_worked_here, at its claim) or only followed for the clients streaming it. observe
  * publishes an event another process stored (seq), and with final (worker.destroyed) closes a

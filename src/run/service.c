@@ -52,13 +52,21 @@ int eph_service_start_workers(struct eph_service *svc)
         .periodic = periodic,
         .cancel_all = cancel_all,
     };
-    return eph_scheduler_start(&ops, svc->cfg->max_concurrent_runs,
-                               eph_lease_renew_seconds(svc->cfg), &svc->sched);
+    int rc = eph_fence_start(svc);
+    if (rc)
+        return rc;
+    rc = eph_scheduler_start(&ops, svc->cfg->max_concurrent_runs, eph_lease_renew_seconds(svc->cfg),
+                             &svc->sched);
+    if (rc)
+        eph_fence_stop(svc);
+    return rc;
 }
 
 void eph_service_stop_workers(struct eph_service *svc, unsigned grace_seconds)
 {
     eph_scheduler_stop(svc->sched, grace_seconds);
+    /* Every worker is done: no sandbox is left to fence. */
+    eph_fence_stop(svc);
 }
 
 int eph_service_submit(struct eph_service *svc, const char *run_id)

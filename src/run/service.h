@@ -35,6 +35,16 @@ struct eph_readiness_ops {
     json_t *(*report)(struct eph_readiness *r, struct eph_service *svc, bool *ready);
 };
 
+/* The lease keeper's view of its contact with the store (lease.c; its thread only). */
+struct eph_lease_keeper {
+    uint64_t contact_since_ns; /* since when every pass reached the store in time; 0: not now */
+    uint64_t last_ok_ns;       /* the end of the last pass that did */
+    bool failing;              /* renewals fail (said once) */
+    bool waiting;              /* reaping waits for a lease of contact again (said once) */
+};
+
+struct eph_fence;
+
 struct eph_service {
     struct eph_config *cfg;
     struct eph_store *store;
@@ -47,6 +57,8 @@ struct eph_service {
     struct eph_readiness *readiness; /* store, image and backend; NULL: always ready (tests) */
     const struct eph_readiness_ops *readiness_ops; /* on readiness, set with it */
     struct eph_live_registry *live;     /* the runs this process works on or follows (live.h) */
+    struct eph_lease_keeper keeper;     /* lease.c */
+    struct eph_fence *fence;            /* fence.c; NULL on a single-node store */
     struct eph_scheduler *sched;        /* the worker pool (scheduler.h); NULL until started */
     struct eph_sandbox_pool *pool;      /* warm sandboxes (sandbox/pool.h); NULL: none */
     struct eph_store_listener listener; /* other nodes' notifications (cluster.c) */
@@ -76,6 +88,24 @@ void eph_service_kick(struct eph_service *svc);
 void eph_lease_pass(struct eph_service *svc);
 /* Seconds between two passes: lease_renew_seconds, lowered to fit well within the lease. */
 unsigned eph_lease_renew_seconds(const struct eph_config *cfg);
+/* How long after sending a renewal (or the claim) a node may work on the run without a newer one:
+ * its fence (three quarters of the lease). */
+uint64_t eph_lease_fence_span_ns(const struct eph_config *cfg);
+
+/* The fence (fence.c, docs/RUN.md "Fencing"), on shared stores only: a watchdog process of its
+ * own, which needs neither the store nor this process to run, kills each sandbox whose run's
+ * fence (eph_live_set_fence) has passed; and a thread that pauses a sandbox shortly before its
+ * fence while the lease cannot be renewed (so that a store outage does not kill healthy runs),
+ * keeps the watchdog from killing it while this process is alive to watch, and resumes it when the
+ * lease is renewed. start: 0 on a single-node store (nothing started). arm: from when the
+ * sandbox exists (after eph_live_attach_sandbox); disarm: before it is destroyed (a paused sandbox
+ * is killed then). Both do nothing without a fence. */
+int eph_fence_start(struct eph_service *svc) __attribute__((warn_unused_result));
+void eph_fence_stop(struct eph_service *svc);
+void eph_fence_arm(struct eph_fence *f, struct eph_live *l, struct eph_sandbox *sb);
+void eph_fence_disarm(struct eph_fence *f, struct eph_live *l);
+/* Sandboxes the watchdog killed at their fence, since start (tests, metrics). */
+unsigned eph_fence_kills(struct eph_fence *f);
 
 /* Several nodes on one shared store (cluster.c); each does nothing on a single-node store.
  * start: listens for other nodes' events, queued runs and cancels. follow: the live entry of a
@@ -113,5 +143,8 @@ void eph_worker_run(struct eph_service *svc, const char *run_id);
  * settle here, in one attempt without retries. 0 when handed on or settled, else -errno. */
 int eph_worker_refuse(struct eph_service *svc, const char *run_id, const char *code,
                       const char *message);
+/* The error message a zero-data-retention run stores and shows for code: msg itself for the codes
+ * whose messages are the server's own words, else a fixed sentence (worker.c). */
+const char *eph_worker_zdr_message(const char *code, const char *msg);
 
 #endif

@@ -217,8 +217,36 @@ static const char *error_type_for(enum eph_run_status st)
     }
 }
 
+/* The error message a zero-data-retention run keeps (SPEC 10, docs/API.md "Zero data
+ * retention"): the server's own sentence for the codes whose messages are made of fixed words,
+ * numbers, the org's connection names and system errors only; for every other code (a file's
+ * path, the model's refusal, a provider's or a recording's answer, anything yet to come) a fixed
+ * sentence, since its message can quote what the run was given or what the model said. */
+const char *eph_worker_zdr_message(const char *code, const char *msg)
+{
+    static const char *const fixed[] = {"cancelled",
+                                        "server_shutdown",
+                                        "timeout",
+                                        "budget_exhausted",
+                                        "internal_error",
+                                        "turn_limit",
+                                        "model_output_truncated",
+                                        "prompt_lost",
+                                        "model_unavailable",
+                                        "sandbox_error",
+                                        "broker_error",
+                                        "worker_lost",
+                                        "queue_unavailable"};
+    for (size_t i = 0; code && i < sizeof(fixed) / sizeof(fixed[0]); i++)
+        if (strcmp(code, fixed[i]) == 0)
+            return msg;
+    return "the details are not kept: the run has zero data retention";
+}
+
 static void fail_run(struct eph_run *r, enum eph_run_status st, const char *code, const char *msg)
 {
+    if (r->zdr)
+        msg = eph_worker_zdr_message(code, msg);
     r->status = st;
     if (eph_run_set_error(r, error_type_for(st), code, msg))
         EPH_ERROR("worker", "run %s: out of memory", r->id);
@@ -338,7 +366,10 @@ static int sink_event(void *ctx, const char *source, const char *type, json_t *d
                       const char *message)
 {
     struct job *j = ctx;
-    return eph_live_emit(j->live, j->svc->store, source, type, data, "%s", message);
+    int rc = eph_live_emit(j->live, j->svc->store, source, type, data, "%s", message);
+    /* Fenced off (the run was settled by another node): the live layer said so once and stopped
+     * the run; the callers need not say it again for every event. */
+    return rc == -ESTALE ? 0 : rc;
 }
 
 static void agent_usage_copy(struct eph_run *r, const struct eph_agent_usage *u)
@@ -416,6 +447,7 @@ static int step_load(struct job *j, const char *run_id)
     if (!eph_live_take_worker(j->live))
         return -EALREADY;
     /* The lease: from here this node works on the run; the lease keeper renews it. */
+    uint64_t claimed_ns = eph_clock_mono_ns();
     rc = st->ops->run_claim(st, run_id, svc->node_id,
                             eph_clock_real_ms() + (int64_t)svc->cfg->lease_seconds * 1000);
     if (rc == -EALREADY || (rc && st->ops->shared)) {
@@ -428,11 +460,15 @@ static int step_load(struct job *j, const char *run_id)
     }
     if (rc) /* one node: nobody else could take it; work on it, the renewals will lease it */
         EPH_WARN("worker", "run %s: cannot record its lease: %s", run_id, eph_strerror(rc));
+    /* The run's fence (fence.c): from the claim, then from each renewal (lease.c). */
+    if (!rc && st->ops->shared)
+        eph_live_set_fence(j->live, claimed_ns + eph_lease_fence_span_ns(svc->cfg));
     eph_live_set_worked_here(j->live);
     eph_budget_init(&j->budget, j->r.cost.reserved_micros,
                     svc->cfg->prices.compute_micros_per_second);
     j->sink = (struct eph_sink){.ctx = j, .event = sink_event, .progress = sink_progress};
-    j->cancel = (struct eph_cancel){.flag = eph_live_cancel_flag(j->live)};
+    j->cancel = (struct eph_cancel){.flag = eph_live_cancel_flag(j->live),
+                                    .fence_ns = eph_live_fence_ptr(j->live)};
     return 0;
 }
 
@@ -526,6 +562,7 @@ static int step_sandbox(struct job *j)
         return rc;
     }
     eph_live_attach_sandbox(j->live, j->sb);
+    eph_fence_arm(svc->fence, j->live, j->sb);
     eph_metrics_observe_sandbox_start(ready_ns - j->start_ns);
     free(r->sandbox_backend);
     r->sandbox_backend = strdup(svc->sandbox_ops->name);
@@ -640,6 +677,7 @@ static void step_destroy(struct job *j)
         j->egress = NULL;
         return;
     }
+    eph_fence_disarm(svc->fence, j->live);
     eph_live_attach_sandbox(j->live, NULL);
     uint64_t d0 = eph_clock_mono_ns();
     int rc = eph_sandbox_destroy(j->sb);

@@ -69,6 +69,10 @@ struct eph_sandbox_backend {
     /* Optional: kills the machine now. Called with g->lock held, from any thread; must not block.
      * NULL: SIGKILL to the watched process. */
     void (*kill)(struct eph_guest_sandbox *g);
+    /* Optional: stops (SIGSTOP) or resumes (SIGCONT) everything in the machine; called with
+     * g->lock held, from any thread. NULL: the sandbox cannot be paused (-ENOTSUP).
+     * eph_guest_pause_watched suits a machine that is one process (QEMU). */
+    int (*pause)(struct eph_guest_sandbox *g, bool paused);
     /* After the channel is closed (and the machine killed unless the guest ended cleanly): reaps
      * the watched process (eph_guest_sandbox_reap) and removes every host-side trace. Frees
      * nothing of g itself. 0, or a negative errno when something could not be removed. */
@@ -103,6 +107,10 @@ int eph_guest_sandbox_read_file(struct eph_sandbox *sb, const char *path, size_t
                                 struct eph_buf *out) __attribute__((warn_unused_result));
 const char *eph_guest_sandbox_scratch_dir(struct eph_sandbox *sb);
 void eph_guest_sandbox_interrupt(struct eph_sandbox *sb);
+int eph_guest_sandbox_watch_fd(struct eph_sandbox *sb);
+int eph_guest_sandbox_pause(struct eph_sandbox *sb, bool paused);
+/* A backend's pause for a machine that is one process: SIGSTOP / SIGCONT to the watched one. */
+int eph_guest_pause_watched(struct eph_guest_sandbox *g, bool paused);
 int eph_guest_sandbox_open_tunnel(struct eph_sandbox *sb, const struct eph_sandbox_tunnel *t)
     __attribute__((warn_unused_result));
 int eph_guest_sandbox_destroy(struct eph_sandbox *sb);
@@ -111,6 +119,7 @@ int eph_guest_sandbox_destroy(struct eph_sandbox *sb);
     .exec = eph_guest_sandbox_exec, .write_file = eph_guest_sandbox_write_file,                    \
     .read_file = eph_guest_sandbox_read_file, .scratch_dir = eph_guest_sandbox_scratch_dir,        \
     .interrupt = eph_guest_sandbox_interrupt, .open_tunnel = eph_guest_sandbox_open_tunnel,        \
-    .destroy = eph_guest_sandbox_destroy, .backend = (backend_)
+    .destroy = eph_guest_sandbox_destroy, .watch_fd = eph_guest_sandbox_watch_fd,                  \
+    .pause = eph_guest_sandbox_pause, .backend = (backend_)
 
 #endif

@@ -16,6 +16,7 @@
 #include "sandbox/backend.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -308,6 +309,38 @@ void eph_guest_sandbox_interrupt(struct eph_sandbox *sb)
         (void)shutdown(g->chan_fd, SHUT_RDWR);
     kill_locked(g);
     pthread_mutex_unlock(&g->lock);
+}
+
+int eph_guest_sandbox_watch_fd(struct eph_sandbox *sb)
+{
+    struct eph_guest_sandbox *g = guest_of(sb);
+    pthread_mutex_lock(&g->lock);
+    int fd = g->pid > 0 && g->pidfd >= 0 ? fcntl(g->pidfd, F_DUPFD_CLOEXEC, 3) : -2;
+    int rc = fd >= 0 ? fd : fd == -2 ? -ENOTSUP : -errno;
+    pthread_mutex_unlock(&g->lock);
+    return rc;
+}
+
+int eph_guest_sandbox_pause(struct eph_sandbox *sb, bool paused)
+{
+    struct eph_guest_sandbox *g = guest_of(sb);
+    const struct eph_sandbox_backend *be = sb->ops->backend;
+    if (!be->pause)
+        return -ENOTSUP;
+    pthread_mutex_lock(&g->lock);
+    int rc = g->pid > 0 ? be->pause(g, paused) : -ESRCH;
+    pthread_mutex_unlock(&g->lock);
+    return rc;
+}
+
+int eph_guest_pause_watched(struct eph_guest_sandbox *g, bool paused)
+{
+    int sig = paused ? SIGSTOP : SIGCONT;
+#ifdef SYS_pidfd_send_signal
+    if (g->pidfd >= 0)
+        return syscall(SYS_pidfd_send_signal, g->pidfd, sig, NULL, 0) == 0 ? 0 : -errno;
+#endif
+    return kill(g->pid, sig) == 0 ? 0 : -errno;
 }
 
 /* ---- calls --------------------------------------------------------------------------------- */

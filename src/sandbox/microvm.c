@@ -922,6 +922,7 @@ static const struct eph_sandbox_backend vm_backend = {
     .boot = vm_boot,
     .boot_failed = vm_boot_failed,
     .release = vm_release,
+    .pause = eph_guest_pause_watched, /* QEMU is the whole machine */
 };
 
 const struct eph_sandbox_ops eph_sandbox_microvm_ops = {

@@ -8,9 +8,10 @@
  * released (backend.h). One sandbox serves one run and is never reused. Adding a backend is adding
  * a file and one line in sandbox.c.
  *
- * Threads: a sandbox is driven by one thread (the run's worker). eph_sandbox_interrupt() is the one
- * call that may come from any other thread (cancel, shutdown, budget): it kills the machine at
- * once, so that a blocked exec returns -ECANCELED; destroy must still be called.
+ * Threads: a sandbox is driven by one thread (the run's worker). eph_sandbox_interrupt() may come
+ * from any other thread (cancel, shutdown, budget): it kills the machine at once, so that a blocked
+ * exec returns -ECANCELED; destroy must still be called. So may the fence's watch_fd and pause
+ * (run/fence.c), before destroy.
  */
 #ifndef EPH_SANDBOX_H
 #define EPH_SANDBOX_H
@@ -119,6 +120,13 @@ struct eph_sandbox_ops {
      * to disk on the host (gvisor with EPHEMERAL_RUNSC_DEBUG_DIR); a zero-data-retention run
      * must then be refused. */
     bool (*records_commands)(void);
+    /* Optional (the run's lease fence, docs/RUN.md): a new descriptor (a pidfd, O_CLOEXEC) of
+     * the process whose SIGKILL ends the whole machine, for a watchdog outside the server;
+     * -ENOTSUP without one. From any thread. */
+    int (*watch_fd)(struct eph_sandbox *sb);
+    /* Optional: stops (paused) or resumes everything in the machine, from any thread, so that
+     * nothing in it runs meanwhile; -ENOTSUP when the backend cannot. */
+    int (*pause)(struct eph_sandbox *sb, bool paused);
     /* The primitives of a guest-based backend (backend.h); NULL for a backend that implements the
      * calls above itself. */
     const struct eph_sandbox_backend *backend;

@@ -62,6 +62,9 @@ struct pg_store {
     unsigned urgent_waiting;   /* under lock: lease keeper calls waiting for a connection */
     unsigned ordinary_waiting; /* under lock: other calls waiting for one */
     unsigned long round_trips; /* under lock: statements sent (bench) */
+    /* An outage is logged once, not once per operation and retry: set when it is said, cleared
+     * when a connection is made again. */
+    atomic_bool outage_said;
 };
 
 #define P(b) ((struct pg_store *)(b))
@@ -134,9 +137,15 @@ static int conn_connect(struct pg_store *s, struct pg_conn *c)
     c->c = PQconnectdb(s->conninfo);
     if (PQstatus(c->c) != CONNECTION_OK) {
         /* The message may carry the host, never the password (libpq does not echo it). */
-        EPH_WARN("store", "cannot connect to PostgreSQL: %s", PQerrorMessage(c->c));
+        if (!atomic_exchange(&s->outage_said, true))
+            EPH_WARN("store",
+                     "cannot connect to PostgreSQL (retrying; said once until it "
+                     "answers again): %s",
+                     PQerrorMessage(c->c));
         return -ENOTCONN;
     }
+    if (atomic_exchange(&s->outage_said, false))
+        EPH_INFO("store", "connected to PostgreSQL again");
     PQsetNoticeProcessor(c->c, NULL, NULL);
     PGresult *r = PQexec(c->c, "SET TIME ZONE 'UTC'");
     PQclear(r);
@@ -307,12 +316,13 @@ static void rollback(struct pg_conn *c)
 }
 
 /* Back-off between retries of an operation whose connection failed: false when out of tries. */
-static bool retry_wait(unsigned attempt)
+static bool retry_wait(struct pg_store *s, unsigned attempt)
 {
     if (attempt > CONN_RETRIES)
         return false;
-    if (attempt == 1)
-        EPH_WARN("store", "PostgreSQL connection lost; retrying");
+    if (attempt == 1 && !atomic_exchange(&s->outage_said, true))
+        EPH_WARN("store", "PostgreSQL connection lost; retrying (said once until it answers "
+                          "again)");
     struct timespec ts = {0, (attempt < 4 ? 100 : 500) * 1000000L};
     nanosleep(&ts, NULL);
     return true;
@@ -336,7 +346,7 @@ static bool retry_wait(unsigned attempt)
                     rollback(c);                                                                   \
                 conn_put(s, c);                                                                    \
             }                                                                                      \
-        } while (_rc == -ENOTCONN && retry_wait(++_try));                                          \
+        } while (_rc == -ENOTCONN && retry_wait(s, ++_try));                                       \
         _rc;                                                                                       \
     })
 
@@ -1013,19 +1023,25 @@ static int pg_runs_count_by_status(struct eph_store *base, eph_status_count_cb c
     return rc;
 }
 
+/* An event's columns as $1..$9: run_id, seq, t_ms, at_ms, source, type, message, data, wire. */
+static void p_event(struct params *p, const char *run_id, const struct eph_event *e)
+{
+    p_text(p, run_id);
+    p_i64(p, (int64_t)e->seq);
+    p_i64(p, e->t_ms);
+    p_i64(p, e->at_ms);
+    p_text(p, e->source);
+    p_text(p, e->type);
+    p_text(p, e->message ? e->message : "");
+    p_json(p, e->wire ? NULL : e->data, "{}"); /* with its wire text, data is in it (store.h) */
+    p_text(p, e->wire);
+}
+
 static int event_insert(struct pg_store *s, struct pg_conn *c, const char *run_id,
                         const struct eph_event *e)
 {
     struct params p = {0};
-    p_text(&p, run_id);
-    p_i64(&p, (int64_t)e->seq);
-    p_i64(&p, e->t_ms);
-    p_i64(&p, e->at_ms);
-    p_text(&p, e->source);
-    p_text(&p, e->type);
-    p_text(&p, e->message ? e->message : "");
-    p_json(&p, e->wire ? NULL : e->data, "{}"); /* with its wire text, data is in it (store.h) */
-    p_text(&p, e->wire);
+    p_event(&p, run_id, e);
     /* The notification rides the same transaction: listeners hear of the event when it is
      * committed, never before. The payload is the run id and the seq, never the content. */
     int rc = run(
@@ -1450,11 +1466,36 @@ static int pg_purge_logs(struct eph_store *base, int64_t now_ms, unsigned *purge
 
 /* ---- events ---- */
 
+/* The fence of a run's events (docs/STORE.md, "Fencing"): an event is appended only while its run
+ * is unfinished, under a share lock on the run's row, so that a node whose run another node
+ * settled as lost (it was paused or cut off past its lease) cannot add to the closed timeline: the
+ * settlement waits for the append, or the append sees the settlement. -ESTALE when fenced off. */
+static int event_append_once(struct pg_store *s, struct pg_conn *c, const char *run_id,
+                             const struct eph_event *e)
+{
+    struct params p = {0};
+    p_event(&p, run_id, e);
+    PGresult *r = NULL;
+    int rc = run(s, c,
+                 "WITH live AS (SELECT id FROM runs WHERE id = $1 AND status IN ('queued', "
+                 "'starting', 'running') FOR SHARE), ins AS (INSERT INTO events (run_id, seq, "
+                 "t_ms, at_ms, source, type, message, data, wire) SELECT id, $2::bigint, "
+                 "$3::bigint, $4::bigint, $5::text, $6::text, $7::text, $8::text, $9::text FROM "
+                 "live RETURNING run_id, seq, type) SELECT pg_notify('eph_events', run_id || ' ' "
+                 "|| seq || ' ' || type) FROM ins",
+                 &p, &r, NULL, "event append");
+    p_free(&p);
+    if (!rc && PQntuples(r) == 0)
+        rc = -ESTALE;
+    PQclear(r);
+    return rc;
+}
+
 static int pg_event_append(struct eph_store *base, const char *run_id, const struct eph_event *e)
 {
     struct pg_store *s = P(base);
     unsigned attempts = 0;
-    int rc = WITH_CONN(s, (attempts++, event_insert(s, c, run_id, e)));
+    int rc = WITH_CONN(s, (attempts++, event_append_once(s, c, run_id, e)));
     /* The first attempt's commit may have gone through before its connection was lost: the
      * event is there, once. */
     if (rc == -EEXIST && attempts > 1)

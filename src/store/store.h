@@ -206,7 +206,8 @@ struct eph_store_ops {
     /* Drops the log (prompt, files, event outputs, result) of runs finished before cutoff. */
     int (*purge_logs)(struct eph_store *s, int64_t now_ms, unsigned *purged);
 
-    /* Events. */
+    /* Events. append: -ESTALE on a shared store when the run is already finished (the fence of
+     * a node whose run another node settled as lost: docs/STORE.md). */
     int (*event_append)(struct eph_store *s, const char *run_id, const struct eph_event *e);
     int (*events_list)(struct eph_store *s, const char *run_id, uint64_t after_seq, unsigned limit,
                        eph_event_cb cb, void *ctx);

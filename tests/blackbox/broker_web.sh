@@ -119,12 +119,15 @@ r=$(tool_result none 1 n1 | jq -r .stdout)
 assert_contains "$r" "0" "no proxy variable"
 assert_contains "$r" "Failed to connect to 127.0.0.1 port 3128" "no listener"
 
-# Zero data retention: the egress record keeps method, host and status, nothing of the path.
+# Zero data retention: the egress record keeps method, status, counts and cost, nothing the
+# sandbox chose (no host, nothing of the path: broker/event.h).
 run=$(run_wait "$zdr_id" 60)
 assert_eq "$(jq -r .status <<<"$run")" completed "zdr status"
 ev=$(run_events "$zdr_id")
 assert_eq "$(jq -c '[.data[] | select(.type == "web.request") | .data | keys]' <<<"$ev")" \
-    '[["host","method","status"]]' "zdr event data"
+    '[["bytes_down","bytes_up","cost_micros","duration_ms","method","status"]]' "zdr event data"
+assert_eq "$(jq -r '[.data[] | select(.type == "web.request")][0].message' <<<"$ev")" \
+    "GET web → 200" "zdr event message"
 assert_not_contains "$ev" "private-path" "zdr events"
 assert_not_contains "$ev" "zdrcanary" "zdr events"
 

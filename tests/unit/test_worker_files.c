@@ -4,7 +4,9 @@
  * sandbox is interrupted: a cancel that arrives while the request's files are being placed ends the
  * run `cancelled` (not `failed`), settled, with nothing left reserved. The black-box test
  * (api_cancel.sh) cannot make its cancel land in that window every time; here the fake backend
- * holds the window open until the cancel has been sent. */
+ * holds the window open until the cancel has been sent. A file that cannot be placed fails the run
+ * files_error quoting its path, except with zero data retention, whose stored message is a fixed
+ * sentence (and the codes that keep their messages then, eph_worker_zdr_message). */
 #include <errno.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -20,6 +22,7 @@
 
 #include "agent/model.h"
 #include "api/api.h"
+#include "common/buf.h"
 #include "common/clock.h"
 #include "daemon/config.h"
 #include "run/live.h"
@@ -154,6 +157,42 @@ static int submit_nothing(struct eph_service *svc, const char *run_id)
     return 0; /* the test runs the worker itself */
 }
 
+/* A queued run of the fixture's org and model: no prompt, no files, no shell, 60 s, the budget
+ * given; the caller adds the rest and admits it (admit_run). */
+static void queued_run(struct fixture *f, struct eph_run *r, const char *id, int64_t budget)
+{
+    eph_run_init(r);
+    snprintf(r->id, sizeof(r->id), "%s", id);
+    snprintf(r->org_id, sizeof(r->org_id), "%s", f->db.org);
+    r->status = EPH_RUN_QUEUED;
+    r->model = strdup(f->cfg.default_model);
+    r->connections = json_array();
+    r->metadata = json_object();
+    r->timeout_seconds = 60;
+    r->created_at_ms = eph_clock_real_ms();
+    r->cost.reserved_micros = budget;
+}
+
+/* Stores and admits r (its first event run.queued; a zero-data-retention run's prompt and files
+ * handed to the live entry), without queueing it: the test runs the worker. Releases r. */
+static void admit_run(struct fixture *f, struct eph_run *r, const char *zdr_prompt,
+                      json_t *zdr_files)
+{
+    struct eph_event first;
+    memset(&first, 0, sizeof(first));
+    first.seq = 1;
+    first.at_ms = r->created_at_ms;
+    snprintf(first.source, sizeof(first.source), "queue");
+    snprintf(first.type, sizeof(first.type), "run.queued");
+    first.message = strdup("budget reserved");
+    bool queue_failed = false;
+    assert_int_equal(
+        eph_api_run_admit(&f->svc, r, &first, zdr_prompt, zdr_files, submit_nothing, &queue_failed),
+        0);
+    eph_event_release(&first);
+    eph_run_release(r);
+}
+
 struct worker_arg {
     struct eph_service *svc;
     const char *id;
@@ -171,32 +210,12 @@ static void test_cancel_while_files_are_placed(void **state)
     struct fixture *f = *state;
     const char *id = "run_0000000000000000000000000000f11e";
     struct eph_run r;
-    eph_run_init(&r);
-    snprintf(r.id, sizeof(r.id), "%s", id);
-    snprintf(r.org_id, sizeof(r.org_id), "%s", f->db.org);
-    r.status = EPH_RUN_QUEUED;
-    r.model = strdup(f->cfg.default_model);
+    queued_run(f, &r, id, 30000);
     r.prompt = strdup("the prompt");
     r.shell = true;
-    r.connections = json_array();
-    r.metadata = json_object();
     r.files = json_pack("[{s:s, s:s}, {s:s, s:s}]", "path", "data/a.txt", "content_base64",
                         "aGVsbG8K", "path", "data/b.txt", "content_base64", "d29ybGQK");
-    r.timeout_seconds = 60;
-    r.created_at_ms = eph_clock_real_ms();
-    r.cost.reserved_micros = 30000;
-    struct eph_event first;
-    memset(&first, 0, sizeof(first));
-    first.seq = 1;
-    first.at_ms = r.created_at_ms;
-    snprintf(first.source, sizeof(first.source), "queue");
-    snprintf(first.type, sizeof(first.type), "run.queued");
-    first.message = strdup("budget reserved");
-    bool queue_failed = false;
-    assert_int_equal(
-        eph_api_run_admit(&f->svc, &r, &first, NULL, NULL, submit_nothing, &queue_failed), 0);
-    eph_event_release(&first);
-    eph_run_release(&r);
+    admit_run(f, &r, NULL, NULL);
 
     pthread_t t;
     struct worker_arg arg = {&f->svc, id};
@@ -266,29 +285,9 @@ static int count_cb(const struct eph_event *e, void *ctx)
 static void admit(struct fixture *f, const char *id)
 {
     struct eph_run r;
-    eph_run_init(&r);
-    snprintf(r.id, sizeof(r.id), "%s", id);
-    snprintf(r.org_id, sizeof(r.org_id), "%s", f->db.org);
-    r.status = EPH_RUN_QUEUED;
-    r.model = strdup(f->cfg.default_model);
+    queued_run(f, &r, id, 30000);
     r.prompt = strdup("the prompt");
-    r.connections = json_array();
-    r.metadata = json_object();
-    r.timeout_seconds = 60;
-    r.created_at_ms = eph_clock_real_ms();
-    r.cost.reserved_micros = 30000;
-    struct eph_event first;
-    memset(&first, 0, sizeof(first));
-    first.seq = 1;
-    first.at_ms = r.created_at_ms;
-    snprintf(first.source, sizeof(first.source), "queue");
-    snprintf(first.type, sizeof(first.type), "run.queued");
-    first.message = strdup("budget reserved");
-    bool queue_failed = false;
-    assert_int_equal(
-        eph_api_run_admit(&f->svc, &r, &first, NULL, NULL, submit_nothing, &queue_failed), 0);
-    eph_event_release(&first);
-    eph_run_release(&r);
+    admit_run(f, &r, NULL, NULL);
 }
 
 /* When the store refuses the settlement, the live timeline is not closed as settled while the
@@ -389,31 +388,11 @@ static void test_steps_of_a_completed_run(void **state)
     fclose(in);
     assert_non_null(req);
     struct eph_run r;
-    eph_run_init(&r);
-    snprintf(r.id, sizeof(r.id), "%s", id);
-    snprintf(r.org_id, sizeof(r.org_id), "%s", f->db.org);
-    r.status = EPH_RUN_QUEUED;
-    r.model = strdup(f->cfg.default_model);
+    queued_run(f, &r, id, 100000);
     r.prompt = strdup(json_string_value(json_object_get(req, "prompt")));
     json_decref(req);
     r.shell = true;
-    r.connections = json_array();
-    r.metadata = json_object();
-    r.timeout_seconds = 60;
-    r.created_at_ms = eph_clock_real_ms();
-    r.cost.reserved_micros = 100000;
-    struct eph_event first;
-    memset(&first, 0, sizeof(first));
-    first.seq = 1;
-    first.at_ms = r.created_at_ms;
-    snprintf(first.source, sizeof(first.source), "queue");
-    snprintf(first.type, sizeof(first.type), "run.queued");
-    first.message = strdup("budget reserved");
-    bool queue_failed = false;
-    assert_int_equal(
-        eph_api_run_admit(&f->svc, &r, &first, NULL, NULL, submit_nothing, &queue_failed), 0);
-    eph_event_release(&first);
-    eph_run_release(&r);
+    admit_run(f, &r, NULL, NULL);
 
     unsigned created0 = fake_created, destroyed0 = fake_destroyed;
     struct eph_live *l = eph_live_get(f->svc.live, id);
@@ -452,6 +431,79 @@ static void test_steps_of_a_completed_run(void **state)
     assert_int_equal(b.reserved_micros, 0);
 }
 
+/* Every stored event's message and data, serialised, for a search. */
+static int text_cb(const struct eph_event *e, void *ctx)
+{
+    char *d = e->data ? json_dumps(e->data, JSON_COMPACT) : NULL;
+    int rc = eph_buf_appendf(ctx, "%s %s %s\n", e->type, e->message ? e->message : "", d ? d : "");
+    free(d);
+    return rc;
+}
+
+/* A file that cannot be placed fails the run files_error, its message naming the file; with zero
+ * data retention the path is the client's content, so the stored message and the timeline keep a
+ * fixed sentence instead (the path is nowhere in the store). Without it, the path is quoted. */
+static void zdr_files_error(struct fixture *f, const char *id, bool zdr)
+{
+    struct eph_run r;
+    queued_run(f, &r, id, 30000);
+    r.zdr = zdr;
+    r.shell = true;
+    /* data/a.txt is a FIFO (fake_create): no file can be placed below it. */
+    json_t *files = json_pack("[{s:s, s:s}]", "path", "data/a.txt/c4n4ry-file.txt",
+                              "content_base64", "aGVsbG8K");
+    r.files = zdr ? NULL : json_incref(files);
+    r.prompt = zdr ? NULL : strdup("the prompt");
+    if (zdr) {
+        snprintf(r.node_id, sizeof(r.node_id), "%s", f->svc.node_id);
+        r.lease_expires_at_ms = r.created_at_ms + 60000;
+    }
+    admit_run(f, &r, zdr ? "the prompt" : NULL, zdr ? files : NULL);
+    json_decref(files);
+    eph_worker_run(&f->svc, id);
+
+    struct eph_run got;
+    assert_int_equal(f->db.st->ops->run_get(f->db.st, id, f->db.org, &got), 0);
+    assert_int_equal(got.status, EPH_RUN_FAILED);
+    assert_string_equal(got.error_code, "files_error");
+    struct eph_buf text;
+    eph_buf_init(&text, 1 << 20);
+    assert_int_equal(f->db.st->ops->events_list(f->db.st, id, 0, 0, text_cb, &text), 0);
+    assert_non_null(text.data);
+    if (zdr) {
+        assert_string_equal(got.error_message,
+                            "the details are not kept: the run has zero data retention");
+        assert_null(strstr(text.data, "c4n4ry"));
+    } else {
+        assert_non_null(strstr(got.error_message, "c4n4ry-file.txt"));
+        assert_non_null(strstr(text.data, "c4n4ry-file.txt"));
+    }
+    eph_buf_release(&text);
+    eph_run_release(&got);
+}
+
+static void test_zdr_error_quotes_no_file(void **state)
+{
+    struct fixture *f = *state;
+    zdr_files_error(f, "run_000000000000000000000000000002d1", false);
+    zdr_files_error(f, "run_000000000000000000000000000002d2", true);
+}
+
+/* The codes whose messages are the server's own keep them; every other gets the fixed sentence. */
+static void test_zdr_message(void **state)
+{
+    (void)state;
+    const char *fixed = "the details are not kept: the run has zero data retention";
+    assert_string_equal(eph_worker_zdr_message("timeout", "the run reached its time limit"),
+                        "the run reached its time limit");
+    assert_string_equal(eph_worker_zdr_message("sandbox_error", "no backend"), "no backend");
+    assert_string_equal(eph_worker_zdr_message("model_refused", "the model refused: x"), fixed);
+    assert_string_equal(eph_worker_zdr_message("model_error", "model call 1 failed: x"), fixed);
+    assert_string_equal(eph_worker_zdr_message("files_error", "cannot place file 'x'"), fixed);
+    assert_string_equal(eph_worker_zdr_message("a_code_to_come", "x"), fixed);
+    assert_string_equal(eph_worker_zdr_message(NULL, "x"), fixed);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -459,6 +511,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_settle_failure_leaves_the_timeline_open, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_steps_of_a_completed_run, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_zdr_error_quotes_no_file, setup, teardown),
+        cmocka_unit_test(test_zdr_message),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

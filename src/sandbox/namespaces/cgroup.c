@@ -315,6 +315,49 @@ static int kill_listed(const char *dir)
     return n;
 }
 
+#define SIGNAL_PASSES 64
+#define SIGNAL_MAX_PIDS 8192
+
+int eph_ns_cgroup_signal_all(const struct eph_ns_cgroup *cg, int sig)
+{
+    if (!cg->n || !cg->dirs[0][0])
+        return -ESRCH;
+    char path[PATH_MAX + 32];
+    snprintf(path, sizeof(path), "%s/cgroup.procs", cg->dirs[0]);
+    int *seen = malloc(SIGNAL_MAX_PIDS * sizeof(*seen));
+    if (!seen)
+        return -ENOMEM;
+    size_t nseen = 0;
+    int rc = -EAGAIN;
+    for (int pass = 0; pass < SIGNAL_PASSES && rc == -EAGAIN; pass++) {
+        FILE *f = fopen(path, "re");
+        if (!f) {
+            rc = -errno;
+            break;
+        }
+        unsigned fresh = 0;
+        int pid;
+        while (fscanf(f, "%d", &pid) == 1) {
+            if (pid <= 1)
+                continue;
+            size_t i = 0;
+            while (i < nseen && seen[i] != pid)
+                i++;
+            if (i < nseen)
+                continue;
+            fresh++;
+            (void)kill(pid, sig);
+            if (nseen < SIGNAL_MAX_PIDS)
+                seen[nseen++] = pid;
+        }
+        fclose(f);
+        if (!fresh)
+            rc = 0;
+    }
+    free(seen);
+    return rc;
+}
+
 static int remove_dir(const char *dir, int version)
 {
     struct timespec pause = {0, 2 * 1000 * 1000};

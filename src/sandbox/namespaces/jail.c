@@ -534,11 +534,19 @@ static int ns_probe(const struct eph_sandbox_config *cfg, char *why, size_t whyl
     return 0;
 }
 
+/* Every process of the sandbox, its init included, is in its cgroup and cannot leave it. */
+static int ns_pause(struct eph_guest_sandbox *g, bool paused)
+{
+    struct ns_sandbox *sb = (struct ns_sandbox *)g;
+    return eph_ns_cgroup_signal_all(&sb->cgroup, paused ? SIGSTOP : SIGCONT);
+}
+
 static const struct eph_sandbox_backend ns_backend = {
     .size = sizeof(struct ns_sandbox),
     .name_prefix = "",
     .boot = ns_boot,
     .release = ns_release,
+    .pause = ns_pause,
 };
 
 const struct eph_sandbox_ops eph_sandbox_namespaces_ops = {

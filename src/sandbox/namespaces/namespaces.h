@@ -117,6 +117,9 @@ struct eph_ns_cgroup {
     char dirs[3][PATH_MAX];
 };
 int eph_ns_cgroup_probe(char *why, size_t whylen);
+/* Sends sig to every process in the cgroup, again until a pass finds none it had not signalled
+ * (a process forking meanwhile): with SIGSTOP, nothing in it runs once it returns 0. */
+int eph_ns_cgroup_signal_all(const struct eph_ns_cgroup *cg, int sig);
 int eph_ns_cgroup_create(struct eph_ns_cgroup *cg, const char *name,
                          const struct eph_sandbox_limits *l);
 /* Opens what the child writes "0" into to join the cgroup (cgroup.c explains why the child does
