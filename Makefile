@@ -14,7 +14,7 @@ BUILD ?= build
 SANITIZE ?=
 Q ?= @
 
-PKGS := libmicrohttpd jansson libcurl libsodium sqlite3 libpq
+PKGS := libmicrohttpd jansson libcurl libsodium sqlite3 libpq zlib libbrotlidec
 # Only the build links libseccomp: seccomp-gen compiles the sandbox's filter into a header.
 BUILD_PKGS := libseccomp
 # GCC's check that a bounded snprintf whose result is ignored cannot cut its output: every such
@@ -237,8 +237,9 @@ lint: deps
 format:
 	$(Q)clang-format -i $$(git ls-files 'src/*.c' 'src/*.h' 'tests/*.c' 'tests/*.h' 'bench/*.c')
 
-fuzz: deps
-	$(Q)tests/fuzz/run.sh
+# The whole-library drivers compile the seccomp filter's source: it includes the generated header.
+fuzz: deps $(SECCOMP_BPF_H)
+	$(Q)FUZZ_GEN_DIR=$(OBJ)/gen tests/fuzz/run.sh
 
 clean:
 	rm -rf $(BUILD)

@@ -6,7 +6,7 @@ set -eu
 
 build="build-essential pkg-config libmicrohttpd-dev libjansson-dev libcurl4-openssl-dev
        libseccomp-dev libsodium-dev libsqlite3-dev libcmocka-dev mmdebstrap debootstrap
-       libjs-marked node-dompurify libpq-dev"
+       libjs-marked node-dompurify libpq-dev zlib1g-dev libbrotli-dev"
 test="$build curl jq uuid-runtime sqlite3 python3 python3-yaml iproute2 procps util-linux
       qemu-system-x86 e2fsprogs chromium chromium-driver postgresql"
 bench="$test bubblewrap runsc tinyproxy"

@@ -21,6 +21,7 @@
 #include <curl/curl.h>
 #include <sodium.h>
 
+#include "broker/answer.h"
 #include "broker/event.h"
 #include "broker/html.h"
 #include "broker/http.h"
@@ -996,68 +997,35 @@ static void serve_connect(struct req_ctx *rc, const struct eph_http_request *req
 
 /* ---- connections ----------------------------------------------------------------------- */
 
+/* A connection's answer goes to the program through answer.h: decoded, trailers dropped,
+ * redacted. */
 struct curl_out {
     struct req_ctx *rc;
-    struct eph_redactor red;
-    struct eph_buf buf;
-    bool in_head; /* within a header block */
-    bool skip_block;
-    bool head_done;
-    int error;
+    struct eph_answer ans;
 };
 
-static int flush_out(struct curl_out *o)
+static int answer_write(void *arg, const void *data, size_t n)
 {
-    if (o->buf.len == 0)
-        return 0;
-    int r = to_program(o->rc, o->buf.data, o->buf.len);
-    o->rc->ev.bytes_down += o->buf.len;
-    eph_buf_reset(&o->buf);
-    return r;
+    struct req_ctx *rc = arg;
+    rc->ev.bytes_down += n;
+    return to_program(rc, data, n);
 }
 
 static size_t on_header(char *p, size_t size, size_t n, void *arg)
 {
     struct curl_out *o = arg;
     size_t len = size * n;
-    if (len >= 5 && memcmp(p, "HTTP/", 5) == 0) {
-        const char *sp = memchr(p, ' ', len);
-        int status = sp ? atoi(sp + 1) : 0;
-        o->skip_block = status >= 100 && status < 200;
-        if (!o->skip_block)
-            o->rc->ev.status = status;
-    }
-    if (o->skip_block)
-        return len;
-    if (len == 2 && p[0] == '\r') {
-        /* The end of the head: the broker's own framing. */
-        static const char end[] = "Connection: close\r\n\r\n";
-        if (eph_redactor_feed(&o->red, end, sizeof(end) - 1, &o->buf) || flush_out(o))
-            return 0;
-        o->head_done = true;
-        return len;
-    }
-    static const char *const drop[] = {
-        "connection:", "keep-alive:", "transfer-encoding:", "content-length:", "proxy-"};
-    for (size_t i = 0; i < sizeof(drop) / sizeof(drop[0]); i++)
-        if (len >= strlen(drop[i]) && strncasecmp(p, drop[i], strlen(drop[i])) == 0)
-            return len;
-    if (eph_redactor_feed(&o->red, p, len, &o->buf) || flush_out(o))
-        return 0;
-    return len;
+    int r = eph_answer_header(&o->ans, p, len);
+    if (o->ans.status)
+        o->rc->ev.status = o->ans.status;
+    return r ? 0 : len;
 }
 
 static size_t on_body(char *p, size_t size, size_t n, void *arg)
 {
     struct curl_out *o = arg;
     size_t len = size * n;
-    if (o->rc->ev.bytes_down + len > o->rc->s->b->s.max_response_bytes) {
-        o->error = -EMSGSIZE;
-        return 0;
-    }
-    if (eph_redactor_feed(&o->red, p, len, &o->buf) || flush_out(o))
-        return 0;
-    return len;
+    return eph_answer_body(&o->ans, p, len) ? 0 : len;
 }
 
 static void answer_too_large(struct req_ctx *rc)
@@ -1319,21 +1287,16 @@ static void serve_connection(struct req_ctx *rc, const struct eph_http_request *
         free(line);
     }
 
-    /* What the upstream may echo: every header and query value, and a bearer token alone. */
-    const char *vals[EPH_REDACT_MAX_VALUES];
-    size_t nv = 0;
-    for (size_t i = 0; i < c->nheaders && nv < EPH_REDACT_MAX_VALUES; i++) {
-        vals[nv++] = c->hvalues[i];
-        const char *sp = strchr(c->hvalues[i], ' ');
-        if (sp && sp[1] && nv < EPH_REDACT_MAX_VALUES)
-            vals[nv++] = sp + 1;
-    }
-    for (size_t i = 0; i < c->nquery && nv < EPH_REDACT_MAX_VALUES; i++)
-        vals[nv++] = c->qvalues[i];
+    /* What the upstream may echo, in every form (redact.h): every header value (and the token
+     * after its scheme, and a Basic one's user and password) and every query value. */
     struct curl_out o = {.rc = rc};
-    eph_buf_init(&o.buf, 4 * IO_CHUNK);
+    eph_answer_init(&o.ans, b->s.max_response_bytes, answer_write, rc);
+    for (size_t i = 0; !err && i < c->nheaders; i++)
+        err = eph_redactor_add_header_value(&o.ans.red, c->hvalues[i]);
+    for (size_t i = 0; !err && i < c->nquery; i++)
+        err = eph_redactor_add(&o.ans.red, c->qvalues[i], strlen(c->qvalues[i]));
     if (!err)
-        err = eph_redactor_init(&o.red, vals, nv);
+        err = eph_redactor_seal(&o.ans.red);
 
     struct eph_pin pin = {0};
     if (!err)
@@ -1369,12 +1332,18 @@ static void serve_connection(struct req_ctx *rc, const struct eph_http_request *
         }
         rc->ev.status = 502;
         CURLcode cr = perform(rc->s, h);
-        if (cr == CURLE_OK) {
-            if (eph_redactor_finish(&o.red, &o.buf) == 0)
-                (void)flush_out(&o);
+        int ar = cr == CURLE_OK ? eph_answer_end(&o.ans) : 0;
+        if (o.ans.refused) {
+            /* Nothing of it reached the program: an answer it could have read unredacted. */
+            EPH_INFO(COMPONENT, "connection %s: answer refused: %s", c->name, o.ans.refused);
+            answer_error(rc, 502, "api_error", o.ans.refused, o.ans.reason);
+            rc->ev.denied = o.ans.refused;
         } else if (cr == CURLE_ABORTED_BY_CALLBACK) {
             EPH_DEBUG(COMPONENT, "connection %s: the stream ended first", c->name);
-        } else if (!o.head_done) {
+        } else if (ar && !o.ans.head_sent) {
+            answer_error(rc, 502, "api_error", "broker_error",
+                         "the broker could not relay the answer");
+        } else if (cr != CURLE_OK && !o.ans.head_sent) {
             EPH_INFO(COMPONENT, "connection %s: %s", c->name, curl_easy_strerror(cr));
             answer_error(rc, cr == CURLE_OPERATION_TIMEDOUT ? 504 : 502, "api_error",
                          cr == CURLE_OPERATION_TIMEDOUT ? "upstream_timeout" : "upstream_failed",
@@ -1383,8 +1352,7 @@ static void serve_connection(struct req_ctx *rc, const struct eph_http_request *
     } else {
         answer_error(rc, 502, "api_error", "broker_error", "the broker could not send the request");
     }
-    eph_redactor_release(&o.red);
-    eph_buf_release(&o.buf);
+    eph_answer_release(&o.ans);
     /* The headers hold the credential: wipe before freeing. */
     for (struct curl_slist *l = hdrs; l; l = l->next)
         sodium_memzero(l->data, strlen(l->data));

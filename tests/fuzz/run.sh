@@ -3,7 +3,8 @@
 # bounded time (FUZZ_SECONDS, default 30). Used by `make fuzz`. Each driver is linked with the
 # project sources it includes (sources_for() below) and the project's libraries; it starts from the
 # seeds in tests/fuzz/corpus/NAME/ when there are some. FUZZ_ONLY=PATTERN runs only the drivers
-# whose name contains PATTERN. Crashes are kept as $BUILD/fuzz/NAME-crash-*.
+# whose name contains PATTERN. Crashes are kept as $BUILD/fuzz/NAME-crash-*. FUZZ_GEN_DIR (set by
+# `make fuzz`) is the folder of the generated headers (the seccomp filter's).
 set -eu
 top=$(cd "$(dirname "$0")/../.." && pwd)
 out=${BUILD:-$top/build}/fuzz
@@ -58,10 +59,13 @@ sources_for() {
     done
     echo "$srcs"
 }
-LIBS=$(pkg-config --libs libmicrohttpd jansson libcurl libseccomp libsodium libpq sqlite3 2>/dev/null)
-PKG_CFLAGS=$(pkg-config --cflags libmicrohttpd jansson libcurl libseccomp libsodium libpq sqlite3 2>/dev/null)
+PKGS="libmicrohttpd jansson libcurl libseccomp libsodium libpq sqlite3 zlib libbrotlidec"
+# shellcheck disable=SC2086
+LIBS=$(pkg-config --libs $PKGS 2>/dev/null)
+# shellcheck disable=SC2086
+PKG_CFLAGS=$(pkg-config --cflags $PKGS 2>/dev/null)
 
-FUZZ_CFLAGS="-std=gnu11 -g -O1 -D_GNU_SOURCE -Isrc -Itests/fuzz $PKG_CFLAGS -fno-sanitize-recover=all"
+FUZZ_CFLAGS="-std=gnu11 -g -O1 -D_GNU_SOURCE -Isrc -Itests/fuzz ${FUZZ_GEN_DIR:+-I$FUZZ_GEN_DIR} $PKG_CFLAGS -fno-sanitize-recover=all"
 
 # The configuration knows the image, the sandbox and the model providers, and the API's validation
 # reads it: the drivers of those link the server's whole library, built once (instrumented) into
