@@ -91,7 +91,7 @@ fake_start after "$(jq -nc --argjson c "$(shell_call a1 "curl -sS http://127.0.0
 # A descriptor limit the server lives well within, but not with 300 streams' sockets.
 ulimit -n 512 || skip "cannot set the descriptor limit"
 broker_server "$(jq -s . <(fake_model flood openai flood) <(fake_model after openai after))" \
-    '{"allow_private_cidrs": ["127.0.0.1/32"], "max_tunnels_per_run": '$CAP'}'
+    '{"allow_private_cidrs": ["127.0.0.1/32"], "web_private_cidrs": ["127.0.0.1/32"], "max_tunnels_per_run": '$CAP'}'
 
 threads() { find "/proc/$SERVER_PID/task" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l; }
 fds() { find "/proc/$SERVER_PID/fd" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l; }

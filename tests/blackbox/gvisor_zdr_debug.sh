@@ -15,8 +15,10 @@ EPHEMERAL_API_KEY=$("$EPHD" admin key create --db "$DB" --org default --role mem
 export EPHEMERAL_API_KEY
 
 marker="zdr-debug-$(od -An -N6 -tx1 /dev/urandom | tr -d ' \n')"
-body=$(jq --arg m "$marker" '.zero_data_retention = true | .prompt = .prompt + " " + $m' \
-    examples/sandbox-proof/request.json)
+# The marked prompt has no recording of its own: the run names the seed's recording, so that the
+# replay model takes it (a prompt it cannot answer is refused at create).
+body=$(jq --arg m "$marker" '.zero_data_retention = true | .prompt = .prompt + " " + $m |
+    .metadata = {transcript: "sandbox-proof"}' examples/sandbox-proof/request.json)
 out=$(curl -X POST "$EPHEMERAL_URL/v1/runs" -H "Authorization: Bearer $EPHEMERAL_API_KEY" \
     -H "Content-Type: application/json" -H "Idempotency-Key: $(uuidgen)" \
     -d "$body" -sS -w '\nHTTP %{http_code}')
