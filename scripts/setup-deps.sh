@@ -10,7 +10,8 @@ build="build-essential pkg-config libmicrohttpd-dev libjansson-dev libcurl4-open
 test="$build curl jq uuid-runtime sqlite3 python3 python3-yaml iproute2 procps util-linux
       qemu-system-x86 e2fsprogs chromium chromium-driver postgresql"
 bench="$test bubblewrap runsc tinyproxy"
-lint="$build cppcheck clang-format clang-tidy"
+# The OpenAPI linters (tools/openapi-lint: Redocly, Spectral) run on Node.js from npm ci.
+lint="$build cppcheck clang-format clang-tidy nodejs npm"
 fuzz="$build clang libclang-rt-14-dev"
 demo="$build curl"
 # What an installed server needs at run time, without the build (dist/Containerfile): its
@@ -36,6 +37,9 @@ done
 missing=""
 for p in $want; do
     case " $missing " in *" $p "*) continue ;; esac
+    # A Node.js installed otherwise (with its own npm) serves as well as Debian's packages,
+    # which would conflict with it.
+    case $p in nodejs | npm) command -v node >/dev/null && command -v npm >/dev/null && continue ;; esac
     if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
         missing="$missing $p"
     fi
