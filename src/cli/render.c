@@ -163,9 +163,14 @@ int eph_cli_status_exit(const char *status)
     return -EAGAIN;
 }
 
-/* "MicroVM", "gVisor" or "Sandbox", from how the sandbox event names its backend. */
-static const char *sandbox_label(const char *message)
+/* "MicroVM", "gVisor" or "Sandbox": the event's data.backend, or, from a server that does not
+ * send it, how its message names the backend. */
+static const char *sandbox_label(const char *backend, const char *message)
 {
+    if (backend)
+        return str_eq(backend, "microvm")  ? "MicroVM"
+               : str_eq(backend, "gvisor") ? "gVisor"
+                                           : "Sandbox";
     if (message && strcasestr(message, "microvm"))
         return "MicroVM";
     if (message && strcasestr(message, "gvisor"))
@@ -195,7 +200,8 @@ static void word_label(const char *s, char out[EPH_CLI_LABEL_MAX])
 }
 
 const char *eph_cli_render_label(struct eph_cli_render *r, const char *source, const char *type,
-                                 const char *message, char out[EPH_CLI_LABEL_MAX])
+                                 const char *backend, const char *message,
+                                 char out[EPH_CLI_LABEL_MAX])
 {
     const char *label = NULL;
     if (str_eq(type, "run.queued") || str_eq(source, "queue")) {
@@ -210,7 +216,7 @@ const char *eph_cli_render_label(struct eph_cli_render *r, const char *source, c
     } else if (str_eq(type, "worker.destroyed")) {
         label = "Worker destroyed";
     } else if (str_eq(source, "sandbox") || has_prefix(type, "sandbox.")) {
-        label = sandbox_label(message);
+        label = sandbox_label(backend, message);
         if (r)
             snprintf(r->sandbox_label, sizeof(r->sandbox_label), "%s", label);
     } else if (str_eq(type, "worker.started")) {
@@ -264,8 +270,9 @@ int eph_cli_render_event(struct eph_cli_render *r, const json_t *ev)
     const char *source = json_str(ev, "source");
     const char *type = json_str(ev, "type");
     const char *message = json_str(ev, "message");
+    const char *backend = json_str(json_object_get(ev, "data"), "backend");
     char label[EPH_CLI_LABEL_MAX];
-    eph_cli_render_label(r, source, type, message, label);
+    eph_cli_render_label(r, source, type, backend, message, label);
 
     char tbuf[32];
     json_t *t = json_object_get(ev, "t");

@@ -38,10 +38,12 @@ void eph_cli_render_init(struct eph_cli_render *r, FILE *out, bool color);
 bool eph_cli_color_wanted(FILE *out);
 
 /* The source column for an event: "Queued", "MicroVM", "Shell", "Completed", "Worker destroyed"…
- * Writes into out and returns it. Updates r's sandbox label on sandbox events. Any argument may be
- * NULL. */
+ * A sandbox event is labelled after its data.backend ("microvm", "gvisor", "namespaces"); only
+ * when an event lacks it (an older server) after what its message names. Writes into out and
+ * returns it. Updates r's sandbox label on sandbox events. Any argument may be NULL. */
 const char *eph_cli_render_label(struct eph_cli_render *r, const char *source, const char *type,
-                                 const char *message, char out[EPH_CLI_LABEL_MAX]);
+                                 const char *backend, const char *message,
+                                 char out[EPH_CLI_LABEL_MAX]);
 
 /* Prints one event object as a timeline line, unless its seq was printed already. 0, or -EPROTO
  * when ev is not an object. A missing field prints as "?" (t) or is left out. */

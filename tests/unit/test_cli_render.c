@@ -92,37 +92,55 @@ static void test_labels(void **state)
 {
     char l[EPH_CLI_LABEL_MAX];
     struct eph_cli_render *rr = &r;
-    assert_string_equal(eph_cli_render_label(rr, "worker", "worker.started", "x", l), "Worker");
+    assert_string_equal(eph_cli_render_label(rr, "worker", "worker.started", NULL, "x", l),
+                        "Worker");
     assert_string_equal(
-        eph_cli_render_label(rr, "sandbox", "sandbox.ready", "gVisor sandbox ready", l), "gVisor");
-    assert_string_equal(eph_cli_render_label(rr, "worker", "worker.started", "x", l), "gVisor");
+        eph_cli_render_label(rr, "sandbox", "sandbox.ready", NULL, "gVisor sandbox ready", l),
+        "gVisor");
+    assert_string_equal(eph_cli_render_label(rr, "worker", "worker.started", NULL, "x", l),
+                        "gVisor");
     assert_string_equal(
-        eph_cli_render_label(rr, "sandbox", "sandbox.ready", "namespace sandbox ready", l),
+        eph_cli_render_label(rr, "sandbox", "sandbox.ready", NULL, "namespace sandbox ready", l),
         "Sandbox");
-    assert_string_equal(eph_cli_render_label(rr, "sandbox", "sandbox.ready", "microVM ready", l),
-                        "MicroVM");
-    assert_string_equal(eph_cli_render_label(NULL, "run", "run.failed", NULL, l), "Failed");
-    assert_string_equal(eph_cli_render_label(NULL, "run", "run.timed_out", NULL, l), "Timed out");
-    assert_string_equal(eph_cli_render_label(NULL, "run", "run.budget_exhausted", NULL, l),
-                        "Budget exhausted");
-    assert_string_equal(eph_cli_render_label(NULL, "run", "run.cancelled", NULL, l), "Cancelled");
-    assert_string_equal(eph_cli_render_label(NULL, "run", "run.completed", NULL, l), "Completed");
-    assert_string_equal(eph_cli_render_label(NULL, "run", "run.queued", NULL, l), "Queued");
-    assert_string_equal(eph_cli_render_label(NULL, "worker", "worker.destroyed", NULL, l),
-                        "Worker destroyed");
-    assert_string_equal(eph_cli_render_label(NULL, "worker", "worker.other", NULL, l), "Worker");
-    assert_string_equal(eph_cli_render_label(NULL, "web", "web.request", NULL, l), "Web");
-    assert_string_equal(eph_cli_render_label(NULL, "connection", "connection.request", NULL, l),
-                        "Connection");
-    assert_string_equal(eph_cli_render_label(NULL, "model", "model.call", NULL, l), "Model");
-    /* Unknown: a plain word, whatever the server sent. */
-    assert_string_equal(eph_cli_render_label(NULL, "broker_x", "broker.deny", NULL, l), "Broker x");
-    assert_string_equal(eph_cli_render_label(NULL, "\033[31mred", NULL, NULL, l), "31mred");
-    assert_string_equal(eph_cli_render_label(NULL, NULL, NULL, NULL, l), "Event");
     assert_string_equal(
-        eph_cli_render_label(NULL, "averyveryveryverylongsourcename", NULL, NULL, l),
+        eph_cli_render_label(rr, "sandbox", "sandbox.ready", NULL, "microVM ready", l), "MicroVM");
+    /* data.backend decides, whatever the message says. */
+    assert_string_equal(eph_cli_render_label(rr, "sandbox", "sandbox.ready", "gvisor",
+                                             "namespace sandbox ready", l),
+                        "gVisor");
+    assert_string_equal(eph_cli_render_label(rr, "sandbox", "sandbox.ready", "namespaces",
+                                             "gVisor sandbox ready", l),
+                        "Sandbox");
+    assert_string_equal(eph_cli_render_label(rr, "sandbox", "sandbox.ready", "microvm", "ready", l),
+                        "MicroVM");
+    assert_string_equal(eph_cli_render_label(NULL, "run", "run.failed", NULL, NULL, l), "Failed");
+    assert_string_equal(eph_cli_render_label(NULL, "run", "run.timed_out", NULL, NULL, l),
+                        "Timed out");
+    assert_string_equal(eph_cli_render_label(NULL, "run", "run.budget_exhausted", NULL, NULL, l),
+                        "Budget exhausted");
+    assert_string_equal(eph_cli_render_label(NULL, "run", "run.cancelled", NULL, NULL, l),
+                        "Cancelled");
+    assert_string_equal(eph_cli_render_label(NULL, "run", "run.completed", NULL, NULL, l),
+                        "Completed");
+    assert_string_equal(eph_cli_render_label(NULL, "run", "run.queued", NULL, NULL, l), "Queued");
+    assert_string_equal(eph_cli_render_label(NULL, "worker", "worker.destroyed", NULL, NULL, l),
+                        "Worker destroyed");
+    assert_string_equal(eph_cli_render_label(NULL, "worker", "worker.other", NULL, NULL, l),
+                        "Worker");
+    assert_string_equal(eph_cli_render_label(NULL, "web", "web.request", NULL, NULL, l), "Web");
+    assert_string_equal(
+        eph_cli_render_label(NULL, "connection", "connection.request", NULL, NULL, l),
+        "Connection");
+    assert_string_equal(eph_cli_render_label(NULL, "model", "model.call", NULL, NULL, l), "Model");
+    /* Unknown: a plain word, whatever the server sent. */
+    assert_string_equal(eph_cli_render_label(NULL, "broker_x", "broker.deny", NULL, NULL, l),
+                        "Broker x");
+    assert_string_equal(eph_cli_render_label(NULL, "\033[31mred", NULL, NULL, NULL, l), "31mred");
+    assert_string_equal(eph_cli_render_label(NULL, NULL, NULL, NULL, NULL, l), "Event");
+    assert_string_equal(
+        eph_cli_render_label(NULL, "averyveryveryverylongsourcename", NULL, NULL, NULL, l),
         "Averyveryveryver");
-    assert_string_equal(eph_cli_render_label(NULL, "run", "run.weird_state", NULL, l),
+    assert_string_equal(eph_cli_render_label(NULL, "run", "run.weird_state", NULL, NULL, l),
                         "Weird state");
 }
 
