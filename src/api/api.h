@@ -23,6 +23,7 @@
 #include "run/service.h"
 
 struct eph_api;
+struct eph_api_guard;
 struct eph_live;
 struct eph_live_registry;
 struct MHD_Connection;
@@ -72,6 +73,7 @@ unsigned eph_api_parked_count(struct eph_api_parker *p);
 struct eph_api_req {
     struct eph_service *svc;
     struct eph_api_parker *parker; /* the server's */
+    struct eph_api_guard *guard;   /* the server's (api/guard.h); NULL in tests without one */
     struct MHD_Connection *conn;
     const char *method;
     const char *path;  /* without the query string */
@@ -79,7 +81,9 @@ struct eph_api_req {
     struct eph_buf body;
     bool body_too_large;
     bool answered;
-    unsigned status; /* the status answered */
+    bool authenticated;   /* at the head, before the body was read */
+    unsigned retry_after; /* seconds for a 429's or 503's Retry-After; 0: the default */
+    unsigned status;      /* the status answered */
     uint64_t start_ns;
     char org_id[48];
     char role[16];

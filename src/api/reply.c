@@ -4,6 +4,7 @@
  * the idempotency of POSTs (SPEC 3.5). It calls neither the server nor a handler.
  */
 #include "api/api.h"
+#include "api/guard.h"
 #include "api/json.h"
 
 #include <errno.h>
@@ -39,10 +40,14 @@ bool eph_api_prefer_wait(struct eph_api_req *req, unsigned max, unsigned *wait)
 void eph_api_add_common_headers(struct eph_api_req *req, struct MHD_Response *resp, unsigned status)
 {
     MHD_add_response_header(resp, "Request-Id", req->request_id);
-    /* A 429 (too many queued runs) or a 503 (the store, a queue, a shutdown) passes: say when to
-     * look again rather than let clients retry in a tight loop. */
-    if (status == 429 || status == 503)
-        MHD_add_response_header(resp, "Retry-After", EPH_API_RETRY_AFTER_SECONDS);
+    /* A 429 (too many queued runs, too many failed keys) or a 503 (the store, a queue, a
+     * shutdown) passes: say when to look again rather than let clients retry in a tight loop. */
+    if (status == 429 || status == 503) {
+        char secs[16];
+        snprintf(secs, sizeof(secs), "%u", req->retry_after);
+        MHD_add_response_header(resp, "Retry-After",
+                                req->retry_after ? secs : EPH_API_RETRY_AFTER_SECONDS);
+    }
 }
 
 static int queue_response(struct eph_api_req *req, unsigned status, char *text, size_t len,
@@ -186,6 +191,23 @@ int eph_api_reply_list(struct eph_api_req *req, json_t *data, bool has_more)
         NULL);
 }
 
+static const struct sockaddr *client_address(struct eph_api_req *req)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(req->conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    return ci ? ci->client_addr : NULL;
+}
+
+/* 401 for a key that is not valid, counted against the client's address. */
+static bool key_refused(struct eph_api_req *req)
+{
+    if (req->guard)
+        eph_api_guard_auth_failed(req->guard, client_address(req), eph_clock_mono_ns() / 1000000u);
+    eph_api_reply_error(req, 401, "authentication_error", "invalid_api_key", NULL,
+                        "invalid api key");
+    return false;
+}
+
 bool eph_api_authenticate(struct eph_api_req *req)
 {
     const char *h = eph_api_header(req, "Authorization");
@@ -194,21 +216,28 @@ bool eph_api_authenticate(struct eph_api_req *req)
                             "missing api key: send 'Authorization: Bearer <key>'");
         return false;
     }
-    if (strncasecmp(h, "Bearer ", 7) != 0 || !eph_id_is_api_key(h + 7)) {
-        eph_api_reply_error(req, 401, "authentication_error", "invalid_api_key", NULL,
-                            "invalid api key");
+    /* An address that failed too often is refused before its key is looked at, a good one too:
+     * otherwise the limit would not slow a guesser, only change the answer to a wrong guess. */
+    unsigned wait = req->guard ? eph_api_guard_auth_wait(req->guard, client_address(req),
+                                                         eph_clock_mono_ns() / 1000000u)
+                               : 0;
+    if (wait) {
+        req->retry_after = wait;
+        eph_api_reply_error(req, 429, "rate_limit_error", "too_many_failed_authentications", NULL,
+                            "too many failed authentications from this address; retry in %u "
+                            "seconds",
+                            wait);
         return false;
     }
+    if (strncasecmp(h, "Bearer ", 7) != 0 || !eph_id_is_api_key(h + 7))
+        return key_refused(req);
     char hash[65];
     eph_sha256_hex(h + 7, strlen(h + 7), hash);
     struct eph_store *st = req->svc->store;
     int rc = st->ops->key_lookup(st, hash, req->org_id, sizeof(req->org_id), req->role,
                                  sizeof(req->role));
-    if (rc == -ENOENT) {
-        eph_api_reply_error(req, 401, "authentication_error", "invalid_api_key", NULL,
-                            "invalid api key");
-        return false;
-    }
+    if (rc == -ENOENT)
+        return key_refused(req);
     if (rc) {
         eph_api_reply_store_unavailable(req);
         return false;
