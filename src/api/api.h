@@ -129,6 +129,10 @@ void eph_api_idem_settle(struct eph_api_req *req, unsigned status, json_t *body)
  * the request was answered (a replay, 409, 422, or a bad key), false when the handler should run,
  * holding the key. */
 bool eph_api_idem_gate(struct eph_api_req *req);
+/* At start-up, before the server listens: the idempotency records in flight whose answer was
+ * never written are completed from the run each created, or released when it created none
+ * (store.h, idem_recover); logged, never fatal. */
+void eph_api_idem_recover(struct eph_service *svc);
 /* Records the answer of a request that holds a key (text NULL or a failure: the key is let go). */
 void eph_api_idem_finish(struct eph_api_req *req, unsigned status, const char *text);
 /* Checks the bearer key; answers 401 and returns false when it is missing or unknown. */

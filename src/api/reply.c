@@ -16,6 +16,7 @@
 #include <microhttpd.h>
 
 #include "common/clock.h"
+#include "common/error.h"
 #include "common/id.h"
 #include "common/log.h"
 #include "api/validate.h"
@@ -271,6 +272,67 @@ void eph_api_idem_settle(struct eph_api_req *req, unsigned status, json_t *body)
     free(text);
 }
 
+/* A record in flight cannot still have its request running after this long: a create goes from
+ * its key's record to its run's insert in one handler call (store retries included). */
+#define IDEM_STALE_MS (600 * 1000)
+
+/* A record in flight (status 0) met by a request with the same key and body. Its answer may
+ * never have been written (the store failed then, or the server died): when it names a run that
+ * was stored, it is completed from that run and the request gets the run (1, answered); when
+ * that run was not stored and the record is stale, it is dropped (-EAGAIN: begin again). 0: it is
+ * in flight indeed (409); another error: the store's. */
+static int idem_pending(struct eph_api_req *req, const char *key, const struct eph_idem *prev,
+                        int64_t now_ms)
+{
+    struct eph_store *st = req->svc->store;
+    json_t *pending = prev->response_body ? json_loads(prev->response_body, 0, NULL) : NULL;
+    const char *rid = json_string_value(json_object_get(pending, "id"));
+    if (!rid || !eph_id_is_run(rid)) {
+        json_decref(pending);
+        return 0;
+    }
+    struct eph_run r;
+    int rc = st->ops->run_get(st, rid, req->org_id, &r);
+    json_decref(pending);
+    if (rc == 0) {
+        json_t *obj = eph_run_to_json(&r, req->svc->cfg->retention_days);
+        eph_run_release(&r);
+        char *text = obj ? json_dumps(obj, DUMP_FLAGS) : NULL;
+        int crc = text ? st->ops->idem_complete(st, req->org_id, key, 201, text) : -ENOMEM;
+        free(text);
+        /* The answer is the run either way; the record is completed at the next try. */
+        if (crc)
+            EPH_WARN("api", "cannot complete an idempotency key from its run: %s",
+                     eph_strerror(crc));
+        eph_api_reply_json(req, 200, obj ? obj : json_object(), "Idempotent-Replayed", "true");
+        return 1;
+    }
+    if (rc != -ENOENT)
+        return rc;
+    if (prev->created_at_ms >= now_ms - IDEM_STALE_MS)
+        return 0;
+    rc = st->ops->idem_abandon(st, req->org_id, key);
+    return rc ? rc : -EAGAIN;
+}
+
+void eph_api_idem_recover(struct eph_service *svc)
+{
+    struct eph_store *st = svc->store;
+    int64_t now = eph_clock_real_ms();
+    /* One node alone has no request in flight before it listens; on a shared store another
+     * node's may be. */
+    int64_t stale_before = st->ops->shared ? now - IDEM_STALE_MS : now;
+    unsigned completed = 0, dropped = 0;
+    int rc = st->ops->idem_recover(st, stale_before, &completed, &dropped);
+    if (rc)
+        EPH_WARN("api", "cannot recover the idempotency keys in flight: %s", eph_strerror(rc));
+    else if (completed || dropped)
+        EPH_INFO("api",
+                 "idempotency keys in flight: %u completed from their runs, %u released (their "
+                 "run was never stored)",
+                 completed, dropped);
+}
+
 static bool is_printable_ascii(const char *s)
 {
     for (; *s; s++)
@@ -316,32 +378,46 @@ bool eph_api_idem_gate(struct eph_api_req *req)
     eph_buf_release(&b);
 
     struct eph_store *st = req->svc->store;
-    struct eph_idem prev = {0};
+    struct eph_idem prev;
     int64_t now = eph_clock_real_ms();
     unsigned ttl =
         req->svc->cfg->idempotency_ttl_seconds ? req->svc->cfg->idempotency_ttl_seconds : 1;
-    rc = st->ops->idem_begin(st, req->org_id, key, hash, now, now - (int64_t)ttl * 1000, &prev);
-    if (rc == 0) {
-        req->idem_active = true;
-        snprintf(req->idem_key, sizeof(req->idem_key), "%s", key);
-        return false;
-    }
-    if (rc != -EEXIST) {
-        eph_api_reply_store_unavailable(req);
-        return true;
-    }
-    if (strcmp(prev.request_hash, hash) != 0) {
+    /* A create's record names the run it will make (its id chosen by the server already). */
+    char pending[EPH_RUN_ID_LEN + 40] = "";
+    if (req->run_id[0])
+        snprintf(pending, sizeof(pending), "{\"object\":\"run\",\"id\":\"%s\"}", req->run_id);
+    for (int attempt = 0;; attempt++) {
+        memset(&prev, 0, sizeof(prev));
+        rc = st->ops->idem_begin(st, req->org_id, key, hash, pending[0] ? pending : NULL, now,
+                                 now - (int64_t)ttl * 1000, &prev);
+        if (rc == 0) {
+            req->idem_active = true;
+            snprintf(req->idem_key, sizeof(req->idem_key), "%s", key);
+            return false;
+        }
+        if (rc != -EEXIST) {
+            eph_api_reply_store_unavailable(req);
+            return true;
+        }
+        if (strcmp(prev.request_hash, hash) != 0) {
+            free(prev.response_body);
+            eph_api_reply_error(req, 422, "idempotency_error", "idempotency_key_reused",
+                                "Idempotency-Key",
+                                "this idempotency key was used with a different request");
+            return true;
+        }
+        if (prev.status_code != 0)
+            break;
+        int p = attempt ? 0 : idem_pending(req, key, &prev, now);
         free(prev.response_body);
-        eph_api_reply_error(req, 422, "idempotency_error", "idempotency_key_reused",
-                            "Idempotency-Key",
-                            "this idempotency key was used with a different request");
-        return true;
-    }
-    if (prev.status_code == 0) {
-        free(prev.response_body);
-        eph_api_reply_error(req, 409, "idempotency_error", "idempotency_key_in_use",
-                            "Idempotency-Key",
-                            "a request with this idempotency key is still in progress");
+        if (p == -EAGAIN)
+            continue;
+        if (p < 0)
+            eph_api_reply_store_unavailable(req);
+        else if (p == 0)
+            eph_api_reply_error(req, 409, "idempotency_error", "idempotency_key_in_use",
+                                "Idempotency-Key",
+                                "a request with this idempotency key is still in progress");
         return true;
     }
     json_t *stored = json_loads(prev.response_body ? prev.response_body : "", 0, NULL);

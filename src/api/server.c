@@ -227,6 +227,12 @@ static int route(struct eph_api_req *req)
         if (rt->fn == eph_api_runs_create && atomic_load(&req->svc->shutting_down))
             return eph_api_reply_error(req, 503, "api_error", "shutting_down", NULL,
                                        "the server is shutting down");
+        /* A create's run id is chosen before its key is recorded, so that the record names
+         * the run it makes (reply.c, idem_pending). */
+        if (rt->fn == eph_api_runs_create &&
+            eph_id_hex("run_", 16, req->run_id, sizeof(req->run_id)))
+            return eph_api_reply_error(req, 500, "api_error", "internal_error", NULL,
+                                       "internal error");
         if (eph_api_idem_gate(req))
             return MHD_YES;
     }

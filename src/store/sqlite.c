@@ -1430,8 +1430,8 @@ static int sq_events_list(struct eph_store *base, const char *run_id, uint64_t a
 }
 
 static int sq_idem_begin(struct eph_store *base, const char *org_id, const char *key,
-                         const char *request_hash, int64_t now_ms, int64_t expired_before_ms,
-                         struct eph_idem *existing)
+                         const char *request_hash, const char *pending, int64_t now_ms,
+                         int64_t expired_before_ms, struct eph_idem *existing)
 {
     struct sq_conn *s = WRITER(base);
     pthread_mutex_lock(&s->lock);
@@ -1472,14 +1472,18 @@ static int sq_idem_begin(struct eph_store *base, const char *org_id, const char 
         goto fail;
     }
     if ((rc = prepare(s,
-                      "INSERT INTO idempotency (org_id, key, request_hash, created_at) "
-                      "VALUES (?, ?, ?, ?)",
+                      "INSERT INTO idempotency (org_id, key, request_hash, created_at, "
+                      "response_body) VALUES (?, ?, ?, ?, ?)",
                       &st)))
         goto fail;
     sqlite3_bind_text(st, 1, org_id, -1, SQLITE_TRANSIENT);
     sqlite3_bind_text(st, 2, key, -1, SQLITE_TRANSIENT);
     sqlite3_bind_text(st, 3, request_hash, -1, SQLITE_TRANSIENT);
     sqlite3_bind_int64(st, 4, now_ms);
+    if (pending)
+        sqlite3_bind_text(st, 5, pending, -1, SQLITE_TRANSIENT);
+    else
+        sqlite3_bind_null(st, 5);
     if ((rc = step_done(s, st, "idempotency insert")) || (rc = commit(s)))
         goto fail;
     goto out;
@@ -1541,6 +1545,36 @@ static int sq_idem_expire(struct eph_store *base, int64_t cutoff_ms)
     return rc;
 }
 
+static int sq_idem_recover(struct eph_store *base, int64_t stale_before_ms, unsigned *completed,
+                           unsigned *dropped)
+{
+    struct sq_conn *s = WRITER(base);
+    *completed = *dropped = 0;
+    pthread_mutex_lock(&s->lock);
+    sqlite3_stmt *st;
+    /* A pending body is the create's own answer: completing it is setting its status. */
+    int rc = prepare(s,
+                     "UPDATE idempotency SET status_code = 201 WHERE status_code = 0 AND "
+                     "response_body IS NOT NULL AND EXISTS (SELECT 1 FROM runs WHERE "
+                     "runs.org_id = idempotency.org_id AND "
+                     "runs.id = json_extract(idempotency.response_body, '$.id'))",
+                     &st);
+    if (!rc && !(rc = step_done(s, st, "idempotency recover")))
+        *completed = (unsigned)sqlite3_changes(s->db);
+    if (!rc && !(rc = prepare(s,
+                              "DELETE FROM idempotency WHERE status_code = 0 AND "
+                              "response_body IS NOT NULL AND created_at < ? AND NOT EXISTS "
+                              "(SELECT 1 FROM runs WHERE runs.org_id = idempotency.org_id AND "
+                              "runs.id = json_extract(idempotency.response_body, '$.id'))",
+                              &st))) {
+        sqlite3_bind_int64(st, 1, stale_before_ms);
+        if (!(rc = step_done(s, st, "idempotency drop stale")))
+            *dropped = (unsigned)sqlite3_changes(s->db);
+    }
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
 const struct eph_store_ops eph_store_sqlite_ops = {
     .name = "sqlite",
     .open = sq_open,
@@ -1578,5 +1612,6 @@ const struct eph_store_ops eph_store_sqlite_ops = {
     .idem_complete = sq_idem_complete,
     .idem_abandon = sq_idem_abandon,
     .idem_expire = sq_idem_expire,
+    .idem_recover = sq_idem_recover,
     .ledger_totals = sq_ledger_totals,
 };

@@ -51,9 +51,70 @@ assert_eq "$held" 0 "reservations settled once the disk had room"
 n=$(api GET '/v1/runs?limit=100' | head -n 1 | jq '[.data[] | select(.status != "failed")] | length')
 assert_eq "$n" 0 "every accepted run settled"
 
+# The disk fills mid-create: the run is stored, then its idempotency answer is not. The answer's
+# own transaction fills the disk (a trigger of this test's adds far more than the file system
+# holds to it, and only to it), so the run's insert before it succeeds. Two keys: one retried
+# before a restart, one after it (start-up recovery).
+db=$TEST_TMP/small/ephemeral.db
+sqlite3 "$db" "CREATE TABLE ballast (b BLOB);
+    CREATE TRIGGER fill_the_disk BEFORE UPDATE OF status_code ON idempotency
+    WHEN NEW.key LIKE 'full-%' AND NEW.status_code <> 0
+    BEGIN INSERT INTO ballast VALUES (zeroblob(64 * 1024 * 1024)); END;"
+create_with() { # KEY: a create with KEY; the body, then the headers' status line
+    curl -sS -i -X POST "$EPHEMERAL_URL/v1/runs" -H "Authorization: Bearer $EPHEMERAL_API_KEY" \
+        -H 'Content-Type: application/json' -H "Idempotency-Key: $1" \
+        -d '{"prompt": "a key whose answer fills the disk", "shell": false, "max_cost_micros": 1000}' |
+        tr -d '\r'
+}
+key_status() { sqlite3 "$db" "SELECT status_code FROM idempotency WHERE key = '$1'"; }
+stuck_runs=()
+for key in full-1 full-2; do
+    out=$(create_with "$key")
+    assert_contains "$out" "HTTP/1.1 201" "create $key as the disk fills: $out"
+    stuck_runs+=("$(tail -n 1 <<<"$out" | jq -r .id)")
+    assert_eq "$(key_status "$key")" 0 "$key's answer could not be written"
+    # Free the disk again for the next run's insert (the failed answer left its pages behind).
+    mount -o remount,size=$((16 + ${key#full-} * 8))m "$TEST_TMP/small"
+done
+assert_contains "$(cat "$SERVER_LOG")" "cannot record an idempotency key: No space left on device" \
+    "the answers failed for want of space"
+sqlite3 "$db" "DROP TRIGGER fill_the_disk; DROP TABLE ballast;"
+# The same request with the first key: the run it created, replayed, and the record completed.
+out=$(create_with full-1)
+assert_contains "$out" "HTTP/1.1 200" "the first key again: $out"
+assert_contains "$out" "Idempotent-Replayed: true" "a replay"
+assert_eq "$(tail -n 1 <<<"$out" | jq -r .id)" "${stuck_runs[0]}" "the run the first key created"
+assert_eq "$(key_status full-1)" 201 "the first key's record, completed"
+assert_eq "$(key_status full-2)" 0 "the second key's, untouched"
+
 kill -TERM "$SERVER_PID"
 wait "$SERVER_PID"
 assert_eq "$(sqlite3 "$TEST_TMP/small/ephemeral.db" 'PRAGMA integrity_check')" ok "integrity"
+
+# A restart completes the second key from its run before any request, and releases a record in
+# flight whose run was never stored (its request died with the old server).
+sqlite3 "$db" "INSERT INTO idempotency (org_id, key, request_hash, status_code, response_body,
+    created_at) SELECT id, 'never-stored', 'x', 0,
+    '{\"object\":\"run\",\"id\":\"run_00000000000000000000000000000000\"}', 1 FROM orgs"
+port=$(free_port)
+EPHEMERAL_URL="http://127.0.0.1:$port"
+"$EPHD" serve --listen "127.0.0.1:$port" --db "$db" >>"$SERVER_LOG" 2>&1 &
+SERVER_PID=$!
+_pids+=("$SERVER_PID")
+for _ in $(seq 600); do
+    curl -fsS "$EPHEMERAL_URL/healthz" >/dev/null 2>&1 && break
+    kill -0 "$SERVER_PID" || fail "the server did not restart"
+    sleep 0.05
+done
+assert_eq "$(key_status full-2)" 201 "the second key, completed at start-up"
+assert_eq "$(sqlite3 "$db" "SELECT COUNT(*) FROM idempotency WHERE key = 'never-stored'")" 0 \
+    "a record whose run was never stored, released at start-up"
+out=$(create_with full-2)
+assert_contains "$out" "HTTP/1.1 200" "the second key after the restart: $out"
+assert_contains "$out" "Idempotent-Replayed: true" "a replay after the restart"
+assert_eq "$(tail -n 1 <<<"$out" | jq -r .id)" "${stuck_runs[1]}" "the run the second key created"
+kill -TERM "$SERVER_PID"
+wait "$SERVER_PID"
 bal=$(sqlite3 "$TEST_TMP/small/ephemeral.db" "SELECT SUM(CASE kind WHEN 'reserve' THEN micros WHEN 'charge' THEN -micros WHEN 'release' THEN -micros ELSE 0 END) FROM ledger")
 [ "$bal" -le 1000 ] || fail "reservations left in the ledger: $bal"
 # A read-only database: the server refuses to start with a clear error, and the file is intact.
