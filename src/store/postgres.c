@@ -528,6 +528,30 @@ static int pg_ping(struct eph_store *base)
     return rc;
 }
 
+/* A server that refuses writes (a standby, default_transaction_read_only) reads fine: ask it.
+ * A full disk on the server is not seen here; the writes that fail say it (docs/STORE.md). */
+static int pg_writable(struct eph_store *base, char *why, size_t whylen)
+{
+    struct pg_store *s = P(base);
+    struct pg_conn *c = conn_get(s);
+    if (!c)
+        return -ENOTCONN;
+    PGresult *r = NULL;
+    struct params none = {0};
+    int rc =
+        run(s, c, "SELECT pg_is_in_recovery() OR current_setting('transaction_read_only') = 'on'",
+            &none, &r, NULL, "write check");
+    if (!rc && PQntuples(r) == 1 && strcmp(val(r, 0, 0), "t") == 0) {
+        snprintf(why, whylen,
+                 "the database server is read-only (a standby, or "
+                 "default_transaction_read_only)");
+        rc = -EROFS;
+    }
+    PQclear(r);
+    conn_put(s, c);
+    return rc;
+}
+
 /* ---- orgs, ledger, balance ---- */
 
 /* Appends a ledger entry and moves the org's running totals, inside the caller's transaction. A
@@ -1824,5 +1848,6 @@ const struct eph_store_ops eph_store_postgres_ops = {
     .idem_abandon = pg_idem_abandon,
     .idem_expire = pg_idem_expire,
     .idem_recover = pg_idem_recover,
+    .writable = pg_writable,
     .ledger_totals = pg_ledger_totals,
 };

@@ -120,6 +120,9 @@ struct eph_store_ops {
     int (*open)(const char *target, struct eph_store **out, char *err, size_t errlen);
     void (*close)(struct eph_store *s);
     int (*ping)(struct eph_store *s);
+    /* Whether the store takes writes, as cheaply as it can tell (readiness): 0, or the error of
+     * the writes that fail with why (what failed, and since when). NULL: ping is all it knows. */
+    int (*writable)(struct eph_store *s, char *why, size_t whylen);
 
     /* Organizations and keys. */
     int (*org_ensure)(struct eph_store *s, const char *name, int64_t initial_credit, char *org_id,

@@ -38,10 +38,21 @@ for i in $(seq 40); do
 done
 assert_eq "$full" 1 "the store never filled (codes:$codes)"
 kill -0 "$SERVER_PID" || fail "the server died on a full disk"
-curl -fsS "$EPHEMERAL_URL/healthz" >/dev/null || fail "health after a full disk"
+# Readiness says the store cannot write, and why (whatever small write may still fit).
+health=$(curl -sS -w '\nHTTP %{http_code}\n' "$EPHEMERAL_URL/healthz")
+assert_eq "${health##*HTTP }" 503 "health on a full disk: $health"
+assert_eq "$(head -n 1 <<<"$health" | jq -r .store.ok)" false "the store's part"
+msg=$(head -n 1 <<<"$health" | jq -r .store.message)
+assert_contains "$msg" "the store cannot write" "the store's message"
+assert_contains "$msg" "database or disk is full" "the store's message"
+assert_eq "$(head -n 1 <<<"$health" | jq -r .image.ok)" true "the image is not blamed"
 
-# Make room: accepted runs settle (the worker retries), nothing stays reserved.
+# Make room: readiness recovers, accepted runs settle (the worker retries), nothing stays
+# reserved.
 mount -o remount,size=8m "$TEST_TMP/small"
+healthy() { curl -fsS "$EPHEMERAL_URL/healthz" >/dev/null 2>&1; }
+for _ in $(seq 200); do healthy && break; sleep 0.05; done
+healthy || fail "health once the disk had room: $(curl -sS "$EPHEMERAL_URL/healthz")"
 for _ in $(seq 200); do
     held=$(api GET /v1/balance | head -n 1 | jq .reserved_micros)
     [ "$held" = 0 ] && break
