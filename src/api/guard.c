@@ -39,6 +39,7 @@ struct eph_api_guard_conn {
     uint64_t since_ms;
     struct eph_api_guard_conn *gprev, *gnext; /* the server's reading list */
     struct eph_api_guard_conn *aprev, *anext; /* the address's */
+    struct eph_api_guard_conn *prev, *next;   /* every entry, until its close */
 };
 
 struct eph_api_guard {
@@ -50,6 +51,7 @@ struct eph_api_guard {
     struct addr_rec *table[NBUCKETS];
     unsigned naddr, open, reading;
     struct eph_api_guard_conn *rhead, *rtail;
+    struct eph_api_guard_conn *all;
 };
 
 int eph_api_guard_new(const struct eph_api_guard_limits *limits,
@@ -77,9 +79,9 @@ void eph_api_guard_free(struct eph_api_guard *g)
 {
     if (!g)
         return;
-    /* Connections still open are the caller's to close; their entries go with it. */
-    for (struct eph_api_guard_conn *c = g->rhead, *n; c; c = n) {
-        n = c->gnext;
+    /* Connections still open are the caller's to close; their entries go with the guard. */
+    for (struct eph_api_guard_conn *c = g->all, *n; c; c = n) {
+        n = c->next;
         free(c);
     }
     for (unsigned i = 0; i < NBUCKETS; i++)
@@ -257,6 +259,10 @@ struct eph_api_guard_conn *eph_api_guard_open(struct eph_api_guard *g, const str
         goto refuse;
     c->addr = a;
     c->fd = fd;
+    c->next = g->all;
+    if (g->all)
+        g->all->prev = c;
+    g->all = c;
     a->conns++;
     g->open++;
     reading_link(g, c, now_ms);
@@ -300,6 +306,12 @@ void eph_api_guard_close(struct eph_api_guard *g, struct eph_api_guard_conn *c)
         g->open--;
         maybe_drop(g, a, a->refilled_ms);
     }
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        g->all = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
     pthread_mutex_unlock(&g->lock);
     free(c);
 }

@@ -40,8 +40,11 @@ struct sq_conn {
     unsigned ncache;
     /* The writer's: whether the last write reached the disk (readiness, sq_writable). A write
      * that fails for the storage (full, read-only, I/O) sets write_err, with what and since when;
-     * a later commit that changed something clears it. */
+     * a later commit that changed something clears it. Under state_lock, never held across the
+     * database, so that readiness does not wait behind a write. */
     bool writer;
+    char *file; /* the database's path, for its file system's free space */
+    pthread_mutex_t state_lock;
     int write_err;
     char write_why[160];
     int64_t write_failed_at_ms;
@@ -83,10 +86,12 @@ static void write_failed(struct sq_conn *s, int rc, int err, const char *what)
     }
     if (!s->writer)
         return;
+    pthread_mutex_lock(&s->state_lock);
     if (!s->write_err)
         s->write_failed_at_ms = eph_clock_real_ms();
     s->write_err = err;
     snprintf(s->write_why, sizeof(s->write_why), "%s: %s", what, sqlite3_errmsg(s->db));
+    pthread_mutex_unlock(&s->state_lock);
 }
 
 /* Free space that a failed store needs before it counts as writable again: a small write can
@@ -96,9 +101,8 @@ static void write_failed(struct sq_conn *s, int rc, int err, const char *what)
 /* Bytes free for the database's file system, or UINT64_MAX when it cannot be told. */
 static uint64_t room(struct sq_conn *s)
 {
-    const char *file = sqlite3_db_filename(s->db, "main");
     struct statvfs fs;
-    if (!file || !*file || statvfs(file, &fs) != 0)
+    if (!s->file || !*s->file || statvfs(s->file, &fs) != 0)
         return UINT64_MAX;
     return (uint64_t)fs.f_bavail * fs.f_frsize;
 }
@@ -106,9 +110,16 @@ static uint64_t room(struct sq_conn *s)
 /* The writer's transaction (or statement, outside one) changed rows and reached the disk. */
 static void write_done(struct sq_conn *s, int64_t changes_before)
 {
-    if (s->writer && s->write_err && sqlite3_total_changes64(s->db) > changes_before &&
-        room(s) >= WRITE_ROOM_BYTES)
+    if (!s->writer || sqlite3_total_changes64(s->db) <= changes_before)
+        return;
+    pthread_mutex_lock(&s->state_lock);
+    bool failed = s->write_err != 0;
+    pthread_mutex_unlock(&s->state_lock);
+    if (failed && room(s) >= WRITE_ROOM_BYTES) {
+        pthread_mutex_lock(&s->state_lock);
         s->write_err = 0;
+        pthread_mutex_unlock(&s->state_lock);
+    }
 }
 
 /* Maps a SQLite result to a negative errno, logging the database's message. */
@@ -308,6 +319,9 @@ static void conn_close(struct sq_conn *c)
     c->ncache = 0;
     sqlite3_close(c->db);
     c->db = NULL;
+    free(c->file);
+    c->file = NULL;
+    pthread_mutex_destroy(&c->state_lock);
     pthread_mutex_destroy(&c->lock);
 }
 
@@ -316,6 +330,7 @@ static int conn_open(struct sq_conn *c, const char *target, const char *pragmas,
                      size_t errlen)
 {
     pthread_mutex_init(&c->lock, NULL);
+    pthread_mutex_init(&c->state_lock, NULL);
     /* Each connection is used under its own mutex: SQLite's own per-connection mutex is not
      * needed (NOMUTEX). */
     int rc = sqlite3_open_v2(
@@ -328,6 +343,7 @@ static int conn_open(struct sq_conn *c, const char *target, const char *pragmas,
     }
     sqlite3_busy_timeout(c->db, 5000);
     sqlite3_extended_result_codes(c->db, 1);
+    c->file = strdup(target);
     rc = exec_sql(c, pragmas, "pragmas");
     if (rc) {
         snprintf(err, errlen, "cannot prepare database '%s': %s", target,
@@ -408,6 +424,26 @@ static int sq_ping(struct eph_store *base)
 /* Probes at most this often while writes fail. */
 #define WRITE_PROBE_MS 1000
 
+/* The probe, under the writer's lock. */
+static void probe(struct sq_conn *s, int64_t now)
+{
+    s->probed_ms = now;
+    sqlite3_stmt *st = NULL;
+    int version = -1;
+    if (room(s) >= WRITE_ROOM_BYTES &&
+        sqlite3_prepare_v2(s->db, "PRAGMA user_version", -1, &st, NULL) == SQLITE_OK &&
+        sqlite3_step(st) == SQLITE_ROW)
+        version = sqlite3_column_int(st, 0);
+    sqlite3_finalize(st);
+    char sql[64];
+    snprintf(sql, sizeof(sql), "PRAGMA user_version = %d", version);
+    if (version >= 0 && sqlite3_exec(s->db, sql, NULL, NULL, NULL) == SQLITE_OK) {
+        pthread_mutex_lock(&s->state_lock);
+        s->write_err = 0;
+        pthread_mutex_unlock(&s->state_lock);
+    }
+}
+
 /* What the last write said; while it failed, one probe a second: WRITE_ROOM_BYTES free on the
  * database's file system, and the database header's user_version written again with its own
  * value (one page, which a checkpoint takes back; a probe that fails leaves nothing behind), so
@@ -415,22 +451,17 @@ static int sq_ping(struct eph_store *base)
 static int sq_writable(struct eph_store *base, char *why, size_t whylen)
 {
     struct sq_conn *s = WRITER(base);
-    pthread_mutex_lock(&s->lock);
+    pthread_mutex_lock(&s->state_lock);
+    bool failed = s->write_err != 0;
+    pthread_mutex_unlock(&s->state_lock);
     int64_t now = (int64_t)(eph_clock_mono_ns() / 1000000u);
-    if (s->write_err && now - s->probed_ms >= WRITE_PROBE_MS) {
-        s->probed_ms = now;
-        sqlite3_stmt *st = NULL;
-        int version = -1;
-        if (room(s) >= WRITE_ROOM_BYTES &&
-            sqlite3_prepare_v2(s->db, "PRAGMA user_version", -1, &st, NULL) == SQLITE_OK &&
-            sqlite3_step(st) == SQLITE_ROW)
-            version = sqlite3_column_int(st, 0);
-        sqlite3_finalize(st);
-        char sql[64];
-        snprintf(sql, sizeof(sql), "PRAGMA user_version = %d", version);
-        if (version >= 0 && sqlite3_exec(s->db, sql, NULL, NULL, NULL) == SQLITE_OK)
-            s->write_err = 0;
+    /* The probe takes the writer when it is free; a busy writer's own write will say. */
+    if (failed && pthread_mutex_trylock(&s->lock) == 0) {
+        if (now - s->probed_ms >= WRITE_PROBE_MS)
+            probe(s, now);
+        pthread_mutex_unlock(&s->lock);
     }
+    pthread_mutex_lock(&s->state_lock);
     int rc = s->write_err;
     if (rc) {
         char since[32], free_text[64] = "";
@@ -441,7 +472,7 @@ static int sq_writable(struct eph_store *base, char *why, size_t whylen)
                      (unsigned long long)(left >> 10));
         snprintf(why, whylen, "%s (since %s%s)", s->write_why, since, free_text);
     }
-    pthread_mutex_unlock(&s->lock);
+    pthread_mutex_unlock(&s->state_lock);
     return rc;
 }
 
