@@ -414,7 +414,7 @@ static int guard_start(struct eph_api *api)
     struct eph_api_guard_limits lim = {
         .max_connections = cfg->http.max_connections,
         .per_address = cfg->http.max_connections_per_address,
-        .head_ms = (cfg->http.request_head_seconds ? cfg->http.request_head_seconds : 1) * 1000u,
+        .head_ms = cfg->http.request_head_seconds * 1000u,
         .auth_failures_per_minute = cfg->http.auth_failures_per_minute,
     };
     int rc = eph_api_guard_new(&lim, guard_shutdown, NULL, &api->guard);
@@ -499,6 +499,14 @@ int eph_api_start(struct eph_service *svc, struct eph_api **out, char *err, size
     socklen_t sslen;
     if (parse_listen(svc->cfg->listen, &ss, &sslen)) {
         snprintf(err, errlen, "invalid listen address '%s' (want ADDR:PORT)", svc->cfg->listen);
+        return -EINVAL;
+    }
+    const struct eph_config *cfg = svc->cfg;
+    if (!cfg->http.max_connections || !cfg->http.max_connections_per_address ||
+        !cfg->http.request_head_seconds) {
+        snprintf(err, errlen,
+                 "http.max_connections, http.max_connections_per_address and "
+                 "http.request_head_seconds must be at least 1");
         return -EINVAL;
     }
     struct eph_api *api = calloc(1, sizeof(*api));

@@ -14,6 +14,16 @@ test_deadline 240
 SL="python3 $TOP/tests/blackbox/slowloris.py"
 ip addr show lo | grep -q 'inet 127.0.0.1/8' || skip "loopback is not 127.0.0.0/8 here"
 
+# 0. A limit of 0 would refuse every connection: refused at start, saying which keys.
+for k in max_connections max_connections_per_address request_head_seconds; do
+    printf '{"http": {"%s": 0}}' "$k" >"$TEST_TMP/zero.json"
+    if "$EPHD" serve --config "$TEST_TMP/zero.json" --listen "127.0.0.1:$(free_port)" \
+        --db "$TEST_TMP/zero.db" >"$TEST_TMP/zero.log" 2>&1; then
+        fail "http.$k 0 was accepted"
+    fi
+    assert_contains "$(cat "$TEST_TMP/zero.log")" "must be at least 1" "http.$k 0"
+done
+
 # 1. Places: 16 per address, 48 for the server; no deadline in the way (an hour).
 start_api_server '"http": {"max_connections": 48, "max_connections_per_address": 16,
     "request_head_seconds": 3600, "auth_failures_per_minute": 5}'
