@@ -94,6 +94,12 @@ struct eph_api_req {
      * request holds a new key, so that its answer is stored (2xx) or the key released. */
     bool idem_active;
     char idem_key[256];
+    /* A create holding its key is listed in the server's inflight set from just before its
+     * record is written until its answer is: on a store of one node, a record in flight that
+     * no listed request holds is known to be left over (reply.c). */
+    struct eph_api_inflight *inflight; /* the server's; NULL: not known (time bound only) */
+    struct eph_api_req *in_prev, *in_next;
+    bool in_listed;
 
     /* A parked request: when its connection is resumed, the server calls resume instead of
      * routing again. live is a reference held while parked, released when the request ends. */
@@ -133,6 +139,10 @@ bool eph_api_idem_gate(struct eph_api_req *req);
  * never written are completed from the run each created, or released when it created none
  * (store.h, idem_recover); logged, never fatal. */
 void eph_api_idem_recover(struct eph_service *svc);
+/* The set of creates holding their idempotency key in this process (one per server). */
+struct eph_api_inflight;
+int eph_api_inflight_new(struct eph_api_inflight **out) __attribute__((warn_unused_result));
+void eph_api_inflight_free(struct eph_api_inflight *f);
 /* Records the answer of a request that holds a key (text NULL or a failure: the key is let go). */
 void eph_api_idem_finish(struct eph_api_req *req, unsigned status, const char *text);
 /* Checks the bearer key; answers 401 and returns false when it is missing or unknown. */

@@ -8,6 +8,7 @@
 #include "api/json.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -248,10 +249,80 @@ bool eph_api_authenticate(struct eph_api_req *req)
 
 /* ---- idempotency ---- */
 
+struct eph_api_inflight {
+    pthread_mutex_t lock;
+    struct eph_api_req *head;
+};
+
+int eph_api_inflight_new(struct eph_api_inflight **out)
+{
+    struct eph_api_inflight *f = calloc(1, sizeof(*f));
+    if (!f)
+        return -ENOMEM;
+    pthread_mutex_init(&f->lock, NULL);
+    *out = f;
+    return 0;
+}
+
+void eph_api_inflight_free(struct eph_api_inflight *f)
+{
+    if (!f)
+        return;
+    pthread_mutex_destroy(&f->lock);
+    free(f);
+}
+
+static void inflight_add(struct eph_api_req *req)
+{
+    struct eph_api_inflight *f = req->inflight;
+    if (!f || req->in_listed)
+        return;
+    pthread_mutex_lock(&f->lock);
+    req->in_prev = NULL;
+    req->in_next = f->head;
+    if (f->head)
+        f->head->in_prev = req;
+    f->head = req;
+    req->in_listed = true;
+    pthread_mutex_unlock(&f->lock);
+}
+
+static void inflight_remove(struct eph_api_req *req)
+{
+    struct eph_api_inflight *f = req->inflight;
+    if (!f || !req->in_listed)
+        return;
+    pthread_mutex_lock(&f->lock);
+    if (req->in_prev)
+        req->in_prev->in_next = req->in_next;
+    else
+        f->head = req->in_next;
+    if (req->in_next)
+        req->in_next->in_prev = req->in_prev;
+    req->in_listed = false;
+    pthread_mutex_unlock(&f->lock);
+}
+
+/* Whether another request of this process holds req's key (walked only for a record left in
+ * flight). */
+static bool inflight_other(struct eph_api_req *req)
+{
+    struct eph_api_inflight *f = req->inflight;
+    bool found = false;
+    pthread_mutex_lock(&f->lock);
+    for (struct eph_api_req *r = f->head; r && !found; r = r->in_next)
+        found = r != req && strcmp(r->org_id, req->org_id) == 0 &&
+                strcmp(r->idem_key, req->idem_key) == 0;
+    pthread_mutex_unlock(&f->lock);
+    return found;
+}
+
 void eph_api_idem_finish(struct eph_api_req *req, unsigned status, const char *text)
 {
-    if (!req->idem_active)
+    if (!req->idem_active) {
+        inflight_remove(req);
         return;
+    }
     req->idem_active = false;
     struct eph_store *st = req->svc->store;
     /* Only a success is remembered: a request that failed (validation, balance, a conflict) can
@@ -261,6 +332,8 @@ void eph_api_idem_finish(struct eph_api_req *req, unsigned status, const char *t
                  : st->ops->idem_abandon(st, req->org_id, req->idem_key);
     if (rc)
         EPH_WARN("api", "cannot record an idempotency key: %s", strerror(-rc));
+    /* Only now: until its record is written or released, a retry must see it in flight. */
+    inflight_remove(req);
 }
 
 void eph_api_idem_settle(struct eph_api_req *req, unsigned status, json_t *body)
@@ -309,7 +382,10 @@ static int idem_pending(struct eph_api_req *req, const char *key, const struct e
     }
     if (rc != -ENOENT)
         return rc;
-    if (prev->created_at_ms >= now_ms - IDEM_STALE_MS)
+    /* On a store of one node the requests in flight are this process's: one that none holds
+     * is over. Elsewhere another node's may be, for as long as a create can take. */
+    bool alone = req->inflight && !st->ops->shared;
+    if (alone ? inflight_other(req) : prev->created_at_ms >= now_ms - IDEM_STALE_MS)
         return 0;
     rc = st->ops->idem_abandon(st, req->org_id, key);
     return rc ? rc : -EAGAIN;
@@ -332,6 +408,8 @@ void eph_api_idem_recover(struct eph_service *svc)
                  "run was never stored)",
                  completed, dropped);
 }
+
+static bool idem_begin_or_answer(struct eph_api_req *req, const char *key, const char *hash);
 
 static bool is_printable_ascii(const char *s)
 {
@@ -377,6 +455,20 @@ bool eph_api_idem_gate(struct eph_api_req *req)
     eph_sha256_hex(b.data, b.len, hash);
     eph_buf_release(&b);
 
+    /* Listed before its record exists, so that no other request takes it for a leftover. */
+    snprintf(req->idem_key, sizeof(req->idem_key), "%s", key);
+    if (req->run_id[0])
+        inflight_add(req);
+    bool answered = idem_begin_or_answer(req, key, hash);
+    if (answered || !req->idem_active)
+        inflight_remove(req);
+    return answered;
+}
+
+/* The gate's store part: true when answered, false holding the key (req->idem_active). */
+static bool idem_begin_or_answer(struct eph_api_req *req, const char *key, const char *hash)
+{
+    int rc;
     struct eph_store *st = req->svc->store;
     struct eph_idem prev;
     int64_t now = eph_clock_real_ms();
@@ -392,7 +484,6 @@ bool eph_api_idem_gate(struct eph_api_req *req)
                                  now - (int64_t)ttl * 1000, &prev);
         if (rc == 0) {
             req->idem_active = true;
-            snprintf(req->idem_key, sizeof(req->idem_key), "%s", key);
             return false;
         }
         if (rc != -EEXIST) {

@@ -30,6 +30,7 @@ struct eph_api {
     struct MHD_Daemon *mhd;
     struct eph_service *svc;
     struct eph_api_parker *parker;
+    struct eph_api_inflight *inflight; /* creates holding their idempotency key (reply.c) */
     /* Connection places and the reading deadline (guard.h); its thread ends the connections
      * past their deadline. */
     struct eph_api_guard *guard;
@@ -286,6 +287,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         req->svc = api->svc;
         req->parker = api->parker;
         req->guard = api->guard;
+        req->inflight = api->inflight;
         req->conn = conn;
         req->method = method;
         req->path = url;
@@ -442,6 +444,7 @@ static void api_free(struct eph_api *api)
         pthread_mutex_destroy(&api->guard_lock);
     }
     eph_api_park_free(api->parker);
+    eph_api_inflight_free(api->inflight);
     free(api);
 }
 
@@ -524,7 +527,7 @@ int eph_api_start(struct eph_service *svc, struct eph_api **out, char *err, size
         free(api);
         return prc;
     }
-    if ((prc = guard_start(api))) {
+    if ((prc = eph_api_inflight_new(&api->inflight)) || (prc = guard_start(api))) {
         snprintf(err, errlen, "cannot start the connection guard: %s", strerror(-prc));
         api_free(api);
         return prc;

@@ -98,6 +98,26 @@ assert_eq "$(tail -n 1 <<<"$out" | jq -r .id)" "${stuck_runs[0]}" "the run the f
 assert_eq "$(key_status full-1)" 201 "the first key's record, completed"
 assert_eq "$(key_status full-2)" 0 "the second key's, untouched"
 
+# A create refused as the disk fills (its run's insert), whose key then cannot be released
+# either: once there is room, the same key is a new request (201), not one in flight (409).
+sqlite3 "$db" "CREATE TABLE ballast (b BLOB);
+    CREATE TRIGGER fill_on_run BEFORE INSERT ON runs WHEN NEW.prompt = 'refused as it fills'
+    BEGIN INSERT INTO ballast VALUES (zeroblob(64 * 1024 * 1024)); END;
+    CREATE TRIGGER fill_on_release BEFORE DELETE ON idempotency WHEN OLD.key = 'refused-1'
+    BEGIN INSERT INTO ballast VALUES (zeroblob(64 * 1024 * 1024)); END;"
+refused() {
+    curl -sS -i -X POST "$EPHEMERAL_URL/v1/runs" -H "Authorization: Bearer $EPHEMERAL_API_KEY" \
+        -H 'Content-Type: application/json' -H "Idempotency-Key: refused-1" \
+        -d '{"prompt": "refused as it fills", "shell": false, "max_cost_micros": 1000}' | tr -d '\r'
+}
+out=$(refused)
+assert_contains "$out" "HTTP/1.1 503" "a create whose run does not fit: $out"
+assert_eq "$(key_status refused-1)" 0 "its key could not be released"
+mount -o remount,size=40m "$TEST_TMP/small"
+sqlite3 "$db" "DROP TRIGGER fill_on_run; DROP TRIGGER fill_on_release; DROP TABLE ballast;"
+out=$(refused)
+assert_contains "$out" "HTTP/1.1 201" "the refused key again, with room: $out"
+
 kill -TERM "$SERVER_PID"
 wait "$SERVER_PID"
 assert_eq "$(sqlite3 "$TEST_TMP/small/ephemeral.db" 'PRAGMA integrity_check')" ok "integrity"
