@@ -68,7 +68,7 @@ int eph_config_defaults(struct eph_config *cfg)
     cfg->http.max_connections = 4096;
     cfg->http.max_connections_per_address = 256;
     cfg->http.request_head_seconds = 10;
-    cfg->http.auth_failures_per_minute = 10;
+    cfg->http.auth_failures_per_minute = 30;
     cfg->broker.max_request_bytes = 10u << 20;
     cfg->broker.max_response_bytes = 50u << 20;
     cfg->broker.request_timeout_seconds = 60;
