@@ -47,8 +47,10 @@ export class ApiError extends Error {
       429: "Too many runs queued",
       503: "The server is unavailable",
     }[status] || (status === 400 ? "The request is invalid" : `The server answered ${status}`);
+    // A 429 is also the limit on keys that are not valid, per address (docs/API.md, "Connections").
+    const limited = e && e.code === "too_many_failed_authentications";
     const param = e && e.param ? ` (${e.param})` : "";
-    return `${lead}${param}: ${msg}`;
+    return `${limited ? "Too many refused API keys from this address" : lead}${param}: ${msg}`;
   }
 }
 

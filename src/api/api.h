@@ -23,6 +23,7 @@
 #include "run/service.h"
 
 struct eph_api;
+struct eph_api_guard;
 struct eph_live;
 struct eph_live_registry;
 struct MHD_Connection;
@@ -72,6 +73,7 @@ unsigned eph_api_parked_count(struct eph_api_parker *p);
 struct eph_api_req {
     struct eph_service *svc;
     struct eph_api_parker *parker; /* the server's */
+    struct eph_api_guard *guard;   /* the server's (api/guard.h); NULL in tests without one */
     struct MHD_Connection *conn;
     const char *method;
     const char *path;  /* without the query string */
@@ -79,7 +81,9 @@ struct eph_api_req {
     struct eph_buf body;
     bool body_too_large;
     bool answered;
-    unsigned status; /* the status answered */
+    bool authenticated;   /* at the head, before the body was read */
+    unsigned retry_after; /* seconds for a 429's or 503's Retry-After; 0: the default */
+    unsigned status;      /* the status answered */
     uint64_t start_ns;
     char org_id[48];
     char role[16];
@@ -90,6 +94,12 @@ struct eph_api_req {
      * request holds a new key, so that its answer is stored (2xx) or the key released. */
     bool idem_active;
     char idem_key[256];
+    /* A create holding its key is listed in the server's inflight set from just before its
+     * record is written until its answer is: on a store of one node, a record in flight that
+     * no listed request holds is known to be left over (reply.c). */
+    struct eph_api_inflight *inflight; /* the server's; NULL: not known (time bound only) */
+    struct eph_api_req *in_prev, *in_next;
+    bool in_listed;
 
     /* A parked request: when its connection is resumed, the server calls resume instead of
      * routing again. live is a reference held while parked, released when the request ends. */
@@ -125,6 +135,14 @@ void eph_api_idem_settle(struct eph_api_req *req, unsigned status, json_t *body)
  * the request was answered (a replay, 409, 422, or a bad key), false when the handler should run,
  * holding the key. */
 bool eph_api_idem_gate(struct eph_api_req *req);
+/* At start-up, before the server listens: the idempotency records in flight whose answer was
+ * never written are completed from the run each created, or released when it created none
+ * (store.h, idem_recover); logged, never fatal. */
+void eph_api_idem_recover(struct eph_service *svc);
+/* The set of creates holding their idempotency key in this process (one per server). */
+struct eph_api_inflight;
+int eph_api_inflight_new(struct eph_api_inflight **out) __attribute__((warn_unused_result));
+void eph_api_inflight_free(struct eph_api_inflight *f);
 /* Records the answer of a request that holds a key (text NULL or a failure: the key is let go). */
 void eph_api_idem_finish(struct eph_api_req *req, unsigned status, const char *text);
 /* Checks the bearer key; answers 401 and returns false when it is missing or unknown. */

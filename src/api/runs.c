@@ -203,7 +203,12 @@ static int new_run(struct eph_api_req *req, const struct eph_api_create *c, stru
 {
     eph_run_init(r);
     memset(first, 0, sizeof(*first));
-    int rc = eph_id_hex("run_", 16, r->id, sizeof(r->id));
+    /* The server chose it already (server.c): the id its idempotency record names. */
+    int rc = 0;
+    if (req->run_id[0])
+        snprintf(r->id, sizeof(r->id), "%s", req->run_id);
+    else
+        rc = eph_id_hex("run_", 16, r->id, sizeof(r->id));
     snprintf(r->org_id, sizeof(r->org_id), "%s", req->org_id);
     r->status = EPH_RUN_QUEUED;
     r->model = strdup(c->model);

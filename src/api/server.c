@@ -4,14 +4,18 @@
  * that both use are in reply.c, so that no handler calls back into the server.
  */
 #include "api/api.h"
+#include "api/guard.h"
 #include "api/static.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <time.h>
 
 #include <microhttpd.h>
 
@@ -26,6 +30,14 @@ struct eph_api {
     struct MHD_Daemon *mhd;
     struct eph_service *svc;
     struct eph_api_parker *parker;
+    struct eph_api_inflight *inflight; /* creates holding their idempotency key (reply.c) */
+    /* Connection places and the reading deadline (guard.h); its thread ends the connections
+     * past their deadline. */
+    struct eph_api_guard *guard;
+    pthread_t guard_thread;
+    bool guard_started, guard_stop;
+    pthread_mutex_t guard_lock;
+    pthread_cond_t guard_cond;
 };
 
 /* Threads polling the sockets. Handlers only wait on the store (milliseconds); anything longer
@@ -186,22 +198,30 @@ static bool refuse_input(struct eph_api_req *req)
     return false;
 }
 
+/* The request's route (req->route set to its pattern, or NULL when no pattern matches). */
+static const struct route *find_route(struct eph_api_req *req, char *id, size_t idlen)
+{
+    req->route = match_pattern(req->path, id, idlen);
+    if (!req->route)
+        return NULL;
+    /* HEAD is GET without the body (the server drops it). */
+    const char *m = strcmp(req->method, "HEAD") == 0 ? "GET" : req->method;
+    for (size_t i = 0; i < NROUTES; i++)
+        if (strcmp(routes[i].pattern, req->route) == 0 && strcmp(routes[i].method, m) == 0)
+            return &routes[i];
+    return NULL;
+}
+
 static int route(struct eph_api_req *req)
 {
     char id[80];
-    req->route = match_pattern(req->path, id, sizeof(id));
+    const struct route *rt = find_route(req, id, sizeof(id));
     if (!req->route)
         return no_such_path(req);
-    /* HEAD is GET without the body (the server drops it). */
-    const char *m = strcmp(req->method, "HEAD") == 0 ? "GET" : req->method;
-    const struct route *rt = NULL;
-    for (size_t i = 0; i < NROUTES && !rt; i++)
-        if (strcmp(routes[i].pattern, req->route) == 0 && strcmp(routes[i].method, m) == 0)
-            rt = &routes[i];
     /* The pattern first, so that every answer (401s included) is counted under its route. */
     if (!rt)
         return method_not_allowed(req);
-    if (!rt->public && !eph_api_authenticate(req))
+    if (!rt->public && !req->authenticated && !eph_api_authenticate(req))
         return MHD_YES;
     if (refuse_input(req))
         return MHD_YES;
@@ -209,6 +229,12 @@ static int route(struct eph_api_req *req)
         if (rt->fn == eph_api_runs_create && atomic_load(&req->svc->shutting_down))
             return eph_api_reply_error(req, 503, "api_error", "shutting_down", NULL,
                                        "the server is shutting down");
+        /* A create's run id is chosen before its key is recorded, so that the record names
+         * the run it makes (reply.c, idem_pending). */
+        if (rt->fn == eph_api_runs_create &&
+            eph_id_hex("run_", 16, req->run_id, sizeof(req->run_id)))
+            return eph_api_reply_error(req, 500, "api_error", "internal_error", NULL,
+                                       "internal error");
         if (eph_api_idem_gate(req))
             return MHD_YES;
     }
@@ -226,6 +252,29 @@ static int body_too_large(struct eph_api_req *req)
                                req->svc->cfg->max_body_bytes);
 }
 
+static struct eph_api_guard_conn *guard_conn(struct MHD_Connection *conn)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? ci->socket_context : NULL;
+}
+
+/* At the head: a request for the API is authenticated before its body is read, so that only a
+ * key holder may take longer than the reading deadline to send one (guard.h). True when it was
+ * answered (401, 429, 503). */
+static bool authenticate_early(struct eph_api *api, struct eph_api_req *req)
+{
+    char id[80];
+    const struct route *rt = find_route(req, id, sizeof(id));
+    if (!rt || rt->public)
+        return false;
+    if (!eph_api_authenticate(req))
+        return true;
+    req->authenticated = true;
+    eph_api_guard_busy(api->guard, guard_conn(req->conn));
+    return false;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
                                   const char *method, const char *version, const char *upload_data,
                                   size_t *upload_data_size, void **state)
@@ -238,6 +287,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             return MHD_NO;
         req->svc = api->svc;
         req->parker = api->parker;
+        req->guard = api->guard;
+        req->inflight = api->inflight;
         req->conn = conn;
         req->method = method;
         req->path = url;
@@ -252,6 +303,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
         if (cl && strtoull(cl, NULL, 10) > api->svc->cfg->max_body_bytes)
             return (enum MHD_Result)body_too_large(req);
+        eph_log_set_request(req->request_id);
+        authenticate_early(api, req);
+        eph_log_set_request(NULL);
         return MHD_YES;
     }
     if (*upload_data_size) {
@@ -260,6 +314,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         *upload_data_size = 0;
         return MHD_YES;
     }
+    /* The whole request is in: no reading deadline while it is answered. */
+    eph_api_guard_busy(api->guard, guard_conn(conn));
     if (req->answered)
         return MHD_YES;
     eph_log_set_request(req->request_id);
@@ -282,6 +338,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 static void on_completed(void *cls, struct MHD_Connection *conn, void **state,
                          enum MHD_RequestTerminationCode toe)
 {
+    struct eph_api *api = cls;
+    /* Answered: the connection reads its next request, under the deadline again. */
+    eph_api_guard_idle(api->guard, guard_conn(conn), eph_clock_mono_ns() / 1000000u);
     struct eph_api_req *req = *state;
     if (!req)
         return;
@@ -294,6 +353,100 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **state,
     eph_buf_release(&req->body);
     free(req);
     *state = NULL;
+}
+
+static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code)
+{
+    struct eph_api *api = cls;
+    if (code != MHD_CONNECTION_NOTIFY_STARTED) {
+        /* MHD tells this before it closes the socket: from here on the guard never touches it. */
+        eph_api_guard_close(api->guard, *socket_context);
+        *socket_context = NULL;
+        return;
+    }
+    const union MHD_ConnectionInfo *ai =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    const union MHD_ConnectionInfo *fi =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!fi)
+        return;
+    *socket_context = eph_api_guard_open(api->guard, ai ? ai->client_addr : NULL, fi->connect_fd,
+                                         eph_clock_mono_ns() / 1000000u);
+    /* Refused (every place under its limits is busy): closed as a client that left. */
+    if (!*socket_context)
+        shutdown(fi->connect_fd, SHUT_RDWR);
+}
+
+static void guard_shutdown(int fd, void *ctx)
+{
+    shutdown(fd, SHUT_RDWR);
+}
+
+static void *guard_main(void *arg)
+{
+    struct eph_api *api = arg;
+    pthread_mutex_lock(&api->guard_lock);
+    while (!api->guard_stop) {
+        uint64_t next_ms = eph_api_guard_expire(api->guard, eph_clock_mono_ns() / 1000000u);
+        struct timespec ts;
+        eph_clock_timespec(eph_clock_mono_ns() + (next_ms + 1) * 1000000u, &ts);
+        pthread_cond_timedwait(&api->guard_cond, &api->guard_lock, &ts);
+    }
+    pthread_mutex_unlock(&api->guard_lock);
+    return NULL;
+}
+
+/* Stops the guard's thread (before MHD stops: nothing is shut down after) and frees the guard
+ * (after: MHD's close notifications use it). */
+static void guard_stop(struct eph_api *api)
+{
+    if (api->guard_started) {
+        pthread_mutex_lock(&api->guard_lock);
+        api->guard_stop = true;
+        pthread_cond_signal(&api->guard_cond);
+        pthread_mutex_unlock(&api->guard_lock);
+        pthread_join(api->guard_thread, NULL);
+        api->guard_started = false;
+    }
+}
+
+static int guard_start(struct eph_api *api)
+{
+    const struct eph_config *cfg = api->svc->cfg;
+    struct eph_api_guard_limits lim = {
+        .max_connections = cfg->http.max_connections,
+        .per_address = cfg->http.max_connections_per_address,
+        .head_ms = cfg->http.request_head_seconds * 1000u,
+        .auth_failures_per_minute = cfg->http.auth_failures_per_minute,
+    };
+    int rc = eph_api_guard_new(&lim, guard_shutdown, NULL, &api->guard);
+    if (rc)
+        return rc;
+    pthread_condattr_t a;
+    pthread_condattr_init(&a);
+    pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+    pthread_cond_init(&api->guard_cond, &a);
+    pthread_condattr_destroy(&a);
+    pthread_mutex_init(&api->guard_lock, NULL);
+    rc = -pthread_create(&api->guard_thread, NULL, guard_main, api);
+    api->guard_started = rc == 0;
+    return rc;
+}
+
+static void api_free(struct eph_api *api)
+{
+    guard_stop(api);
+    if (api->mhd)
+        MHD_stop_daemon(api->mhd);
+    if (api->guard) {
+        eph_api_guard_free(api->guard);
+        pthread_cond_destroy(&api->guard_cond);
+        pthread_mutex_destroy(&api->guard_lock);
+    }
+    eph_api_park_free(api->parker);
+    eph_api_inflight_free(api->inflight);
+    free(api);
 }
 
 __attribute__((format(printf, 2, 0))) static void on_mhd_log(void *cls, const char *fmt, va_list ap)
@@ -352,6 +505,14 @@ int eph_api_start(struct eph_service *svc, struct eph_api **out, char *err, size
         snprintf(err, errlen, "invalid listen address '%s' (want ADDR:PORT)", svc->cfg->listen);
         return -EINVAL;
     }
+    const struct eph_config *cfg = svc->cfg;
+    if (!cfg->http.max_connections || !cfg->http.max_connections_per_address ||
+        !cfg->http.request_head_seconds) {
+        snprintf(err, errlen,
+                 "http.max_connections, http.max_connections_per_address and "
+                 "http.request_head_seconds must be at least 1");
+        return -EINVAL;
+    }
     struct eph_api *api = calloc(1, sizeof(*api));
     if (!api)
         return -ENOMEM;
@@ -367,16 +528,25 @@ int eph_api_start(struct eph_service *svc, struct eph_api **out, char *err, size
         free(api);
         return prc;
     }
+    if ((prc = eph_api_inflight_new(&api->inflight)) || (prc = guard_start(api))) {
+        snprintf(err, errlen, "cannot start the connection guard: %s", strerror(-prc));
+        api_free(api);
+        return prc;
+    }
+    /* MHD's own limit is above the guard's, so that the guard decides; the margin holds the
+     * connections it has given up on until MHD has closed them. Its idle timeout still ends a
+     * busy connection that stopped moving (an event stream has a keep-alive every
+     * sse_keepalive_seconds, and a parked one is not timed). */
+    unsigned mhd_limit = svc->cfg->http.max_connections + svc->cfg->http.max_connections / 8 + 16;
     api->mhd = MHD_start_daemon(
         flags, 0, NULL, NULL, on_request, api, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
-        MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL, MHD_OPTION_CONNECTION_LIMIT,
-        (unsigned)4096, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120, MHD_OPTION_THREAD_POOL_SIZE,
-        (unsigned)API_THREADS, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL,
-        MHD_OPTION_THREAD_STACK_SIZE, (size_t)(512u << 10), MHD_OPTION_END);
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, api, MHD_OPTION_NOTIFY_CONNECTION, on_connection,
+        api, MHD_OPTION_CONNECTION_LIMIT, mhd_limit, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120,
+        MHD_OPTION_THREAD_POOL_SIZE, (unsigned)API_THREADS, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log,
+        NULL, MHD_OPTION_THREAD_STACK_SIZE, (size_t)(512u << 10), MHD_OPTION_END);
     if (!api->mhd) {
         snprintf(err, errlen, "cannot listen on '%s': %s", svc->cfg->listen, strerror(errno));
-        eph_api_park_free(api->parker);
-        free(api);
+        api_free(api);
         return -EADDRINUSE;
     }
     *out = api;
@@ -396,7 +566,5 @@ void eph_api_stop(struct eph_api *api)
     /* MHD must not be stopped with a suspended connection: resume them all first (they answer
      * with what they have), and nothing parks after this. */
     eph_api_park_stop(api->parker);
-    MHD_stop_daemon(api->mhd);
-    eph_api_park_free(api->parker);
-    free(api);
+    api_free(api);
 }

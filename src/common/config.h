@@ -94,6 +94,13 @@ struct eph_config {
         unsigned max_tunnels_per_run;     /* 16 */
         uint64_t record_body_max_bytes;   /* 256 KiB of each body kept in the record */
     } broker;
+    struct {
+        unsigned max_connections;             /* 4096: every client together */
+        unsigned max_connections_per_address; /* 256: one IPv4 address or IPv6 /64 */
+        unsigned request_head_seconds;        /* 10: to send a whole request head (and an
+                                                 unauthenticated request its body) */
+        unsigned auth_failures_per_minute;    /* 30 per address, then 429 (0: no limit) */
+    } http;
     char *default_model;
     struct eph_model_config *models;
     size_t nmodels;

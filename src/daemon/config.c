@@ -65,6 +65,10 @@ int eph_config_defaults(struct eph_config *cfg)
     cfg->prices.compute_micros_per_second = 240;
     cfg->prices.web_micros_per_request = 100;
     cfg->prices.web_micros_per_mib = 50;
+    cfg->http.max_connections = 4096;
+    cfg->http.max_connections_per_address = 256;
+    cfg->http.request_head_seconds = 10;
+    cfg->http.auth_failures_per_minute = 30;
     cfg->broker.max_request_bytes = 10u << 20;
     cfg->broker.max_response_bytes = 50u << 20;
     cfg->broker.request_timeout_seconds = 60;
@@ -198,6 +202,14 @@ static const struct key broker_keys[] = {
     KU("request_timeout_seconds", broker.request_timeout_seconds, 86400),
     KU("max_tunnels_per_run", broker.max_tunnels_per_run, 64),
     KL("record_body_max_bytes", broker.record_body_max_bytes, 16u << 20),
+    {NULL, K_STR, 0, 0},
+};
+
+static const struct key http_keys[] = {
+    KU("max_connections", http.max_connections, 65536),
+    KU("max_connections_per_address", http.max_connections_per_address, 65536),
+    KU("request_head_seconds", http.request_head_seconds, 3600),
+    KU("auth_failures_per_minute", http.auth_failures_per_minute, 1000000),
     {NULL, K_STR, 0, 0},
 };
 
@@ -465,7 +477,7 @@ static int load_root(struct eph_config *cfg, json_t *root, const char *path, cha
         snprintf(err, errlen, "config: %s: the top level must be an object", path);
         goto out;
     }
-    static const char *const nested[] = {"sandbox", "prices", "models", "broker", NULL};
+    static const char *const nested[] = {"sandbox", "prices", "models", "broker", "http", NULL};
     if ((rc = load_object(cfg, top_keys, root, "", nested, err, errlen)))
         goto out;
     json_t *sb = json_object_get(root, "sandbox");
@@ -481,6 +493,14 @@ static int load_root(struct eph_config *cfg, json_t *root, const char *path, cha
                (rc = load_object(cfg, price_keys, pr, "prices.", NULL, err, errlen)))) {
         if (!rc)
             snprintf(err, errlen, "config: 'prices' must be an object");
+        rc = -EINVAL;
+        goto out;
+    }
+    json_t *ht = json_object_get(root, "http");
+    if (ht && (!json_is_object(ht) ||
+               (rc = load_object(cfg, http_keys, ht, "http.", NULL, err, errlen)))) {
+        if (!rc)
+            snprintf(err, errlen, "config: 'http' must be an object");
         rc = -EINVAL;
         goto out;
     }

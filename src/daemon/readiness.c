@@ -259,11 +259,17 @@ static void set_part(struct eph_readiness *r, enum part p, bool ok, const char *
     snprintf(r->message[p], MESSAGE_MAX, "%s", ok ? "" : why);
 }
 
+/* The store answers, and takes writes: a store that reads but cannot write (a full disk, a
+ * read-only file system or server) runs nothing to its end. */
 static void check_store(struct eph_readiness *r, struct eph_service *svc)
 {
-    int rc = svc->store->ops->ping(svc->store);
-    char why[MESSAGE_MAX];
+    struct eph_store *st = svc->store;
+    int rc = st->ops->ping(st);
+    char why[MESSAGE_MAX], detail[MESSAGE_MAX - 64] = "";
     snprintf(why, sizeof(why), "the store does not answer: %s", eph_strerror(rc));
+    if (!rc && st->ops->writable && (rc = st->ops->writable(st, detail, sizeof(detail))))
+        snprintf(why, sizeof(why), "the store cannot write: %s; %s", eph_strerror(rc),
+                 detail[0] ? detail : "no detail");
     set_part(r, PART_STORE, rc == 0, why);
 }
 

@@ -202,6 +202,8 @@ int eph_cmd_serve(int argc, char **argv)
                  "runs resumed",
                  lost, requeued);
 
+    eph_api_idem_recover(&svc);
+
     if ((rc = eph_cluster_start(&svc))) {
         EPH_ERROR("serve", "cannot listen to the other nodes: %s", eph_strerror(rc));
         goto out;

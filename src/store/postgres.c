@@ -539,6 +539,30 @@ static int pg_ping(struct eph_store *base)
     return rc;
 }
 
+/* A server that refuses writes (a standby, default_transaction_read_only) reads fine: ask it.
+ * A full disk on the server is not seen here; the writes that fail say it (docs/STORE.md). */
+static int pg_writable(struct eph_store *base, char *why, size_t whylen)
+{
+    struct pg_store *s = P(base);
+    struct pg_conn *c = conn_get(s);
+    if (!c)
+        return -ENOTCONN;
+    PGresult *r = NULL;
+    struct params none = {0};
+    int rc =
+        run(s, c, "SELECT pg_is_in_recovery() OR current_setting('transaction_read_only') = 'on'",
+            &none, &r, NULL, "write check");
+    if (!rc && PQntuples(r) == 1 && strcmp(val(r, 0, 0), "t") == 0) {
+        snprintf(why, whylen,
+                 "the database server is read-only (a standby, or "
+                 "default_transaction_read_only)");
+        rc = -EROFS;
+    }
+    PQclear(r);
+    conn_put(s, c);
+    return rc;
+}
+
 /* ---- orgs, ledger, balance ---- */
 
 /* Appends a ledger entry and moves the org's running totals, inside the caller's transaction. A
@@ -1542,8 +1566,8 @@ static int pg_events_list(struct eph_store *base, const char *run_id, uint64_t a
 /* ---- idempotency ---- */
 
 static int idem_begin_once(struct pg_store *s, struct pg_conn *c, const char *org_id,
-                           const char *key, const char *request_hash, int64_t now_ms,
-                           int64_t expired_before_ms, struct eph_idem *existing)
+                           const char *key, const char *request_hash, const char *pending,
+                           int64_t now_ms, int64_t expired_before_ms, struct eph_idem *existing)
 {
     int rc = begin(s, c);
     if (rc)
@@ -1562,12 +1586,14 @@ static int idem_begin_once(struct pg_store *s, struct pg_conn *c, const char *or
     p_text(&q, key);
     p_text(&q, request_hash);
     p_i64(&q, now_ms);
+    p_text(&q, pending);
     unsigned long n = 0;
     /* One key sent to two nodes at once: the primary key lets exactly one insert win; the other
      * waits for it to commit and then finds its record. */
     if ((rc = run(s, c,
-                  "INSERT INTO idempotency (org_id, key, request_hash, created_at) "
-                  "VALUES ($1, $2, $3, $4) ON CONFLICT (org_id, key) DO NOTHING",
+                  "INSERT INTO idempotency (org_id, key, request_hash, created_at, "
+                  "response_body) VALUES ($1, $2, $3, $4, $5) ON CONFLICT (org_id, key) DO "
+                  "NOTHING",
                   &q, NULL, &n, "idempotency insert")))
         return rc;
     if (n == 1)
@@ -1595,12 +1621,12 @@ static int idem_begin_once(struct pg_store *s, struct pg_conn *c, const char *or
 }
 
 static int pg_idem_begin(struct eph_store *base, const char *org_id, const char *key,
-                         const char *request_hash, int64_t now_ms, int64_t expired_before_ms,
-                         struct eph_idem *existing)
+                         const char *request_hash, const char *pending, int64_t now_ms,
+                         int64_t expired_before_ms, struct eph_idem *existing)
 {
     struct pg_store *s = P(base);
-    return WITH_CONN(
-        s, idem_begin_once(s, c, org_id, key, request_hash, now_ms, expired_before_ms, existing));
+    return WITH_CONN(s, idem_begin_once(s, c, org_id, key, request_hash, pending, now_ms,
+                                        expired_before_ms, existing));
 }
 
 static int pg_idem_complete(struct eph_store *base, const char *org_id, const char *key,
@@ -1640,6 +1666,39 @@ static int pg_idem_expire(struct eph_store *base, int64_t cutoff_ms)
     unsigned long n = 0;
     return WITH_CONN(s, changed_once(s, c, "DELETE FROM idempotency WHERE created_at < $1", &p, &n,
                                      "idempotency expire"));
+}
+
+static int idem_recover_once(struct pg_store *s, struct pg_conn *c, int64_t stale_before_ms,
+                             unsigned long *completed, unsigned long *dropped)
+{
+    struct params none = {0};
+    /* A pending body is the create's own answer: completing it is setting its status. Bodies
+     * are JSON (pending or answered), so the cast never fails. */
+    int rc = run(s, c,
+                 "UPDATE idempotency i SET status_code = 201 WHERE status_code = 0 AND "
+                 "response_body IS NOT NULL AND EXISTS (SELECT 1 FROM runs r WHERE "
+                 "r.org_id = i.org_id AND r.id = i.response_body::json->>'id')",
+                 &none, NULL, completed, "idempotency recover");
+    if (rc)
+        return rc;
+    struct params p = {0};
+    p_i64(&p, stale_before_ms);
+    return run(s, c,
+               "DELETE FROM idempotency i WHERE status_code = 0 AND response_body IS NOT NULL AND "
+               "created_at < $1 AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.org_id = i.org_id "
+               "AND r.id = i.response_body::json->>'id')",
+               &p, NULL, dropped, "idempotency drop stale");
+}
+
+static int pg_idem_recover(struct eph_store *base, int64_t stale_before_ms, unsigned *completed,
+                           unsigned *dropped)
+{
+    struct pg_store *s = P(base);
+    unsigned long done = 0, gone = 0;
+    int rc = WITH_CONN(s, idem_recover_once(s, c, stale_before_ms, &done, &gone));
+    *completed = (unsigned)done;
+    *dropped = (unsigned)gone;
+    return rc;
 }
 
 /* ---- notifications between nodes ---- */
@@ -1887,6 +1946,8 @@ const struct eph_store_ops eph_store_postgres_ops = {
     .idem_complete = pg_idem_complete,
     .idem_abandon = pg_idem_abandon,
     .idem_expire = pg_idem_expire,
+    .idem_recover = pg_idem_recover,
+    .writable = pg_writable,
     .ledger_totals = pg_ledger_totals,
 };
 

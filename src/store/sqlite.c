@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include <sqlite3.h>
+#include <sys/statvfs.h>
 
 #include "common/cleanup.h"
 #include "common/clock.h"
@@ -37,6 +38,18 @@ struct sq_conn {
         sqlite3_stmt *st;
     } cache[STMT_CACHE];
     unsigned ncache;
+    /* The writer's: whether the last write reached the disk (readiness, sq_writable). A write
+     * that fails for the storage (full, read-only, I/O) sets write_err, with what and since when;
+     * a later commit that changed something clears it. Under state_lock, never held across the
+     * database, so that readiness does not wait behind a write. */
+    bool writer;
+    char *file; /* the database's path, for its file system's free space */
+    pthread_mutex_t state_lock;
+    int write_err;
+    char write_why[160];
+    int64_t write_failed_at_ms;
+    int64_t probed_ms; /* monotonic: the last write probe */
+    int64_t txn_changes_at;
 };
 
 struct sqlite_store {
@@ -56,8 +69,61 @@ static struct sq_conn *pick_reader(struct sqlite_store *s)
     return &s->readers[atomic_fetch_add(&s->next_reader, 1) % NREADERS];
 }
 
+/* The writer's write failed for the storage: remembered until a write succeeds. A constraint,
+ * a busy lock or a statement's own error says nothing of the storage. */
+static void write_failed(struct sq_conn *s, int rc, int err, const char *what)
+{
+    switch (rc & 0xff) {
+    case SQLITE_FULL:
+    case SQLITE_READONLY:
+    case SQLITE_IOERR:
+    case SQLITE_CANTOPEN:
+    case SQLITE_CORRUPT:
+    case SQLITE_NOTADB:
+        break;
+    default:
+        return;
+    }
+    if (!s->writer)
+        return;
+    pthread_mutex_lock(&s->state_lock);
+    if (!s->write_err)
+        s->write_failed_at_ms = eph_clock_real_ms();
+    s->write_err = err;
+    snprintf(s->write_why, sizeof(s->write_why), "%s: %s", what, sqlite3_errmsg(s->db));
+    pthread_mutex_unlock(&s->state_lock);
+}
+
+/* Free space that a failed store needs before it counts as writable again: a small write can
+ * succeed on a full disk (into the pages a failed write left in the WAL), the next run's not. */
+#define WRITE_ROOM_BYTES (1u << 20)
+
+/* Bytes free for the database's file system, or UINT64_MAX when it cannot be told. */
+static uint64_t room(struct sq_conn *s)
+{
+    struct statvfs fs;
+    if (!s->file || !*s->file || statvfs(s->file, &fs) != 0)
+        return UINT64_MAX;
+    return (uint64_t)fs.f_bavail * fs.f_frsize;
+}
+
+/* The writer's transaction (or statement, outside one) changed rows and reached the disk. */
+static void write_done(struct sq_conn *s, int64_t changes_before)
+{
+    if (!s->writer || sqlite3_total_changes64(s->db) <= changes_before)
+        return;
+    pthread_mutex_lock(&s->state_lock);
+    bool failed = s->write_err != 0;
+    pthread_mutex_unlock(&s->state_lock);
+    if (failed && room(s) >= WRITE_ROOM_BYTES) {
+        pthread_mutex_lock(&s->state_lock);
+        s->write_err = 0;
+        pthread_mutex_unlock(&s->state_lock);
+    }
+}
+
 /* Maps a SQLite result to a negative errno, logging the database's message. */
-static int db_err(struct sq_conn *s, int rc, const char *what)
+static int db_errno(struct sq_conn *s, int rc, const char *what)
 {
     int ext = sqlite3_extended_errcode(s->db);
     switch (rc & 0xff) {
@@ -81,6 +147,13 @@ static int db_err(struct sq_conn *s, int rc, const char *what)
         EPH_ERROR("store", "%s: %s (%d)", what, sqlite3_errmsg(s->db), ext);
         return -EIO;
     }
+}
+
+static int db_err(struct sq_conn *s, int rc, const char *what)
+{
+    int e = db_errno(s, rc, what);
+    write_failed(s, rc, e, what);
+    return e;
 }
 
 static int exec_sql(struct sq_conn *s, const char *sql, const char *what)
@@ -126,20 +199,28 @@ static void done(sqlite3_stmt *st)
 /* Steps a statement that returns no rows, then finalizes it. */
 static int step_done(struct sq_conn *s, sqlite3_stmt *st, const char *what)
 {
+    int64_t before = sqlite3_total_changes64(s->db);
     int rc = sqlite3_step(st);
     int r = (rc == SQLITE_DONE || rc == SQLITE_ROW) ? 0 : db_err(s, rc, what);
     done(st);
+    /* Outside a transaction, a statement that changed rows has committed them. */
+    if (!r && sqlite3_get_autocommit(s->db))
+        write_done(s, before);
     return r;
 }
 
 static int begin(struct sq_conn *s)
 {
+    s->txn_changes_at = sqlite3_total_changes64(s->db);
     return exec_sql(s, "BEGIN IMMEDIATE", "begin");
 }
 
 static int commit(struct sq_conn *s)
 {
-    return exec_sql(s, "COMMIT", "commit");
+    int rc = exec_sql(s, "COMMIT", "commit");
+    if (!rc)
+        write_done(s, s->txn_changes_at);
+    return rc;
 }
 
 static void rollback(struct sq_conn *s)
@@ -238,6 +319,9 @@ static void conn_close(struct sq_conn *c)
     c->ncache = 0;
     sqlite3_close(c->db);
     c->db = NULL;
+    free(c->file);
+    c->file = NULL;
+    pthread_mutex_destroy(&c->state_lock);
     pthread_mutex_destroy(&c->lock);
 }
 
@@ -246,6 +330,7 @@ static int conn_open(struct sq_conn *c, const char *target, const char *pragmas,
                      size_t errlen)
 {
     pthread_mutex_init(&c->lock, NULL);
+    pthread_mutex_init(&c->state_lock, NULL);
     /* Each connection is used under its own mutex: SQLite's own per-connection mutex is not
      * needed (NOMUTEX). */
     int rc = sqlite3_open_v2(
@@ -258,6 +343,7 @@ static int conn_open(struct sq_conn *c, const char *target, const char *pragmas,
     }
     sqlite3_busy_timeout(c->db, 5000);
     sqlite3_extended_result_codes(c->db, 1);
+    c->file = strdup(target);
     rc = exec_sql(c, pragmas, "pragmas");
     if (rc) {
         snprintf(err, errlen, "cannot prepare database '%s': %s", target,
@@ -306,6 +392,7 @@ static int sq_open(const char *target, struct eph_store **out, char *err, size_t
     if (!s)
         return -ENOMEM;
     s->base.ops = &eph_store_sqlite_ops;
+    s->writer.writer = true;
     int rc = conn_open(&s->writer, target,
                        "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;"
                        "PRAGMA secure_delete=ON;",
@@ -331,6 +418,61 @@ static int sq_ping(struct eph_store *base)
     pthread_mutex_lock(&s->lock);
     int rc = exec_sql(s, "SELECT 1", "ping");
     pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
+/* Probes at most this often while writes fail. */
+#define WRITE_PROBE_MS 1000
+
+/* The probe, under the writer's lock. */
+static void probe(struct sq_conn *s, int64_t now)
+{
+    s->probed_ms = now;
+    sqlite3_stmt *st = NULL;
+    int version = -1;
+    if (room(s) >= WRITE_ROOM_BYTES &&
+        sqlite3_prepare_v2(s->db, "PRAGMA user_version", -1, &st, NULL) == SQLITE_OK &&
+        sqlite3_step(st) == SQLITE_ROW)
+        version = sqlite3_column_int(st, 0);
+    sqlite3_finalize(st);
+    char sql[64];
+    snprintf(sql, sizeof(sql), "PRAGMA user_version = %d", version);
+    if (version >= 0 && sqlite3_exec(s->db, sql, NULL, NULL, NULL) == SQLITE_OK) {
+        pthread_mutex_lock(&s->state_lock);
+        s->write_err = 0;
+        pthread_mutex_unlock(&s->state_lock);
+    }
+}
+
+/* What the last write said; while it failed, one probe a second: WRITE_ROOM_BYTES free on the
+ * database's file system, and the database header's user_version written again with its own
+ * value (one page, which a checkpoint takes back; a probe that fails leaves nothing behind), so
+ * that a store that can write again is seen without waiting for a real write. */
+static int sq_writable(struct eph_store *base, char *why, size_t whylen)
+{
+    struct sq_conn *s = WRITER(base);
+    pthread_mutex_lock(&s->state_lock);
+    bool failed = s->write_err != 0;
+    pthread_mutex_unlock(&s->state_lock);
+    int64_t now = (int64_t)(eph_clock_mono_ns() / 1000000u);
+    /* The probe takes the writer when it is free; a busy writer's own write will say. */
+    if (failed && pthread_mutex_trylock(&s->lock) == 0) {
+        if (now - s->probed_ms >= WRITE_PROBE_MS)
+            probe(s, now);
+        pthread_mutex_unlock(&s->lock);
+    }
+    pthread_mutex_lock(&s->state_lock);
+    int rc = s->write_err;
+    if (rc) {
+        char since[32], free_text[64] = "";
+        eph_clock_format_iso8601(s->write_failed_at_ms, since, sizeof(since));
+        uint64_t left = room(s);
+        if (left != UINT64_MAX)
+            snprintf(free_text, sizeof(free_text), "; %llu KiB free for the database",
+                     (unsigned long long)(left >> 10));
+        snprintf(why, whylen, "%s (since %s%s)", s->write_why, since, free_text);
+    }
+    pthread_mutex_unlock(&s->state_lock);
     return rc;
 }
 
@@ -1495,8 +1637,8 @@ static int sq_events_list(struct eph_store *base, const char *run_id, uint64_t a
 }
 
 static int sq_idem_begin(struct eph_store *base, const char *org_id, const char *key,
-                         const char *request_hash, int64_t now_ms, int64_t expired_before_ms,
-                         struct eph_idem *existing)
+                         const char *request_hash, const char *pending, int64_t now_ms,
+                         int64_t expired_before_ms, struct eph_idem *existing)
 {
     struct sq_conn *s = WRITER(base);
     pthread_mutex_lock(&s->lock);
@@ -1537,14 +1679,18 @@ static int sq_idem_begin(struct eph_store *base, const char *org_id, const char 
         goto fail;
     }
     if ((rc = prepare(s,
-                      "INSERT INTO idempotency (org_id, key, request_hash, created_at) "
-                      "VALUES (?, ?, ?, ?)",
+                      "INSERT INTO idempotency (org_id, key, request_hash, created_at, "
+                      "response_body) VALUES (?, ?, ?, ?, ?)",
                       &st)))
         goto fail;
     sqlite3_bind_text(st, 1, org_id, -1, SQLITE_TRANSIENT);
     sqlite3_bind_text(st, 2, key, -1, SQLITE_TRANSIENT);
     sqlite3_bind_text(st, 3, request_hash, -1, SQLITE_TRANSIENT);
     sqlite3_bind_int64(st, 4, now_ms);
+    if (pending)
+        sqlite3_bind_text(st, 5, pending, -1, SQLITE_TRANSIENT);
+    else
+        sqlite3_bind_null(st, 5);
     if ((rc = step_done(s, st, "idempotency insert")) || (rc = commit(s)))
         goto fail;
     goto out;
@@ -1606,11 +1752,42 @@ static int sq_idem_expire(struct eph_store *base, int64_t cutoff_ms)
     return rc;
 }
 
+static int sq_idem_recover(struct eph_store *base, int64_t stale_before_ms, unsigned *completed,
+                           unsigned *dropped)
+{
+    struct sq_conn *s = WRITER(base);
+    *completed = *dropped = 0;
+    pthread_mutex_lock(&s->lock);
+    sqlite3_stmt *st;
+    /* A pending body is the create's own answer: completing it is setting its status. */
+    int rc = prepare(s,
+                     "UPDATE idempotency SET status_code = 201 WHERE status_code = 0 AND "
+                     "response_body IS NOT NULL AND EXISTS (SELECT 1 FROM runs WHERE "
+                     "runs.org_id = idempotency.org_id AND "
+                     "runs.id = json_extract(idempotency.response_body, '$.id'))",
+                     &st);
+    if (!rc && !(rc = step_done(s, st, "idempotency recover")))
+        *completed = (unsigned)sqlite3_changes(s->db);
+    if (!rc && !(rc = prepare(s,
+                              "DELETE FROM idempotency WHERE status_code = 0 AND "
+                              "response_body IS NOT NULL AND created_at < ? AND NOT EXISTS "
+                              "(SELECT 1 FROM runs WHERE runs.org_id = idempotency.org_id AND "
+                              "runs.id = json_extract(idempotency.response_body, '$.id'))",
+                              &st))) {
+        sqlite3_bind_int64(st, 1, stale_before_ms);
+        if (!(rc = step_done(s, st, "idempotency drop stale")))
+            *dropped = (unsigned)sqlite3_changes(s->db);
+    }
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
 const struct eph_store_ops eph_store_sqlite_ops = {
     .name = "sqlite",
     .open = sq_open,
     .close = sq_close,
     .ping = sq_ping,
+    .writable = sq_writable,
     .org_ensure = sq_org_ensure,
     .org_find = sq_org_find,
     .credit_add = sq_credit_add,
@@ -1644,5 +1821,6 @@ const struct eph_store_ops eph_store_sqlite_ops = {
     .idem_complete = sq_idem_complete,
     .idem_abandon = sq_idem_abandon,
     .idem_expire = sq_idem_expire,
+    .idem_recover = sq_idem_recover,
     .ledger_totals = sq_ledger_totals,
 };

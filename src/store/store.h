@@ -132,6 +132,9 @@ struct eph_store_ops {
     int (*open)(const char *target, struct eph_store **out, char *err, size_t errlen);
     void (*close)(struct eph_store *s);
     int (*ping)(struct eph_store *s);
+    /* Whether the store takes writes, as cheaply as it can tell (readiness): 0, or the error of
+     * the writes that fail with why (what failed, and since when). NULL: ping is all it knows. */
+    int (*writable)(struct eph_store *s, char *why, size_t whylen);
 
     /* Organizations and keys. */
     int (*org_ensure)(struct eph_store *s, const char *name, int64_t initial_credit, char *org_id,
@@ -213,14 +216,22 @@ struct eph_store_ops {
                        eph_event_cb cb, void *ctx);
 
     /* Idempotency (Stripe semantics). begin: -EEXIST with *existing filled when the key exists;
-     * a record created before expired_before_ms counts as absent and is replaced. */
+     * a record created before expired_before_ms counts as absent and is replaced. pending (or
+     * NULL) is kept as the record's body while it is in flight: for a create, the answer it will
+     * give, {"object":"run","id":"run_…"} with the run's id chosen before the run is stored, so
+     * that a record whose answer could not be written is completed from its run. */
     int (*idem_begin)(struct eph_store *s, const char *org_id, const char *key,
-                      const char *request_hash, int64_t now_ms, int64_t expired_before_ms,
-                      struct eph_idem *existing);
+                      const char *request_hash, const char *pending, int64_t now_ms,
+                      int64_t expired_before_ms, struct eph_idem *existing);
     int (*idem_complete)(struct eph_store *s, const char *org_id, const char *key, int status_code,
                          const char *body);
     int (*idem_abandon)(struct eph_store *s, const char *org_id, const char *key);
     int (*idem_expire)(struct eph_store *s, int64_t cutoff_ms);
+    /* Records in flight that name a run (their pending body): those whose run was stored are
+     * completed as its 201; those whose run was not, created before stale_before_ms, are
+     * dropped (the request ended without storing it). Counts in *completed and *dropped. */
+    int (*idem_recover)(struct eph_store *s, int64_t stale_before_ms, unsigned *completed,
+                        unsigned *dropped);
 
     /* Shared stores only (NULL otherwise): notifications between nodes. listen starts them
      * (the listener must outlive the store's close, which stops them); notify_cancel tells every

@@ -148,9 +148,25 @@ def announce(method, path, length, key=ADMIN):
     return out
 
 
-def request(method, path, body=None, key=ADMIN, headers=None, raw=None, announce_len=None):
+def request_from(source, method, path, key):
+    """A request from another loopback address (the failed-key limit counts per address)."""
+    u = urllib.parse.urlsplit(URL)
+    conn = http.client.HTTPConnection(u.hostname, u.port, timeout=30, source_address=(source, 0))
+    conn.putrequest(method.upper(), path)
+    conn.putheader("Authorization", "Bearer " + key)
+    conn.endheaders()
+    resp = conn.getresponse()
+    out = resp.status, dict(resp.getheaders()), resp.read()
+    conn.close()
+    return out
+
+
+def request(method, path, body=None, key=ADMIN, headers=None, raw=None, announce_len=None,
+            source=None):
     if announce_len is not None:
         return announce(method, path, announce_len, key)
+    if source is not None:
+        return request_from(source, method, path, key)
     data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
     req = urllib.request.Request(URL + path, data=data, method=method.upper())
     if key:
@@ -361,6 +377,19 @@ def concrete(template):
 
 
 METHODS = ("get", "post", "put", "patch", "delete")
+# An address that presented too many keys that are not valid: every key it presents is refused
+# (429), a good one too, on every operation that takes one. Limited again before each check, so
+# that its bucket is empty then (a failure's worth takes seconds to refill).
+LIMITED = "127.0.0.9"
+
+
+def limit(source):
+    for _ in range(1000):
+        if request_from(source, "get", "/v1/balance", "eph_" + "0" * 40)[0] == 429:
+            return
+    fail(f"{source}: never limited after 1000 failed keys")
+
+
 for template, item in SPEC["paths"].items():
     path = concrete(template)
     for method, op in item.items():
@@ -368,6 +397,9 @@ for template, item in SPEC["paths"].items():
             continue
         # an unknown query parameter, a body that is not JSON, a body over the limit
         check(method, template, path + "?no_such_parameter=1", 400)
+        if "401" in op["responses"]:
+            limit(LIMITED)
+            check(method, template, path, 429, source=LIMITED)
         check(method, template, path, 415, raw=b"x=1",
               headers={"Content-Type": "application/x-www-form-urlencoded"})
         check(method, template, path, 413, announce_len=2 << 20)

@@ -23,13 +23,20 @@ static char dir[64];
 static char image[128], init_ok[128];
 static char recipe[17];
 
-/* The store stand-in: ping fails while store_down is set. */
-static bool store_down;
+/* The store stand-in: ping fails while store_down is set, writes while store_full is. */
+static bool store_down, store_full;
 static int fake_ping(struct eph_store *s)
 {
     return store_down ? -EIO : 0;
 }
-static const struct eph_store_ops fake_store_ops = {.ping = fake_ping};
+static int fake_writable(struct eph_store *s, char *why, size_t whylen)
+{
+    if (!store_full)
+        return 0;
+    snprintf(why, whylen, "commit: database or disk is full");
+    return -ENOSPC;
+}
+static const struct eph_store_ops fake_store_ops = {.ping = fake_ping, .writable = fake_writable};
 static struct eph_store fake_store = {.ops = &fake_store_ops};
 
 /* The backend stand-in: create fails while backend_down is set; counts its sandboxes. */
@@ -266,6 +273,19 @@ static void test_report_parts(void **state)
     assert_true(json_is_true(json_object_get(json_object_get(r, "image"), "ok")));
     json_decref(r);
     store_down = false;
+    r = report(&svc, &ready);
+    assert_true(ready);
+    json_decref(r);
+
+    /* It answers but cannot write: not ready, saying what failed; back when it can. */
+    store_full = true;
+    r = report(&svc, &ready);
+    assert_false(ready);
+    assert_string_equal(part_message(r, "store"),
+                        "the store cannot write: No space left on device; commit: database or "
+                        "disk is full");
+    json_decref(r);
+    store_full = false;
     r = report(&svc, &ready);
     assert_true(ready);
     json_decref(r);

@@ -505,25 +505,77 @@ static void test_idempotency_expiry(void **state)
     struct eph_store *st = f->db.st;
     struct eph_idem prev = {0};
     int64_t day = 24 * 3600 * 1000;
-    assert_int_equal(st->ops->idem_begin(st, f->db.org, "k", "h", 1000, 1000 - day, &prev), 0);
+    assert_int_equal(st->ops->idem_begin(st, f->db.org, "k", "h", NULL, 1000, 1000 - day, &prev),
+                     0);
     /* In flight: a second begin sees it without an answer. */
-    assert_int_equal(st->ops->idem_begin(st, f->db.org, "k", "h", 2000, 2000 - day, &prev),
+    assert_int_equal(st->ops->idem_begin(st, f->db.org, "k", "h", NULL, 2000, 2000 - day, &prev),
                      -EEXIST);
     assert_int_equal(prev.status_code, 0);
     assert_int_equal(st->ops->idem_complete(st, f->db.org, "k", 201, "{}"), 0);
-    assert_int_equal(st->ops->idem_begin(st, f->db.org, "k", "h", 3000, 3000 - day, &prev),
+    assert_int_equal(st->ops->idem_begin(st, f->db.org, "k", "h", NULL, 3000, 3000 - day, &prev),
                      -EEXIST);
     assert_int_equal(prev.status_code, 201);
     free(prev.response_body);
     /* Scoped to the org. */
-    assert_int_equal(st->ops->idem_begin(st, f->other, "k", "h2", 3000, 3000 - day, &prev), 0);
+    assert_int_equal(st->ops->idem_begin(st, f->other, "k", "h2", NULL, 3000, 3000 - day, &prev),
+                     0);
     /* 24 hours and 1 ms later the key is new again, with whatever request it now carries. */
     int64_t later = 1000 + day + 1;
-    assert_int_equal(st->ops->idem_begin(st, f->db.org, "k", "h3", later, later - day, &prev), 0);
-    assert_int_equal(st->ops->idem_begin(st, f->db.org, "k", "h3", later, later - day, &prev),
+    assert_int_equal(st->ops->idem_begin(st, f->db.org, "k", "h3", NULL, later, later - day, &prev),
+                     0);
+    assert_int_equal(st->ops->idem_begin(st, f->db.org, "k", "h3", NULL, later, later - day, &prev),
                      -EEXIST);
     assert_string_equal(prev.request_hash, "h3");
     assert_int_equal(prev.status_code, 0);
+}
+
+/* A record whose answer was never written: completed from the run it names when the run was
+ * stored, dropped when it was not and is stale, left alone otherwise. */
+static void test_idempotency_recovery(void **state)
+{
+    struct fixture *f = *state;
+    struct eph_store *st = f->db.st;
+    struct eph_idem prev = {0};
+    struct eph_run r;
+    make_run(&r, f->db.org);
+    assert_int_equal(st->ops->run_insert(st, &r, NULL), 0);
+    char stored[128], never[128];
+    snprintf(stored, sizeof(stored), "{\"object\":\"run\",\"id\":\"%s\"}", r.id);
+    snprintf(never, sizeof(never), "{\"object\":\"run\",\"id\":\"run_%032d\"}", 7);
+    int64_t far = 1000 + 86400000;
+    assert_int_equal(st->ops->idem_begin(st, f->db.org, "made", "h", stored, 1000, 0, &prev), 0);
+    assert_int_equal(st->ops->idem_begin(st, f->db.org, "old", "h", never, 1000, 0, &prev), 0);
+    assert_int_equal(st->ops->idem_begin(st, f->db.org, "new", "h", never, 5000, 0, &prev), 0);
+    assert_int_equal(st->ops->idem_begin(st, f->db.org, "credit", "h", NULL, 1000, 0, &prev), 0);
+    /* The run of another org is not this record's. */
+    assert_int_equal(st->ops->idem_begin(st, f->other, "made", "h", stored, 1000, 0, &prev), 0);
+    /* In flight, the pending body is what a second begin sees. */
+    assert_int_equal(st->ops->idem_begin(st, f->db.org, "made", "h", NULL, 2000, 0, &prev),
+                     -EEXIST);
+    assert_int_equal(prev.status_code, 0);
+    assert_string_equal(prev.response_body, stored);
+    free(prev.response_body);
+    unsigned completed = 9, dropped = 9;
+    assert_int_equal(st->ops->idem_recover(st, 3000, &completed, &dropped), 0);
+    assert_int_equal(completed, 1);
+    assert_int_equal(dropped, 2); /* "old", and the other org's "made" */
+    assert_int_equal(st->ops->idem_begin(st, f->db.org, "made", "h", NULL, 4000, 0, &prev),
+                     -EEXIST);
+    assert_int_equal(prev.status_code, 201);
+    assert_string_equal(prev.response_body, stored);
+    free(prev.response_body);
+    /* "old" is free again; "new" (younger than the bound) and "credit" (no run) stay. */
+    assert_int_equal(st->ops->idem_begin(st, f->db.org, "old", "h", NULL, 4000, 0, &prev), 0);
+    assert_int_equal(st->ops->idem_begin(st, f->db.org, "new", "h", NULL, 6000, 0, &prev), -EEXIST);
+    free(prev.response_body);
+    assert_int_equal(st->ops->idem_begin(st, f->db.org, "credit", "h", NULL, 6000, 0, &prev),
+                     -EEXIST);
+    assert_int_equal(prev.status_code, 0);
+    free(prev.response_body);
+    assert_int_equal(st->ops->idem_recover(st, far, &completed, &dropped), 0);
+    assert_int_equal(completed, 0);
+    assert_int_equal(dropped, 1); /* "new"; "old" begun again without a run, "credit", stay */
+    eph_run_release(&r);
 }
 
 static void test_metrics_render(void **state)
@@ -605,6 +657,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_event_data_stored_once, setup, teardown),
         cmocka_unit_test_setup_teardown(test_queued_cap, setup, teardown),
         cmocka_unit_test_setup_teardown(test_idempotency_expiry, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_idempotency_recovery, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pg_lease_keeper_goes_first, setup, teardown),
         cmocka_unit_test(test_metrics_render),
         cmocka_unit_test_setup_teardown(test_sqlite_open_errors, setup, teardown),
