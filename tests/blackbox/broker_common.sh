@@ -40,14 +40,14 @@ make_test_ca() {
             -extfile san.ext -out server.pem 2>/dev/null) || fail "cannot make the test CA"
 }
 
-broker_server() { # MODELS [BROKER JSON] [PRICES JSON]
-    local broker=${2:-} prices=${3:-}
+broker_server() { # MODELS [BROKER JSON] [PRICES JSON] [MORE TOP-LEVEL CONFIG JSON]
+    local broker=${2:-} prices=${3:-} more=${4:-"{}"}
     [ -n "$broker" ] || broker='{"allow_private_cidrs": ["127.0.0.1/32"], "web_private_cidrs": ["127.0.0.1/32"]}'
     [ -n "$prices" ] || prices='{}'
     jq -n --argjson models "$1" --argjson broker "$broker" --argjson prices "$prices" \
-        --arg key "$TEST_TMP/secret.key" \
+        --argjson more "$more" --arg key "$TEST_TMP/secret.key" \
         '{default_model: $models[0].id, models: $models, broker: $broker,
-          secret_key_file: $key} + (if $prices == {} then {} else {prices: $prices} end)' \
+          secret_key_file: $key} + (if $prices == {} then {} else {prices: $prices} end) + $more' \
         >"$TEST_TMP/config.json" || fail "config"
     start_server --config "$TEST_TMP/config.json" \
         ${EPHEMERAL_TEST_SANDBOX:+--sandbox "$EPHEMERAL_TEST_SANDBOX"}

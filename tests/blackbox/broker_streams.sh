@@ -89,9 +89,12 @@ fake_start flood "$(jq -nc --argjson c "$(shell_call f1 "$cmd")" '[{tool_calls: 
 fake_start after "$(jq -nc --argjson c "$(shell_call a1 "curl -sS http://127.0.0.1:$U/ok")" '[{tool_calls: [$c]}, {text: "done"}]')"
 
 # A descriptor limit the server lives well within, but not with 300 streams' sockets.
+# The sandbox's own open-file limit must fit under it: the namespaces jail sets its rlimits from
+# the server's, and cannot raise one above the server's hard limit.
 ulimit -n 512 || skip "cannot set the descriptor limit"
 broker_server "$(jq -s . <(fake_model flood openai flood) <(fake_model after openai after))" \
-    '{"allow_private_cidrs": ["127.0.0.1/32"], "web_private_cidrs": ["127.0.0.1/32"], "max_tunnels_per_run": '$CAP'}'
+    '{"allow_private_cidrs": ["127.0.0.1/32"], "web_private_cidrs": ["127.0.0.1/32"], "max_tunnels_per_run": '$CAP'}' \
+    '' '{"sandbox": {"nofile": 256}}'
 
 threads() { find "/proc/$SERVER_PID/task" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l; }
 fds() { find "/proc/$SERVER_PID/fd" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l; }
