@@ -54,6 +54,12 @@ export class ApiError extends Error {
   }
 }
 
+// What a failed fetch (the server down, the network gone) says, instead of the browser's own
+// "Failed to fetch".
+export function unreachable() {
+  return `cannot reach the server at ${location.origin}`;
+}
+
 export class NoKeyError extends Error {
   constructor() { super("No API key: choose “API key” at the top right and paste one."); }
 }
@@ -70,7 +76,9 @@ export async function request(method, path, { body, headers = {}, signal, wait }
                                body: body === undefined ? undefined : JSON.stringify(body) });
   } catch (err) {
     if (err.name === "AbortError") throw err;
-    throw new Error(`Cannot reach the server: ${err.message}`);
+    const e = new Error(`C${unreachable().slice(1)}.`);
+    e.unreachable = true;
+    throw e;
   }
   const text = await resp.text();
   let json = null;
@@ -162,7 +170,7 @@ export function followEvents(runId, { onEvent, onResult, onState, onError }) {
       }
     } catch (err) {
       if (stopped || (err && err.name === "AbortError")) return;
-      onState("reconnecting", err.message);
+      onState("reconnecting", err instanceof ApiError ? err.message : unreachable());
     }
     if (stopped) return;
     if (finished) { onState("done"); return; }

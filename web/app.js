@@ -61,6 +61,13 @@ async function copyText(btn, text) {
 
 const state = { role: null, seed: null, form: null };
 
+// The banner under the header: a sentence, or nothing.
+function notice(text) {
+  const el = document.getElementById("notice");
+  el.textContent = text || "";
+  el.hidden = !text;
+}
+
 async function refreshAccount() {
   const bal = document.getElementById("balance");
   const btn = document.getElementById("key-button");
@@ -78,10 +85,12 @@ async function refreshAccount() {
     bal.textContent = `Balance ${fmt.money(b.available_micros)}`;
     bal.title = `${fmt.money(b.balance_micros)} in all, ${fmt.money(b.reserved_micros)} reserved by runs`;
     bal.classList.remove("bad");
+    notice(null);
   } catch (err) {
-    bal.textContent = err.status === 401 ? "Key refused" : "Balance unavailable";
+    bal.textContent = err.status === 401 ? "Key refused" : err.unreachable ? "Server unreachable" : "Balance unavailable";
     bal.title = err.message;
     bal.classList.add("bad");
+    if (err.unreachable) notice(err.message);
   }
   state.role = api.getRole();
 }
@@ -422,10 +431,9 @@ function playgroundPage(main) {
       } catch (err) { if (alive) renderConnections(null); }
     }
     try {
-      const runs = await api.request("GET", "/v1/runs?limit=50");
+      const list = await api.request("GET", "/v1/models");
       if (!alive) return;
-      const seen = [...new Set(runs.data.map((r) => r.model).filter(Boolean))];
-      models.replaceChildren(...seen.map((m) => h("option", { value: m })));
+      models.replaceChildren(...list.data.filter((m) => m.available !== false).map((m) => h("option", { value: m.id })));
     } catch { /* the datalist is a convenience */ }
   })();
   sync();
@@ -474,28 +482,43 @@ function renderMarkdown(el, text) {
   el.replaceChildren(clean);
 }
 
+// The cost bar and its legend, settled or live (the cost so far). Each amount shown is rounded
+// once, from the same totals, so that they add up: the compute part is the shown charge minus the
+// shown model and web parts, and the released part the shown budget minus the shown charge.
+function costParts(cost, reserved) {
+  const model = cost.model_micros || 0;
+  const web = cost.web_micros || 0;
+  const charged = cost.charged_micros ?? model + web + (cost.compute_micros || 0);
+  const mw = fmt.shown(model) + fmt.shown(web);
+  return {
+    model, web, charged, compute: cost.compute_micros || 0,
+    computeText: fmt.shown(charged) >= mw ? fmt.money(fmt.shown(charged) - mw) : fmt.money(cost.compute_micros),
+    releasedText: fmt.moneyRest(reserved, charged),
+  };
+}
+
 function costBar(cost, reserved, live) {
   const total = reserved || 1;
   const pct = (v) => `${Math.max(0, Math.min(100, (100 * (v || 0)) / total))}%`;
+  const p = costParts(cost, reserved);
   const bar = h("div", { class: `bar${live ? " live" : ""}`, role: "img",
-    "aria-label": live ? `${fmt.money(reserved)} reserved while the run is going`
-      : `${fmt.money(cost.charged_micros)} charged, ${fmt.money(cost.released_micros)} released of ${fmt.money(reserved)}` });
-  if (!live) {
-    bar.append(h("span", { class: "seg model" }), h("span", { class: "seg web" }), h("span", { class: "seg compute" }));
-    const [m, w, c] = bar.children;
-    // A part too small to see still shows as a sliver (.seg has a minimum width); an empty part
-    // is not drawn.
-    for (const [el, v] of [[m, cost.model_micros], [w, cost.web_micros], [c, cost.compute_micros]]) {
-      el.style.width = pct(v);
-      el.hidden = !(v > 0);
-    }
+    "aria-label": live ? `${fmt.money(p.charged)} so far of ${fmt.money(reserved)} reserved while the run is going`
+      : `${fmt.money(p.charged)} charged, ${p.releasedText} released of ${fmt.money(reserved)}` });
+  bar.append(h("span", { class: "seg model" }), h("span", { class: "seg web" }), h("span", { class: "seg compute" }));
+  const [m, w, c] = bar.children;
+  // A part too small to see still shows as a sliver (.seg has a minimum width); an empty part
+  // is not drawn.
+  for (const [el, v] of [[m, p.model], [w, p.web], [c, p.compute]]) {
+    el.style.width = pct(v);
+    el.hidden = !(v > 0);
   }
-  const legend = live
-    ? h("p", { class: "legend" }, h("strong", {}, fmt.money(reserved)), " reserved · charged when the run ends")
-    : h("p", { class: "legend" },
-      ...[["model", "Model", cost.model_micros], ["web", "Web", cost.web_micros],
-          ["compute", "Compute", cost.compute_micros], ["released", "Released", cost.released_micros]]
-        .map(([cls, name, v]) => h("span", { class: "item" }, h("span", { class: `key ${cls}` }), `${name} ${fmt.money(v)}`)));
+  const items = [["model", "Model", fmt.money(p.model)], ["web", "Web", fmt.money(p.web)],
+                 ["compute", "Compute", p.computeText]];
+  const legend = h("p", { class: "legend", id: "cost-legend" },
+    ...items.map(([cls, name, v]) => h("span", { class: "item" }, h("span", { class: `key ${cls}` }), `${name} ${v}`)),
+    live
+      ? h("span", { class: "item", id: "cost-so-far" }, h("strong", {}, fmt.money(p.charged)), ` so far of ${fmt.money(reserved)}`)
+      : h("span", { class: "item" }, h("span", { class: "key released" }), `Released ${p.releasedText}`));
   return [bar, legend];
 }
 
@@ -503,6 +526,8 @@ function runPage(main, runId) {
   let run = null;
   let settledOnLoad = false;
   let stop = null;
+  let eventModel = 0; // the model.call events' cost_micros, summed: the model part at once
+  let poll = 0;
   let alive = true;
   const events = [];
   const labelState = {};
@@ -550,9 +575,12 @@ function runPage(main, runId) {
     const terminal = fmt.TERMINAL.includes(run.status);
     const c = run.cost || {};
     const reserved = c.reserved_micros ?? run.permissions?.max_cost_micros;
+    const liveCost = terminal ? c : { ...c, model_micros: Math.max(c.model_micros || 0, eventModel) };
+    if (!terminal)
+      liveCost.charged_micros = liveCost.model_micros + (c.web_micros || 0) + (c.compute_micros || 0);
     summary.textContent = terminal
       ? `${fmt.money(c.charged_micros)} of ${fmt.money(reserved)}${run.finished_at ? ` · ${fmt.duration(run)}` : ""}`
-      : `budget ${fmt.money(reserved)}`;
+      : `${fmt.money(liveCost.charged_micros)} so far of ${fmt.money(reserved)}`;
     const bits = [run.model, `created ${fmt.when(run.created_at)}`];
     if (run.sandbox && run.sandbox.backend) bits.push(`${run.sandbox.backend} sandbox`);
     meta.replaceChildren(bits.join(" · "));
@@ -566,9 +594,9 @@ function runPage(main, runId) {
     }
     if (run.error && run.error.message) meta.append(h("span", { class: "errtext" }, ` · ${run.error.message}`));
     cancelBtn.hidden = terminal;
-    bar.replaceChildren(...costBar(c, reserved, !terminal));
+    bar.replaceChildren(...costBar(liveCost, reserved, !terminal));
     costLine.textContent = terminal
-      ? `Model ${fmt.money(c.model_micros)} · Web ${fmt.money(c.web_micros)} · Compute ${fmt.money(c.compute_micros)}`
+      ? `Model ${fmt.money(c.model_micros)} · Web ${fmt.money(c.web_micros)} · Compute ${costParts(c, reserved).computeText}`
       : "";
     perms.replaceChildren(...PERMS(run.permissions || {}, run).map(([k, v]) => h("tr", {}, h("th", { scope: "row" }, k), h("td", {}, v))));
     const u = terminal ? run.usage || {} : {}; // counted at the settlement
@@ -624,6 +652,10 @@ function runPage(main, runId) {
 
   const addEvent = (ev) => {
     events.push(ev);
+    if (ev.type === "model.call" && ev.data && Number.isSafeInteger(ev.data.cost_micros) && ev.data.cost_micros > 0) {
+      eventModel += ev.data.cost_micros;
+      if (run && !fmt.TERMINAL.includes(run.status)) drawRun();
+    }
     const tr = eventRow(ev);
     rows.set(ev.seq, tr);
     tbody.append(tr);
@@ -760,12 +792,30 @@ function runPage(main, runId) {
     if (!alive) return;
     settledOnLoad = fmt.TERMINAL.includes(run.status);
     drawRun();
+    // The cost so far: the run object again every 2 s while the run goes on (the server measures
+    // model and web as they are spent, compute at each model call and each lease renewal).
+    const tick = async () => {
+      if (!alive || !run || fmt.TERMINAL.includes(run.status)) return;
+      try {
+        const r = await api.request("GET", `/v1/runs/${encodeURIComponent(runId)}`);
+        if (!alive) return;
+        if (!fmt.TERMINAL.includes(r.status) && !fmt.TERMINAL.includes(run.status)) {
+          const st = run.status;
+          run = r;
+          // The events may be ahead of the stored status (running before it is written).
+          if (r.status === "queued" || r.status === "starting") run.status = st;
+          drawRun();
+        }
+      } catch { /* the event stream says when the server is gone */ }
+      if (alive) poll = setTimeout(tick, 2000);
+    };
+    if (!settledOnLoad) poll = setTimeout(tick, 2000);
     stop = api.followEvents(runId, {
       onEvent: (ev) => { if (alive) addEvent(ev); },
       onResult: (text) => { result.dataset.zdr = "1"; renderMarkdown(result, text); },
       onState: (s, detail) => {
         liveState.dataset.state = s;
-        liveState.textContent = s === "live" ? "● live" : s === "reconnecting" ? "reconnecting…" : "";
+        liveState.textContent = s === "live" ? "● live" : s === "reconnecting" ? `reconnecting… ${detail || ""}`.trim() : "";
         liveState.title = detail || "";
         if (s === "done" && run && !fmt.TERMINAL.includes(run.status)) refetch();
         if (s === "done" && run && fmt.TERMINAL.includes(run.status)) drawReplay();
@@ -776,6 +826,7 @@ function runPage(main, runId) {
 
   return () => {
     alive = false;
+    clearTimeout(poll);
     if (stop) stop();
     replay.playing = false;
     cancelAnimationFrame(replay.raf);
@@ -786,64 +837,138 @@ function runPage(main, runId) {
 
 const cursorStack = [];
 
+// The metadata filters of a page URL or an API query: [[key, value], ...] from metadata[KEY]=VALUE.
+function metadataFilters(params) {
+  const out = [];
+  for (const [k, v] of params) {
+    const m = /^metadata\[(.+)\]$/.exec(k);
+    if (m) out.push([m[1], v]);
+  }
+  return out;
+}
+
+// A prompt as one line of at most n characters.
+function cut(text, n) {
+  const line = text.replace(/\s+/g, " ").trim();
+  return line.length > n ? `${line.slice(0, n - 1)}…` : line;
+}
+
+function promptCell(r) {
+  if (typeof r.prompt === "string")
+    return h("td", { class: "prompt", title: r.prompt }, cut(r.prompt, 80));
+  if (r.permissions?.zero_data_retention)
+    return h("td", { class: "prompt hint", title: "The prompt of a zero data retention run is never kept." }, "zero data retention");
+  return h("td", { class: "prompt hint", title: "The prompt is no longer kept (the log was purged)." }, "—");
+}
+
+function metadataCell(md) {
+  const pairs = md && typeof md === "object" ? Object.entries(md) : [];
+  if (!pairs.length) return h("td", { class: "hint" }, "—");
+  return h("td", {}, h("ul", { class: "chips" },
+    ...pairs.map(([k, v]) => h("li", { class: "chip", title: `${k}=${v}` }, `${cut(k, 24)}=${cut(String(v), 32)}`))));
+}
+
 function runsPage(main, params) {
   const status = params.get("status") || "";
   const after = params.get("after") || "";
+  const filters = metadataFilters(params);
   const limit = /^\d{1,3}$/.test(params.get("limit") || "") ? params.get("limit") : "20";
   let alive = true;
   const select = h("select", { id: "status-filter", name: "status" },
     h("option", { value: "" }, "All statuses"),
     ...["queued", "starting", "running", ...fmt.TERMINAL].map((s) => h("option", { value: s, selected: s === status }, fmt.statusLabel(s))));
+  const mdInput = h("input", { id: "metadata-filter", name: "metadata", autocomplete: "off", spellcheck: "false",
+    placeholder: "key=value", "aria-describedby": "metadata-filter-hint" });
+  mdInput.value = filters.map(([k, v]) => `${k}=${v}`).join(" ");
+  const mdError = errorBox("metadata-filter-error");
+  const mdForm = h("form", { class: "inline", id: "metadata-form", novalidate: true },
+    h("label", { for: mdInput.id }, "Metadata"), mdInput,
+    h("button", { type: "submit", class: "ghost small" }, "Filter"),
+    h("span", { class: "hint", id: "metadata-filter-hint" }, "one key=value pair, matched exactly; empty for all"));
   const tbody = h("tbody", { id: "runs-body" });
   const err = errorBox("runs-error");
   const pager = h("div", { class: "pager" });
+  const cols = ["Run", "Prompt", "Status", "Created", "Duration", "Cost", "Metadata"];
   main.append(
     h("section", { class: "intro" }, h("h1", {}, "Runs"), h("p", { class: "lead" }, "Newest first.")),
-    h("div", { class: "toolbar" }, h("label", { for: select.id }, "Status"), select),
+    h("div", { class: "toolbar" }, h("label", { for: select.id }, "Status"), select, mdForm),
+    mdError,
     err,
     h("div", { class: "card tablewrap" },
       h("table", { class: "runs" },
         h("caption", { class: "visually-hidden" }, "Runs of your organization"),
-        h("thead", {}, h("tr", {}, ...["Run", "Status", "Model", "Created", "Duration", "Cost"].map((c) => h("th", { scope: "col" }, c)))),
+        h("thead", {}, h("tr", {}, ...cols.map((c) => h("th", { scope: "col" }, c)))),
         tbody)),
     pager);
+  // The page's query: the status, the metadata filters, the limit (the cursor is added apart).
+  const query = (st, md) => {
+    const q = new URLSearchParams();
+    if (st) q.set("status", st);
+    for (const [k, v] of md) q.append(`metadata[${k}]`, v);
+    if (limit !== "20") q.set("limit", limit);
+    return q;
+  };
+  const go = (q) => navigate(`/runs${String(q) ? `?${q}` : ""}`);
   select.addEventListener("change", () => {
     cursorStack.length = 0;
-    navigate(select.value ? `/runs?status=${encodeURIComponent(select.value)}` : "/runs");
+    go(query(select.value, filters));
+  });
+  mdForm.addEventListener("submit", (e) => {
+    e.preventDefault();
+    const text = mdInput.value.trim();
+    let md = [];
+    if (text) {
+      const eq = text.indexOf("=");
+      if (eq <= 0) {
+        mdInput.setAttribute("aria-invalid", "true");
+        showError(mdError, { message: "Metadata filter: key=value, with a key before the “=”." });
+        mdInput.focus();
+        return;
+      }
+      md = [[text.slice(0, eq).trim(), text.slice(eq + 1).trim()]];
+    }
+    mdInput.removeAttribute("aria-invalid");
+    showError(mdError, null);
+    cursorStack.length = 0;
+    go(query(status, md));
   });
   (async () => {
-    const q = new URLSearchParams({ limit });
-    if (status) q.set("status", status);
+    const q = query(status, filters);
+    q.set("limit", limit);
     if (after) q.set("after", after);
     try {
       const list = await api.request("GET", `/v1/runs?${q}`);
       if (!alive) return;
       if (!list.data.length)
-        tbody.append(h("tr", {}, h("td", { colspan: "6", class: "hint" }, status ? "No run with this status." : "No run yet: start one in the playground.")));
+        tbody.append(h("tr", {}, h("td", { colspan: String(cols.length), class: "hint" },
+          status || filters.length ? "No run matches this filter." : "No run yet: start one in the playground.")));
       for (const r of list.data) {
         const c = r.cost || {};
         const terminal = fmt.TERMINAL.includes(r.status);
         tbody.append(h("tr", { "data-id": r.id },
-          h("td", {}, h("a", { href: `/runs/${r.id}`, "data-nav": true, class: "runid" }, r.id)),
+          h("td", {}, h("a", { href: `/runs/${r.id}`, "data-nav": true, class: "runid", title: r.id }, `${r.id.slice(0, 12)}…`),
+            h("p", { class: "hint model" }, r.model || "")),
+          promptCell(r),
           h("td", {}, statusPill(r.status)),
-          h("td", {}, r.model || "—"),
           h("td", {}, fmt.when(r.created_at)),
           h("td", {}, terminal ? fmt.duration(r) : "—"),
-          h("td", { class: "num" }, terminal ? `${fmt.money(c.charged_micros)} of ${fmt.money(c.reserved_micros)}` : `${fmt.money(c.reserved_micros ?? r.permissions?.max_cost_micros)} held`)));
+          h("td", { class: "num cost" }, terminal ? `${fmt.money(c.charged_micros)} of ${fmt.money(c.reserved_micros)}` : `${fmt.money(c.charged_micros)} so far of ${fmt.money(c.reserved_micros ?? r.permissions?.max_cost_micros)}`),
+          metadataCell(r.metadata)));
       }
-      const base = (status ? `status=${encodeURIComponent(status)}&` : "") + (limit !== "20" ? `limit=${limit}&` : "");
+      const base = String(query(status, filters));
+      const withAfter = (id) => `/runs?${base ? `${base}&` : ""}after=${encodeURIComponent(id)}`;
       if (after) {
         const prev = h("a", { href: "#", class: "button ghost", id: "newer" }, "← Newer");
         prev.addEventListener("click", (e) => {
           e.preventDefault();
           const p = cursorStack.pop();
-          navigate(p ? `/runs?${base}after=${encodeURIComponent(p)}` : `/runs${base ? `?${base.slice(0, -1)}` : ""}`);
+          navigate(p ? withAfter(p) : `/runs${base ? `?${base}` : ""}`);
         });
         pager.append(prev);
       }
       if (list.has_more && list.data.length) {
         const last = list.data[list.data.length - 1].id;
-        const next = h("a", { href: `/runs?${base}after=${encodeURIComponent(last)}`, class: "button ghost", id: "older" }, "Older →");
+        const next = h("a", { href: withAfter(last), class: "button ghost", id: "older" }, "Older →");
         next.addEventListener("click", (e) => {
           e.preventDefault();
           if (after) cursorStack.push(after);
@@ -858,47 +983,325 @@ function runsPage(main, params) {
   return () => { alive = false; };
 }
 
-/* ---------- admin: keys and connections, names only ---------- */
+/* ---------- admin: keys, connections, credit and models ---------- */
+
+const METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD"];
+
+// A button that asks once more before it acts: the first press turns it into "Confirm …".
+function confirmButton(label, confirmLabel, name, act) {
+  const btn = h("button", { type: "button", class: "danger small", "aria-label": `${label} ${name}` }, label);
+  let armed = false;
+  let timer = 0;
+  btn.addEventListener("click", async () => {
+    if (!armed) {
+      armed = true;
+      btn.textContent = confirmLabel;
+      btn.setAttribute("aria-label", `${confirmLabel} ${name}`);
+      timer = setTimeout(() => { armed = false; btn.textContent = label; btn.setAttribute("aria-label", `${label} ${name}`); }, 5000);
+      return;
+    }
+    clearTimeout(timer);
+    btn.disabled = true;
+    try { await act(); } finally { btn.disabled = false; armed = false; btn.textContent = label; }
+  });
+  return btn;
+}
+
+// Rows of a name and a write-only value (a password input): the connection's headers or query.
+function pairRows(kind, namePlaceholder, valuePlaceholder) {
+  const list = h("div", { class: "pairs", id: `conn-${kind}` });
+  let n = 0;
+  const add = () => {
+    n++;
+    const nm = h("input", { id: `conn-${kind}-name-${n}`, class: "pair-name", autocomplete: "off", spellcheck: "false", placeholder: namePlaceholder });
+    const val = h("input", { id: `conn-${kind}-value-${n}`, class: "pair-value", type: "password", autocomplete: "new-password", spellcheck: "false", placeholder: valuePlaceholder });
+    const row = h("div", { class: "pair" },
+      h("label", { for: nm.id, class: "visually-hidden" }, `${kind === "headers" ? "Header" : "Query"} name ${n}`), nm,
+      h("label", { for: val.id, class: "visually-hidden" }, `${kind === "headers" ? "Header" : "Query"} value ${n} (write-only)`), val);
+    list.append(row);
+    return nm;
+  };
+  add();
+  return {
+    el: list,
+    add,
+    // {name: value} of the rows with a name; throws when a value has no name.
+    read() {
+      const out = {};
+      for (const row of list.children) {
+        const k = row.querySelector(".pair-name").value.trim();
+        const v = row.querySelector(".pair-value").value;
+        if (!k && v) throw new Error(`${kind === "headers" ? "A header" : "A query parameter"} value without a name.`);
+        if (k) out[k] = v;
+      }
+      return out;
+    },
+    clear() { list.replaceChildren(); add(); },
+  };
+}
 
 function adminPage(main) {
   let alive = true;
   const err = errorBox("admin-error");
   const keys = h("tbody", { id: "keys-body" });
   const conns = h("tbody", { id: "connections-body" });
+  const modelsBody = h("tbody", { id: "models-body" });
+  const adminOnly = h("div", { id: "admin-sections", hidden: true });
+
+  /* Keys: create (the value shown once), revoke (never the last admin key). */
+  const keyRole = h("select", { id: "key-role", name: "role" },
+    h("option", { value: "member" }, "member"), h("option", { value: "admin" }, "admin"));
+  const keyError = errorBox("key-create-error");
+  const keyForm = h("form", { class: "inline", id: "key-create-form", novalidate: true, "aria-label": "Create an API key" },
+    h("label", { for: keyRole.id }, "Role"), keyRole,
+    h("button", { type: "submit", class: "primary small", id: "key-create" }, "Create key"));
+  const newKey = h("div", { class: "newkey", id: "new-key", hidden: true });
+  const keysError = errorBox("keys-error");
+  let keyList = [];
+
+  const hideNewKey = () => { newKey.replaceChildren(); newKey.hidden = true; };
+  const showNewKey = (k) => {
+    const code = h("code", { id: "new-key-value" }, k.key);
+    const copy = h("button", { type: "button", class: "ghost small", id: "new-key-copy", "aria-label": "Copy the new key" }, "Copy");
+    copy.addEventListener("click", () => copyText(copy, code.textContent));
+    const done = h("button", { type: "button", class: "primary small", id: "new-key-done" }, "I have copied it");
+    done.addEventListener("click", () => { hideNewKey(); keyRole.focus(); });
+    newKey.replaceChildren(
+      h("p", { class: "warn", role: "status" }, h("strong", {}, "Copy this key now: it will not be shown again. "),
+        `A new ${k.role} key, ${k.prefix}…`),
+      h("div", { class: "codeblock" }, h("pre", { tabindex: "0" }, code),
+        h("div", { class: "actions" }, copy, done)));
+    newKey.hidden = false;
+    copy.focus();
+  };
+
+  const drawKeys = () => {
+    const mine = api.getKey().slice(0, 8);
+    const admins = keyList.filter((x) => x.role === "admin").length;
+    keys.replaceChildren(...keyList.map((x) => {
+      const last = x.role === "admin" && admins <= 1;
+      const revoke = last
+        ? h("button", { type: "button", class: "danger small", disabled: true, "aria-label": `Revoke ${x.prefix}`,
+                        title: "The organization's last admin key: create another admin key first." }, "Revoke")
+        : confirmButton("Revoke", "Confirm revoke", x.prefix, async () => {
+          try {
+            await api.request("DELETE", `/v1/keys/${encodeURIComponent(x.id)}`);
+            showError(keysError, null);
+          } catch (e) {
+            showError(keysError, e);
+          }
+          await loadKeys();
+        });
+      return h("tr", { "data-key-id": x.id },
+        h("td", {}, h("code", { class: "prefix" }, `${x.prefix || ""}…`),
+          x.prefix && x.prefix === mine ? h("span", { class: "badge" }, " this tab's key") : null),
+        h("td", {}, x.role), h("td", {}, fmt.when(x.created_at)),
+        h("td", {}, h("code", { class: "hint" }, x.id)),
+        h("td", { class: "num" }, revoke, last ? h("p", { class: "hint" }, "last admin key") : null));
+    }));
+  };
+  const loadKeys = async () => {
+    const k = await api.request("GET", "/v1/keys");
+    if (!alive) return;
+    keyList = k.data;
+    drawKeys();
+  };
+  keyForm.addEventListener("submit", async (e) => {
+    e.preventDefault();
+    showError(keyError, null);
+    hideNewKey();
+    try {
+      const k = await api.request("POST", "/v1/keys", { body: { role: keyRole.value } });
+      if (!alive) return;
+      showNewKey(k);
+      await loadKeys();
+    } catch (ex) {
+      if (alive) showError(keyError, ex);
+    }
+  });
+
+  /* Connections: add (credentials write-only), view, delete. */
+  const cName = h("input", { id: "conn-name", name: "name", autocomplete: "off", spellcheck: "false", placeholder: "github", required: true, "aria-describedby": "conn-name-hint" });
+  const cBase = h("input", { id: "conn-base", name: "base_url", autocomplete: "off", spellcheck: "false", placeholder: "https://api.example.com", required: true });
+  const cPaths = h("input", { id: "conn-paths", name: "path_prefixes", autocomplete: "off", spellcheck: "false", placeholder: "/", "aria-describedby": "conn-paths-hint" });
+  const methodBoxes = METHODS.map((m) => h("label", { class: "toggle" },
+    h("input", { type: "checkbox", name: "methods", value: m, id: `conn-method-${m}`, checked: m === "GET" }), h("span", {}, m)));
+  const headers = pairRows("headers", "Authorization", "Bearer …");
+  const query = pairRows("query", "api_key", "value");
+  const addPair = (rows, what) => {
+    const b = h("button", { type: "button", class: "ghost small", id: `conn-add-${what}` }, `Add a ${what === "headers" ? "header" : "query parameter"}`);
+    b.addEventListener("click", () => rows.add().focus());
+    return b;
+  };
+  const connError = errorBox("conn-error");
+  const connsError = errorBox("connections-error");
+  const field = (label, input, hint) => h("div", { class: "field" }, h("label", { for: input.id }, label), input,
+    hint ? h("p", { class: "hint", id: `${input.id}-hint` }, hint) : null);
+  const connForm = h("form", { class: "form", id: "conn-form", novalidate: true, "aria-label": "Add a connection" },
+    h("div", { class: "row three" },
+      field("Name", cName, "a-z, 0-9, - and _; what a run asks for"),
+      field("Base URL", cBase),
+      field("Path prefixes", cPaths, "separated by spaces or commas; / for all")),
+    h("fieldset", { class: "perms" }, h("legend", {}, "Methods"), h("div", { class: "row wrap" }, ...methodBoxes)),
+    h("fieldset", { class: "perms" }, h("legend", {}, "Headers added to each request"),
+      h("p", { class: "hint" }, "The values are credentials: sealed by the server, never shown again, not even here."),
+      headers.el, addPair(headers, "headers")),
+    h("fieldset", { class: "perms" }, h("legend", {}, "Query parameters added to each request"),
+      query.el, addPair(query, "query")),
+    connError,
+    h("div", { class: "actions" }, h("button", { type: "submit", class: "primary", id: "conn-add" }, "Add connection")));
+
+  const loadConns = async () => {
+    const c = await api.request("GET", "/v1/connections");
+    if (!alive) return;
+    if (!c.data.length) { conns.replaceChildren(h("tr", {}, h("td", { colspan: "7", class: "hint" }, "No connection yet."))); return; }
+    conns.replaceChildren(...c.data.map((x) => h("tr", { "data-connection": x.name },
+      h("td", {}, h("code", {}, x.name)), h("td", {}, x.base_url),
+      h("td", {}, (x.methods || []).join(", ")), h("td", {}, (x.path_prefixes || []).join(", ")),
+      h("td", {}, (x.header_names || []).join(", ") || "—"),
+      h("td", {}, (x.query_names || []).join(", ") || "—"),
+      h("td", { class: "num" }, confirmButton("Delete", "Confirm delete", x.name, async () => {
+        try {
+          await api.request("DELETE", `/v1/connections/${encodeURIComponent(x.id || x.name)}`);
+          showError(connsError, null);
+        } catch (e) {
+          showError(connsError, e);
+        }
+        await loadConns();
+      })))));
+  };
+  connForm.addEventListener("submit", async (e) => {
+    e.preventDefault();
+    showError(connError, null);
+    let body;
+    try {
+      body = { name: cName.value.trim(), base_url: cBase.value.trim() };
+      const methods = methodBoxes.map((l) => l.querySelector("input")).filter((x) => x.checked).map((x) => x.value);
+      if (methods.length) body.methods = methods;
+      const paths = cPaths.value.split(/[\s,]+/).filter(Boolean);
+      if (paths.length) body.path_prefixes = paths;
+      const hd = headers.read();
+      if (Object.keys(hd).length) body.headers = hd;
+      const q = query.read();
+      if (Object.keys(q).length) body.query = q;
+    } catch (ex) {
+      showError(connError, ex);
+      return;
+    }
+    try {
+      await api.request("POST", "/v1/connections", { body });
+      body = null;
+      if (!alive) return;
+      // Nothing of it stays in the page: the credentials least of all.
+      headers.clear();
+      query.clear();
+      cName.value = "";
+      cBase.value = "";
+      cPaths.value = "";
+      for (const l of methodBoxes) { const x = l.querySelector("input"); x.checked = x.value === "GET"; }
+      await loadConns();
+    } catch (ex) {
+      if (alive) showError(connError, ex);
+    }
+  });
+
+  /* Credit. */
+  const creditInput = h("input", { id: "credit-amount", name: "amount", inputmode: "decimal", autocomplete: "off", placeholder: "10.00", "aria-describedby": "credit-hint" });
+  const creditError = errorBox("credit-error");
+  const creditDone = h("p", { class: "hint", id: "credit-done", role: "status" });
+  const creditForm = h("form", { class: "inline", id: "credit-form", novalidate: true, "aria-label": "Add credit" },
+    h("label", { for: creditInput.id }, "Amount (dollars)"), creditInput,
+    h("button", { type: "submit", class: "primary small", id: "credit-add" }, "Add credit"),
+    h("span", { class: "hint", id: "credit-hint" }, "added to the organization's balance"));
+  creditForm.addEventListener("submit", async (e) => {
+    e.preventDefault();
+    showError(creditError, null);
+    creditDone.textContent = "";
+    const micros = fmt.parseDollars(creditInput.value);
+    if (micros === null || micros <= 0) {
+      creditInput.setAttribute("aria-invalid", "true");
+      showError(creditError, { message: "Amount: dollars above zero, like 10 or 0.50 (at most 6 decimals)." });
+      creditInput.focus();
+      return;
+    }
+    creditInput.removeAttribute("aria-invalid");
+    try {
+      const b = await api.request("POST", "/v1/credits", { body: { micros },
+        headers: { "Idempotency-Key": api.newIdempotencyKey() } });
+      if (!alive) return;
+      creditInput.value = "";
+      creditDone.textContent = b.object === "balance"
+        ? `Added ${fmt.money(micros)}: the balance is ${fmt.money(b.balance_micros)}, ${fmt.money(b.available_micros)} available.`
+        : `Added ${fmt.money(micros)}.`;
+      refreshAccount();
+    } catch (ex) {
+      if (alive) showError(creditError, ex);
+    }
+  });
+
+  const table = (caption, cols, body) => h("div", { class: "tablewrap" }, h("table", { class: "runs" },
+    h("caption", { class: "visually-hidden" }, caption),
+    h("thead", {}, h("tr", {}, ...cols.map((c) => h("th", { scope: "col" }, c)))), body));
+
+  adminOnly.append(
+    h("section", { class: "card", "aria-labelledby": "keys-title" }, h("h2", { id: "keys-title" }, "API keys"),
+      h("p", { class: "hint" }, "A key is shown by its prefix, its first 8 characters: compare it with the start of yours. The server keeps only a hash of each key."),
+      keyForm, keyError, newKey, keysError,
+      table("The organization's API keys", ["Prefix", "Role", "Created", "Id", ""], keys)),
+    h("section", { class: "card", "aria-labelledby": "conns-title" }, h("h2", { id: "conns-title" }, "Connections"),
+      connsError,
+      table("The organization's connections", ["Name", "Base URL", "Methods", "Paths", "Headers added", "Query added", ""], conns),
+      h("h3", {}, "Add a connection"), connForm),
+    h("section", { class: "card", "aria-labelledby": "credit-title" }, h("h2", { id: "credit-title" }, "Credit"),
+      creditForm, creditError, creditDone));
   main.append(
     h("section", { class: "intro" }, h("h1", {}, "Admin"),
-      h("p", { class: "lead" }, "Your organization's API keys and connections. Key values and connection credentials are never shown: the server keeps only a hash of each key, and seals the credentials.")),
+      h("p", { class: "lead" }, "Your organization's API keys, connections, credit and models. Key values and connection credentials are never shown back: the server keeps only a hash of each key, and seals the credentials.")),
     err,
-    h("section", { class: "card" }, h("h2", {}, "API keys"),
-      h("div", { class: "tablewrap" }, h("table", { class: "runs" },
-        h("thead", {}, h("tr", {}, h("th", { scope: "col" }, "Key"), h("th", { scope: "col" }, "Role"), h("th", { scope: "col" }, "Created"))),
-        keys))),
-    h("section", { class: "card" }, h("h2", {}, "Connections"),
-      h("div", { class: "tablewrap" }, h("table", { class: "runs" },
-        h("thead", {}, h("tr", {}, ...["Name", "Base URL", "Methods", "Paths", "Headers added"].map((c) => h("th", { scope: "col" }, c)))),
-        conns))));
+    adminOnly,
+    h("section", { class: "card", "aria-labelledby": "models-title" }, h("h2", { id: "models-title" }, "Models"),
+      errorBox("models-error"),
+      table("The server's models", ["Model", "Provider", "Input / Mtok", "Output / Mtok", "Cached input / Mtok", "Max output tokens", "Available"], modelsBody)));
+
   (async () => {
     try {
-      const k = await api.request("GET", "/v1/keys");
+      const m = await api.request("GET", "/v1/models");
+      if (!alive) return;
+      modelsBody.replaceChildren(...m.data.map((x) => {
+        const p = x.prices || {};
+        return h("tr", { "data-model": x.id },
+          h("td", {}, h("code", {}, x.id), x.default ? h("span", { class: "badge" }, " default") : null),
+          h("td", {}, x.provider || "—"),
+          h("td", { class: "num" }, fmt.money(p.input_micros_per_mtok)),
+          h("td", { class: "num" }, fmt.money(p.output_micros_per_mtok)),
+          h("td", { class: "num" }, fmt.money(p.cached_input_micros_per_mtok)),
+          h("td", { class: "num" }, fmt.thousands(x.max_output_tokens)),
+          h("td", { class: x.available ? "" : "errtext" }, x.available ? "yes" : `no: ${x.unavailable_reason || "unavailable"}`));
+      }));
+    } catch (e) {
+      if (alive) showError(document.getElementById("models-error"), e);
+    }
+  })();
+  (async () => {
+    try {
+      await loadKeys();
       api.setRole("admin");
       refreshAccount();
       if (!alive) return;
-      for (const x of k.data)
-        keys.append(h("tr", {}, h("td", {}, h("code", {}, x.id)), h("td", {}, x.role), h("td", {}, fmt.when(x.created_at))));
-      const c = await api.request("GET", "/v1/connections");
-      if (!alive) return;
-      if (!c.data.length) conns.append(h("tr", {}, h("td", { colspan: "5", class: "hint" }, "No connection yet.")));
-      for (const x of c.data)
-        conns.append(h("tr", {},
-          h("td", {}, h("code", {}, x.name)), h("td", {}, x.base_url),
-          h("td", {}, (x.methods || []).join(", ")), h("td", {}, (x.path_prefixes || []).join(", ")),
-          h("td", {}, (x.header_names || []).join(", ") || "—")));
+      adminOnly.hidden = false;
+      await loadConns();
     } catch (e) {
       if (e.status === 403) { api.setRole("member"); refreshAccount(); }
       if (alive) showError(err, e);
     }
   })();
-  return () => { alive = false; };
+  return () => {
+    alive = false;
+    // The new key's value and any typed credential leave with the page.
+    hideNewKey();
+    headers.clear();
+    query.clear();
+  };
 }
 
 /* ---------- start ---------- */

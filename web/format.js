@@ -15,6 +15,20 @@ export function money(micros) {
   return `${sign}$${dollars}.${digits}`;
 }
 
+// micros rounded half up to the fifth decimal, as money() shows them.
+export function shown(micros) {
+  const m = Math.trunc(micros);
+  return m < 0 ? -shown(-m) : (Math.floor(m / 10) + (m % 10 >= 5 ? 1 : 0)) * 10;
+}
+
+// The rest of a total once a part is taken, as the shown total minus the shown part, so that the
+// two amounts on the page add up to the total shown (the CLI's eph_money_format_rest).
+export function moneyRest(total, part) {
+  if (typeof total !== "number" || typeof part !== "number") return "—";
+  if (part < 0 || part > total) return money(total - part);
+  return money(shown(total) - shown(part));
+}
+
 // "0.04", "$1", "12.5" -> micros, or null when it is not an amount (at most 6 decimals).
 export function parseDollars(text) {
   const m = /^\s*\$?(\d{1,9})(?:\.(\d{1,6}))?\s*$/.exec(text);

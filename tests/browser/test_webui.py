@@ -384,11 +384,16 @@ def run_from_the_playground_streams_live(b):
     b.wait_js("the final status", "return document.getElementById('run-status').textContent === 'Completed'")
     c = run["cost"]
     line = b.wait_js("the cost line", "return document.getElementById('cost-line').textContent")
-    assert line == f"Model {money(c['model_micros'])} · Web {money(c['web_micros'])} · Compute {money(c['compute_micros'])}", line
+    # Each amount rounded once from the same totals: compute is the shown charge less the shown
+    # model and web parts, released the shown budget less the shown charge.
+    shown_m = lambda m: (m // 10 + (1 if m % 10 >= 5 else 0)) * 10
+    compute = shown_m(c["charged_micros"]) - shown_m(c["model_micros"]) - shown_m(c["web_micros"])
+    assert line == f"Model {money(c['model_micros'])} · Web {money(c['web_micros'])} · Compute {money(compute)}", line
     segs = b.js("return [...document.querySelectorAll('#cost .bar .seg')].map(s => s.className)")
     assert segs == ["seg model", "seg web", "seg compute"], segs
     legend = b.find("#cost .legend").text
-    assert f"Released {money(c['released_micros'])}" in legend, legend
+    released = shown_m(c["reserved_micros"]) - shown_m(c["charged_micros"])
+    assert f"Released {money(released)}" in legend, legend
     summary = b.find("#run-summary").text
     assert summary.startswith(f"{money(c['charged_micros'])} of {money(c['reserved_micros'])}"), summary
     result = b.wait_js("the result", "return document.getElementById('result').textContent")
@@ -937,6 +942,319 @@ def header_balance_and_admin_names_only(b):
     shot(b, "21-admin-as-member")
     b.find("nav a[data-page='playground']").click()
     b.wait_js("the connections field", "return !!document.getElementById('pg-conn-text')")
+
+
+def admin_page(b):
+    """The admin page with the admin key, its sections drawn."""
+    use_key(b, ADMIN_KEY)
+    b.find("#nav-admin").click()
+    b.wait_js("the admin sections", "const s = document.getElementById('admin-sections');"
+              "return s && !s.hidden && document.querySelectorAll('#keys-body tr').length > 0")
+
+
+def page_holds(b, secret):
+    """Whether secret is anywhere in the page: its text, its HTML or an input's value."""
+    return b.js("const s = arguments[0];"
+                "return document.documentElement.outerHTML.includes(s) || document.body.innerText.includes(s)"
+                " || [...document.querySelectorAll('input, textarea')].some(i => i.value.includes(s))", secret)
+
+
+def key_rows(b):
+    return b.js("return [...document.querySelectorAll('#keys-body tr')].map(r => ({id: r.dataset.keyId,"
+                "prefix: r.querySelector('.prefix').textContent, text: r.textContent,"
+                "revoke: !r.querySelector('button').disabled}))")
+
+
+@test(allow=[r"/v1/keys/key_[0-9a-f]+ - Failed to load resource: the server responded with a status of 404"])
+def admin_creates_and_revokes_a_key(b):
+    """A new key's value shown once with a copy button; its prefix in the list; revoked."""
+    admin_page(b)
+    before = {k["id"] for k in api("GET", "/v1/keys", ADMIN_KEY)[1]["data"]}
+    # Every key by its prefix; this tab's own key marked; the last admin key cannot be revoked.
+    rows = key_rows(b)
+    mine = [r for r in rows if ADMIN_KEY[:8] in r["prefix"]]
+    assert len(mine) == 1 and "this tab's key" in mine[0]["text"], rows
+    st, keys = api("GET", "/v1/keys", ADMIN_KEY)
+    assert [r["prefix"] for r in rows] == [f"{k['prefix']}…" for k in keys["data"]], (rows, keys)
+    if sum(k["role"] == "admin" for k in keys["data"]) == 1:
+        assert not mine[0]["revoke"], "the last admin key can be revoked from the page"
+    b.js("const s = document.getElementById('key-role'); s.value = 'member'; s.dispatchEvent(new Event('change'))")
+    b.find("#key-create").click()
+    value = b.wait_js("the new key", "const e = document.getElementById('new-key-value'); return e && e.textContent")
+    assert re.fullmatch(r"eph_[A-Za-z0-9_-]{20,}", value), value
+    box = b.find("#new-key").text
+    assert "will not be shown again" in box, box
+    assert b.find("#new-key-copy").text == "Copy"
+    st, keys = api("GET", "/v1/keys", ADMIN_KEY)
+    new = [k for k in keys["data"] if k["id"] not in before]
+    assert len(new) == 1 and new[0]["role"] == "member" and value.startswith(new[0]["prefix"]), (new, value)
+    assert api("GET", "/v1/balance", value)[0] == 200, "the key shown does not work"
+    b.wait_js("the new key in the list", "return !!document.querySelector(`#keys-body tr[data-key-id='${arguments[0]}']`)",
+              new[0]["id"])
+    row = b.js("return document.querySelector(`#keys-body tr[data-key-id='${arguments[0]}']`).textContent", new[0]["id"])
+    assert f"{new[0]['prefix']}…" in row and value not in row, row
+    shot(b, "22-admin-new-key")
+    b.find("#new-key-done").click()
+    b.wait_js("the value to go", "return document.getElementById('new-key').hidden")
+    assert not page_holds(b, value), "the key's value stays in the page"
+    # Revoke: a first press asks, the second revokes.
+    btn = f"#keys-body tr[data-key-id='{new[0]['id']}'] button"
+    b.find(btn).click()
+    assert b.find(btn).text == "Confirm revoke"
+    assert api("GET", "/v1/balance", value)[0] == 200, "revoked on the first press"
+    b.find(btn).click()
+    b.wait_js("the key to leave the list", "return !document.querySelector(`#keys-body tr[data-key-id='${arguments[0]}']`)",
+              new[0]["id"])
+    assert api("GET", "/v1/balance", value)[0] == 401, "the revoked key still works"
+    # The server's refusal is shown: a key revoked elsewhere since the list was drawn.
+    st, k = api("POST", "/v1/keys", ADMIN_KEY, {"role": "member"})
+    assert st == 201
+    b.find("#nav-admin").click()
+    btn = f"#keys-body tr[data-key-id='{k['id']}'] button"
+    b.wait_js("the other key", "return !!document.querySelector(arguments[0])", btn)
+    assert api("DELETE", f"/v1/keys/{k['id']}", ADMIN_KEY)[0] == 200
+    b.find(btn).click()
+    b.find(btn).click()
+    shown = b.wait_js("the 404 message", "const e = document.getElementById('keys-error'); return !e.hidden && e.textContent")
+    st, ans = api("DELETE", f"/v1/keys/{k['id']}", ADMIN_KEY)
+    assert st == 404 and shown.startswith("Not found") and ans["error"]["message"] in shown, (shown, ans)
+
+
+@test(allow=[r"/v1/connections - Failed to load resource: the server responded with a status of 400"])
+def admin_adds_and_deletes_a_connection(b):
+    """A connection added from the page; its credentials never in the page afterwards; deleted."""
+    header_secret = "webui-header-canary-51c2"
+    query_secret = "webui-query-canary-9d0e"
+    admin_page(b)
+    b.wait_js("the connections", "return document.querySelectorAll('#connections-body tr').length > 0")
+    # A refusal: the API's message next to the form, nothing added.
+    fill(b, "#conn-name", "Not A Name")
+    fill(b, "#conn-base", "https://api.example.com")
+    b.find("#conn-add").click()
+    shown = b.wait_js("the 400 message", "const e = document.getElementById('conn-error'); return !e.hidden && e.textContent")
+    st, ans = api("POST", "/v1/connections", ADMIN_KEY, {"name": "Not A Name", "base_url": "https://api.example.com",
+                                                         "methods": ["GET"]})
+    assert st == 400 and ans["error"]["message"] in shown, (shown, ans)
+    fill(b, "#conn-name", "webui-added")
+    fill(b, "#conn-paths", "/v1, /v2")
+    b.find("label.toggle:has(#conn-method-POST)").click()
+    fill(b, "#conn-headers-name-1", "X-Api-Key")
+    fill(b, "#conn-headers-value-1", header_secret)
+    assert b.find("#conn-headers-value-1").prop("type") == "password"
+    b.find("#conn-add-query").click()
+    b.wait_js("a second query row", "return !!document.querySelector('#conn-query .pair:nth-child(2)')")
+    b.js("document.querySelector('#conn-query .pair:nth-child(2) .pair-name').id = 'q2n';"
+         "document.querySelector('#conn-query .pair:nth-child(2) .pair-value').id = 'q2v'")
+    fill(b, "#q2n", "token")
+    fill(b, "#q2v", query_secret)
+    b.find("#conn-add").click()
+    b.wait_js("the new connection", "return !!document.querySelector('#connections-body tr[data-connection=\"webui-added\"]')")
+    st, c = api("GET", "/v1/connections/webui-added", ADMIN_KEY)
+    assert st == 200, c
+    assert c["methods"] == ["GET", "POST"] and c["path_prefixes"] == ["/v1", "/v2"], c
+    assert c["header_names"] == ["X-Api-Key"] and c["query_names"] == ["token"], c
+    row = b.js("return document.querySelector('#connections-body tr[data-connection=\"webui-added\"]').textContent")
+    for part in ("https://api.example.com", "GET, POST", "/v1, /v2", "X-Api-Key", "token"):
+        assert part in row, (part, row)
+    for secret in (header_secret, query_secret):
+        assert not page_holds(b, secret), f"a credential stays in the page: {secret}"
+    assert b.find("#conn-name").prop("value") == "" and b.find("#conn-base").prop("value") == ""
+    shot(b, "23-admin-connection-added")
+    btn = "#connections-body tr[data-connection='webui-added'] button"
+    b.find(btn).click()
+    assert b.find(btn).text == "Confirm delete"
+    b.find(btn).click()
+    b.wait_js("the connection to go", "return !document.querySelector('#connections-body tr[data-connection=\"webui-added\"]')")
+    assert api("GET", "/v1/connections/webui-added", ADMIN_KEY)[0] == 404, "not deleted"
+
+
+@test()
+def admin_adds_credit(b):
+    """Dollars in, micros sent; a bad amount refused before any request; the balance follows."""
+    admin_page(b)
+    posts = len(ctx.proxy.seen("POST", "/v1/credits"))
+    for bad in ("abc", "0", "1.0000001", "-2"):
+        fill(b, "#credit-amount", bad)
+        b.find("#credit-add").click()
+        shown = b.wait_js("the amount's error", "const e = document.getElementById('credit-error'); return !e.hidden && e.textContent")
+        assert shown.startswith("Amount:"), (bad, shown)
+        b.js("document.getElementById('credit-error').hidden = true")
+    assert len(ctx.proxy.seen("POST", "/v1/credits")) == posts, "a bad amount was sent"
+    st, before = api("GET", "/v1/balance", ADMIN_KEY)
+    fill(b, "#credit-amount", "2.5")
+    b.find("#credit-add").click()
+    done = b.wait_js("the credit", "return document.getElementById('credit-done').textContent")
+    st, after = api("GET", "/v1/balance", ADMIN_KEY)
+    assert after["balance_micros"] - before["balance_micros"] == 2500000, (before, after)
+    assert done.startswith("Added $2.50") and money(after["balance_micros"]) in done, done
+    sent = ctx.proxy.seen("POST", "/v1/credits")[-1]
+    assert sent[2].get("idempotency-key"), sent
+    b.wait_js("the header's balance", "return document.getElementById('balance').textContent === arguments[0]",
+              f"Balance {money(after['available_micros'])}")
+    assert b.find("#credit-amount").prop("value") == ""
+    shot(b, "24-admin-credit")
+
+
+@test()
+def admin_lists_the_models(b):
+    """GET /v1/models on the page: each model with its prices and availability."""
+    admin_page(b)
+    st, models = api("GET", "/v1/models", MEMBER_KEY)
+    rows = b.wait_js("the models", "const r = [...document.querySelectorAll('#models-body tr')];"
+                     "return r.length ? r.map(x => [x.dataset.model, x.textContent]) : null")
+    assert [r[0] for r in rows] == [m["id"] for m in models["data"]], (rows, models)
+    for (mid, text), m in zip(rows, models["data"]):
+        p = m["prices"]
+        for v in (money(p["input_micros_per_mtok"]), money(p["output_micros_per_mtok"])):
+            assert v in text, (v, text)
+        assert ("yes" in text) == m["available"], text
+        assert ("default" in text) == m["default"], text
+
+
+@test()
+def runs_list_shows_prompts_and_metadata(b):
+    """The prompt cut to 80 characters (whole in its title), ZDR said, metadata chips, the filter."""
+    long_prompt = "webui list: " + "a prompt long enough to be cut on the runs list, " * 3 + "the end"
+    made = []
+    for case, body in (("one", {"prompt": long_prompt}),
+                       ("two", {"prompt": SPACED_PROMPT}),
+                       ("zdr", {"prompt": SPACED_PROMPT, "zero_data_retention": True})):
+        md = {"suite": "webui-md", "case": case}
+        if case == "one":
+            md["transcript"] = "spaced"
+        st, run = api("POST", "/v1/runs", MEMBER_KEY, {**body, "max_cost_micros": 30000, "metadata": md})
+        assert st == 201, (case, st, run)
+        made.append(run["id"])
+    for rid in made:
+        finished(rid)
+    use_key(b, MEMBER_KEY)
+    b.find("nav a[data-page='runs']").click()
+    got = b.wait_js("the rows", "const r = [...document.querySelectorAll('#runs-body tr[data-id]')];"
+                    "return r.length ? r.slice(0, 3).map(x => ({id: x.dataset.id, prompt: x.querySelector('.prompt').textContent,"
+                    "title: x.querySelector('.prompt').title, chips: [...x.querySelectorAll('.chip')].map(c => c.textContent),"
+                    "cost: x.querySelector('.cost').textContent}))"
+                    " : null")
+    assert [g["id"] for g in got] == made[::-1], (got, made)
+    zdr, two, one = got
+    assert zdr["prompt"] == "zero data retention", zdr
+    assert two["prompt"] == SPACED_PROMPT and two["title"] == SPACED_PROMPT, two
+    assert one["title"] == long_prompt and len(one["prompt"]) == 80 and one["prompt"].endswith("…"), one
+    assert long_prompt.startswith(one["prompt"][:-1]), one
+    assert sorted(one["chips"]) == ["case=one", "suite=webui-md", "transcript=spaced"], one
+    assert sorted(two["chips"]) == ["case=two", "suite=webui-md"], two
+    st, r = api("GET", f"/v1/runs/{made[1]}", MEMBER_KEY)
+    assert two["cost"] == f"{money(r['cost']['charged_micros'])} of {money(r['cost']['reserved_micros'])}", two
+    shot(b, "25-runs-prompts-metadata")
+    # The filter: key=value becomes metadata[key]=value, the list is the API's.
+    fill(b, "#metadata-filter", "case=two")
+    b.find("#metadata-form button[type=submit]").click()
+    b.wait("the filtered URL", lambda: "metadata%5Bcase%5D=two" in b.url)
+    st, want = api("GET", "/v1/runs?metadata%5Bcase%5D=two", MEMBER_KEY)
+    ids = b.wait_js("the filtered list", "const r = [...document.querySelectorAll('#runs-body tr[data-id]')];"
+                    "return r.length && r.length === arguments[0] ? r.map(x => x.dataset.id) : null", len(want["data"]))
+    assert ids == [r["id"] for r in want["data"]] and made[1] in ids and made[0] not in ids, (ids, want)
+    assert any("metadata%5Bcase%5D=two" in r[1] or "metadata[case]=two" in r[1]
+               for r in ctx.proxy.seen("GET", "/v1/runs?")), "the filter was not sent to the API"
+    # The filter is kept across pages.
+    b.get(ctx.url + "/runs?metadata%5Bsuite%5D=webui-md&limit=1")
+    first = b.wait_js("the first page", "const r = document.querySelector('#runs-body tr[data-id]'); return r && r.dataset.id")
+    assert first == made[2], first
+    b.find("#older").click()
+    second = b.wait_js("the second page", "const r = document.querySelector('#runs-body tr[data-id]');"
+                       "return r && r.dataset.id !== arguments[0] && r.dataset.id", first)
+    assert second == made[1] and "metadata%5Bsuite%5D=webui-md" in b.url, (second, b.url)
+    # A filter without a key is refused in the page.
+    fill(b, "#metadata-filter", "=two")
+    url = b.url
+    b.find("#metadata-form button[type=submit]").click()
+    shown = b.wait_js("the filter's error", "const e = document.getElementById('metadata-filter-error'); return !e.hidden && e.textContent")
+    assert "key=value" in shown and b.url == url, shown
+
+
+@test()
+def the_cost_accrues_while_a_run_runs(b):
+    """While a run runs, its cost so far (the model's calls, the compute): the API's figures."""
+    run_id = new_run(SLOW_PROMPT, 50000)
+    try:
+        open_run(b, run_id)
+        b.wait_js("the model's call", "return !!document.querySelector('#timeline-body tr[data-type=\"model.call\"]')")
+        model = sum(e["data"].get("cost_micros", 0) for e in events_of(run_id) if e["type"] == "model.call")
+        assert model > 0, "the fixture's model call cost nothing"
+
+        def same_as_api():
+            st, r = api("GET", f"/v1/runs/{run_id}", MEMBER_KEY)
+            if r["status"] != "running":
+                raise AssertionError(f"the run is {r['status']}, not running")
+            c = r["cost"]
+            shown = b.js("const e = document.getElementById('cost-so-far'); return e && e.textContent")
+            want = f"{money(c['charged_micros'])} so far of {money(c['reserved_micros'])}"
+            return (shown, c) if shown == want and c["compute_micros"] > 0 else None
+        shown, c = b.wait("the cost so far, as the API measures it", same_as_api)
+        legend = b.find("#cost-legend").text
+        assert f"Model {money(model)}" in legend, (legend, model)
+        assert c["charged_micros"] == c["model_micros"] + c["web_micros"] + c["compute_micros"], c
+        compute = b.js("return document.querySelector('#cost .seg.compute').hidden")
+        assert not compute, "no compute in the bar"
+        assert b.find("#run-summary").text.startswith(shown), b.find("#run-summary").text
+        assert b.find("#run-status").text == "Running"
+        shot(b, "26-cost-so-far")
+    finally:
+        api("POST", f"/v1/runs/{run_id}/cancel", MEMBER_KEY)
+    wait_destroyed(b)
+    b.wait_js("the settled cost", "return !document.getElementById('cost-so-far') && /Released/.test(document.getElementById('cost-legend').textContent)")
+    c = finished(run_id)["cost"]
+    shown_micros = lambda m: (m // 10 + (1 if m % 10 >= 5 else 0)) * 10
+    legend = b.find("#cost-legend").text
+    amounts = dict(re.findall(r"(Model|Web|Compute|Released) \$([0-9.]+)", legend))
+    cents = {k: round(float(v) * 1000000) for k, v in amounts.items()}
+    # The amounts shown add up: the parts to the charge, the charge and the rest to the budget.
+    assert cents["Model"] + cents["Web"] + cents["Compute"] == shown_micros(c["charged_micros"]), (legend, c)
+    assert shown_micros(c["charged_micros"]) + cents["Released"] == shown_micros(c["reserved_micros"]), (legend, c)
+
+
+@test(allow=[r"net::ERR_"])
+def a_down_server_reads_cannot_reach(b):
+    """The server gone: every fetch that fails says "cannot reach the server at <origin>"."""
+    use_key(b, MEMBER_KEY)
+    free = socket.socket()
+    free.bind(("127.0.0.1", 0))
+    dead = free.getsockname()[1]
+    free.close()
+    target = ctx.proxy.target
+    want = f"cannot reach the server at {ctx.url}"
+    ctx.proxy.target = dead
+    try:
+        ctx.proxy.cut()
+        b.find("#pg-reset").click()
+        b.wait_js("the form", "return !!document.getElementById('pg-run')")
+        b.find("#pg-run").click()
+        shown = b.wait_js("the playground's error", "const e = document.getElementById('pg-error'); return !e.hidden && e.textContent")
+        assert want in shown.lower() and "failed to fetch" not in shown.lower(), shown
+        b.find("nav a[data-page='runs']").click()
+        shown = b.wait_js("the runs list's error", "const e = document.getElementById('runs-error'); return !e.hidden && e.textContent")
+        assert want in shown.lower() and "failed to fetch" not in shown.lower(), shown
+        b.js("history.pushState(null, '', '/runs/run_0123456789abcdef0123456789abcdef');"
+             "dispatchEvent(new PopStateEvent('popstate'))")
+        shown = b.wait_js("the run's error", "const e = document.getElementById('run-error'); return !e.hidden && e.textContent")
+        assert want in shown.lower(), shown
+        b.find("#nav-admin").click()
+        shown = b.wait_js("the admin page's error", "const e = document.getElementById('admin-error'); return !e.hidden && e.textContent")
+        assert want in shown.lower(), shown
+        # The header: a key saved while the server is gone.
+        b.find("#key-button").click()
+        b.wait_js("the key dialog", "return document.getElementById('key-dialog').open")
+        fill(b, "#key-input", MEMBER_KEY)
+        b.find("#key-form button[type=submit]").click()
+        b.wait_js("the header", "return document.getElementById('balance').textContent === 'Server unreachable'")
+        shown = b.wait_js("the notice", "const e = document.getElementById('notice'); return !e.hidden && e.textContent")
+        assert want in shown.lower(), shown
+        page = b.js("return document.body.innerText").lower()
+        assert "failed to fetch" not in page, page
+        shot(b, "27-server-down")
+    finally:
+        ctx.proxy.target = target
+    b.find("nav a[data-page='runs']").click()
+    b.wait_js("the list again", "return document.querySelectorAll('#runs-body tr[data-id]').length > 0")
 
 
 # ---------------------------------------------------------------- the runner
