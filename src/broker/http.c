@@ -7,6 +7,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include "common/text.h"
+
 /* RFC 9110 5.6.2: tchar. */
 static bool is_tchar(unsigned char c)
 {
@@ -202,17 +204,6 @@ enum {
 
 #define CHUNK_LINE_MAX 4096
 
-static int hex_digit(char ch)
-{
-    if (ch >= '0' && ch <= '9')
-        return ch - '0';
-    if (ch >= 'a' && ch <= 'f')
-        return ch - 'a' + 10;
-    if (ch >= 'A' && ch <= 'F')
-        return ch - 'A' + 10;
-    return -1;
-}
-
 int eph_http_chunked_decode(struct eph_http_chunked *c, char *buf, size_t n, size_t *out_len,
                             size_t *used)
 {
@@ -223,7 +214,7 @@ int eph_http_chunked_decode(struct eph_http_chunked *c, char *buf, size_t n, siz
         char ch = buf[i];
         switch (c->state) {
         case CH_SIZE: {
-            int d = hex_digit(ch);
+            int d = eph_text_hex_value((unsigned char)ch);
             if (d >= 0) {
                 /* left <= 2^53 before, so this cannot overflow. */
                 c->left = c->left * 16 + (uint64_t)d;
@@ -415,17 +406,6 @@ int eph_http_parse_url(const char *s, size_t len, struct eph_http_url *out)
     return 0;
 }
 
-static int hexval(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 static bool unreserved(unsigned char c)
 {
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
@@ -470,7 +450,8 @@ int eph_http_normalize_path(const char *path, size_t len, char *out, size_t cap)
             if (c == '%') {
                 if (i + 2 >= len)
                     return -EINVAL;
-                int hi = hexval(path[i + 1]), lo = hexval(path[i + 2]);
+                int hi = eph_text_hex_value((unsigned char)path[i + 1]),
+                    lo = eph_text_hex_value((unsigned char)path[i + 2]);
                 if (hi < 0 || lo < 0)
                     return -EINVAL;
                 unsigned char d = (unsigned char)(hi << 4 | lo);

@@ -19,6 +19,8 @@
 
 #include <sodium.h>
 
+#include "common/text.h"
+
 /* FORM_DECODED is FORM_PCT and FORM_JSON in one pass, for a value with neither '%' nor '\\' (the
  * characters that start an escape): it matches all that the raw, percent and JSON forms do. */
 enum form_kind { FORM_EXACT, FORM_CI, FORM_PCT, FORM_JSON, FORM_DECODED };
@@ -50,17 +52,6 @@ static int upper(int c)
 static int eq_ci(unsigned char a, unsigned char b)
 {
     return lower(a) == lower(b);
-}
-
-static int hexval(unsigned char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
 }
 
 /* How long an input a form can match at most: an escape per byte of its pattern. */
@@ -338,7 +329,7 @@ static long hex4(const unsigned char *p, size_t n)
     for (size_t i = 0; i < 4; i++) {
         if (i >= n)
             return -2;
-        int h = hexval(p[i]);
+        int h = eph_text_hex_value((unsigned char)p[i]);
         if (h < 0)
             return -1;
         v = v * 16 + h;
@@ -457,10 +448,10 @@ static size_t match_decoded(const struct eph_redact_form *f, const unsigned char
         if (pct && c == '%') {
             if (k + 1 >= n)
                 return PARTIAL;
-            int h = hexval(p[k + 1]);
+            int h = eph_text_hex_value((unsigned char)p[k + 1]);
             if (h >= 0 && k + 2 >= n)
                 return PARTIAL;
-            int l = h >= 0 ? hexval(p[k + 2]) : -1;
+            int l = h >= 0 ? eph_text_hex_value((unsigned char)p[k + 2]) : -1;
             if (l >= 0) {
                 if (!eq_ci((unsigned char)(h * 16 + l), want))
                     return 0;

@@ -190,3 +190,14 @@ void eph_text_format_cut(char *buf, size_t size, const char *fmt, ...)
         len = back - 1;
     buf[len] = '\0';
 }
+
+int eph_text_hex_value(unsigned char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}

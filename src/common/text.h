@@ -15,6 +15,8 @@ char *eph_text_cut(const char *s, size_t max_chars);
 /* Whether s (NUL-terminated) is a relative path inside a directory: not empty, not absolute, no
  * ".." component, no NUL before the end (n = its length as received), at most 4096 bytes. */
 bool eph_text_safe_relpath(const char *s, size_t n);
+/* The value of one hexadecimal digit, either case, or -1 for any other byte. */
+int eph_text_hex_value(unsigned char c);
 
 /* The rule for the path of a file given to a run, shared by the server and the client: NULL when
  * s (n bytes as received) can name a file in the scratch directory, else why not (a lowercase

@@ -47,9 +47,22 @@ static void test_format_cut_keeps_characters_whole(void **state)
     assert_string_equal(buf, "12");
 }
 
+static void test_hex_value(void **state)
+{
+    (void)state;
+    assert_int_equal(eph_text_hex_value('0'), 0);
+    assert_int_equal(eph_text_hex_value('9'), 9);
+    assert_int_equal(eph_text_hex_value('a'), 10);
+    assert_int_equal(eph_text_hex_value('F'), 15);
+    const unsigned char bad[] = {'g', 'G', '/', ':', '@', '`', ' ', 0, 0xff, 0x80};
+    for (size_t i = 0; i < sizeof(bad); i++)
+        assert_int_equal(eph_text_hex_value(bad[i]), -1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_hex_value),
         cmocka_unit_test(test_format_fits),
         cmocka_unit_test(test_format_too_long_is_an_error),
         cmocka_unit_test(test_format_cut_keeps_characters_whole),
