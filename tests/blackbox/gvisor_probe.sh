@@ -25,12 +25,29 @@ assert_eq "$GV_RC" 0 "a sandbox after the record was made writable"
 [ "$(ino)" != "$before" ] || fail "a world-writable record was believed"
 assert_eq "$(stat -c '%u %a' "$rec")" "0 644" "the new record's owner and mode"
 
-# For another runsc (a different key): not believed either.
-sed -i '1s/.*/runsc version something-else/' "$rec"
+# For another runsc file (a different key): not believed either.
+real=$(command -v runsc)
+sed -i "s|^$real \([0-9]*\) [0-9]* |$real \\1 1 |" "$rec"
+grep -q "^$real [0-9]* 1 " "$rec" || fail "could not rewrite runsc's line in the record"
 before=$(ino)
 gv_run -- true
 assert_eq "$GV_RC" 0 "a sandbox after the record was changed"
-[ "$(ino)" != "$before" ] || fail "a record for another runsc was believed"
+[ "$(ino)" != "$before" ] || fail "a record for another runsc file was believed"
 assert_contains "$(head -n 1 "$rec")" "runsc version" "the rewritten record"
-assert_not_contains "$(head -n 1 "$rec")" "something-else" "the rewritten record"
+
+# `runsc --version` (20 ms) runs at most once a process, and not at all once the record names
+# the same runsc file: counted through a wrapper runsc (EPHEMERAL_RUNSC).
+wrapdir=$(mktemp -d)
+trap 'rm -rf "$wrapdir"' EXIT
+printf '#!/bin/sh\nfor a in "$@"; do [ "$a" = --version ] && echo v >>%s/count; done\nexec %s "$@"\n' \
+    "$wrapdir" "$real" >"$wrapdir/runsc"
+chmod 0755 "$wrapdir/runsc"
+export EPHEMERAL_RUNSC=$wrapdir/runsc
+gv_run -- true
+assert_eq "$GV_RC" 0 "a sandbox through the wrapper runsc (a new runsc file: probed)"
+assert_eq "$(cat "$wrapdir/count" 2>/dev/null | wc -l)" 1 "version queries by the first process"
+gv_run -- true
+assert_eq "$GV_RC" 0 "a second sandbox through the wrapper runsc"
+assert_eq "$(cat "$wrapdir/count" 2>/dev/null | wc -l)" 1 "version queries after a second process"
+unset EPHEMERAL_RUNSC
 echo ok
