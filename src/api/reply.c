@@ -50,6 +50,13 @@ void eph_api_add_common_headers(struct eph_api_req *req, struct MHD_Response *re
         MHD_add_response_header(resp, "Retry-After",
                                 req->retry_after ? secs : EPH_API_RETRY_AFTER_SECONDS);
     }
+    /* RFC 6750: a 401 names the scheme it wants, and says the token was refused when one was
+     * sent, so that a client library can tell "send a key" from "this key is not valid". */
+    if (status == 401)
+        MHD_add_response_header(resp, "WWW-Authenticate",
+                                eph_api_header(req, "Authorization")
+                                    ? "Bearer realm=\"ephemeral\", error=\"invalid_token\""
+                                    : "Bearer realm=\"ephemeral\"");
 }
 
 static int queue_response(struct eph_api_req *req, unsigned status, char *text, size_t len,

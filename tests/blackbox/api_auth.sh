@@ -25,6 +25,18 @@ assert_not_contains "$out" "$unknown" "the answer echoes the key"
 out=$(as "$unknown" create_run "$QUICK_PROMPT" 1000)
 assert_error "$out" 401 authentication_error
 
+# A 401 names the scheme (RFC 6750), and says "invalid_token" only when a key was sent.
+hdr=$(curl -sS -o /dev/null -D - "$EPHEMERAL_URL/v1/balance" | tr -d '\r')
+assert_contains "$hdr" 'WWW-Authenticate: Bearer realm="ephemeral"' "401 without a key"
+assert_not_contains "$hdr" 'invalid_token' "401 without a key"
+hdr=$(curl -sS -o /dev/null -D - "$EPHEMERAL_URL/v1/balance" -H "Authorization: Bearer $unknown" |
+    tr -d '\r')
+assert_contains "$hdr" 'WWW-Authenticate: Bearer realm="ephemeral", error="invalid_token"' \
+    "401 for an unknown key"
+hdr=$(curl -sS -o /dev/null -D - "$EPHEMERAL_URL/v1/balance" -H "Authorization: Bearer $ADMIN" |
+    tr -d '\r')
+assert_not_contains "$hdr" 'WWW-Authenticate' "a good key's answer"
+
 # Unauthenticated endpoints.
 assert_eq "$(curl -s -o /dev/null -w '%{http_code}' "$EPHEMERAL_URL/healthz")" 200 "healthz"
 assert_eq "$(curl -s -o /dev/null -w '%{http_code}' "$EPHEMERAL_URL/metrics")" 200 "metrics"
