@@ -168,17 +168,6 @@ bool eph_api_park_until_settled(struct eph_api_req *req, uint64_t deadline_ns,
 /* Parses the body as a JSON object; answers 400 and returns NULL when it is not one. */
 json_t *eph_api_body_object(struct eph_api_req *req);
 
-/* Admits a new run (runs.c): registers it live (with a zero-data-retention prompt and files
- * held there, never stored), stores it with its reservation and first event, and queues it with
- * submit (eph_service_submit; tests pass another). Everything that can fail in this process
- * happens before the store is written; when the queue refuses after that, the run is settled at
- * once as failed with its whole budget released. 0, or the store's error (-EDQUOT, -EAGAIN, ...)
- * with nothing written, or a live/queue error with *queue_failed set and nothing reserved. */
-int eph_api_run_admit(struct eph_service *svc, const struct eph_run *r,
-                      const struct eph_event *first, const char *zdr_prompt, json_t *zdr_files,
-                      int (*submit)(struct eph_service *svc, const char *run_id),
-                      bool *queue_failed);
-
 /* Resource handlers (runs.c, account.c, keys.c, connections.c). Each answers the request. */
 int eph_api_runs_create(struct eph_api_req *req);
 int eph_api_runs_get(struct eph_api_req *req, const char *id);

@@ -20,6 +20,8 @@
 #include "common/log.h"
 #include "common/money.h"
 #include "common/text.h"
+#include "run/admit.h"
+#include "run/cluster.h"
 #include "run/event_wire.h"
 #include "run/live.h"
 #include "run/scheduler.h"
@@ -85,115 +87,35 @@ static int create_resume(struct eph_api_req *req)
     return eph_api_reply_json(req, 201, obj, "Location", location);
 }
 
-/* Closes a live entry registered for a run that was never queued. */
-static void live_drop(struct eph_live_registry *reg, const char *run_id)
-{
-    struct eph_live *l = eph_live_get(reg, run_id);
-    if (l) {
-        eph_live_close(l, 1, NULL);
-        eph_live_put(l);
-    }
-}
-
-int eph_api_run_admit(struct eph_service *svc, const struct eph_run *r,
-                      const struct eph_event *first, const char *zdr_prompt, json_t *zdr_files,
-                      int (*submit)(struct eph_service *svc, const char *run_id),
-                      bool *queue_failed)
-{
-    struct eph_store *st = svc->store;
-    *queue_failed = false;
-    /* What can fail in this process is done before the store is written: the live entry and a
-     * zero-data-retention prompt held on it. */
-    int rc = eph_live_register(svc->live, r->id, r->created_at_ms, 1);
-    if (!rc && r->zdr && (rc = eph_live_set_prompt(svc->live, r->id, zdr_prompt, zdr_files)))
-        live_drop(svc->live, r->id);
-    if (!rc && r->zdr) {
-        /* This node holds a zero-data-retention run from birth. */
-        struct eph_live *l = eph_live_get(svc->live, r->id);
-        if (l) {
-            eph_live_set_worked_here(l);
-            eph_live_put(l);
-        }
-    }
-    if (rc) {
-        *queue_failed = true;
-        return rc;
-    }
-    /* The queue limit, the balance check, the reservation, the run and its first event: one
-     * transaction, so that concurrent creations can exceed neither the limit nor the balance. */
-    rc = st->ops->run_insert_capped(st, r, first, svc->cfg->max_queued_per_org);
-    if (rc) {
-        live_drop(svc->live, r->id);
-        return rc;
-    }
-    rc = submit(svc, r->id);
-    if (rc) {
-        /* Stored but not queued: settle it now as failed, everything released, so that no budget
-         * stays reserved until a restart. */
-        *queue_failed = true;
-        EPH_ERROR("api", "run %s: cannot queue: %s; released", r->id, eph_strerror(rc));
-        eph_worker_refuse(svc, r->id, "queue_unavailable",
-                          "the run could not be queued; nothing was charged");
-    }
-    return rc;
-}
-
 /* A run that cannot succeed is refused before anything is reserved (docs/API.md, "Runs that
- * cannot succeed"): a model this server could not set up (503 model_unavailable), a prompt the
- * model has no answer for (422 no_recording: the replay model answers only its recordings'
- * prompts), a budget below the least the first model call can cost (402 budget_too_small). False
- * after answering. A replay answers from its original's record, so none of this applies to it. */
+ * cannot succeed"; the run layer judges, run/admit.h). False after answering. */
 static bool run_can_succeed(struct eph_api_req *req, const struct eph_api_create *c)
 {
-    struct eph_service *svc = req->svc;
-    if (c->replay_of)
-        return true;
-    const struct eph_model_config *mcfg = eph_config_model(svc->cfg, c->model);
-    struct eph_model *m = eph_service_model(svc, c->model);
-    char err[768];
-    if (!mcfg || eph_model_unavailable(m, err, sizeof(err))) {
-        eph_api_reply_error(req, 503, "api_error", "model_unavailable", "model",
-                            "the model '%s' is not available on this server: %s; nothing was "
-                            "reserved",
-                            c->model, err);
-        return false;
-    }
-    const char *recording = json_string_value(json_object_get(c->metadata, "transcript"));
-    if (m->ops->answers && m->ops->answers(m, c->prompt, recording, err, sizeof(err))) {
-        eph_api_reply_error(req, 422, "invalid_request_error", "no_recording", "prompt", "%s", err);
-        return false;
-    }
-    struct eph_agent_ctx ctx = {
+    const struct eph_run_ask ask = {
+        .model = c->model,
         .prompt = c->prompt,
-        .recording = recording,
+        .recording = json_string_value(json_object_get(c->metadata, "transcript")),
+        .replay_of = c->replay_of,
         .shell = c->shell,
         .web = c->web,
         .zdr = c->zdr,
         .timeout_seconds = c->timeout,
-        .model = m,
-        .mcfg = mcfg,
-        .turn_limit = svc->cfg->turn_limit,
-        .command_timeout_ms = svc->cfg->sandbox.command_timeout_seconds * 1000u,
-        .output_cap = svc->cfg->sandbox.output_cap_bytes,
-        .limits = &svc->sandbox_cfg.limits,
-        .backend_name = svc->sandbox_ops ? svc->sandbox_ops->name : "",
+        .max_cost = c->max_cost,
     };
-    int64_t least = 0;
-    if (eph_agent_first_call_min(&ctx, &least, err, sizeof(err)))
-        return true; /* not measurable: the run's own meter decides, as before */
-    if (c->max_cost >= least)
+    struct eph_run_refusal why;
+    if (!eph_run_check(req->svc, &ask, &why))
         return true;
-    /* Shown rounded up to what a display shows (5 decimals), so that the amount stated is
-     * enough. */
-    int64_t shown = least > INT64_MAX - 9 ? least : (least + 9) / 10 * 10;
-    char want[EPH_MONEY_FMT_MAX], have[EPH_MONEY_FMT_MAX];
-    eph_api_reply_error(req, 402, "invalid_request_error", "budget_too_small", "max_cost_micros",
-                        "a budget of %s cannot pay for one call of the model '%s': its first call "
-                        "costs at least %s (%lld micros: the prompt, the tools and the system "
-                        "prompt at the model's input price, and the least output); nothing was "
-                        "reserved",
-                        eph_money_format(c->max_cost, have), c->model,
-                        eph_money_format(shown, want), (long long)least);
+    static const struct {
+        unsigned status;
+        const char *type, *code, *param;
+    } answer[] = {
+        [EPH_RUN_MODEL_UNAVAILABLE] = {503, "api_error", "model_unavailable", "model"},
+        [EPH_RUN_NO_RECORDING] = {422, "invalid_request_error", "no_recording", "prompt"},
+        [EPH_RUN_BUDGET_TOO_SMALL] = {402, "invalid_request_error", "budget_too_small",
+                                      "max_cost_micros"},
+    };
+    eph_api_reply_error(req, answer[why.kind].status, answer[why.kind].type, answer[why.kind].code,
+                        answer[why.kind].param, "%s", why.message);
     return false;
 }
 
@@ -320,8 +242,7 @@ int eph_api_runs_create(struct eph_api_req *req)
     bool queue_failed = false;
     int rc = new_run(req, &c, &r, &first);
     if (!rc)
-        rc = eph_api_run_admit(svc, &r, &first, c.prompt, c.files, eph_service_submit,
-                               &queue_failed);
+        rc = eph_run_admit(svc, &r, &first, c.prompt, c.files, eph_service_submit, &queue_failed);
     eph_event_release(&first);
     eph_run_release(&orig);
     if (rc && queue_failed) {

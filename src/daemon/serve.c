@@ -29,10 +29,13 @@
 #include "daemon/commands.h"
 #include "daemon/options.h"
 #include "daemon/readiness.h"
+#include "run/cluster.h"
 #include "run/egress.h"
 #include "run/live.h"
 #include "run/scheduler.h"
 #include "run/service.h"
+#include "run/worker.h"
+#include "run/workers.h"
 #include "sandbox/pool.h"
 
 /* The reaper thread and its stop flag, on eph_cmd_serve's stack. */

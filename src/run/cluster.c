@@ -20,7 +20,7 @@
 #include "common/log.h"
 #include "run/live.h"
 #include "run/scheduler.h"
-#include "run/service.h"
+#include "run/cluster.h"
 
 static int last_seq_cb(const struct eph_event *e, void *ctx)
 {

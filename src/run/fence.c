@@ -43,7 +43,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "run/live.h"
-#include "run/service.h"
+#include "run/fence.h"
 
 #define TICK_MS 100
 #define WATCHDOG_FD 3

@@ -14,31 +14,8 @@
 #include "common/log.h"
 #include "common/money.h"
 #include "run/live.h"
-#include "run/service.h"
-
-unsigned eph_lease_renew_seconds(const struct eph_config *cfg)
-{
-    unsigned lease = cfg->lease_seconds ? cfg->lease_seconds : 30;
-    unsigned renew = cfg->lease_renew_seconds ? cfg->lease_renew_seconds : 10;
-    /* A renewal must come well before the lease ends. */
-    if (renew * 2 > lease)
-        renew = lease / 3 ? lease / 3 : 1;
-    return renew;
-}
-
-static uint64_t lease_ns(const struct eph_config *cfg)
-{
-    return (uint64_t)(cfg->lease_seconds ? cfg->lease_seconds : 30) * 1000000000u;
-}
-
-uint64_t eph_lease_fence_span_ns(const struct eph_config *cfg)
-{
-    /* Three quarters of the lease from the moment a renewal (or the claim) was sent: the store
-     * wrote a lease ending no earlier than a whole lease after that moment, so the last quarter
-     * is the margin in which the fence's watchdog kills the sandbox before any other node may
-     * call the lease expired. */
-    return lease_ns(cfg) / 4 * 3;
-}
+#include "run/lease.h"
+#include "run/worker.h"
 
 struct renew {
     struct eph_service *svc;
@@ -140,7 +117,7 @@ static bool contact_for_a_lease(struct eph_service *svc, uint64_t t0, uint64_t t
         k->contact_since_ns = t1;
     }
     k->last_ok_ns = t1;
-    if (t1 - k->contact_since_ns < lease_ns(svc->cfg))
+    if (t1 - k->contact_since_ns < eph_lease_ns(svc->cfg))
         return false;
     k->waiting = false;
     return true;

@@ -1,11 +1,10 @@
 /*
- * service.c - the service's worker pool: the scheduler (scheduler.h) wired to the run's worker,
- * the shared-store claim and the lease keeper.
+ * service.c - what the service's parts ask of it: a model by id, and the scheduler's queue and
+ * settler (scheduler.h), so that the parts below the worker pool reach them without reaching up.
  */
 #include <errno.h>
 #include <string.h>
 
-#include "run/live.h"
 #include "run/scheduler.h"
 #include "run/service.h"
 
@@ -16,57 +15,6 @@ struct eph_model *eph_service_model(struct eph_service *svc, const char *id)
         if (strcmp(svc->cfg->models[i].id, id) == 0)
             return svc->models[i];
     return NULL;
-}
-
-static void work(void *ctx, const char *run_id)
-{
-    eph_worker_run(ctx, run_id);
-}
-
-static int take_next(void *ctx, const char *const *waiting, size_t nwaiting, char *run_id,
-                     size_t idlen)
-{
-    struct eph_service *svc = ctx;
-    if (atomic_load(&svc->shutting_down))
-        return -ESHUTDOWN;
-    return eph_cluster_take_next(svc, waiting, nwaiting, run_id, idlen);
-}
-
-static void periodic(void *ctx)
-{
-    eph_lease_pass(ctx);
-}
-
-static void cancel_all(void *ctx)
-{
-    struct eph_service *svc = ctx;
-    eph_live_cancel_all(svc->live);
-}
-
-int eph_service_start_workers(struct eph_service *svc)
-{
-    struct eph_scheduler_ops ops = {
-        .ctx = svc,
-        .work = work,
-        .take_next = svc->store->ops->run_claim_next ? take_next : NULL,
-        .periodic = periodic,
-        .cancel_all = cancel_all,
-    };
-    int rc = eph_fence_start(svc);
-    if (rc)
-        return rc;
-    rc = eph_scheduler_start(&ops, svc->cfg->max_concurrent_runs, eph_lease_renew_seconds(svc->cfg),
-                             &svc->sched);
-    if (rc)
-        eph_fence_stop(svc);
-    return rc;
-}
-
-void eph_service_stop_workers(struct eph_service *svc, unsigned grace_seconds)
-{
-    eph_scheduler_stop(svc->sched, grace_seconds);
-    /* Every worker is done: no sandbox is left to fence. */
-    eph_fence_stop(svc);
 }
 
 int eph_service_submit(struct eph_service *svc, const char *run_id)

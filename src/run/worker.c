@@ -36,7 +36,10 @@
 #include "run/event_wire.h"
 #include "run/live.h"
 #include "run/replay_run.h"
+#include "run/fence.h"
+#include "run/lease_span.h"
 #include "run/service.h"
+#include "run/worker.h"
 #include "sandbox/pool.h"
 
 /* 250 ms apart: two minutes of retries. */

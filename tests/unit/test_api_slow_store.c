@@ -35,6 +35,7 @@
 #include "run/live.h"
 #include "run/scheduler.h"
 #include "run/service.h"
+#include "run/worker.h"
 #include "store/store.h"
 #include "store_fixture.h"
 

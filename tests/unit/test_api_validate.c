@@ -18,11 +18,13 @@
 #include "api/api.h"
 #include "api/validate.h"
 #include "common/clock.h"
-#include "daemon/config.h"
 #include "common/money.h"
 #include "common/text.h"
+#include "daemon/config.h"
+#include "run/admit.h"
 #include "run/live.h"
 #include "run/scheduler.h"
+#include "run/worker.h"
 #include "store/store.h"
 #include "store_fixture.h"
 
@@ -657,8 +659,7 @@ static void admit_refused_releases(void **state, bool zdr, const char *id)
     struct eph_event first;
     make_run(f, id, zdr, &r, &first);
     bool queue_failed = false;
-    int rc =
-        eph_api_run_admit(&f->svc, &r, &first, "the prompt", NULL, submit_fails, &queue_failed);
+    int rc = eph_run_admit(&f->svc, &r, &first, "the prompt", NULL, submit_fails, &queue_failed);
     assert_int_equal(rc, -ENOMEM);
     assert_true(queue_failed);
     /* The settler has it, not this (HTTP) thread: until it works on it, the run is stored as
@@ -701,7 +702,7 @@ static void test_admit_queue_failure_without_settler(void **state)
     make_run(f, id, false, &r, &first);
     bool queue_failed = false;
     assert_int_equal(
-        eph_api_run_admit(&f->svc, &r, &first, "the prompt", NULL, submit_fails, &queue_failed),
+        eph_run_admit(&f->svc, &r, &first, "the prompt", NULL, submit_fails, &queue_failed),
         -ENOMEM);
     assert_true(queue_failed);
     assert_int_equal(f->arrived, 0);
@@ -719,7 +720,7 @@ static void test_admit_store_refusal_leaves_nothing_live(void **state)
     r.cost.reserved_micros = 100001; /* more than the balance */
     bool queue_failed = true;
     submitted[0] = '\0';
-    assert_int_equal(eph_api_run_admit(&f->svc, &r, &first, NULL, NULL, submit_ok, &queue_failed),
+    assert_int_equal(eph_run_admit(&f->svc, &r, &first, NULL, NULL, submit_ok, &queue_failed),
                      -EDQUOT);
     assert_false(queue_failed);
     assert_string_equal(submitted, "");
@@ -737,8 +738,7 @@ static void test_admit_ok(void **state)
     struct eph_event first;
     make_run(f, "run_00000000000000000000000000000004", false, &r, &first);
     bool queue_failed = true;
-    assert_int_equal(eph_api_run_admit(&f->svc, &r, &first, NULL, NULL, submit_ok, &queue_failed),
-                     0);
+    assert_int_equal(eph_run_admit(&f->svc, &r, &first, NULL, NULL, submit_ok, &queue_failed), 0);
     assert_false(queue_failed);
     assert_string_equal(submitted, r.id);
     struct eph_live *l = eph_live_get(f->svc.live, r.id);

@@ -25,6 +25,7 @@
 
 #include "common/clock.h"
 #include "common/sink.h"
+#include "run/fence.h"
 #include "run/live.h"
 #include "run/service.h"
 

@@ -25,12 +25,14 @@
 #include "common/buf.h"
 #include "common/clock.h"
 #include "daemon/config.h"
+#include "fake_sandbox.h"
+#include "run/admit.h"
 #include "run/live.h"
 #include "run/service.h"
-#include "store/store.h"
-#include "fake_sandbox.h"
-#include "store_fixture.h"
+#include "run/worker.h"
 #include "sandbox/backend.h"
+#include "store/store.h"
+#include "store_fixture.h"
 
 /* ---- the fake backend, its first file write held open until interrupted ---- */
 
@@ -187,8 +189,7 @@ static void admit_run(struct fixture *f, struct eph_run *r, const char *zdr_prom
     first.message = strdup("budget reserved");
     bool queue_failed = false;
     assert_int_equal(
-        eph_api_run_admit(&f->svc, r, &first, zdr_prompt, zdr_files, submit_nothing, &queue_failed),
-        0);
+        eph_run_admit(&f->svc, r, &first, zdr_prompt, zdr_files, submit_nothing, &queue_failed), 0);
     eph_event_release(&first);
     eph_run_release(r);
 }
