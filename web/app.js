@@ -601,7 +601,7 @@ function runPage(main, runId) {
     perms.replaceChildren(...PERMS(run.permissions || {}, run).map(([k, v]) => h("tr", {}, h("th", { scope: "row" }, k), h("td", {}, v))));
     const u = terminal ? run.usage || {} : {}; // counted at the settlement
     usage.replaceChildren(...[
-      ["Model calls", fmt.thousands(u.model_calls)],
+      ["Model calls", u.model_attempts > u.model_calls ? `${fmt.thousands(u.model_calls)} (${fmt.thousands(u.model_attempts)} attempts)` : fmt.thousands(u.model_calls)],
       ["Tokens", terminal ? `${fmt.thousands(u.total_tokens)} (${fmt.thousands(u.input_tokens)} in, ${fmt.thousands(u.output_tokens)} out)` : "—"],
       ["Shell commands", fmt.thousands(u.shell_commands)],
       ["Web requests", fmt.thousands(u.web_requests)],

@@ -168,7 +168,10 @@ static void meter_record(void *p, const struct eph_model_attempt *a)
                                  eph_tokens_add(u.cache_write_tokens, u.cache_write_1h_tokens));
     uint64_t tokens = eph_tokens_add(in, u.output_tokens);
     struct eph_agent_usage *use = ctx->usage;
-    use->model_calls = eph_tokens_add(use->model_calls, 1);
+    /* A call is counted once, at its first attempt; every attempt is counted apart. */
+    if (a->number == 1)
+        use->model_calls = eph_tokens_add(use->model_calls, 1);
+    use->model_attempts = eph_tokens_add(use->model_attempts, 1);
     use->input_tokens = eph_tokens_add(use->input_tokens, in);
     use->output_tokens = eph_tokens_add(use->output_tokens, u.output_tokens);
     eph_metrics_observe_model_call(a->latency_ns);

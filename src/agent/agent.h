@@ -25,8 +25,9 @@
 
 /* What the loop counts as it goes (the owner copies it into its usage record on progress). */
 struct eph_agent_usage {
-    uint64_t model_calls;
-    uint64_t input_tokens; /* uncached + cached + cache writes */
+    uint64_t model_calls;    /* calls the loop made: a retried call counts once */
+    uint64_t model_attempts; /* requests sent for them, retries included */
+    uint64_t input_tokens;   /* uncached + cached + cache writes */
     uint64_t output_tokens;
     uint64_t shell_commands;
 };

@@ -44,9 +44,10 @@ json_t *eph_run_to_json(const struct eph_run *r, unsigned retention_days)
 
     const struct eph_usage *u = &r->usage;
     json_t *usage = json_pack(
-        "{s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "model_calls", (json_int_t)u->model_calls,
-        "input_tokens", (json_int_t)u->input_tokens, "output_tokens", (json_int_t)u->output_tokens,
-        "total_tokens", (json_int_t)(u->input_tokens + u->output_tokens), "shell_commands",
+        "{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "model_calls", (json_int_t)u->model_calls,
+        "model_attempts", (json_int_t)u->model_attempts, "input_tokens",
+        (json_int_t)u->input_tokens, "output_tokens", (json_int_t)u->output_tokens, "total_tokens",
+        (json_int_t)(u->input_tokens + u->output_tokens), "shell_commands",
         (json_int_t)u->shell_commands, "web_requests", (json_int_t)u->web_requests,
         "connection_requests", (json_int_t)u->connection_requests);
 

@@ -143,11 +143,14 @@ static void print_run(const json_t *run, bool color)
 
     json_t *u = json_object_get(run, "usage");
     if (json_is_object(u)) {
-        char t1[32], t2[32], t3[32];
+        char t1[32], t2[32], t3[32], tries[48] = "";
+        long long calls = num(u, "model_calls"), attempts = num(u, "model_attempts");
+        if (attempts > calls)
+            snprintf(tries, sizeof(tries), " (%lld attempts)", attempts);
         snprintf(buf, sizeof(buf),
-                 "%lld model calls · %s tokens (%s in, %s out) · %lld shell commands · %lld web "
-                 "requests · %lld connection requests",
-                 (long long)num(u, "model_calls"),
+                 "%lld model calls%s · %s tokens (%s in, %s out) · %lld shell commands · %lld "
+                 "web requests · %lld connection requests",
+                 calls, tries,
                  eph_format_thousands(
                      (uint64_t)(num(u, "total_tokens") < 0 ? 0 : num(u, "total_tokens")), t1),
                  eph_format_thousands(

@@ -67,6 +67,16 @@ static const char *run_event_type(enum eph_run_status st)
  * entry is not closed: the run is still running in the store, and a client waiting on it must not
  * be told it ended. The entry is handed back instead (eph_live_abandon): its timeline goes back to
  * what is stored, and the lease keeper, or the next start, settles the run as lost. */
+/* "3 model calls", or "1 model call (4 attempts)" when calls were retried. */
+static void calls_phrase(const struct eph_usage *u, char *buf, size_t len)
+{
+    int n = snprintf(buf, len, "%llu %s", (unsigned long long)u->model_calls,
+                     u->model_calls == 1 ? "model call" : "model calls");
+    if (u->model_attempts > u->model_calls && n > 0 && (size_t)n < len)
+        snprintf(buf + n, len - (size_t)n, " (%llu attempts)",
+                 (unsigned long long)u->model_attempts);
+}
+
 static int settle(struct eph_service *svc, struct eph_live *live, struct eph_run *r,
                   uint64_t last_seq_if_not_live, int64_t lease_expired_before_ms, bool may_retry)
 {
@@ -92,16 +102,15 @@ static int settle(struct eph_service *svc, struct eph_live *live, struct eph_run
     json_t *money = json_pack("{s:I, s:I, s:I}", "reserved_micros", (json_int_t)c->reserved_micros,
                               "charged_micros", (json_int_t)c->charged_micros, "released_micros",
                               (json_int_t)c->released_micros);
-    const char *calls = r->usage.model_calls == 1 ? "model call" : "model calls";
+    char calls[80];
+    calls_phrase(&r->usage, calls, sizeof(calls));
     if (live) {
         if (r->error_message && r->status != EPH_RUN_COMPLETED && !r->zdr)
             eph_live_prepare(live, &ev[0], "run", run_event_type(r->status), run_data,
-                             "%llu %s, %s tokens · %s", (unsigned long long)r->usage.model_calls,
-                             calls, tok, r->error_message);
+                             "%s, %s tokens · %s", calls, tok, r->error_message);
         else
             eph_live_prepare(live, &ev[0], "run", run_event_type(r->status), run_data,
-                             "%llu %s, %s tokens", (unsigned long long)r->usage.model_calls, calls,
-                             tok);
+                             "%s, %s tokens", calls, tok);
         eph_live_prepare(live, &ev[1], "worker", "worker.destroyed", money,
                          "%s charged, %s released", charged, released);
     } else {
@@ -115,8 +124,7 @@ static int settle(struct eph_service *svc, struct eph_live *live, struct eph_run
         snprintf(ev[0].source, sizeof(ev[0].source), "run");
         snprintf(ev[0].type, sizeof(ev[0].type), "%s", run_event_type(r->status));
         ev[0].data = run_data;
-        if (asprintf(&ev[0].message, "%llu %s, %s tokens · %s",
-                     (unsigned long long)r->usage.model_calls, calls, tok,
+        if (asprintf(&ev[0].message, "%s, %s tokens · %s", calls, tok,
                      r->error_message ? r->error_message : "") < 0)
             ev[0].message = NULL;
         snprintf(ev[1].source, sizeof(ev[1].source), "worker");
@@ -378,6 +386,7 @@ static int sink_event(void *ctx, const char *source, const char *type, json_t *d
 static void agent_usage_copy(struct eph_run *r, const struct eph_agent_usage *u)
 {
     r->usage.model_calls = u->model_calls;
+    r->usage.model_attempts = u->model_attempts;
     r->usage.input_tokens = u->input_tokens;
     r->usage.output_tokens = u->output_tokens;
     r->usage.shell_commands = u->shell_commands;
@@ -626,6 +635,7 @@ static int step_agent(struct job *j)
     struct eph_service *svc = j->svc;
     struct eph_run *r = &j->r;
     j->usage = (struct eph_agent_usage){.model_calls = r->usage.model_calls,
+                                        .model_attempts = r->usage.model_attempts,
                                         .input_tokens = r->usage.input_tokens,
                                         .output_tokens = r->usage.output_tokens,
                                         .shell_commands = r->usage.shell_commands};

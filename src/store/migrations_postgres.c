@@ -123,12 +123,18 @@ static const char v5[] =
     "CREATE INDEX runs_org_claimed ON runs(org_id) WHERE node_id IS NOT NULL AND "
     "  status IN ('queued', 'starting', 'running');";
 
+/* SQLite version 11: model calls and attempts counted apart; older rows keep their count (of
+ * attempts) in both. */
+static const char v9[] = "ALTER TABLE runs ADD COLUMN model_attempts BIGINT NOT NULL DEFAULT 0;"
+                         "UPDATE runs SET model_attempts = model_calls;";
+
 const struct eph_migration eph_postgres_migrations[] = {
     {1, "initial schema (SQLite version 3)", v1},
     {2, "web allow-lists, query-parameter credentials (SQLite version 4)", v2},
     {3, "replays (SQLite version 5)", v3},
     {4, "events stored as served (SQLite version 6)", v4},
     {5, "fair claims across orgs (SQLite version 7)", v5},
+    {9, "model attempts apart from calls (SQLite version 11)", v9},
 };
 const unsigned eph_postgres_migrations_count =
     sizeof(eph_postgres_migrations) / sizeof(eph_postgres_migrations[0]);

@@ -137,6 +137,12 @@ static const char v7[] =
     "CREATE INDEX runs_org_claimed ON runs(org_id) WHERE node_id IS NOT NULL AND "
     "  status IN ('queued', 'starting', 'running');";
 
+/* Calls and attempts counted apart (docs/API.md, the run object's usage): a retried model call
+ * counts once in model_calls and once per request in model_attempts. Before, model_calls counted
+ * attempts; older rows keep that count in both. */
+static const char v11[] = "ALTER TABLE runs ADD COLUMN model_attempts INTEGER NOT NULL DEFAULT 0;"
+                          "UPDATE runs SET model_attempts = model_calls;";
+
 const struct eph_migration eph_sqlite_migrations[] = {
     {1, "initial schema", v1},
     {2, "key prefixes, connections", v2},
@@ -145,6 +151,7 @@ const struct eph_migration eph_sqlite_migrations[] = {
     {5, "replays", v5},
     {6, "events stored as served", v6},
     {7, "fair claims across orgs", v7},
+    {11, "model attempts apart from calls", v11},
 };
 const unsigned eph_sqlite_migrations_count =
     sizeof(eph_sqlite_migrations) / sizeof(eph_sqlite_migrations[0]);

@@ -1161,7 +1161,7 @@ static int pg_run_insert(struct eph_store *base, const struct eph_run *r,
     "error_message, model_calls, input_tokens, output_tokens, shell_commands, web_requests, "      \
     "connection_requests, reserved_micros, model_micros, web_micros, compute_micros, "             \
     "charged_micros, released_micros, sandbox_backend, vcpus, memory_mib, log_expires_at, "        \
-    "log_purged, node_id, lease_expires_at, web_allow, replay_of, divergences"
+    "log_purged, node_id, lease_expires_at, web_allow, replay_of, divergences, model_attempts"
 
 static void row_to_run(const PGresult *res, int i, struct eph_run *r)
 {
@@ -1207,6 +1207,7 @@ static void row_to_run(const PGresult *res, int i, struct eph_run *r)
     r->web_allow = col_json(res, i, 38);
     r->replay_of = col_strdup(res, i, 39);
     r->divergences = (uint64_t)col_i64(res, i, 40);
+    r->usage.model_attempts = (uint64_t)col_i64(res, i, 41);
 }
 
 static int pg_run_get(struct eph_store *base, const char *id, const char *org_id,
@@ -1331,13 +1332,15 @@ static int pg_run_progress(struct eph_store *base, const struct eph_run *r)
     struct params p = {0};
     p_usage_cost(&p, r);
     p_text(&p, r->id);
+    p_i64(&p, (int64_t)r->usage.model_attempts);
     unsigned long n = 0;
     return WITH_CONN(s, changed_once(s, c,
                                      "UPDATE runs SET model_calls = $1, input_tokens = $2, "
                                      "output_tokens = $3, shell_commands = $4, web_requests = $5, "
                                      "connection_requests = $6, model_micros = $7, "
-                                     "web_micros = $8, compute_micros = $9 WHERE id = $10 AND "
-                                     "status IN ('queued', 'starting', 'running')",
+                                     "web_micros = $8, compute_micros = $9, model_attempts = $11 "
+                                     "WHERE id = $10 AND status IN ('queued', 'starting', "
+                                     "'running')",
                                      &p, &n, "run progress"));
 }
 
@@ -1363,6 +1366,7 @@ static int run_finish_once(struct pg_store *s, struct pg_conn *c, const struct e
     p_text(&p, r->id);
     p_i64(&p, f->lease_expired_before_ms);
     p_i64(&p, (int64_t)r->divergences);
+    p_i64(&p, (int64_t)r->usage.model_attempts);
     unsigned long n = 0;
     if ((rc = run(s, c,
                   "UPDATE runs SET status = $1, finished_at = $2, result = $3, error_type = $4, "
@@ -1371,7 +1375,8 @@ static int run_finish_once(struct pg_store *s, struct pg_conn *c, const struct e
                   "connection_requests = $12, model_micros = $13, web_micros = $14, "
                   "compute_micros = $15, charged_micros = $16, released_micros = $17, "
                   "log_expires_at = $18, started_at = COALESCE(started_at, $19), "
-                  "sandbox_backend = COALESCE($20, sandbox_backend), divergences = $23 "
+                  "sandbox_backend = COALESCE($20, sandbox_backend), divergences = $23, "
+                  "model_attempts = $24 "
                   "WHERE id = $21 AND status IN ('queued', 'starting', 'running') "
                   "AND ($22::bigint = 0 OR lease_expires_at < $22::bigint)",
                   &p, NULL, &n, "run finish")))

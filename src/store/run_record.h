@@ -29,8 +29,9 @@ enum eph_run_status {
 };
 
 struct eph_usage {
-    uint64_t model_calls;
-    uint64_t input_tokens; /* uncached + cached */
+    uint64_t model_calls;    /* a retried call counts once */
+    uint64_t model_attempts; /* requests sent, retries included */
+    uint64_t input_tokens;   /* uncached + cached */
     uint64_t output_tokens;
     uint64_t shell_commands;
     uint64_t web_requests;

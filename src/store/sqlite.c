@@ -1119,7 +1119,7 @@ static int sq_run_insert(struct eph_store *base, const struct eph_run *r,
     "error_message, model_calls, input_tokens, output_tokens, shell_commands, web_requests, "      \
     "connection_requests, reserved_micros, model_micros, web_micros, compute_micros, "             \
     "charged_micros, released_micros, sandbox_backend, vcpus, memory_mib, log_expires_at, "        \
-    "log_purged, node_id, lease_expires_at, web_allow, replay_of, divergences"
+    "log_purged, node_id, lease_expires_at, web_allow, replay_of, divergences, model_attempts"
 
 static void row_to_run(sqlite3_stmt *st, struct eph_run *r)
 {
@@ -1166,6 +1166,7 @@ static void row_to_run(sqlite3_stmt *st, struct eph_run *r)
     r->web_allow = col_json(st, 38);
     r->replay_of = col_strdup(st, 39);
     r->divergences = (uint64_t)sqlite3_column_int64(st, 40);
+    r->usage.model_attempts = (uint64_t)sqlite3_column_int64(st, 41);
 }
 
 static int sq_run_get(struct eph_store *base, const char *id, const char *org_id,
@@ -1329,12 +1330,13 @@ static int sq_run_progress(struct eph_store *base, const struct eph_run *r)
     int rc = prepare(s,
                      "UPDATE runs SET model_calls = ?, input_tokens = ?, output_tokens = ?, "
                      "shell_commands = ?, web_requests = ?, connection_requests = ?, "
-                     "model_micros = ?, web_micros = ?, compute_micros = ? WHERE id = ? AND "
-                     "status IN ('queued', 'starting', 'running')",
+                     "model_micros = ?, web_micros = ?, compute_micros = ?, model_attempts = ?11 "
+                     "WHERE id = ?10 AND status IN ('queued', 'starting', 'running')",
                      &st);
     if (!rc) {
         bind_usage_cost(st, 1, r);
         sqlite3_bind_text(st, 10, r->id, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_int64(st, 11, (sqlite3_int64)r->usage.model_attempts);
         rc = step_done(s, st, "run progress");
     }
     pthread_mutex_unlock(&s->lock);
@@ -1366,7 +1368,8 @@ static int sq_run_finish(struct eph_store *base, const struct eph_run_final *f)
                  "connection_requests = ?, model_micros = ?, web_micros = ?, compute_micros = ?, "
                  "charged_micros = ?, released_micros = ?, log_expires_at = ?, "
                  "started_at = COALESCE(started_at, ?), "
-                 "sandbox_backend = COALESCE(?, sandbox_backend), divergences = ?23 "
+                 "sandbox_backend = COALESCE(?, sandbox_backend), divergences = ?23, "
+                 "model_attempts = ?24 "
                  "WHERE id = ?21 AND status IN ('queued', 'starting', 'running') "
                  "AND (?22 = 0 OR lease_expires_at < ?22)",
                  &st);
@@ -1387,6 +1390,7 @@ static int sq_run_finish(struct eph_store *base, const struct eph_run_final *f)
     sqlite3_bind_text(st, 21, r->id, -1, SQLITE_TRANSIENT);
     sqlite3_bind_int64(st, 22, f->lease_expired_before_ms);
     sqlite3_bind_int64(st, 23, (int64_t)r->divergences);
+    sqlite3_bind_int64(st, 24, (sqlite3_int64)r->usage.model_attempts);
     if ((rc = step_done(s, st, "run finish")))
         goto fail;
     if (sqlite3_changes(s->db) == 0) {

@@ -100,7 +100,8 @@ for f in op an; do
     assert_eq "$(jq '.[0].usage_missing' <<<"$EV")" true "$n: the cut attempt's usage is missing"
     assert_eq "$(jq '.[0].cost_micros == .[0].earmark_micros' <<<"$EV")" true "$n: charged its earmark"
     assert_eq "$(jq '[.[] | .cost_micros] | add' <<<"$EV")" "$(jq .cost.model_micros <<<"$RUN")" "$n: model cost"
-    assert_eq "$(jq .usage.model_calls <<<"$RUN")" 2 "$n: both attempts in usage"
+    assert_eq "$(jq .usage.model_calls <<<"$RUN")" 1 "$n: one call in usage"
+    assert_eq "$(jq .usage.model_attempts <<<"$RUN")" 2 "$n: both attempts in usage"
 
     n=held_$f
     finished "$n"

@@ -38,7 +38,8 @@ assert_eq "$(jq '.[0].cost_micros' <<<"$ev")" 0 "oa: an error status is not char
 # The success: 1000 in at $1/Mtok + 100 out at $2/Mtok.
 assert_eq "$(jq '.[1].cost_micros' <<<"$ev")" 1200 "oa cost"
 assert_eq "$(jq .cost.model_micros <<<"$run")" 1200 "oa model cost"
-assert_eq "$(jq .usage.model_calls <<<"$run")" 2 "oa: both attempts count in usage"
+assert_eq "$(jq .usage.model_calls <<<"$run")" 1 "oa: one call in usage"
+assert_eq "$(jq .usage.model_attempts <<<"$run")" 2 "oa: both attempts in usage"
 check_settled "$run"
 
 run=$(run_wait "$an_id")
@@ -76,6 +77,9 @@ ev=$(attempts "$down_id")
 assert_eq "$(jq -c '[.[] | .outcome] | unique' <<<"$ev")" '["http_error"]' "down: four http errors"
 assert_eq "$(jq length <<<"$ev")" 4 "down: four events"
 assert_eq "$(jq .cost.model_micros <<<"$run")" 0 "down: nothing billed, nothing charged"
-assert_eq "$(jq .usage.model_calls <<<"$run")" 4 "down: four attempts in usage"
+assert_eq "$(jq .usage.model_calls <<<"$run")" 1 "down: one call in usage"
+assert_eq "$(jq .usage.model_attempts <<<"$run")" 4 "down: four attempts in usage"
+assert_contains "$(run_events "$down_id" | jq -r '.data[] | select(.type == "run.failed") | .message')" \
+    "1 model call (4 attempts)" "down: the closing event counts them apart"
 check_settled "$run"
 echo "retries ok"

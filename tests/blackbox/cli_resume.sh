@@ -68,7 +68,7 @@ RUN = {
     "result": "1. Prime script output: 2 3 5 7 11 13 17 19 23 29 31 37 41 43 47\n"
               "The network call did not succeed.",
     "error": None,
-    "usage": {"model_calls": 3, "input_tokens": 4811, "output_tokens": 403, "total_tokens": 5214,
+    "usage": {"model_calls": 3, "model_attempts": 5, "input_tokens": 4811, "output_tokens": 403, "total_tokens": 5214,
               "shell_commands": 4, "web_requests": 0, "connection_requests": 0},
     "cost": {"reserved_micros": 40000, "model_micros": 330, "web_micros": 0, "compute_micros": 3200,
              "charged_micros": 3530, "released_micros": 36470},
@@ -254,7 +254,7 @@ assert_eq "$(printf '%s\n' "$out" | labels)" "$expected_labels" "watch timeline"
 
 # The text commands.
 out=$("$EPH" get "$RUN") || fail "get"
-assert_contains "$out" "Usage        3 model calls · 5,214 tokens (4,811 in, 403 out)" "get usage"
+assert_contains "$out" "Usage        3 model calls (5 attempts) · 5,214 tokens (4,811 in, 403 out)" "get usage"
 assert_contains "$out" "Cost         [██░░░░░░░░░░░░░░░░░░] \$0.00353 of \$0.04 charged · \$0.03647 released" "get cost bar"
 assert_contains "$out" "Finished     2026-10-07T15:02:04.360Z (16.24 s after creation)" "get duration"
 out=$("$EPH" list --limit 5 --status completed) || fail "list"

@@ -691,6 +691,7 @@ static void test_loop_records_turns(void **state)
     assert_string_equal(out.result, "all done");
     free(out.result);
     assert_int_equal(x->usage.model_calls, 2);
+    assert_int_equal(x->usage.model_attempts, 2); /* no retries: one attempt a call */
     assert_int_equal(x->usage.input_tokens, 200);
     assert_int_equal(x->usage.output_tokens, 20);
     assert_true(progress_calls > 0);

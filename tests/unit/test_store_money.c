@@ -1,6 +1,6 @@
-/* The store's running balance, the overflow rule, and run leases (claim, renewal as the compute
- * checkpoint, expiry, settlement exactly once by another node), against SQLite or, under
- * tests/blackbox/store_postgres.sh, PostgreSQL. */
+/* The store's running balance, the overflow rule, run leases (claim, renewal as the compute
+ * checkpoint, expiry, settlement exactly once by another node) and usage kept, against SQLite or,
+ * under tests/blackbox/store_postgres.sh, PostgreSQL. */
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -202,6 +202,32 @@ static void test_expired_lease_settled_exactly_once(void **state)
     eph_run_release(&copy);
 }
 
+/* Calls and attempts are kept apart through progress and settlement: a retried call counts once
+ * in model_calls and once per request in model_attempts. */
+static void test_calls_and_attempts_kept_apart(void **state)
+{
+    struct store_fixture *f = *state;
+    struct eph_store *st = f->st;
+    struct eph_run r, got;
+    make_run(&r, f->org, 10000);
+    assert_int_equal(st->ops->run_insert(st, &r, NULL), 0);
+    r.usage.model_calls = 1;
+    r.usage.model_attempts = 3;
+    assert_int_equal(st->ops->run_progress(st, &r), 0);
+    assert_int_equal(st->ops->run_get(st, r.id, NULL, &got), 0);
+    assert_int_equal(got.usage.model_calls, 1);
+    assert_int_equal(got.usage.model_attempts, 3);
+    eph_run_release(&got);
+    r.usage.model_calls = 2;
+    r.usage.model_attempts = 5;
+    settle(st, &r, 100, 0, 0);
+    assert_int_equal(st->ops->run_get(st, r.id, NULL, &got), 0);
+    assert_int_equal(got.usage.model_calls, 2);
+    assert_int_equal(got.usage.model_attempts, 5);
+    eph_run_release(&got);
+    eph_run_release(&r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -210,6 +236,7 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_lease_claim_renew_and_checkpoint, setup, teardown),
         cmocka_unit_test_setup_teardown(test_expired_lease_settled_exactly_once, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_calls_and_attempts_kept_apart, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
