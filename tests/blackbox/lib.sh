@@ -23,12 +23,29 @@ assert_contains() { # haystack needle what
 assert_not_contains() {
     case "$1" in *"$2"*) fail "$3: '$2' unexpectedly found" ;; *) ;; esac
 }
+# The logs in $TEST_TMP that hold a sanitizer's report (a build with SANITIZE=...): a server's
+# error, undefined behaviour or leak fails the test that ran it, whatever the test asserted.
+sanitizer_reports() {
+    [ -d "${TEST_TMP:-}" ] || return 0
+    grep -rIlE --include='*.log' -e 'ERROR: (Address|Leak|Thread|Memory)Sanitizer' \
+        -e ': runtime error: ' "$TEST_TMP" 2>/dev/null
+}
 _cleanup() {
     for p in "${_pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
     for p in "${_pids[@]}"; do
         for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
         kill -KILL "$p" 2>/dev/null
     done
+    local f reports
+    reports=$(sanitizer_reports)
+    if [ -n "$reports" ]; then
+        for f in $reports; do
+            echo "FAIL: a sanitizer report in ${f#"$TEST_TMP"/}:" >&2
+            grep -E -A40 -e 'ERROR: (Address|Leak|Thread|Memory)Sanitizer' -e ': runtime error: ' \
+                "$f" | head -n 120 >&2
+        done
+        exit 1
+    fi
     return 0
 }
 trap _cleanup EXIT
