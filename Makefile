@@ -239,7 +239,8 @@ format:
 
 # The whole-library drivers compile the seccomp filter's source: it includes the generated header.
 fuzz: deps $(SECCOMP_BPF_H)
-	$(Q)FUZZ_GEN_DIR=$(OBJ)/gen tests/fuzz/run.sh
+	$(Q)FUZZ_GEN_DIR=$(OBJ)/gen FUZZ_DAEMON_SRC="$(filter-out $(COMMON_SRC),$(DAEMON_LIB_SRC))" \
+	    tests/fuzz/run.sh
 
 clean:
 	rm -rf $(BUILD)

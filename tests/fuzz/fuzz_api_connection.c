@@ -12,6 +12,13 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
+/* The field names the structure-aware mutator adds (json_mutator.h). */
+#define JSON_MUTATOR_KEYS                                                                          \
+    {                                                                                              \
+        "name", "base_url", "headers", "query", "methods", "path_prefixes"                         \
+    }
+#include "json_mutator.h"
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     json_t *body =

@@ -15,6 +15,15 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
+/* The field names the structure-aware mutator adds (json_mutator.h). */
+#define JSON_MUTATOR_KEYS                                                                          \
+    {                                                                                              \
+        "prompt", "model", "shell", "web", "connections", "files", "timeout_seconds",              \
+            "max_cost_micros", "zero_data_retention", "metadata", "replay_of", "allow", "path",    \
+            "content", "transcript"                                                                \
+    }
+#include "json_mutator.h"
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     static struct eph_config cfg;

@@ -14,9 +14,14 @@ mkdir -p "$out"
 command -v "$CLANG" >/dev/null || { echo "fuzz: clang not found" >&2; exit 1; }
 
 # Every source of the server but its two mains and src/common (always taken): the Makefile's
-# DAEMON_LIB_SRC.
+# DAEMON_LIB_SRC, which `make fuzz` passes (FUZZ_DAEMON_SRC), so that the two cannot drift apart;
+# run by hand, the same list made here.
 daemon_sources() {
-    (cd "$top" && ls src/guest/protocol.c src/store/*.c src/ledger/*.c src/run/*.c \
+    if [ -n "${FUZZ_DAEMON_SRC:-}" ]; then
+        echo "$FUZZ_DAEMON_SRC"
+        return
+    fi
+    (cd "$top" && ls src/guest/protocol.c src/guest/seccomp.c src/store/*.c src/ledger/*.c src/run/*.c \
         src/agent/*.c src/sandbox/*.c src/sandbox/namespaces/*.c src/api/*.c src/daemon/*.c \
         $(ls -d src/broker 2>/dev/null | sed 's|$|/*.c|') | grep -v -e '^src/daemon/main\.c$' \
         -e '^src/daemon/sandbox_main\.c$' | tr '\n' ' ')
@@ -74,12 +79,14 @@ whole_library() {
     case "$1" in fuzz_api_* | fuzz_config) return 0 ;; *) return 1 ;; esac
 }
 daemon_lib() {
-    local lib=$out/daemon.a objdir=$out/daemon-obj src o objs=
+    local lib=$out/daemon.a objdir=$out/daemon-obj src o objs= list
+    # Built again when a source changed or the list of sources did.
+    list="$(cd "$top" && ls src/common/*.c) $(daemon_sources)"
     [ -f "$lib" ] && [ -z "$(cd "$top" && find src -name '*.[ch]' -newer "$lib" | head -n 1)" ] &&
-        return 0
+        [ "$(cat "$out/daemon.list" 2>/dev/null)" = "$list" ] && return 0
     echo "fuzz: building the server's library"
     mkdir -p "$objdir"
-    for src in $(cd "$top" && ls src/common/*.c) $(daemon_sources); do
+    for src in $list; do
         o=$objdir/$(echo "$src" | tr / _).o
         # shellcheck disable=SC2086
         (cd "$top" && "$CLANG" $FUZZ_CFLAGS -fsanitize=fuzzer-no-link,address,undefined -c \
@@ -88,7 +95,7 @@ daemon_lib() {
     done
     rm -f "$lib"
     # shellcheck disable=SC2086
-    ar rcs "$lib" $objs
+    ar rcs "$lib" $objs && printf '%s' "$list" >"$out/daemon.list"
 }
 
 status=0
