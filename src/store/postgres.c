@@ -384,6 +384,44 @@ static void col_copy(const PGresult *r, int row, int col, char *out, size_t outl
 
 /* ---- open / close ---- */
 
+struct pg_migrator {
+    struct pg_store *s;
+    struct pg_conn *c;
+};
+
+static int mg_recorded(void *db, int version)
+{
+    struct pg_migrator *m = db;
+    struct params p = {0};
+    p_i64(&p, version);
+    PGresult *have = NULL;
+    int rc = run(m->s, m->c, "SELECT 1 FROM schema_migrations WHERE version = $1::integer", &p,
+                 &have, NULL, "migration check");
+    if (rc)
+        return rc;
+    int n = PQntuples(have);
+    PQclear(have);
+    return n ? 1 : 0;
+}
+
+static int mg_apply(void *db, const struct eph_migration *mig)
+{
+    struct pg_migrator *m = db;
+    PGresult *r = PQexec(m->c->c, mig->sql);
+    int rc = PQresultStatus(r) == PGRES_COMMAND_OK ? 0 : pg_err(m->c, r, mig->name);
+    PQclear(r);
+    if (rc)
+        return rc;
+    struct params q = {0};
+    p_i64(&q, mig->version);
+    p_text(&q, mig->name);
+    p_i64(&q, eph_clock_real_ms());
+    return run(m->s, m->c, "INSERT INTO schema_migrations VALUES ($1, $2, $3)", &q, NULL, NULL,
+               "record migration");
+}
+
+/* Every migration in one transaction, under an advisory lock, so that nodes starting together
+ * apply each once. */
 static int apply_migrations(struct pg_store *s, struct pg_conn *c)
 {
     int rc = begin(s, c);
@@ -400,32 +438,10 @@ static int apply_migrations(struct pg_store *s, struct pg_conn *c)
         rc = PQresultStatus(r) == PGRES_COMMAND_OK ? 0 : pg_err(c, r, "schema_migrations");
         PQclear(r);
     }
-    for (unsigned i = 0; !rc && i < eph_postgres_migrations_count; i++) {
-        const struct eph_migration *m = &eph_postgres_migrations[i];
-        struct params p = {0};
-        p_i64(&p, m->version);
-        PGresult *have = NULL;
-        if ((rc = run(s, c, "SELECT 1 FROM schema_migrations WHERE version = $1::integer", &p,
-                      &have, NULL, "migration check")))
-            break;
-        int n = PQntuples(have);
-        PQclear(have);
-        if (n)
-            continue;
-        r = PQexec(c->c, m->sql);
-        rc = PQresultStatus(r) == PGRES_COMMAND_OK ? 0 : pg_err(c, r, m->name);
-        PQclear(r);
-        if (rc)
-            break;
-        struct params q = {0};
-        p_i64(&q, m->version);
-        p_text(&q, m->name);
-        p_i64(&q, eph_clock_real_ms());
-        if ((rc = run(s, c, "INSERT INTO schema_migrations VALUES ($1, $2, $3)", &q, NULL, NULL,
-                      "record migration")))
-            break;
-        EPH_INFO("store", "applied migration %d (%s)", m->version, m->name);
-    }
+    struct pg_migrator pm = {.s = s, .c = c};
+    const struct eph_migrator mg = {.db = &pm, .recorded = mg_recorded, .apply = mg_apply};
+    if (!rc)
+        rc = eph_migrations_run(&mg, eph_postgres_migrations, eph_postgres_migrations_count);
     if (!rc)
         rc = commit(s, c);
     if (rc)

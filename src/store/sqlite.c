@@ -271,6 +271,50 @@ static json_t *col_json(sqlite3_stmt *st, int i)
     return json_loads((const char *)t, JSON_DECODE_ANY, NULL);
 }
 
+static int mg_recorded(void *db, int version)
+{
+    struct sq_conn *s = db;
+    sqlite3_stmt *st;
+    int rc = prepare(s, "SELECT 1 FROM schema_migrations WHERE version = ?", &st);
+    if (rc)
+        return rc;
+    sqlite3_bind_int(st, 1, version);
+    int r = sqlite3_step(st);
+    rc = r == SQLITE_ROW ? 1 : r == SQLITE_DONE ? 0 : db_err(s, r, "migration check");
+    done(st);
+    return rc;
+}
+
+static int mg_apply(void *db, const struct eph_migration *m)
+{
+    struct sq_conn *s = db;
+    sqlite3_stmt *st;
+    int rc = exec_sql(s, m->sql, m->name);
+    if (!rc && !(rc = prepare(s, "INSERT INTO schema_migrations VALUES (?, ?, ?)", &st))) {
+        sqlite3_bind_int(st, 1, m->version);
+        sqlite3_bind_text(st, 2, m->name, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 3, eph_clock_real_ms());
+        rc = step_done(s, st, "record migration");
+    }
+    return rc;
+}
+
+static int mg_begin(void *db)
+{
+    return begin(db);
+}
+
+static int mg_commit(void *db)
+{
+    return commit(db);
+}
+
+static void mg_rollback(void *db)
+{
+    rollback(db);
+}
+
+/* Each migration in a transaction of its own. */
 static int apply_migrations(struct sq_conn *s)
 {
     int rc = exec_sql(s,
@@ -280,36 +324,13 @@ static int apply_migrations(struct sq_conn *s)
                       "schema_migrations");
     if (rc)
         return rc;
-    for (unsigned i = 0; i < eph_sqlite_migrations_count; i++) {
-        const struct eph_migration *m = &eph_sqlite_migrations[i];
-        sqlite3_stmt *st;
-        if ((rc = prepare(s, "SELECT 1 FROM schema_migrations WHERE version = ?", &st)))
-            return rc;
-        sqlite3_bind_int(st, 1, m->version);
-        int have = sqlite3_step(st) == SQLITE_ROW;
-        done(st);
-        if (have)
-            continue;
-        if ((rc = begin(s)))
-            return rc;
-        if ((rc = exec_sql(s, m->sql, m->name))) {
-            rollback(s);
-            return rc;
-        }
-        if ((rc = prepare(s, "INSERT INTO schema_migrations VALUES (?, ?, ?)", &st))) {
-            rollback(s);
-            return rc;
-        }
-        sqlite3_bind_int(st, 1, m->version);
-        sqlite3_bind_text(st, 2, m->name, -1, SQLITE_STATIC);
-        sqlite3_bind_int64(st, 3, eph_clock_real_ms());
-        if ((rc = step_done(s, st, "record migration")) || (rc = commit(s))) {
-            rollback(s);
-            return rc;
-        }
-        EPH_INFO("store", "applied migration %d (%s)", m->version, m->name);
-    }
-    return 0;
+    const struct eph_migrator mg = {.db = s,
+                                    .recorded = mg_recorded,
+                                    .apply = mg_apply,
+                                    .begin = mg_begin,
+                                    .commit = mg_commit,
+                                    .rollback = mg_rollback};
+    return eph_migrations_run(&mg, eph_sqlite_migrations, eph_sqlite_migrations_count);
 }
 
 static void conn_close(struct sq_conn *c)
