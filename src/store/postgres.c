@@ -31,6 +31,7 @@
 #include "common/id.h"
 #include "common/log.h"
 #include "store/migrations.h"
+#include "store/run_row.h"
 #include "store/store.h"
 
 #define STMT_CACHE 64
@@ -1171,59 +1172,21 @@ static int pg_run_insert(struct eph_store *base, const struct eph_run *r,
     return pg_run_insert_capped(base, r, first, 0);
 }
 
-#define RUN_COLUMNS                                                                                \
-    "id, org_id, status, model, prompt, files, connections, metadata, shell, web, zdr, "           \
-    "timeout_seconds, created_at, started_at, finished_at, result, error_type, error_code, "       \
-    "error_message, model_calls, input_tokens, output_tokens, shell_commands, web_requests, "      \
-    "connection_requests, reserved_micros, model_micros, web_micros, compute_micros, "             \
-    "charged_micros, released_micros, sandbox_backend, vcpus, memory_mib, log_expires_at, "        \
-    "log_purged, node_id, lease_expires_at, web_allow, replay_of, divergences, model_attempts"
+static const char *pg_row_text(const struct eph_row *row, int col)
+{
+    const PGresult *res = row->impl;
+    return isnull(res, row->row, col) ? NULL : val(res, row->row, col);
+}
+
+static int64_t pg_row_i64(const struct eph_row *row, int col)
+{
+    return col_i64(row->impl, row->row, col);
+}
 
 static void row_to_run(const PGresult *res, int i, struct eph_run *r)
 {
-    eph_run_init(r);
-    col_copy(res, i, 0, r->id, sizeof(r->id));
-    col_copy(res, i, 1, r->org_id, sizeof(r->org_id));
-    eph_run_status_parse(val(res, i, 2), &r->status);
-    r->model = col_strdup(res, i, 3);
-    r->prompt = col_strdup(res, i, 4);
-    r->files = col_json(res, i, 5);
-    r->connections = col_json(res, i, 6);
-    r->metadata = col_json(res, i, 7);
-    r->shell = col_i64(res, i, 8);
-    r->web = col_i64(res, i, 9);
-    r->zdr = col_i64(res, i, 10);
-    r->timeout_seconds = (unsigned)col_i64(res, i, 11);
-    r->created_at_ms = col_i64(res, i, 12);
-    r->started_at_ms = col_i64(res, i, 13);
-    r->finished_at_ms = col_i64(res, i, 14);
-    r->result = col_strdup(res, i, 15);
-    r->error_type = col_strdup(res, i, 16);
-    r->error_code = col_strdup(res, i, 17);
-    r->error_message = col_strdup(res, i, 18);
-    r->usage.model_calls = (uint64_t)col_i64(res, i, 19);
-    r->usage.input_tokens = (uint64_t)col_i64(res, i, 20);
-    r->usage.output_tokens = (uint64_t)col_i64(res, i, 21);
-    r->usage.shell_commands = (uint64_t)col_i64(res, i, 22);
-    r->usage.web_requests = (uint64_t)col_i64(res, i, 23);
-    r->usage.connection_requests = (uint64_t)col_i64(res, i, 24);
-    r->cost.reserved_micros = col_i64(res, i, 25);
-    r->cost.model_micros = col_i64(res, i, 26);
-    r->cost.web_micros = col_i64(res, i, 27);
-    r->cost.compute_micros = col_i64(res, i, 28);
-    r->cost.charged_micros = col_i64(res, i, 29);
-    r->cost.released_micros = col_i64(res, i, 30);
-    r->sandbox_backend = col_strdup(res, i, 31);
-    r->vcpus = (unsigned)col_i64(res, i, 32);
-    r->memory_mib = (unsigned)col_i64(res, i, 33);
-    r->log_expires_at_ms = col_i64(res, i, 34);
-    r->log_purged = col_i64(res, i, 35);
-    col_copy(res, i, 36, r->node_id, sizeof(r->node_id));
-    r->lease_expires_at_ms = col_i64(res, i, 37);
-    r->web_allow = col_json(res, i, 38);
-    r->replay_of = col_strdup(res, i, 39);
-    r->divergences = (uint64_t)col_i64(res, i, 40);
-    r->usage.model_attempts = (uint64_t)col_i64(res, i, 41);
+    const struct eph_row row = {.impl = res, .row = i, .text = pg_row_text, .i64 = pg_row_i64};
+    eph_run_from_row(&row, r);
 }
 
 static int pg_run_get(struct eph_store *base, const char *id, const char *org_id,
@@ -1233,8 +1196,8 @@ static int pg_run_get(struct eph_store *base, const char *id, const char *org_id
     struct params p = {0};
     p_text(&p, id);
     PGresult *r = NULL;
-    int rc = WITH_CONN(
-        s, select_once(s, c, "SELECT " RUN_COLUMNS " FROM runs WHERE id = $1", &p, &r, "run get"));
+    int rc = WITH_CONN(s, select_once(s, c, "SELECT " EPH_RUN_COLUMNS " FROM runs WHERE id = $1",
+                                      &p, &r, "run get"));
     if (!rc) {
         /* Another org's run is indistinguishable from no run at all. */
         if (!PQntuples(r) || (org_id && strcmp(val(r, 0, 1), org_id) != 0))
@@ -1246,7 +1209,7 @@ static int pg_run_get(struct eph_store *base, const char *id, const char *org_id
     return rc;
 }
 
-/* Runs the rows of a SELECT RUN_COLUMNS result through cb, at most limit (0: all). */
+/* Runs the rows of a SELECT EPH_RUN_COLUMNS result through cb, at most limit (0: all). */
 static int each_run(PGresult *res, unsigned limit, eph_run_cb cb, void *ctx, bool *has_more)
 {
     int n = PQntuples(res), rc = 0;
@@ -1278,7 +1241,7 @@ static int pg_run_list(struct eph_store *base, const char *org_id, unsigned limi
     PGresult *r = NULL;
     int rc = WITH_CONN(
         s, select_once(s, c,
-                       "SELECT " RUN_COLUMNS " FROM runs WHERE org_id = $1"
+                       "SELECT " EPH_RUN_COLUMNS " FROM runs WHERE org_id = $1"
                        " AND ($2::text IS NULL OR status = $2::text)"
                        " AND ($3::text IS NULL OR (created_at, seq) < "
                        "  (SELECT created_at, seq FROM runs WHERE id = $3::text AND org_id = $1))"
@@ -1300,7 +1263,7 @@ static int pg_runs_in_state(struct eph_store *base, enum eph_run_status state, e
     p_text(&p, eph_run_status_name(state));
     PGresult *r = NULL;
     int rc = WITH_CONN(s, select_once(s, c,
-                                      "SELECT " RUN_COLUMNS
+                                      "SELECT " EPH_RUN_COLUMNS
                                       " FROM runs WHERE status = $1 ORDER BY created_at, seq",
                                       &p, &r, "runs in state"));
     if (!rc)
@@ -1471,7 +1434,7 @@ static int pg_runs_lease_expired(struct eph_store *base, int64_t now_ms, eph_run
     PGresult *r = NULL;
     int rc =
         WITH_CONN_URGENT(s, select_once(s, c,
-                                        "SELECT " RUN_COLUMNS " FROM runs WHERE status IN "
+                                        "SELECT " EPH_RUN_COLUMNS " FROM runs WHERE status IN "
                                         "('queued', 'starting', 'running') AND node_id IS NOT NULL "
                                         "AND lease_expires_at < $1 ORDER BY created_at, seq",
                                         &p, &r, "expired leases"));

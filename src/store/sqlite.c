@@ -25,6 +25,7 @@
 #include "common/id.h"
 #include "common/log.h"
 #include "store/migrations.h"
+#include "store/run_row.h"
 #include "store/store.h"
 
 #define STMT_CACHE 64
@@ -1134,60 +1135,20 @@ static int sq_run_insert(struct eph_store *base, const struct eph_run *r,
     return sq_run_insert_capped(base, r, first, 0);
 }
 
-#define RUN_COLUMNS                                                                                \
-    "id, org_id, status, model, prompt, files, connections, metadata, shell, web, zdr, "           \
-    "timeout_seconds, created_at, started_at, finished_at, result, error_type, error_code, "       \
-    "error_message, model_calls, input_tokens, output_tokens, shell_commands, web_requests, "      \
-    "connection_requests, reserved_micros, model_micros, web_micros, compute_micros, "             \
-    "charged_micros, released_micros, sandbox_backend, vcpus, memory_mib, log_expires_at, "        \
-    "log_purged, node_id, lease_expires_at, web_allow, replay_of, divergences, model_attempts"
+static const char *sq_row_text(const struct eph_row *row, int col)
+{
+    return (const char *)sqlite3_column_text((sqlite3_stmt *)row->impl, col);
+}
+
+static int64_t sq_row_i64(const struct eph_row *row, int col)
+{
+    return sqlite3_column_int64((sqlite3_stmt *)row->impl, col);
+}
 
 static void row_to_run(sqlite3_stmt *st, struct eph_run *r)
 {
-    eph_run_init(r);
-    snprintf(r->id, sizeof(r->id), "%s", sqlite3_column_text(st, 0));
-    snprintf(r->org_id, sizeof(r->org_id), "%s", sqlite3_column_text(st, 1));
-    eph_run_status_parse((const char *)sqlite3_column_text(st, 2), &r->status);
-    r->model = col_strdup(st, 3);
-    r->prompt = col_strdup(st, 4);
-    r->files = col_json(st, 5);
-    r->connections = col_json(st, 6);
-    r->metadata = col_json(st, 7);
-    r->shell = sqlite3_column_int(st, 8);
-    r->web = sqlite3_column_int(st, 9);
-    r->zdr = sqlite3_column_int(st, 10);
-    r->timeout_seconds = (unsigned)sqlite3_column_int(st, 11);
-    r->created_at_ms = sqlite3_column_int64(st, 12);
-    r->started_at_ms = sqlite3_column_int64(st, 13);
-    r->finished_at_ms = sqlite3_column_int64(st, 14);
-    r->result = col_strdup(st, 15);
-    r->error_type = col_strdup(st, 16);
-    r->error_code = col_strdup(st, 17);
-    r->error_message = col_strdup(st, 18);
-    r->usage.model_calls = (uint64_t)sqlite3_column_int64(st, 19);
-    r->usage.input_tokens = (uint64_t)sqlite3_column_int64(st, 20);
-    r->usage.output_tokens = (uint64_t)sqlite3_column_int64(st, 21);
-    r->usage.shell_commands = (uint64_t)sqlite3_column_int64(st, 22);
-    r->usage.web_requests = (uint64_t)sqlite3_column_int64(st, 23);
-    r->usage.connection_requests = (uint64_t)sqlite3_column_int64(st, 24);
-    r->cost.reserved_micros = sqlite3_column_int64(st, 25);
-    r->cost.model_micros = sqlite3_column_int64(st, 26);
-    r->cost.web_micros = sqlite3_column_int64(st, 27);
-    r->cost.compute_micros = sqlite3_column_int64(st, 28);
-    r->cost.charged_micros = sqlite3_column_int64(st, 29);
-    r->cost.released_micros = sqlite3_column_int64(st, 30);
-    r->sandbox_backend = col_strdup(st, 31);
-    r->vcpus = (unsigned)sqlite3_column_int(st, 32);
-    r->memory_mib = (unsigned)sqlite3_column_int(st, 33);
-    r->log_expires_at_ms = sqlite3_column_int64(st, 34);
-    r->log_purged = sqlite3_column_int(st, 35);
-    const unsigned char *node = sqlite3_column_text(st, 36);
-    snprintf(r->node_id, sizeof(r->node_id), "%s", node ? (const char *)node : "");
-    r->lease_expires_at_ms = sqlite3_column_int64(st, 37);
-    r->web_allow = col_json(st, 38);
-    r->replay_of = col_strdup(st, 39);
-    r->divergences = (uint64_t)sqlite3_column_int64(st, 40);
-    r->usage.model_attempts = (uint64_t)sqlite3_column_int64(st, 41);
+    const struct eph_row row = {.impl = st, .text = sq_row_text, .i64 = sq_row_i64};
+    eph_run_from_row(&row, r);
 }
 
 static int sq_run_get(struct eph_store *base, const char *id, const char *org_id,
@@ -1196,7 +1157,7 @@ static int sq_run_get(struct eph_store *base, const char *id, const char *org_id
     struct sq_conn *s = READER(base);
     pthread_mutex_lock(&s->lock);
     sqlite3_stmt *st;
-    int rc = prepare(s, "SELECT " RUN_COLUMNS " FROM runs WHERE id = ?", &st);
+    int rc = prepare(s, "SELECT " EPH_RUN_COLUMNS " FROM runs WHERE id = ?", &st);
     if (!rc) {
         sqlite3_bind_text(st, 1, id, -1, SQLITE_TRANSIENT);
         int r = sqlite3_step(st);
@@ -1215,8 +1176,8 @@ static int sq_run_get(struct eph_store *base, const char *id, const char *org_id
     return rc;
 }
 
-/* Runs the rows of a prepared SELECT RUN_COLUMNS through cb, at most limit (0 = all). Called and
- * returns with the lock held; the callback runs with it released. */
+/* Runs the rows of a prepared SELECT EPH_RUN_COLUMNS through cb, at most limit (0 = all). Called
+ * and returns with the lock held; the callback runs with it released. */
 static int each_run(struct sq_conn *s, sqlite3_stmt *st, unsigned limit, eph_run_cb cb, void *ctx,
                     bool *has_more)
 {
@@ -1266,7 +1227,7 @@ static int sq_run_list(struct eph_store *base, const char *org_id, unsigned limi
     pthread_mutex_lock(&s->lock);
     sqlite3_stmt *st;
     int rc = prepare(s,
-                     "SELECT " RUN_COLUMNS " FROM runs WHERE org_id = ?1"
+                     "SELECT " EPH_RUN_COLUMNS " FROM runs WHERE org_id = ?1"
                      " AND (?2 IS NULL OR status = ?2)"
                      " AND (?3 IS NULL OR (created_at, rowid) < "
                      "  (SELECT created_at, rowid FROM runs WHERE id = ?3 AND org_id = ?1))"
@@ -1295,8 +1256,8 @@ static int sq_runs_in_state(struct eph_store *base, enum eph_run_status state, e
     struct sq_conn *s = READER(base);
     pthread_mutex_lock(&s->lock);
     sqlite3_stmt *st;
-    int rc =
-        prepare(s, "SELECT " RUN_COLUMNS " FROM runs WHERE status = ? ORDER BY created_at", &st);
+    int rc = prepare(s, "SELECT " EPH_RUN_COLUMNS " FROM runs WHERE status = ? ORDER BY created_at",
+                     &st);
     if (!rc) {
         sqlite3_bind_text(st, 1, eph_run_status_name(state), -1, SQLITE_STATIC);
         rc = each_run(s, st, 0, cb, ctx, NULL);
@@ -1550,7 +1511,7 @@ static int sq_runs_lease_expired(struct eph_store *base, int64_t now_ms, eph_run
     pthread_mutex_lock(&s->lock);
     sqlite3_stmt *st;
     int rc = prepare(s,
-                     "SELECT " RUN_COLUMNS " FROM runs WHERE status IN ('queued', 'starting', "
+                     "SELECT " EPH_RUN_COLUMNS " FROM runs WHERE status IN ('queued', 'starting', "
                      "'running') AND node_id IS NOT NULL AND lease_expires_at < ? "
                      "ORDER BY created_at",
                      &st);

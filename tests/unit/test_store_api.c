@@ -22,6 +22,7 @@
 #include "common/id.h"
 #include "common/metrics.h"
 #include "common/secret.h"
+#include "store/run_row.h"
 #include "store/store.h"
 #include "store_fixture.h"
 
@@ -645,11 +646,22 @@ static void test_sqlite_open_errors(void **state)
     expect_open_error(path, "cannot prepare database");
 }
 
+/* The column list the stores select and the mapping that reads it name the same columns. */
+static void test_run_columns_agree(void **state)
+{
+    (void)state;
+    size_t commas = 0;
+    for (const char *c = EPH_RUN_COLUMNS; *c; c++)
+        commas += *c == ',';
+    assert_int_equal(commas + 1, eph_run_column_count());
+}
+
 int main(void)
 {
     if (sodium_init() < 0)
         return 1;
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_run_columns_agree),
         cmocka_unit_test_setup_teardown(test_keys, setup, teardown),
         cmocka_unit_test_setup_teardown(test_secret_and_connections, setup, teardown),
         cmocka_unit_test_setup_teardown(test_run_web_allow, setup, teardown),
