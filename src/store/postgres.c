@@ -1249,6 +1249,7 @@ static int pg_run_list(struct eph_store *base, const char *org_id, unsigned limi
                        " AND ($5::text IS NULL OR metadata::jsonb @> $5::jsonb)"
                        " ORDER BY created_at DESC, seq DESC LIMIT $4",
                        &p, &r, "run list"));
+    p_free(&p);
     if (!rc)
         rc = each_run(r, limit, cb, ctx, has_more);
     PQclear(r);
