@@ -327,180 +327,216 @@ int eph_agent_first_call_min(const struct eph_agent_ctx *ctx, int64_t *micros, c
     return 0;
 }
 
+/* The loop's state across its turns (eph_agent_run). */
+struct loop {
+    struct eph_agent_ctx *ctx;
+    struct eph_agent_outcome *out;
+    struct meter mt;
+    struct eph_model_meter meter;
+    json_t *messages, *tools;
+    struct eph_buf partial;   /* a final answer cut by max_tokens, continued over the next turns */
+    bool truncated;           /* the last answer was cut and is being continued */
+    bool truncated_by_budget; /* ... because the budget lowered its max_tokens */
+};
+
+/* A turn's steps: go on to the next turn, or the run's outcome is set. */
+enum turn_next { TURN_ON, TURN_DONE };
+
+static enum turn_next out_of_memory(struct loop *L)
+{
+    outcome(L->out, EPH_AGENT_FAILED, "internal_error", "out of memory");
+    return TURN_DONE;
+}
+
+/* The turn's model call, after the lease and the deadline allow it. TURN_DONE with the outcome
+ * set when there is no answer (resp released). */
+static enum turn_next call_model(struct loop *L, unsigned turn, struct eph_model_response *resp)
+{
+    struct eph_agent_ctx *ctx = L->ctx;
+    struct meter *mt = &L->mt;
+    /* No model call while this node's lease of the run is in doubt (docs/RUN.md). */
+    if (!eph_cancel_hold(&ctx->cancel)) {
+        stop_for(ctx, -ECANCELED, L->out);
+        return TURN_DONE;
+    }
+    if (eph_clock_mono_ns() >= ctx->deadline_ns) {
+        stop_for(ctx, -ETIMEDOUT, L->out);
+        return TURN_DONE;
+    }
+    mt->call = turn;
+    ctx->turn = turn;
+    eph_agent_messages_digest(L->messages, mt->digest);
+    mt->lowered = mt->budget_first = mt->capped = false;
+    mt->deadline_ns = ctx->deadline_ns;
+    struct eph_model_request req = {.messages = L->messages,
+                                    .tools = L->tools,
+                                    .max_tokens = ctx->mcfg->max_output_tokens,
+                                    .deadline_ns = ctx->deadline_ns,
+                                    .cancel = ctx->cancel.flag,
+                                    .prompt = ctx->prompt,
+                                    .recording = ctx->recording,
+                                    .zdr = ctx->zdr};
+    char err[256] = "";
+    int rc = eph_model_call(ctx->model, &req, &L->meter, resp, err, sizeof(err));
+    if (!rc)
+        return TURN_ON;
+    eph_model_response_release(resp);
+    if (rc == -EDQUOT) {
+        outcome(L->out, EPH_AGENT_BUDGET_EXHAUSTED, "budget_exhausted",
+                L->truncated ? "the budget left cannot cover the rest of the answer"
+                             : "the budget left cannot cover another model call");
+    } else if (rc == -ECANCELED || (rc == -ETIMEDOUT && eph_clock_mono_ns() >= mt->deadline_ns)) {
+        stop_for(ctx, rc == -ETIMEDOUT && mt->budget_first ? -EDQUOT : rc, L->out);
+    } else {
+        /* an idle timeout is the provider's failure, not the run's time limit */
+        char msg[300];
+        snprintf(msg, sizeof(msg), "model call %u failed: %s", turn, err);
+        outcome(L->out, EPH_AGENT_FAILED,
+                rc == -ENOENT    ? "no_recording"
+                : rc == -ENODATA ? "replay_exhausted"
+                                 : "model_error",
+                msg);
+    }
+    return TURN_DONE;
+}
+
+/* An answer cut by max_tokens without tool calls: never reported as a result; the model is asked
+ * to go on, within the budget and the turn limit. */
+static enum turn_next continue_answer(struct loop *L, struct eph_model_response *resp)
+{
+    L->truncated = true;
+    L->truncated_by_budget = L->mt.lowered;
+    json_t *cut = json_pack("{s:s, s:s, s:[]}", "role", "assistant", "content",
+                            resp->content ? resp->content : "", "tool_calls");
+    json_t *more = json_pack("{s:s, s:s}", "role", "user", "content", CONTINUE_PROMPT);
+    int arc = resp->content ? eph_buf_appends(&L->partial, resp->content) : 0;
+    if (arc == -EMSGSIZE) {
+        json_decref(cut);
+        json_decref(more);
+        outcome(L->out, EPH_AGENT_FAILED, "model_output_truncated",
+                "the answer grew past its size limit");
+        return TURN_DONE;
+    }
+    if (arc || json_array_append_new(L->messages, cut) || json_array_append_new(L->messages, more))
+        return out_of_memory(L);
+    return TURN_ON;
+}
+
+/* The final answer (with what came before it when it was continued). */
+static enum turn_next final_answer(struct loop *L, const struct eph_model_response *resp)
+{
+    struct eph_agent_outcome *out = L->out;
+    if (L->truncated && resp->content && eph_buf_appends(&L->partial, resp->content)) {
+        outcome(out, EPH_AGENT_FAILED, "model_output_truncated",
+                "the answer grew past its size limit");
+        return TURN_DONE;
+    }
+    out->result =
+        L->truncated ? eph_buf_steal(&L->partial) : strdup(resp->content ? resp->content : "");
+    if (L->truncated && !out->result)
+        out->result = strdup("");
+    outcome(out, EPH_AGENT_COMPLETED, NULL, NULL);
+    return TURN_DONE;
+}
+
+/* The answer's tool calls, each run and its result appended for the next turn. */
+static enum turn_next run_tools(struct loop *L, const struct eph_model_response *resp)
+{
+    struct eph_agent_ctx *ctx = L->ctx;
+    /* Tool calls after a continuation: what came before was not the final answer. */
+    L->truncated = L->truncated_by_budget = false;
+    eph_buf_reset(&L->partial);
+    if (L->mt.capped) {
+        /* The answer cost more than was left: nothing remains to run its tools with. */
+        outcome(L->out, EPH_AGENT_BUDGET_EXHAUSTED, "budget_exhausted",
+                "the model's reported usage used up the budget");
+        return TURN_DONE;
+    }
+    /* A message that cannot be built (out of memory) must not be skipped silently: the model
+     * would see results of calls it did not make, or lose one. */
+    if (json_array_append_new(L->messages, assistant_message(resp)))
+        return out_of_memory(L);
+    for (size_t i = 0; i < resp->ncalls; i++) {
+        char *content = NULL;
+        int rc = eph_cancel_hold(&ctx->cancel) ? eph_tools_execute(ctx, &resp->calls[i], &content)
+                                               : -ECANCELED;
+        if (rc) {
+            free(content);
+            stop_for(ctx, rc, L->out);
+            return TURN_DONE;
+        }
+        json_t *msg = json_pack(
+            "{s:s, s:s, s:s, s:s}", "role", "tool", "tool_call_id", resp->calls[i].id, "name",
+            resp->calls[i].name ? resp->calls[i].name : "", "content", content ? content : "");
+        /* Every tool error is {"error": ...} (tools.c); providers that can say so do. */
+        if (msg && content && strncmp(content, "{\"error\":", 9) == 0)
+            json_object_set_new(msg, "is_error", json_true());
+        rc = json_array_append_new(L->messages, msg);
+        free(content);
+        if (rc)
+            return out_of_memory(L);
+    }
+    return TURN_ON;
+}
+
+/* One turn: the model call and what its answer asks for. */
+static enum turn_next one_turn(struct loop *L, unsigned turn)
+{
+    struct eph_model_response resp;
+    if (call_model(L, turn, &resp) == TURN_DONE)
+        return TURN_DONE;
+    enum turn_next next;
+    if (resp.refusal || finish_is(&resp, "refusal") || finish_is(&resp, "content_filter")) {
+        refused(L->out, &resp);
+        next = TURN_DONE;
+    } else if (resp.ncalls == 0 && finish_is(&resp, "length")) {
+        next = continue_answer(L, &resp);
+    } else if (resp.ncalls == 0) {
+        next = final_answer(L, &resp);
+    } else {
+        next = run_tools(L, &resp);
+    }
+    eph_model_response_release(&resp);
+    return next;
+}
+
+/* The turn limit was reached without an outcome. */
+static void out_of_turns(struct loop *L)
+{
+    unsigned limit = L->ctx->turn_limit;
+    if (L->truncated && L->truncated_by_budget) {
+        outcome(L->out, EPH_AGENT_BUDGET_EXHAUSTED, "budget_exhausted",
+                "the budget cut the answer short and the turn limit allows no more");
+    } else if (L->truncated) {
+        char msg[160];
+        snprintf(msg, sizeof(msg),
+                 "the answer was still cut by the output token limit after %u turns", limit);
+        outcome(L->out, EPH_AGENT_FAILED, "model_output_truncated", msg);
+    } else {
+        char msg[128];
+        snprintf(msg, sizeof(msg), "the model did not finish within %u turns", limit);
+        outcome(L->out, EPH_AGENT_FAILED, "turn_limit", msg);
+    }
+}
+
 int eph_agent_run(struct eph_agent_ctx *ctx, struct eph_agent_outcome *out)
 {
     memset(out, 0, sizeof(*out));
-    json_t *messages, *tools;
-    if (first_turn(ctx, &messages, &tools)) {
+    struct loop L = {.ctx = ctx, .out = out, .mt = {.ctx = ctx, .price = model_price(ctx->mcfg)}};
+    if (first_turn(ctx, &L.messages, &L.tools)) {
         outcome(out, EPH_AGENT_FAILED, "internal_error", "out of memory");
         return -ENOMEM;
     }
-    const struct eph_model_config *m = ctx->mcfg;
-    struct meter mt = {
-        .ctx = ctx,
-        .price = model_price(m),
-    };
-    struct eph_model_meter meter = {meter_authorise, meter_record, &mt};
-    /* A final answer cut by max_tokens, continued over the next turns. */
-    struct eph_buf partial;
-    eph_buf_init(&partial, EPH_MODEL_RESPONSE_MAX);
-    bool truncated = false, truncated_by_budget = false;
-
+    L.meter = (struct eph_model_meter){meter_authorise, meter_record, &L.mt};
+    eph_buf_init(&L.partial, EPH_MODEL_RESPONSE_MAX);
     unsigned turn;
-    for (turn = 1; turn <= ctx->turn_limit; turn++) {
-        uint64_t now = eph_clock_mono_ns();
-        /* No model call while this node's lease of the run is in doubt (docs/RUN.md). */
-        if (!eph_cancel_hold(&ctx->cancel)) {
-            stop_for(ctx, -ECANCELED, out);
-            goto done;
-        }
-        now = eph_clock_mono_ns();
-        if (now >= ctx->deadline_ns) {
-            stop_for(ctx, -ETIMEDOUT, out);
-            goto done;
-        }
-        mt.call = turn;
-        ctx->turn = turn;
-        eph_agent_messages_digest(messages, mt.digest);
-        mt.lowered = mt.budget_first = mt.capped = false;
-        mt.deadline_ns = ctx->deadline_ns;
-        struct eph_model_request req = {.messages = messages,
-                                        .tools = tools,
-                                        .max_tokens = m->max_output_tokens,
-                                        .deadline_ns = ctx->deadline_ns,
-                                        .cancel = ctx->cancel.flag,
-                                        .prompt = ctx->prompt,
-                                        .recording = ctx->recording,
-                                        .zdr = ctx->zdr};
-        struct eph_model_response resp;
-        char err[256] = "";
-        int rc = eph_model_call(ctx->model, &req, &meter, &resp, err, sizeof(err));
-        if (rc) {
-            eph_model_response_release(&resp);
-            if (rc == -EDQUOT) {
-                outcome(out, EPH_AGENT_BUDGET_EXHAUSTED, "budget_exhausted",
-                        truncated ? "the budget left cannot cover the rest of the answer"
-                                  : "the budget left cannot cover another model call");
-            } else if (rc == -ECANCELED ||
-                       (rc == -ETIMEDOUT && eph_clock_mono_ns() >= mt.deadline_ns)) {
-                stop_for(ctx, rc == -ETIMEDOUT && mt.budget_first ? -EDQUOT : rc, out);
-            } else {
-                /* an idle timeout is the provider's failure, not the run's time limit */
-                char msg[300];
-                snprintf(msg, sizeof(msg), "model call %u failed: %s", turn, err);
-                outcome(out, EPH_AGENT_FAILED,
-                        rc == -ENOENT    ? "no_recording"
-                        : rc == -ENODATA ? "replay_exhausted"
-                                         : "model_error",
-                        msg);
-            }
-            goto done;
-        }
-        if (resp.refusal || finish_is(&resp, "refusal") || finish_is(&resp, "content_filter")) {
-            refused(out, &resp);
-            eph_model_response_release(&resp);
-            goto done;
-        }
-        if (resp.ncalls == 0 && finish_is(&resp, "length")) {
-            /* Never reported as a result: the model is asked to go on, within the budget and
-             * the turn limit. */
-            truncated = true;
-            truncated_by_budget = mt.lowered;
-            json_t *cut = json_pack("{s:s, s:s, s:[]}", "role", "assistant", "content",
-                                    resp.content ? resp.content : "", "tool_calls");
-            json_t *more = json_pack("{s:s, s:s}", "role", "user", "content", CONTINUE_PROMPT);
-            int arc = resp.content ? eph_buf_appends(&partial, resp.content) : 0;
-            eph_model_response_release(&resp);
-            if (arc == -EMSGSIZE) {
-                json_decref(cut);
-                json_decref(more);
-                outcome(out, EPH_AGENT_FAILED, "model_output_truncated",
-                        "the answer grew past its size limit");
-                goto done;
-            }
-            if (arc || json_array_append_new(messages, cut) ||
-                json_array_append_new(messages, more)) {
-                outcome(out, EPH_AGENT_FAILED, "internal_error", "out of memory");
-                goto done;
-            }
-            continue;
-        }
-        if (resp.ncalls == 0) {
-            if (truncated && resp.content && eph_buf_appends(&partial, resp.content)) {
-                eph_model_response_release(&resp);
-                outcome(out, EPH_AGENT_FAILED, "model_output_truncated",
-                        "the answer grew past its size limit");
-                goto done;
-            }
-            out->result =
-                truncated ? eph_buf_steal(&partial) : strdup(resp.content ? resp.content : "");
-            if (truncated && !out->result)
-                out->result = strdup("");
-            outcome(out, EPH_AGENT_COMPLETED, NULL, NULL);
-            eph_model_response_release(&resp);
-            goto done;
-        }
-        /* Tool calls after a continuation: what came before was not the final answer. */
-        truncated = truncated_by_budget = false;
-        eph_buf_reset(&partial);
-        if (mt.capped) {
-            /* The answer cost more than was left: nothing remains to run its tools with. */
-            eph_model_response_release(&resp);
-            outcome(out, EPH_AGENT_BUDGET_EXHAUSTED, "budget_exhausted",
-                    "the model's reported usage used up the budget");
-            goto done;
-        }
-        /* A message that cannot be built (out of memory) must not be skipped silently: the
-         * model would see results of calls it did not make, or lose one. */
-        if (json_array_append_new(messages, assistant_message(&resp))) {
-            eph_model_response_release(&resp);
-            outcome(out, EPH_AGENT_FAILED, "internal_error", "out of memory");
-            goto done;
-        }
-        for (size_t i = 0; i < resp.ncalls; i++) {
-            char *content = NULL;
-            rc = eph_cancel_hold(&ctx->cancel) ? eph_tools_execute(ctx, &resp.calls[i], &content)
-                                               : -ECANCELED;
-            if (rc) {
-                free(content);
-                eph_model_response_release(&resp);
-                stop_for(ctx, rc, out);
-                goto done;
-            }
-            json_t *msg = json_pack(
-                "{s:s, s:s, s:s, s:s}", "role", "tool", "tool_call_id", resp.calls[i].id, "name",
-                resp.calls[i].name ? resp.calls[i].name : "", "content", content ? content : "");
-            /* Every tool error is {"error": ...} (tools.c); providers that can say so do. */
-            if (msg && content && strncmp(content, "{\"error\":", 9) == 0)
-                json_object_set_new(msg, "is_error", json_true());
-            rc = json_array_append_new(messages, msg);
-            free(content);
-            if (rc) {
-                eph_model_response_release(&resp);
-                outcome(out, EPH_AGENT_FAILED, "internal_error", "out of memory");
-                goto done;
-            }
-        }
-        eph_model_response_release(&resp);
-    }
-    if (truncated && truncated_by_budget) {
-        outcome(out, EPH_AGENT_BUDGET_EXHAUSTED, "budget_exhausted",
-                "the budget cut the answer short and the turn limit allows no more");
-    } else if (truncated) {
-        char msg[160];
-        snprintf(msg, sizeof(msg),
-                 "the answer was still cut by the output token limit after %u "
-                 "turns",
-                 ctx->turn_limit);
-        outcome(out, EPH_AGENT_FAILED, "model_output_truncated", msg);
-    } else {
-        char msg[128];
-        snprintf(msg, sizeof(msg), "the model did not finish within %u turns", ctx->turn_limit);
-        outcome(out, EPH_AGENT_FAILED, "turn_limit", msg);
-    }
-done:
-    eph_buf_release(&partial);
-    json_decref(messages);
-    json_decref(tools);
+    for (turn = 1; turn <= ctx->turn_limit; turn++)
+        if (one_turn(&L, turn) == TURN_DONE)
+            break;
+    if (turn > ctx->turn_limit)
+        out_of_turns(&L);
+    eph_buf_release(&L.partial);
+    json_decref(L.messages);
+    json_decref(L.tools);
     return 0;
 }
