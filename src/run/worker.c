@@ -77,17 +77,13 @@ static void calls_phrase(const struct eph_usage *u, char *buf, size_t len)
                  (unsigned long long)u->model_attempts);
 }
 
-static int settle(struct eph_service *svc, struct eph_live *live, struct eph_run *r,
-                  uint64_t last_seq_if_not_live, int64_t lease_expired_before_ms, bool may_retry)
+/* The closing events of a settlement into all (3 at most): the run's terminal event and
+ * worker.destroyed, after sandbox.destroyed for a lost run that had a sandbox. A live run's are
+ * numbered by its live entry; a lost run's after last_seq_if_not_live. Returns their count. */
+static size_t closing_events(struct eph_live *live, const struct eph_run *r,
+                             uint64_t last_seq_if_not_live, struct eph_event all[3])
 {
-    struct eph_cost *c = &r->cost;
-    r->finished_at_ms = eph_clock_real_ms();
-    if (!r->zdr)
-        r->log_expires_at_ms =
-            r->finished_at_ms + (svc->cfg->retention_seconds
-                                     ? (int64_t)svc->cfg->retention_seconds * 1000
-                                     : (int64_t)svc->cfg->retention_days * 86400 * 1000);
-
+    const struct eph_cost *c = &r->cost;
     char tok[32], charged[EPH_MONEY_FMT_MAX], released[EPH_MONEY_FMT_MAX];
     eph_format_thousands(r->usage.input_tokens + r->usage.output_tokens, tok);
     eph_money_format(c->charged_micros, charged);
@@ -133,7 +129,6 @@ static int settle(struct eph_service *svc, struct eph_live *live, struct eph_run
         if (asprintf(&ev[1].message, "%s charged, %s released", charged, released) < 0)
             ev[1].message = NULL;
     }
-    struct eph_event all[3];
     size_t nev = 0;
     if (!live && r->sandbox_backend) {
         /* Its sandbox died with its worker (or is destroyed by that node's restart): the
@@ -160,31 +155,57 @@ static int settle(struct eph_service *svc, struct eph_live *live, struct eph_run
     for (size_t i = 0; i < nev; i++)
         if (!live || !all[i].wire)
             eph_event_serialise(&all[i]);
-    struct eph_run_final fin = {.run = r,
-                                .events = all,
-                                .nevents = nev,
-                                .lease_expired_before_ms = lease_expired_before_ms};
-    int rc = svc->store->ops->run_finish(svc->store, &fin);
-    /* A full disk, a read-only file or a busy database is usually temporary: keep trying for a
-     * while, so the money is settled as soon as the store takes writes again. Past that, the
-     * run stays unsettled in the store and the next start settles it (worker_lost). */
+    return nev;
+}
+
+/* The terminal transaction. A full disk, a read-only file or a busy database is usually
+ * temporary: with may_retry, it is tried for a while, so that the money is settled as soon as
+ * the store takes writes again. Past that, the run stays unsettled in the store and the next
+ * start settles it (worker_lost). */
+static int finish_in_store(struct eph_service *svc, const struct eph_run_final *fin, bool may_retry)
+{
+    int rc = svc->store->ops->run_finish(svc->store, fin);
     for (unsigned tries = 0;
          (rc == -ENOSPC || rc == -EROFS || rc == -EBUSY || rc == -EIO || rc == -ENOTCONN) &&
          may_retry && tries < SETTLE_RETRIES && !atomic_load(&svc->shutting_down);
          tries++) {
         if (tries == 0)
-            EPH_ERROR("worker", "run %s: cannot settle yet: %s; retrying", r->id, eph_strerror(rc));
+            EPH_ERROR("worker", "run %s: cannot settle yet: %s; retrying", fin->run->id,
+                      eph_strerror(rc));
         struct timespec ts = {0, 250000000};
         nanosleep(&ts, NULL);
-        rc = svc->store->ops->run_finish(svc->store, &fin);
+        rc = svc->store->ops->run_finish(svc->store, fin);
     }
-    if (rc == -EALREADY && (lease_expired_before_ms || (live && eph_live_is_lease_lost(live))))
+    return rc;
+}
+
+static int settle(struct eph_service *svc, struct eph_live *live, struct eph_run *r,
+                  uint64_t last_seq_if_not_live, int64_t lease_expired_before_ms, bool may_retry)
+{
+    r->finished_at_ms = eph_clock_real_ms();
+    if (!r->zdr)
+        r->log_expires_at_ms =
+            r->finished_at_ms + (svc->cfg->retention_seconds
+                                     ? (int64_t)svc->cfg->retention_seconds * 1000
+                                     : (int64_t)svc->cfg->retention_days * 86400 * 1000);
+    struct eph_event all[3];
+    size_t nev = closing_events(live, r, last_seq_if_not_live, all);
+    struct eph_run_final fin = {.run = r,
+                                .events = all,
+                                .nevents = nev,
+                                .lease_expired_before_ms = lease_expired_before_ms};
+    int rc = finish_in_store(svc, &fin, may_retry);
+    if (rc == -EALREADY && (lease_expired_before_ms || (live && eph_live_is_lease_lost(live)))) {
         EPH_INFO("worker", "run %s: settled elsewhere; not settled here", r->id);
-    else if (rc)
+    } else if (rc) {
         EPH_ERROR("worker", "run %s: cannot settle: %s", r->id, eph_strerror(rc));
-    else
+    } else {
+        char charged[EPH_MONEY_FMT_MAX], released[EPH_MONEY_FMT_MAX];
+        eph_money_format(r->cost.charged_micros, charged);
+        eph_money_format_rest(r->cost.reserved_micros, r->cost.charged_micros, released);
         EPH_INFO("worker", "run %s %s: %s charged, %s released", r->id,
                  eph_run_status_name(r->status), charged, released);
+    }
     uint64_t last = all[nev - 1].seq;
     for (size_t i = 0; i < nev; i++)
         eph_event_release(&all[i]);
