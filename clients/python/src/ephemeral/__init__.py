@@ -1,0 +1,70 @@
+"""A client for the Ephemeral API: AI agent runs in disposable sandboxes, under a hard budget.
+
+    import ephemeral
+    client = ephemeral.Client()          # EPHEMERAL_URL, EPHEMERAL_API_KEY
+    run = client.runs.create(prompt="...", max_cost_micros=40000, wait=120)
+"""
+
+from ._client import (
+    DEFAULT_BASE_URL,
+    FINAL_EVENT,
+    TERMINAL_STATUSES,
+    Client,
+    Connections,
+    Credits,
+    Keys,
+    Models,
+    Runs,
+    __version__,
+)
+from ._errors import (
+    APIConnectionError,
+    APIError,
+    APITimeoutError,
+    AuthenticationError,
+    BadRequestError,
+    ConflictError,
+    EphemeralError,
+    InsufficientBalanceError,
+    InternalServerError,
+    NotFoundError,
+    PermissionDeniedError,
+    RateLimitError,
+    ServiceUnavailableError,
+    UnprocessableEntityError,
+)
+from ._object import EphemeralObject
+from ._operations import OPERATIONS
+
+# The transport error under the name the SPEC gives it (not in __all__: it would shadow the
+# built-in ConnectionError on a star import).
+ConnectionError = APIConnectionError
+
+__all__ = [
+    "APIConnectionError",
+    "APIError",
+    "APITimeoutError",
+    "AuthenticationError",
+    "BadRequestError",
+    "Client",
+    "ConflictError",
+    "Connections",
+    "Credits",
+    "DEFAULT_BASE_URL",
+    "EphemeralError",
+    "EphemeralObject",
+    "FINAL_EVENT",
+    "InsufficientBalanceError",
+    "InternalServerError",
+    "Keys",
+    "Models",
+    "NotFoundError",
+    "OPERATIONS",
+    "PermissionDeniedError",
+    "RateLimitError",
+    "Runs",
+    "ServiceUnavailableError",
+    "TERMINAL_STATUSES",
+    "UnprocessableEntityError",
+    "__version__",
+]
