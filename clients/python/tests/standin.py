@@ -36,7 +36,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.server.answer(self, req)
         self.close_connection = True
 
-    do_GET = do_POST = do_DELETE = do_PUT = do_PATCH = _handle
+    do_GET = do_HEAD = do_POST = do_DELETE = do_PUT = do_PATCH = _handle
 
     def reply(self, status: int, body: bytes = b"{}", headers: Optional[Dict[str, str]] = None,
               content_type: str = "application/json") -> None:
@@ -47,7 +47,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
         for k, v in (headers or {}).items():
             self.send_header(k, v)
         self.end_headers()
-        self.wfile.write(body)
+        if self.command != "HEAD":
+            self.wfile.write(body)
 
     def proxy(self, req: Request, upstream: str,
               cut_after: Optional[Callable[[bytes], bool]] = None) -> None:

@@ -60,6 +60,7 @@ class TestCoverage(unittest.TestCase):
         # The parser itself: the document's first operations, as written there.
         self.assertEqual(ops["createRun"], ("POST", "/v1/runs"))
         self.assertEqual(ops["revokeKey"], ("DELETE", "/v1/keys/{id}"))
+        self.assertEqual(ops["getRunHead"], ("HEAD", "/v1/runs/{id}"))
         with open(OPENAPI, encoding="utf-8") as f:
             self.assertEqual(len(ops), f.read().count("operationId:"))
 
@@ -104,6 +105,17 @@ class TestCoverage(unittest.TestCase):
             "deleteConnection": lambda c: c.connections.delete("n"),
             "health": lambda c: c.health(),
             "metrics": lambda c: c.metrics(),
+            "listRunsHead": lambda c: c.head("listRunsHead"),
+            "getRunHead": lambda c: c.runs.exists(rid),
+            "listRunEventsHead": lambda c: c.head("listRunEventsHead", path={"id": rid}),
+            "getRunTranscriptHead": lambda c: c.head("getRunTranscriptHead", path={"id": rid}),
+            "getBalanceHead": lambda c: c.head("getBalanceHead"),
+            "listModelsHead": lambda c: c.head("listModelsHead"),
+            "listKeysHead": lambda c: c.head("listKeysHead"),
+            "listConnectionsHead": lambda c: c.head("listConnectionsHead"),
+            "getConnectionHead": lambda c: c.head("getConnectionHead", path={"name": "n"}),
+            "healthHead": lambda c: c.head("healthHead"),
+            "metricsHead": lambda c: c.head("metricsHead"),
         }
         self.assertEqual(sorted(calls), sorted(ephemeral.OPERATIONS), "a call for each operation")
         with StandIn(answer) as server:

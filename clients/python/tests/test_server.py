@@ -140,6 +140,26 @@ class TestServer(unittest.TestCase):
         self.assertEqual(balance.object, "balance")
         self.assertEqual(balance.available_micros, balance.balance_micros - balance.reserved_micros)
 
+    def test_head_operations(self) -> None:
+        run = self.client.runs.create(**seed(), wait=120)
+        self.assertTrue(self.client.runs.exists(run.id))
+        self.assertFalse(self.client.runs.exists("run_" + "0" * 32))
+        head = self.client.head("getBalanceHead")
+        self.assertEqual(head.status, 200)
+        self.assertIn("application/json", head.headers["content-type"])
+        self.assertRegex(head.headers["request-id"], r"^req_[0-9a-f]{16}$")
+        self.assertEqual(self.client.head("healthHead").status, 200)  # no key needed
+        self.assertEqual(self.client.head("listRunEventsHead", path={"id": run.id}).status, 200)
+        with self.assertRaises(ephemeral.NotFoundError) as ctx:
+            self.client.head("getRunTranscriptHead", path={"id": "run_" + "0" * 32})
+        self.assertEqual(ctx.exception.status, 404)
+        with self.assertRaises(ephemeral.AuthenticationError):
+            ephemeral.Client(api_key="eph_" + "y" * 40).head("listRunsHead")
+        with self.assertRaises(ValueError):
+            self.client.head("createRun")
+        with self.assertRaises(ValueError):
+            self.client.head("noSuchOperation")
+
     def test_admin_keys_connections_credits(self) -> None:
         before = self.admin.balance().balance_micros
         key = str(uuid.uuid4())
@@ -257,7 +277,11 @@ class TestStandIns(unittest.TestCase):
         run = ephemeral.Client().runs.create(**seed(), wait=120)
 
         def answer(handler: Any, req: Any) -> None:
-            # Every stream ends after its first message: progress each time, then the end.
+            # Every stream ends after its first message: progress each time, then the end. A
+            # client that does not resume where it was would go round for ever: a bound.
+            if len(server.requests) > 100:
+                handler.reply(500, b'{"error":{"type":"api_error","message":"too many resumes"}}')
+                return
             handler.proxy(req, self.upstream, cut_after=lambda sent: sent.endswith(b"\n\n"))
 
         with StandIn(answer) as server:

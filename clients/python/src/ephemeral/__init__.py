@@ -35,6 +35,12 @@ from ._errors import (
 )
 from ._object import EphemeralObject
 from ._operations import OPERATIONS
+from ._webhooks import (
+    DEFAULT_TOLERANCE,
+    SIGNATURE_HEADER,
+    SignatureVerificationError,
+    verify_signature,
+)
 
 # The transport error under the name the SPEC gives it (not in __all__: it would shadow the
 # built-in ConnectionError on a star import).
@@ -51,6 +57,7 @@ __all__ = [
     "Connections",
     "Credits",
     "DEFAULT_BASE_URL",
+    "DEFAULT_TOLERANCE",
     "EphemeralError",
     "EphemeralObject",
     "FINAL_EVENT",
@@ -63,8 +70,11 @@ __all__ = [
     "PermissionDeniedError",
     "RateLimitError",
     "Runs",
+    "SIGNATURE_HEADER",
     "ServiceUnavailableError",
+    "SignatureVerificationError",
     "TERMINAL_STATUSES",
     "UnprocessableEntityError",
     "__version__",
+    "verify_signature",
 ]

@@ -24,7 +24,7 @@ from typing import (
     Union,
 )
 
-from ._errors import APIConnectionError, APIError, APITimeoutError, error_class
+from ._errors import APIConnectionError, APIError, APITimeoutError, NotFoundError, error_class
 from ._object import EphemeralObject, loads
 from ._operations import OPERATIONS
 
@@ -42,6 +42,8 @@ MAX_LINE_BYTES = 64 * 1024 * 1024
 MAX_WAIT_SECONDS = 600
 # Codes of a 503 that a retry cannot cure: the model's key is unset on the server.
 _PERMANENT_CODES = frozenset({"model_unavailable"})
+# The operations that take no key (the operator's).
+_NO_KEY = frozenset({"health", "healthHead", "metrics", "metricsHead"})
 TERMINAL_STATUSES = frozenset(
     {"completed", "failed", "timed_out", "budget_exhausted", "cancelled"}
 )
@@ -251,6 +253,23 @@ class Client:
         answer = self._request("metrics", auth=False, accept="text/plain")
         return answer.read_body().decode("utf-8", "replace")
 
+    def head(
+        self,
+        operation_id: str,
+        *,
+        path: Optional[Mapping[str, str]] = None,
+        query: Optional[Mapping[str, QueryValue]] = None,
+    ) -> EphemeralObject:
+        """The HEAD of an operation (``listRunsHead``, ``getRunHead``, ...): ``status`` and
+        ``headers`` (lower-case names) of what its GET would answer, without the body. An
+        error status raises APIError, as the GET's would (with no message from the server)."""
+        if OPERATIONS.get(operation_id, ("", ""))[0] != "HEAD":
+            raise ValueError(f"{operation_id!r} is not a HEAD operation of the API")
+        answer = self._request(operation_id, path=path, query=query,
+                               auth=operation_id not in _NO_KEY)
+        answer.close()
+        return EphemeralObject(status=answer.status, headers=dict(answer.headers))
+
     # -- transport ----------------------------------------------------------------------------
 
     def _url_path(self, op: str, path: Optional[Mapping[str, str]], query: Optional[Mapping[str, QueryValue]]) -> Tuple[str, str]:
@@ -394,6 +413,14 @@ class Runs:
             timeout=self._client.timeout + (wait or 0),
         )
         return result
+
+    def exists(self, id: str) -> bool:
+        """HEAD /v1/runs/{id}: whether the key's organization has this run."""
+        try:
+            self._client.head("getRunHead", path={"id": id})
+        except NotFoundError:
+            return False
+        return True
 
     def wait(self, id: str, *, timeout: Optional[float] = None) -> EphemeralObject:
         """The run once it is terminal (long polls of up to 600 s), or as it is after
