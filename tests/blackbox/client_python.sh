@@ -1,5 +1,5 @@
 #!/bin/bash
-# The Python client (clients/python, SPEC 18) against the real server: installed with pip into a
+# The Python client (clients/python, docs/CLIENTS.md) against the real server: installed with pip into a
 # fresh virtual environment without the network (--no-index --no-build-isolation, on the
 # system's setuptools), then its unittest suite, which runs the seed example end to end,
 # pages through runs and filters them on metadata, checks typed errors (404, 400, 401, 403),
@@ -8,6 +8,7 @@
 # docs/openapi.yaml is one the client sends.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/api_common.sh"
+. "$(dirname "$0")/client_common.sh"
 test_deadline 600
 have_image || skip "no sandbox image (make image)"
 # An interpreter that can build the package offline: setuptools and wheel (Debian:
@@ -33,12 +34,7 @@ where=$(cd "$TEST_TMP" && "$py" -c 'import ephemeral, os; print(os.path.dirname(
 case $where in "$TEST_TMP/venv/"*) ;; *) fail "ephemeral imported from $where, not the venv" ;; esac
 [ -f "$where/py.typed" ] || fail "py.typed is not installed"
 
-start_server
-EPHEMERAL_ADMIN_KEY=$EPHEMERAL_API_KEY
-EPHEMERAL_API_KEY=$("$EPHD" admin key create --db "$DB" --org default --role member) || fail "member key"
-export EPHEMERAL_ADMIN_KEY EPHEMERAL_API_KEY
-export EPHEMERAL_SEED=$TOP/examples/sandbox-proof/request.json
-export EPHEMERAL_OPENAPI=$TOP/docs/openapi.yaml
+start_client_server
 
 cd "$TEST_TMP" || fail "cd"
 out=$(PYTHONPATH=$TOP/clients/python/tests "$py" -m unittest discover -v \

@@ -42,7 +42,7 @@ from ._webhooks import (
     verify_signature,
 )
 
-# The transport error under the name the SPEC gives it (not in __all__: it would shadow the
+# The transport error under a second name, ConnectionError (not in __all__: it would shadow the
 # built-in ConnectionError on a star import).
 ConnectionError = APIConnectionError
 
