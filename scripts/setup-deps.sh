@@ -10,7 +10,7 @@ build="build-essential pkg-config libmicrohttpd-dev libjansson-dev libcurl4-open
 # The clients' tests (clients/): a venv that builds with setuptools and wheel; Node.js with npm.
 test="$build curl jq uuid-runtime sqlite3 python3 python3-yaml iproute2 procps util-linux
       qemu-system-x86 e2fsprogs chromium chromium-driver postgresql
-      python3-venv python3-setuptools python3-wheel nodejs npm"
+      python3-venv python3-setuptools python3-wheel mypy nodejs npm"
 bench="$test bubblewrap runsc tinyproxy"
 # The OpenAPI linters (tools/openapi-lint: Redocly, Spectral) run on Node.js from npm ci.
 lint="$build cppcheck clang-format clang-tidy nodejs npm"

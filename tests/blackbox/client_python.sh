@@ -34,6 +34,14 @@ where=$(cd "$TEST_TMP" && "$py" -c 'import ephemeral, os; print(os.path.dirname(
 case $where in "$TEST_TMP/venv/"*) ;; *) fail "ephemeral imported from $where, not the venv" ;; esac
 [ -f "$where/py.typed" ] || fail "py.typed is not installed"
 
+# The type hints hold (mypy, Debian: mypy), for the oldest Python the package supports.
+if "$python" -m mypy --version >/dev/null 2>&1; then
+    out=$("$python" -m mypy --strict --python-version 3.9 --cache-dir "$TEST_TMP/mypy" \
+        "$TEST_TMP/src/src/ephemeral" 2>&1) || fail "mypy --strict: $out"
+else
+    echo "note: no mypy for $python: the type check is not run"
+fi
+
 start_client_server
 
 cd "$TEST_TMP" || fail "cd"
@@ -44,7 +52,7 @@ printf '%s\n' "$out"
 [ $rc -eq 0 ] || fail "the Python client's tests failed"
 assert_not_contains "$out" "skipped" "no test skipped"
 ran=$(sed -n 's/^Ran \([0-9]*\) tests.*/\1/p' <<<"$out")
-[ "${ran:-0}" -ge 25 ] || fail "only ${ran:-0} tests ran"
+[ "${ran:-0}" -ge 26 ] || fail "only ${ran:-0} tests ran"
 
 # The example script, as the README shows it.
 out=$("$py" "$TOP/clients/python/examples/seed.py" "$EPHEMERAL_SEED") || fail "examples/seed.py: $out"

@@ -56,7 +56,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         ``cut_after``, the connection is closed in the middle of the answer as soon as that
         function says so about the bytes sent so far."""
         parts = urllib.parse.urlsplit(upstream)
-        conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=60)
+        conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port, timeout=60)
         headers = {k: v for k, v in req.headers.items() if k not in ("host", "connection")}
         conn.request(req.method, req.path, body=req.body or None, headers=headers)
         resp = conn.getresponse()
@@ -93,8 +93,7 @@ class StandIn(http.server.ThreadingHTTPServer):
 
     @property
     def url(self) -> str:
-        host, port = self.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"http://127.0.0.1:{self.server_address[1]}"
 
     def stop(self) -> None:
         self.shutdown()

@@ -252,6 +252,23 @@ class TestStandIns(unittest.TestCase):
             self.assertEqual(len(server.requests), 1)
             self.assertIs(ephemeral.ConnectionError, ephemeral.APIConnectionError)
 
+    def test_timeout(self) -> None:
+        release = threading.Event()
+
+        def answer(handler: Any, req: Any) -> None:
+            release.wait(30)  # no answer while the test runs
+
+        with StandIn(answer) as server:
+            try:
+                client = ephemeral.Client(server.url, timeout=0.5, max_retries=1)
+                client._sleep = lambda s: None
+                with self.assertRaises(ephemeral.APITimeoutError):
+                    client.balance()  # a GET: timed out, retried once, timed out
+                self.assertEqual(len(server.requests), 2)
+                self.assertIsInstance(ephemeral.APITimeoutError("x"), ephemeral.APIConnectionError)
+            finally:
+                release.set()
+
     def test_events_resume_after_a_dropped_stream(self) -> None:
         run = ephemeral.Client().runs.create(**seed(), wait=120)
         stored = list(ephemeral.Client().runs.events(run.id, follow=False))
@@ -297,7 +314,7 @@ class TestStandIns(unittest.TestCase):
         with StandIn(dead) as server:
             client = ephemeral.Client(server.url, max_retries=2)
             client._sleep = lambda s: None
-            client.runs.get = lambda *a, **k: running  # type: ignore[method-assign]
+            client.runs.get = lambda *a, **k: running  # type: ignore[method-assign,assignment]
             with self.assertRaises(ephemeral.APIConnectionError):
                 list(client.runs.events(run.id))
             self.assertEqual(len(server.requests), 3, "the first try and two resumes")

@@ -11,6 +11,7 @@ import {
   Ephemeral,
   EphemeralConnectionError,
   EphemeralError,
+  EphemeralTimeoutError,
   FINAL_EVENT,
   NotFoundError,
   PermissionDeniedError,
@@ -241,6 +242,20 @@ test("a connection failure is retried only when the request is safe", async () =
     const c = new Ephemeral({ baseUrl: server.url, apiKey: process.env.EPHEMERAL_ADMIN_KEY, sleep: async () => {} });
     await rejects(c.keys.create(), (err) => assert.ok(err instanceof EphemeralConnectionError));
     assert.equal(server.requests.length, 1, "a POST without an idempotency key is not sent twice");
+  } finally {
+    await server.close();
+  }
+});
+
+test("a request that gets no answer times out, and a GET is retried once", async () => {
+  const server = await standIn(() => {}); // never answers
+  try {
+    const c = new Ephemeral({ baseUrl: server.url, timeoutMs: 500, maxRetries: 1, sleep: async () => {} });
+    await rejects(c.balance(), (err) => {
+      assert.ok(err instanceof EphemeralTimeoutError, String(err));
+      assert.ok(err instanceof EphemeralConnectionError);
+    });
+    assert.equal(server.requests.length, 2);
   } finally {
     await server.close();
   }

@@ -115,8 +115,10 @@ def _api_error(status: int, headers: Mapping[str, str], data: bytes, reason: str
     err = body.get("error") if body else None
     request_id = headers.get("request-id")
     if isinstance(err, dict):
+        fields: Dict[str, Any] = err
+
         def text(key: str) -> Optional[str]:
-            value = err.get(key)
+            value = fields.get(key)
             return value if isinstance(value, str) else None
 
         message = text("message") or reason or f"HTTP {status}"
@@ -275,10 +277,10 @@ class Client:
     def _url_path(self, op: str, path: Optional[Mapping[str, str]], query: Optional[Mapping[str, QueryValue]]) -> Tuple[str, str]:
         method, template = OPERATIONS[op]
         target = template
-        for name, value in (path or {}).items():
-            if not isinstance(value, str) or not value:
+        for name, segment in (path or {}).items():
+            if not isinstance(segment, str) or not segment:
                 raise ValueError(f"{name} must be a non-empty string")
-            target = target.replace("{" + name + "}", urllib.parse.quote(value, safe=""))
+            target = target.replace("{" + name + "}", urllib.parse.quote(segment, safe=""))
         if "{" in target:
             raise ValueError(f"{op}: a path parameter is missing")
         pairs: List[Tuple[str, str]] = []
@@ -306,7 +308,7 @@ class Client:
         return http.client.HTTPConnection(self._host, self._port, timeout=timeout)
 
     def _backoff(self, attempt: int) -> float:
-        base = min(self.max_retry_wait, 0.5 * (2 ** attempt))
+        base = min(self.max_retry_wait, 0.5 * 2.0 ** attempt)
         return base / 2 + random.uniform(0, base / 2)
 
     def _request(
