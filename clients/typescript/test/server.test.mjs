@@ -18,7 +18,7 @@ import {
   RateLimitError,
   UnprocessableEntityError,
 } from "../dist/index.js";
-import { proxy, reply, standIn } from "./standin.mjs";
+import { proxy, rejects, reply, standIn } from "./standin.mjs";
 
 const env = ["EPHEMERAL_URL", "EPHEMERAL_API_KEY", "EPHEMERAL_ADMIN_KEY", "EPHEMERAL_SEED"];
 const missing = env.filter((n) => !process.env[n]);
@@ -36,15 +36,6 @@ const settled = (run) => {
   const c = run.cost;
   assert.equal(c.charged_micros + c.released_micros, c.reserved_micros);
   assert.equal(c.model_micros + c.web_micros + c.compute_micros, c.charged_micros);
-};
-const rejects = async (promise, check) => {
-  try {
-    await promise;
-  } catch (err) {
-    check(err);
-    return;
-  }
-  assert.fail("no error");
 };
 
 test("the seed example end to end", async () => {

@@ -1,6 +1,18 @@
 // A stand-in HTTP server on loopback for the tests: each request goes to a function the test
 // gives, which answers itself, proxies to the real server, or cuts the connection.
+import assert from "node:assert/strict";
 import http from "node:http";
+
+// Awaits the promise, which must reject: check(err) then asserts what it rejected with.
+export async function rejects(promise, check) {
+  try {
+    await promise;
+  } catch (err) {
+    check(err);
+    return;
+  }
+  assert.fail("no error");
+}
 
 export async function standIn(answer) {
   const requests = [];
