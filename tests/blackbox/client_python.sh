@@ -52,7 +52,7 @@ printf '%s\n' "$out"
 [ $rc -eq 0 ] || fail "the Python client's tests failed"
 assert_not_contains "$out" "skipped" "no test skipped"
 ran=$(sed -n 's/^Ran \([0-9]*\) tests.*/\1/p' <<<"$out")
-[ "${ran:-0}" -ge 32 ] || fail "only ${ran:-0} tests ran"
+[ "${ran:-0}" -ge 34 ] || fail "only ${ran:-0} tests ran"
 
 # The example script, as the README shows it.
 out=$("$py" "$TOP/clients/python/examples/seed.py" "$EPHEMERAL_SEED") || fail "examples/seed.py: $out"

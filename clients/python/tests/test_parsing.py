@@ -58,3 +58,35 @@ class TestErrorBodies(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class TestBadArguments(unittest.TestCase):
+    """Refused before anything is sent: the stand-in's base URL is never reached."""
+
+    def test_client(self) -> None:
+        for url in ("ftp://h", "http://", "localhost:8080", "http://u:p@h", "http://h/?q=1", "http://h/#f"):
+            with self.assertRaises(ValueError, msg=url):
+                ephemeral.Client(url, "eph_k")
+        for key in ("", "eph k", "eph_\n", "eph_é"):
+            with self.assertRaises(ValueError, msg=repr(key)):
+                ephemeral.Client("http://127.0.0.1:1", key)
+        for kwargs in ({"timeout": 0}, {"timeout": -1}, {"max_retries": -1}):
+            with self.assertRaises(ValueError, msg=kwargs):
+                ephemeral.Client("http://127.0.0.1:1", "eph_k", **kwargs)  # type: ignore[arg-type]
+        self.assertNotIn("eph_secret", repr(ephemeral.Client("http://127.0.0.1:1", "eph_secret")))
+
+    def test_calls(self) -> None:
+        c = ephemeral.Client("http://127.0.0.1:1", "eph_k", max_retries=0)
+        rid = "run_" + "0" * 32
+        for wait in (-1, 601, 1.5, True, "10"):
+            with self.assertRaises(ValueError, msg=wait):
+                c.runs.get(rid, wait=wait)  # type: ignore[arg-type]
+            with self.assertRaises(ValueError, msg=wait):
+                c.runs.create(prompt="p", max_cost_micros=1, wait=wait)  # type: ignore[arg-type]
+        for micros in (0, -5, 1.5, True):
+            with self.assertRaises(ValueError, msg=micros):
+                c.credits.add(micros)  # type: ignore[arg-type]
+        with self.assertRaises(ValueError):
+            c.runs.get("")
+        with self.assertRaises(ValueError):
+            next(c.runs.list(metadata={"k": 1}))  # type: ignore[dict-item]

@@ -59,3 +59,27 @@ test("error bodies that are not the API's, and answers that are not JSON", async
     await server.close();
   }
 });
+
+test("bad arguments are refused before anything is sent", async () => {
+  for (const baseUrl of ["ftp://h", "http://", "localhost:8080", "http://u:p@h", "http://h/?q=1", "http://h/#f", "not a url"]) {
+    assert.throws(() => new Ephemeral({ baseUrl, apiKey: "eph_k" }), TypeError, baseUrl);
+  }
+  for (const apiKey of ["", "eph k", "eph_\n", "eph_é"]) {
+    assert.throws(() => new Ephemeral({ baseUrl: "http://127.0.0.1:1", apiKey }), TypeError, JSON.stringify(apiKey));
+  }
+  for (const o of [{ timeoutMs: 0 }, { timeoutMs: -1 }, { maxRetries: -1 }, { maxRetries: 1.5 }]) {
+    assert.throws(() => new Ephemeral({ baseUrl: "http://127.0.0.1:1", apiKey: "eph_k", ...o }), RangeError, JSON.stringify(o));
+  }
+  assert.ok(!JSON.stringify(new Ephemeral({ baseUrl: "http://127.0.0.1:1", apiKey: "eph_secret" })).includes("eph_secret"));
+  // Port 1 on loopback: a call that got through would fail to connect, not throw these.
+  const c = new Ephemeral({ baseUrl: "http://127.0.0.1:1", apiKey: "eph_k", maxRetries: 0 });
+  const rid = "run_" + "0".repeat(32);
+  for (const wait of [-1, 601, 1.5]) {
+    assert.throws(() => c.runs.get(rid, { wait }), RangeError, String(wait));
+    assert.throws(() => c.runs.create({ prompt: "p", max_cost_micros: 1 }, { wait }), RangeError, String(wait));
+  }
+  for (const micros of [0, -5, 1.5, Number.MAX_SAFE_INTEGER + 2]) {
+    assert.throws(() => c.credits.add(micros), RangeError, String(micros));
+  }
+  await assert.rejects(c.runs.get(""), TypeError);
+});
