@@ -14,6 +14,9 @@ bench="$test bubblewrap runsc tinyproxy"
 lint="$build cppcheck clang-format clang-tidy nodejs npm"
 fuzz="$build clang libclang-rt-14-dev"
 demo="$build curl"
+# The clients' tests (clients/, part of test): a venv that builds with setuptools and wheel, mypy;
+# Node.js with npm.
+clients="python3-venv python3-setuptools python3-wheel mypy nodejs npm"
 # What an installed server needs at run time, without the build (dist/Containerfile): its
 # libraries, the CA store for the broker and the model providers, and mmdebstrap for the image.
 runtime="libmicrohttpd12 libjansson4 libcurl4 libsodium23 libsqlite3-0 libpq5 ca-certificates
@@ -24,7 +27,7 @@ want=""
 for group in "$@"; do
     case "$group" in
     build) want="$want $build" ;;
-    test) want="$want $test" ;;
+    test) want="$want $test $clients" ;;
     bench) want="$want $bench" ;;
     lint) want="$want $lint" ;;
     fuzz) want="$want $fuzz" ;;

@@ -1,0 +1,41 @@
+"""Every operation of docs/openapi.yaml, by its operationId: the method and path the client sends.
+
+The client builds each request from this table, and tests/test_coverage.py (with
+tests/blackbox/client_coverage.py) fails when the document has an operation the table lacks (or
+the other way round), or when a method of the client does not send the request its row names.
+A new endpoint is a row here and a method on its resource.
+"""
+
+from typing import Dict, Tuple
+
+OPERATIONS: Dict[str, Tuple[str, str]] = {
+    "createRun": ("POST", "/v1/runs"),
+    "listRuns": ("GET", "/v1/runs"),
+    "listRunsHead": ("HEAD", "/v1/runs"),
+    "getRun": ("GET", "/v1/runs/{id}"),
+    "getRunHead": ("HEAD", "/v1/runs/{id}"),
+    "listRunEvents": ("GET", "/v1/runs/{id}/events"),
+    "listRunEventsHead": ("HEAD", "/v1/runs/{id}/events"),
+    "getRunTranscript": ("GET", "/v1/runs/{id}/transcript"),
+    "getRunTranscriptHead": ("HEAD", "/v1/runs/{id}/transcript"),
+    "cancelRun": ("POST", "/v1/runs/{id}/cancel"),
+    "getBalance": ("GET", "/v1/balance"),
+    "getBalanceHead": ("HEAD", "/v1/balance"),
+    "listModels": ("GET", "/v1/models"),
+    "listModelsHead": ("HEAD", "/v1/models"),
+    "addCredit": ("POST", "/v1/credits"),
+    "createKey": ("POST", "/v1/keys"),
+    "listKeys": ("GET", "/v1/keys"),
+    "listKeysHead": ("HEAD", "/v1/keys"),
+    "revokeKey": ("DELETE", "/v1/keys/{id}"),
+    "createConnection": ("POST", "/v1/connections"),
+    "listConnections": ("GET", "/v1/connections"),
+    "listConnectionsHead": ("HEAD", "/v1/connections"),
+    "getConnection": ("GET", "/v1/connections/{name}"),
+    "getConnectionHead": ("HEAD", "/v1/connections/{name}"),
+    "deleteConnection": ("DELETE", "/v1/connections/{name}"),
+    "health": ("GET", "/healthz"),
+    "healthHead": ("HEAD", "/healthz"),
+    "metrics": ("GET", "/metrics"),
+    "metricsHead": ("HEAD", "/metrics"),
+}
