@@ -463,7 +463,10 @@ export interface components {
                 message: string;
             };
             usage: {
+                /** @description calls the agent made; a retried call counts once */
                 model_calls: number;
+                /** @description requests sent to the provider for them, retries included */
+                model_attempts: number;
                 input_tokens: number;
                 output_tokens: number;
                 total_tokens: number;
