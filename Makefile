@@ -56,7 +56,8 @@ SECCOMP_BPF_H := $(OBJ)/gen/seccomp_bpf.h
 DAEMON_LIB_SRC := $(COMMON_SRC) $(SHARED_GUEST_SRC) \
         $(filter-out $(SECCOMP_GEN_SRC), \
             $(wildcard src/store/*.c src/ledger/*.c src/run/*.c src/agent/*.c src/sandbox/*.c \
-                       src/sandbox/namespaces/*.c src/broker/*.c src/api/*.c)) \
+                       src/sandbox/namespaces/*.c src/sandbox/gvisor/*.c src/sandbox/microvm/*.c \
+                       src/broker/*.c src/api/*.c)) \
         $(filter-out src/daemon/main.c src/daemon/sandbox_main.c,$(wildcard src/daemon/*.c))
 CLI_SRC := $(wildcard src/cli/*.c)
 INIT_SRC := $(wildcard src/guest/*.c)
@@ -74,7 +75,7 @@ UNIT_SRC := $(wildcard tests/unit/test_*.c)
 UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
 
-# Guest-side helper of the gvisor backend (src/sandbox/gvisor/): a tiny shared library preloaded
+# Guest-side helper of the gvisor backend (src/guest/gvisor/): a tiny shared library preloaded
 # inside gVisor sandboxes, unsanitized like the init (it runs in the image's programs).
 GVISOR_COMPAT := $(BUILD)/ephemeral-gvisor-compat.so
 
@@ -173,7 +174,7 @@ $(BUILD)/ephemeral-init: $(INIT_OBJ)
 	@echo "  LD      $@"
 	$(Q)$(CC) $(INIT_CFLAGS) -o $@ $^
 
-$(GVISOR_COMPAT): src/sandbox/gvisor/statx_compat.c $(BUILD)/.flags
+$(GVISOR_COMPAT): src/guest/gvisor/statx_compat.c $(BUILD)/.flags
 	@echo "  CC so   $<"
 	$(Q)$(CC) $(filter-out -static,$(INIT_CFLAGS)) -shared -fPIC -Wl,-z,relro,-z,now -o $@ $<
 

@@ -1,7 +1,7 @@
 /*
  * vm.c - ephemeral-init as the first process of a microVM. See vm.h.
  *
- * The kernel runs /init of the initramfs the host assembled (src/sandbox/microvm.c):
+ * The kernel runs /init of the initramfs the host assembled (src/sandbox/microvm/microvm.c):
  *
  *   /init                  this program
  *   /modules/NN-name.ko    the kernel modules the guest needs that the kernel does not build in

@@ -11,8 +11,8 @@
 #include <string.h>
 
 #include "common/log.h"
-#include "sandbox/gvisor.h"
-#include "sandbox/microvm.h"
+#include "sandbox/gvisor/gvisor.h"
+#include "sandbox/microvm/microvm.h"
 #include "sandbox/namespaces/namespaces.h"
 
 static const struct eph_sandbox_ops *const backends[] = {

@@ -22,7 +22,8 @@ daemon_sources() {
         return
     fi
     (cd "$top" && ls src/guest/protocol.c src/guest/seccomp.c src/store/*.c src/ledger/*.c src/run/*.c \
-        src/agent/*.c src/sandbox/*.c src/sandbox/namespaces/*.c src/api/*.c src/daemon/*.c \
+        src/agent/*.c src/sandbox/*.c src/sandbox/namespaces/*.c src/sandbox/gvisor/*.c \
+        src/sandbox/microvm/*.c src/api/*.c src/daemon/*.c \
         $(ls -d src/broker 2>/dev/null | sed 's|$|/*.c|') | grep -v -e '^src/daemon/main\.c$' \
         -e '^src/daemon/sandbox_main\.c$' | tr '\n' ' ')
 }

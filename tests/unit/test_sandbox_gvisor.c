@@ -17,7 +17,7 @@
 #include <cmocka.h>
 #include <jansson.h>
 
-#include "sandbox/gvisor.h"
+#include "sandbox/gvisor/gvisor.h"
 
 static json_t *spec_for(const struct eph_sandbox_limits *l)
 {

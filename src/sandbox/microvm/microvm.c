@@ -26,7 +26,7 @@
  * reaps it, and removes the cgroup. interrupt (any thread) shuts the channel down and SIGKILLs
  * QEMU. Orphans of dead servers are their cgroups (killing what is listed kills their QEMU).
  */
-#include "sandbox/microvm.h"
+#include "sandbox/microvm/microvm.h"
 
 #include <dirent.h>
 #include <errno.h>

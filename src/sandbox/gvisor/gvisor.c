@@ -29,10 +29,10 @@
  *
  * Why the compat library: the Sentry of Debian 12's runsc (0.0~20221219) refuses statx and
  * fstatat with AT_NO_AUTOMOUNT, which coreutils 9 always passes, so `ls -l` fails with "Invalid
- * argument". The library (src/sandbox/gvisor/statx_compat.c) drops that no-op flag; the probe
+ * argument". The library (src/guest/gvisor/statx_compat.c) drops that no-op flag; the probe
  * runs `ls -ld` in a fresh sandbox, so a host where this chain does not work never picks gvisor.
  */
-#include "sandbox/gvisor.h"
+#include "sandbox/gvisor/gvisor.h"
 
 #include <dirent.h>
 #include <errno.h>
