@@ -51,7 +51,7 @@ COMMON_SRC := $(wildcard src/common/*.c)
 SHARED_GUEST_SRC := src/guest/protocol.c src/guest/seccomp.c
 # The sandbox's seccomp program, compiled to BPF at build time and loaded by src/guest/seccomp.c
 # (into the jail's child, and by the init of gvisor and microvm).
-SECCOMP_GEN_SRC := src/sandbox/namespaces/seccomp_gen.c
+SECCOMP_GEN_SRC := src/guest/seccomp_gen.c
 SECCOMP_BPF_H := $(OBJ)/gen/seccomp_bpf.h
 DAEMON_LIB_SRC := $(COMMON_SRC) $(SHARED_GUEST_SRC) \
         $(filter-out $(SECCOMP_GEN_SRC), \
@@ -60,7 +60,7 @@ DAEMON_LIB_SRC := $(COMMON_SRC) $(SHARED_GUEST_SRC) \
                        src/broker/*.c src/api/*.c)) \
         $(filter-out src/daemon/main.c src/daemon/sandbox_main.c,$(wildcard src/daemon/*.c))
 CLI_SRC := $(wildcard src/cli/*.c)
-INIT_SRC := $(wildcard src/guest/*.c)
+INIT_SRC := $(filter-out $(SECCOMP_GEN_SRC),$(wildcard src/guest/*.c))
 
 # The web UI, built into ephemerald (src/api/static.c): web/ and the libraries of Debian's
 # libjs-marked and node-dompurify, and the seed example that the playground starts from.

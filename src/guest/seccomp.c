@@ -1,7 +1,7 @@
 /*
  * seccomp.c - loading the system-call filter into a sandbox. See seccomp.h.
  *
- * The policy is in src/sandbox/namespaces/seccomp_gen.c, compiled to BPF when Ephemeral is built
+ * The policy is in src/guest/seccomp_gen.c, compiled to BPF when Ephemeral is built
  * (the generated header below): a sandbox start does not compile it, and no Ephemeral program
  * links libseccomp. The merged program (the denylist and the allowlist as one) is loaded with one
  * system call; a kernel that refuses it (EINVAL) is given the two programs as libseccomp built

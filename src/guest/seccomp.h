@@ -1,7 +1,7 @@
 /*
  * seccomp.h - the sandbox's system-call filter, the same in every backend.
  *
- * The policy is in src/sandbox/namespaces/seccomp_gen.c, compiled to BPF when Ephemeral is built.
+ * The policy is in src/guest/seccomp_gen.c, compiled to BPF when Ephemeral is built.
  * Loaded by the namespaces jail into each sandbox's first process, and by ephemeral-init itself
  * under gvisor and microvm (guest/harden.c): every command of every backend runs under it.
  * Linked into the daemon and into the static init; neither links libseccomp.
