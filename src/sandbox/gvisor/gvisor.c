@@ -61,6 +61,7 @@
 #include "common/log.h"
 #include "common/text.h"
 #include "sandbox/backend.h"
+#include "sandbox/program.h"
 
 #define COMPONENT "sandbox"
 #define RUN_ROOT "/run/ephemeral"
@@ -74,7 +75,7 @@
 #define EXIT_WAIT_MS 2000u
 #define RUNSC_CMD_TIMEOUT_MS 15000u
 #define PROBE_TIMEOUT_MS 20000u
-#define SPAWN_PATH "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+#define SPAWN_PATH EPH_SANDBOX_SPAWN_PATH
 
 /* g.name is the container id; the watched process is `runsc run`, to which the sandbox is
  * attached (it dies with it). */
@@ -346,34 +347,9 @@ static int cgroup_remove(const char *id, int *removed)
 static pthread_once_t runsc_once = PTHREAD_ONCE_INIT;
 static char runsc_path[PATH_MAX];
 
-/* $EPHEMERAL_RUNSC, else the first runsc on $PATH (or the default PATH). */
 static void runsc_find(void)
 {
-    const char *env = getenv("EPHEMERAL_RUNSC");
-    if (env && env[0] == '/') {
-        if (access(env, X_OK) == 0)
-            snprintf(runsc_path, sizeof(runsc_path), "%s", env);
-        return;
-    }
-    const char *path = getenv("PATH");
-    if (!path || !*path)
-        path = &SPAWN_PATH[5];
-    while (*path) {
-        size_t n = strcspn(path, ":");
-        char cand[PATH_MAX];
-        if (n > 0 && n < sizeof(cand) - 8 && path[0] == '/') {
-            memcpy(cand, path, n);
-            snprintf(cand + n, sizeof(cand) - n, "/runsc");
-            struct stat st;
-            if (stat(cand, &st) == 0 && S_ISREG(st.st_mode) && access(cand, X_OK) == 0) {
-                snprintf(runsc_path, sizeof(runsc_path), "%s", cand);
-                return;
-            }
-        }
-        path += n;
-        if (*path == ':')
-            path++;
-    }
+    eph_sandbox_find_program("EPHEMERAL_RUNSC", "runsc", runsc_path, sizeof(runsc_path));
 }
 
 /* EPHEMERAL_RUNSC_DEBUG_DIR when set to an absolute path, else NULL; said loudly once. */

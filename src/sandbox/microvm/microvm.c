@@ -62,10 +62,11 @@
 #include "sandbox/backend.h"
 #include "sandbox/hostid.h"
 #include "sandbox/namespaces/namespaces.h"
+#include "sandbox/program.h"
 
 #define COMPONENT "sandbox"
 #define QEMU_NAME "qemu-system-x86_64"
-#define SPAWN_PATH "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+#define SPAWN_PATH EPH_SANDBOX_SPAWN_PATH
 #define ALLOW_TCG_ENV "EPHEMERAL_MICROVM_ALLOW_TCG"
 /* Host uids of QEMU processes: a range no host user owns (below the namespaces backend's), one
  * per live VM on the host, whichever server started it (a lease, sandbox/hostid.h), so that no
@@ -181,34 +182,9 @@ static int paths_find(const struct eph_sandbox_config *cfg, struct vm_paths *p, 
 static pthread_once_t qemu_once = PTHREAD_ONCE_INIT;
 static char qemu_path[PATH_MAX];
 
-/* $EPHEMERAL_QEMU, else the first qemu-system-x86_64 on $PATH (or the default PATH). */
 static void qemu_find(void)
 {
-    const char *env = getenv("EPHEMERAL_QEMU");
-    if (env && env[0] == '/') {
-        if (access(env, X_OK) == 0)
-            snprintf(qemu_path, sizeof(qemu_path), "%s", env);
-        return;
-    }
-    const char *path = getenv("PATH");
-    if (!path || !*path)
-        path = &SPAWN_PATH[5];
-    while (*path) {
-        size_t n = strcspn(path, ":");
-        char cand[PATH_MAX];
-        if (n > 0 && n < sizeof(cand) - sizeof(QEMU_NAME) - 2 && path[0] == '/') {
-            memcpy(cand, path, n);
-            snprintf(cand + n, sizeof(cand) - n, "/" QEMU_NAME);
-            struct stat st;
-            if (stat(cand, &st) == 0 && S_ISREG(st.st_mode) && access(cand, X_OK) == 0) {
-                snprintf(qemu_path, sizeof(qemu_path), "%s", cand);
-                return;
-            }
-        }
-        path += n;
-        if (*path == ':')
-            path++;
-    }
+    eph_sandbox_find_program("EPHEMERAL_QEMU", QEMU_NAME, qemu_path, sizeof(qemu_path));
 }
 
 static const char *qemu(void)
