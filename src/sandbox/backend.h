@@ -81,6 +81,13 @@ struct eph_sandbox_backend {
 
 /* A backend's create: allocates the state, fills the layer's fields, boots, waits for the hello.
  * boot_arg is handed to boot in g->boot_arg. */
+/* Whether a host name the layer made ("<tag>-<server pid>-<prefix><n>", g->name) belongs to a
+ * server that is no longer running: the orphan sweeps' rule. Anything else (another backend's,
+ * an operator's, this server's own) is false, so that a sweep leaves it alone. */
+bool eph_guest_name_orphaned(const char *name, const char *prefix);
+/* Calls fn with each cgroup (version 1) and cgroup2 (version 2) mount point of this process. */
+void eph_guest_cgroup_mounts(void (*fn)(const char *mnt, int version, void *arg), void *arg);
+
 int eph_guest_sandbox_create(const struct eph_sandbox_ops *ops,
                              const struct eph_sandbox_config *cfg, void *boot_arg,
                              struct eph_sandbox **out) __attribute__((warn_unused_result));

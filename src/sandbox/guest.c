@@ -17,6 +17,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -86,6 +87,49 @@ static int names_prepare(struct eph_guest_sandbox *g, const struct eph_sandbox_c
         rc = eph_text_format(g->name, sizeof(g->name), "%s-%d-%s%u", owner_tag(cfg->owner_tag),
                              (int)getpid(), prefix ? prefix : "", atomic_fetch_add(&seq, 1));
     return rc;
+}
+
+bool eph_guest_name_orphaned(const char *name, const char *prefix)
+{
+    const char *p = name;
+    while ((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '_')
+        p++;
+    if (p == name || *p != '-')
+        return false;
+    char *end;
+    long pid = strtol(p + 1, &end, 10);
+    size_t plen = strlen(prefix);
+    if (end == p + 1 || *end != '-' || pid <= 0 || strncmp(end + 1, prefix, plen) != 0)
+        return false;
+    const char *n = end + 1 + plen;
+    if (!*n || strspn(n, "0123456789") != strlen(n))
+        return false;
+    if (pid == (long)getpid())
+        return false;
+    return kill((pid_t)pid, 0) != 0 && errno == ESRCH;
+}
+
+void eph_guest_cgroup_mounts(void (*fn)(const char *mnt, int version, void *arg), void *arg)
+{
+    FILE *f = fopen("/proc/self/mountinfo", "re");
+    if (!f)
+        return;
+    char line[4096];
+    while (fgets(line, sizeof(line), f)) {
+        /* id parent major:minor root mountpoint options ... - fstype source superoptions */
+        char mnt[PATH_MAX];
+        if (sscanf(line, "%*s %*s %*s %*s %4095s", mnt) != 1)
+            continue;
+        const char *dash = strstr(line, " - ");
+        char fstype[32];
+        if (!dash || sscanf(dash + 3, "%31s", fstype) != 1)
+            continue;
+        if (strcmp(fstype, "cgroup") == 0)
+            fn(mnt, 1, arg);
+        else if (strcmp(fstype, "cgroup2") == 0)
+            fn(mnt, 2, arg);
+    }
+    fclose(f);
 }
 
 static void limits_fill(struct eph_sandbox_limits *l, const struct eph_sandbox_limits *in)

@@ -243,46 +243,7 @@ static int rm_tree(const char *path)
     return rm_tree_at(AT_FDCWD, path, 4);
 }
 
-/* Names are <tag>-<server pid>-<rest>, as the namespaces backend names its cgroups: an orphan is
- * one whose server is not running. */
-static bool is_orphan(const char *name)
-{
-    const char *dash = strchr(name, '-');
-    if (!dash)
-        return false;
-    char *end;
-    long pid = strtol(dash + 1, &end, 10);
-    if (end == dash + 1 || *end != '-' || pid <= 0)
-        return false;
-    if (pid == (long)getpid())
-        return false;
-    return kill((pid_t)pid, 0) != 0 && errno == ESRCH;
-}
-
 /* ---- cgroups ------------------------------------------------------------------------------- */
-
-/* runsc creates the sandbox's cgroup as /ephemeral/<id> in every hierarchy it finds (on cgroup v1
- * that is memory, pids and cpu, and also blkio, cpuset, devices, freezer...). fn is called with
- * the mount point of each cgroup and cgroup2 mount. */
-static void cgroup_each_mount(void (*fn)(const char *mnt, void *arg), void *arg)
-{
-    FILE *f = fopen("/proc/self/mountinfo", "re");
-    if (!f)
-        return;
-    char line[4096];
-    while (fgets(line, sizeof(line), f)) {
-        char mnt[PATH_MAX];
-        if (sscanf(line, "%*s %*s %*s %*s %4095s", mnt) != 1)
-            continue;
-        const char *dash = strstr(line, " - ");
-        char fstype[32];
-        if (!dash || sscanf(dash + 3, "%31s", fstype) != 1)
-            continue;
-        if (strcmp(fstype, "cgroup") == 0 || strcmp(fstype, "cgroup2") == 0)
-            fn(mnt, arg);
-    }
-    fclose(f);
-}
 
 /* Removes one sandbox cgroup directory: what is still in it is the sandbox's own host processes
  * (Sentry, gofer, ptrace stubs), which are killed. Bounded to about two seconds. */
@@ -309,14 +270,17 @@ static int cgroup_dir_remove(const char *dir)
     return -EBUSY;
 }
 
+/* runsc creates the sandbox's cgroup as /ephemeral/<id> in every hierarchy it finds (on cgroup v1
+ * that is memory, pids and cpu, and also blkio, cpuset, devices, freezer...): each is removed. */
 struct cg_remove {
     const char *id;
     int err;
     int removed;
 };
 
-static void cgroup_remove_in(const char *mnt, void *arg)
+static void cgroup_remove_in(const char *mnt, int version, void *arg)
 {
+    (void)version; /* runsc made the same path in every hierarchy */
     struct cg_remove *r = arg;
     char dir[PATH_MAX + 128];
     struct stat st;
@@ -336,7 +300,7 @@ static void cgroup_remove_in(const char *mnt, void *arg)
 static int cgroup_remove(const char *id, int *removed)
 {
     struct cg_remove r = {.id = id};
-    cgroup_each_mount(cgroup_remove_in, &r);
+    eph_guest_cgroup_mounts(cgroup_remove_in, &r);
     if (removed)
         *removed = r.removed;
     return r.err;
@@ -1076,8 +1040,9 @@ struct cg_sweep {
 
 /* Sandbox cgroups of dead servers that no bundle names any more (a server that died between
  * removing the bundle and the cgroup, or a runsc that left one): <tag>-<pid>-gv<n>. */
-static void cgroup_sweep_in(const char *mnt, void *arg)
+static void cgroup_sweep_in(const char *mnt, int version, void *arg)
 {
+    (void)version;
     struct cg_sweep *s = arg;
     char parent[PATH_MAX + 32];
     snprintf(parent, sizeof(parent), "%s/" CGROUP_PARENT, mnt);
@@ -1086,8 +1051,7 @@ static void cgroup_sweep_in(const char *mnt, void *arg)
         return;
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
-        const char *gv = strstr(e->d_name, "-gv");
-        if (e->d_name[0] == '.' || e->d_type != DT_DIR || !gv || !is_orphan(e->d_name))
+        if (e->d_name[0] == '.' || e->d_type != DT_DIR || !eph_guest_name_orphaned(e->d_name, "gv"))
             continue;
         char dir[PATH_MAX + 300];
         snprintf(dir, sizeof(dir), "%s/%.255s", parent, e->d_name);
@@ -1106,7 +1070,7 @@ static int gv_cleanup_orphans(void)
     if (d) {
         struct dirent *e;
         while ((e = readdir(d)) != NULL) {
-            if (e->d_name[0] == '.' || !strstr(e->d_name, "-gv") || !is_orphan(e->d_name))
+            if (e->d_name[0] == '.' || !eph_guest_name_orphaned(e->d_name, "gv"))
                 continue;
             char dir[PATH_MAX], state[PATH_MAX + 16];
             snprintf(dir, sizeof(dir), RUN_DIR "/%.200s", e->d_name);
@@ -1123,7 +1087,7 @@ static int gv_cleanup_orphans(void)
     }
     /* Stray cgroups are logged one by one; what is counted is sandboxes. */
     struct cg_sweep s = {0};
-    cgroup_each_mount(cgroup_sweep_in, &s);
+    eph_guest_cgroup_mounts(cgroup_sweep_in, &s);
     return removed;
 }
 

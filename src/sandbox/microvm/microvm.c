@@ -819,48 +819,6 @@ static int vm_probe(const struct eph_sandbox_config *cfg, char *why, size_t whyl
     return rc;
 }
 
-/* Each cgroup and cgroup2 mount point of this process, for the orphan sweep. */
-static void cgroup_each_mount(void (*fn)(const char *mnt, int version, void *arg), void *arg)
-{
-    FILE *f = fopen("/proc/self/mountinfo", "re");
-    if (!f)
-        return;
-    char line[4096];
-    while (fgets(line, sizeof(line), f)) {
-        char mnt[PATH_MAX];
-        if (sscanf(line, "%*s %*s %*s %*s %4095s", mnt) != 1)
-            continue;
-        const char *dash = strstr(line, " - ");
-        char fstype[32];
-        if (!dash || sscanf(dash + 3, "%31s", fstype) != 1)
-            continue;
-        if (strcmp(fstype, "cgroup") == 0)
-            fn(mnt, 1, arg);
-        else if (strcmp(fstype, "cgroup2") == 0)
-            fn(mnt, 2, arg);
-    }
-    fclose(f);
-}
-
-/* <tag>-<pid>-vm<n> whose server is not running. */
-static bool is_orphan(const char *name)
-{
-    const char *p = name;
-    while ((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '_')
-        p++;
-    if (p == name || *p != '-')
-        return false;
-    char *end;
-    long pid = strtol(p + 1, &end, 10);
-    if (end == p + 1 || strncmp(end, "-vm", 3) != 0 || pid <= 0 || !end[3])
-        return false;
-    if (strspn(end + 3, "0123456789") != strlen(end + 3))
-        return false;
-    if (pid == (long)getpid())
-        return false;
-    return kill((pid_t)pid, 0) != 0 && errno == ESRCH;
-}
-
 static void sweep_in(const char *mnt, int version, void *arg)
 {
     int *removed = arg;
@@ -871,7 +829,7 @@ static void sweep_in(const char *mnt, int version, void *arg)
         return;
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
-        if (e->d_name[0] == '.' || e->d_type != DT_DIR || !is_orphan(e->d_name))
+        if (e->d_name[0] == '.' || e->d_type != DT_DIR || !eph_guest_name_orphaned(e->d_name, "vm"))
             continue;
         /* The cgroup module kills every task listed (the orphan's QEMU) and removes it. */
         struct eph_ns_cgroup cg = {.version = version, .n = 1};
@@ -887,7 +845,7 @@ static void sweep_in(const char *mnt, int version, void *arg)
 static int vm_cleanup_orphans(void)
 {
     int removed = 0;
-    cgroup_each_mount(sweep_in, &removed);
+    eph_guest_cgroup_mounts(sweep_in, &removed);
     return removed;
 }
 

@@ -29,6 +29,7 @@
 
 #include "common/log.h"
 #include "common/text.h"
+#include "sandbox/backend.h"
 #include "sandbox/namespaces/namespaces.h"
 
 #define PARENT "ephemeral"
@@ -393,27 +394,6 @@ int eph_ns_cgroup_destroy(struct eph_ns_cgroup *cg)
     return first;
 }
 
-/* Names are <tag>-<pid>-<n> exactly (tag [a-z0-9_]); an orphan is one whose server pid is not
- * running. Anything else under the parent (another backend's, an operator's) is left alone. */
-static bool is_orphan(const char *name)
-{
-    const char *p = name;
-    while ((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '_')
-        p++;
-    if (p == name || *p != '-')
-        return false;
-    char *end;
-    long pid = strtol(p + 1, &end, 10);
-    if (end == p + 1 || *end != '-' || pid <= 0 || end[1] == '\0')
-        return false;
-    for (const char *q = end + 1; *q; q++)
-        if (*q < '0' || *q > '9')
-            return false;
-    if (pid == (long)getpid())
-        return false;
-    return kill((pid_t)pid, 0) != 0 && errno == ESRCH;
-}
-
 static int sweep(const char *parent, int version)
 {
     DIR *d = opendir(parent);
@@ -422,7 +402,7 @@ static int sweep(const char *parent, int version)
     int removed = 0;
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
-        if (e->d_name[0] == '.' || e->d_type != DT_DIR || !is_orphan(e->d_name))
+        if (e->d_name[0] == '.' || e->d_type != DT_DIR || !eph_guest_name_orphaned(e->d_name, ""))
             continue;
         char dir[PATH_MAX];
         snprintf(dir, sizeof(dir), "%s/%.200s", parent, e->d_name);
