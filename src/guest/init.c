@@ -2,6 +2,8 @@
  * init.c - ephemeral-init, the sandbox's PID 1 and the guest end of the protocol.
  *
  *   ephemeral-init [--keeper] SCRATCH_DIR HOME_DIR      (the channel is fd 3)
+ *   ephemeral-init --keeper --make-dirs RUN_DIR SCRATCH_DIR HOME_DIR   (gvisor: the channel is fd
+ * 0)
  *
  * The jail starts it as worker (uid 1000) with no capabilities, no_new_privs and seccomp already
  * in force; runsc (gvisor) and the guest kernel (microvm) start it as root with --keeper, and it
@@ -676,6 +678,27 @@ static void channel_drain(bool busy)
     }
 }
 
+/* gvisor's start, as root before the keeper is made: the run directory and the two directories
+ * of the commands (worker's; home private), the channel moved from stdin to fd 3, and stderr to
+ * /dev/null (the commands get their own). fds 0 and 1 stay open: when the last guest reference to
+ * an imported host socket goes, the Sentry shuts it down, and they are the channel. Done here
+ * rather than by the image's shell, so that no other program runs before the init (and a start
+ * costs no shell, mkdir and chown processes). */
+static int make_dirs(const char *run, const char *scratch, const char *home)
+{
+    umask(022);
+    if (mkdir(run, 0755) != 0 || mkdir(scratch, 0755) != 0 || mkdir(home, 0700) != 0 ||
+        chown(scratch, 1000, 1000) != 0 || chown(home, 1000, 1000) != 0)
+        return -errno;
+    if (dup2(0, CHANNEL_FD) != CHANNEL_FD)
+        return -errno;
+    int null = open("/dev/null", O_WRONLY | O_CLOEXEC);
+    if (null < 0 || dup2(null, 2) != 2)
+        return -errno;
+    close(null);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     /* Started by a kernel (the microvm backend): build the sandbox first (guest/vm.c). */
@@ -683,10 +706,19 @@ int main(int argc, char **argv)
         argv = eph_guest_vm_setup();
         argc = 4;
     }
-    bool keeper = argc == 4 && strcmp(argv[1], "--keeper") == 0;
+    bool keeper = (argc == 4 || argc == 6) && strcmp(argv[1], "--keeper") == 0;
     if (keeper) {
         argc--;
         argv++;
+    }
+    if (keeper && argc == 5 && strcmp(argv[1], "--make-dirs") == 0 && argv[2][0] == '/') {
+        int mrc = make_dirs(argv[2], argv[3], argv[4]);
+        if (mrc) {
+            dprintf(2, "ephemeral-init: cannot make the run directories: %s\n", strerror(-mrc));
+            return 2;
+        }
+        argc -= 2;
+        argv += 2;
     }
     if (argc != 3 || argv[1][0] != '/' || argv[2][0] != '/') {
         dprintf(2, "usage: ephemeral-init [--keeper] SCRATCH_DIR HOME_DIR (channel on fd 3)\n");

@@ -14,10 +14,10 @@
  *      and stdout (runsc run without a terminal hands its stdio to the container as they are);
  *   3. `runsc --root=state --network=none run --bundle DIR ID` spawned with a minimal environment
  *      (never the server's: it holds API keys), its own session, default signals, no other fd;
- *   4. inside, /bin/sh of the image (root, with the four capabilities of eph_gvisor_spec_json)
- *      makes /tmp/ephemeral-run-XXXXXX/{scratch,home} in the tmpfs, worker's, and execs
- *      `ephemeral-init --keeper` with the channel moved to fd 3, as the namespaces jail gives it;
- *      the init drops every capability and runs the commands as worker (src/guest/harden.h);
+ *   4. inside, `ephemeral-init --keeper --make-dirs` is the first program (root, with the four
+ *      capabilities of eph_gvisor_spec_json): it makes /tmp/ephemeral-run-XXXXXX/{scratch,home}
+ *      in the tmpfs, worker's, moves the channel to fd 3 as the namespaces jail gives it, drops
+ *      every capability and runs the commands as worker (src/guest/harden.h);
  *   5. the guest's hello.
  *
  * destroy closes the channel: init kills everything and exits, the container ends, and `runsc
@@ -462,29 +462,24 @@ static json_t *rlimit_new(const char *type, uint64_t v)
 int eph_gvisor_spec_json(const struct eph_gvisor_plan *p, char **out)
 {
     const struct eph_sandbox_limits *l = &p->limits;
-    char trampoline[1024], tmp_size[32];
+    char tmp_size[32];
     *out = NULL;
-    /* The init wants the channel on fd 3 and its two directories made, worker's; the image's sh
-     * does both as root (with CAP_CHOWN) and then is replaced by the init, which stays PID 1 and
-     * makes itself the keeper: no capability left, effective uid 1000, real and saved uid 0, so
-     * that no command can signal or re-limit it (src/guest/harden.h). No command has run before
-     * that. fds 0 and 1 must stay open: when the last guest reference to an imported host socket
-     * goes, the Sentry shuts the socket down, and stdin and stdout are the channel. The init's
-     * children get their own 0, 1 and 2. */
-    int n = snprintf(trampoline, sizeof(trampoline),
-                     "umask 022 && mkdir %s %s && mkdir -m 700 %s && chown 1000:1000 %s %s && "
-                     "exec " GUEST_MOUNT "/init --keeper %s %s 3<&0 2>/dev/null",
-                     p->run_dir, p->scratch, p->home, p->scratch, p->home, p->scratch, p->home);
-    if (n < 0 || (size_t)n >= sizeof(trampoline))
+    /* The init is the container's first and only program: as root (with CAP_CHOWN) it makes its
+     * run directory and the two directories of the commands, worker's, moves the channel from
+     * stdin to fd 3 (--make-dirs), then stays PID 1 and makes itself the keeper: no capability
+     * left, effective uid 1000, real and saved uid 0, so that no command can signal or re-limit
+     * it (src/guest/harden.h). Nothing of the image runs before that. */
+    if (strlen(p->run_dir) + strlen(p->scratch) + strlen(p->home) > 512)
         return -ENAMETOOLONG;
     snprintf(tmp_size, sizeof(tmp_size), "size=%um", l->disk_mib);
 
-    /* What the trampoline and the init need as root, and only until the init drops them all:
+    /* What the init needs as root, and only until it drops them all:
      * chown (the directories), setgid and setuid (the keeper's ids), setpcap (the bounding set). */
     static const char *const keeper_caps[] = {"CAP_CHOWN", "CAP_SETGID", "CAP_SETUID",
                                               "CAP_SETPCAP", NULL};
     static const char *const no_caps[] = {NULL};
-    const char *const args[] = {"/bin/sh", "-c", trampoline, NULL};
+    const char *const args[] = {GUEST_MOUNT "/init", "--keeper", "--make-dirs", p->run_dir,
+                                p->scratch,          p->home,    NULL};
     const char *const env[] = {SPAWN_PATH, NULL};
     const char *const tmp_opts[] = {"nosuid", "nodev", "mode=1777", tmp_size, NULL};
     const char *const ro_opts[] = {"bind", "ro", "nosuid", "nodev", NULL};
