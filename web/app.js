@@ -532,6 +532,9 @@ function runPage(main, runId) {
   const events = [];
   const labelState = {};
   const rows = new Map();
+  // A running command's output (shell.output), by its call's id: one row that grows under the
+  // command as the output comes, replaced by the command's own row when it ends.
+  const liveRows = new Map();
 
   const pill = h("span", { id: "run-status" });
   const summary = h("span", { class: "summary", id: "run-summary" });
@@ -650,8 +653,39 @@ function runPage(main, runId) {
     return tr;
   };
 
+  const liveOutput = (ev) => {
+    const d = ev.data || {};
+    const call = typeof d.call === "string" ? d.call : "";
+    let lr = liveRows.get(call);
+    if (!lr) {
+      lr = { out: h("pre", { class: "out live" }), err: h("pre", { class: "err live" }) };
+      lr.out.hidden = lr.err.hidden = true;
+      lr.tr = h("tr", { class: "ev shell running", "data-seq": ev.seq, "data-type": "shell.output", "data-call": call },
+        h("td", { class: "t" }, fmt.seconds(ev.t)),
+        h("td", { class: "src" }, h("span", { class: "src-label shell" }, "Shell")),
+        h("td", { class: "msg" }, h("code", {}, ev.message), h("span", { class: "hint" }, " running…"), lr.out, lr.err));
+      liveRows.set(call, lr);
+      tbody.append(lr.tr);
+    }
+    const pre = d.stream === "stderr" ? lr.err : lr.out;
+    // As text, never markup: the command's output is the sandbox's.
+    pre.textContent += typeof d.text === "string" ? d.text : "";
+    pre.hidden = false;
+  };
+
   const addEvent = (ev) => {
     events.push(ev);
+    if (ev.type === "shell.output") {
+      liveOutput(ev);
+      return;
+    }
+    if (ev.type === "shell.command") {
+      const lr = liveRows.get(ev.data?.call?.id ?? "");
+      if (lr) {
+        lr.tr.remove();
+        liveRows.delete(ev.data.call.id);
+      }
+    }
     if (ev.type === "model.call" && ev.data && Number.isSafeInteger(ev.data.cost_micros) && ev.data.cost_micros > 0) {
       eventModel += ev.data.cost_micros;
       if (run && !fmt.TERMINAL.includes(run.status)) drawRun();

@@ -50,6 +50,7 @@ struct eph_agent_ctx {
     unsigned turn_limit;
     unsigned command_timeout_ms; /* the most a command may ask for (timeout_seconds) */
     unsigned output_cap;         /* bytes per stream returned to the model */
+    unsigned live_output_bytes;  /* shell.output text per command (0: none; docs/AGENT.md) */
     const struct eph_sandbox_limits *limits;
     const char *backend_name;
     struct eph_broker *broker; /* the run's way out (web, connections), or NULL */

@@ -19,6 +19,7 @@
 #include <sodium.h>
 
 #include "agent/agent.h"
+#include "agent/live_output.h"
 #include "common/buf.h"
 #include "common/clock.h"
 #include "common/error.h"
@@ -31,6 +32,8 @@
 #define URL_MAX 2000u
 /* edit_file asks the sandbox for the file's mode this long at most. */
 #define MODE_PROBE_MS 5000u
+/* How often a running command's held-back output is looked at (live_output.h: 250 ms apart). */
+#define LIVE_TICK_MS 50u
 
 /* ---- declarations ---------------------------------------------------------------------------- */
 
@@ -266,6 +269,7 @@ static json_t *stream_text(const struct eph_buf *b, uint64_t total)
 
 /* One tool call as it is recorded: its event's source, type, message and data. */
 struct record {
+    const struct eph_tool_call *call; /* the call being recorded */
     const char *source;
     const char *type;
     json_t *data; /* owned */
@@ -467,6 +471,65 @@ static uint32_t command_timeout(struct eph_agent_ctx *ctx, uint64_t asked_ms, in
     return ms ? (uint32_t)ms : 1;
 }
 
+/* A running command's output as shell.output events (docs/AGENT.md, "Live output"): each stream
+ * as the command writes it (its head as the sandbox keeps it, then the bytes past the head that
+ * the sandbox sends live, up to live_output_bytes; the kept tail, which arrives when the command
+ * has ended, is in the shell.command event only), coalesced and capped by live_output.c. Never
+ * under zero data retention: not one byte of output is emitted. */
+struct live {
+    struct eph_agent_ctx *ctx;
+    char *call_id;          /* valid UTF-8 */
+    char *line;             /* the message: "$ " and the command, cut */
+    uint64_t head, seen[2]; /* bytes of each stream that come as the command writes them */
+    struct eph_live_output lo;
+};
+
+static int live_emit(void *arg, int stream, const char *text, size_t len, uint64_t offset)
+{
+    struct live *lv = arg;
+    json_t *d = json_pack("{s:s, s:s, s:s%, s:I}", "call", lv->call_id ? lv->call_id : "", "stream",
+                          stream == 1 ? "stdout" : "stderr", "text", text, len, "offset",
+                          (json_int_t)offset);
+    if (!d)
+        return -ENOMEM;
+    int rc =
+        eph_sink_emit(lv->ctx->sink, "shell", "shell.output", d, "$ %s", lv->line ? lv->line : "");
+    if (rc)
+        EPH_WARN("agent", "run %s: cannot record a shell.output event: %s", lv->ctx->run_id,
+                 strerror(-rc));
+    return rc;
+}
+
+static void live_on_output(void *arg, int stream, const void *data, size_t len)
+{
+    struct live *lv = arg;
+    if (stream != 1 && stream != 2)
+        return;
+    uint64_t *seen = &lv->seen[stream - 1];
+    size_t n = *seen >= lv->head ? 0 : lv->head - *seen < len ? (size_t)(lv->head - *seen) : len;
+    *seen += len;
+    uint64_t now = eph_clock_mono_ns();
+    if (n)
+        eph_live_output_feed(&lv->lo, stream, data, n, now);
+    eph_live_output_tick(&lv->lo, now);
+}
+
+/* The bytes past a stream's head, as the command writes them: they follow the head in the
+ * stream, so the coalescer's offsets go on from it. */
+static void live_on_live(void *arg, int stream, const void *data, size_t len)
+{
+    struct live *lv = arg;
+    uint64_t now = eph_clock_mono_ns();
+    eph_live_output_feed(&lv->lo, stream, data, len, now);
+    eph_live_output_tick(&lv->lo, now);
+}
+
+static void live_on_tick(void *arg)
+{
+    struct live *lv = arg;
+    eph_live_output_tick(&lv->lo, eph_clock_mono_ns());
+}
+
 static int run_shell(struct eph_agent_ctx *ctx, json_t *args, struct record *rec, char **content)
 {
     const char *command = str_arg(args, "command");
@@ -492,9 +555,31 @@ static int run_shell(struct eph_agent_ctx *ctx, json_t *args, struct record *rec
                                    .stdout_cap = ctx->output_cap,
                                    .stderr_cap = ctx->output_cap,
                                    .head_tail = true};
+    struct live *lv = NULL;
+    if (!ctx->zdr && ctx->live_output_bytes && (lv = calloc(1, sizeof(*lv)))) {
+        const char *id = rec->call && rec->call->id ? rec->call->id : "";
+        lv->ctx = ctx;
+        lv->call_id = shown(id, strlen(id), 200);
+        lv->line = shown(command, len, 200);
+        lv->head = ctx->output_cap < 2 ? ctx->output_cap : ctx->output_cap - ctx->output_cap / 2;
+        eph_live_output_init(&lv->lo, ctx->live_output_bytes, live_emit, lv);
+        req.on_output = live_on_output;
+        req.on_tick = live_on_tick;
+        req.on_live = live_on_live;
+        req.live_cap = ctx->live_output_bytes;
+        req.on_output_arg = lv;
+        req.tick_ms = LIVE_TICK_MS;
+    }
     struct eph_exec_result res;
     eph_exec_result_init(&res);
     int rc = eph_sandbox_exec(ctx->sb, &req, &res);
+    if (lv) {
+        /* Before the shell.command event: every shell.output of a call precedes it. */
+        eph_live_output_finish(&lv->lo);
+        free(lv->call_id);
+        free(lv->line);
+        free(lv);
+    }
     if (!rc)
         eph_metrics_observe_exec(res.duration_us * 1000u);
     ctx->usage->shell_commands++;
@@ -926,7 +1011,7 @@ int eph_tools_execute(struct eph_agent_ctx *ctx, const struct eph_tool_call *cal
 {
     *content = NULL;
     const char *name = call->name ? call->name : "";
-    struct record rec = {0};
+    struct record rec = {.call = call};
     const struct tool_spec *spec = NULL;
     for (size_t i = 0; i < sizeof(TOOLS) / sizeof(TOOLS[0]); i++)
         if (strcmp(name, TOOLS[i].name) == 0)

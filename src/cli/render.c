@@ -256,6 +256,48 @@ static const char *label_color(const char *type, const char *source)
     return C_BLUE;
 }
 
+/* One line of a command's live output, under the command: past the time and label columns,
+ * after a bar, stderr in red. */
+static void live_line(struct eph_cli_render *r, int stream, const char *line)
+{
+    FILE *f = r->out;
+    if (r->color)
+        fprintf(f, "%27s" C_DIM "│" C_RESET " %s", "", stream ? C_RED : "");
+    else
+        fprintf(f, "%27s│ ", "");
+    eph_cli_render_text(f, line, false, EPH_CLI_LIVE_LINE_MAX + 4);
+    fputs(r->color ? C_RESET "\n" : "\n", f);
+}
+
+/* Shows what each stream holds of a line not ended yet (before another event). */
+static void live_flush(struct eph_cli_render *r)
+{
+    for (int s = 0; s < 2; s++) {
+        if (!r->live_len[s])
+            continue;
+        r->live[s][r->live_len[s]] = '\0';
+        live_line(r, s, r->live[s]);
+        r->live_len[s] = 0;
+    }
+}
+
+/* A shell.output event: its text, line by line, the last unended line held for its end. */
+static void live_output(struct eph_cli_render *r, const json_t *data)
+{
+    const char *text = json_str(data, "text");
+    int s = str_eq(json_str(data, "stream"), "stderr") ? 1 : 0;
+    for (const char *p = text ? text : ""; *p; p++) {
+        if (*p != '\n')
+            r->live[s][r->live_len[s]++] = *p;
+        if (*p == '\n' || r->live_len[s] == EPH_CLI_LIVE_LINE_MAX) {
+            r->live[s][r->live_len[s]] = '\0';
+            live_line(r, s, r->live[s]);
+            r->live_len[s] = 0;
+        }
+    }
+    fflush(r->out);
+}
+
 int eph_cli_render_event(struct eph_cli_render *r, const json_t *ev)
 {
     if (!json_is_object(ev))
@@ -270,6 +312,12 @@ int eph_cli_render_event(struct eph_cli_render *r, const json_t *ev)
     const char *source = json_str(ev, "source");
     const char *type = json_str(ev, "type");
     const char *message = json_str(ev, "message");
+    if (str_eq(type, "shell.output")) {
+        live_output(r, json_object_get(ev, "data"));
+        r->printed++;
+        return 0;
+    }
+    live_flush(r);
     const char *backend = json_str(json_object_get(ev, "data"), "backend");
     char label[EPH_CLI_LABEL_MAX];
     eph_cli_render_label(r, source, type, backend, message, label);

@@ -23,6 +23,9 @@
 #define EPH_CLI_MESSAGE_MAX 2000
 
 /* The state of one timeline being printed. */
+/* The longest line of live output held back for its end; a longer one is shown in pieces. */
+#define EPH_CLI_LIVE_LINE_MAX 1024
+
 struct eph_cli_render {
     FILE *out;
     bool color;
@@ -30,6 +33,11 @@ struct eph_cli_render {
     bool final_seen;  /* the final event (worker.destroyed) was printed */
     size_t printed;
     char sandbox_label[EPH_CLI_LABEL_MAX]; /* from sandbox.ready, for worker.started */
+    /* A running command's live output (shell.output): the line of each stream (stdout, stderr)
+     * not ended yet, shown when its end comes, when it grows past its size, or before the next
+     * other event. */
+    char live[2][EPH_CLI_LIVE_LINE_MAX + 1];
+    size_t live_len[2];
 };
 
 void eph_cli_render_init(struct eph_cli_render *r, FILE *out, bool color);

@@ -74,6 +74,7 @@ struct eph_config {
         struct eph_sandbox_limits limits;
         unsigned command_timeout_seconds; /* 60 */
         unsigned output_cap_bytes;        /* 16384 */
+        unsigned live_output_bytes;       /* 65536: shell.output text per command (0: none) */
         unsigned warm_pool;               /* 2: sandboxes created ahead of runs (0: none) */
     } sandbox;
     struct {

@@ -61,6 +61,7 @@ int eph_config_defaults(struct eph_config *cfg)
     eph_sandbox_limits_default(&cfg->sandbox.limits);
     cfg->sandbox.command_timeout_seconds = 60;
     cfg->sandbox.output_cap_bytes = 16384;
+    cfg->sandbox.live_output_bytes = 65536;
     cfg->sandbox.warm_pool = 0; /* opt-in: idle pooled sandboxes are live machines on the host */
     cfg->prices.compute_micros_per_second = 240;
     cfg->prices.web_micros_per_request = 100;
@@ -185,6 +186,7 @@ static const struct key sandbox_keys[] = {
     KU("nofile", sandbox.limits.nofile, 1u << 20),
     KU("command_timeout_seconds", sandbox.command_timeout_seconds, 86400),
     KU("output_cap_bytes", sandbox.output_cap_bytes, 1u << 24),
+    KU("live_output_bytes", sandbox.live_output_bytes, 1u << 24),
     KU("warm_pool", sandbox.warm_pool, 64),
     {NULL, K_STR, 0, 0},
 };

@@ -158,6 +158,9 @@ struct stream {
     /* EPH_PROTO_CAP_HEAD_TAIL: the last ring_cap bytes past the head, sent at the end */
     uint8_t *ring;
     size_t ring_cap, ring_len, ring_pos; /* ring_pos: where the next byte goes */
+    uint8_t live_type;                   /* exec_live_stdout or _stderr */
+    uint64_t *live_left; /* the exec's live budget, both streams: bytes past the heads sent as
+                            they come; NULL or 0: none */
 };
 
 /* Sets the stream's caps from the request's word: the head, and the tail's ring when asked. 0 or
@@ -231,6 +234,14 @@ static bool stream_pump(struct stream *s, uint32_t id)
         }
         if (s->ring && (size_t)n > fwd)
             ring_put(s, tx + EPH_PROTO_HEADER_SIZE + fwd, (size_t)n - fwd);
+        if (s->live_left && *s->live_left && (size_t)n > fwd) {
+            /* Past the head, as it comes: its header goes just before the bytes, over the head's
+             * bytes already sent. */
+            size_t lv = (uint64_t)n - fwd < *s->live_left ? (size_t)n - fwd : (size_t)*s->live_left;
+            eph_proto_header_encode(tx + fwd, s->live_type, 0, id, (uint32_t)lv);
+            send_all(tx + fwd, EPH_PROTO_HEADER_SIZE + lv);
+            *s->live_left -= lv;
+        }
     }
     return true;
 }
@@ -360,6 +371,10 @@ static void do_exec(uint32_t id, const uint8_t *payload, size_t len)
         reply_error(id, -ENOMEM, "no memory for the output's tail");
         goto out;
     }
+    uint64_t live_left = ex.live_cap;
+    so.live_type = EPH_PROTO_EXEC_LIVE_STDOUT;
+    se.live_type = EPH_PROTO_EXEC_LIVE_STDERR;
+    so.live_left = se.live_left = &live_left;
     uint64_t t0 = mono_us();
     pid_t pid = spawn(&ex, envp, out[1], err[1]);
     if (pid < 0) {

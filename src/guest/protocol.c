@@ -28,6 +28,8 @@ static const struct type_info types[] = {
     {EPH_PROTO_EXEC_STDERR, EPH_PROTO_FROM_GUEST, 1, EPH_PROTO_CHUNK, "exec_stderr"},
     {EPH_PROTO_EXEC_EXIT, EPH_PROTO_FROM_GUEST, EPH_PROTO_EXIT_SIZE, EPH_PROTO_EXIT_SIZE,
      "exec_exit"},
+    {EPH_PROTO_EXEC_LIVE_STDOUT, EPH_PROTO_FROM_GUEST, 1, EPH_PROTO_CHUNK, "exec_live_stdout"},
+    {EPH_PROTO_EXEC_LIVE_STDERR, EPH_PROTO_FROM_GUEST, 1, EPH_PROTO_CHUNK, "exec_live_stderr"},
     {EPH_PROTO_WRITE_FILE, EPH_PROTO_FROM_HOST, 14, EPH_PROTO_MAX_PAYLOAD, "write_file"},
     {EPH_PROTO_READ_FILE, EPH_PROTO_FROM_HOST, 14, 12 + EPH_PROTO_MAX_PATH + 1, "read_file"},
     {EPH_PROTO_FILE_DATA, EPH_PROTO_FROM_GUEST, 1, EPH_PROTO_CHUNK, "file_data"},
@@ -354,7 +356,7 @@ int eph_proto_raw_encode(uint8_t *buf, size_t cap, uint8_t type, uint16_t flags,
 
 int eph_proto_exec_encode(uint8_t *buf, size_t cap, uint32_t id, uint32_t timeout_ms,
                           uint32_t stdout_cap, uint32_t stderr_cap, const char *command,
-                          const char *cwd, const char *const *env)
+                          const char *cwd, const char *const *env, uint32_t live_cap)
 {
     struct eph_proto_writer w;
     uint32_t count = 0;
@@ -375,6 +377,8 @@ int eph_proto_exec_encode(uint8_t *buf, size_t cap, uint32_t id, uint32_t timeou
             return -EINVAL;
         eph_proto_put_string(&w, env[i], EPH_PROTO_MAX_PAYLOAD);
     }
+    if (live_cap)
+        eph_proto_put_u32(&w, live_cap);
     return eph_proto_writer_finish(&w, EPH_PROTO_EXEC, 0, id);
 }
 
@@ -400,6 +404,10 @@ int eph_proto_exec_decode(const uint8_t *payload, size_t len, struct eph_proto_e
         if (!eq || eq == out->env[i])
             return -EPROTO;
     }
+    /* The optional live_cap: exactly four bytes more, or none. */
+    out->live_cap = 0;
+    if (r.len - r.off == 4)
+        out->live_cap = eph_proto_get_u32(&r);
     int rc = eph_proto_reader_done(&r);
     if (rc)
         return rc;

@@ -56,11 +56,16 @@ enum eph_proto_type {
     EPH_PROTO_EXEC_STDOUT = 0x11, /* guest -> host: raw bytes, at most EPH_PROTO_CHUNK */
     EPH_PROTO_EXEC_STDERR = 0x12, /* guest -> host: raw bytes, at most EPH_PROTO_CHUNK */
     EPH_PROTO_EXEC_EXIT = 0x13,   /* guest -> host: struct eph_proto_exit (36 bytes) */
-    EPH_PROTO_WRITE_FILE = 0x20,  /* host -> guest: struct eph_proto_write_file */
-    EPH_PROTO_READ_FILE = 0x21,   /* host -> guest: u64 cap, string path */
-    EPH_PROTO_FILE_DATA = 0x22,   /* guest -> host: raw bytes, at most EPH_PROTO_CHUNK */
-    EPH_PROTO_FILE_END = 0x23,    /* guest -> host: u64 size: the file was sent whole */
-    EPH_PROTO_SHUTDOWN = 0x30,    /* host -> guest: empty; the guest kills everything, says OK */
+    /* guest -> host: raw bytes of a stream past its head, as the command writes them, at most
+     * EPH_PROTO_CHUNK each and the exec's live_cap in all (both streams): what a running command
+     * shows live. The same bytes are still kept for the tail as before. */
+    EPH_PROTO_EXEC_LIVE_STDOUT = 0x14,
+    EPH_PROTO_EXEC_LIVE_STDERR = 0x15,
+    EPH_PROTO_WRITE_FILE = 0x20, /* host -> guest: struct eph_proto_write_file */
+    EPH_PROTO_READ_FILE = 0x21,  /* host -> guest: u64 cap, string path */
+    EPH_PROTO_FILE_DATA = 0x22,  /* guest -> host: raw bytes, at most EPH_PROTO_CHUNK */
+    EPH_PROTO_FILE_END = 0x23,   /* guest -> host: u64 size: the file was sent whole */
+    EPH_PROTO_SHUTDOWN = 0x30,   /* host -> guest: empty; the guest kills everything, says OK */
     /* The broker tunnel (docs/BROKER.md). The id of a tunnel frame is its stream's id, chosen by
      * the guest (odd) when it accepts a connection; tunnel frames interleave with the replies of
      * the request in flight. 0x45-0x4f stay reserved. */
@@ -189,13 +194,15 @@ struct eph_proto_exec {
     const char *cwd;                    /* "" = the scratch directory */
     uint32_t env_count;                 /* at most EPH_PROTO_MAX_ENV */
     const char *env[EPH_PROTO_MAX_ENV]; /* "K=V", K non-empty */
+    uint32_t live_cap; /* bytes past the heads to send as they come (exec_live_*); 0: none. An
+                          optional last u32 of the payload: absent is 0 */
 };
 
 /* Builds a whole exec frame into buf; returns its length or a negative error (-EMSGSIZE when it
  * does not fit the caps). env may be NULL; it is NULL-terminated. */
 int eph_proto_exec_encode(uint8_t *buf, size_t cap, uint32_t id, uint32_t timeout_ms,
                           uint32_t stdout_cap, uint32_t stderr_cap, const char *command,
-                          const char *cwd, const char *const *env)
+                          const char *cwd, const char *const *env, uint32_t live_cap)
     __attribute__((warn_unused_result));
 /* Parses an exec payload; strings point into payload. */
 int eph_proto_exec_decode(const uint8_t *payload, size_t len, struct eph_proto_exec *out)

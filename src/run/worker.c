@@ -679,6 +679,7 @@ static int step_agent(struct job *j)
         .turn_limit = svc->cfg->turn_limit,
         .command_timeout_ms = svc->cfg->sandbox.command_timeout_seconds * 1000u,
         .output_cap = svc->cfg->sandbox.output_cap_bytes,
+        .live_output_bytes = svc->cfg->sandbox.live_output_bytes,
         .limits = &svc->sandbox_cfg.limits,
         .backend_name = svc->sandbox_ops->name,
         .broker = eph_egress_broker(j->egress),

@@ -362,11 +362,14 @@ static int send_all(struct eph_guest_client *c, const uint8_t *p, size_t n, uint
 }
 
 /* The next frame from the guest that is not a tunnel frame, by the deadline. The payload is valid
- * until the next call. */
-static int next_frame(struct eph_guest_client *c, uint64_t deadline_ns, struct eph_proto_frame *f)
+ * until the next call. wake_ns (0: none), when it comes first, returns -EAGAIN with nothing
+ * taken: the stream is still in step. */
+static int next_frame(struct eph_guest_client *c, uint64_t deadline_ns, uint64_t wake_ns,
+                      struct eph_proto_frame *f)
 {
-    struct timespec until = {.tv_sec = (time_t)(deadline_ns / 1000000000u),
-                             .tv_nsec = (long)(deadline_ns % 1000000000u)};
+    uint64_t stop_ns = wake_ns && wake_ns < deadline_ns ? wake_ns : deadline_ns;
+    struct timespec until = {.tv_sec = (time_t)(stop_ns / 1000000000u),
+                             .tv_nsec = (long)(stop_ns % 1000000000u)};
     free(c->cur);
     c->cur = NULL;
     pthread_mutex_lock(&c->mu);
@@ -381,11 +384,15 @@ static int next_frame(struct eph_guest_client *c, uint64_t deadline_ns, struct e
             rc = fail_caller(c, -ETIMEDOUT);
             break;
         }
+        if (now >= stop_ns) {
+            rc = -EAGAIN;
+            break;
+        }
         if (c->running) {
             (void)pthread_cond_timedwait(&c->cv, &c->mu, &until);
         } else {
             /* No thread yet (no tunnel): the caller drives the channel itself. */
-            uint64_t ms = (deadline_ns - now + 999999u) / 1000000u;
+            uint64_t ms = (stop_ns - now + 999999u) / 1000000u;
             channel_round(c, ms > INT_MAX ? INT_MAX : (int)ms, true);
         }
     }
@@ -412,9 +419,9 @@ static int next_frame(struct eph_guest_client *c, uint64_t deadline_ns, struct e
 
 /* Reads a reply to request id; anything for another id is a broken guest. */
 static int next_reply(struct eph_guest_client *c, uint32_t id, uint64_t deadline_ns,
-                      struct eph_proto_frame *f)
+                      uint64_t wake_ns, struct eph_proto_frame *f)
 {
-    int rc = next_frame(c, deadline_ns, f);
+    int rc = next_frame(c, deadline_ns, wake_ns, f);
     if (rc)
         return rc;
     if (f->hdr.id != id) {
@@ -441,7 +448,7 @@ int eph_guest_client_hello(struct eph_guest_client *c, uint64_t deadline_ns)
     int broken = call_check(c);
     if (broken)
         return broken;
-    int rc = next_frame(c, deadline_ns, &f);
+    int rc = next_frame(c, deadline_ns, 0, &f);
     if (rc)
         return rc;
     uint32_t version, pid;
@@ -467,7 +474,7 @@ int eph_guest_client_ping(struct eph_guest_client *c, uint64_t deadline_ns)
     int rc = send_all(c, c->tx, (size_t)len, deadline_ns);
     if (rc)
         return rc;
-    rc = next_reply(c, id, deadline_ns, &f);
+    rc = next_reply(c, id, deadline_ns, 0, &f);
     if (rc)
         return rc;
     if (f.hdr.type != EPH_PROTO_PONG || f.hdr.length != sizeof(token) ||
@@ -504,15 +511,21 @@ int eph_guest_client_exec(struct eph_guest_client *c, const struct eph_exec_requ
     uint32_t id = c->next_id++;
     int len = eph_proto_exec_encode(c->tx, EPH_PROTO_HEADER_SIZE + EPH_PROTO_MAX_PAYLOAD, id,
                                     timeout, req->stdout_cap | tail, req->stderr_cap | tail,
-                                    req->command, "", req->env);
+                                    req->command, "", req->env, req->on_live ? req->live_cap : 0);
     if (len < 0)
         return len; /* the request is too large or malformed: the stream is still in step */
     uint64_t deadline = eph_clock_mono_ns() + ((uint64_t)timeout + EXEC_GRACE_MS) * 1000000u;
     int rc = send_all(c, c->tx, (size_t)len, deadline);
     if (rc)
         return rc;
+    uint64_t tick_ns = req->on_tick && req->tick_ms ? (uint64_t)req->tick_ms * 1000000u : 0;
+    uint64_t live_left = req->on_live ? req->live_cap : 0;
     for (;;) {
-        rc = next_reply(c, id, deadline, &f);
+        rc = next_reply(c, id, deadline, tick_ns ? eph_clock_mono_ns() + tick_ns : 0, &f);
+        if (rc == -EAGAIN) {
+            req->on_tick(req->on_output_arg);
+            continue;
+        }
         if (rc)
             return rc;
         switch (f.hdr.type) {
@@ -531,6 +544,16 @@ int eph_guest_client_exec(struct eph_guest_client *c, const struct eph_exec_requ
                                f.payload, f.hdr.length);
             break;
         }
+        case EPH_PROTO_EXEC_LIVE_STDOUT:
+        case EPH_PROTO_EXEC_LIVE_STDERR:
+            /* Only what was asked for: live bytes not asked, or past the budget, are a guest
+             * that does not follow the protocol. */
+            if (f.hdr.length > live_left)
+                return locked_fail(c, -EPROTO);
+            live_left -= f.hdr.length;
+            req->on_live(req->on_output_arg, f.hdr.type == EPH_PROTO_EXEC_LIVE_STDOUT ? 1 : 2,
+                         f.payload, f.hdr.length);
+            break;
         case EPH_PROTO_EXEC_EXIT: {
             struct eph_proto_exit e;
             if (eph_proto_exit_decode(f.payload, f.hdr.length, &e))
@@ -576,7 +599,7 @@ int eph_guest_client_write_file(struct eph_guest_client *c, const char *path, co
         int rc = send_all(c, c->tx, (size_t)flen, deadline_ns);
         if (rc)
             return rc;
-        rc = next_reply(c, id, deadline_ns, &f);
+        rc = next_reply(c, id, deadline_ns, 0, &f);
         if (rc)
             return rc;
         if (f.hdr.type == EPH_PROTO_ERROR)
@@ -608,7 +631,7 @@ int eph_guest_client_read_file(struct eph_guest_client *c, const char *path, siz
     if (rc)
         return rc;
     for (;;) {
-        rc = next_reply(c, id, deadline_ns, &f);
+        rc = next_reply(c, id, deadline_ns, 0, &f);
         if (rc)
             return rc;
         if (f.hdr.type == EPH_PROTO_FILE_DATA) {
@@ -678,7 +701,7 @@ int eph_guest_client_open_tunnel(struct eph_guest_client *c, const struct eph_sa
     wake(c);
     rc = send_all(c, c->tx, (size_t)len, deadline_ns);
     if (!rc)
-        rc = next_reply(c, id, deadline_ns, &f);
+        rc = next_reply(c, id, deadline_ns, 0, &f);
     if (rc)
         return tunnel_drop(c, rc);
     if (f.hdr.type == EPH_PROTO_ERROR)
@@ -702,7 +725,7 @@ int eph_guest_client_shutdown(struct eph_guest_client *c, uint64_t deadline_ns)
     int rc = send_all(c, c->tx, (size_t)len, deadline_ns);
     if (rc)
         return rc;
-    rc = next_reply(c, id, deadline_ns, &f);
+    rc = next_reply(c, id, deadline_ns, 0, &f);
     if (rc)
         return rc;
     return f.hdr.type == EPH_PROTO_OK ? 0 : locked_fail(c, -EPROTO);

@@ -50,6 +50,15 @@ struct eph_exec_request {
      * (stream 1 = stdout, 2 = stderr); the pieces add up to exactly the result's buffers. */
     void (*on_output)(void *arg, int stream, const void *data, size_t len);
     void *on_output_arg;
+    /* Optional: called from the exec thread with on_output_arg when tick_ms passed with no
+     * output, while the command runs (on_output's user emits what it held back). */
+    void (*on_tick)(void *arg);
+    uint32_t tick_ms;
+    /* Optional: the bytes of a stream past its head as the command writes them, live_cap bytes
+     * at most (both streams), called like on_output. They are not the result's (its tail still
+     * comes at the end): with head_tail, what a running command shows beyond its head. */
+    void (*on_live)(void *arg, int stream, const void *data, size_t len);
+    uint32_t live_cap;
 };
 
 struct eph_exec_result {

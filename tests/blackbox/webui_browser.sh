@@ -39,6 +39,7 @@ WEBUI_SERVER=$EPHEMERAL_URL ADMIN_KEY=$EPHEMERAL_API_KEY MEMBER_KEY=$MEMBER_KEY 
     XSS_PROMPT=$(jq -r .prompt "$TOP/tests/fixtures/webui/xss/request.json") \
     DIVERGE_PROMPT=$(jq -r .prompt "$TOP/tests/fixtures/webui/diverge/request.json") \
     SLOW_PROMPT=$SLOW_PROMPT \
+    LIVE_PROMPT=$(jq -r .prompt "$TOP/tests/fixtures/webui/live/request.json") \
     python3 -B "$TOP/tests/browser/test_webui.py" ${WEBUI_TESTS:-} &
 py=$!
 _pids+=("$py")

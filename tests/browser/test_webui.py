@@ -37,6 +37,7 @@ SPACED_PROMPT = os.environ["SPACED_PROMPT"]
 XSS_PROMPT = os.environ["XSS_PROMPT"]
 DIVERGE_PROMPT = os.environ["DIVERGE_PROMPT"]
 SLOW_PROMPT = os.environ["SLOW_PROMPT"]
+LIVE_PROMPT = os.environ["LIVE_PROMPT"]
 TERMINAL = {"completed", "failed", "timed_out", "budget_exhausted", "cancelled"}
 
 
@@ -1210,6 +1211,32 @@ def the_cost_accrues_while_a_run_runs(b):
     # The amounts shown add up: the parts to the charge, the charge and the rest to the budget.
     assert cents["Model"] + cents["Web"] + cents["Compute"] == shown_micros(c["charged_micros"]), (legend, c)
     assert shown_micros(c["charged_micros"]) + cents["Released"] == shown_micros(c["reserved_micros"]), (legend, c)
+
+
+@test()
+def a_running_command_shows_its_output(b):
+    """While a command runs, its output appears under it as it comes (shell.output), as text;
+    when it ends, the command's own row takes that place."""
+    run_id = new_run(LIVE_PROMPT)
+    open_run(b, run_id)
+    b.wait_js("the command's first lines, live",
+              "const r = document.querySelector('#timeline-body tr[data-type=\"shell.output\"]');"
+              "return r && /tick-2/.test(r.querySelector('pre.out').textContent)", timeout=60)
+    # Still running: the command's own row is not there yet, and the output is text.
+    assert not b.js("return !!document.querySelector('#timeline-body tr[data-type=\"shell.command\"]')")
+    live = b.js("const r = document.querySelector('#timeline-body tr[data-type=\"shell.output\"]');"
+                "return {out: r.querySelector('pre.out').textContent, running: r.textContent.includes('running')}")
+    assert live["out"].startswith("tick-1\ntick-2\n"), live
+    assert live["running"], live
+    shot(b, "27-live-output")
+    wait_destroyed(b)
+    b.wait_js("the command's row in place of its live output",
+              "return !!document.querySelector('#timeline-body tr[data-type=\"shell.command\"]') &&"
+              " !document.querySelector('#timeline-body tr[data-type=\"shell.output\"]')")
+    ev = [e for e in events_of(run_id) if e["type"] == "shell.output"]
+    assert ev and all(e["data"]["call"] == "call_live" for e in ev), ev
+    assert "".join(e["data"]["text"] for e in ev if e["data"]["stream"] == "stdout") == \
+        "".join(f"tick-{i}\n" for i in range(1, 9)), ev
 
 
 @test(allow=[r"net::ERR_"])

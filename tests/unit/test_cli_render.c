@@ -340,17 +340,52 @@ static void test_cost_bar(void **state)
     assert_string_equal(eph_cli_render_cost_bar(5, 10, 20, b, 8), ""); /* does not fit */
 }
 
+/* A running command's output (shell.output) shows under it line by line as it comes: a line cut
+ * between two events is shown whole once its end comes, stderr's apart from stdout's, what is
+ * left of a line before the next event, and hostile bytes escaped. */
+static void test_live_output(void **state)
+{
+    (void)state;
+    ev("{\"seq\":5,\"t\":1.5,\"source\":\"shell\",\"type\":\"shell.output\",\"message\":\"$ make\","
+       "\"data\":{\"call\":\"c1\",\"stream\":\"stdout\",\"text\":\"cc -c a.c\\ncc -c "
+       "b\",\"offset\":0}}");
+    ev("{\"seq\":6,\"t\":1.7,\"source\":\"shell\",\"type\":\"shell.output\",\"message\":\"$ make\","
+       "\"data\":{\"call\":\"c1\",\"stream\":\"stderr\",\"text\":\"warn\\u001b[2J\\n\",\"offset\":"
+       "0}}");
+    ev("{\"seq\":7,\"t\":1.9,\"source\":\"shell\",\"type\":\"shell.output\",\"message\":\"$ make\","
+       "\"data\":{\"call\":\"c1\",\"stream\":\"stdout\",\"text\":\".c\\nlinking\",\"offset\":17}}");
+    ev("{\"seq\":8,\"t\":2.5,\"source\":\"shell\",\"type\":\"shell.command\",\"message\":\"$ "
+       "make\"}");
+    assert_string_equal(text(), "                           │ cc -c a.c\n"
+                                "                           │ warn\\x1b[2J\n"
+                                "                           │ cc -c b.c\n"
+                                "                           │ linking\n"
+                                "   2.50  Shell             $ make\n");
+    /* An event seen again (a resumed stream) is not shown twice. */
+    ev("{\"seq\":7,\"t\":1.9,\"source\":\"shell\",\"type\":\"shell.output\",\"message\":\"$ make\","
+       "\"data\":{\"call\":\"c1\",\"stream\":\"stdout\",\"text\":\"again\\n\",\"offset\":17}}");
+    assert_null(strstr(text(), "again"));
+}
+
 int main(void)
 {
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
     const struct CMUnitTest tests[] = {
-        T(test_seed_timeline),     T(test_labels),
-        T(test_dedupe_by_seq),     T(test_missing_and_bad_fields),
-        T(test_hostile_message),   T(test_text_multiline_and_cut),
-        T(test_long_message_cut),  T(test_color),
-        T(test_cost_line),         T(test_result),
-        T(test_result_error),      T(test_status),
-        T(test_time_and_duration), T(test_cost_bar),
+        T(test_seed_timeline),
+        T(test_live_output),
+        T(test_labels),
+        T(test_dedupe_by_seq),
+        T(test_missing_and_bad_fields),
+        T(test_hostile_message),
+        T(test_text_multiline_and_cut),
+        T(test_long_message_cut),
+        T(test_color),
+        T(test_cost_line),
+        T(test_result),
+        T(test_result_error),
+        T(test_status),
+        T(test_time_and_duration),
+        T(test_cost_bar),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

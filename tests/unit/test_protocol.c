@@ -186,12 +186,46 @@ static void test_decoder_sticky_and_buffer_cap(void **state)
     assert_int_equal(eph_proto_decode(&d, frame, (size_t)len, &used, &f), -EMSGSIZE);
 }
 
+/* The optional live_cap at the end of an exec: absent is 0, present is read, anything else (one to
+ * three bytes, or more) is refused; live frames travel from the guest only. */
+static void test_exec_live_cap(void **state)
+{
+    struct eph_proto_exec ex;
+    struct eph_proto_frame f;
+    int len = eph_proto_exec_encode(frame, sizeof(frame), 9, 1500, 100, 200, "ls", "", NULL, 65536);
+    assert_true(len > 0);
+    assert_int_equal(decode_all(frame, (size_t)len, EPH_PROTO_FROM_HOST, &f), 1);
+    assert_int_equal(eph_proto_exec_decode(f.payload, f.hdr.length, &ex), 0);
+    assert_int_equal(ex.live_cap, 65536);
+    uint8_t p[64];
+    memcpy(p, f.payload, f.hdr.length);
+    /* Without its last four bytes it is an exec without live output. */
+    assert_int_equal(eph_proto_exec_decode(p, f.hdr.length - 4, &ex), 0);
+    assert_int_equal(ex.live_cap, 0);
+    for (size_t cut = 1; cut < 4; cut++)
+        assert_int_equal(eph_proto_exec_decode(p, f.hdr.length - cut, &ex), -EPROTO);
+    memset(p + f.hdr.length, 0, 4);
+    assert_int_equal(eph_proto_exec_decode(p, f.hdr.length + 4, &ex), -EPROTO);
+    /* exec_live_* come from the guest; a host-side decoder of the guest's frames takes them, the
+     * guest's decoder of the host's does not. */
+    len = eph_proto_raw_encode(frame, sizeof(frame), EPH_PROTO_EXEC_LIVE_STDERR, 0, 9, "abc", 3);
+    assert_true(len > 0);
+    assert_int_equal(decode_all(frame, (size_t)len, EPH_PROTO_FROM_GUEST, &f), 1);
+    assert_int_equal(f.hdr.type, EPH_PROTO_EXEC_LIVE_STDERR);
+    struct eph_proto_decoder d;
+    uint8_t buf[128];
+    eph_proto_decoder_init(&d, EPH_PROTO_FROM_HOST, buf, sizeof(buf));
+    size_t used = 0;
+    assert_int_equal(eph_proto_decode(&d, frame, (size_t)len, &used, &f), -EPROTO);
+}
+
 static void test_exec_roundtrip(void **state)
 {
     const char *env[] = {"A=1", "PATH=/x", NULL};
     struct eph_proto_exec ex;
     struct eph_proto_frame f;
-    int len = eph_proto_exec_encode(frame, sizeof(frame), 9, 1500, 100, 200, "echo 'hi'", "", env);
+    int len =
+        eph_proto_exec_encode(frame, sizeof(frame), 9, 1500, 100, 200, "echo 'hi'", "", env, 0);
     assert_true(len > 0);
     assert_int_equal(decode_all(frame, (size_t)len, EPH_PROTO_FROM_HOST, &f), 1);
     assert_int_equal(f.hdr.type, EPH_PROTO_EXEC);
@@ -205,11 +239,12 @@ static void test_exec_roundtrip(void **state)
     assert_string_equal(ex.env[1], "PATH=/x");
 
     const char *bad_env[] = {"NOEQUALS", NULL};
-    assert_int_equal(eph_proto_exec_encode(frame, sizeof(frame), 9, 1, 1, 1, "x", "", bad_env),
+    assert_int_equal(eph_proto_exec_encode(frame, sizeof(frame), 9, 1, 1, 1, "x", "", bad_env, 0),
                      -EINVAL);
     /* Too big for the caller's buffer. */
-    assert_int_equal(eph_proto_exec_encode(frame, 40, 9, 1, 1, 1, "a long command line", "", NULL),
-                     -EMSGSIZE);
+    assert_int_equal(
+        eph_proto_exec_encode(frame, 40, 9, 1, 1, 1, "a long command line", "", NULL, 0),
+        -EMSGSIZE);
 }
 
 /* Hand-built exec payloads with one thing wrong each. */
@@ -514,6 +549,21 @@ static void *fake_guest(void *arg)
 /* Runs client_op against a fake guest that sends script; returns the op's result. */
 enum op { OP_HELLO, OP_PING, OP_EXEC };
 
+/* An exec's live bytes (run_fake with fake_live_cap set): what on_live was given. */
+static uint32_t fake_live_cap;
+static char fake_live[256];
+static size_t fake_live_len;
+
+static void fake_on_live(void *arg, int stream, const void *data, size_t len)
+{
+    (void)arg;
+    if (fake_live_len + len + 1 < sizeof(fake_live)) {
+        fake_live[fake_live_len++] = stream == 1 ? 'o' : 'e';
+        memcpy(fake_live + fake_live_len, data, len);
+        fake_live_len += len;
+    }
+}
+
 static int run_fake(uint8_t *script, size_t len, bool hang_up, enum op op, uint32_t cap,
                     struct eph_exec_result *res_out)
 {
@@ -541,6 +591,10 @@ static int run_fake(uint8_t *script, size_t len, bool hang_up, enum op op, uint3
     } else {
         struct eph_exec_request req = {
             .command = "true", .timeout_ms = 1, .stdout_cap = cap, .stderr_cap = cap};
+        if (fake_live_cap) {
+            req.on_live = fake_on_live;
+            req.live_cap = fake_live_cap;
+        }
         rc = eph_guest_client_exec(&c, &req, &res);
     }
     /* A broken client stays broken. */
@@ -594,6 +648,37 @@ static void test_client_garbage_and_death(void **state)
     /* The right id, the wrong answer. */
     n = (size_t)eph_proto_raw_encode(s, sizeof(s), EPH_PROTO_PONG, 0, 1, "x", 1);
     assert_int_equal(run_fake(s, n, true, OP_PING, 0, NULL), -EPROTO);
+}
+
+/* Live bytes: given to on_live in order, stream by stream, when asked; not asked, or past the
+ * budget asked, they are a guest that does not follow the protocol. */
+static void test_client_exec_live(void **state)
+{
+    static uint8_t s[4096];
+    size_t n = 0;
+    n += (size_t)eph_proto_raw_encode(s + n, sizeof(s) - n, EPH_PROTO_EXEC_STDOUT, 0, 1, "head", 4);
+    n += (size_t)eph_proto_raw_encode(s + n, sizeof(s) - n, EPH_PROTO_EXEC_LIVE_STDOUT, 0, 1, "abc",
+                                      3);
+    n += (size_t)eph_proto_raw_encode(s + n, sizeof(s) - n, EPH_PROTO_EXEC_LIVE_STDERR, 0, 1, "de",
+                                      2);
+    struct eph_proto_exit e = {.stdout_total = 7, .stderr_total = 2};
+    n += (size_t)eph_proto_exit_encode(s + n, sizeof(s) - n, 1, &e);
+    struct eph_exec_result res;
+    fake_live_cap = 5;
+    fake_live_len = 0;
+    assert_int_equal(run_fake(s, n, true, OP_EXEC, 16, &res), 0);
+    assert_int_equal(fake_live_len, 7);
+    assert_memory_equal(fake_live, "oabcede", 7);
+    /* Live bytes are not the result's. */
+    assert_int_equal(res.out.len, 4);
+    assert_int_equal(res.err.len, 0);
+    eph_exec_result_release(&res);
+    /* One byte past the budget. */
+    fake_live_cap = 4;
+    assert_int_equal(run_fake(s, n, true, OP_EXEC, 16, NULL), -EPROTO);
+    /* Not asked at all. */
+    fake_live_cap = 0;
+    assert_int_equal(run_fake(s, n, true, OP_EXEC, 16, NULL), -EPROTO);
 }
 
 static void test_client_exec(void **state)
@@ -784,6 +869,7 @@ int main(void)
         cmocka_unit_test(test_decoder_several_frames),
         cmocka_unit_test(test_decoder_sticky_and_buffer_cap),
         cmocka_unit_test(test_exec_roundtrip),
+        cmocka_unit_test(test_exec_live_cap),
         cmocka_unit_test(test_exec_rejects),
         cmocka_unit_test(test_exit_roundtrip_and_rejects),
         cmocka_unit_test(test_files_and_errors),
@@ -792,6 +878,7 @@ int main(void)
         cmocka_unit_test(test_client_hello),
         cmocka_unit_test(test_client_garbage_and_death),
         cmocka_unit_test(test_client_exec),
+        cmocka_unit_test(test_client_exec_live),
         cmocka_unit_test(test_client_slow_caller),
         cmocka_unit_test(test_client_slow_caller_with_tunnel),
     };
