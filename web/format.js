@@ -1,7 +1,7 @@
-// format.js - how amounts, times, statuses and event sources read on the page (SPEC 4 and 5),
+// format.js - how amounts, times, statuses and event sources read on the page (docs/MONEY.md, docs/API.md),
 // the same as the command-line client prints them.
 
-// Micro-dollars as dollars: up to 5 decimals, trailing zeros trimmed, at least 2 (SPEC 4):
+// Micro-dollars as dollars: up to 5 decimals, trailing zeros trimmed, at least 2 (docs/MONEY.md):
 // 40000 -> "$0.04", 3530 -> "$0.00353". Integer arithmetic only (amounts are integers < 2^53).
 export function money(micros) {
   if (typeof micros !== "number" || !Number.isFinite(micros)) return "—";

@@ -1,5 +1,6 @@
 /*
- * replay.h - recorded runs, read back: the record a replay answers from (SPEC 8.5).
+ * replay.h - recorded runs, read back: the record a replay answers from (docs/AGENT.md,
+ * docs/MODELS.md).
  *
  * A record is built from the lines of a run's transcript (run/transcript.h, docs/AGENT.md): the
  * model turns in order (each the response the model gave), the result of every tool call by its

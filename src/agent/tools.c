@@ -1,5 +1,5 @@
 /*
- * tools.c - the tools the model may call (SPEC 8.5, docs/AGENT.md): shell, read_file, write_file,
+ * tools.c - the tools the model may call (docs/AGENT.md): shell, read_file, write_file,
  * edit_file, web_fetch; the system prompt; and the record of every call.
  *
  * Arguments come from the model and are checked against each tool's schema here; anything wrong
@@ -102,9 +102,9 @@ json_t *eph_tools_declare(bool shell, bool web)
 /* ---- the system prompt ------------------------------------------------------------------------
  */
 
-/* The broker's part (SPEC 8.5: true, and nothing that does not work): how the web is reached, and
- * each connection by name with its methods and path prefixes. Only with shell: without it nothing
- * in the sandbox can make a request, and web_fetch describes itself. */
+/* The broker's part (docs/AGENT.md: true, and nothing that does not work): how the web is reached,
+ * and each connection by name with its methods and path prefixes. Only with shell: without it
+ * nothing in the sandbox can make a request, and web_fetch describes itself. */
 static int broker_prompt(const struct eph_agent_ctx *ctx, struct eph_buf *b)
 {
     int rc = 0;
@@ -115,7 +115,7 @@ static int broker_prompt(const struct eph_agent_ctx *ctx, struct eph_buf *b)
                                 "HTTP_PROXY and HTTPS_PROXY (curl, pip, git and Python use it as "
                                 "they are); names resolve on the proxy, not in the sandbox; "
                                 "private and local addresses are refused.");
-        /* The run's web allow-list (SPEC 3.1): these hosts only. */
+        /* The run's web allow-list (docs/API.md): these hosts only. */
         for (size_t i = 0; !rc && eph_broker_web_allowed(ctx->broker, i); i++)
             rc = eph_buf_appendf(b, "%s%s", i ? ", " : " Only these hosts are allowed: ",
                                  eph_broker_web_allowed(ctx->broker, i));

@@ -1,12 +1,12 @@
 /*
- * api.h - the HTTP API (SPEC section 3) on libmicrohttpd.
+ * api.h - the HTTP API (docs/API.md) on libmicrohttpd.
  *
  * The server polls its sockets with a small pool of threads (epoll where available). Handlers
  * never block on a run: a request that waits (a Prefer: wait long poll, a cancel waiting for the
  * settlement, an idle event stream) parks its connection with MHD_suspend_connection() and is
  * resumed by park.c when its run changes or its deadline passes, so a thousand idle streams cost
  * a thousand small structs, not a thousand threads. Request bodies are capped (413 past
- * max_body_bytes) and every failed answer has the error shape of SPEC 3.4.
+ * max_body_bytes) and every failed answer has the error shape of docs/API.md ("Errors").
  */
 #ifndef EPH_API_H
 #define EPH_API_H
@@ -90,7 +90,7 @@ struct eph_api_req {
     char request_id[24]; /* "req_" + 16 hex: in the Request-Id header, every error and log line */
     struct eph_api_query query; /* the validated query arguments of the route */
 
-    /* Idempotency (SPEC 3.5), handled by the server for the POSTs that honour it: set while the
+    /* Idempotency (docs/API.md), handled by the server for the POSTs that honour it: set while the
      * request holds a new key, so that its answer is stored (2xx) or the key released. */
     bool idem_active;
     char idem_key[256];
@@ -131,9 +131,9 @@ bool eph_api_require_admin(struct eph_api_req *req);
 /* Stores the answer of an idempotent request now (before a long poll) instead of when the
  * request is answered. */
 void eph_api_idem_settle(struct eph_api_req *req, unsigned status, json_t *body);
-/* SPEC 3.5 for a POST that carries Idempotency-Key (the server, before the handler): true when
- * the request was answered (a replay, 409, 422, or a bad key), false when the handler should run,
- * holding the key. */
+/* docs/API.md "Idempotency" for a POST that carries Idempotency-Key (the server, before the
+ * handler): true when the request was answered (a replay, 409, 422, or a bad key), false when the
+ * handler should run, holding the key. */
 bool eph_api_idem_gate(struct eph_api_req *req);
 /* At start-up, before the server listens: the idempotency records in flight whose answer was
  * never written are completed from the run each created, or released when it created none

@@ -1,11 +1,11 @@
 /*
  * connections.c - /v1/connections (admin): the external APIs a run may call through the broker
- * (SPEC 7). A connection is a name, a base URL, the methods and path prefixes allowed, and the
- * headers the broker adds to each call. Those header values are credentials: they are sealed with
- * the server's key file (common/secret.h) before they reach the store, and no answer and no log
- * line ever carries them: the API shows the header names only. The same holds for the query
- * parameters the broker adds for APIs that want "?key=" (SPEC 7): sealed with the headers, shown
- * by name only.
+ * (docs/BROKER.md). A connection is a name, a base URL, the methods and path prefixes allowed, and
+ * the headers the broker adds to each call. Those header values are credentials: they are sealed
+ * with the server's key file (common/secret.h) before they reach the store, and no answer and no
+ * log line ever carries them: the API shows the header names only. The same holds for the query
+ * parameters the broker adds for APIs that want "?key=" (docs/BROKER.md): sealed with the headers,
+ * shown by name only.
  */
 #include <errno.h>
 #include <stdio.h>

@@ -1,5 +1,5 @@
 /*
- * json.h - the API's wire form of the run object (SPEC 3.2), as served. It lives here, not in
+ * json.h - the API's wire form of the run object (docs/API.md), as served. It lives here, not in
  * store/ or run/: the store keeps plain records. An event's wire form is made once, when the run
  * layer emits it (run/event_wire.h), and stored as that text.
  */

@@ -1,7 +1,7 @@
 /*
  * reply.c - what the server (server.c) and the handlers both use: the request's headers, the
  * answers (JSON, text, errors, lists), authentication and roles, parking until a run settles, and
- * the idempotency of POSTs (SPEC 3.5). It calls neither the server nor a handler.
+ * the idempotency of POSTs (docs/API.md, "Idempotency"). It calls neither the server nor a handler.
  */
 #include "api/api.h"
 #include "api/guard.h"
@@ -426,8 +426,9 @@ static bool is_printable_ascii(const char *s)
     return true;
 }
 
-/* SPEC 3.5 for a POST that carries Idempotency-Key: returns true when the request was answered
- * here (a replay, 409, 422, or a bad key), false when the handler should run, holding the key. */
+/* docs/API.md "Idempotency" for a POST that carries Idempotency-Key: returns true when the request
+ * was answered here (a replay, 409, 422, or a bad key), false when the handler should run, holding
+ * the key. */
 bool eph_api_idem_gate(struct eph_api_req *req)
 {
     const char *key = eph_api_header(req, "Idempotency-Key");

@@ -71,9 +71,9 @@ static int no_such_path(struct eph_api_req *req)
 
 /* One line per method and path pattern. A handler takes the path's {id} (or {name}) when the
  * pattern has one. public: answered without a key. idempotent: a POST whose Idempotency-Key is
- * honoured (SPEC 3.5) where a retry could do something twice; creating a key or a connection is
- * not: their bodies hold secrets that must not be kept, even hashed, and a connection's name is
- * unique anyway. */
+ * honoured (docs/API.md, "Idempotency") where a retry could do something twice; creating a key or a
+ * connection is not: their bodies hold secrets that must not be kept, even hashed, and a
+ * connection's name is unique anyway. */
 struct route {
     const char *pattern;
     const char *method;

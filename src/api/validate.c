@@ -217,7 +217,7 @@ static bool valid_domain(const char *s, size_t n)
     return true;
 }
 
-/* web: a boolean, or {"allow": [domain...]} (SPEC 3.1), which turns web on for those only. */
+/* web: a boolean, or {"allow": [domain...]} (docs/API.md), which turns web on for those only. */
 static int check_web(json_t *web, struct eph_api_create *c, struct eph_api_error *e)
 {
     if (json_is_boolean(web)) {
@@ -535,7 +535,7 @@ bool eph_api_content_type_is_json(const char *ct)
     return *rest == '\0' || *rest == ';';
 }
 
-/* ---- connections (SPEC 7) ---- */
+/* ---- connections (docs/BROKER.md) ---- */
 
 #define NAME_MAX_LEN 64
 #define BASE_URL_MAX 2048

@@ -3,9 +3,9 @@
  *
  * Each function reads what a client sent (a JSON body, query arguments, a header) and either
  * fills a parsed form or describes the refusal in a struct eph_api_error, which the HTTP layer
- * turns into the error object of SPEC 3.4. Because they need nothing but their arguments, the
- * unit tests (tests/unit/test_api_validate.c) and the fuzz drivers (tests/fuzz/fuzz_api_*.c) call
- * them directly.
+ * turns into the error object of docs/API.md ("Errors"). Because they need nothing but their
+ * arguments, the unit tests (tests/unit/test_api_validate.c) and the fuzz drivers
+ * (tests/fuzz/fuzz_api_*.c) call them directly.
  */
 #ifndef EPH_API_VALIDATE_H
 #define EPH_API_VALIDATE_H
@@ -33,7 +33,7 @@ int eph_api_error_set(struct eph_api_error *e, unsigned status, const char *type
                       const char *param, const char *fmt, ...)
     __attribute__((format(printf, 6, 7)));
 
-/* Limits of a run's request (SPEC 3.2). */
+/* Limits of a run's request (docs/API.md). */
 #define EPH_API_PROMPT_MAX (64u << 10)
 #define EPH_API_FILES_MAX 100
 #define EPH_API_FILES_BYTES_MAX (10u << 20)

@@ -1,5 +1,5 @@
 /*
- * addr.h - the SSRF guard: hosts and addresses as the broker sees them (SPEC 7, docs/BROKER.md).
+ * addr.h - the SSRF guard: hosts and addresses as the broker sees them (docs/BROKER.md).
  *
  * Pure code: no resolver, no socket. A host from the sandbox is either an IP literal, parsed here
  * the way the C library and browsers would read it (so that no spelling means one address to this

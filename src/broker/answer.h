@@ -1,6 +1,6 @@
 /*
- * answer.h - a connection's answer on its way to the program (SPEC 7 and 19, docs/BROKER.md): the
- * head and the body as libcurl hands them over, made into what the sandbox may see.
+ * answer.h - a connection's answer on its way to the program (docs/BROKER.md, docs/SECURITY.md):
+ * the head and the body as libcurl hands them over, made into what the sandbox may see.
  *
  *  - 1xx heads are skipped; the final head is held until it is whole, its framing (Connection,
  *    Keep-Alive, Transfer-Encoding, Content-Length, Proxy-*) dropped and "Connection: close" set.

@@ -1,13 +1,13 @@
 /*
  * broker.h - one run's broker: the host end of every connection a program in the sandbox makes to
- * the proxy (SPEC 7, docs/BROKER.md).
+ * the proxy (docs/BROKER.md).
  *
  * The worker creates a broker for a run with web or connections and opens the sandbox's tunnel
  * with eph_broker_on_stream / eph_broker_on_bytes as its callbacks. Each stream is served on a
  * thread of its own: the request head is read and parsed, then it is a web request (absolute URI,
  * public or allow-listed hosts only), a CONNECT tunnel, or a connection request
  * (/name/path, rules checked after normalisation, the credential added, the answer redacted);
- * anything else is refused with SPEC 7's JSON and an event, and no byte goes upstream.
+ * anything else is refused with the JSON of docs/BROKER.md and an event, and no byte goes upstream.
  *
  * Metering runs in the tunnel's callbacks (the fee when a stream opens, each byte as it crosses)
  * and in web_fetch. The run's budget locks itself (ledger/budget.h): each fee and each byte's
@@ -119,8 +119,8 @@ struct eph_broker;
 /* Copies what it needs of settings and run (credentials included, wiped on free). */
 int eph_broker_new(const struct eph_broker_settings *settings, const struct eph_broker_run *run,
                    struct eph_broker **out) __attribute__((warn_unused_result));
-/* Replay mode (SPEC 8.5): from now on no connection is ever made. A request whose method, URL and
- * body (sha256) match a recorded exchange not used yet (the first in order) gets its recorded
+/* Replay mode (docs/AGENT.md): from now on no connection is ever made. A request whose method, URL
+ * and body (sha256) match a recorded exchange not used yet (the first in order) gets its recorded
  * status, headers and body; anything else, and every CONNECT, gets 403 with the JSON reason
  * "not_recorded" and a denied event. exchanges is an array of the objects the events carried in
  * data.exchange (entries that are not such objects are skipped); the broker copies what it needs.
@@ -167,11 +167,11 @@ struct eph_web_fetch {
     unsigned redirects;
 };
 
-/* web_fetch, executed by the broker for the model (SPEC 7), on the worker's thread (it meters on
- * the run's budget itself): http(s) only, the SSRF guard and the allow-list on every hop, at most 5
- * redirects, the body capped (the text at text_cap bytes), each hop an event. 0 with *out filled
- * (free out->text); -EDQUOT when the budget cannot pay (the run must stop); another negative error
- * with a message for the model in err. */
+/* web_fetch, executed by the broker for the model (docs/BROKER.md), on the worker's thread (it
+ * meters on the run's budget itself): http(s) only, the SSRF guard and the allow-list on every hop,
+ * at most 5 redirects, the body capped (the text at text_cap bytes), each hop an event. 0 with *out
+ * filled (free out->text); -EDQUOT when the budget cannot pay (the run must stop); another negative
+ * error with a message for the model in err. */
 int eph_broker_web_fetch(struct eph_broker *b, const char *url, size_t text_cap,
                          struct eph_web_fetch *out, char *err, size_t errlen)
     __attribute__((warn_unused_result));

@@ -191,7 +191,7 @@ const char *bk_reason_phrase(int status)
     return "Error";
 }
 
-/* Answers the program with SPEC 7's JSON error, and records the refusal. */
+/* Answers the program with the JSON error of docs/BROKER.md, and records the refusal. */
 void bk_answer_error(struct req_ctx *rc, int status, const char *type, const char *code,
                      const char *message)
 {

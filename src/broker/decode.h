@@ -1,5 +1,5 @@
 /*
- * decode.h - the Content-Encoding of a connection's answer, undone under a cap (SPEC 19,
+ * decode.h - the Content-Encoding of a connection's answer, undone under a cap (docs/SECURITY.md,
  * docs/BROKER.md): gzip (also several members, and x-gzip), deflate (zlib's wrapper or a raw
  * stream, as servers send both) and br, so that the redactor reads the text the upstream meant.
  *

@@ -1,6 +1,6 @@
 /*
  * event.h - what the timeline keeps of one broker event (web.request, connection.request): its
- * data object and its message (SPEC 5, 7 and 10, docs/BROKER.md "Events").
+ * data object and its message (docs/BROKER.md "Events", docs/API.md).
  *
  * A run that keeps its record gets everything: method, scheme, host, port, path, status, byte
  * counts, duration, cost, connection, denial and the exchange. A run with zero data retention

@@ -1,5 +1,5 @@
 /*
- * guard.h - where the broker may connect: the SSRF guard around the resolver (SPEC 7 and 19,
+ * guard.h - where the broker may connect: the SSRF guard around the resolver (docs/BROKER.md,
  * docs/BROKER.md).
  *
  * A destination is an address and a port. It is refused when the address is not public and not

@@ -1,6 +1,6 @@
 /*
- * html.h - HTML reduced to readable text, for web_fetch (SPEC 7). Pure code, bounded: the output
- * never exceeds the input's length.
+ * html.h - HTML reduced to readable text, for web_fetch (docs/BROKER.md). Pure code, bounded: the
+ * output never exceeds the input's length.
  */
 #ifndef EPH_BROKER_HTML_H
 #define EPH_BROKER_HTML_H

@@ -1,5 +1,5 @@
 /*
- * meter.h - web and connection traffic inside the run's hard limit (SPEC 4 and 7,
+ * meter.h - web and connection traffic inside the run's hard limit (docs/MONEY.md,
  * docs/BROKER.md).
  *
  * One meter per request or tunnel. Its fee (prices.web_micros_per_request) is checked against

@@ -1,5 +1,5 @@
 /*
- * policy.h - who may go where: a connection's rules and the run's web allow-list (SPEC 7,
+ * policy.h - who may go where: a connection's rules and the run's web allow-list (docs/BROKER.md,
  * docs/BROKER.md). Pure code, checked after the path has been normalised (http.h).
  */
 #ifndef EPH_BROKER_POLICY_H
@@ -45,7 +45,7 @@ enum eph_policy_denial {
 enum eph_policy_denial eph_policy_check(const char *method, size_t method_len, const char *path,
                                         const char *const *methods, size_t nmethods,
                                         const char *const *prefixes, size_t nprefixes);
-/* "method_not_allowed", "path_not_allowed" (SPEC 7's codes), or "allowed". */
+/* "method_not_allowed", "path_not_allowed" (docs/BROKER.md's codes), or "allowed". */
 const char *eph_policy_denial_code(enum eph_policy_denial d);
 
 /* Whether a host (as eph_host_parse() gives it: lowercase, no trailing dot) is in a web

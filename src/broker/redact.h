@@ -1,5 +1,5 @@
 /*
- * redact.h - the streaming redactor (SPEC 7 and 19, docs/BROKER.md): every credential value, in
+ * redact.h - the streaming redactor (docs/BROKER.md, docs/SECURITY.md): every credential value, in
  * every form in which an upstream may echo it, becomes "[REDACTED]" in what an upstream answers
  * before a byte enters the sandbox, also when an echo is split across reads.
  *

@@ -31,7 +31,7 @@
 #define RECIPE_VERSION "3"
 static const char *const recipe_packages = "python3,curl,ca-certificates";
 static const char *const recipe_hooks[] = {
-    /* The worker of SPEC 6.1: uid and gid 1000, home in /home/worker. */
+    /* The worker of docs/SANDBOX.md: uid and gid 1000, home in /home/worker. */
     "chroot \"$1\" groupadd --gid 1000 worker",
     "chroot \"$1\" useradd --uid 1000 --gid 1000 --create-home --shell /bin/sh worker",
     /* No resolver configuration: inside a sandbox without network, names do not resolve. */

@@ -45,8 +45,8 @@ static bool run_has_conn(void *arg, const char *name)
     return false;
 }
 
-/* The timeline's record of one request (SPEC 5 and 7; with zero data retention, SPEC 10: what
- * broker/event.h lists and nothing else): called from the broker's threads. */
+/* The timeline's record of one request (docs/BROKER.md "Events"; with zero data retention,
+ * docs/API.md: what broker/event.h lists and nothing else): called from the broker's threads. */
 static void on_event(void *arg, const struct eph_broker_event *ev)
 {
     struct eph_egress *e = arg;

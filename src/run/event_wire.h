@@ -1,7 +1,7 @@
 /*
- * event_wire.h - an event's wire form (SPEC 5), made once: the run layer serialises each event
- * when it is emitted, the store keeps that text, and the API's list, long poll and SSE write it
- * out as stored, never re-serialising per client or per read.
+ * event_wire.h - an event's wire form (docs/API.md, the events), made once: the run layer
+ * serialises each event when it is emitted, the store keeps that text, and the API's list, long
+ * poll and SSE write it out as stored, never re-serialising per client or per read.
  */
 #ifndef EPH_RUN_EVENT_WIRE_H
 #define EPH_RUN_EVENT_WIRE_H

@@ -1,5 +1,5 @@
 /*
- * replay_run.h - what a run with replay_of answers from (SPEC 8.5): the original run's record,
+ * replay_run.h - what a run with replay_of answers from (docs/AGENT.md): the original run's record,
  * loaded from its stored events, behind a model that replays its model turns (agent/replay.h) and
  * reports every tool result that differs from the original's as a replay.divergence event.
  */

@@ -45,7 +45,7 @@ static int append(json_t *lines, json_t *line)
     return json_array_append_new(lines, line) ? -ENOMEM : 0;
 }
 
-/* The event types a tool call leaves (SPEC 5). */
+/* The event types a tool call leaves (docs/AGENT.md, "The record"). */
 static bool is_tool_event(const char *type)
 {
     static const char *const types[] = {"shell.command", "file.read",   "file.write",

@@ -249,7 +249,7 @@ static const char *error_type_for(enum eph_run_status st)
     }
 }
 
-/* The error message a zero-data-retention run keeps (SPEC 10, docs/API.md "Zero data
+/* The error message a zero-data-retention run keeps (docs/API.md "Zero data
  * retention"): the server's own sentence for the codes whose messages are made of fixed words,
  * numbers, the org's connection names and system errors only; for every other code (a file's
  * path, the model's refusal, a provider's or a recording's answer, anything yet to come) a fixed

@@ -107,7 +107,7 @@ static const char v2[] =
     "ALTER TABLE runs ADD COLUMN web_allow TEXT;"
     "ALTER TABLE connections ADD COLUMN query_names TEXT NOT NULL DEFAULT '[]';";
 
-/* SQLite version 5 (SQLite's version 4 is version 2 here): a replay (SPEC 8.5), the run it
+/* SQLite version 5 (SQLite's version 4 is version 2 here): a replay (docs/AGENT.md), the run it
  * replays and how many tool results differed from the original's. */
 static const char v3[] = "ALTER TABLE runs ADD COLUMN replay_of TEXT;"
                          "ALTER TABLE runs ADD COLUMN divergences BIGINT NOT NULL DEFAULT 0;";

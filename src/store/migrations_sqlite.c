@@ -79,9 +79,10 @@ static const char v1[] =
     "  created_at INTEGER NOT NULL,"
     "  PRIMARY KEY (org_id, key));";
 
-/* Keys get a short prefix to be listed by; connections (SPEC 7) keep their credential headers
- * only as a sealed blob (nonce || secretbox), never in the clear; queued runs are counted per org
- * on every creation (the 429 limit), hence the index; the run list orders by rowid on ties. */
+/* Keys get a short prefix to be listed by; connections (docs/BROKER.md) keep their credential
+ * headers only as a sealed blob (nonce || secretbox), never in the clear; queued runs are counted
+ * per org on every creation (the 429 limit), hence the index; the run list orders by rowid on ties.
+ */
 static const char v2[] = "ALTER TABLE api_keys ADD COLUMN prefix TEXT;"
                          "CREATE INDEX api_keys_org ON api_keys(org_id, created_at);"
                          "CREATE TABLE connections ("
@@ -114,13 +115,13 @@ static const char v3[] =
     "ALTER TABLE runs ADD COLUMN node_id TEXT;"
     "ALTER TABLE runs ADD COLUMN lease_expires_at INTEGER;";
 
-/* A run's web allow-list (SPEC 3.1: a JSON array of domains; NULL is every public host), and the
+/* A run's web allow-list (docs/API.md: a JSON array of domains; NULL is every public host), and the
  * names of a connection's query-parameter credentials (their values are in the sealed blob). */
 static const char v4[] =
     "ALTER TABLE runs ADD COLUMN web_allow TEXT;"
     "ALTER TABLE connections ADD COLUMN query_names TEXT NOT NULL DEFAULT '[]';";
 
-/* A replay (SPEC 8.5): the run it replays, and how many tool results differed from the
+/* A replay (docs/AGENT.md): the run it replays, and how many tool results differed from the
  * original's. */
 static const char v5[] = "ALTER TABLE runs ADD COLUMN replay_of TEXT;"
                          "ALTER TABLE runs ADD COLUMN divergences INTEGER NOT NULL DEFAULT 0;";

@@ -75,7 +75,7 @@ struct eph_key_info {
     int64_t created_at_ms;
 };
 
-/* A connection (SPEC 7) as stored. The credential headers are sealed by the caller (see
+/* A connection (docs/BROKER.md) as stored. The credential headers are sealed by the caller (see
  * common/secret.h) before they reach the store: the store holds an opaque blob and the header
  * names, never a header value in the clear. */
 struct eph_connection {

@@ -1,5 +1,5 @@
 #!/bin/bash
-# The hard limit through the real server (SPEC 4), checked on the run object and in the ledger:
+# The hard limit through the real server (docs/MONEY.md), checked on the run object and in the ledger:
 #  - a model that reports absurd usage (10^12 tokens) is charged what was left, never more: the
 #    event says capped, nothing more runs, the run ends budget_exhausted;
 #  - when even a minimal call cannot fit, no request reaches the model at all;

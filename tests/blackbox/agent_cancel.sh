@@ -1,5 +1,5 @@
 #!/bin/bash
-# Cancel during a slow model call through the real server (SPEC 3.3): the fake model takes 30 s
+# Cancel during a slow model call through the real server (docs/API.md): the fake model takes 30 s
 # to answer (OpenAI: before any byte; Anthropic: a stream that stalls after its first event).
 # POST /v1/runs/{id}/cancel answers within a few seconds with the run cancelled: the model call
 # was abandoned, the sandbox destroyed, the money settled. The abandoned attempt went out whole,

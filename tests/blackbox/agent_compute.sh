@@ -1,5 +1,5 @@
 #!/bin/bash
-# Compute exhausting the budget through the real server (SPEC 4): at 100 000 micros per
+# Compute exhausting the budget through the real server (docs/MONEY.md): at 100 000 micros per
 # sandbox-second a 300 000 micro budget buys about 3 s of sandbox. The model asks for a command
 # that sleeps far longer; the sandbox is destroyed at the instant compute would exhaust the
 # budget, the run ends budget_exhausted, compute is capped at what model and web leave, and

@@ -1,5 +1,5 @@
 #!/bin/bash
-# The run's deadline through the real server (SPEC 3.1 timeout_seconds, 6.1): the model asks for
+# The run's deadline through the real server (docs/API.md timeout_seconds, 6.1): the model asks for
 # a command that sleeps far past a 6 s limit; the run ends timed_out within a second or two of
 # the deadline (a correctness bound on the deadline, measured on the run's own timestamps), the
 # command is killed, the sandbox destroyed, the money settled, and the model is not called again.

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Money honest to the cent (SPEC 8.4, issue 14) through the real server, with the fake model
+# Money honest to the cent (docs/AGENT.md, issue 14) through the real server, with the fake model
 # server scripted as an adversary, on both wire formats (streaming). For each scenario: the final
 # status, every attempt's model.call event, charged <= reserved (settled, in the ledger too), and
 # what the fake server received (how many requests, with what max_tokens) never more than the

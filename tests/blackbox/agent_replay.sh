@@ -1,5 +1,5 @@
 #!/bin/bash
-# The record and replay of a real run (SPEC 3.3 transcript, 8.5 replay_of), through the real
+# The record and replay of a real run (docs/API.md transcript, 8.5 replay_of), through the real
 # server, a real sandbox and the fake model server: a run's transcript is JSON Lines whose first
 # line is the run; a zero-data-retention run and another org's run have none; replay_of refuses a
 # bad id, another org's run, a zero-data-retention run, an unfinished run and any widening of the

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Retries through the real server (SPEC 8.3, 8.4): every attempt is a model.call event and counts
+# Retries through the real server (docs/AGENT.md): every attempt is a model.call event and counts
 # in usage. A provider 500 then a success: two attempts, the 500 not billed (providers do not bill
 # an error status), the success charged its usage. An Anthropic stream that fails with an
 # overloaded error event after message_start: the provider may bill the broken attempt and did

@@ -1,5 +1,5 @@
 #!/bin/bash
-# The agent loop through the real server (SPEC 8.1, 8.3): a model on the fake server asks for two
+# The agent loop through the real server (docs/AGENT.md): a model on the fake server asks for two
 # shell calls, then one, then answers. Each tool result reaches the model under the right
 # tool_call_id / tool_use_id with the real output of the sandbox, the key reaches the provider,
 # the money adds up from the reported usage. OpenAI and Anthropic, plain and streaming.

@@ -1,10 +1,10 @@
 #!/bin/bash
-# The tools through the real server (SPEC 8.1, 8.2, 3.1 files): the request's files are in the
+# The tools through the real server (docs/AGENT.md, docs/API.md files): the request's files are in the
 # scratch directory before the first turn; write_file, read_file and shell see the same file; a
 # path with '..' or an absolute path is refused as a tool error; malformed arguments, an unknown
 # tool and an unexpected argument come back to the model as tool errors and the run goes on to
 # complete. OpenAI (plain) and Anthropic (streaming).
-# All five tools in one run (SPEC 8.5): a script written executable and run, edited (one match;
+# All five tools in one run (docs/AGENT.md): a script written executable and run, edited (one match;
 # two matches and none refused) and run again with its mode kept, a long output kept as head and
 # tail, a command's own timeout, read_file by range, web_fetch through the broker, a rejected call;
 # every call is an event whose data holds the call, the exact result the model got and the turn,

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Authentication and keys (SPEC 1, 3, 3.3): a missing, malformed, unknown or revoked key gets 401;
+# Authentication and keys (docs/API.md): a missing, malformed, unknown or revoked key gets 401;
 # admin endpoints refuse a member key with 403 permission_error; POST /v1/keys shows the new key
 # once, GET lists id, role, created_at and a short prefix but never the key or its hash, DELETE
 # revokes; a key of another organization gets 404 for a run (never 403, never its data) and its

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Money at the API (SPEC 3.1, 3.3, 4): GET /v1/balance; 402 insufficient_balance_error when
+# Money at the API (docs/API.md, docs/MONEY.md): GET /v1/balance; 402 insufficient_balance_error when
 # max_cost_micros exceeds the available balance; concurrent creations never reserve more than the
 # balance (credit for exactly 3 runs, 10 parallel creations: exactly 3 x 201 and 7 x 402); POST
 # /v1/credits adds to it; and 429 rate_limit_error once the org has max_queued_runs_per_org

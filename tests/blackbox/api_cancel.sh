@@ -1,5 +1,5 @@
 #!/bin/bash
-# POST /v1/runs/{id}/cancel (SPEC 3.3): a run blocked in a long command (the fixture runs
+# POST /v1/runs/{id}/cancel (docs/API.md): a run blocked in a long command (the fixture runs
 # `sleep 60.123`) is stopped and settled within seconds: status cancelled, the sandbox destroyed, the
 # timeline closed, charged + released = reserved and nothing left reserved. Cancelling again, or
 # cancelling a finished run, changes nothing. A run still queued behind a busy worker is

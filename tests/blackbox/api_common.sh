@@ -100,7 +100,7 @@ wait_command_running() { # ID
 }
 run_status_is() { [ "$(run_field "$1" .status)" = "$2" ]; }
 
-# assert_error OUTPUT STATUS TYPE [PARAM]: the answer has the SPEC 3.4 error shape.
+# assert_error OUTPUT STATUS TYPE [PARAM]: the answer has the docs/API.md error shape.
 assert_error() {
     local out=$1 status=$2 type=$3 param=${4:-}
     local body
@@ -113,7 +113,7 @@ assert_error() {
     assert_eq "$(jq -r .error.type <<<"$body")" "$type" "error type of: $body"
     local msg
     msg=$(jq -r .error.message <<<"$body")
-    # Lowercase, no full stop at the end (SPEC 3.4).
+    # Lowercase, no full stop at the end (docs/API.md).
     [[ $msg != *. ]] || fail "message ends with a full stop: $msg"
     [ "${msg:0:1}" = "$(tr '[:upper:]' '[:lower:]' <<<"${msg:0:1}")" ] || fail "message not lowercase: $msg"
     if [ -n "$param" ]; then

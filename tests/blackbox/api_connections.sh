@@ -1,5 +1,5 @@
 #!/bin/bash
-# Connections (SPEC 3.3, 7, 12): POST/GET/DELETE /v1/connections (admin), validation of name,
+# Connections (docs/API.md, docs/BROKER.md, docs/CLI.md): POST/GET/DELETE /v1/connections (admin), validation of name,
 # base_url, methods, path prefixes and headers; header values are credentials: stored sealed
 # (libsodium secretbox, key file created 0600 on first use), never returned (header names only),
 # never logged, absent from the database file in the clear; runs may name the org's connections

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Events are stored as the text the API serves (SPEC 5): the JSON list and the SSE stream write
+# Events are stored as the text the API serves (docs/API.md): the JSON list and the SSE stream write
 # each event's stored text out as is, byte for byte; every event, the first (run.queued) and the
 # closing ones included, is stored with it, and what is served is that text, not the fields made
 # again; an event's data is kept once, in that text. A row without it (written before the text was

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Idempotency (SPEC 3.5): the same key and request replays the stored answer with 200 and
+# Idempotency (docs/API.md): the same key and request replays the stored answer with 200 and
 # Idempotent-Replayed: true and creates nothing; another body or another path with the key is
 # 422; a key whose first request is still in flight is 409; keys are scoped to the org; keys
 # expire after the TTL; ten concurrent requests with one key create exactly one run and one

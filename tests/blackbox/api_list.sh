@@ -1,5 +1,5 @@
 #!/bin/bash
-# GET /v1/runs (SPEC 3.3): newest first, {"object":"list","data":[...],"has_more":...}, cursor
+# GET /v1/runs (docs/API.md): newest first, {"object":"list","data":[...],"has_more":...}, cursor
 # pagination with limit and after that visits every run exactly once, and the status filter.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/api_common.sh"

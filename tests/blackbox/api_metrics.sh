@@ -1,5 +1,5 @@
 #!/bin/bash
-# GET /metrics (SPEC 3.3): Prometheus text format without a key: runs by status from the store,
+# GET /metrics (docs/API.md): Prometheus text format without a key: runs by status from the store,
 # queue depth, the sandbox start, exec and model call latency histograms, and HTTP request counts
 # by method, route and status with a latency histogram, all moving with what the server did.
 . "$(dirname "$0")/lib.sh"

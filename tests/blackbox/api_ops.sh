@@ -1,5 +1,5 @@
 #!/bin/bash
-# Operations (SPEC 13): the configuration comes from the JSON file, the environment overrides the
+# Operations (docs/CONFIG.md): the configuration comes from the JSON file, the environment overrides the
 # file and a flag overrides the environment; an unknown key is refused with a clear error;
 # --log-format json writes lines that are each a JSON object with time, level, component and
 # message, and no log line holds an API key, a prompt (a canary) or a credential; on SIGTERM the

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Events (SPEC 3.3, 5): GET /v1/runs/{id}/events as JSON and as Server-Sent Events: past events
+# Events (docs/API.md): GET /v1/runs/{id}/events as JSON and as Server-Sent Events: past events
 # first, then live ones, `id:` = seq, resumable with Last-Event-ID (only later events), comment
 # keep-alives when idle (every sse_keepalive_seconds: 1 s here), the stream closed after the
 # final event; Prefer: wait long polls; and 100 concurrent streams do not take a thread each

@@ -1,7 +1,7 @@
 #!/bin/bash
-# SPEC 3.1 and 3.4: every rule of the create-run table is enforced with 400 and error.param naming
+# docs/API.md: every rule of the create-run table is enforced with 400 and error.param naming
 # the field, unknown fields and bodies that are not JSON objects are refused, a body over the
-# configured limit gets 413 (with and without Content-Length), every error has the SPEC 3.4 shape,
+# configured limit gets 413 (with and without Content-Length), every error has the docs/API.md shape,
 # and a request that fails validation stores nothing (no run, no reservation, its idempotency key
 # still free).
 . "$(dirname "$0")/lib.sh"

@@ -1,9 +1,9 @@
 #!/bin/bash
-# Connections through the broker (SPEC 7), in a real sandbox through the real server: the
+# Connections through the broker (docs/BROKER.md), in a real sandbox through the real server: the
 # credential reaches the upstream and never the sandbox (environment, processes, files, outputs,
 # events, database, logs); an upstream that echoes it back is redacted; method, path-prefix and
 # unknown-connection denials (also the walk-arounds /allowed/../secret, %2e%2e, //) are 403 with
-# SPEC 7's JSON, an event, and no byte upstream; a run without web cannot reach the web. A
+# docs/BROKER.md's JSON, an event, and no byte upstream; a run without web cannot reach the web. A
 # credential given as a query parameter reaches the upstream's query and is redacted on the way
 # back; a chunked upload is relayed; every exchange is in the record (data.exchange), credential-free.
 . "$(dirname "$0")/lib.sh"

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Redaction of every form (SPEC 19, docs/BROKER.md), in a real sandbox through the real server: an
+# Redaction of every form (docs/SECURITY.md, docs/BROKER.md), in a real sandbox through the real server: an
 # upstream that echoes the credential it got (a Basic header's value, token, user and password,
 # and a query value) raw, in other cases, percent-encoded, JSON-escaped, in hex, in base64 and
 # base64url (whole and inside a larger base64 text), in its Location and Set-Cookie, in gzip and

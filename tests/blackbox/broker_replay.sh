@@ -1,5 +1,5 @@
 #!/bin/bash
-# A replay of a run that used the broker (SPEC 8.5): the original fetches from a loopback upstream
+# A replay of a run that used the broker (docs/AGENT.md): the original fetches from a loopback upstream
 # with curl through the proxy and with web_fetch; its replay gets the recorded answers, the
 # upstream sees no request, and a request that was not recorded (its URL made of random bytes) gets
 # 403 not_recorded: a divergence, and nothing upstream either.

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Web through the broker (SPEC 7), in a real sandbox through the real server: plain HTTP and
+# Web through the broker (docs/BROKER.md), in a real sandbox through the real server: plain HTTP and
 # CONNECT tunnels through the proxy environment (curl, Python's urllib); the SSRF guard refusing
 # every other loopback form (127.0.0.2, [::1], [::ffff:127.0.0.2], 2130706434, 0x7f000002) with 403
 # and no byte upstream, while 127.0.0.1 is allowed by broker.web_private_cidrs; a run without web

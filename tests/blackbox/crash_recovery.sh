@@ -1,5 +1,5 @@
 #!/bin/bash
-# Crash safety (SPEC 9): runs blocked in long commands, the server killed with SIGKILL, a restart:
+# Crash safety (docs/STORE.md): runs blocked in long commands, the server killed with SIGKILL, a restart:
 # every run is settled as failed (worker_lost) for what was measured, no reservation stays held,
 # the ledger balances, and no sandbox process or cgroup of the dead server is left.
 . "$(dirname "$0")/lib.sh"

@@ -1,5 +1,5 @@
 #!/bin/bash
-# The broker on the gvisor backend (SPEC 7: the same path out on every backend): the whole of
+# The broker on the gvisor backend (docs/BROKER.md: the same path out on every backend): the whole of
 # broker_connection (credential never inside, redaction, denials, HTTPS) with the runs' sandboxes
 # on gVisor. Skips where runsc cannot run.
 . "$(dirname "$0")/gvisor_common.sh"

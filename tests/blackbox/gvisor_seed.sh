@@ -1,5 +1,5 @@
 #!/bin/bash
-# The seed scenario (SPEC 2) on a server whose sandbox is gvisor (`serve --sandbox gvisor`): the
+# The seed scenario (docs/API.md) on a server whose sandbox is gvisor (`serve --sandbox gvisor`): the
 # run completes with the real outputs of its four steps (worker, the scratch directory, curl's
 # "Could not resolve host", `ls -l` of /tmp/proof.txt), the timeline names the backend
 # ("gVisor sandbox ready" ... "gVisor sandbox destroyed"), and nothing of the sandbox is left.

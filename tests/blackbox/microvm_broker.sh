@@ -1,5 +1,5 @@
 #!/bin/bash
-# The broker on the microvm backend (SPEC 7: the same path out on every backend), a focused subset
+# The broker on the microvm backend (docs/BROKER.md: the same path out on every backend), a focused subset
 # since a microVM is slow under software emulation here: one run with a connection and web whose
 # commands reach the connection (the credential added upstream, the echo redacted), are denied a
 # method, reach the web, and are refused a loopback form. Skips where the microvm backend cannot run.

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Two and three nodes on one PostgreSQL (SPEC 9): runs created on one node complete on another;
+# Two and three nodes on one PostgreSQL (docs/STORE.md): runs created on one node complete on another;
 # one idempotency key sent to two nodes at once makes one run; ten concurrent creates across
 # three nodes against a balance for four make exactly four; a run is streamed live (SSE) from a
 # node that does not run it; a cancel asked on one node stops the run on another.

@@ -1,5 +1,5 @@
 #!/bin/bash
-# A lost node (SPEC 9). kill -9 of a node holding four running runs: the survivor finishes all
+# A lost node (docs/STORE.md). kill -9 of a node holding four running runs: the survivor finishes all
 # four as failed (worker_lost) within the lease, each settled once, charged compute up to the
 # last lease renewal (the checkpoint), nothing reserved afterwards, and no sandbox of the dead
 # node left once it restarts. Then a node paused (SIGSTOP) past its lease and resumed: its runs

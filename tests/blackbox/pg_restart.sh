@@ -1,5 +1,5 @@
 #!/bin/bash
-# The database restarted under load (SPEC 9): two nodes work on runs that emit events every
+# The database restarted under load (docs/STORE.md): two nodes work on runs that emit events every
 # moment; PostgreSQL is stopped and started again under them. Every run completes (none lost),
 # and every run's timeline is whole: the same events as an undisturbed run, numbered 1..n with no
 # gap and none doubled; the ledger balances.

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Zero data retention on PostgreSQL (SPEC 10 and 19): the whole of zdr_canary with its store on a
+# Zero data retention on PostgreSQL (docs/API.md, docs/SECURITY.md): the whole of zdr_canary with its store on a
 # PostgreSQL 15 of its own, whose whole data directory (pg_wal included) is searched. Skips where
 # the PostgreSQL server binaries are missing.
 . "$(dirname "$0")/lib.sh"

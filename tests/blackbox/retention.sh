@@ -1,5 +1,5 @@
 #!/bin/bash
-# Retention (SPEC 10): with a short retention period the background reaper purges a finished run's
+# Retention (docs/API.md): with a short retention period the background reaper purges a finished run's
 # log (prompt, event outputs, result) and keeps its id, status, timestamps, usage and cost.
 . "$(dirname "$0")/lib.sh"
 [ -e "${EPHEMERAL_IMAGE:-$TOP/var/images/default}/bin/sh" ] || skip "no sandbox image (make image)"

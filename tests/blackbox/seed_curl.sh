@@ -1,5 +1,5 @@
 #!/bin/bash
-# The first acceptance scenario (SPEC 2): the seed's exact curl command against a server on the
+# The first acceptance scenario (docs/API.md): the seed's exact curl command against a server on the
 # embedded defaults returns 201, the run completes with the real outputs of its four steps, the
 # timeline has the seed's shape, the money balances, and nothing of the sandbox is left.
 . "$(dirname "$0")/lib.sh"

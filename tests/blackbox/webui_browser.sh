@@ -1,5 +1,5 @@
 #!/bin/bash
-# The web UI (issue 16, SPEC 11) in a real headless Chromium driven over WebDriver by
+# The web UI (issue 16, docs/WEBUI.md) in a real headless Chromium driven over WebDriver by
 # tests/browser/test_webui.py, against a real ephemerald on a loopback port: static files and
 # their headers, the playground and its curl/JSON, a live run, the seed example, replay timing,
 # a replay_of run's divergences (the "diverged" badge, its message, the header's origin and

@@ -1,5 +1,5 @@
 #!/bin/bash
-# A run lost in a crash is charged compute up to the last moment known (SPEC 9, issue 10): the
+# A run lost in a crash is charged compute up to the last moment known (docs/STORE.md, issue 10): the
 # lease renewal checkpoints compute while a command blocks, so after kill -9 and a restart the
 # run is settled as worker_lost with at least the checkpointed compute (not 0, not only what the
 # first model call recorded), and its timeline says its sandbox was destroyed. SQLite, one node.

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Zero data retention (SPEC 10 and 19): unique canaries never reach the database files (SQLite
+# Zero data retention (docs/API.md, docs/SECURITY.md): unique canaries never reach the database files (SQLite
 # with its -wal and -shm, or PostgreSQL's whole data directory) or the server's log (at debug
 # level), while the client that waited on the run receives the result and the run's events are
 # kept, reduced to what the sandbox did not choose.

@@ -169,7 +169,7 @@ def events_of(run_id):
 
 
 def money(micros):
-    """SPEC 4, as the page must print it."""
+    """docs/MONEY.md, as the page must print it."""
     sign = "-" if micros < 0 else ""
     m = abs(micros)
     tens = m // 10 + (1 if m % 10 >= 5 else 0)

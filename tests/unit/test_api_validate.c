@@ -400,7 +400,7 @@ static void test_connection_query(void **state)
     json_decref(body);
 }
 
-/* web: a boolean or {"allow": [domain...]} (SPEC 3.1). */
+/* web: a boolean or {"allow": [domain...]} (docs/API.md). */
 static const char *web_param(const char *web)
 {
     char text[4096];

@@ -1,4 +1,4 @@
-/* The SSRF guard (SPEC 7): every spelling of a host, every special-purpose range, the operator's
+/* The SSRF guard (docs/BROKER.md): every spelling of a host, every special-purpose range, the operator's
  * allow-list. No connection is made: this is the classifier alone. */
 #include <arpa/inet.h>
 #include <errno.h>

@@ -1,4 +1,4 @@
-/* A connection's answer on its way to the program (SPEC 19, docs/BROKER.md): gzip, deflate (zlib's
+/* A connection's answer on its way to the program (docs/SECURITY.md, docs/BROKER.md): gzip, deflate (zlib's
  * wrapper and raw) and br bodies are decoded, redacted and relayed with their own length and
  * without Content-Encoding; an unknown or double encoding, a corrupt or cut stream and a bomb are
  * refused before a byte reaches the program; trailers never join the body; the credential is

@@ -1,4 +1,4 @@
-/* Metering inside the hard limit (SPEC 4 and 7): the fee checked before sending, bytes charged as
+/* Metering inside the hard limit (docs/MONEY.md, docs/BROKER.md): the fee checked before sending, bytes charged as
  * they flow, the transfer cut at the exact byte where the budget ends, charged <= reserved. */
 #include <errno.h>
 #include <setjmp.h>

@@ -1,4 +1,4 @@
-/* Who may go where (SPEC 7): a connection's target split and normalised, its method and path
+/* Who may go where (docs/BROKER.md): a connection's target split and normalised, its method and path
  * rules (and the attempts to walk around a prefix), and the web allow-list. */
 #include <errno.h>
 #include <setjmp.h>

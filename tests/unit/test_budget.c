@@ -1,4 +1,4 @@
-/* The hard limit (SPEC 4, 8.4): pre-authorisation of each model attempt, how an attempt is
+/* The hard limit (docs/MONEY.md, docs/AGENT.md): pre-authorisation of each model attempt, how an attempt is
  * charged, the compute deadline, prices per token class, saturating counts, and a property test:
  * over 100 000 random runs of attempts, cuts, usages, prices, compute and web traffic, what a
  * provider can bill never exceeds the reservation, the charge never understates it, and the

@@ -581,7 +581,7 @@ static void test_default_base_url(void **state)
     eph_model_anthropic_ops.free(m);
 }
 
-/* ---- metering, stream ends, finish reasons, prices (SPEC 8.4) ---- */
+/* ---- metering, stream ends, finish reasons, prices (docs/AGENT.md) ---- */
 
 static void test_cache_writes_by_lifetime(void **state)
 {

@@ -931,7 +931,7 @@ static void test_bad_base_url(void **state)
     assert_non_null(strstr(err, "base_url"));
 }
 
-/* ---- metering, retry rules, stream ends, finish reasons (SPEC 8.4) ---- */
+/* ---- metering, retry rules, stream ends, finish reasons (docs/AGENT.md) ---- */
 
 static void test_meter_sees_every_attempt_and_lowers_max_tokens(void **state)
 {

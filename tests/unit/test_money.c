@@ -1,4 +1,4 @@
-/* Money arithmetic and its display form (SPEC 4). */
+/* Money arithmetic and its display form (docs/MONEY.md). */
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
