@@ -622,6 +622,41 @@ static bool valid_prefix(const char *s, size_t n)
         goto out;                                                                                  \
     } while (0)
 
+/* A connection's 'methods': a non-empty array of the methods allowed, each kept once; GET alone
+ * when absent. */
+static int conn_methods(json_t *ms, json_t *into, const char **param, char *err, size_t errlen)
+{
+    int rc = 0;
+    if (!ms) {
+        json_array_append_new(into, json_string("GET"));
+        return 0;
+    }
+    if (!json_is_array(ms) || json_array_size(ms) == 0)
+        FAIL("methods", "'methods' must be a non-empty array of GET, POST, PUT, PATCH, DELETE, "
+                        "HEAD");
+    size_t i;
+    json_t *m;
+    json_array_foreach(ms, i, m)
+    {
+        const char *s = json_string_value(m);
+        size_t j, nm = sizeof(methods_allowed) / sizeof(methods_allowed[0]);
+        for (j = 0; s && j < nm; j++)
+            if (strcmp(s, methods_allowed[j]) == 0)
+                break;
+        if (!s || j == nm)
+            FAIL("methods", "'methods' must be a non-empty array of GET, POST, PUT, PATCH, "
+                            "DELETE, HEAD");
+        bool dup = false;
+        size_t x;
+        json_t *have;
+        json_array_foreach(into, x, have) dup |= strcmp(json_string_value(have), s) == 0;
+        if (!dup)
+            json_array_append_new(into, json_string(s));
+    }
+out:
+    return rc;
+}
+
 int eph_api_connection_check(json_t *body, struct eph_connection *c, const char **param, char *err,
                              size_t errlen)
 {
@@ -642,33 +677,8 @@ int eph_api_connection_check(json_t *body, struct eph_connection *c, const char 
     c->base_url = strdup(json_string_value(url));
 
     c->methods = json_array();
-    json_t *ms = json_object_get(body, "methods");
-    if (ms) {
-        if (!json_is_array(ms) || json_array_size(ms) == 0)
-            FAIL("methods", "'methods' must be a non-empty array of GET, POST, PUT, PATCH, "
-                            "DELETE, HEAD");
-        size_t i;
-        json_t *m;
-        json_array_foreach(ms, i, m)
-        {
-            const char *s = json_string_value(m);
-            size_t j, nm = sizeof(methods_allowed) / sizeof(methods_allowed[0]);
-            for (j = 0; s && j < nm; j++)
-                if (strcmp(s, methods_allowed[j]) == 0)
-                    break;
-            if (!s || j == nm)
-                FAIL("methods", "'methods' must be a non-empty array of GET, POST, PUT, PATCH, "
-                                "DELETE, HEAD");
-            bool dup = false;
-            size_t x;
-            json_t *have;
-            json_array_foreach(c->methods, x, have) dup |= strcmp(json_string_value(have), s) == 0;
-            if (!dup)
-                json_array_append_new(c->methods, json_string(s));
-        }
-    } else {
-        json_array_append_new(c->methods, json_string("GET"));
-    }
+    if ((rc = conn_methods(json_object_get(body, "methods"), c->methods, param, err, errlen)))
+        goto out;
 
     c->path_prefixes = json_array();
     json_t *ps = json_object_get(body, "path_prefixes");

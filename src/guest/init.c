@@ -349,6 +349,64 @@ static pid_t spawn(const struct eph_proto_exec *ex, const char *const *envp, int
 static bool channel_read(void);
 static void channel_drain(bool busy);
 
+/* Runs the command's streams and the tunnel until it has exited and its pipes are drained (a
+ * grace after its exit), killing its group at the timeout. Returns its wait status. */
+static int exec_wait(uint32_t id, const struct eph_proto_exec *ex, pid_t pid, struct stream *so,
+                     struct stream *se, bool *out_open, bool *err_open, bool *timed_out)
+{
+    bool exited = false;
+    int status = 0;
+    uint64_t start = mono_ms();
+    uint64_t deadline = ex->timeout_ms ? start + ex->timeout_ms : 0;
+    uint64_t drain_until = 0;
+
+    /* Tunnel frames that came in the same read as this request. */
+    channel_drain(true);
+    while (!exited || ((*out_open || *err_open) && mono_ms() < drain_until)) {
+        struct pollfd pfd[4 + EPH_GTUNNEL_MAX_POLLFDS] = {
+            {.fd = *out_open ? so->fd : -1, .events = POLLIN},
+            {.fd = *err_open ? se->fd : -1, .events = POLLIN},
+            {.fd = sig_fd, .events = POLLIN},
+            /* events 0 without the tunnel: only hangup and error (no request comes while this
+             * one runs). With it, the host's tunnel frames are read while the command runs,
+             * since the command is usually the proxy's client. */
+            {.fd = CHANNEL_FD, .events = eph_gtunnel_on() ? POLLIN : 0},
+        };
+        size_t nt = eph_gtunnel_pollfds(pfd + 4, EPH_GTUNNEL_MAX_POLLFDS);
+        int wait_ms = -1;
+        uint64_t now = mono_ms();
+        uint64_t until = exited ? drain_until : (*timed_out ? 0 : deadline);
+        if (until)
+            wait_ms = until > now ? (int)(until - now) : 0;
+        int n = poll(pfd, 4 + nt, wait_ms);
+        if (n < 0 && errno != EINTR)
+            break;
+        if (pfd[3].revents & POLLIN) {
+            if (!channel_read())
+                die_all(0);
+            channel_drain(true);
+        } else if (pfd[3].revents & (POLLHUP | POLLERR)) {
+            die_all(0);
+        }
+        if (n > 0)
+            eph_gtunnel_service(pfd + 4, nt);
+        if (pfd[0].revents)
+            *out_open = stream_pump(so, id);
+        if (pfd[1].revents)
+            *err_open = stream_pump(se, id);
+        if (pfd[2].revents && reap(pid, &status)) {
+            exited = true;
+            drain_until = mono_ms() + DRAIN_GRACE_MS;
+        }
+        if (!exited && !*timed_out && deadline && mono_ms() >= deadline) {
+            *timed_out = true;
+            kill(-pid, SIGKILL);
+            kill(pid, SIGKILL);
+        }
+    }
+    return status;
+}
+
 static void do_exec(uint32_t id, const uint8_t *payload, size_t len)
 {
     static struct eph_proto_exec ex;
@@ -390,56 +448,8 @@ static void do_exec(uint32_t id, const uint8_t *payload, size_t len)
     fcntl(out[0], F_SETFL, O_NONBLOCK);
     fcntl(err[0], F_SETFL, O_NONBLOCK);
 
-    bool out_open = true, err_open = true, exited = false, timed_out = false;
-    int status = 0;
-    uint64_t start = mono_ms();
-    uint64_t deadline = ex.timeout_ms ? start + ex.timeout_ms : 0;
-    uint64_t drain_until = 0;
-
-    /* Tunnel frames that came in the same read as this request. */
-    channel_drain(true);
-    while (!exited || ((out_open || err_open) && mono_ms() < drain_until)) {
-        struct pollfd pfd[4 + EPH_GTUNNEL_MAX_POLLFDS] = {
-            {.fd = out_open ? out[0] : -1, .events = POLLIN},
-            {.fd = err_open ? err[0] : -1, .events = POLLIN},
-            {.fd = sig_fd, .events = POLLIN},
-            /* events 0 without the tunnel: only hangup and error (no request comes while this
-             * one runs). With it, the host's tunnel frames are read while the command runs,
-             * since the command is usually the proxy's client. */
-            {.fd = CHANNEL_FD, .events = eph_gtunnel_on() ? POLLIN : 0},
-        };
-        size_t nt = eph_gtunnel_pollfds(pfd + 4, EPH_GTUNNEL_MAX_POLLFDS);
-        int wait_ms = -1;
-        uint64_t now = mono_ms();
-        uint64_t until = exited ? drain_until : (timed_out ? 0 : deadline);
-        if (until)
-            wait_ms = until > now ? (int)(until - now) : 0;
-        int n = poll(pfd, 4 + nt, wait_ms);
-        if (n < 0 && errno != EINTR)
-            break;
-        if (pfd[3].revents & POLLIN) {
-            if (!channel_read())
-                die_all(0);
-            channel_drain(true);
-        } else if (pfd[3].revents & (POLLHUP | POLLERR)) {
-            die_all(0);
-        }
-        if (n > 0)
-            eph_gtunnel_service(pfd + 4, nt);
-        if (pfd[0].revents)
-            out_open = stream_pump(&so, id);
-        if (pfd[1].revents)
-            err_open = stream_pump(&se, id);
-        if (pfd[2].revents && reap(pid, &status)) {
-            exited = true;
-            drain_until = mono_ms() + DRAIN_GRACE_MS;
-        }
-        if (!exited && !timed_out && deadline && mono_ms() >= deadline) {
-            timed_out = true;
-            kill(-pid, SIGKILL);
-            kill(pid, SIGKILL);
-        }
-    }
+    bool out_open = true, err_open = true, timed_out = false;
+    int status = exec_wait(id, &ex, pid, &so, &se, &out_open, &err_open, &timed_out);
     /* What is left in the pipes now belongs to no one: read what is there, then stop. */
     if (out_open)
         stream_pump(&so, id);

@@ -83,7 +83,7 @@ for m in oa-plain oa-stream an-plain an-stream; do
     assert_eq "$(tool_result "$name" 2 "${prefix}a" | jq -r .stdout)" "alpha-42" "$m history"
 
     ev=$(run_events "${ids[$m]}")
-    assert_eq "$(jq -r '[.data[] | select(.source == "model" or .source == "shell") | .type] | join(" ")' <<<"$ev")" \
+    assert_eq "$(jq -r '[.data[] | select(.type == "model.call" or .type == "shell.command") | .type] | join(" ")' <<<"$ev")" \
         "model.call shell.command shell.command model.call shell.command model.call" "$m timeline"
     assert_eq "$(jq -r '[.data[] | select(.type == "model.call") | .data.cost_micros] | add' <<<"$ev")" 3600 \
         "$m event costs"

@@ -38,7 +38,14 @@ grep -qE '^-rw-r--r-- 1 worker worker 14 .* /tmp/proof.txt$' <<<"$shell_out" || 
 result=$(jq -r .result <<<"$run")
 assert_contains "$result" "/tmp/proof.txt created; ls -l: -rw-r--r-- 1 worker worker 14" "result ls"
 assert_contains "$result" "The network call did not succeed." "result sentence"
-seq=$(jq -r '[.data[] | select(.source != "model") | .type] | join(" ")' <<<"$events")
+# A command's live output (shell.output) comes before it ends, under its call; the shape is the
+# seed's without them.
+seq=$(jq -r '[.data[] | select(.source != "model" and .type != "shell.output") | .type] | join(" ")' <<<"$events")
+jq -e '[.data[] | select(.type == "shell.output" or .type == "shell.command")] |
+    all(.[] | select(.type == "shell.output"); .data.call as $c |
+        any($ARGS.named.all[]; .type == "shell.command" and .data.call.id == $c))' \
+    --argjson all "$(jq -c '[.data[] | select(.type == "shell.command")]' <<<"$events")" \
+    <<<"$events" >/dev/null || fail "a shell.output of no command"
 assert_eq "$seq" "run.queued sandbox.ready worker.started shell.command shell.command shell.command shell.command sandbox.destroyed run.completed worker.destroyed" "timeline"
 assert_eq "$(jq '.cost.charged_micros + .cost.released_micros' <<<"$run")" 40000 "balance"
 

@@ -52,7 +52,14 @@ curl_exit=$(jq -r '.data[] | select(.type=="shell.command" and (.message | conta
 [[ $curl_exit =~ ^[0-9]+$ ]] && [ "$curl_exit" -ne 0 ] || fail "the curl command's exit code: '$curl_exit'"
 
 # The timeline: the seed's sources in the seed's order, then worker.destroyed last.
-seq=$(jq -r '[.data[] | select(.source != "model") | .type] | join(" ")' <<<"$events")
+# A command's live output (shell.output) comes before it ends, under its call; the shape is the
+# seed's without them.
+seq=$(jq -r '[.data[] | select(.source != "model" and .type != "shell.output") | .type] | join(" ")' <<<"$events")
+jq -e '[.data[] | select(.type == "shell.output" or .type == "shell.command")] |
+    all(.[] | select(.type == "shell.output"); .data.call as $c |
+        any($ARGS.named.all[]; .type == "shell.command" and .data.call.id == $c))' \
+    --argjson all "$(jq -c '[.data[] | select(.type == "shell.command")]' <<<"$events")" \
+    <<<"$events" >/dev/null || fail "a shell.output of no command"
 assert_eq "$seq" "run.queued sandbox.ready worker.started shell.command shell.command shell.command shell.command sandbox.destroyed run.completed worker.destroyed" "timeline"
 assert_eq "$(jq -r '.data[0].message' <<<"$events")" 'budget of $0.04 reserved' "queued message"
 assert_eq "$(jq -r '.data[] | select(.type=="worker.started") | .message' <<<"$events")" \

@@ -1,5 +1,5 @@
-/* The SSRF guard (docs/BROKER.md): every spelling of a host, every special-purpose range, the operator's
- * allow-list. No connection is made: this is the classifier alone. */
+/* The SSRF guard (docs/BROKER.md): every spelling of a host, every special-purpose range, the
+ * operator's allow-list. No connection is made: this is the classifier alone. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <setjmp.h>

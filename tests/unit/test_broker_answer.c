@@ -1,7 +1,7 @@
-/* A connection's answer on its way to the program (docs/SECURITY.md, docs/BROKER.md): gzip, deflate (zlib's
- * wrapper and raw) and br bodies are decoded, redacted and relayed with their own length and
- * without Content-Encoding; an unknown or double encoding, a corrupt or cut stream and a bomb are
- * refused before a byte reaches the program; trailers never join the body; the credential is
+/* A connection's answer on its way to the program (docs/SECURITY.md, docs/BROKER.md): gzip, deflate
+ * (zlib's wrapper and raw) and br bodies are decoded, redacted and relayed with their own length
+ * and without Content-Encoding; an unknown or double encoding, a corrupt or cut stream and a bomb
+ * are refused before a byte reaches the program; trailers never join the body; the credential is
  * redacted in every header (Location, Set-Cookie) and in the body, whatever the pieces. */
 #include <errno.h>
 #include <setjmp.h>

@@ -1,5 +1,6 @@
-/* Metering inside the hard limit (docs/MONEY.md, docs/BROKER.md): the fee checked before sending, bytes charged as
- * they flow, the transfer cut at the exact byte where the budget ends, charged <= reserved. */
+/* Metering inside the hard limit (docs/MONEY.md, docs/BROKER.md): the fee checked before sending,
+ * bytes charged as they flow, the transfer cut at the exact byte where the budget ends, charged <=
+ * reserved. */
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>

@@ -1,5 +1,5 @@
-/* Who may go where (docs/BROKER.md): a connection's target split and normalised, its method and path
- * rules (and the attempts to walk around a prefix), and the web allow-list. */
+/* Who may go where (docs/BROKER.md): a connection's target split and normalised, its method and
+ * path rules (and the attempts to walk around a prefix), and the web allow-list. */
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>

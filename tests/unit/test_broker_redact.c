@@ -1,8 +1,8 @@
-/* The streaming redactor (docs/BROKER.md, docs/SECURITY.md): every credential value an upstream echoes, in every form
- * redact.h lists (raw in any case, percent-encoded, JSON-escaped, hex, base64 and base64url whole
- * and at each alignment inside a larger text), becomes [REDACTED] before a byte reaches the
- * sandbox, whatever the split of the stream into reads; with any number of values, and a Basic
- * credential's user and password. */
+/* The streaming redactor (docs/BROKER.md, docs/SECURITY.md): every credential value an upstream
+ * echoes, in every form redact.h lists (raw in any case, percent-encoded, JSON-escaped, hex, base64
+ * and base64url whole and at each alignment inside a larger text), becomes [REDACTED] before a byte
+ * reaches the sandbox, whatever the split of the stream into reads; with any number of values, and
+ * a Basic credential's user and password. */
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>

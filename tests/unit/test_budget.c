@@ -1,9 +1,9 @@
-/* The hard limit (docs/MONEY.md, docs/AGENT.md): pre-authorisation of each model attempt, how an attempt is
- * charged, the compute deadline, prices per token class, saturating counts, and a property test:
- * over 100 000 random runs of attempts, cuts, usages, prices, compute and web traffic, what a
- * provider can bill never exceeds the reservation, the charge never understates it, and the
- * settlement adds up; and the budget shared between threads: web traffic charged from several
- * threads while another authorises and charges model attempts and compute. */
+/* The hard limit (docs/MONEY.md, docs/AGENT.md): pre-authorisation of each model attempt, how an
+ * attempt is charged, the compute deadline, prices per token class, saturating counts, and a
+ * property test: over 100 000 random runs of attempts, cuts, usages, prices, compute and web
+ * traffic, what a provider can bill never exceeds the reservation, the charge never understates it,
+ * and the settlement adds up; and the budget shared between threads: web traffic charged from
+ * several threads while another authorises and charges model attempts and compute. */
 #include <errno.h>
 #include <pthread.h>
 #include <setjmp.h>
