@@ -257,7 +257,21 @@ static int print_json(const char *backend, const char *scratch, int rc,
     return 0;
 }
 
-static int sandbox_run(int argc, char **argv)
+/* What `sandbox run` was asked. */
+struct run_opts {
+    struct eph_sandbox_config cfg;
+    uint32_t timeout_ms;
+    unsigned cap;
+    bool json;
+    const char *env[MAX_ENV + 1];
+    size_t nenv;
+    const char *files[MAX_FILES];
+    size_t nfiles;
+};
+
+/* The options, up to the command (optind then points at it). -1 to go on, else the exit status
+ * (0 after --help, 2 for a usage error). */
+static int run_parse(int argc, char **argv, struct run_opts *o)
 {
     static const struct option longopts[] = {
         {"backend", required_argument, NULL, 'b'},
@@ -274,59 +288,54 @@ static int sandbox_run(int argc, char **argv)
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    struct eph_sandbox_config cfg = {.backend = "auto"};
-    eph_sandbox_limits_default(&cfg.limits);
-    cfg.limits.fsize_bytes = 0; /* = disk, whatever --disk-mib says */
-    uint32_t timeout_ms = 60000;
-    unsigned cap = 1024 * 1024;
-    bool json = false;
-    const char *env[MAX_ENV + 1];
-    size_t nenv = 0;
-    const char *files[MAX_FILES];
-    size_t nfiles = 0;
+    o->cfg = (struct eph_sandbox_config){.backend = "auto"};
+    eph_sandbox_limits_default(&o->cfg.limits);
+    o->cfg.limits.fsize_bytes = 0; /* = disk, whatever --disk-mib says */
+    o->timeout_ms = 60000;
+    o->cap = 1024 * 1024;
     int opt;
     optind = 1;
     while ((opt = getopt_long(argc, argv, "+", longopts, NULL)) != -1) {
         int rc = 0;
         switch (opt) {
         case 'b':
-            cfg.backend = optarg;
+            o->cfg.backend = optarg;
             break;
         case 'm':
-            rc = parse_uint(optarg, 1u << 20, &cfg.limits.memory_mib);
+            rc = parse_uint(optarg, 1u << 20, &o->cfg.limits.memory_mib);
             break;
         case 'p':
-            rc = parse_uint(optarg, 1u << 22, &cfg.limits.pids);
+            rc = parse_uint(optarg, 1u << 22, &o->cfg.limits.pids);
             break;
         case 'c':
-            rc = parse_uint(optarg, 1024, &cfg.limits.vcpus);
+            rc = parse_uint(optarg, 1024, &o->cfg.limits.vcpus);
             break;
         case 'd':
-            rc = parse_uint(optarg, 1u << 20, &cfg.limits.disk_mib);
+            rc = parse_uint(optarg, 1u << 20, &o->cfg.limits.disk_mib);
             break;
         case 't':
-            rc = parse_seconds(optarg, &timeout_ms);
+            rc = parse_seconds(optarg, &o->timeout_ms);
             break;
         case 'o':
-            rc = parse_uint(optarg, 64u << 20, &cap);
+            rc = parse_uint(optarg, 64u << 20, &o->cap);
             break;
         case 'i':
-            cfg.image = optarg;
+            o->cfg.image = optarg;
             break;
         case 'j':
-            json = true;
+            o->json = true;
             break;
         case 'e':
-            if (nenv == MAX_ENV || !strchr(optarg, '=') || optarg[0] == '=')
+            if (o->nenv == MAX_ENV || !strchr(optarg, '=') || optarg[0] == '=')
                 rc = -EINVAL;
             else
-                env[nenv++] = optarg;
+                o->env[o->nenv++] = optarg;
             break;
         case 'f':
-            if (nfiles == MAX_FILES)
+            if (o->nfiles == MAX_FILES)
                 rc = -EINVAL;
             else
-                files[nfiles++] = optarg;
+                o->files[o->nfiles++] = optarg;
             break;
         case 'h':
             usage(stdout);
@@ -340,16 +349,66 @@ static int sandbox_run(int argc, char **argv)
             return 2;
         }
     }
-    env[nenv] = NULL;
+    o->env[o->nenv] = NULL;
     if (optind >= argc) {
         usage(stderr);
         return 2;
     }
-    if (!cfg.image)
-        cfg.image = eph_default_image_path();
-    cfg.init_path = eph_default_init_path();
-    cfg.owner_tag = "run";
+    if (!o->cfg.image)
+        o->cfg.image = eph_default_image_path();
+    o->cfg.init_path = eph_default_init_path();
+    o->cfg.owner_tag = "run";
+    return -1;
+}
 
+/* Signals go to one thread, which interrupts the sandbox; they are blocked everywhere else first
+ * (threads inherit the mask, the sandbox's init resets it). */
+static void signals_start(struct sigctx *sc)
+{
+    pthread_mutex_init(&sc->lock, NULL);
+    atomic_init(&sc->got, 0);
+    sigemptyset(&sc->set);
+    sigaddset(&sc->set, SIGINT);
+    sigaddset(&sc->set, SIGTERM);
+    sigaddset(&sc->set, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, &sc->set, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    pthread_t tid;
+    if (pthread_create(&tid, NULL, signal_thread, sc) == 0)
+        pthread_detach(tid);
+}
+
+/* The exit status of a command that was run (xrc its exec's error), with what is said of it. */
+static int run_status(const struct run_opts *o, const struct sigctx *sc, int xrc,
+                      const struct eph_exec_result *res)
+{
+    if (xrc) {
+        if (xrc == -ECANCELED)
+            fprintf(stderr, "ephemerald sandbox run: interrupted by signal %d\n",
+                    atomic_load(&sc->got));
+        else if (xrc == -EPIPE)
+            fprintf(stderr, "ephemerald sandbox run: the sandbox died during the command\n");
+        else
+            fprintf(stderr, "ephemerald sandbox run: the command failed: %s\n", eph_strerror(xrc));
+        return xrc == -ECANCELED && atomic_load(&sc->got) ? 128 + atomic_load(&sc->got)
+                                                          : EXIT_SANDBOX_FAILED;
+    }
+    if (!o->json) {
+        print_dropped("stdout", res->out.len, res->stdout_total);
+        print_dropped("stderr", res->err.len, res->stderr_total);
+        if (res->timed_out)
+            fprintf(stderr, "[ephemeral: timed out after %.3f s, killed]\n",
+                    (double)o->timeout_ms / 1000.0);
+    }
+    return res->signal ? 128 + res->signal : res->exit_code;
+}
+
+static int sandbox_run(int argc, char **argv)
+{
+    struct run_opts o = {0};
+    int status = run_parse(argc, argv, &o);
+    if (status >= 0)
+        return status;
     struct eph_buf cmd;
     eph_buf_init(&cmd, 512 * 1024);
     for (int i = optind; i < argc; i++) {
@@ -359,25 +418,12 @@ static int sandbox_run(int argc, char **argv)
             return 2;
         }
     }
-
-    /* Signals go to one thread, which interrupts the sandbox; block them everywhere else first
-     * (threads inherit the mask, the sandbox's init resets it). */
     struct sigctx sc = {.sb = NULL};
-    pthread_mutex_init(&sc.lock, NULL);
-    atomic_init(&sc.got, 0);
-    sigemptyset(&sc.set);
-    sigaddset(&sc.set, SIGINT);
-    sigaddset(&sc.set, SIGTERM);
-    sigaddset(&sc.set, SIGHUP);
-    pthread_sigmask(SIG_BLOCK, &sc.set, NULL);
-    signal(SIGPIPE, SIG_IGN);
-    pthread_t tid;
-    if (pthread_create(&tid, NULL, signal_thread, &sc) == 0)
-        pthread_detach(tid);
+    signals_start(&sc);
 
     char why[512];
     const struct eph_sandbox_ops *ops = NULL;
-    int rc = eph_sandbox_choose(&cfg, &ops, why, sizeof(why));
+    int rc = eph_sandbox_choose(&o.cfg, &ops, why, sizeof(why));
     if (rc) {
         fprintf(stderr, "ephemerald sandbox run: %s\n", why);
         eph_buf_release(&cmd);
@@ -391,12 +437,12 @@ static int sandbox_run(int argc, char **argv)
 
     uint64_t t0 = eph_clock_mono_ns();
     struct eph_sandbox *sb = NULL;
-    rc = ops->create(&cfg, &sb);
+    rc = ops->create(&o.cfg, &sb);
     double create_ms = ms_since(t0);
     if (rc) {
         fprintf(stderr, "ephemerald sandbox run: cannot create the %s sandbox: %s\n", ops->name,
                 eph_strerror(rc));
-        if (json)
+        if (o.json)
             print_json(ops->name, NULL, rc, NULL, create_ms, 0, 0);
         eph_buf_release(&cmd);
         return EXIT_SANDBOX_FAILED;
@@ -411,11 +457,11 @@ static int sandbox_run(int argc, char **argv)
         .tty = {false, isatty(STDOUT_FILENO) == 1, isatty(STDERR_FILENO) == 1}};
     struct eph_exec_request req = {
         .command = cmd.data,
-        .timeout_ms = timeout_ms,
-        .stdout_cap = cap,
-        .stderr_cap = cap,
-        .env = nenv ? env : NULL,
-        .on_output = json ? NULL : on_output,
+        .timeout_ms = o.timeout_ms,
+        .stdout_cap = o.cap,
+        .stderr_cap = o.cap,
+        .env = o.nenv ? o.env : NULL,
+        .on_output = o.json ? NULL : on_output,
         .on_output_arg = &out_ctx,
     };
     struct eph_exec_result res;
@@ -424,8 +470,8 @@ static int sandbox_run(int argc, char **argv)
     snprintf(scratch, sizeof(scratch), "%s", ops->scratch_dir(sb));
     uint64_t t1 = eph_clock_mono_ns();
     int xrc = 0;
-    for (size_t i = 0; i < nfiles && !xrc; i++)
-        xrc = copy_in(sb, files[i]);
+    for (size_t i = 0; i < o.nfiles && !xrc; i++)
+        xrc = copy_in(sb, o.files[i]);
     if (!xrc)
         xrc = ops->exec(sb, &req, &res);
     double exec_ms = ms_since(t1);
@@ -438,29 +484,9 @@ static int sandbox_run(int argc, char **argv)
     double destroy_ms = ms_since(t2);
     eph_buf_release(&cmd);
 
-    int status;
-    if (json)
+    if (o.json)
         print_json(ops->name, scratch, xrc, &res, create_ms, exec_ms, destroy_ms);
-    if (xrc) {
-        if (xrc == -ECANCELED)
-            fprintf(stderr, "ephemerald sandbox run: interrupted by signal %d\n",
-                    atomic_load(&sc.got));
-        else if (xrc == -EPIPE)
-            fprintf(stderr, "ephemerald sandbox run: the sandbox died during the command\n");
-        else
-            fprintf(stderr, "ephemerald sandbox run: the command failed: %s\n", eph_strerror(xrc));
-        status = xrc == -ECANCELED && atomic_load(&sc.got) ? 128 + atomic_load(&sc.got)
-                                                           : EXIT_SANDBOX_FAILED;
-    } else {
-        if (!json) {
-            print_dropped("stdout", res.out.len, res.stdout_total);
-            print_dropped("stderr", res.err.len, res.stderr_total);
-            if (res.timed_out)
-                fprintf(stderr, "[ephemeral: timed out after %.3f s, killed]\n",
-                        (double)timeout_ms / 1000.0);
-        }
-        status = res.signal ? 128 + res.signal : res.exit_code;
-    }
+    status = run_status(&o, &sc, xrc, &res);
     if (drc)
         fprintf(stderr, "ephemerald sandbox run: destroying the sandbox: %s\n", eph_strerror(drc));
     eph_exec_result_release(&res);
