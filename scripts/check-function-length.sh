@@ -14,7 +14,6 @@ src/broker/broker_conn.c:bk_serve_connection
 src/broker/broker_fetch.c:eph_broker_web_fetch
 src/cli/request.c:eph_cli_run_parse
 src/cli/runs.c:print_run
-src/daemon/serve.c:eph_cmd_serve
 '
 found=$(git ls-files 'src/*.c' | while read -r f; do
     awk -v f="$f" -v max="$MAX" '

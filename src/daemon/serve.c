@@ -83,6 +83,96 @@ static void *reaper_main(void *arg)
     }
 }
 
+/* The configured models, opened: one that cannot open fails its runs (readiness says so), the
+ * others still serve. -1 for an unknown provider or no memory. */
+static int open_models(struct eph_service *svc)
+{
+    const struct eph_config *cfg = svc->cfg;
+    char err[512];
+    svc->models = calloc(cfg->nmodels, sizeof(*svc->models));
+    if (!svc->models)
+        return -1;
+    for (size_t i = 0; i < cfg->nmodels; i++) {
+        const struct eph_model_ops *ops = eph_model_provider(cfg->models[i].provider);
+        if (!ops) {
+            EPH_ERROR("serve", "model '%s': unknown provider '%s'", cfg->models[i].id,
+                      cfg->models[i].provider);
+            return -1;
+        }
+        err[0] = '\0';
+        int rc = ops->open(&cfg->models[i], &svc->models[i], err, sizeof(err));
+        if (rc) {
+            EPH_WARN("serve", "model '%s' is unavailable: %s", cfg->models[i].id, err);
+            svc->models[i] = NULL;
+        } else if (cfg->models[i].stream && eph_model_set_stream(svc->models[i], true)) {
+            EPH_WARN("serve", "model '%s': provider '%s' cannot stream", cfg->models[i].id,
+                     cfg->models[i].provider);
+        }
+    }
+    return 0;
+}
+
+/* The runs a dead server left: settled as worker_lost, or queued again. */
+static void recover(struct eph_service *svc)
+{
+    unsigned lost = 0, requeued = 0;
+    int rc = eph_recovery_run(svc, &lost, &requeued);
+    if (rc)
+        EPH_ERROR("serve", "recovery failed: %s", eph_strerror(rc));
+    if (lost || requeued)
+        EPH_WARN("serve",
+                 "recovery: %u runs of a dead server settled as worker_lost, %u queued runs "
+                 "resumed",
+                 lost, requeued);
+}
+
+/* This node's name in leases: node_id, else the host name. */
+static void node_name(struct eph_service *svc)
+{
+    const struct eph_config *cfg = svc->cfg;
+    if (cfg->node_id && *cfg->node_id)
+        snprintf(svc->node_id, sizeof(svc->node_id), "%s", cfg->node_id);
+    else if (gethostname(svc->node_id, sizeof(svc->node_id) - 1) != 0 || !svc->node_id[0])
+        snprintf(svc->node_id, sizeof(svc->node_id), "node");
+}
+
+/* The sandbox backend chosen, the orphans of a dead server removed, and readiness checked: -1
+ * when the server must not start (not ready, and on_unready is not "serve"). */
+static int sandbox_setup(struct eph_service *svc)
+{
+    const struct eph_config *cfg = svc->cfg;
+    char err[512];
+    svc->sandbox_cfg.backend = cfg->sandbox.backend;
+    svc->sandbox_cfg.image = cfg->sandbox.image;
+    svc->sandbox_cfg.init_path = cfg->sandbox.init_path;
+    svc->sandbox_cfg.limits = cfg->sandbox.limits;
+    bool refuse_unready = strcmp(cfg->on_unready, "serve") != 0;
+    svc->readiness_ops = &eph_readiness_ops;
+    if (eph_readiness_new(&svc->readiness))
+        return -1;
+    if (eph_sandbox_choose(&svc->sandbox_cfg, &svc->sandbox_ops, err, sizeof(err))) {
+        /* Reported with the other parts below, which may say what is missing. */
+        svc->sandbox_ops = NULL;
+        eph_readiness_no_backend(svc->readiness, err);
+    } else {
+        EPH_INFO("serve", "sandbox backend: %s (asked for %s)", svc->sandbox_ops->name,
+                 cfg->sandbox.backend);
+    }
+    int orphans = eph_sandbox_cleanup_orphans();
+    if (orphans > 0)
+        EPH_WARN("serve", "removed %d sandboxes left by a dead server", orphans);
+    if (!eph_readiness_check(svc->readiness, svc)) {
+        if (refuse_unready) {
+            EPH_ERROR("serve", "not starting: the server would not be ready (see above; "
+                               "\"on_unready\": \"serve\" starts it anyway, not ready)");
+            return -1;
+        }
+        EPH_WARN("serve", "starting not ready: /healthz answers 503 and runs fail until the "
+                          "parts above are usable");
+    }
+    return 0;
+}
+
 int eph_cmd_serve(int argc, char **argv)
 {
     struct eph_config cfg;
@@ -128,82 +218,26 @@ int eph_cmd_serve(int argc, char **argv)
         goto out;
     }
 
-    svc.sandbox_cfg.backend = cfg.sandbox.backend;
-    svc.sandbox_cfg.image = cfg.sandbox.image;
-    svc.sandbox_cfg.init_path = cfg.sandbox.init_path;
-    svc.sandbox_cfg.limits = cfg.sandbox.limits;
-    bool refuse_unready = strcmp(cfg.on_unready, "serve") != 0;
-    svc.readiness_ops = &eph_readiness_ops;
-    if ((rc = eph_readiness_new(&svc.readiness)))
+    if (sandbox_setup(&svc))
         goto out;
-    rc = eph_sandbox_choose(&svc.sandbox_cfg, &svc.sandbox_ops, err, sizeof(err));
-    if (rc) {
-        /* Reported with the other parts below, which may say what is missing. */
-        svc.sandbox_ops = NULL;
-        eph_readiness_no_backend(svc.readiness, err);
-    } else {
-        EPH_INFO("serve", "sandbox backend: %s (asked for %s)", svc.sandbox_ops->name,
-                 cfg.sandbox.backend);
-    }
-    int orphans = eph_sandbox_cleanup_orphans();
-    if (orphans > 0)
-        EPH_WARN("serve", "removed %d sandboxes left by a dead server", orphans);
-    if (!eph_readiness_check(svc.readiness, &svc)) {
-        if (refuse_unready) {
-            EPH_ERROR("serve", "not starting: the server would not be ready (see above; "
-                               "\"on_unready\": \"serve\" starts it anyway, not ready)");
-            goto out;
-        }
-        EPH_WARN("serve", "starting not ready: /healthz answers 503 and runs fail until the "
-                          "parts above are usable");
-    }
     if (svc.sandbox_ops && (rc = eph_sandbox_pool_start(svc.pool, svc.sandbox_ops, &svc.sandbox_cfg,
                                                         cfg.sandbox.warm_pool)))
         EPH_WARN("serve", "no warm sandbox pool: %s", eph_strerror(rc));
 
-    svc.models = calloc(cfg.nmodels, sizeof(*svc.models));
-    if (!svc.models)
+    if (open_models(&svc))
         goto out;
-    for (size_t i = 0; i < cfg.nmodels; i++) {
-        const struct eph_model_ops *ops = eph_model_provider(cfg.models[i].provider);
-        if (!ops) {
-            EPH_ERROR("serve", "model '%s': unknown provider '%s'", cfg.models[i].id,
-                      cfg.models[i].provider);
-            goto out;
-        }
-        err[0] = '\0';
-        rc = ops->open(&cfg.models[i], &svc.models[i], err, sizeof(err));
-        if (rc) {
-            /* A model that cannot open fails its runs; the others still serve. */
-            EPH_WARN("serve", "model '%s' is unavailable: %s", cfg.models[i].id, err);
-            svc.models[i] = NULL;
-        } else if (cfg.models[i].stream && eph_model_set_stream(svc.models[i], true)) {
-            EPH_WARN("serve", "model '%s': provider '%s' cannot stream", cfg.models[i].id,
-                     cfg.models[i].provider);
-        }
-    }
 
-    if (cfg.node_id && *cfg.node_id)
-        snprintf(svc.node_id, sizeof(svc.node_id), "%s", cfg.node_id);
-    else if (gethostname(svc.node_id, sizeof(svc.node_id) - 1) != 0 || !svc.node_id[0])
-        snprintf(svc.node_id, sizeof(svc.node_id), "node");
+    node_name(&svc);
     EPH_INFO("serve", "node %s, store %s", svc.node_id, svc.store->ops->name);
 
     /* Before any run: the sockets of this server that no broker request may reach. */
     eph_egress_learn_own(&svc);
-    unsigned lost = 0, requeued = 0;
     if ((rc = eph_service_start_workers(&svc))) {
         EPH_ERROR("serve", "cannot start the worker pool: %s", eph_strerror(rc));
         goto out;
     }
     scheduler_started = true;
-    if ((rc = eph_recovery_run(&svc, &lost, &requeued)))
-        EPH_ERROR("serve", "recovery failed: %s", eph_strerror(rc));
-    if (lost || requeued)
-        EPH_WARN("serve",
-                 "recovery: %u runs of a dead server settled as worker_lost, %u queued "
-                 "runs resumed",
-                 lost, requeued);
+    recover(&svc);
 
     eph_api_idem_recover(&svc);
 
