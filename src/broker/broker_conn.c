@@ -207,6 +207,188 @@ static CURLcode perform(const struct bstream *s, CURL *h)
     return cr;
 }
 
+/* The request's connection, its policy and its address, each checked: NULL after answering the
+ * program with why not. */
+static const struct conn_copy *conn_check(struct req_ctx *rc, const struct eph_http_request *req,
+                                          const struct eph_conn_target *t,
+                                          struct eph_http_url *base, struct eph_addr *a)
+{
+    struct eph_broker *b = rc->s->b;
+    const struct conn_copy *c = bk_find_conn(b, t->name);
+    snprintf(rc->path, sizeof(rc->path), "%s", t->path);
+    if (!c) {
+        rc->ev.connection = "?";
+        snprintf(rc->host, sizeof(rc->host), "%s", t->name);
+        bk_answer_error(rc, 403, "permission_error", "unknown_connection",
+                        "this run has no connection of that name");
+        return NULL;
+    }
+    rc->ev.connection = c->name;
+    bool https = strncmp(c->base_url, "https://", 8) == 0;
+    rc->ev.scheme = https ? "https" : "http";
+    if (eph_http_parse_url(c->base_url, strlen(c->base_url), base)) {
+        bk_answer_error(rc, 502, "api_error", "bad_connection",
+                        "the connection's base URL is invalid");
+        return NULL;
+    }
+    snprintf(rc->host, sizeof(rc->host), "%s", base->auth.host.name);
+    rc->ev.port = base->auth.port;
+    enum eph_policy_denial d =
+        eph_policy_check(req->method, req->method_len, t->path, (const char *const *)c->methods,
+                         c->nmethods, (const char *const *)c->prefixes, c->nprefixes);
+    if (d != EPH_POLICY_ALLOWED) {
+        bk_answer_error(rc, 403, "permission_error", eph_policy_denial_code(d),
+                        d == EPH_POLICY_METHOD_NOT_ALLOWED
+                            ? "this connection does not allow that method"
+                            : "this connection does not allow that path");
+        return NULL;
+    }
+    enum eph_addr_class cls;
+    struct eph_guard g = bk_guard_of(b, false);
+    int r = eph_guard_resolve(&g, &base->auth.host, base->auth.port, a, &cls);
+    if (r) {
+        bool no = r == -EACCES || r == -EPERM;
+        bk_answer_error(rc, no ? 403 : 502, no ? "permission_error" : "api_error",
+                        no ? "address_not_allowed" : "dns_failed",
+                        r == -EPERM    ? "the connection's address is the server's own"
+                        : r == -EACCES ? "the connection's address is not public"
+                                       : "the connection's host does not resolve");
+        return NULL;
+    }
+    return c;
+}
+
+/* The URL: the origin in the spelling the guard checked (pin.h, so curl never resolves it again),
+ * the base's path prefix without a trailing "/", the normalised path, the client's query, then
+ * the connection's own query parameters. */
+static int conn_url(CURL *h, struct eph_buf *url, const struct eph_http_url *base,
+                    const struct eph_conn_target *t, const struct conn_copy *c)
+{
+    size_t bpl = base->path_len;
+    while (bpl > 0 && base->path[bpl - 1] == '/')
+        bpl--;
+    int err = eph_pin_origin(url, base->https, &base->auth);
+    if (!err)
+        err = eph_buf_appendf(url, "%.*s%s", (int)bpl, base->path, t->path);
+    char sep = '?';
+    if (!err && t->query) {
+        err = eph_buf_appendf(url, "?%.*s", (int)t->query_len, t->query);
+        sep = '&';
+    }
+    for (size_t i = 0; !err && i < c->nquery; i++) {
+        char *k = curl_easy_escape(h, c->qnames[i], 0), *v = curl_easy_escape(h, c->qvalues[i], 0);
+        err = k && v ? eph_buf_appendf(url, "%c%s=%s", sep, k, v) : -ENOMEM;
+        sep = '&';
+        curl_free(k);
+        if (v) {
+            sodium_memzero(v, strlen(v));
+            curl_free(v);
+        }
+    }
+    return err;
+}
+
+/* The headers sent: the program's (but hop-by-hop, framing, Accept-Encoding and those the
+ * connection sets), then the connection's credential headers. */
+static int conn_headers(const struct eph_http_request *req, const struct conn_copy *c,
+                        struct curl_slist **out)
+{
+    struct curl_slist *hdrs = NULL;
+    for (size_t i = 0; i < req->nheaders; i++) {
+        const struct eph_http_header *hh = &req->headers[i];
+        if (bk_hop_by_hop(hh) || conn_sets_header(c, hh) ||
+            (hh->name_len == 15 && strncasecmp(hh->name, "accept-encoding", 15) == 0) ||
+            bk_is_framing(hh))
+            continue;
+        char line[8192];
+        snprintf(line, sizeof(line), "%.*s: %.*s", (int)hh->name_len, hh->name, (int)hh->value_len,
+                 hh->value);
+        hdrs = curl_slist_append(hdrs, line);
+    }
+    hdrs = curl_slist_append(hdrs, "Accept-Encoding: identity");
+    hdrs = curl_slist_append(hdrs, "Expect:");
+    *out = hdrs;
+    for (size_t i = 0; i < c->nheaders; i++) {
+        size_t ln = strlen(c->hnames[i]) + strlen(c->hvalues[i]) + 3;
+        char *line = malloc(ln);
+        if (!line)
+            return -ENOMEM;
+        snprintf(line, ln, "%s: %s", c->hnames[i], c->hvalues[i]);
+        *out = curl_slist_append(*out, line);
+        sodium_memzero(line, ln);
+        free(line);
+    }
+    return 0;
+}
+
+/* What the upstream may echo, in every form (redact.h): every header value (and the token after
+ * its scheme, and a Basic one's user and password) and every query value. */
+static int conn_redactor(struct eph_redactor *red, const struct conn_copy *c)
+{
+    int err = 0;
+    for (size_t i = 0; !err && i < c->nheaders; i++)
+        err = eph_redactor_add_header_value(red, c->hvalues[i]);
+    for (size_t i = 0; !err && i < c->nquery; i++)
+        err = eph_redactor_add(red, c->qvalues[i], strlen(c->qvalues[i]));
+    return err ? err : eph_redactor_seal(red);
+}
+
+/* The request made, and what went wrong answered to the program when nothing of the answer has
+ * reached it yet. */
+static void conn_perform(struct req_ctx *rc, const struct eph_http_request *req, CURL *h,
+                         const struct conn_copy *c, const char *url, struct curl_slist *hdrs,
+                         const struct eph_buf *body, struct curl_out *o)
+{
+    struct eph_broker *b = rc->s->b;
+    char method[32];
+    snprintf(method, sizeof(method), "%.*s", (int)req->method_len, req->method);
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
+    curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
+    curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(h, CURLOPT_NOPROXY, "*");
+    curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, 1L);
+    curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, 2L);
+    if (b->s.extra_ca_file) {
+        curl_easy_setopt(h, CURLOPT_CAINFO, b->s.extra_ca_file);
+        curl_easy_setopt(h, CURLOPT_CAPATH, "/etc/ssl/certs");
+    }
+    curl_easy_setopt(h, CURLOPT_TIMEOUT, (long)b->s.request_timeout_seconds);
+    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT, 10L);
+    curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
+    curl_easy_setopt(h, CURLOPT_HEADERDATA, o);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, o);
+    if (strcmp(method, "HEAD") == 0)
+        curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
+    if (body->len || strcmp(method, "POST") == 0 || strcmp(method, "PUT") == 0 ||
+        strcmp(method, "PATCH") == 0) {
+        curl_easy_setopt(h, CURLOPT_POSTFIELDS, body->data ? body->data : "");
+        curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body->len);
+    }
+    rc->ev.status = 502;
+    CURLcode cr = perform(rc->s, h);
+    int ar = cr == CURLE_OK ? eph_answer_end(&o->ans) : 0;
+    if (o->ans.refused) {
+        /* Nothing of it reached the program: an answer it could have read unredacted. */
+        EPH_INFO(COMPONENT, "connection %s: answer refused: %s", c->name, o->ans.refused);
+        bk_answer_error(rc, 502, "api_error", o->ans.refused, o->ans.reason);
+        rc->ev.denied = o->ans.refused;
+    } else if (cr == CURLE_ABORTED_BY_CALLBACK) {
+        EPH_DEBUG(COMPONENT, "connection %s: the stream ended first", c->name);
+    } else if (ar && !o->ans.head_sent) {
+        bk_answer_error(rc, 502, "api_error", "broker_error",
+                        "the broker could not relay the answer");
+    } else if (cr != CURLE_OK && !o->ans.head_sent) {
+        EPH_INFO(COMPONENT, "connection %s: %s", c->name, curl_easy_strerror(cr));
+        bk_answer_error(rc, cr == CURLE_OPERATION_TIMEDOUT ? 504 : 502, "api_error",
+                        cr == CURLE_OPERATION_TIMEDOUT ? "upstream_timeout" : "upstream_failed",
+                        "the connection's upstream did not answer properly");
+    }
+}
+
 void bk_serve_connection(struct req_ctx *rc, const struct eph_http_request *req,
                          const char *after_head, size_t nafter)
 {
@@ -223,178 +405,36 @@ void bk_serve_connection(struct req_ctx *rc, const struct eph_http_request *req,
                         "the path does not normalise to an allowed form");
         return;
     }
-    const struct conn_copy *c = bk_find_conn(b, t->name);
-    snprintf(rc->path, sizeof(rc->path), "%s", t->path);
-    if (!c) {
-        rc->ev.connection = "?";
-        snprintf(rc->host, sizeof(rc->host), "%s", t->name);
-        bk_answer_error(rc, 403, "permission_error", "unknown_connection",
-                        "this run has no connection of that name");
-        return;
-    }
-    rc->ev.connection = c->name;
-    bool https = strncmp(c->base_url, "https://", 8) == 0;
-    rc->ev.scheme = https ? "https" : "http";
     struct eph_http_url base;
-    if (eph_http_parse_url(c->base_url, strlen(c->base_url), &base)) {
-        bk_answer_error(rc, 502, "api_error", "bad_connection",
-                        "the connection's base URL is invalid");
-        return;
-    }
-    snprintf(rc->host, sizeof(rc->host), "%s", base.auth.host.name);
-    rc->ev.port = base.auth.port;
-    enum eph_policy_denial d =
-        eph_policy_check(req->method, req->method_len, t->path, (const char *const *)c->methods,
-                         c->nmethods, (const char *const *)c->prefixes, c->nprefixes);
-    if (d != EPH_POLICY_ALLOWED) {
-        bk_answer_error(rc, 403, "permission_error", eph_policy_denial_code(d),
-                        d == EPH_POLICY_METHOD_NOT_ALLOWED
-                            ? "this connection does not allow that method"
-                            : "this connection does not allow that path");
-        return;
-    }
     struct eph_addr a;
-    enum eph_addr_class cls;
-    struct eph_guard g = bk_guard_of(b, false);
-    int r = eph_guard_resolve(&g, &base.auth.host, base.auth.port, &a, &cls);
-    if (r) {
-        bool no = r == -EACCES || r == -EPERM;
-        bk_answer_error(rc, no ? 403 : 502, no ? "permission_error" : "api_error",
-                        no ? "address_not_allowed" : "dns_failed",
-                        r == -EPERM    ? "the connection's address is the server's own"
-                        : r == -EACCES ? "the connection's address is not public"
-                                       : "the connection's host does not resolve");
+    const struct conn_copy *c = conn_check(rc, req, t, &base, &a);
+    if (!c)
         return;
-    }
     struct eph_buf body;
     memset(&body, 0, sizeof(body));
     if (bk_read_body(rc, req, after_head, nafter, &body)) {
         eph_buf_release(&body);
         return;
     }
-
-    /* The URL: the base (its path prefix kept, without a trailing "/"), the normalised path,
-     * the client's query, then the connection's own query parameters. */
     struct eph_buf url;
     eph_buf_init(&url, EPH_BROKER_PATH_MAX * 2 + 8192);
-    size_t bpl = base.path_len;
-    while (bpl > 0 && base.path[bpl - 1] == '/')
-        bpl--;
     CURL *h = curl_easy_init();
-    int err = h ? 0 : -ENOMEM;
-    /* The origin in the spelling the guard checked (pin.h), so curl never resolves it again. */
-    if (!err)
-        err = eph_pin_origin(&url, base.https, &base.auth);
-    if (!err)
-        err = eph_buf_appendf(&url, "%.*s%s", (int)bpl, base.path, t->path);
-    char sep = '?';
-    if (!err && t->query) {
-        err = eph_buf_appendf(&url, "?%.*s", (int)t->query_len, t->query);
-        sep = '&';
-    }
-    for (size_t i = 0; !err && i < c->nquery; i++) {
-        char *k = curl_easy_escape(h, c->qnames[i], 0), *v = curl_easy_escape(h, c->qvalues[i], 0);
-        err = k && v ? eph_buf_appendf(&url, "%c%s=%s", sep, k, v) : -ENOMEM;
-        sep = '&';
-        curl_free(k);
-        if (v) {
-            sodium_memzero(v, strlen(v));
-            curl_free(v);
-        }
-    }
+    int err = h ? conn_url(h, &url, &base, t, c) : -ENOMEM;
     struct curl_slist *hdrs = NULL;
-    for (size_t i = 0; !err && i < req->nheaders; i++) {
-        const struct eph_http_header *hh = &req->headers[i];
-        if (bk_hop_by_hop(hh) || conn_sets_header(c, hh) ||
-            (hh->name_len == 15 && strncasecmp(hh->name, "accept-encoding", 15) == 0) ||
-            bk_is_framing(hh))
-            continue;
-        char line[8192];
-        snprintf(line, sizeof(line), "%.*s: %.*s", (int)hh->name_len, hh->name, (int)hh->value_len,
-                 hh->value);
-        hdrs = curl_slist_append(hdrs, line);
-    }
-    hdrs = curl_slist_append(hdrs, "Accept-Encoding: identity");
-    hdrs = curl_slist_append(hdrs, "Expect:");
-    for (size_t i = 0; !err && i < c->nheaders; i++) {
-        size_t ln = strlen(c->hnames[i]) + strlen(c->hvalues[i]) + 3;
-        char *line = malloc(ln);
-        if (!line) {
-            err = -ENOMEM;
-            break;
-        }
-        snprintf(line, ln, "%s: %s", c->hnames[i], c->hvalues[i]);
-        hdrs = curl_slist_append(hdrs, line);
-        sodium_memzero(line, ln);
-        free(line);
-    }
-
-    /* What the upstream may echo, in every form (redact.h): every header value (and the token
-     * after its scheme, and a Basic one's user and password) and every query value. */
+    if (!err)
+        err = conn_headers(req, c, &hdrs);
     struct curl_out o = {.rc = rc};
     eph_answer_init(&o.ans, b->s.max_response_bytes, answer_write, rc);
-    for (size_t i = 0; !err && i < c->nheaders; i++)
-        err = eph_redactor_add_header_value(&o.ans.red, c->hvalues[i]);
-    for (size_t i = 0; !err && i < c->nquery; i++)
-        err = eph_redactor_add(&o.ans.red, c->qvalues[i], strlen(c->qvalues[i]));
     if (!err)
-        err = eph_redactor_seal(&o.ans.red);
-
+        err = conn_redactor(&o.ans.red, c);
     struct eph_pin pin = {0};
     if (!err)
         err = eph_pin_apply(&pin, h, &base.auth, &a);
-    if (!err) {
-        char method[32];
-        snprintf(method, sizeof(method), "%.*s", (int)req->method_len, req->method);
-        curl_easy_setopt(h, CURLOPT_URL, url.data);
-        curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
-        curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
-        curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
-        curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
-        curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-        curl_easy_setopt(h, CURLOPT_NOPROXY, "*");
-        curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, 1L);
-        curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, 2L);
-        if (b->s.extra_ca_file) {
-            curl_easy_setopt(h, CURLOPT_CAINFO, b->s.extra_ca_file);
-            curl_easy_setopt(h, CURLOPT_CAPATH, "/etc/ssl/certs");
-        }
-        curl_easy_setopt(h, CURLOPT_TIMEOUT, (long)b->s.request_timeout_seconds);
-        curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT, 10L);
-        curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
-        curl_easy_setopt(h, CURLOPT_HEADERDATA, &o);
-        curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
-        curl_easy_setopt(h, CURLOPT_WRITEDATA, &o);
-        if (strcmp(method, "HEAD") == 0)
-            curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
-        if (body.len || strcmp(method, "POST") == 0 || strcmp(method, "PUT") == 0 ||
-            strcmp(method, "PATCH") == 0) {
-            curl_easy_setopt(h, CURLOPT_POSTFIELDS, body.data ? body.data : "");
-            curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body.len);
-        }
-        rc->ev.status = 502;
-        CURLcode cr = perform(rc->s, h);
-        int ar = cr == CURLE_OK ? eph_answer_end(&o.ans) : 0;
-        if (o.ans.refused) {
-            /* Nothing of it reached the program: an answer it could have read unredacted. */
-            EPH_INFO(COMPONENT, "connection %s: answer refused: %s", c->name, o.ans.refused);
-            bk_answer_error(rc, 502, "api_error", o.ans.refused, o.ans.reason);
-            rc->ev.denied = o.ans.refused;
-        } else if (cr == CURLE_ABORTED_BY_CALLBACK) {
-            EPH_DEBUG(COMPONENT, "connection %s: the stream ended first", c->name);
-        } else if (ar && !o.ans.head_sent) {
-            bk_answer_error(rc, 502, "api_error", "broker_error",
-                            "the broker could not relay the answer");
-        } else if (cr != CURLE_OK && !o.ans.head_sent) {
-            EPH_INFO(COMPONENT, "connection %s: %s", c->name, curl_easy_strerror(cr));
-            bk_answer_error(rc, cr == CURLE_OPERATION_TIMEDOUT ? 504 : 502, "api_error",
-                            cr == CURLE_OPERATION_TIMEDOUT ? "upstream_timeout" : "upstream_failed",
-                            "the connection's upstream did not answer properly");
-        }
-    } else {
+    if (!err)
+        conn_perform(rc, req, h, c, url.data, hdrs, &body, &o);
+    else
         bk_answer_error(rc, 502, "api_error", "broker_error",
                         "the broker could not send the request");
-    }
     eph_answer_release(&o.ans);
     /* The headers hold the credential: wipe before freeing. */
     for (struct curl_slist *l = hdrs; l; l = l->next)
