@@ -119,18 +119,16 @@ static int open_all(int argc, char **argv, int first, const char *const *extra, 
     return 0;
 }
 
-/* The server's state the builds must not see: the database's directory and the secret key. */
-static size_t hidden_paths(const struct eph_config *cfg, char paths[2][PATH_MAX],
+/* The server's state the builds must not see: the database's files and the secret key (each
+ * covered by an empty file in the build's mount namespace). */
+#define MAX_HIDDEN 4
+static size_t hidden_paths(const struct eph_config *cfg, char paths[MAX_HIDDEN][PATH_MAX],
                            const char **out)
 {
     size_t n = 0;
-    if (!eph_store_target_is_postgres(cfg->db)) {
-        snprintf(paths[n], PATH_MAX, "%s", cfg->db);
-        char *slash = strrchr(paths[n], '/');
-        if (slash)
-            *slash = '\0';
-        else
-            snprintf(paths[n], PATH_MAX, ".");
+    static const char *const db_suffixes[] = {"", "-wal", "-shm"};
+    for (size_t i = 0; !eph_store_target_is_postgres(cfg->db) && i < 3; i++) {
+        snprintf(paths[n], PATH_MAX, "%s%s", cfg->db, db_suffixes[i]);
         out[n] = paths[n];
         n++;
     }
@@ -145,8 +143,8 @@ static size_t hidden_paths(const struct eph_config *cfg, char paths[2][PATH_MAX]
 int eph_images_for_config(const struct eph_config *cfg, struct eph_store *st,
                           struct eph_images **out, char *why, size_t whylen)
 {
-    static char paths[2][PATH_MAX];
-    static const char *hide[2];
+    static char paths[MAX_HIDDEN][PATH_MAX];
+    static const char *hide[MAX_HIDDEN];
     static struct eph_image_base base;
     static char key[17];
     if (!key[0]) {
@@ -223,8 +221,8 @@ static int cmd_create(int argc, char **argv, bool import)
     }
     const char *name = argv[2];
     const char *archive = import ? argv[3] : NULL;
-    EPH_AUTOJSON json_t *recipe = json_pack("{s:[], s:[], s:[], s:[]}", "packages", "npm",
-                                            "files", "run");
+    EPH_AUTOJSON json_t *recipe =
+        json_pack("{s:[], s:[], s:[], s:[]}", "packages", "npm", "files", "run");
     /* The recipe's repeatable flags come out of argv; the rest are the server flags. */
     int first = import ? 4 : 3, n = first;
     for (int i = first; i < argc; i++) {
@@ -261,8 +259,9 @@ static int cmd_create(int argc, char **argv, bool import)
         return 2;
     }
     if (geteuid() != 0) {
-        fprintf(stderr, "ephemerald image %s: must run as root (the build makes a root file "
-                        "system in namespaces of its own)\n",
+        fprintf(stderr,
+                "ephemerald image %s: must run as root (the build makes a root file "
+                "system in namespaces of its own)\n",
                 import ? "import" : "create");
         return 1;
     }

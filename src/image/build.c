@@ -14,6 +14,7 @@
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -158,7 +159,8 @@ static int recipe_hooks(const struct eph_image_build_job *job, json_t *r, struct
                 rc = quote(&b, json_string_value(p));
         }
         if (!rc)
-            rc = eph_buf_appends(&b, " || { echo \"image-error: npm install failed\" >&2; exit 1; }");
+            rc = eph_buf_appends(&b,
+                                 " || { echo \"image-error: npm install failed\" >&2; exit 1; }");
         rc = hook_add(hk, &b, rc);
     }
     size_t i;
@@ -323,9 +325,9 @@ static int build_steps(const struct eph_image_build_job *job)
         return 1;
     }
     if (bytes > job->limits.max_bytes) {
-        fprintf(stderr, "image-error: the image is %llu MiB, more than images.max_size_mib (%llu)\n",
-                (unsigned long long)(bytes >> 20),
-                (unsigned long long)(job->limits.max_bytes >> 20));
+        fprintf(
+            stderr, "image-error: the image is %llu MiB, more than images.max_size_mib (%llu)\n",
+            (unsigned long long)(bytes >> 20), (unsigned long long)(job->limits.max_bytes >> 20));
         return 1;
     }
     if (rename(tmp, job->dest)) {
@@ -430,7 +432,7 @@ static void log_reason(int log_fd, char *why, size_t whylen)
 }
 
 int eph_image_run_build(char *const argv[], int log_fd, unsigned timeout_seconds,
-                        uint64_t *size_bytes, char *why, size_t whylen)
+                        const atomic_bool *cancel, uint64_t *size_bytes, char *why, size_t whylen)
 {
     int out[2];
     if (pipe2(out, O_CLOEXEC))
@@ -455,7 +457,7 @@ int eph_image_run_build(char *const argv[], int log_fd, unsigned timeout_seconds
     uint64_t deadline = (uint64_t)timeout_seconds * 1000u;
     char size_line[64] = "";
     size_t got = 0;
-    bool timed_out = false;
+    bool timed_out = false, cancelled = false;
     struct pollfd p[2] = {{.fd = out[0], .events = POLLIN}, {.fd = pfd, .events = POLLIN}};
     struct timespec t0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -469,7 +471,15 @@ int eph_image_run_build(char *const argv[], int log_fd, unsigned timeout_seconds
             kill(pid, SIGKILL);
             break;
         }
+        if (cancel && atomic_load(cancel)) {
+            cancelled = true;
+            kill(pid, SIGKILL);
+            break;
+        }
         int wait_ms = timeout_seconds ? (int)(deadline - spent) : -1;
+        /* A cancel is seen within half a second. */
+        if (cancel && (wait_ms < 0 || wait_ms > 500))
+            wait_ms = 500;
         int n = poll(p, pfd >= 0 ? 2 : 1, wait_ms);
         if (n < 0 && errno == EINTR)
             continue;
@@ -496,6 +506,11 @@ int eph_image_run_build(char *const argv[], int log_fd, unsigned timeout_seconds
         close(pfd);
     int status = 0;
     EPH_RETRY_EINTR(waitpid(pid, &status, 0));
+    if (cancelled) {
+        snprintf(why, whylen, "the server stopped during the build");
+        dprintf(log_fd, "image-error: %s\n", why);
+        return -ECANCELED;
+    }
     if (timed_out) {
         snprintf(why, whylen, "the build took longer than images.build_timeout_seconds (%u s)",
                  timeout_seconds);

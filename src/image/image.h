@@ -17,6 +17,7 @@
 #ifndef EPH_IMAGE_H
 #define EPH_IMAGE_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -83,12 +84,12 @@ int eph_image_tree_size(int root_fd, uint64_t *bytes) __attribute__((warn_unused
 /* ---- layer.c: tar layers and image archives ---- */
 
 struct eph_image_import_stats {
-    uint64_t bytes;        /* file bytes written */
-    unsigned entries;      /* entries applied */
-    unsigned skipped_dev;  /* device nodes and FIFOs left out */
-    unsigned setid_strip;  /* files whose set-id bits were dropped */
-    unsigned whiteouts;    /* whiteouts and opaque directories applied */
-    unsigned layers;       /* layers applied */
+    uint64_t bytes;       /* file bytes written */
+    unsigned entries;     /* entries applied */
+    unsigned skipped_dev; /* device nodes and FIFOs left out */
+    unsigned setid_strip; /* files whose set-id bits were dropped */
+    unsigned whiteouts;   /* whiteouts and opaque directories applied */
+    unsigned layers;      /* layers applied */
 };
 
 /* Applies one tar layer read from fd (plain or gzip, told by its first bytes; at most len bytes
@@ -101,8 +102,9 @@ int eph_image_apply_layer(int root_fd, int fd, uint64_t len, uint64_t max_bytes,
  * (index.json, blobs/sha256/...), its first image's layers applied in order. digest gets the
  * sha256 of the archive file. 0, or -errno with why. */
 int eph_image_import_archive(int root_fd, const char *archive, uint64_t max_bytes,
-                             struct eph_image_import_stats *st, char digest[EPH_IMAGE_DIGEST_LEN + 1],
-                             char *err, size_t errlen) __attribute__((warn_unused_result));
+                             struct eph_image_import_stats *st,
+                             char digest[EPH_IMAGE_DIGEST_LEN + 1], char *err, size_t errlen)
+    __attribute__((warn_unused_result));
 
 /* The sha256 of an archive file, as "sha256:HEX": an imported image's digest. */
 int eph_image_archive_digest(const char *path, char out[EPH_IMAGE_DIGEST_LEN + 1])
@@ -130,15 +132,15 @@ struct eph_image_build_limits {
  * path of hide is covered with an empty tmpfs. codename and sources: the host's release and apt
  * source files, for mmdebstrap. Returns the exit status. */
 struct eph_image_build_job {
-    const char *recipe_file;   /* the canonical recipe, or NULL */
-    const char *archive;       /* an image archive to import, or NULL */
-    const char *dest;          /* CACHE/images/KEY/rootfs */
+    const char *recipe_file; /* the canonical recipe, or NULL */
+    const char *archive;     /* an image archive to import, or NULL */
+    const char *dest;        /* CACHE/images/KEY/rootfs */
     const char *codename;
     char *const *sources;
     size_t nsources;
     const char *const *hide;
     size_t nhide;
-    const char *self_exe;      /* this program, for the files hook (image build-files) */
+    const char *self_exe;         /* this program, for the files hook (image build-files) */
     const char *const *base_opts; /* the default image's mmdebstrap options and hooks, NULL-ended */
     const char *base_packages;    /* the default image's packages, "a,b,c" */
     /* Run in the build's namespaces once the root is in place (the microvm disk), or NULL. */
@@ -151,9 +153,10 @@ int eph_image_build_files(const char *recipe_file, const char *root);
 
 /* The parent's side: runs argv (this program's `image build-recipe` or `image import`) with its
  * stdout and stderr appended to log_fd, kills it (the whole PID namespace with it) after
- * timeout_seconds, and waits. The child prints the image's size on stdout: *size_bytes. 0 on success; else -ETIMEDOUT, or -EIO with why. */
+ * timeout_seconds or once *cancel (may be NULL) is set, and waits. The child prints the image's
+ * size on stdout: *size_bytes. 0 on success; else -ETIMEDOUT, or -EIO with why. */
 int eph_image_run_build(char *const argv[], int log_fd, unsigned timeout_seconds,
-                        uint64_t *size_bytes, char *why, size_t whylen)
+                        const atomic_bool *cancel, uint64_t *size_bytes, char *why, size_t whylen)
     __attribute__((warn_unused_result));
 
 #endif

@@ -25,10 +25,10 @@
 #include "image/image.h"
 
 #define BLOCK 512
-#define MAX_META (64u << 10)    /* a long name, long link or PAX header */
-#define MAX_JSON (1u << 20)     /* manifest.json, index.json, an OCI manifest */
-#define MAX_MEMBERS 100000u     /* entries of an archive's outer tar */
-#define MAX_ENTRIES 4000000u    /* entries of the layers together */
+#define MAX_META (64u << 10) /* a long name, long link or PAX header */
+#define MAX_JSON (1u << 20)  /* manifest.json, index.json, an OCI manifest */
+#define MAX_MEMBERS 100000u  /* entries of an archive's outer tar */
+#define MAX_ENTRIES 4000000u /* entries of the layers together */
 #define MAX_LAYERS 256u
 
 #define FAIL(rc, ...) (snprintf(err, errlen, __VA_ARGS__), (rc) < 0 ? (rc) : -EIO)
@@ -726,8 +726,8 @@ static int find_layers(const struct archive *a, json_t **layers, char *err, size
         json_array_foreach(list, i, l)
         {
             char rel[4096], why[96];
-            if (!json_is_string(l) ||
-                eph_image_path_clean(json_string_value(l), true, rel, sizeof(rel), why, sizeof(why)))
+            if (!json_is_string(l) || eph_image_path_clean(json_string_value(l), true, rel,
+                                                           sizeof(rel), why, sizeof(why)))
                 return FAIL(-EINVAL, "manifest.json names a layer that is not a path");
             json_array_append_new(*layers, json_string(rel));
         }
@@ -750,8 +750,10 @@ static int find_layers(const struct archive *a, json_t **layers, char *err, size
                 const char *mt = json_string_value(json_object_get(l, "mediaType"));
                 char path[128];
                 if (mt && strstr(mt, "zstd"))
-                    return FAIL(-EINVAL, "layer %zu is zstd-compressed, which is not supported: "
-                                         "save the image with gzip layers", i);
+                    return FAIL(-EINVAL,
+                                "layer %zu is zstd-compressed, which is not supported: "
+                                "save the image with gzip layers",
+                                i);
                 if (blob_path(json_object_get(l, "digest"), path, sizeof(path)))
                     return FAIL(-EINVAL, "layer %zu has no sha256 digest", i);
                 json_array_append_new(*layers, json_string(path));
@@ -796,8 +798,8 @@ static int file_digest(int fd, char *out)
 }
 
 int eph_image_import_archive(int root_fd, const char *path, uint64_t max_bytes,
-                             struct eph_image_import_stats *st, char digest[EPH_IMAGE_DIGEST_LEN + 1],
-                             char *err, size_t errlen)
+                             struct eph_image_import_stats *st,
+                             char digest[EPH_IMAGE_DIGEST_LEN + 1], char *err, size_t errlen)
 {
     EPH_AUTOCLOSE int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)

@@ -154,8 +154,8 @@ static int one_file(const json_t *f, size_t i, size_t *total, json_t **out, char
         size_t slen = json_string_length(b64);
         size_t cap = slen / 4 * 3 + 3;
         EPH_AUTOFREE unsigned char *bin = malloc(cap);
-        if (!bin || sodium_base642bin(bin, cap, s, slen, NULL, &size, NULL,
-                                      sodium_base64_VARIANT_ORIGINAL))
+        if (!bin ||
+            sodium_base642bin(bin, cap, s, slen, NULL, &size, NULL, sodium_base64_VARIANT_ORIGINAL))
             return BAD("files[%zu].content_base64 is not valid base64", i);
         /* Re-encoded, so that one content has one spelling. */
         encoded = b64_encode(bin, size);
@@ -269,12 +269,12 @@ int eph_image_recipe_digest(const json_t *canonical, const char *base_key,
                             char out[EPH_IMAGE_DIGEST_LEN + 1])
 {
     /* Sorted keys, no spaces, UTF-8 as is: one recipe has one text. */
-    EPH_AUTOFREE char *text = json_dumps(canonical, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENSURE_ASCII);
+    EPH_AUTOFREE char *text =
+        json_dumps(canonical, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENSURE_ASCII);
     if (!text)
         return -ENOMEM;
     EPH_AUTOFREE char *all = NULL;
-    if (asprintf(&all, "ephemeral image recipe 1\nbase %s\n%s", base_key ? base_key : "", text) <
-        0)
+    if (asprintf(&all, "ephemeral image recipe 1\nbase %s\n%s", base_key ? base_key : "", text) < 0)
         return -ENOMEM;
     char hex[65];
     eph_sha256_hex(all, strlen(all), hex);

@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,8 +26,8 @@
 struct build {
     struct eph_images *im;
     struct eph_image_rec rec;
-    json_t *recipe;  /* canonical, or NULL */
-    char *archive;   /* or an archive to import */
+    json_t *recipe; /* canonical, or NULL */
+    char *archive;  /* or an archive to import */
     struct build *next;
 };
 
@@ -38,9 +39,12 @@ struct eph_images {
     unsigned running;       /* builds holding a slot */
     unsigned threads;       /* build threads alive */
     bool stopping;
-    char **building;        /* log paths of the builds under way */
+    atomic_bool cancel; /* set by free: the builds under way are killed */
+    char **building;    /* log paths of the builds under way */
     size_t nbuilding;
 };
+
+static int64_t complete_size(const char *dir, const char *digest);
 
 static int mkdir_p(const char *path, mode_t mode)
 {
@@ -80,9 +84,9 @@ void eph_images_free(struct eph_images *im)
         return;
     pthread_mutex_lock(&im->lock);
     im->stopping = true;
+    atomic_store(&im->cancel, true);
     pthread_cond_broadcast(&im->changed);
-    /* Builds under way are left to finish (a build is its own process; killing it would leave
-     * the record "building"); waiting ones give up and are marked failed. */
+    /* Builds under way are killed and waiting ones give up: each is recorded as failed. */
     while (im->threads)
         pthread_cond_wait(&im->changed, &im->lock);
     pthread_mutex_unlock(&im->lock);
@@ -110,6 +114,22 @@ static void set_building(struct eph_images *im, const char *log, bool on)
     }
     pthread_cond_broadcast(&im->changed);
     pthread_mutex_unlock(&im->lock);
+}
+
+int eph_images_default_digest(struct eph_images *im, char out[EPH_IMAGE_DIGEST_LEN + 1])
+{
+    EPH_AUTOJSON json_t *empty = NULL;
+    char err[64];
+    json_t *none = json_object();
+    int rc = none ? eph_image_recipe_canonical(none, &empty, err, sizeof(err)) : -ENOMEM;
+    json_decref(none);
+    return rc ? rc : eph_image_recipe_digest(empty, im->cfg.base_key, out);
+}
+
+bool eph_images_in_cache(const char *digest)
+{
+    char dir[4096];
+    return !eph_image_dir(digest, dir, sizeof(dir)) && complete_size(dir, digest) >= 0;
 }
 
 bool eph_images_building(struct eph_images *im, const char *log_path)
@@ -213,17 +233,23 @@ static void build_now(struct eph_images *im, struct build *b)
         argv[a++] = (char *)im->cfg.hide[i];
     }
     argv[a] = NULL;
-    EPH_AUTOCLOSE int log = open(r->log_path, O_RDWR | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0600);
+    EPH_AUTOCLOSE int log =
+        open(r->log_path, O_RDWR | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0600);
     if (log < 0) {
         fail_rec(r, "cannot open the build's log");
         return;
     }
     set_building(im, r->log_path, true);
     uint64_t bytes = 0;
-    int rc = eph_image_run_build(argv, log, im->cfg.timeout_seconds, &bytes, timeout_why,
-                                 sizeof(timeout_why));
-    set_building(im, r->log_path, false);
+    int rc = eph_image_run_build(argv, log, im->cfg.timeout_seconds, &im->cancel, &bytes,
+                                 timeout_why, sizeof(timeout_why));
     if (rc) {
+        /* A build that was killed could not remove its temporary root: it goes here. */
+        char tmp[4300];
+        snprintf(tmp, sizeof(tmp), "%s.tmp", dest);
+        char *rm[] = {"rm", "-rf", "--one-file-system", tmp, NULL};
+        if (eph_image_run(rm))
+            EPH_WARN("image", "cannot remove %s", tmp);
         fail_rec(r, timeout_why);
         return;
     }
@@ -244,8 +270,8 @@ static void finish(struct eph_images *im, struct build *b)
         EPH_ERROR("image", "cannot record image %s as %s: %s", b->rec.name, b->rec.status,
                   strerror(-rc));
     else
-        EPH_INFO("image", "image %s %s%s%s", b->rec.name, b->rec.status,
-                 b->rec.error ? ": " : "", b->rec.error ? b->rec.error : "");
+        EPH_INFO("image", "image %s %s%s%s", b->rec.name, b->rec.status, b->rec.error ? ": " : "",
+                 b->rec.error ? b->rec.error : "");
 }
 
 static void build_free(struct build *b)
@@ -272,6 +298,8 @@ static void *build_thread(void *arg)
     else
         fail_rec(&b->rec, "the server stopped before the build could start");
     finish(im, b);
+    /* Only now: a log reader that sees the build over finds the image's final state. */
+    set_building(im, b->rec.log_path, false);
     pthread_mutex_lock(&im->lock);
     if (go)
         im->running--;
@@ -353,6 +381,7 @@ int eph_images_create(struct eph_images *im, const char *org_id, const char *nam
     if (wait) {
         build_now(im, b);
         finish(im, b);
+        set_building(im, b->rec.log_path, false);
         rc = im->st->ops->image_get(im->st, r->org_id, name, out);
         build_free(b);
         return rc;
@@ -381,10 +410,10 @@ json_t *eph_image_json(const struct eph_image_rec *r)
 {
     json_t *packages = json_object_get(r->recipe, "packages");
     packages = packages ? json_incref(packages) : json_array();
-    return json_pack("{s:s, s:s, s:s, s:s, s:I, s:o, s:I, s:s?, s:s}", "object", "image", "name",
+    char at[32];
+    return json_pack("{s:s, s:s, s:s, s:s, s:I, s:o, s:s, s:s?, s:s}", "object", "image", "name",
                      r->name, "status", r->status, "digest", r->digest, "size_bytes",
-                     (json_int_t)r->size_bytes, "packages",
-                     packages, "created_at",
-                     (json_int_t)(r->created_at_ms / 1000), "error", r->error, "owner",
-                     r->org_id[0] ? "org" : "operator");
+                     (json_int_t)r->size_bytes, "packages", packages, "created_at",
+                     eph_clock_format_iso8601(r->created_at_ms, at, sizeof(at)), "error", r->error,
+                     "owner", r->org_id[0] ? "org" : "operator");
 }

@@ -22,7 +22,8 @@ struct eph_images_config {
 struct eph_images;
 int eph_images_new(struct eph_store *st, const struct eph_images_config *cfg,
                    struct eph_images **out) __attribute__((warn_unused_result));
-/* Waits for the builds under way; builds still waiting for a slot are recorded as failed. */
+/* Kills the builds under way and gives up the waiting ones (each recorded as failed), then frees.
+ */
 void eph_images_free(struct eph_images *im);
 
 /* Defines an image of org_id ("" or NULL: the operator's) from a canonical recipe, or from an
@@ -34,6 +35,11 @@ int eph_images_create(struct eph_images *im, const char *org_id, const char *nam
                       const json_t *canonical, const char *archive, bool wait,
                       struct eph_image_rec *out, char *err, size_t errlen)
     __attribute__((warn_unused_result));
+/* The default image's digest: the empty recipe's on this host's base. */
+int eph_images_default_digest(struct eph_images *im, char out[EPH_IMAGE_DIGEST_LEN + 1])
+    __attribute__((warn_unused_result));
+/* Whether the root of digest is built and complete in the cache. */
+bool eph_images_in_cache(const char *digest);
 /* Whether the build writing log_path is under way here. */
 bool eph_images_building(struct eph_images *im, const char *log_path);
 /* Waits until a build starts or ends, or ms pass. */

@@ -312,15 +312,16 @@ int eph_image_finish_root(int root_fd, char *err, size_t errlen)
             return FAIL(rc, "cannot make /%s: %s", dirs[i].name, strerror(-rc));
     if ((rc = eph_image_write_file(root_fd, "etc/ld.so.preload", "", 0, 0644)))
         return FAIL(rc, "cannot write /etc/ld.so.preload: %s", strerror(-rc));
-    if ((rc = add_line(root_fd, "etc/passwd", "worker:",
-                       "worker:x:1000:1000:worker:/home/worker:/bin/sh\n",
+    if ((rc = add_line(root_fd, "etc/passwd",
+                       "worker:", "worker:x:1000:1000:worker:/home/worker:/bin/sh\n",
                        "root:x:0:0:root:/root:/bin/sh\n")) ||
         (rc = add_line(root_fd, "etc/group", "worker:", "worker:x:1000:\n", "root:x:0:\n")))
         return FAIL(rc, "cannot add the worker user: %s", strerror(-rc));
     if ((rc = top_dir(root_fd, "home", 0755)))
         return FAIL(rc, "cannot make /home: %s", strerror(-rc));
     {
-        EPH_AUTOCLOSE int home = openat(root_fd, "home", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        EPH_AUTOCLOSE int home =
+            openat(root_fd, "home", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         if (home < 0)
             return FAIL(-errno, "cannot open /home: %s", strerror(errno));
         struct stat sb;
@@ -337,8 +338,8 @@ int eph_image_finish_root(int root_fd, char *err, size_t errlen)
         EPH_AUTOCLOSE int host = open("/etc/ssl/certs/ca-certificates.crt", O_RDONLY | O_CLOEXEC);
         EPH_AUTOCLOSE int out = -1;
         rc = host < 0 ? -errno : 0;
-        if (!rc && (out = eph_image_create_file(root_fd, "etc/ssl/certs/ca-certificates.crt",
-                                                0644)) < 0)
+        if (!rc &&
+            (out = eph_image_create_file(root_fd, "etc/ssl/certs/ca-certificates.crt", 0644)) < 0)
             rc = out;
         if (!rc)
             rc = eph_fileio_copy_fd(host, out);

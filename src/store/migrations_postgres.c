@@ -137,6 +137,7 @@ static const char v7[] = "CREATE TABLE images ("
                          "  log_path TEXT,"
                          "  PRIMARY KEY (org_id, name));"
                          "ALTER TABLE runs ADD COLUMN image TEXT NOT NULL DEFAULT 'default';"
+                         "ALTER TABLE runs ADD COLUMN image_digest TEXT;"
                          "CREATE INDEX runs_image_live ON runs(image) WHERE "
                          "  status IN ('queued', 'starting', 'running');";
 

@@ -1046,15 +1046,15 @@ static int pg_image_write(struct eph_store *base, const struct eph_image_rec *im
     p_json(&p, im->recipe, "{}");
     p_text(&p, im->error);
     p_text(&p, im->log_path);
-    if (insert)
-        p_i64(&p, im->created_at_ms);
+    p_i64(&p, im->created_at_ms);
     unsigned long n = 0;
     int rc = WITH_CONN(s, changed_once(s, c,
                                        insert ? "INSERT INTO images (" IMAGE_COLUMNS
                                                 ") VALUES ($1, $2, $3, $4, $5, $6, $9, $7, $8)"
                                               : "UPDATE images SET status = $3, digest = $4, "
                                                 "size_bytes = $5, recipe = $6, error = $7, "
-                                                "log_path = $8 WHERE org_id = $1 AND name = $2",
+                                                "log_path = $8 WHERE org_id = $1 AND name = $2 AND "
+                                                "created_at = $9",
                                        &p, &n, insert ? "image insert" : "image update"));
     p_free(&p);
     return rc ? rc : n ? 0 : -ENOENT;
@@ -1243,12 +1243,14 @@ static int run_insert_once(struct pg_store *s, struct pg_conn *c, const struct e
     p_ms(&p, r->lease_expires_at_ms);
     p_json(&p, r->web_allow, NULL);
     p_text(&p, r->replay_of);
+    p_text(&p, r->image[0] ? r->image : "default");
+    p_text(&p, r->image_digest[0] ? r->image_digest : NULL);
     rc = run(s, c,
              "INSERT INTO runs (id, org_id, status, model, prompt, files, connections, "
              "metadata, shell, web, zdr, timeout_seconds, created_at, reserved_micros, node_id, "
-             "lease_expires_at, web_allow, replay_of) "
+             "lease_expires_at, web_allow, replay_of, image, image_digest) "
              "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, "
-             "$17, $18)",
+             "$17, $18, $19, $20)",
              &p, NULL, NULL, "run insert");
     p_free(&p);
     if (rc)
@@ -1287,7 +1289,8 @@ static int pg_run_insert(struct eph_store *base, const struct eph_run *r,
     "error_message, model_calls, input_tokens, output_tokens, shell_commands, web_requests, "      \
     "connection_requests, reserved_micros, model_micros, web_micros, compute_micros, "             \
     "charged_micros, released_micros, sandbox_backend, vcpus, memory_mib, log_expires_at, "        \
-    "log_purged, node_id, lease_expires_at, web_allow, replay_of, divergences"
+    "log_purged, node_id, lease_expires_at, web_allow, replay_of, divergences, image, "            \
+    "image_digest"
 
 static void row_to_run(const PGresult *res, int i, struct eph_run *r)
 {
@@ -1333,6 +1336,8 @@ static void row_to_run(const PGresult *res, int i, struct eph_run *r)
     r->web_allow = col_json(res, i, 38);
     r->replay_of = col_strdup(res, i, 39);
     r->divergences = (uint64_t)col_i64(res, i, 40);
+    col_copy(res, i, 41, r->image, sizeof(r->image));
+    col_copy(res, i, 42, r->image_digest, sizeof(r->image_digest));
 }
 
 static int pg_run_get(struct eph_store *base, const char *id, const char *org_id,

@@ -938,7 +938,7 @@ static int sq_image_write(struct eph_store *base, const struct eph_image_rec *r,
                               ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"
                             : "UPDATE images SET status = ?3, digest = ?4, size_bytes = ?5, "
                               "recipe = ?6, error = ?8, log_path = ?9 "
-                              "WHERE org_id = ?1 AND name = ?2",
+                              "WHERE org_id = ?1 AND name = ?2 AND created_at = ?7",
                      &st);
     if (!rc) {
         bind_image(st, r);
@@ -1235,8 +1235,8 @@ static int sq_run_insert_capped(struct eph_store *base, const struct eph_run *r,
     rc = prepare(s,
                  "INSERT INTO runs (id, org_id, status, model, prompt, files, connections, "
                  "metadata, shell, web, zdr, timeout_seconds, created_at, reserved_micros, "
-                 "node_id, lease_expires_at, web_allow, replay_of) "
-                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                 "node_id, lease_expires_at, web_allow, replay_of, image, image_digest) "
+                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                  &st);
     if (rc)
         goto fail;
@@ -1264,6 +1264,8 @@ static int sq_run_insert_capped(struct eph_store *base, const struct eph_run *r,
     bind_ms_or_null(st, 16, r->lease_expires_at_ms);
     bind_json_or_null(st, 17, r->web_allow);
     bind_text_or_null(st, 18, r->replay_of);
+    sqlite3_bind_text(st, 19, r->image[0] ? r->image : "default", -1, SQLITE_TRANSIENT);
+    bind_text_or_null(st, 20, r->image_digest[0] ? r->image_digest : NULL);
     if ((rc = step_done(s, st, "run insert")))
         goto fail;
     if ((rc = insert_ledger(s, r->org_id, r->id, "reserve", r->cost.reserved_micros,
@@ -1294,7 +1296,8 @@ static int sq_run_insert(struct eph_store *base, const struct eph_run *r,
     "error_message, model_calls, input_tokens, output_tokens, shell_commands, web_requests, "      \
     "connection_requests, reserved_micros, model_micros, web_micros, compute_micros, "             \
     "charged_micros, released_micros, sandbox_backend, vcpus, memory_mib, log_expires_at, "        \
-    "log_purged, node_id, lease_expires_at, web_allow, replay_of, divergences"
+    "log_purged, node_id, lease_expires_at, web_allow, replay_of, divergences, image, "            \
+    "image_digest"
 
 static void row_to_run(sqlite3_stmt *st, struct eph_run *r)
 {
@@ -1341,6 +1344,10 @@ static void row_to_run(sqlite3_stmt *st, struct eph_run *r)
     r->web_allow = col_json(st, 38);
     r->replay_of = col_strdup(st, 39);
     r->divergences = (uint64_t)sqlite3_column_int64(st, 40);
+    const unsigned char *image = sqlite3_column_text(st, 41);
+    snprintf(r->image, sizeof(r->image), "%s", image ? (const char *)image : "default");
+    const unsigned char *digest = sqlite3_column_text(st, 42);
+    snprintf(r->image_digest, sizeof(r->image_digest), "%s", digest ? (const char *)digest : "");
 }
 
 static int sq_run_get(struct eph_store *base, const char *id, const char *org_id,

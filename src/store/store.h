@@ -181,8 +181,9 @@ struct eph_store_ops {
 
     /* Images. insert: -EEXIST when the org (or the operator: "") has one of that name. get:
      * the org's own, else the operator's (org_id "": the operator's only). list: both, by name.
-     * update: status, digest, size, error and log. delete: -EBUSY while a run that is not
-     * finished names it (any org's, for an operator's image). */
+     * update: status, digest, size, error and log of the record created at r->created_at_ms
+     * (-ENOENT when it was deleted, or replaced by another of that name, meanwhile). delete: -EBUSY
+     * while a run that is not finished names it (any org's, for an operator's image). */
     int (*image_insert)(struct eph_store *s, const struct eph_image_rec *r);
     int (*image_update)(struct eph_store *s, const struct eph_image_rec *r);
     int (*image_get)(struct eph_store *s, const char *org_id, const char *name,

@@ -203,7 +203,7 @@ static int tar_fd(const struct tar *t)
 }
 
 struct root {
-    char dir[64];      /* holds root/ and outside/ */
+    char dir[64]; /* holds root/ and outside/ */
     char root[80];
     char outside[80];
     int fd;
@@ -385,9 +385,8 @@ static void test_layer_corrupt_and_capped(void **state)
     char err[256] = "";
     int fd = tar_fd(&t);
     struct eph_image_import_stats st = {0};
-    assert_int_not_equal(eph_image_apply_layer(r->fd, fd, UINT64_MAX, 1u << 20, &st, err,
-                                               sizeof(err)),
-                         0);
+    assert_int_not_equal(
+        eph_image_apply_layer(r->fd, fd, UINT64_MAX, 1u << 20, &st, err, sizeof(err)), 0);
     close(fd);
     free(t.data);
     memset(&t, 0, sizeof(t));

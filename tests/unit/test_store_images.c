@@ -90,6 +90,21 @@ static void test_insert_get_update(void **state)
     assert_int_equal(got.size_bytes, 123456789012);
     eph_image_rec_release(&got);
     eph_image_rec_release(&r);
+    /* A record deleted and defined again is not the one an old build updates. */
+    make_image(&r, f->org, "again");
+    assert_int_equal(st->ops->image_insert(st, &r), 0);
+    assert_int_equal(st->ops->image_delete(st, f->org, "again"), 0);
+    struct eph_image_rec again;
+    make_image(&again, f->org, "again");
+    again.created_at_ms = 2000;
+    assert_int_equal(st->ops->image_insert(st, &again), 0);
+    snprintf(r.status, sizeof(r.status), "ready");
+    assert_int_equal(st->ops->image_update(st, &r), -ENOENT);
+    assert_int_equal(st->ops->image_get(st, f->org, "again", &got), 0);
+    assert_string_equal(got.status, "building");
+    eph_image_rec_release(&got);
+    eph_image_rec_release(&again);
+    eph_image_rec_release(&r);
     /* Updating one that is not there. */
     make_image(&r, f->org, "nope");
     assert_int_equal(st->ops->image_update(st, &r), -ENOENT);
