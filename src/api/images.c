@@ -145,10 +145,9 @@ int eph_api_images_delete(struct eph_api_req *req, const char *name)
     if (rc)
         return eph_api_reply_store_unavailable(req);
     EPH_INFO("api", "image %s of org %s deleted", name, req->org_id);
-    return eph_api_reply_json(req, 200,
-                              json_pack("{s:s, s:s, s:b}", "object", "image", "name", name,
-                                        "deleted", 1),
-                              NULL, NULL);
+    return eph_api_reply_json(
+        req, 200, json_pack("{s:s, s:s, s:b}", "object", "image", "name", name, "deleted", 1), NULL,
+        NULL);
 }
 
 /* ---- the build log ---- */
