@@ -167,7 +167,7 @@ int eph_images_for_config(const struct eph_config *cfg, struct eph_store *st,
 
 static int print_image(const struct eph_image_rec *r)
 {
-    printf("%-24s %-9s %-8s %10.1f MiB  %.19s%s%s\n", r->name, r->status,
+    printf("%-24s %-9s %-8s %10.1f MiB  %s%s%s\n", r->name, r->status,
            r->org_id[0] ? "org" : "operator", (double)r->size_bytes / 1048576.0, r->digest,
            r->error ? "  " : "", r->error ? r->error : "");
     return 0;
