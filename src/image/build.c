@@ -437,6 +437,12 @@ int eph_image_run_build(char *const argv[], int log_fd, unsigned timeout_seconds
     int out[2];
     if (pipe2(out, O_CLOEXEC))
         return -errno;
+    /* The build gets none of the server's environment (provider keys, database passwords): a
+     * recipe's commands could read it. Only what the build itself needs. */
+    char cache_env[PATH_MAX + 32];
+    snprintf(cache_env, sizeof(cache_env), "EPHEMERAL_CACHE_DIR=%s", eph_image_cache_root());
+    char *envp[] = {"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                    "LANG=C.UTF-8", "HOME=/root", cache_env, NULL};
     pid_t pid = fork();
     if (pid < 0) {
         int e = -errno;
@@ -449,7 +455,7 @@ int eph_image_run_build(char *const argv[], int log_fd, unsigned timeout_seconds
         int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
         if (null < 0 || dup2(null, 0) < 0 || dup2(out[1], 1) < 0 || dup2(log_fd, 2) < 0)
             _exit(126);
-        execv(argv[0], argv);
+        execve(argv[0], argv, envp);
         _exit(127);
     }
     close(out[1]);

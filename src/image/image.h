@@ -153,8 +153,9 @@ int eph_image_build_files(const char *recipe_file, const char *root);
 
 /* The parent's side: runs argv (this program's `image build-recipe` or `image import`) with its
  * stdout and stderr appended to log_fd, kills it (the whole PID namespace with it) after
- * timeout_seconds or once *cancel (may be NULL) is set, and waits. The child prints the image's
- * size on stdout: *size_bytes. 0 on success; else -ETIMEDOUT, or -EIO with why. */
+ * timeout_seconds or once *cancel (may be NULL) is set, and waits. The child gets a fixed
+ * environment (PATH, LANG, HOME, EPHEMERAL_CACHE_DIR), none of the caller's. The child prints the
+ * image's size on stdout: *size_bytes. 0 on success; else -ETIMEDOUT, or -EIO with why. */
 int eph_image_run_build(char *const argv[], int log_fd, unsigned timeout_seconds,
                         const atomic_bool *cancel, uint64_t *size_bytes, char *why, size_t whylen)
     __attribute__((warn_unused_result));

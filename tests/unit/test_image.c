@@ -568,6 +568,34 @@ static void test_finish_root(void **state)
     assert_int_equal(sb.st_size, (off_t)strlen(buf));
 }
 
+/* A build's process gets none of the server's environment: a recipe's commands could read a
+ * provider key there. It is killed past its time limit and says so. */
+static void test_build_environment_and_timeout(void **state)
+{
+    (void)state;
+    setenv("EPH_TEST_PROVIDER_KEY", "canary-of-the-server-environment", 1);
+    char path[] = "/tmp/test-image-log-XXXXXX";
+    int log = mkstemp(path);
+    assert_true(log >= 0);
+    unlink(path);
+    char *env_argv[] = {"/bin/sh", "-c", "env >&2", NULL};
+    uint64_t size = 1;
+    char why[256] = "";
+    assert_int_equal(eph_image_run_build(env_argv, log, 30, NULL, &size, why, sizeof(why)), 0);
+    char buf[8192] = "";
+    ssize_t n = pread(log, buf, sizeof(buf) - 1, 0);
+    assert_true(n > 0);
+    buf[n] = '\0';
+    assert_null(strstr(buf, "canary-of-the-server-environment"));
+    assert_non_null(strstr(buf, "PATH=/usr/local/sbin"));
+    char *sleep_argv[] = {"/bin/sleep", "30", NULL};
+    assert_int_equal(eph_image_run_build(sleep_argv, log, 1, NULL, &size, why, sizeof(why)),
+                     -ETIMEDOUT);
+    assert_non_null(strstr(why, "images.build_timeout_seconds"));
+    close(log);
+    unsetenv("EPH_TEST_PROVIDER_KEY");
+}
+
 int main(void)
 {
     if (geteuid() != 0) {
@@ -578,6 +606,7 @@ int main(void)
         cmocka_unit_test(test_names),
         cmocka_unit_test(test_digest_canonical),
         cmocka_unit_test(test_recipe_refusals),
+        cmocka_unit_test(test_build_environment_and_timeout),
         cmocka_unit_test_setup_teardown(test_layer_dotdot_and_absolute, setup_root, teardown_root),
         cmocka_unit_test_setup_teardown(test_layer_symlink_escape, setup_root, teardown_root),
         cmocka_unit_test_setup_teardown(test_layer_devices_and_setid, setup_root, teardown_root),
