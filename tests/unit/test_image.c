@@ -578,7 +578,11 @@ static void test_build_environment_and_timeout(void **state)
     int log = mkstemp(path);
     assert_true(log >= 0);
     unlink(path);
-    char *env_argv[] = {"/bin/sh", "-c", "env >&2", NULL};
+    /* A descriptor the caller left open without close-on-exec does not reach it either. */
+    int held = dup2(log, 57);
+    assert_int_equal(held, 57);
+    char *env_argv[] = {"/bin/sh", "-c",
+                        "env >&2; [ -e /proc/self/fd/57 ] && echo fd-leaked >&2; :", NULL};
     uint64_t size = 1;
     char why[256] = "";
     assert_int_equal(eph_image_run_build(env_argv, log, 30, NULL, &size, why, sizeof(why)), 0);
@@ -587,6 +591,8 @@ static void test_build_environment_and_timeout(void **state)
     assert_true(n > 0);
     buf[n] = '\0';
     assert_null(strstr(buf, "canary-of-the-server-environment"));
+    assert_null(strstr(buf, "fd-leaked"));
+    close(held);
     assert_non_null(strstr(buf, "PATH=/usr/local/sbin"));
     char *sleep_argv[] = {"/bin/sleep", "30", NULL};
     assert_int_equal(eph_image_run_build(sleep_argv, log, 1, NULL, &size, why, sizeof(why)),
