@@ -55,9 +55,9 @@ SECCOMP_GEN_SRC := src/guest/seccomp_gen.c
 SECCOMP_BPF_H := $(OBJ)/gen/seccomp_bpf.h
 DAEMON_LIB_SRC := $(COMMON_SRC) $(SHARED_GUEST_SRC) \
         $(filter-out $(SECCOMP_GEN_SRC), \
-            $(wildcard src/store/*.c src/ledger/*.c src/run/*.c src/agent/*.c src/sandbox/*.c \
-                       src/sandbox/namespaces/*.c src/sandbox/gvisor/*.c src/sandbox/microvm/*.c \
-                       src/broker/*.c src/api/*.c)) \
+            $(wildcard src/store/*.c src/ledger/*.c src/run/*.c src/agent/*.c src/image/*.c \
+                       src/sandbox/*.c src/sandbox/namespaces/*.c src/sandbox/gvisor/*.c \
+                       src/sandbox/microvm/*.c src/broker/*.c src/api/*.c)) \
         $(filter-out src/daemon/main.c src/daemon/sandbox_main.c,$(wildcard src/daemon/*.c))
 CLI_SRC := $(wildcard src/cli/*.c)
 INIT_SRC := $(filter-out $(SECCOMP_GEN_SRC),$(wildcard src/guest/*.c))
@@ -82,7 +82,8 @@ GVISOR_COMPAT := $(BUILD)/ephemeral-gvisor-compat.so
 # `ephemerald sandbox` alone, without the server's libraries (src/daemon/sandbox_main.c).
 SANDBOX_CLI := $(BUILD)/ephemeral-sandbox
 SANDBOX_CLI_OBJ := $(OBJ)/src/daemon/sandbox_main.o $(OBJ)/src/daemon/sandbox_cmd.o \
-        $(OBJ)/src/daemon/image.o $(OBJ)/src/daemon/image_vm.o $(SHARED_GUEST_SRC:%.c=$(OBJ)/%.o) \
+        $(OBJ)/src/daemon/image.o $(OBJ)/src/daemon/image_vm.o $(OBJ)/src/image/cache.o \
+        $(SHARED_GUEST_SRC:%.c=$(OBJ)/%.o) \
         $(filter $(OBJ)/src/common/% $(OBJ)/src/sandbox/%,$(DAEMON_LIB_OBJ))
 
 BINS := $(BUILD)/ephemerald $(BUILD)/ephemeral $(BUILD)/ephemeral-init $(GVISOR_COMPAT) $(SANDBOX_CLI)

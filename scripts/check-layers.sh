@@ -7,7 +7,7 @@
 #   daemon                 6  start-up, commands, configuration parsing
 #   api                    5  the HTTP API and its JSON wire forms
 #   run                    4  scheduler, worker, live timelines, service
-#   agent                  3  the agent loop, tools, model providers
+#   agent  image           3  the agent loop, tools, model providers; images (built, imported)
 #   sandbox  broker        2  the sealed machine; the way out of it
 #   store  ledger  guest   1  plain records and their storage; money arithmetic; the guest protocol
 #   cli                    1  the client: common/ only
@@ -27,7 +27,7 @@ SIDEWAYS=''
 git ls-files 'src/*.c' 'src/*.h' | xargs grep -H '^#include "[a-z_]*/' |
     awk -v known="$KNOWN" -v sideways_list="$SIDEWAYS" '
 BEGIN {
-    split("common:0 store:1 ledger:1 guest:1 cli:1 sandbox:2 broker:2 agent:3 run:4 api:5 daemon:6",
+    split("common:0 store:1 ledger:1 guest:1 cli:1 sandbox:2 broker:2 agent:3 image:3 run:4 api:5 daemon:6",
           pairs, " ")
     for (i in pairs) { split(pairs[i], kv, ":"); rank[kv[1]] = kv[2] }
     n = split(sideways_list, sw, " ")

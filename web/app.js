@@ -191,6 +191,7 @@ function formFromRequest(r) {
     budget: fmt.dollarsField(r.max_cost_micros ?? 40000),
     zdr: !!r.zero_data_retention,
     model: r.model || "",
+    image: r.image || "",
   };
 }
 
@@ -207,6 +208,7 @@ function requestBody(f) {
   b.timeout_seconds = Number(f.timeout);
   b.max_cost_micros = micros;
   if (f.model.trim()) b.model = f.model.trim();
+  if (f.image.trim() && f.image.trim() !== "default") b.image = f.image.trim();
   if (f.connections.length) b.connections = f.connections;
   if (f.files.length) b.files = f.files.map((x) => ({ path: x.path, ...x.body }));
   if (f.zdr) b.zero_data_retention = true;
@@ -264,6 +266,10 @@ function playgroundPage(main) {
   const model = h("input", { id: id("model"), name: "model", autocomplete: "off", placeholder: "server default", list: id("models") });
   model.value = f.model;
   const models = h("datalist", { id: id("models") });
+  // The image the sandbox runs (docs/IMAGES.md): an admin picks from the ready ones.
+  const image = h("input", { id: id("image"), name: "image", autocomplete: "off", placeholder: "default", list: id("images"), "aria-describedby": `${id("image")}-hint` });
+  image.value = f.image;
+  const images = h("datalist", { id: id("images") });
   const connBox = h("div", { class: "conns", id: id("connections") });
   const connText = h("input", { id: id("conn-text"), name: "connections", autocomplete: "off", placeholder: "github, billing" });
   connText.value = f.connections.join(", ");
@@ -291,6 +297,8 @@ function playgroundPage(main) {
       field("Budget (dollars)", budget, "A hard limit, reserved from your balance"),
       field("Model", model)),
     models,
+    field("Image", image, "The sandbox's root file system: default, or an image of your organization (Admin lists them)."),
+    images,
     formError,
     h("div", { class: "actions" }, resetBtn, runBtn));
 
@@ -323,6 +331,7 @@ function playgroundPage(main) {
     f.timeout = timeout.value;
     f.budget = budget.value;
     f.model = model.value;
+    f.image = image.value;
     if (state.role !== "admin") f.connections = connText.value.split(/[\s,]+/).filter(Boolean);
     allowField.hidden = !f.web;
     try {
@@ -413,7 +422,7 @@ function playgroundPage(main) {
       runBtn.textContent = "Run";
       if (err.status === 401) refreshAccount();
       // The field at fault, when the server names one the form has.
-      const at = { prompt, timeout_seconds: timeout, max_cost_micros: budget, model,
+      const at = { prompt, timeout_seconds: timeout, max_cost_micros: budget, model, image,
                    web: allow, connections: connText }[String(err.param || "").split(/[.[]/)[0]];
       if (at && !at.closest("[hidden]")) { at.setAttribute("aria-invalid", "true"); at.focus(); }
     }
@@ -429,6 +438,11 @@ function playgroundPage(main) {
         const list = await api.request("GET", "/v1/connections");
         if (alive) renderConnections(list.data.map((c) => c.name));
       } catch (err) { if (alive) renderConnections(null); }
+      try {
+        const list = await api.request("GET", "/v1/images");
+        if (alive) images.replaceChildren(h("option", { value: "default" }),
+          ...list.data.filter((x) => x.status === "ready").map((x) => h("option", { value: x.name })));
+      } catch { /* the datalist is a convenience */ }
     }
     try {
       const list = await api.request("GET", "/v1/models");
@@ -1079,6 +1093,8 @@ function adminPage(main) {
   const err = errorBox("admin-error");
   const keys = h("tbody", { id: "keys-body" });
   const conns = h("tbody", { id: "connections-body" });
+  const imagesBody = h("tbody", { id: "images-body" });
+  const imagesError = errorBox("images-error");
   const modelsBody = h("tbody", { id: "models-body" });
   const adminOnly = h("div", { id: "admin-sections", hidden: true });
 
@@ -1185,6 +1201,29 @@ function adminPage(main) {
     connError,
     h("div", { class: "actions" }, h("button", { type: "submit", class: "primary", id: "conn-add" }, "Add connection")));
 
+  /* Images: the organization's and the operator's, with their state; a build's error shown. */
+  const loadImages = async () => {
+    const list = await api.request("GET", "/v1/images");
+    if (!alive) return;
+    if (!list.data.length) { imagesBody.replaceChildren(h("tr", {}, h("td", { colspan: "7", class: "hint" }, "No image yet: runs use the default image."))); return; }
+    imagesBody.replaceChildren(...list.data.map((x) => h("tr", { "data-image": x.name },
+      h("td", {}, h("code", {}, x.name)),
+      h("td", { class: x.status === "failed" ? "errtext" : "" }, x.status, x.error ? `: ${x.error}` : ""),
+      h("td", {}, (x.packages || []).join(", ") || "—"),
+      h("td", { class: "num" }, x.size_bytes ? `${(x.size_bytes / 1048576).toFixed(1)} MiB` : "—"),
+      h("td", {}, h("code", { title: x.digest }, String(x.digest || "").slice(0, 19))),
+      h("td", {}, x.owner === "operator" ? "operator (every organization)" : "this organization"),
+      h("td", { class: "num" }, x.owner === "operator" ? null : confirmButton("Delete", "Confirm delete", x.name, async () => {
+        try {
+          await api.request("DELETE", `/v1/images/${encodeURIComponent(x.name)}`);
+          showError(imagesError, null);
+        } catch (e) {
+          showError(imagesError, e);
+        }
+        await loadImages();
+      })))));
+  };
+
   const loadConns = async () => {
     const c = await api.request("GET", "/v1/connections");
     if (!alive) return;
@@ -1286,6 +1325,10 @@ function adminPage(main) {
       connsError,
       table("The organization's connections", ["Name", "Base URL", "Methods", "Paths", "Headers added", "Query added", ""], conns),
       h("h3", {}, "Add a connection"), connForm),
+    h("section", { class: "card", "aria-labelledby": "images-title" }, h("h2", { id: "images-title" }, "Images"),
+      h("p", { class: "hint" }, "Root file systems runs may name instead of the default. Define one with POST /v1/images (a recipe of Debian packages, npm packages, files and commands) or, as the operator, ephemerald image create; see docs/IMAGES.md."),
+      imagesError,
+      table("The images the organization sees", ["Name", "State", "Packages", "Size", "Digest", "Owner", ""], imagesBody)),
     h("section", { class: "card", "aria-labelledby": "credit-title" }, h("h2", { id: "credit-title" }, "Credit"),
       creditForm, creditError, creditDone));
   main.append(
@@ -1324,6 +1367,7 @@ function adminPage(main) {
       if (!alive) return;
       adminOnly.hidden = false;
       await loadConns();
+      await loadImages().catch((e) => { if (alive) showError(imagesError, e); });
     } catch (e) {
       if (e.status === 403) { api.setRole("member"); refreshAccount(); }
       if (alive) showError(err, e);

@@ -194,6 +194,12 @@ int eph_api_connections_create(struct eph_api_req *req);
 int eph_api_connections_list(struct eph_api_req *req);
 int eph_api_connections_get(struct eph_api_req *req, const char *name);
 int eph_api_connections_delete(struct eph_api_req *req, const char *name);
+/* /v1/images (images.c). */
+int eph_api_images_create(struct eph_api_req *req);
+int eph_api_images_list(struct eph_api_req *req);
+int eph_api_images_get(struct eph_api_req *req, const char *name);
+int eph_api_images_log(struct eph_api_req *req, const char *name);
+int eph_api_images_delete(struct eph_api_req *req, const char *name);
 
 /* Connections (connections.c), shared with `ephemerald admin connection add`: validates a
  * connection's description (name, base_url, methods, path_prefixes, headers; the caller rejects

@@ -33,8 +33,10 @@ json_t *eph_run_to_json(const struct eph_run *r, unsigned retention_days)
 
     json_t *sandbox = json_null();
     if (r->sandbox_backend)
-        sandbox = json_pack("{s:s, s:I, s:I}", "backend", r->sandbox_backend, "vcpus",
-                            (json_int_t)r->vcpus, "memory_mib", (json_int_t)r->memory_mib);
+        sandbox = json_pack("{s:s, s:I, s:I, s:s, s:s?}", "backend", r->sandbox_backend, "vcpus",
+                            (json_int_t)r->vcpus, "memory_mib", (json_int_t)r->memory_mib, "image",
+                            r->image[0] ? r->image : "default", "image_digest",
+                            r->image_digest[0] ? r->image_digest : NULL);
 
     json_t *error = json_null();
     if (r->error_code)
@@ -73,14 +75,18 @@ json_t *eph_run_to_json(const struct eph_run *r, unsigned retention_days)
                                               (json_int_t)r->divergences)
                                   : NULL;
     /* The prompt is there until the log is purged; a zero-data-retention run never had it. */
-    return json_pack("{s:s, s:s, s:s, s:s?, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, "
-                     "s:o, s:o, s:o*}",
-                     "id", r->id, "object", "run", "status", eph_run_status_name(r->status),
-                     "model", r->model, "prompt", str_or_null(r->zdr ? NULL : r->prompt),
-                     "created_at", time_or_null(r->created_at_ms), "started_at",
-                     time_or_null(r->started_at_ms), "finished_at", time_or_null(r->finished_at_ms),
-                     "permissions", perm, "sandbox", sandbox, "result", str_or_null(r->result),
-                     "error", error, "usage", usage, "cost", cost, "retention", retention,
-                     "metadata", r->metadata ? json_incref(r->metadata) : json_object(), "replay",
-                     replay);
+    json_t *o =
+        json_pack("{s:s, s:s, s:s, s:s?, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, "
+                  "s:o, s:o, s:o*}",
+                  "id", r->id, "object", "run", "status", eph_run_status_name(r->status), "model",
+                  r->model, "prompt", str_or_null(r->zdr ? NULL : r->prompt), "created_at",
+                  time_or_null(r->created_at_ms), "started_at", time_or_null(r->started_at_ms),
+                  "finished_at", time_or_null(r->finished_at_ms), "permissions", perm, "sandbox",
+                  sandbox, "result", str_or_null(r->result), "error", error, "usage", usage, "cost",
+                  cost, "retention", retention, "metadata",
+                  r->metadata ? json_incref(r->metadata) : json_object(), "replay", replay);
+    /* The image it runs on (docs/IMAGES.md). */
+    if (o)
+        json_object_set_new(o, "image", json_string(r->image[0] ? r->image : "default"));
+    return o;
 }

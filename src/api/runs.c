@@ -12,6 +12,7 @@
 
 #include "agent/agent.h"
 #include "api/api.h"
+#include "image/service.h"
 #include "api/json.h"
 #include "common/cleanup.h"
 #include "common/clock.h"
@@ -117,6 +118,76 @@ static bool run_can_succeed(struct eph_api_req *req, const struct eph_api_create
     eph_api_reply_error(req, answer[why.kind].status, answer[why.kind].type, answer[why.kind].code,
                         answer[why.kind].param, "%s", why.message);
     return false;
+}
+
+static int image_name_cb(const struct eph_image_rec *im, void *ctx)
+{
+    return eph_buf_appendf(ctx, ", '%s'", im->name);
+}
+
+/* The image a create names (docs/IMAGES.md), into name and digest; a replay's is its original's
+ * (the same root, by digest). Unknown: 400 unknown_image naming those there are; not ready: 409
+ * image_not_ready. False when it answered. Before anything is reserved. */
+static bool image_resolve(struct eph_api_req *req, const struct eph_api_create *c,
+                          const struct eph_run *orig, char name[64], char digest[72])
+{
+    struct eph_service *svc = req->svc;
+    struct eph_store *st = svc->store;
+    digest[0] = '\0';
+    if (c->replay_of) {
+        const char *was = orig->image[0] ? orig->image : "default";
+        if (c->image && strcmp(c->image, was)) {
+            eph_api_reply_error(req, 400, "invalid_request_error", "invalid_parameter", "image",
+                                "a replay runs on its original's image, '%s'", was);
+            return false;
+        }
+        snprintf(name, 64, "%s", was);
+        if (strcmp(was, "default") && orig->image_digest[0]) {
+            snprintf(digest, 72, "%s", orig->image_digest);
+            if (!eph_images_in_cache(digest)) {
+                eph_api_reply_error(req, 409, "invalid_request_error", "image_not_ready", "image",
+                                    "the original's image '%s' (%.19s) is no longer built here",
+                                    was, digest);
+                return false;
+            }
+            return true;
+        }
+    } else {
+        snprintf(name, 64, "%s", c->image ? c->image : "default");
+    }
+    if (!strcmp(name, "default")) {
+        if (svc->images && eph_images_default_digest(svc->images, digest))
+            digest[0] = '\0';
+        return true;
+    }
+    struct eph_image_rec im;
+    int rc = st->ops->image_get(st, req->org_id, name, &im);
+    if (rc == -ENOENT) {
+        struct eph_buf names;
+        eph_buf_init(&names, 8192);
+        /* A list cut short by its cap still names the first ones. */
+        if (!eph_buf_appends(&names, "'default'"))
+            rc = st->ops->image_list(st, req->org_id, image_name_cb, &names);
+        eph_api_reply_error(req, 400, "invalid_request_error", "unknown_image", "image",
+                            "no image named '%s'; the images there are: %s", name,
+                            names.data ? names.data : "'default'");
+        eph_buf_release(&names);
+        return false;
+    }
+    if (rc) {
+        eph_api_reply_store_unavailable(req);
+        return false;
+    }
+    bool ready = !strcmp(im.status, "ready") && eph_images_in_cache(im.digest);
+    if (!ready)
+        eph_api_reply_error(req, 409, "invalid_request_error", "image_not_ready", "image",
+                            "image '%s' is %s%s%s", name,
+                            strcmp(im.status, "ready") ? im.status : "not built on this node",
+                            im.error ? ": " : "", im.error ? im.error : "");
+    else
+        snprintf(digest, 72, "%s", im.digest);
+    eph_image_rec_release(&im);
+    return ready;
 }
 
 /* The run record of a validated create, queued, with its first event. */
@@ -229,7 +300,9 @@ int eph_api_runs_create(struct eph_api_req *req)
     /* A replay: the original decides what the body leaves out; c borrows from orig. */
     struct eph_run orig;
     eph_run_init(&orig);
+    char image[64], digest[72];
     if ((c.replay_of && eph_api_replay_prepare(req, body, &c, &orig)) ||
+        !image_resolve(req, &c, &orig, image, digest) ||
         (c.connections && !connections_exist(req, c.connections)) || !run_can_succeed(req, &c)) {
         eph_run_release(&orig);
         eph_api_create_release(&c);
@@ -241,6 +314,8 @@ int eph_api_runs_create(struct eph_api_req *req)
     struct eph_event first;
     bool queue_failed = false;
     int rc = new_run(req, &c, &r, &first);
+    snprintf(r.image, sizeof(r.image), "%s", image);
+    snprintf(r.image_digest, sizeof(r.image_digest), "%s", digest);
     if (!rc)
         rc = eph_run_admit(svc, &r, &first, c.prompt, c.files, eph_service_submit, &queue_failed);
     eph_event_release(&first);

@@ -103,6 +103,11 @@ static const struct route routes[] = {
     {"/v1/connections", "POST", eph_api_connections_create, NULL, false, false},
     {"/v1/connections/{name}", "GET", NULL, eph_api_connections_get, false, false},
     {"/v1/connections/{name}", "DELETE", NULL, eph_api_connections_delete, false, false},
+    {"/v1/images", "GET", eph_api_images_list, NULL, false, false},
+    {"/v1/images", "POST", eph_api_images_create, NULL, false, false},
+    {"/v1/images/{name}", "GET", NULL, eph_api_images_get, false, false},
+    {"/v1/images/{name}", "DELETE", NULL, eph_api_images_delete, false, false},
+    {"/v1/images/{name}/log", "GET", NULL, eph_api_images_log, false, false},
 };
 #define NROUTES (sizeof(routes) / sizeof(routes[0]))
 
@@ -128,6 +133,10 @@ static const char *match_pattern(const char *p, char *id, size_t idlen)
         return "/v1/keys/{id}";
     if (match_id_path(p, "/v1/connections/", id, idlen, &tail) && !*tail)
         return "/v1/connections/{name}";
+    if (match_id_path(p, "/v1/images/", id, idlen, &tail))
+        return !*tail                  ? "/v1/images/{name}"
+               : !strcmp(tail, "/log") ? "/v1/images/{name}/log"
+                                       : NULL;
     if (eph_api_static_match(p))
         return "web";
     return NULL;

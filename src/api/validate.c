@@ -13,6 +13,7 @@
 #include <sodium.h>
 
 #include "common/id.h"
+#include "image/image.h"
 #include "common/text.h"
 #include "run/run.h"
 #include "store/store.h"
@@ -258,6 +259,7 @@ static int check_known_fields(json_t *body, struct eph_api_error *e)
                                         "zero_data_retention",
                                         "metadata",
                                         "replay_of",
+                                        "image",
                                         NULL};
     const char *key;
     json_t *v;
@@ -285,6 +287,12 @@ static int check_scalars(json_t *body, const struct eph_config *cfg, struct eph_
         if (!plain_string(replay_of) || !eph_id_is_run(json_string_value(replay_of)))
             return BAD("replay_of", "'replay_of' must be a run id (run_ and 32 hex digits)");
         c->replay_of = json_string_value(replay_of);
+    }
+    json_t *image = json_object_get(body, "image");
+    if (image) {
+        if (!plain_string(image) || !eph_image_name_valid(json_string_value(image)))
+            return BAD("image", "'image' must be an image name (a-z, 0-9 and '-', at most 63)");
+        c->image = json_string_value(image);
     }
     json_t *prompt = json_object_get(body, "prompt");
     /* A replay's prompt is the original's unless given. */

@@ -59,6 +59,7 @@ struct eph_api_create {
     int64_t max_cost;
     const char *replay_of; /* borrowed; NULL when absent (the caller checks the run: it needs the
                               store, and fills in what the original decides) */
+    const char *image;     /* borrowed; NULL when absent (the default image) */
 };
 
 /* Validates a create body against the configuration. 0 with c filled (release it), or -EINVAL

@@ -28,6 +28,7 @@ enum opt_id {
     OPT_BUDGET,
     OPT_MAX_COST,
     OPT_MODEL,
+    OPT_IMAGE,
     OPT_FILE,
     OPT_CONNECTION,
     OPT_ZDR,
@@ -53,6 +54,7 @@ static const struct {
     {"--budget", true, OPT_BUDGET},
     {"--max-cost-micros", true, OPT_MAX_COST},
     {"--model", true, OPT_MODEL},
+    {"--image", true, OPT_IMAGE},
     {"--file", true, OPT_FILE},
     {"--connection", true, OPT_CONNECTION},
     {"--zdr", false, OPT_ZDR},
@@ -197,6 +199,11 @@ int eph_cli_run_parse(int argc, char **argv, struct eph_cli_run_opts *o, char *e
             if (!*v)
                 return fail(err, errlen, -EINVAL, "--model must not be empty");
             o->model = v;
+            break;
+        case OPT_IMAGE:
+            if (!*v)
+                return fail(err, errlen, -EINVAL, "--image must not be empty");
+            o->image = v;
             break;
         case OPT_FILE:
             if (!*v || *v == ':')
@@ -469,6 +476,8 @@ int eph_cli_run_body(const struct eph_cli_run_opts *o, FILE *stdin_f, json_t **o
         rc = set(body, "max_cost_micros", json_integer(o->max_cost_micros), err, errlen);
     if (!rc && o->model)
         rc = set(body, "model", json_string(o->model), err, errlen);
+    if (!rc && o->image)
+        rc = set(body, "image", json_string(o->image), err, errlen);
     if (!rc && o->zdr)
         rc = set(body, "zero_data_retention", json_true(), err, errlen);
     if (!rc && o->replay_of)

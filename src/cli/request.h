@@ -32,6 +32,7 @@ struct eph_cli_run_opts {
     long timeout_seconds;    /* -1 not given */
     int64_t max_cost_micros; /* -1 not given */
     const char *model;
+    const char *image;  /* --image NAME (docs/IMAGES.md) */
     const char **files; /* "LOCAL[:PATH]" strings from argv */
     size_t nfiles;
     const char **connections;

@@ -23,7 +23,7 @@ static const struct {
     {"run",
      "ephemeral run [request.json|-] [--prompt TEXT] [--shell|--no-shell] [--web|--no-web]\n"
      "              [--web-allow DOMAIN]... [--timeout SECONDS]\n"
-     "              [--budget DOLLARS | --max-cost-micros N] [--model ID]\n"
+     "              [--budget DOLLARS | --max-cost-micros N] [--model ID] [--image NAME]\n"
      "              [--file LOCAL[:PATH]]... [--connection NAME]... [--metadata KEY=VALUE]...\n"
      "              [--zdr] [--idempotency-key KEY] [--replay-of RUN_ID] [--detach] [--json]\n",
      "  request.json | -         the request body to start from (- reads standard input)\n"
@@ -35,6 +35,7 @@ static const struct {
      "  --budget DOLLARS         the hard budget, e.g. 0.04\n"
      "  --max-cost-micros N      the hard budget in micro-dollars\n"
      "  --model ID               a model the server offers (default: its default model)\n"
+     "  --image NAME             the image the sandbox runs (default: default)\n"
      "  --file LOCAL[:PATH]      send LOCAL into the scratch directory as PATH\n"
      "  --connection NAME        let the run use the org's connection NAME\n"
      "  --metadata KEY=VALUE     a metadata pair of the run (up to 16)\n"

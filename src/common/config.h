@@ -102,6 +102,11 @@ struct eph_config {
                                                  unauthenticated request its body) */
         unsigned auth_failures_per_minute;    /* 30 per address, then 429 (0: no limit) */
     } http;
+    struct {
+        unsigned build_timeout_seconds; /* 1800: a build killed past it (docs/IMAGES.md) */
+        unsigned max_size_mib;          /* 4096: the largest image a build or import makes */
+        unsigned max_concurrent_builds; /* 1: builds at once on this node; more wait */
+    } images;
     char *default_model;
     struct eph_model_config *models;
     size_t nmodels;

@@ -24,4 +24,29 @@ const char *eph_default_image_path(void);
  * 0, or a negative errno with a reason in why. */
 int eph_image_recipe_hash(char hash[17], char *why, size_t whylen);
 
+/* The default image's recipe, which every custom image starts from (src/daemon/images_cmd.c): the
+ * host's release, its apt source files, the recipe key, mmdebstrap's options and hooks
+ * (NULL-ended) and the packages. Release with eph_image_base_release(). */
+struct eph_image_base {
+    char key[17];
+    char codename[64];
+    char **sources;
+    size_t nsources;
+    const char *opts[24];
+    const char *packages;
+};
+int eph_image_base_recipe(struct eph_image_base *b, char *why, size_t whylen);
+void eph_image_base_release(struct eph_image_base *b);
+/* `ephemerald image create|import|list|rm` and the build's own subcommands. */
+int eph_cmd_images(int argc, char **argv);
+/* This program's path (/proc/self/exe), for the builds it runs. */
+const char *eph_self_exe(void);
+/* The image service (src/image/service.h) for a configuration: its limits, the default recipe's
+ * key, the server's state hidden from builds. */
+struct eph_config;
+struct eph_store;
+struct eph_images;
+int eph_images_for_config(const struct eph_config *cfg, struct eph_store *st,
+                          struct eph_images **out, char *why, size_t whylen);
+
 #endif

@@ -70,6 +70,9 @@ int eph_config_defaults(struct eph_config *cfg)
     cfg->http.max_connections_per_address = 256;
     cfg->http.request_head_seconds = 10;
     cfg->http.auth_failures_per_minute = 30;
+    cfg->images.build_timeout_seconds = 1800;
+    cfg->images.max_size_mib = 4096;
+    cfg->images.max_concurrent_builds = 1;
     cfg->broker.max_request_bytes = 10u << 20;
     cfg->broker.max_response_bytes = 50u << 20;
     cfg->broker.request_timeout_seconds = 60;
@@ -212,6 +215,13 @@ static const struct key http_keys[] = {
     KU("max_connections_per_address", http.max_connections_per_address, 65536),
     KU("request_head_seconds", http.request_head_seconds, 3600),
     KU("auth_failures_per_minute", http.auth_failures_per_minute, 1000000),
+    {NULL, K_STR, 0, 0},
+};
+
+static const struct key image_keys[] = {
+    KU("build_timeout_seconds", images.build_timeout_seconds, 86400),
+    KU("max_size_mib", images.max_size_mib, 1u << 20),
+    KU("max_concurrent_builds", images.max_concurrent_builds, 64),
     {NULL, K_STR, 0, 0},
 };
 
@@ -479,7 +489,8 @@ static int load_root(struct eph_config *cfg, json_t *root, const char *path, cha
         snprintf(err, errlen, "config: %s: the top level must be an object", path);
         goto out;
     }
-    static const char *const nested[] = {"sandbox", "prices", "models", "broker", "http", NULL};
+    static const char *const nested[] = {"sandbox", "prices", "models", "broker",
+                                         "http",    "images", NULL};
     if ((rc = load_object(cfg, top_keys, root, "", nested, err, errlen)))
         goto out;
     json_t *sb = json_object_get(root, "sandbox");
@@ -503,6 +514,14 @@ static int load_root(struct eph_config *cfg, json_t *root, const char *path, cha
                (rc = load_object(cfg, http_keys, ht, "http.", NULL, err, errlen)))) {
         if (!rc)
             snprintf(err, errlen, "config: 'http' must be an object");
+        rc = -EINVAL;
+        goto out;
+    }
+    json_t *im = json_object_get(root, "images");
+    if (im && (!json_is_object(im) ||
+               (rc = load_object(cfg, image_keys, im, "images.", NULL, err, errlen)))) {
+        if (!rc)
+            snprintf(err, errlen, "config: 'images' must be an object");
         rc = -EINVAL;
         goto out;
     }

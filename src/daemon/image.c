@@ -26,6 +26,7 @@
 #include "common/text.h"
 #include "daemon/commands.h"
 #include "daemon/image_vm.h"
+#include "image/image.h"
 
 /* The recipe: every word of it goes into the cache key. Changing it rebuilds the image. */
 #define RECIPE_VERSION "3"
@@ -87,23 +88,6 @@ const char *eph_default_image_path(void)
 {
     const char *env = getenv("EPHEMERAL_IMAGE");
     return env && *env ? env : "var/images/default";
-}
-
-static const char *cache_root(void)
-{
-    static char path[PATH_MAX];
-    const char *env = getenv("EPHEMERAL_CACHE_DIR");
-    if (env && *env)
-        return env;
-    if (geteuid() == 0)
-        return "/var/cache/ephemeral";
-    const char *xdg = getenv("XDG_CACHE_HOME");
-    const char *home = getenv("HOME");
-    if (xdg && *xdg)
-        snprintf(path, sizeof(path), "%s/ephemeral", xdg);
-    else
-        snprintf(path, sizeof(path), "%s/.cache/ephemeral", home ? home : "/tmp");
-    return path;
 }
 
 static int read_file_into(const char *path, struct eph_buf *b)
@@ -190,22 +174,6 @@ static int mkdir_p(const char *path)
     if (mkdir(tmp, 0755) && errno != EEXIST)
         return -errno;
     return 0;
-}
-
-static int run_command(char *const argv[])
-{
-    pid_t pid = fork();
-    if (pid < 0)
-        return -errno;
-    if (pid == 0) {
-        execvp(argv[0], argv);
-        fprintf(stderr, "ephemerald: cannot run %s: %s\n", argv[0], strerror(errno));
-        _exit(127);
-    }
-    int status;
-    if (EPH_RETRY_EINTR(waitpid(pid, &status, 0)) < 0)
-        return -errno;
-    return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -EIO;
 }
 
 /* Points link at target, replacing an older link. */
@@ -307,6 +275,41 @@ static int recipe_key(char hash[17], char *codename, size_t codelen, char ***sou
     return 0;
 }
 
+int eph_image_base_recipe(struct eph_image_base *b, char *why, size_t whylen)
+{
+    memset(b, 0, sizeof(*b));
+    int rc = recipe_key(b->key, b->codename, sizeof(b->codename), &b->sources, &b->nsources, why,
+                        whylen);
+    if (rc)
+        return rc;
+    /* The default image's options and hooks, as the custom images' mmdebstrap gets them; its
+     * post steps are done by eph_image_finish_root(). */
+    static char dpkg[sizeof(recipe_dpkg_opts) / sizeof(recipe_dpkg_opts[0])][256];
+    static char hooks[sizeof(recipe_hooks) / sizeof(recipe_hooks[0])][512];
+    size_t a = 0;
+    b->opts[a++] = "--variant=minbase";
+    b->opts[a++] = "--mode=root";
+    b->opts[a++] = "--format=directory";
+    for (size_t i = 0; i < sizeof(recipe_dpkg_opts) / sizeof(recipe_dpkg_opts[0]); i++) {
+        snprintf(dpkg[i], sizeof(dpkg[i]), "--dpkgopt=%s", recipe_dpkg_opts[i]);
+        b->opts[a++] = dpkg[i];
+    }
+    for (size_t i = 0; i < sizeof(recipe_hooks) / sizeof(recipe_hooks[0]); i++) {
+        snprintf(hooks[i], sizeof(hooks[i]), "--customize-hook=%s", recipe_hooks[i]);
+        b->opts[a++] = hooks[i];
+    }
+    b->opts[a] = NULL;
+    b->packages = recipe_packages;
+    return 0;
+}
+
+void eph_image_base_release(struct eph_image_base *b)
+{
+    free_sources(b->sources, b->nsources);
+    b->sources = NULL;
+    b->nsources = 0;
+}
+
 int eph_image_recipe_hash(char hash[17], char *why, size_t whylen)
 {
     char codename[64];
@@ -323,9 +326,9 @@ int eph_image_recipe_hash(char hash[17], char *why, size_t whylen)
  * build, so that a cache made world-readable by an older version is closed too. */
 static int cache_make_private(void)
 {
-    if (chmod(cache_root(), 0700) != 0) {
-        fprintf(stderr, "ephemerald: cannot make the image cache '%s' private: %s\n", cache_root(),
-                strerror(errno));
+    if (chmod(eph_image_cache_root(), 0700) != 0) {
+        fprintf(stderr, "ephemerald: cannot make the image cache '%s' private: %s\n",
+                eph_image_cache_root(), strerror(errno));
         return 1;
     }
     return 0;
@@ -343,11 +346,12 @@ static int image_build(const char *dir, bool quiet)
     }
 
     char base[PATH_MAX], rootfs[PATH_MAX], tmp[PATH_MAX], marker[PATH_MAX];
-    if (eph_text_format(base, sizeof(base), "%s/images/%s", cache_root(), hash) ||
+    if (eph_text_format(base, sizeof(base), "%s/images/%s", eph_image_cache_root(), hash) ||
         eph_text_format(rootfs, sizeof(rootfs), "%s/rootfs", base) ||
         eph_text_format(marker, sizeof(marker), "%s/complete", base) ||
         eph_text_format(tmp, sizeof(tmp), "%s/rootfs.tmp", base)) {
-        fprintf(stderr, "ephemerald: the image cache path '%s' is too long\n", cache_root());
+        fprintf(stderr, "ephemerald: the image cache path '%s' is too long\n",
+                eph_image_cache_root());
         return 1;
     }
     if ((rc = mkdir_p(base))) {
@@ -364,7 +368,7 @@ static int image_build(const char *dir, bool quiet)
     if (stat(marker, &sb) != 0) {
         /* A half-built image of an interrupted build is removed first. */
         char *rm[] = {"rm", "-rf", "--one-file-system", tmp, rootfs, NULL};
-        run_command(rm);
+        eph_image_run(rm);
         fprintf(stderr, "image: building %s (Debian %s) with mmdebstrap, about a minute\n", hash,
                 codename);
         char *argv[64];
@@ -392,13 +396,13 @@ static int image_build(const char *dir, bool quiet)
         for (size_t i = 0; i < nsources && a < 62; i++)
             argv[a++] = sources[i];
         argv[a] = NULL;
-        if ((rc = run_command(argv))) {
+        if ((rc = eph_image_run(argv))) {
             fprintf(stderr, "ephemerald: mmdebstrap failed; the image was not built\n");
             return 1;
         }
         for (size_t i = 0; i < sizeof(recipe_post) / sizeof(recipe_post[0]); i++) {
             char *post[] = {"sh", "-c", (char *)recipe_post[i], "sh", tmp, NULL};
-            if ((rc = run_command(post))) {
+            if ((rc = eph_image_run(post))) {
                 fprintf(stderr, "ephemerald: '%s' failed; the image was not built\n",
                         recipe_post[i]);
                 return 1;
@@ -422,7 +426,7 @@ static int image_build(const char *dir, bool quiet)
     }
     /* The microvm backend's root disk and kernel, next to the image (src/daemon/image_vm.c).
      * Only that backend needs them: failing here is a warning, not a failed build. */
-    if (eph_image_vm_build(cache_root(), base, quiet) != 0)
+    if (eph_image_vm_build(eph_image_cache_root(), base, quiet) != 0)
         fprintf(stderr, "image: the microvm backend's disk and kernel were not built (see above); "
                         "the other backends are unaffected\n");
     return cache_make_private();

@@ -71,6 +71,18 @@ static const struct {
     {"image build", "ephemerald image build [--dir DIR] [--verbose]\n",
      "  --dir DIR                where the image goes (default var/images/default)\n"
      "  --verbose                show mmdebstrap's output\n"},
+    {"image create",
+     "ephemerald image create NAME [--packages a,b] [--npm PKG]... [--file PATH=LOCAL]...\n"
+     "                        [--run CMD]... [SERVER FLAGS]\n",
+     "  --packages a,b           Debian packages added to the default image's\n"
+     "  --npm PKG                an npm package installed globally (repeatable)\n"
+     "  --file PATH=LOCAL        a local file put at PATH in the image (repeatable)\n"
+     "  --run CMD                a shell command run as root in the image at build time\n"
+     "                           (repeatable, in order)\n" SERVER_FLAGS},
+    {"image import", "ephemerald image import NAME ARCHIVE [SERVER FLAGS]\n",
+     "  ARCHIVE                  a `docker save` tar or an OCI image layout tar\n" SERVER_FLAGS},
+    {"image list", "ephemerald image list [SERVER FLAGS]\n", SERVER_FLAGS},
+    {"image rm", "ephemerald image rm NAME [SERVER FLAGS]\n", SERVER_FLAGS},
 };
 
 static void usage_all(FILE *f)
@@ -163,6 +175,8 @@ int main(int argc, char **argv)
         return eph_cmd_serve(argc - 1, argv + 1);
     if (strcmp(cmd, "admin") == 0)
         return eph_cmd_admin(argc - 1, argv + 1);
+    if (strcmp(cmd, "image") == 0 && argc > 2 && strcmp(argv[2], "build") != 0)
+        return eph_cmd_images(argc - 1, argv + 1);
     if (strcmp(cmd, "image") == 0)
         return eph_cmd_image(argc - 1, argv + 1);
     if (strcmp(cmd, "sandbox") == 0)

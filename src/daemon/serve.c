@@ -29,6 +29,7 @@
 #include "daemon/commands.h"
 #include "daemon/options.h"
 #include "daemon/readiness.h"
+#include "image/service.h"
 #include "run/cluster.h"
 #include "run/egress.h"
 #include "run/live.h"
@@ -217,6 +218,9 @@ int eph_cmd_serve(int argc, char **argv)
         EPH_ERROR("serve", "%s", err);
         goto out;
     }
+    /* Image builds (docs/IMAGES.md): without the apt sources to build from, none are offered. */
+    if (eph_images_for_config(&cfg, svc.store, &svc.images, err, sizeof(err)))
+        EPH_WARN("serve", "images cannot be built here: %s", err);
 
     if (sandbox_setup(&svc))
         goto out;
@@ -276,6 +280,7 @@ out:
         if (svc.models[i])
             svc.models[i]->ops->free(svc.models[i]);
     free(svc.models);
+    eph_images_free(svc.images); /* kills the builds under way */
     if (svc.store)
         svc.store->ops->close(svc.store);
     /* Nothing can reach these any more: the API, the workers and the store's listener are

@@ -47,6 +47,8 @@ struct eph_lease_keeper {
 
 struct eph_fence;
 
+struct eph_images;
+
 struct eph_service {
     struct eph_config *cfg;
     struct eph_store *store;
@@ -66,6 +68,7 @@ struct eph_service {
     struct eph_store_listener listener; /* other nodes' notifications (cluster.c) */
     struct eph_guard_own broker_own;    /* the server's own sockets, which no broker request may
                                            reach (eph_egress_learn_own, before the workers) */
+    struct eph_images *images;          /* image builds (image/service.h); NULL: none here */
 };
 
 struct eph_model *eph_service_model(struct eph_service *svc, const char *id);

@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include <sodium.h>
@@ -30,6 +31,7 @@
 #include "common/metrics.h"
 #include "common/money.h"
 #include "common/sink.h"
+#include "image/image.h"
 #include "ledger/budget.h"
 #include "ledger/settle.h"
 #include "run/egress.h"
@@ -580,7 +582,27 @@ static int step_sandbox(struct job *j)
     /* Compute runs from the start of the sandbox's creation; a pooled sandbox was made before
      * this run existed, so its compute runs from the take. */
     bool pooled = false;
-    rc = eph_sandbox_pool_take(svc->pool, svc->sandbox_ops, &svc->sandbox_cfg, &j->sb, &pooled);
+    /* A run on an image of its own gets that image's root (by digest, docs/IMAGES.md); the warm
+     * pool holds sandboxes of the default image only, so it is not taken from. */
+    struct eph_sandbox_config cfg = svc->sandbox_cfg;
+    char root[4200];
+    if (r->image[0] && strcmp(r->image, "default")) {
+        char dir[4096];
+        struct stat sb;
+        if (eph_image_dir(r->image_digest, dir, sizeof(dir)) ||
+            snprintf(root, sizeof(root), "%s/rootfs", dir) >= (int)sizeof(root) ||
+            stat(root, &sb) != 0) {
+            char msg[160];
+            snprintf(msg, sizeof(msg), "image '%s' (%.19s) is not built on this node", r->image,
+                     r->image_digest);
+            fail_run(r, EPH_RUN_FAILED, "sandbox_error", msg);
+            return -ENOENT;
+        }
+        cfg.image = root;
+    }
+    rc = cfg.image == svc->sandbox_cfg.image
+             ? eph_sandbox_pool_take(svc->pool, svc->sandbox_ops, &cfg, &j->sb, &pooled)
+             : svc->sandbox_ops->create(&cfg, &j->sb);
     uint64_t ready_ns = eph_clock_mono_ns();
     eph_budget_sandbox_started(&j->budget, pooled ? ready_ns : j->start_ns);
     eph_live_set_compute_start(j->live, pooled ? ready_ns : j->start_ns);
@@ -605,9 +627,11 @@ static int step_sandbox(struct job *j)
     if ((rc = st->ops->run_update(st, r)))
         EPH_WARN("worker", "run %s: cannot record running: %s", r->id, eph_strerror(rc));
     eph_sink_emit(&j->sink, "sandbox", "sandbox.ready",
-                  json_pack("{s:s, s:I, s:I, s:I}", "backend", svc->sandbox_ops->name, "create_ms",
-                            (json_int_t)((ready_ns - j->start_ns) / 1000000u), "vcpus",
-                            (json_int_t)r->vcpus, "memory_mib", (json_int_t)r->memory_mib),
+                  json_pack("{s:s, s:I, s:I, s:I, s:s, s:s?}", "backend", svc->sandbox_ops->name,
+                            "create_ms", (json_int_t)((ready_ns - j->start_ns) / 1000000u), "vcpus",
+                            (json_int_t)r->vcpus, "memory_mib", (json_int_t)r->memory_mib, "image",
+                            r->image[0] ? r->image : "default", "image_digest",
+                            r->image_digest[0] ? r->image_digest : NULL),
                   "%s", svc->sandbox_ops->ready_message);
     eph_sink_emit(&j->sink, "worker", "worker.started",
                   json_pack("{s:b, s:b, s:s}", "shell", r->shell, "web", r->web, "model", r->model),

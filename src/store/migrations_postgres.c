@@ -123,6 +123,24 @@ static const char v5[] =
     "CREATE INDEX runs_org_claimed ON runs(org_id) WHERE node_id IS NOT NULL AND "
     "  status IN ('queued', 'starting', 'running');";
 
+/* SQLite version 9: images (docs/IMAGES.md) and the image a run uses. Version 6 is another
+ * branch's (outputs); versions are applied by number, gaps allowed. */
+static const char v7[] = "CREATE TABLE images ("
+                         "  org_id TEXT NOT NULL DEFAULT '',"
+                         "  name TEXT NOT NULL,"
+                         "  status TEXT NOT NULL CHECK (status IN ('building', 'ready', 'failed')),"
+                         "  digest TEXT NOT NULL,"
+                         "  size_bytes BIGINT NOT NULL DEFAULT 0,"
+                         "  recipe TEXT NOT NULL,"
+                         "  created_at BIGINT NOT NULL,"
+                         "  error TEXT,"
+                         "  log_path TEXT,"
+                         "  PRIMARY KEY (org_id, name));"
+                         "ALTER TABLE runs ADD COLUMN image TEXT NOT NULL DEFAULT 'default';"
+                         "ALTER TABLE runs ADD COLUMN image_digest TEXT;"
+                         "CREATE INDEX runs_image_live ON runs(image) WHERE "
+                         "  status IN ('queued', 'starting', 'running');";
+
 /* SQLite version 11: model calls and attempts counted apart; older rows keep their count (of
  * attempts) in both. */
 static const char v9[] = "ALTER TABLE runs ADD COLUMN model_attempts BIGINT NOT NULL DEFAULT 0;"
@@ -134,6 +152,7 @@ const struct eph_migration eph_postgres_migrations[] = {
     {3, "replays (SQLite version 5)", v3},
     {4, "events stored as served (SQLite version 6)", v4},
     {5, "fair claims across orgs (SQLite version 7)", v5},
+    {7, "images (SQLite version 9)", v7},
     {9, "model attempts apart from calls (SQLite version 11)", v9},
 };
 const unsigned eph_postgres_migrations_count =

@@ -138,6 +138,24 @@ static const char v7[] =
     "CREATE INDEX runs_org_claimed ON runs(org_id) WHERE node_id IS NOT NULL AND "
     "  status IN ('queued', 'starting', 'running');";
 
+/* Images (docs/IMAGES.md): an org's or the operator's (org_id ''), and the image a run uses.
+ * Version 8 is another branch's (outputs); versions are applied by number, gaps allowed. */
+static const char v9[] = "CREATE TABLE images ("
+                         "  org_id TEXT NOT NULL DEFAULT '',"
+                         "  name TEXT NOT NULL,"
+                         "  status TEXT NOT NULL CHECK (status IN ('building', 'ready', 'failed')),"
+                         "  digest TEXT NOT NULL,"
+                         "  size_bytes INTEGER NOT NULL DEFAULT 0,"
+                         "  recipe TEXT NOT NULL,"
+                         "  created_at INTEGER NOT NULL,"
+                         "  error TEXT,"
+                         "  log_path TEXT,"
+                         "  PRIMARY KEY (org_id, name));"
+                         "ALTER TABLE runs ADD COLUMN image TEXT NOT NULL DEFAULT 'default';"
+                         "ALTER TABLE runs ADD COLUMN image_digest TEXT;"
+                         "CREATE INDEX runs_image_live ON runs(image) WHERE "
+                         "  status IN ('queued', 'starting', 'running');";
+
 /* Calls and attempts counted apart (docs/API.md, the run object's usage): a retried model call
  * counts once in model_calls and once per request in model_attempts. Before, model_calls counted
  * attempts; older rows keep that count in both. */
@@ -152,6 +170,7 @@ const struct eph_migration eph_sqlite_migrations[] = {
     {5, "replays", v5},
     {6, "events stored as served", v6},
     {7, "fair claims across orgs", v7},
+    {9, "images", v9},
     {11, "model attempts apart from calls", v11},
 };
 const unsigned eph_sqlite_migrations_count =

@@ -123,13 +123,15 @@ static int run_insert_once(struct pg_store *s, struct pg_conn *c, const struct e
     p_ms(&p, r->lease_expires_at_ms);
     p_json(&p, r->web_allow, NULL);
     p_text(&p, r->replay_of);
+    p_text(&p, r->image[0] ? r->image : "default");
+    p_text(&p, r->image_digest[0] ? r->image_digest : NULL);
     rc =
         pg_exec(s, c,
                 "INSERT INTO runs (id, org_id, status, model, prompt, files, connections, "
                 "metadata, shell, web, zdr, timeout_seconds, created_at, reserved_micros, node_id, "
-                "lease_expires_at, web_allow, replay_of) "
+                "lease_expires_at, web_allow, replay_of, image, image_digest) "
                 "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, "
-                "$17, $18)",
+                "$17, $18, $19, $20)",
                 &p, NULL, NULL, "run insert");
     p_free(&p);
     if (rc)

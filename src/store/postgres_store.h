@@ -195,6 +195,14 @@ int pg_idem_recover(struct eph_store *base, int64_t stale_before_ms, unsigned *c
 int pg_listen(struct eph_store *base, const struct eph_store_listener *l);
 int pg_notify_cancel(struct eph_store *base, const char *run_id);
 
+/* Images (postgres_images.c). */
+int pg_image_insert(struct eph_store *base, const struct eph_image_rec *r);
+int pg_image_update(struct eph_store *base, const struct eph_image_rec *r);
+int pg_image_get(struct eph_store *base, const char *org_id, const char *name,
+                 struct eph_image_rec *out);
+int pg_image_list(struct eph_store *base, const char *org_id, eph_image_cb cb, void *ctx);
+int pg_image_delete(struct eph_store *base, const char *org_id, const char *name);
+
 /* Runs one operation on a pooled connection, retrying the whole operation while the connection
  * fails. expr sees `c`. WITH_CONN_URGENT goes before ordinary waiters (conn_get_as). */
 #define WITH_CONN(s, expr) WITH_CONN_AS(s, false, expr)

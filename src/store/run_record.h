@@ -70,6 +70,8 @@ struct eph_run {
     bool log_purged;
     char node_id[40];            /* the node working on it; "" while unclaimed */
     int64_t lease_expires_at_ms; /* that node's lease; 0 while unclaimed */
+    char image[64];              /* the image it runs on ("" or "default": the default) */
+    char image_digest[72];       /* that image's digest when the run was created */
     char *replay_of;             /* the run this one replays (docs/AGENT.md), or NULL */
     uint64_t divergences;        /* a replay: tool results that differ from the original's */
 };

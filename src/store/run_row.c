@@ -52,6 +52,8 @@ enum eph_run_column {
     C_REPLAY_OF,
     C_DIVERGENCES,
     C_MODEL_ATTEMPTS,
+    C_IMAGE,
+    C_IMAGE_DIGEST,
     C_COUNT
 };
 
@@ -125,4 +127,7 @@ void eph_run_from_row(const struct eph_row *row, struct eph_run *r)
     r->web_allow = text_json(row, C_WEB_ALLOW);
     r->replay_of = text_dup(row, C_REPLAY_OF);
     r->divergences = (uint64_t)n(row, C_DIVERGENCES);
+    const char *image = row->text(row, C_IMAGE);
+    snprintf(r->image, sizeof(r->image), "%s", image ? image : "default");
+    text_copy(row, C_IMAGE_DIGEST, r->image_digest, sizeof(r->image_digest));
 }

@@ -127,8 +127,8 @@ int sq_run_insert_capped(struct eph_store *base, const struct eph_run *r,
     rc = sq_prepare(s,
                     "INSERT INTO runs (id, org_id, status, model, prompt, files, connections, "
                     "metadata, shell, web, zdr, timeout_seconds, created_at, reserved_micros, "
-                    "node_id, lease_expires_at, web_allow, replay_of) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    "node_id, lease_expires_at, web_allow, replay_of, image, image_digest) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     &st);
     if (rc)
         goto fail;
@@ -156,6 +156,8 @@ int sq_run_insert_capped(struct eph_store *base, const struct eph_run *r,
     sq_bind_ms(st, 16, r->lease_expires_at_ms);
     sq_bind_json(st, 17, r->web_allow);
     sq_bind_text(st, 18, r->replay_of);
+    sqlite3_bind_text(st, 19, r->image[0] ? r->image : "default", -1, SQLITE_TRANSIENT);
+    sq_bind_text(st, 20, r->image_digest[0] ? r->image_digest : NULL);
     if ((rc = sq_step_done(s, st, "run insert")))
         goto fail;
     if ((rc = sq_insert_ledger(s, r->org_id, r->id, "reserve", r->cost.reserved_micros,

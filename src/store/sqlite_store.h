@@ -128,4 +128,12 @@ int sq_idem_expire(struct eph_store *base, int64_t cutoff_ms);
 int sq_idem_recover(struct eph_store *base, int64_t stale_before_ms, unsigned *completed,
                     unsigned *dropped);
 
+/* Images (sqlite_images.c). */
+int sq_image_insert(struct eph_store *base, const struct eph_image_rec *r);
+int sq_image_update(struct eph_store *base, const struct eph_image_rec *r);
+int sq_image_get(struct eph_store *base, const char *org_id, const char *name,
+                 struct eph_image_rec *out);
+int sq_image_list(struct eph_store *base, const char *org_id, eph_image_cb cb, void *ctx);
+int sq_image_delete(struct eph_store *base, const char *org_id, const char *name);
+
 #endif

@@ -59,6 +59,14 @@ json_t *eph_event_stored_data(const char *wire, const char *data_column)
     return data ? data : json_object();
 }
 
+void eph_image_rec_release(struct eph_image_rec *r)
+{
+    json_decref(r->recipe);
+    free(r->error);
+    free(r->log_path);
+    memset(r, 0, sizeof(*r));
+}
+
 void eph_connection_release(struct eph_connection *c)
 {
     free(c->base_url);

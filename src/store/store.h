@@ -95,6 +95,22 @@ struct eph_connection {
 
 void eph_connection_release(struct eph_connection *c);
 
+/* An image (docs/IMAGES.md) as stored: an org's, or the operator's (org_id "") that every org
+ * sees. */
+struct eph_image_rec {
+    char org_id[48];
+    char name[64];
+    char status[12]; /* building | ready | failed */
+    char digest[72];
+    int64_t size_bytes;
+    json_t *recipe; /* the canonical recipe, or {"archive": DIGEST} for an import */
+    int64_t created_at_ms;
+    char *error;    /* why it failed, or NULL */
+    char *log_path; /* the build's log on the node that built it */
+};
+void eph_image_rec_release(struct eph_image_rec *r);
+typedef int (*eph_image_cb)(const struct eph_image_rec *r, void *ctx);
+
 /* What a shared store tells every node (PostgreSQL: LISTEN/NOTIFY), called from the store's own
  * listening thread, quick and without calling back into the listener. */
 struct eph_store_listener {
@@ -163,6 +179,17 @@ struct eph_store_ops {
     /* Deletes by name or id; the sealed credential is overwritten (secure_delete). */
     int (*conn_delete)(struct eph_store *s, const char *org_id, const char *name_or_id);
 
+    /* Images. insert: -EEXIST when the org (or the operator: "") has one of that name. get:
+     * the org's own, else the operator's (org_id "": the operator's only). list: both, by name.
+     * update: status, digest, size, error and log of the record created at r->created_at_ms
+     * (-ENOENT when it was deleted, or replaced by another of that name, meanwhile). delete: -EBUSY
+     * while a run that is not finished names it (any org's, for an operator's image). */
+    int (*image_insert)(struct eph_store *s, const struct eph_image_rec *r);
+    int (*image_update)(struct eph_store *s, const struct eph_image_rec *r);
+    int (*image_get)(struct eph_store *s, const char *org_id, const char *name,
+                     struct eph_image_rec *out);
+    int (*image_list)(struct eph_store *s, const char *org_id, eph_image_cb cb, void *ctx);
+    int (*image_delete)(struct eph_store *s, const char *org_id, const char *name);
     /* Runs. run_insert reserves max_cost in the same transaction (-EDQUOT when the available
      * balance is short) and appends the first event. */
     int (*run_insert)(struct eph_store *s, const struct eph_run *r, const struct eph_event *first);

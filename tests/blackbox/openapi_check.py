@@ -32,6 +32,8 @@ NOT_EXERCISED = {
     ("post", "/v1/runs", "503"): "api_ops.sh (shutdown), test_api_validate (queue refused)",
     ("get", "/healthz", "503"): "api_ops.sh (shutdown)",
     ("delete", "/v1/keys/{id}", "409"): "api_edges.sh (the last admin key)",
+    ("delete", "/v1/images/{name}", "409"): "images.sh (a run holds the image)",
+    ("get", "/v1/images/{name}/log", "200"): "images.sh (the log streamed while it builds)",
 }
 # Answers every operation documents that no scenario here can provoke.
 GENERIC_NOT_EXERCISED = {
@@ -362,6 +364,28 @@ check("delete", "/v1/connections/{name}", "/v1/connections/svc", 403, key=member
 check("delete", "/v1/connections/{name}", "/v1/connections/svc", 401, key=None)
 check("delete", "/v1/connections/{name}", "/v1/connections/svc", 200)
 check("delete", "/v1/connections/{name}", "/v1/connections/svc", 404)
+# Images: a recipe whose package does not exist starts a build that fails (or is killed when the
+# server stops); its answer is the 202 all the same.
+img = {"name": "oa-img", "packages": ["no-such-package-oa"]}
+check("post", "/v1/images", "/v1/images", 202, body=img)
+check("post", "/v1/images", "/v1/images", 409, body=img)
+check("post", "/v1/images", "/v1/images", 400, body={"name": "default"})
+check("post", "/v1/images", "/v1/images", 401, body=img, key=None)
+check("post", "/v1/images", "/v1/images", 403, body=img, key=member)
+check("get", "/v1/images", "/v1/images", 200)
+check("get", "/v1/images", "/v1/images", 401, key=None)
+check("get", "/v1/images", "/v1/images", 403, key=member)
+check("get", "/v1/images/{name}", "/v1/images/oa-img", 200)
+check("get", "/v1/images/{name}", "/v1/images/none", 404)
+check("get", "/v1/images/{name}", "/v1/images/oa-img", 401, key=None)
+check("get", "/v1/images/{name}", "/v1/images/oa-img", 403, key=member)
+check("get", "/v1/images/{name}/log", "/v1/images/none/log", 404)
+check("get", "/v1/images/{name}/log", "/v1/images/oa-img/log", 401, key=None)
+check("get", "/v1/images/{name}/log", "/v1/images/oa-img/log", 403, key=member)
+check("delete", "/v1/images/{name}", "/v1/images/oa-img", 403, key=member)
+check("delete", "/v1/images/{name}", "/v1/images/oa-img", 401, key=None)
+check("delete", "/v1/images/{name}", "/v1/images/oa-img", 200)
+check("delete", "/v1/images/{name}", "/v1/images/oa-img", 404)
 
 # Revocation last (the member key is used above).
 check("delete", "/v1/keys/{id}", f"/v1/keys/{created['id']}", 403, key=member)

@@ -6,7 +6,7 @@
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/pg_common.sh"
 pg_start
-for t in test_store_api test_store_fair test_ledger test_store_money test_api_validate test_worker_files; do
+for t in test_store_api test_store_fair test_store_images test_ledger test_store_money test_api_validate test_worker_files; do
     [ -x "$BUILD/tests/$t" ] || fail "$t is not built"
     EPH_TEST_PG=$PG_URL "$BUILD/tests/$t" || fail "$t against PostgreSQL"
 done

@@ -1112,6 +1112,34 @@ def admin_lists_the_models(b):
         assert ("default" in text) == m["default"], text
 
 
+@test(allow=[HTTP_4XX])
+def images_listed_and_picked(b):
+    """The admin page lists the images with their state (a recipe whose package does not exist:
+    building, then failed with apt's reason); the playground sends the image it names, and an
+    image that does not exist comes back refused at its field (docs/IMAGES.md)."""
+    st, img = api("POST", "/v1/images", ADMIN_KEY, {"name": "webui-broken", "packages": ["no-such-package-webui"]})
+    assert st in (202, 409), (st, img)
+    admin_page(b)
+    row = b.wait_js("the image in the list", "const r = document.querySelector(`#images-body tr[data-image='webui-broken']`);"
+                    "return r && r.textContent")
+    assert "webui-broken" in row and ("building" in row or "failed" in row), row
+    assert "no-such-package-webui" in row, row
+    shot(b, "25-admin-images")
+    b.find("nav a[data-page='playground']").click()
+    b.wait_js("the image field", "return !!document.getElementById('pg-image')")
+    fill(b, "#pg-image", "no-such-image")
+    body = b.wait_js("the image in the request", "const t = document.getElementById('request-json').textContent;"
+                     "return t.includes('no-such-image') && t")
+    assert json.loads(body)["image"] == "no-such-image", body
+    b.find("#pg-run").click()
+    err = b.wait_js("the refusal", "const e = document.getElementById('pg-error'); return e && !e.hidden && e.textContent")
+    assert "no image named 'no-such-image'" in err and "'default'" in err, err
+    assert b.js("return document.getElementById('pg-image').getAttribute('aria-invalid')") == "true"
+    fill(b, "#pg-image", "default")
+    body = b.js("return document.getElementById('request-json').textContent")
+    assert "image" not in json.loads(body), body
+
+
 @test()
 def runs_list_shows_prompts_and_metadata(b):
     """The prompt cut to 80 characters (whole in its title), ZDR said, metadata chips, the filter."""

@@ -99,6 +99,27 @@ static void test_create_replay_of(void **state)
     json_decref(body);
 }
 
+/* "image" names an image (docs/IMAGES.md); whether it exists is the caller's check. */
+static void test_create_image(void **state)
+{
+    json_t *body =
+        json_pack("{s:s, s:s, s:i}", "prompt", "p", "image", "tools-2", "max_cost_micros", 1000);
+    struct eph_api_create c;
+    struct eph_api_error e;
+    assert_int_equal(eph_api_validate_create(body, &cfg, &c, &e), 0);
+    assert_string_equal(c.image, "tools-2");
+    eph_api_create_release(&c);
+    json_decref(body);
+    assert_string_equal(create_param("{\"prompt\": \"p\", \"image\": 1, \"max_cost_micros\": 1}"),
+                        "image");
+    assert_string_equal(
+        create_param("{\"prompt\": \"p\", \"image\": \"Tools\", \"max_cost_micros\": 1}"), "image");
+    assert_string_equal(
+        create_param("{\"prompt\": \"p\", \"image\": \"../x\", \"max_cost_micros\": 1}"), "image");
+    assert_string_equal(
+        create_param("{\"prompt\": \"p\", \"image\": \"\", \"max_cost_micros\": 1}"), "image");
+}
+
 static void test_create_refusals_name_the_field(void **state)
 {
     assert_string_equal(create_param("{\"max_cost_micros\": 1}"), "prompt");
@@ -758,6 +779,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_create_accepts_and_defaults),
         cmocka_unit_test(test_create_replay_of),
+        cmocka_unit_test(test_create_image),
         cmocka_unit_test(test_create_refusals_name_the_field),
         cmocka_unit_test(test_create_file_paths),
         cmocka_unit_test(test_file_path_rule_reasons),

@@ -69,8 +69,9 @@ static void test_all_flags(void **state)
 {
     struct eph_cli_run_opts o;
     assert_int_equal(PARSE(&o, "--prompt", "hi", "--no-shell", "--web", "--timeout=30", "--budget",
-                           "$0.04", "--model", "m1", "--connection", "gh", "--connection=jira",
-                           "--zdr", "--idempotency-key", "k-1", "--detach", "--json"),
+                           "$0.04", "--model", "m1", "--image", "tools", "--connection", "gh",
+                           "--connection=jira", "--zdr", "--idempotency-key", "k-1", "--detach",
+                           "--json"),
                      0);
     assert_string_equal(o.prompt, "hi");
     assert_int_equal(o.shell, 0);
@@ -78,6 +79,7 @@ static void test_all_flags(void **state)
     assert_int_equal(o.timeout_seconds, 30);
     assert_int_equal(o.max_cost_micros, 40000);
     assert_string_equal(o.model, "m1");
+    assert_string_equal(o.image, "tools");
     assert_int_equal(o.nconnections, 2);
     assert_true(o.zdr && o.detach && o.json);
     assert_string_equal(o.idempotency_key, "k-1");
@@ -86,9 +88,10 @@ static void test_all_flags(void **state)
     json_t *body = NULL;
     assert_int_equal(eph_cli_run_body(&o, stdin, &body, err, sizeof(err)), 0);
     char *s = json_dumps(body, JSON_COMPACT | JSON_SORT_KEYS);
-    assert_string_equal(s, "{\"connections\":[\"gh\",\"jira\"],\"max_cost_micros\":40000,"
-                           "\"model\":\"m1\",\"prompt\":\"hi\",\"shell\":false,"
-                           "\"timeout_seconds\":30,\"web\":true,\"zero_data_retention\":true}");
+    assert_string_equal(
+        s, "{\"connections\":[\"gh\",\"jira\"],\"image\":\"tools\","
+           "\"max_cost_micros\":40000,\"model\":\"m1\",\"prompt\":\"hi\",\"shell\":false,"
+           "\"timeout_seconds\":30,\"web\":true,\"zero_data_retention\":true}");
     free(s);
     json_decref(body);
     eph_cli_run_opts_release(&o);
@@ -210,6 +213,7 @@ static void test_bad_flags(void **state)
     BAD("--connection", "--connection", "");
     BAD("--web-allow needs a domain", "--web-allow", "");
     BAD("--model", "--model", "");
+    BAD("--image", "--image", "");
 
     char longkey[300];
     memset(longkey, 'k', sizeof(longkey) - 1);

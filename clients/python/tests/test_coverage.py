@@ -80,6 +80,8 @@ class TestCoverage(unittest.TestCase):
                               content_type="text/event-stream")
             elif req.route.endswith("/transcript"):
                 handler.reply(200, b'{"kind":"run"}\n', content_type="application/x-ndjson")
+            elif req.route.endswith("/log"):
+                handler.reply(200, b"building\n", content_type="text/plain")
             elif req.route == "/metrics":
                 handler.reply(200, b"ephemeral_store_up 1\n", content_type="text/plain")
             else:
@@ -103,6 +105,11 @@ class TestCoverage(unittest.TestCase):
             "listConnections": lambda c: c.connections.list(),
             "getConnection": lambda c: c.connections.get("n"),
             "deleteConnection": lambda c: c.connections.delete("n"),
+            "createImage": lambda c: c.images.create("tools", packages=["jq"]),
+            "listImages": lambda c: c.images.list(),
+            "getImage": lambda c: c.images.get("tools"),
+            "deleteImage": lambda c: c.images.delete("tools"),
+            "getImageLog": lambda c: list(c.images.log("tools")),
             "health": lambda c: c.health(),
             "metrics": lambda c: c.metrics(),
             "listRunsHead": lambda c: c.head("listRunsHead"),
@@ -114,6 +121,9 @@ class TestCoverage(unittest.TestCase):
             "listKeysHead": lambda c: c.head("listKeysHead"),
             "listConnectionsHead": lambda c: c.head("listConnectionsHead"),
             "getConnectionHead": lambda c: c.head("getConnectionHead", path={"name": "n"}),
+            "listImagesHead": lambda c: c.head("listImagesHead"),
+            "getImageHead": lambda c: c.head("getImageHead", path={"name": "tools"}),
+            "getImageLogHead": lambda c: c.head("getImageLogHead", path={"name": "tools"}),
             "healthHead": lambda c: c.head("healthHead"),
             "metricsHead": lambda c: c.head("metricsHead"),
         }

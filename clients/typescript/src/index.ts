@@ -45,6 +45,8 @@ export type ApiKey = Schemas["ApiKey"];
 export type ApiKeyCreated = Schemas["ApiKeyCreated"];
 export type Connection = Schemas["Connection"];
 export type ConnectionCreate = Schemas["ConnectionCreate"];
+export type Image = Schemas["Image"];
+export type ImageCreate = Schemas["ImageCreate"];
 export type ConnectionDeleted = Schemas["ConnectionDeleted"];
 export type Deleted = Schemas["Deleted"];
 export type Health = Schemas["Health"];
@@ -256,6 +258,7 @@ export class Ephemeral {
   readonly models: Models;
   readonly keys: Keys;
   readonly connections: Connections;
+  readonly images: Images;
   readonly credits: Credits;
   /** @internal */
   readonly sleep: (ms: number) => Promise<void>;
@@ -294,6 +297,7 @@ export class Ephemeral {
     this.models = new Models(this);
     this.keys = new Keys(this);
     this.connections = new Connections(this);
+    this.images = new Images(this);
     this.credits = new Credits(this);
   }
 
@@ -715,6 +719,42 @@ export class Connections {
   /** DELETE /v1/connections/{name} (a name or an id). */
   delete(name: string): Promise<ConnectionDeleted> {
     return this.client.json<ConnectionDeleted>("deleteConnection", { path: { name } });
+  }
+}
+
+/** `client.images`: the images runs may name (admin for create and delete; docs/IMAGES.md). */
+export class Images {
+  constructor(private readonly client: Ephemeral) {}
+
+  /** POST /v1/images: starts a build (202); the image, "building" (or "ready" for a recipe built before). */
+  create(image: ImageCreate): Promise<Image> {
+    return this.client.json<Image>("createImage", { body: image });
+  }
+
+  /** GET /v1/images: the organization's images and the operator's. */
+  async list(): Promise<Image[]> {
+    return (await this.client.json<Schemas["ImageList"]>("listImages")).data;
+  }
+
+  /** GET /v1/images/{name}. */
+  get(name: string): Promise<Image> {
+    return this.client.json<Image>("getImage", { path: { name } });
+  }
+
+  /** DELETE /v1/images/{name} (409 while a run uses it). */
+  delete(name: string): Promise<Schemas["ImageDeleted"]> {
+    return this.client.json<Schemas["ImageDeleted"]>("deleteImage", { path: { name } });
+  }
+
+  /** GET /v1/images/{name}/log: the build's log, line by line, streamed until the build ends. */
+  async *log(name: string): AsyncGenerator<string> {
+    const res = await this.client.request("getImageLog", { path: { name }, accept: "text/plain", stream: true });
+    if (!res.body) return;
+    try {
+      for await (const line of readLines(res.body, Math.max(this.client.timeoutMs, STREAM_IDLE_MS))) yield line;
+    } catch (err) {
+      throw new EphemeralConnectionError(`reading the image's log failed: ${String(err)}`, { cause: err });
+    }
   }
 }
 

@@ -316,6 +316,90 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/images": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The images the organization sees (admin)
+         * @description The organization's images and the operator's (which every organization sees), by name.
+         */
+        get: operations["listImages"];
+        put?: never;
+        /**
+         * Define an image from a recipe (admin)
+         * @description Builds, in the background, the default image with the recipe's Debian packages, npm
+         *     packages, files and build-time commands (docs/IMAGES.md); answers `202` with the image,
+         *     `building`, or `ready` at once when the same recipe was built before. A package that does
+         *     not exist or a command that fails ends the build `failed`, its `error` saying why.
+         *     Does not honour `Idempotency-Key`; names are unique in the organization (`409`).
+         */
+        post: operations["createImage"];
+        delete?: never;
+        options?: never;
+        /**
+         * The images the organization sees (admin) (status and headers only)
+         * @description The answer of the GET, without its body.
+         */
+        head: operations["listImagesHead"];
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/images/{name}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * An image (admin)
+         * @description One image by name, the organization's or else the operator's.
+         */
+        get: operations["getImage"];
+        put?: never;
+        post?: never;
+        /**
+         * Delete an image (admin)
+         * @description Deletes the organization's image; refused with `409 image_in_use` while a run that has not finished uses it, and with `403` for the operator's images.
+         */
+        delete: operations["deleteImage"];
+        options?: never;
+        /**
+         * An image (admin) (status and headers only)
+         * @description The answer of the GET, without its body.
+         */
+        head: operations["getImageHead"];
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/images/{name}/log": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * An image's build log (admin)
+         * @description The build's log as plain text, streamed while the image builds (the answer ends when the build does). At most 4 logs are followed at once per server (`429`).
+         */
+        get: operations["getImageLog"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        /**
+         * An image's build log (admin) (status and headers only)
+         * @description The answer of the GET, without its body.
+         */
+        head: operations["getImageLogHead"];
+        patch?: never;
+        trace?: never;
+    };
     "/healthz": {
         parameters: {
             query?: never;
@@ -418,12 +502,20 @@ export interface components {
              * @description Re-executes that finished run of the organization (not zero data retention) in a fresh
              *     sandbox, answering from its recorded model turns (docs/AGENT.md, "Replay"). The
              *     prompt, model, permissions, files and timeout default to the original's; permissions
-             *     given cannot be wider than the original's.
+             *     given cannot be wider than the original's. A replay runs on its original's image.
              */
             replay_of?: components["schemas"]["RunId"];
+            /**
+             * @description The image the sandbox runs (docs/IMAGES.md). Unknown: `400 unknown_image`, naming the
+             *     images there are; not ready: `409 image_not_ready`; both before anything is reserved.
+             * @default default
+             */
+            image: string;
         };
         Run: {
             id: components["schemas"]["RunId"];
+            /** @description the image the run uses (docs/IMAGES.md) */
+            image: string;
             /** @constant */
             object: "run";
             status: components["schemas"]["RunStatus"];
@@ -451,6 +543,10 @@ export interface components {
                 backend: "namespaces" | "gvisor" | "microvm";
                 vcpus: number;
                 memory_mib: number;
+                /** @description the image the sandbox runs */
+                image: string;
+                /** @description that image's digest */
+                image_digest?: string;
             };
             result: string | null;
             error: null | {
@@ -595,6 +691,51 @@ export interface components {
                 [key: string]: string;
             };
         };
+        ImageCreate: {
+            /** @description not `default` */
+            name: string;
+            /** @description Debian packages */
+            packages?: string[];
+            /** @description npm packages, installed globally */
+            npm?: string[];
+            files?: {
+                /** @description absolute */
+                path: string;
+                content?: string;
+                content_base64?: string;
+                /** @default 420 */
+                mode: number;
+            }[];
+            /** @description shell commands run as root in the new root at build time, in order */
+            run?: string[];
+        };
+        Image: {
+            /** @constant */
+            object: "image";
+            name: string;
+            /** @enum {string} */
+            status: "building" | "ready" | "failed";
+            digest: string;
+            size_bytes: number;
+            packages: string[];
+            created_at: components["schemas"]["Timestamp"];
+            error: string | null;
+            /** @enum {string} */
+            owner: "org" | "operator";
+        };
+        ImageList: {
+            /** @constant */
+            object: "list";
+            data: components["schemas"]["Image"][];
+            has_more: boolean;
+        };
+        ImageDeleted: {
+            /** @constant */
+            object: "image";
+            name: string;
+            /** @constant */
+            deleted: true;
+        };
         Connection: {
             /** @constant */
             object: "connection";
@@ -708,7 +849,7 @@ export interface components {
                 "application/json": components["schemas"]["Error"];
             };
         };
-        /** @description A request with this idempotency key is still being processed. */
+        /** @description A request with this idempotency key is still being processed (`idempotency_error`), or the image the run names is not ready (`image_not_ready`, docs/IMAGES.md). */
         IdempotencyInFlight: {
             headers: {
                 "Request-Id": components["headers"]["RequestId"];
@@ -804,6 +945,7 @@ export interface components {
     parameters: {
         RunIdPath: components["schemas"]["RunId"];
         ConnectionName: string;
+        ImageName: string;
         /** @description 1 to 255 printable ASCII characters, scoped to the organization, kept 24 hours. */
         IdempotencyKey: string;
         /** @description `wait=N` (N from 0 to 600): block up to N seconds for a terminal state (RFC 7240). Other preferences are ignored; a `wait` that is not such an N, or given twice, is 400. */
@@ -1601,6 +1743,278 @@ export interface operations {
             header?: never;
             path: {
                 name: components["parameters"]["ConnectionName"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description As the GET answers; no body. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description As the GET answers; no body. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description As the GET answers; no body. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    listImages: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The images. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ImageList"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            413: components["responses"]["TooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyFailedKeys"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    createImage: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ImageCreate"];
+            };
+        };
+        responses: {
+            /** @description The image, building or ready. */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Image"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            /** @description An image of that name exists. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            413: components["responses"]["TooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyFailedKeys"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    listImagesHead: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description As the GET answers; no body. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description As the GET answers; no body. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    getImage: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: components["parameters"]["ImageName"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The image. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Image"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            413: components["responses"]["TooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyFailedKeys"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    deleteImage: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: components["parameters"]["ImageName"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Deleted. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ImageDeleted"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            /** @description A run that has not finished uses the image. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            413: components["responses"]["TooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyFailedKeys"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    getImageHead: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: components["parameters"]["ImageName"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description As the GET answers; no body. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description As the GET answers; no body. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description As the GET answers; no body. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    getImageLog: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: components["parameters"]["ImageName"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The log. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/plain": string;
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            413: components["responses"]["TooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            /** @description Too many failed keys, or too many logs followed at once. */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    getImageLogHead: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: components["parameters"]["ImageName"];
             };
             cookie?: never;
         };

@@ -52,6 +52,8 @@ test("each method sends the request of its operation", async () => {
       reply(res, 200, 'id: 1\nevent: worker.destroyed\ndata: {"seq":1,"type":"worker.destroyed"}\n\n', {}, "text/event-stream");
     } else if (r.route.endsWith("/transcript")) {
       reply(res, 200, '{"kind":"run"}\n', {}, "application/x-ndjson");
+    } else if (r.route.endsWith("/log")) {
+      reply(res, 200, "building\n", {}, "text/plain");
     } else if (r.route === "/metrics") {
       reply(res, 200, "ephemeral_store_up 1\n", {}, "text/plain");
     } else {
@@ -75,6 +77,11 @@ test("each method sends the request of its operation", async () => {
     createKey: (c) => c.keys.create(),
     listKeys: (c) => c.keys.list(),
     revokeKey: (c) => c.keys.revoke("key_" + "0".repeat(24)),
+    createImage: (c) => c.images.create({ name: "tools", packages: ["jq"] }),
+    listImages: (c) => c.images.list(),
+    getImage: (c) => c.images.get("tools"),
+    deleteImage: (c) => c.images.delete("tools"),
+    getImageLog: (c) => all(c.images.log("tools")),
     createConnection: (c) => c.connections.create({ name: "n", base_url: "https://api.example.com" }),
     listConnections: (c) => c.connections.list(),
     getConnection: (c) => c.connections.get("n"),
@@ -90,6 +97,9 @@ test("each method sends the request of its operation", async () => {
     listKeysHead: (c) => c.head("listKeysHead"),
     listConnectionsHead: (c) => c.head("listConnectionsHead"),
     getConnectionHead: (c) => c.head("getConnectionHead", { path: { name: "n" } }),
+    listImagesHead: (c) => c.head("listImagesHead"),
+    getImageHead: (c) => c.head("getImageHead", { path: { name: "tools" } }),
+    getImageLogHead: (c) => c.head("getImageLogHead", { path: { name: "tools" } }),
     healthHead: (c) => c.head("healthHead"),
     metricsHead: (c) => c.head("metricsHead"),
   };

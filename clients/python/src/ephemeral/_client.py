@@ -219,6 +219,7 @@ class Client:
         self.models = Models(self)
         self.keys = Keys(self)
         self.connections = Connections(self)
+        self.images = Images(self)
         self.credits = Credits(self)
 
     def __repr__(self) -> str:
@@ -661,6 +662,67 @@ class Connections:
         """DELETE /v1/connections/{name} (a name or an id)."""
         result: EphemeralObject = self._client._json("deleteConnection", path={"name": name})
         return result
+
+
+class Images:
+    """``client.images``: the images runs may name (admin for create and delete;
+    docs/IMAGES.md)."""
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+
+    def create(
+        self,
+        name: str,
+        *,
+        packages: Optional[Sequence[str]] = None,
+        npm: Optional[Sequence[str]] = None,
+        files: Optional[Sequence[Mapping[str, Any]]] = None,
+        run: Optional[Sequence[str]] = None,
+    ) -> EphemeralObject:
+        """POST /v1/images: starts a build (202) and gives the image, ``status`` "building" (or
+        "ready" when the same recipe was built before)."""
+        body: Dict[str, Any] = {"name": name}
+        if packages is not None:
+            body["packages"] = list(packages)
+        if npm is not None:
+            body["npm"] = list(npm)
+        if files is not None:
+            body["files"] = [dict(f) for f in files]
+        if run is not None:
+            body["run"] = list(run)
+        result: EphemeralObject = self._client._json("createImage", body=body)
+        return result
+
+    def list(self) -> List[EphemeralObject]:
+        """GET /v1/images: the org's images and the operator's."""
+        return list(self._client._json("listImages").get("data") or [])
+
+    def get(self, name: str) -> EphemeralObject:
+        """GET /v1/images/{name}."""
+        result: EphemeralObject = self._client._json("getImage", path={"name": name})
+        return result
+
+    def delete(self, name: str) -> EphemeralObject:
+        """DELETE /v1/images/{name} (409 while a run uses it)."""
+        result: EphemeralObject = self._client._json("deleteImage", path={"name": name})
+        return result
+
+    def log(self, name: str) -> Iterator[str]:
+        """GET /v1/images/{name}/log: the build's log, line by line, streamed until the build
+        ends."""
+        answer = self._client._request("getImageLog", path={"name": name}, accept="text/plain")
+
+        def lines() -> Iterator[str]:
+            try:
+                for line in answer.lines():
+                    yield line.decode("utf-8", errors="replace").rstrip("\n")
+            except (OSError, http.client.HTTPException) as exc:
+                raise _transport_error(exc, "reading the image's log") from exc
+            finally:
+                answer.close()
+
+        return lines()
 
 
 class Credits:
