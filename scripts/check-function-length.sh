@@ -10,7 +10,6 @@ cd "$(dirname "$0")/.."
 MAX=${MAX_FUNCTION_LINES:-120}
 ALLOWED='
 src/agent/http_client.c:http_attempt
-src/broker/broker_fetch.c:eph_broker_web_fetch
 src/cli/request.c:eph_cli_run_parse
 src/cli/runs.c:print_run
 '

@@ -209,6 +209,98 @@ static int fetch_finish(struct eph_web_fetch *out, struct fetch_io *io, long sta
     return 0;
 }
 
+/* One hop's checks: the run's allow-list, the guard around the resolver (the address in *a), the
+ * fee of the request. 0, or the refusal (its event emitted, err said). */
+static int fetch_allowed(struct eph_broker *b, struct req_ctx *rc0, const struct eph_http_url *u,
+                         const char *cur, struct eph_addr *a, char *err, size_t errlen)
+{
+    if (b->nweb_allow && !eph_policy_domain_allowed(
+                             u->auth.host.name, (const char *const *)b->web_allow, b->nweb_allow)) {
+        rc0->ev.status = 403;
+        rc0->ev.denied = "host_not_allowed";
+        rc0->ev.exchange = fetch_refused(b, cur, rc0->ev.status);
+        bk_emit(rc0);
+        snprintf(err, errlen, "this run may not reach %s", u->auth.host.name);
+        return -EACCES;
+    }
+    enum eph_addr_class cls;
+    /* A replay resolves nothing either: nothing leaves the machine. */
+    struct eph_guard g = bk_guard_of(b, true);
+    int rc = b->replay ? 0 : eph_guard_resolve(&g, &u->auth.host, u->auth.port, a, &cls);
+    if (rc) {
+        bool no = rc == -EACCES || rc == -EPERM;
+        rc0->ev.status = no ? 403 : 502;
+        rc0->ev.denied = no ? "address_not_allowed" : "dns_failed";
+        rc0->ev.exchange = fetch_refused(b, cur, rc0->ev.status);
+        bk_emit(rc0);
+        if (rc == -EPERM)
+            snprintf(err, errlen, "%s:%u is the server's own address", u->auth.host.name,
+                     u->auth.port);
+        else if (rc == -EACCES)
+            snprintf(err, errlen, "%s is not a public address (%s)", u->auth.host.name,
+                     eph_addr_class_name(cls));
+        else
+            snprintf(err, errlen, "%s does not resolve", u->auth.host.name);
+        return rc;
+    }
+    int fee = b->budget ? eph_meter_start(&rc0->s->meter, b->budget, eph_clock_mono_ns()) : 0;
+    if (fee) {
+        atomic_store(&b->exhausted, true);
+        rc0->ev.status = 402;
+        rc0->ev.denied = "budget_exhausted";
+        rc0->ev.exchange = fetch_refused(b, cur, rc0->ev.status);
+        bk_emit(rc0);
+        snprintf(err, errlen, "the run's budget does not cover this request");
+        return -EDQUOT;
+    }
+    return 0;
+}
+
+/* One hop over the network: curl gets the URL in the spelling checked and the address pinned
+ * (pin.h); a redirect's Location comes back in io->location, to be parsed and checked again. */
+static CURLcode fetch_live(struct eph_broker *b, const struct eph_http_url *u,
+                           const struct eph_addr *a, size_t cur_size, struct fetch_io *io,
+                           long *status)
+{
+    struct eph_buf pinned_url;
+    eph_buf_init(&pinned_url, cur_size + 16);
+    struct eph_pin pin = {0};
+    struct curl_slist *hdrs = curl_slist_append(NULL, "Accept-Encoding: identity");
+    CURL *h = curl_easy_init();
+    char *redirect = NULL;
+    CURLcode cr = CURLE_OUT_OF_MEMORY;
+    *status = 0;
+    if (h && hdrs && eph_pin_url(&pinned_url, u) == 0 && eph_pin_apply(&pin, h, &u->auth, a) == 0) {
+        curl_easy_setopt(h, CURLOPT_URL, pinned_url.data);
+        curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
+        curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
+        curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
+        curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+        curl_easy_setopt(h, CURLOPT_NOPROXY, "*");
+        curl_easy_setopt(h, CURLOPT_USERAGENT, "ephemeral-web-fetch");
+        if (b->s.extra_ca_file) {
+            curl_easy_setopt(h, CURLOPT_CAINFO, b->s.extra_ca_file);
+            curl_easy_setopt(h, CURLOPT_CAPATH, "/etc/ssl/certs");
+        }
+        curl_easy_setopt(h, CURLOPT_TIMEOUT, (long)b->s.request_timeout_seconds);
+        curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT, 10L);
+        curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, fetch_header);
+        curl_easy_setopt(h, CURLOPT_HEADERDATA, io);
+        curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, fetch_body);
+        curl_easy_setopt(h, CURLOPT_WRITEDATA, io);
+        cr = curl_easy_perform(h);
+        curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, status);
+        if (curl_easy_getinfo(h, CURLINFO_REDIRECT_URL, &redirect) == CURLE_OK && redirect)
+            snprintf(io->location, sizeof(io->location), "%s", redirect);
+    }
+    if (h)
+        curl_easy_cleanup(h);
+    eph_pin_release(&pin);
+    eph_buf_release(&pinned_url);
+    curl_slist_free_all(hdrs);
+    return cr;
+}
+
 int eph_broker_web_fetch(struct eph_broker *b, const char *url, size_t text_cap,
                          struct eph_web_fetch *out, char *err, size_t errlen)
 {
@@ -240,47 +332,9 @@ int eph_broker_web_fetch(struct eph_broker *b, const char *url, size_t text_cap,
         snprintf(rc0.host, sizeof(rc0.host), "%s", u.auth.host.name);
         snprintf(rc0.path, sizeof(rc0.path), "%.*s", (int)u.path_len, u.path);
         eph_meter_init(&fake.meter, b->s.micros_per_request, b->s.micros_per_mib);
-        if (b->nweb_allow &&
-            !eph_policy_domain_allowed(u.auth.host.name, (const char *const *)b->web_allow,
-                                       b->nweb_allow)) {
-            rc0.ev.status = 403;
-            rc0.ev.denied = "host_not_allowed";
-            rc0.ev.exchange = fetch_refused(b, cur, rc0.ev.status);
-            bk_emit(&rc0);
-            snprintf(err, errlen, "this run may not reach %s", u.auth.host.name);
-            return -EACCES;
-        }
         struct eph_addr a = {0};
-        enum eph_addr_class cls;
-        /* A replay resolves nothing either: nothing leaves the machine. */
-        struct eph_guard g = bk_guard_of(b, true);
-        rc = b->replay ? 0 : eph_guard_resolve(&g, &u.auth.host, u.auth.port, &a, &cls);
-        if (rc) {
-            bool no = rc == -EACCES || rc == -EPERM;
-            rc0.ev.status = no ? 403 : 502;
-            rc0.ev.denied = no ? "address_not_allowed" : "dns_failed";
-            rc0.ev.exchange = fetch_refused(b, cur, rc0.ev.status);
-            bk_emit(&rc0);
-            if (rc == -EPERM)
-                snprintf(err, errlen, "%s:%u is the server's own address", u.auth.host.name,
-                         u.auth.port);
-            else if (rc == -EACCES)
-                snprintf(err, errlen, "%s is not a public address (%s)", u.auth.host.name,
-                         eph_addr_class_name(cls));
-            else
-                snprintf(err, errlen, "%s does not resolve", u.auth.host.name);
+        if ((rc = fetch_allowed(b, &rc0, &u, cur, &a, err, errlen)))
             return rc;
-        }
-        int fee = b->budget ? eph_meter_start(&fake.meter, b->budget, eph_clock_mono_ns()) : 0;
-        if (fee) {
-            atomic_store(&b->exhausted, true);
-            rc0.ev.status = 402;
-            rc0.ev.denied = "budget_exhausted";
-            rc0.ev.exchange = fetch_refused(b, cur, rc0.ev.status);
-            bk_emit(&rc0);
-            snprintf(err, errlen, "the run's budget does not cover this request");
-            return -EDQUOT;
-        }
         struct fetch_io io = {
             .b = b, .meter = &fake.meter, .headers = b->record ? json_array() : NULL};
         uint64_t cap =
@@ -306,51 +360,14 @@ int eph_broker_web_fetch(struct eph_broker *b, const char *url, size_t text_cap,
                 return rc;
             continue;
         }
-        /* curl gets the URL in the spelling checked and the address pinned (pin.h); a
-         * redirect's Location comes back through this loop, parsed and checked again. */
-        struct eph_buf pinned_url;
-        eph_buf_init(&pinned_url, sizeof(cur) + 16);
-        struct eph_pin pin = {0};
-        struct curl_slist *hdrs = curl_slist_append(NULL, "Accept-Encoding: identity");
-        CURL *h = curl_easy_init();
         long status = 0;
-        char *redirect = NULL;
-        CURLcode cr = CURLE_OUT_OF_MEMORY;
-        if (h && hdrs && eph_pin_url(&pinned_url, &u) == 0 &&
-            eph_pin_apply(&pin, h, &u.auth, &a) == 0) {
-            curl_easy_setopt(h, CURLOPT_URL, pinned_url.data);
-            curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
-            curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
-            curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
-            curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-            curl_easy_setopt(h, CURLOPT_NOPROXY, "*");
-            curl_easy_setopt(h, CURLOPT_USERAGENT, "ephemeral-web-fetch");
-            if (b->s.extra_ca_file) {
-                curl_easy_setopt(h, CURLOPT_CAINFO, b->s.extra_ca_file);
-                curl_easy_setopt(h, CURLOPT_CAPATH, "/etc/ssl/certs");
-            }
-            curl_easy_setopt(h, CURLOPT_TIMEOUT, (long)b->s.request_timeout_seconds);
-            curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT, 10L);
-            curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, fetch_header);
-            curl_easy_setopt(h, CURLOPT_HEADERDATA, &io);
-            curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, fetch_body);
-            curl_easy_setopt(h, CURLOPT_WRITEDATA, &io);
-            cr = curl_easy_perform(h);
-            curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
-            if (curl_easy_getinfo(h, CURLINFO_REDIRECT_URL, &redirect) == CURLE_OK && redirect)
-                snprintf(io.location, sizeof(io.location), "%s", redirect);
-        }
+        CURLcode cr = fetch_live(b, &u, &a, sizeof(cur), &io, &status);
         rc0.ev.status = status ? (int)status : 502;
         rc0.ev.bytes_down = io.bytes;
         rc0.ev.exchange = b->record && status ? fetch_exchange(b, cur, (int)status, &io)
                                               : fetch_refused(b, cur, rc0.ev.status);
         bk_emit(&rc0);
         json_decref(io.headers);
-        if (h)
-            curl_easy_cleanup(h);
-        eph_pin_release(&pin);
-        eph_buf_release(&pinned_url);
-        curl_slist_free_all(hdrs);
         bool ok_end = cr == CURLE_OK || ((io.over || io.cut) && cr == CURLE_WRITE_ERROR);
         if (!ok_end) {
             eph_buf_release(&io.body);
