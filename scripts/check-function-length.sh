@@ -9,7 +9,6 @@ set -eu
 cd "$(dirname "$0")/.."
 MAX=${MAX_FUNCTION_LINES:-120}
 ALLOWED='
-src/agent/http_client.c:http_attempt
 src/cli/request.c:eph_cli_run_parse
 src/cli/runs.c:print_run
 '

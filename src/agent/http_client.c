@@ -574,6 +574,93 @@ static uint64_t remaining_ms(const struct eph_http_request *req)
 
 /* One attempt. 0 when an answer came back (resp->status says which); a negative errno otherwise,
  * with *transient telling whether another attempt may succeed. */
+/* The attempt's options on its handle: the request, the callbacks into a, and the timeouts
+ * (limit: the deadline, plus a second, as libcurl's backstop; UINT64_MAX: none). */
+static void attempt_options(const struct eph_http_request *req, struct curl_slist *headers,
+                            struct attempt *a, char *curl_err, uint64_t limit)
+{
+    CURL *e = a->easy;
+    curl_easy_setopt(e, CURLOPT_URL, req->url);
+    curl_easy_setopt(e, CURLOPT_POST, 1L);
+    curl_easy_setopt(e, CURLOPT_POSTFIELDS, req->body);
+    curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)req->body_len);
+    curl_easy_setopt(e, CURLOPT_HTTPHEADER, headers);
+    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_write);
+    curl_easy_setopt(e, CURLOPT_WRITEDATA, a);
+    curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
+    curl_easy_setopt(e, CURLOPT_HEADERDATA, a);
+    curl_easy_setopt(e, CURLOPT_NOPROGRESS, 0L);
+    curl_easy_setopt(e, CURLOPT_XFERINFOFUNCTION, on_xferinfo);
+    curl_easy_setopt(e, CURLOPT_XFERINFODATA, a);
+    curl_easy_setopt(e, CURLOPT_ERRORBUFFER, curl_err);
+    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);       /* threads: no SIGALRM for DNS timeouts */
+    curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 0L); /* a POST is never redirected silently */
+    curl_easy_setopt(e, CURLOPT_USERAGENT, "ephemeral/1");
+    curl_easy_setopt(e, CURLOPT_ACCEPT_ENCODING, ""); /* gzip etc.; the cap counts decoded bytes */
+    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS,
+                     (long)(limit < CONNECT_TIMEOUT_MS ? limit : CONNECT_TIMEOUT_MS));
+    if (limit != UINT64_MAX)
+        curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)(limit > LONG_MAX ? LONG_MAX : limit));
+#if LIBCURL_VERSION_NUM >= 0x075500
+    curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
+#else
+    curl_easy_setopt(e, CURLOPT_PROTOCOLS, (long)(CURLPROTO_HTTP | CURLPROTO_HTTPS));
+#endif
+}
+
+/* What a finished (or stopped) attempt comes to: 0, or the error with err said and *transient
+ * set when another attempt may succeed. */
+static int attempt_result(const struct eph_http_request *req, struct attempt *a, CURLcode result,
+                          const char *curl_err, bool *transient, char *err, size_t errlen)
+{
+    struct eph_http_response *resp = a->resp;
+    CURL *e = a->easy;
+    int rc = 0;
+    if (a->stopped) {
+        long status = 0;
+        curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &status);
+        resp->status = status;
+        resp->stopped = true;
+    } else if (a->rc) {
+        rc = a->rc;
+        if (a->why[0])
+            snprintf(err, errlen, "%s: %s", req->what, a->why);
+        else if (req->event_error && req->event_error[0])
+            snprintf(err, errlen, "%s", req->event_error);
+        else
+            snprintf(err, errlen, "%s: %s", req->what, eph_strerror(rc));
+        /* -EAGAIN from on_event: the stream carried a transient error (an overloaded event in
+         * the middle of a 200 answer); another attempt may succeed. */
+        if (rc == -EAGAIN) {
+            rc = -EIO;
+            *transient = true;
+        }
+    } else if (result == CURLE_ABORTED_BY_CALLBACK && cancelled(req)) {
+        rc = -ECANCELED;
+        snprintf(err, errlen, "%s: call cancelled", req->what);
+    } else if ((result == CURLE_ABORTED_BY_CALLBACK || result == CURLE_OPERATION_TIMEDOUT) &&
+               past_deadline(req)) {
+        rc = -ETIMEDOUT;
+        snprintf(err, errlen, "%s: deadline passed during the call", req->what);
+    } else if (result != CURLE_OK) {
+        rc = -EIO;
+        *transient = curl_transient(result);
+        snprintf(err, errlen, "%s: %s", req->what,
+                 curl_err[0] ? curl_err : curl_easy_strerror(result));
+    } else {
+        long status = 0;
+        curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &status);
+        resp->status = status;
+        if (resp->streamed) {
+            rc = eph_sse_finish(&a->sse);
+            if (rc == -EMSGSIZE)
+                snprintf(err, errlen, "%s: response too large (event line over %zu bytes)",
+                         req->what, req->sse_line_max);
+        }
+    }
+    return rc;
+}
+
 static int http_attempt(const struct eph_http_request *req, struct curl_slist *headers,
                         struct eph_http_response *resp, bool *transient, char *err, size_t errlen)
 {
@@ -603,32 +690,7 @@ static int http_attempt(const struct eph_http_request *req, struct curl_slist *h
     uint64_t limit = left == UINT64_MAX ? UINT64_MAX : left + 1000;
     a.last_byte_ns = eph_clock_mono_ns();
     CURL *e = a.easy;
-    curl_easy_setopt(e, CURLOPT_URL, req->url);
-    curl_easy_setopt(e, CURLOPT_POST, 1L);
-    curl_easy_setopt(e, CURLOPT_POSTFIELDS, req->body);
-    curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)req->body_len);
-    curl_easy_setopt(e, CURLOPT_HTTPHEADER, headers);
-    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_write);
-    curl_easy_setopt(e, CURLOPT_WRITEDATA, &a);
-    curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
-    curl_easy_setopt(e, CURLOPT_HEADERDATA, &a);
-    curl_easy_setopt(e, CURLOPT_NOPROGRESS, 0L);
-    curl_easy_setopt(e, CURLOPT_XFERINFOFUNCTION, on_xferinfo);
-    curl_easy_setopt(e, CURLOPT_XFERINFODATA, &a);
-    curl_easy_setopt(e, CURLOPT_ERRORBUFFER, curl_err);
-    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);       /* threads: no SIGALRM for DNS timeouts */
-    curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 0L); /* a POST is never redirected silently */
-    curl_easy_setopt(e, CURLOPT_USERAGENT, "ephemeral/1");
-    curl_easy_setopt(e, CURLOPT_ACCEPT_ENCODING, ""); /* gzip etc.; the cap counts decoded bytes */
-    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS,
-                     (long)(limit < CONNECT_TIMEOUT_MS ? limit : CONNECT_TIMEOUT_MS));
-    if (limit != UINT64_MAX)
-        curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)(limit > LONG_MAX ? LONG_MAX : limit));
-#if LIBCURL_VERSION_NUM >= 0x075500
-    curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
-#else
-    curl_easy_setopt(e, CURLOPT_PROTOCOLS, (long)(CURLPROTO_HTTP | CURLPROTO_HTTPS));
-#endif
+    attempt_options(req, headers, &a, curl_err, limit);
     curl_multi_add_handle(multi, e);
 
     CURLcode result = CURLE_OK;
@@ -676,48 +738,7 @@ static int http_attempt(const struct eph_http_request *req, struct curl_slist *h
         curl_multi_poll(multi, NULL, 0, (int)(rem < POLL_SLICE_MS ? rem : POLL_SLICE_MS), NULL);
     }
 
-    if (a.stopped) {
-        long status = 0;
-        curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &status);
-        resp->status = status;
-        resp->stopped = true;
-    } else if (a.rc) {
-        rc = a.rc;
-        if (a.why[0])
-            snprintf(err, errlen, "%s: %s", req->what, a.why);
-        else if (req->event_error && req->event_error[0])
-            snprintf(err, errlen, "%s", req->event_error);
-        else
-            snprintf(err, errlen, "%s: %s", req->what, eph_strerror(rc));
-        /* -EAGAIN from on_event: the stream carried a transient error (an overloaded event in
-         * the middle of a 200 answer); another attempt may succeed. */
-        if (rc == -EAGAIN) {
-            rc = -EIO;
-            *transient = true;
-        }
-    } else if (result == CURLE_ABORTED_BY_CALLBACK && cancelled(req)) {
-        rc = -ECANCELED;
-        snprintf(err, errlen, "%s: call cancelled", req->what);
-    } else if ((result == CURLE_ABORTED_BY_CALLBACK || result == CURLE_OPERATION_TIMEDOUT) &&
-               past_deadline(req)) {
-        rc = -ETIMEDOUT;
-        snprintf(err, errlen, "%s: deadline passed during the call", req->what);
-    } else if (result != CURLE_OK) {
-        rc = -EIO;
-        *transient = curl_transient(result);
-        snprintf(err, errlen, "%s: %s", req->what,
-                 curl_err[0] ? curl_err : curl_easy_strerror(result));
-    } else {
-        long status = 0;
-        curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &status);
-        resp->status = status;
-        if (resp->streamed) {
-            rc = eph_sse_finish(&a.sse);
-            if (rc == -EMSGSIZE)
-                snprintf(err, errlen, "%s: response too large (event line over %zu bytes)",
-                         req->what, req->sse_line_max);
-        }
-    }
+    rc = attempt_result(req, &a, result, curl_err, transient, err, errlen);
 
 out_remove : {
     curl_off_t up = 0;
