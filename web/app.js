@@ -667,24 +667,29 @@ function runPage(main, runId) {
     return tr;
   };
 
+  // Every event has its row (rows, by seq: the replay counts them). A running command's output
+  // (shell.output) shows under it as it comes, a row per text, the first naming the command;
+  // when the command's own row arrives they are folded into it (hidden); a replay plays them
+  // like every event.
   const liveOutput = (ev) => {
     const d = ev.data || {};
     const call = typeof d.call === "string" ? d.call : "";
     let lr = liveRows.get(call);
-    if (!lr) {
-      lr = { out: h("pre", { class: "out live" }), err: h("pre", { class: "err live" }) };
-      lr.out.hidden = lr.err.hidden = true;
-      lr.tr = h("tr", { class: "ev shell running", "data-seq": ev.seq, "data-type": "shell.output", "data-call": call },
-        h("td", { class: "t" }, fmt.seconds(ev.t)),
-        h("td", { class: "src" }, h("span", { class: "src-label shell" }, "Shell")),
-        h("td", { class: "msg" }, h("code", {}, ev.message), h("span", { class: "hint" }, " running…"), lr.out, lr.err));
-      liveRows.set(call, lr);
-      tbody.append(lr.tr);
-    }
-    const pre = d.stream === "stderr" ? lr.err : lr.out;
+    const pre = h("pre", { class: d.stream === "stderr" ? "err live" : "out live" });
     // As text, never markup: the command's output is the sandbox's.
-    pre.textContent += typeof d.text === "string" ? d.text : "";
-    pre.hidden = false;
+    pre.textContent = typeof d.text === "string" ? d.text : "";
+    const msg = lr ? h("td", { class: "msg" }, pre)
+      : h("td", { class: "msg" }, h("code", {}, ev.message), h("span", { class: "hint" }, " running…"), pre);
+    if (!lr) {
+      lr = { seqs: [] };
+      liveRows.set(call, lr);
+    }
+    const tr = h("tr", { class: "ev shell running", "data-seq": ev.seq, "data-type": "shell.output", "data-call": call },
+      h("td", { class: "t" }, fmt.seconds(ev.t)),
+      h("td", { class: "src" }, h("span", { class: "src-label shell" }, "Shell")), msg);
+    lr.seqs.push(ev.seq);
+    rows.set(ev.seq, tr);
+    tbody.append(tr);
   };
 
   const addEvent = (ev) => {
@@ -696,7 +701,9 @@ function runPage(main, runId) {
     if (ev.type === "shell.command") {
       const lr = liveRows.get(ev.data?.call?.id ?? "");
       if (lr) {
-        lr.tr.remove();
+        for (const seq of lr.seqs) {
+          rows.get(seq).hidden = true;
+        }
         liveRows.delete(ev.data.call.id);
       }
     }
@@ -753,6 +760,7 @@ function runPage(main, runId) {
     let last = null;
     for (const ev of events) {
       const tr = rows.get(ev.seq);
+      // A command's live output plays at its time too, like every event.
       const visible = (ev.t || 0) <= p + 1e-9;
       tr.hidden = !visible;
       tr.classList.remove("current");
