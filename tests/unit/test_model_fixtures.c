@@ -3,8 +3,8 @@
  * the providers' current documentation (tests/fixtures/providers/: plain answers and event
  * streams, tool calls, refusals, cut answers, usage with cache and reasoning tokens, error bodies;
  * cases.json says what each must give). A format drift in a provider or in our parser is caught
- * here, without a network: answers go through eph_openai_parse_answer() /
- * eph_anthropic_parse_answer(), the code a real call runs on a 2xx body; error bodies through
+ * here, without a network: answers go through each provider's table entry
+ * (eph_provider_parse_answer(), the code a real call runs on a 2xx body); error bodies through
  * the retry rule and the error message a run would show.
  */
 #include <errno.h>
