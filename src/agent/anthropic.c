@@ -25,7 +25,6 @@
 #include "common/log.h"
 #include "ledger/budget.h"
 
-#define SSE_LINE_MAX (1u << 20)
 #define MAX_BLOCKS 256
 #define ANTHROPIC_VERSION "2023-06-01"
 
@@ -39,23 +38,21 @@ struct an_block {
 };
 
 struct an_ctx {
+    struct eph_parse_head h; /* first; usage_final: the answer's last word on usage
+                                (message_delta, or a plain answer) */
     struct eph_buf content;
     struct an_block blocks[MAX_BLOCKS];
     size_t nblocks;
     char stop[64];
-    bool done;        /* message_stop */
-    bool have_usage;  /* some usage was reported */
-    bool final_usage; /* the answer's last word on usage (message_delta, or a plain answer) */
+    bool have_usage; /* some usage was reported */
     uint64_t input, cache_read, cache_write, cache_write_5m, cache_write_1h, output;
     bool split_writes; /* usage.cache_creation said how the writes split by lifetime */
-    char msg[320];     /* why an event handler failed */
-    const char *secret;
 };
 
-static void an_ctx_init(struct an_ctx *c, const char *secret)
+static void an_ctx_init(void *ctx)
 {
+    struct an_ctx *c = ctx;
     memset(c, 0, sizeof(*c));
-    c->secret = secret;
     eph_buf_init(&c->content, EPH_MODEL_RESPONSE_MAX);
     for (size_t i = 0; i < MAX_BLOCKS; i++) {
         eph_buf_init(&c->blocks[i].id, 256);
@@ -78,8 +75,9 @@ static void an_ctx_clear_blocks(struct an_ctx *c)
     c->nblocks = 0;
 }
 
-static void an_ctx_release(struct an_ctx *c)
+static void an_ctx_release(void *ctx)
 {
+    struct an_ctx *c = ctx;
     eph_buf_release(&c->content);
     an_ctx_clear_blocks(c);
 }
@@ -110,8 +108,9 @@ static void an_usage(struct an_ctx *c, const json_t *u)
         c->output = eph_model_json_tokens(v);
 }
 
-static void an_usage_to_resp(const struct an_ctx *c, struct eph_model_response *r)
+static void an_usage_to_resp(const void *ctx, struct eph_model_response *r)
 {
+    const struct an_ctx *c = ctx;
     r->input_tokens = c->input;
     r->cached_input_tokens = c->cache_read;
     if (c->split_writes) {
@@ -124,15 +123,10 @@ static void an_usage_to_resp(const struct an_ctx *c, struct eph_model_response *
         r->cache_write_tokens = c->cache_write;
     }
     r->output_tokens = c->output;
-    r->usage_final = c->final_usage;
+    r->usage_final = c->h.usage_final;
 }
 
 /* ---- the request ---- */
-
-static const char *str_field(const json_t *o, const char *key)
-{
-    return json_string_value(json_object_get(o, key));
-}
 
 /* Adds block to the last message when it has the same role, else to a new message. Steals
  * block (even on error). */
@@ -141,7 +135,7 @@ static int push_block(json_t *msgs, const char *role, json_t *block)
     if (!block)
         return -ENOMEM;
     json_t *last = json_array_get(msgs, json_array_size(msgs) - 1);
-    const char *lrole = str_field(last, "role");
+    const char *lrole = eph_json_str(last, "role");
     if (last && lrole && strcmp(lrole, role) == 0)
         return json_array_append_new(json_object_get(last, "content"), block) ? -ENOMEM : 0;
     json_t *msg = json_pack("{s:s,s:[o]}", "role", role, "content", block);
@@ -165,8 +159,8 @@ static json_t *an_input(const char *arguments)
 static int an_message(json_t *msgs, struct eph_buf *system, const json_t *msg, size_t i, char *err,
                       size_t errlen)
 {
-    const char *role = str_field(msg, "role");
-    const char *content = str_field(msg, "content");
+    const char *role = eph_json_str(msg, "role");
+    const char *content = eph_json_str(msg, "content");
     if (!role) {
         snprintf(err, errlen, "anthropic: conversation message %zu has no role", i);
         return -EINVAL;
@@ -196,18 +190,18 @@ static int an_message(json_t *msgs, struct eph_buf *system, const json_t *msg, s
         const json_t *call;
         json_array_foreach(json_object_get(msg, "tool_calls"), j, call)
         {
-            const char *id = str_field(call, "id"), *name = str_field(call, "name");
+            const char *id = eph_json_str(call, "id"), *name = eph_json_str(call, "name");
             int rc = push_block(msgs, "assistant",
                                 json_pack("{s:s,s:s,s:s,s:o}", "type", "tool_use", "id",
                                           id ? id : "", "name", name ? name : "", "input",
-                                          an_input(str_field(call, "arguments"))));
+                                          an_input(eph_json_str(call, "arguments"))));
             if (rc)
                 return rc;
         }
         return 0;
     }
     if (strcmp(role, "tool") == 0) {
-        const char *id = str_field(msg, "tool_call_id");
+        const char *id = eph_json_str(msg, "tool_call_id");
         json_t *block = json_pack("{s:s,s:s,s:s}", "type", "tool_result", "tool_use_id",
                                   id ? id : "", "content", content ? content : "");
         if (block && json_is_true(json_object_get(msg, "is_error")) &&
@@ -256,7 +250,7 @@ static char *an_body(const struct eph_http_model *m, const struct eph_model_requ
         json_array_foreach(req->tools, i, t)
         {
             const json_t *params = json_object_get(t, "parameters");
-            const char *name = str_field(t, "name"), *desc = str_field(t, "description");
+            const char *name = eph_json_str(t, "name"), *desc = eph_json_str(t, "description");
             json_t *tool = json_pack("{s:s,s:o}", "name", name ? name : "", "input_schema",
                                      json_is_object(params)
                                          ? json_deep_copy(params)
@@ -308,20 +302,10 @@ static int an_refusal(struct eph_model_response *resp)
     return resp->refusal ? 0 : -ENOMEM;
 }
 
-/* A tool_use input as the raw arguments string: objects serialised, a string (not what the API
- * sends, but a proxy might) kept as is. */
-static char *an_arguments(const json_t *input)
-{
-    if (json_is_string(input))
-        return strdup(json_string_value(input));
-    if (!input || json_is_null(input))
-        return strdup("{}");
-    return json_dumps(input, JSON_COMPACT | JSON_ENCODE_ANY);
-}
-
-static int an_parse_plain(const char *body, size_t len, unsigned prior, struct an_ctx *c,
+static int an_parse_plain(void *ctx, const char *body, size_t len, unsigned prior,
                           struct eph_model_response *resp, char *err, size_t errlen)
 {
+    struct an_ctx *c = ctx;
     json_error_t jerr;
     json_t *root = json_loadb(body, len, 0, &jerr);
     int rc = 0;
@@ -333,11 +317,11 @@ static int an_parse_plain(const char *body, size_t len, unsigned prior, struct a
         goto done;
     }
     an_usage(c, json_object_get(root, "usage"));
-    c->final_usage = c->have_usage;
-    const char *type = str_field(root, "type");
+    c->h.usage_final = c->have_usage;
+    const char *type = eph_json_str(root, "type");
     if ((type && strcmp(type, "error") == 0) || json_is_object(json_object_get(root, "error"))) {
         char msg[EPH_HTTP_ERROR_MAX];
-        eph_http_error_message(body, len, c->secret, msg, sizeof(msg));
+        eph_http_error_message(body, len, c->h.secret, msg, sizeof(msg));
         snprintf(err, errlen, "anthropic: error in the response: %s", msg);
         rc = -EIO;
         goto done;
@@ -352,18 +336,18 @@ static int an_parse_plain(const char *body, size_t len, unsigned prior, struct a
     const json_t *block;
     json_array_foreach(content, i, block)
     {
-        const char *bt = str_field(block, "type");
+        const char *bt = eph_json_str(block, "type");
         if (!bt)
             continue;
-        if (strcmp(bt, "text") == 0 && str_field(block, "text")) {
-            if (eph_buf_appends(&text, str_field(block, "text")))
+        if (strcmp(bt, "text") == 0 && eph_json_str(block, "text")) {
+            if (eph_buf_appends(&text, eph_json_str(block, "text")))
                 goto nomem;
         } else if (strcmp(bt, "tool_use") == 0) {
-            char *args = an_arguments(json_object_get(block, "input"));
+            char *args = eph_model_arguments(json_object_get(block, "input"));
             if (!args)
                 goto nomem;
-            rc = eph_model_add_call(resp, str_field(block, "id"), str_field(block, "name"), args,
-                                    prior + (unsigned)resp->ncalls + 1);
+            rc = eph_model_add_call(resp, eph_json_str(block, "id"), eph_json_str(block, "name"),
+                                    args, prior + (unsigned)resp->ncalls + 1);
             free(args);
             if (rc == -EMSGSIZE) {
                 snprintf(err, errlen, "anthropic: more than %d tool calls in one answer",
@@ -380,7 +364,7 @@ static int an_parse_plain(const char *body, size_t len, unsigned prior, struct a
         if (!resp->content)
             goto nomem;
     }
-    resp->finish_reason = strdup(an_finish(str_field(root, "stop_reason"), resp->ncalls));
+    resp->finish_reason = strdup(an_finish(eph_json_str(root, "stop_reason"), resp->ncalls));
     if (!resp->finish_reason || an_refusal(resp))
         goto nomem;
     goto done;
@@ -398,7 +382,7 @@ static struct an_block *an_block_at(struct an_ctx *c, const json_t *chunk)
     const json_t *jidx = json_object_get(chunk, "index");
     json_int_t idx = json_is_integer(jidx) ? json_integer_value(jidx) : 0;
     if (idx < 0 || idx >= MAX_BLOCKS) {
-        snprintf(c->msg, sizeof(c->msg), "anthropic: content block index %lld out of range",
+        snprintf(c->h.msg, sizeof(c->h.msg), "anthropic: content block index %lld out of range",
                  (long long)idx);
         return NULL;
     }
@@ -414,11 +398,11 @@ static int an_on_event(void *ctx, const char *event, const char *data, size_t le
     json_t *chunk = json_loadb(data, len, 0, &jerr);
     int rc = 0;
     if (!json_is_object(chunk)) {
-        snprintf(c->msg, sizeof(c->msg), "anthropic: stream event is not a json object");
+        snprintf(c->h.msg, sizeof(c->h.msg), "anthropic: stream event is not a json object");
         rc = -EPROTO;
         goto done;
     }
-    const char *type = str_field(chunk, "type");
+    const char *type = eph_json_str(chunk, "type");
     if (!type)
         type = event;
     if (strcmp(type, "message_start") == 0) {
@@ -430,10 +414,10 @@ static int an_on_event(void *ctx, const char *event, const char *data, size_t le
             goto done;
         }
         const json_t *cb = json_object_get(chunk, "content_block");
-        const char *bt = str_field(cb, "type");
+        const char *bt = eph_json_str(cb, "type");
         b->seen = true;
         if (bt && strcmp(bt, "tool_use") == 0) {
-            const char *id = str_field(cb, "id"), *name = str_field(cb, "name");
+            const char *id = eph_json_str(cb, "id"), *name = eph_json_str(cb, "name");
             const json_t *input = json_object_get(cb, "input");
             b->tool = true;
             eph_buf_reset(&b->id);
@@ -442,10 +426,10 @@ static int an_on_event(void *ctx, const char *event, const char *data, size_t le
                 goto too_large;
             if (input && !(json_is_object(input) && json_object_size(input) == 0)) {
                 free(b->start_input);
-                b->start_input = an_arguments(input);
+                b->start_input = eph_model_arguments(input);
             }
-        } else if (bt && strcmp(bt, "text") == 0 && str_field(cb, "text")) {
-            if (eph_buf_appends(&c->content, str_field(cb, "text")))
+        } else if (bt && strcmp(bt, "text") == 0 && eph_json_str(cb, "text")) {
+            if (eph_buf_appends(&c->content, eph_json_str(cb, "text")))
                 goto too_large;
         }
     } else if (strcmp(type, "content_block_delta") == 0) {
@@ -455,45 +439,46 @@ static int an_on_event(void *ctx, const char *event, const char *data, size_t le
             goto done;
         }
         const json_t *d = json_object_get(chunk, "delta");
-        const char *dt = str_field(d, "type");
-        if (dt && strcmp(dt, "text_delta") == 0 && str_field(d, "text")) {
-            if (eph_buf_appends(&c->content, str_field(d, "text")))
+        const char *dt = eph_json_str(d, "type");
+        if (dt && strcmp(dt, "text_delta") == 0 && eph_json_str(d, "text")) {
+            if (eph_buf_appends(&c->content, eph_json_str(d, "text")))
                 goto too_large;
-        } else if (dt && strcmp(dt, "input_json_delta") == 0 && str_field(d, "partial_json")) {
-            if (eph_buf_appends(&b->json, str_field(d, "partial_json")))
+        } else if (dt && strcmp(dt, "input_json_delta") == 0 && eph_json_str(d, "partial_json")) {
+            if (eph_buf_appends(&b->json, eph_json_str(d, "partial_json")))
                 goto too_large;
         }
     } else if (strcmp(type, "message_delta") == 0) {
-        const char *stop = str_field(json_object_get(chunk, "delta"), "stop_reason");
+        const char *stop = eph_json_str(json_object_get(chunk, "delta"), "stop_reason");
         if (stop)
             snprintf(c->stop, sizeof(c->stop), "%s", stop);
         const json_t *u = json_object_get(chunk, "usage");
         an_usage(c, u);
         if (json_is_object(u))
-            c->final_usage = true;
+            c->h.usage_final = true;
     } else if (strcmp(type, "message_stop") == 0) {
-        c->done = true;
+        c->h.done = true;
         rc = EPH_SSE_STOP; /* the end, whether or not the server closes the connection */
     } else if (strcmp(type, "error") == 0) {
         char m[EPH_HTTP_ERROR_MAX];
-        eph_http_error_message(data, len, c->secret, m, sizeof(m));
-        snprintf(c->msg, sizeof(c->msg), "anthropic: error in the stream: %s", m);
+        eph_http_error_message(data, len, c->h.secret, m, sizeof(m));
+        snprintf(c->h.msg, sizeof(c->h.msg), "anthropic: error in the stream: %s", m);
         rc = -EAGAIN; /* overloaded_error and the like, after a 200: worth another attempt */
     }
     /* ping, content_block_stop and unknown events: nothing to do */
     goto done;
 too_large:
-    snprintf(c->msg, sizeof(c->msg), "anthropic: response too large");
+    snprintf(c->h.msg, sizeof(c->h.msg), "anthropic: response too large");
     rc = -EMSGSIZE;
 done:
     json_decref(chunk);
     return rc;
 }
 
-static int an_stream_to_resp(struct an_ctx *c, unsigned prior, struct eph_model_response *resp,
-                             char *err, size_t errlen)
+static int an_stream_to_resp(void *ctx, unsigned prior, struct eph_model_response *resp, char *err,
+                             size_t errlen)
 {
-    if (!c->done && !c->stop[0]) {
+    struct an_ctx *c = ctx;
+    if (!c->h.done && !c->stop[0]) {
         snprintf(err, errlen, "anthropic: stream ended before the answer was complete");
         return -EPROTO;
     }
@@ -528,184 +513,43 @@ nomem:
     return -ENOMEM;
 }
 
-/* ---- the answer, alone (fuzz drivers) ---- */
+/* ---- the entry ---- */
 
-int eph_anthropic_parse_answer(const char *body, size_t len, bool stream, unsigned prior,
-                               struct eph_model_response *resp, char *err, size_t errlen)
+static bool an_retryable(long status, const char *body, size_t len, uint64_t *retry_after_ms)
 {
-    memset(resp, 0, sizeof(*resp));
-    err[0] = '\0';
-    struct an_ctx *c = malloc(sizeof(*c));
-    if (!c) {
-        snprintf(err, errlen, "anthropic: out of memory");
-        return -ENOMEM;
-    }
-    an_ctx_init(c, NULL);
-    int rc;
-    if (stream) {
-        rc = eph_sse_parse(body, len, SSE_LINE_MAX, an_on_event, c);
-        if (rc == EPH_SSE_STOP)
-            rc = 0;
-        if (rc)
-            snprintf(err, errlen, "%s", c->msg[0] ? c->msg : "anthropic: bad event stream");
-        if (rc == -EAGAIN)
-            rc = -EIO;
-        if (!rc)
-            rc = an_stream_to_resp(c, prior, resp, err, errlen);
-    } else {
-        rc = an_parse_plain(body, len, prior, c, resp, err, errlen);
-    }
-    an_usage_to_resp(c, resp);
-    resp->usage_missing = rc == 0 && !c->final_usage;
-    an_ctx_release(c);
-    free(c);
-    return rc;
+    (void)retry_after_ms; /* Anthropic says it in the Retry-After header */
+    return eph_model_retry_class(status, body, len);
 }
 
-/* ---- ops ---- */
+/* Prices as Anthropic lists them. */
+static const struct eph_provider_model an_key_models[] = {
+    {"anthropic/claude-sonnet-4-5", "claude-sonnet-4-5", 3000000, 300000, 3750000, 15000000, 4096},
+    {"anthropic/claude-haiku-4-5", "claude-haiku-4-5", 1000000, 100000, 1250000, 5000000, 4096},
+};
 
-static int anthropic_open(const struct eph_model_config *cfg, struct eph_model **out, char *err,
-                          size_t errlen)
-{
-    struct eph_http_model *m = calloc(1, sizeof(*m));
-    if (!m) {
-        snprintf(err, errlen, "anthropic: out of memory");
-        return -ENOMEM;
-    }
-    int rc = eph_http_model_init(m, &eph_model_anthropic_ops, cfg, "https://api.anthropic.com/v1",
-                                 "messages", false, err, errlen);
-    if (rc) {
-        free(m);
-        return rc;
-    }
-    *out = &m->base;
-    return 0;
-}
-
-static void anthropic_free(struct eph_model *base)
-{
-    if (!base)
-        return;
-    struct eph_http_model *m = (struct eph_http_model *)base;
-    eph_http_model_release(m);
-    free(m);
-}
-
-static int anthropic_input_bound(struct eph_model *base, const struct eph_model_request *req,
-                                 uint64_t *tokens, char *err, size_t errlen)
-{
-    struct eph_http_model *m = (struct eph_http_model *)base;
-    int rc;
-    char *body = an_body(m, req, &rc, err, errlen);
-    if (!body)
-        return rc;
-    *tokens = eph_http_model_input_bound(m, strlen(body));
-    free(body);
-    return 0;
-}
-
-/* One attempt (eph_model_call retries). */
-static int anthropic_call(struct eph_model *base, const struct eph_model_request *req,
-                          struct eph_model_response *resp, char *err, size_t errlen)
-{
-    struct eph_http_model *m = (struct eph_http_model *)base;
-    const struct eph_model_config *cfg = m->base.cfg;
-    memset(resp, 0, sizeof(*resp));
-    err[0] = '\0';
-    if (m->key_missing) {
-        snprintf(err, errlen, "anthropic: environment variable '%s' is not set", cfg->api_key_env);
-        return -EIO;
-    }
-    int rc;
-    char *body = an_body(m, req, &rc, err, errlen);
-    if (!body)
-        return rc;
-    struct an_ctx *c = malloc(sizeof(*c));
-    char *auth = NULL;
-    if (!c || (m->key && asprintf(&auth, "x-api-key: %s", m->key) < 0)) {
-        auth = NULL;
-        free(c);
-        free(body);
-        snprintf(err, errlen, "anthropic: out of memory");
-        return -ENOMEM;
-    }
-    an_ctx_init(c, m->key);
-    unsigned prior = eph_model_count_calls(req->messages);
-    const char *headers[] = {
-        "Content-Type: application/json",
-        m->stream ? "Accept: text/event-stream" : "Accept: application/json",
-        "anthropic-version: " ANTHROPIC_VERSION,
-        "Expect:",
-        auth,
-        NULL,
-    };
-    struct eph_http_request hr = {
-        .what = "anthropic",
-        .url = m->url,
-        .headers = headers,
-        .body = body,
-        .body_len = strlen(body),
-        .deadline_ns = req->deadline_ns,
-        .idle_timeout_ms = m->idle_timeout_ms,
-        .cancel = req->cancel,
-        .max_body = EPH_MODEL_RESPONSE_MAX,
-        .max_attempts = 1,
-        .on_event = m->stream ? an_on_event : NULL,
-        .sse_line_max = SSE_LINE_MAX,
-        .event_error = c->msg,
-        .ctx = c,
-        .secret = m->key,
-        .pool = m->pool,
-    };
-    struct eph_http_response hresp;
-    rc = eph_http_post(&hr, &hresp, err, errlen);
-    resp->sent = hresp.sent;
-    resp->http_status = hresp.status;
-    resp->retry_after_ms = hresp.retry_after_ms;
-    if (rc) {
-        /* err says why; an overloaded_error event after message_start, a lost connection and
-         * an idle server may do better next time */
-        resp->retryable = hresp.transient;
-    } else if (hresp.status >= 200 && hresp.status < 300) {
-        const char *data = hresp.body.data ? hresp.body.data : "";
-        bool sniffed = !hresp.streamed && m->stream && eph_sse_sniff(data, hresp.body.len);
-        if (sniffed) /* an event stream under another content type */
-            rc = eph_model_parse_sniffed(data, hresp.body.len, an_on_event, c, c->msg, "anthropic",
-                                         &resp->retryable, err, errlen);
-        if (rc)
-            ; /* err says why */
-        else if (hresp.streamed || sniffed)
-            rc = an_stream_to_resp(c, prior, resp, err, errlen);
-        else
-            rc = an_parse_plain(data, hresp.body.len, prior, c, resp, err, errlen);
-    } else {
-        char msg[EPH_HTTP_ERROR_MAX];
-        eph_http_error_message(hresp.body.data, hresp.body.len, m->key, msg, sizeof(msg));
-        rc = -EIO;
-        snprintf(err, errlen, "anthropic: http %ld%s%s", hresp.status, msg[0] ? ": " : "", msg);
-        resp->retryable = eph_model_retry_class(hresp.status, hresp.body.data, hresp.body.len);
-    }
-    eph_http_response_release(&hresp);
-    free(body);
-    an_usage_to_resp(c, resp);
-    if (rc == 0 && !c->final_usage)
-        EPH_WARN("model", "anthropic: model '%s' reported no usage: the worst case is charged",
-                 cfg->id ? cfg->id : "");
-    an_ctx_release(c);
-    free(c);
-    if (auth) {
-        explicit_bzero(auth, strlen(auth));
-        free(auth);
-    }
-    if (rc)
-        eph_model_response_drop_answer(resp);
-    return rc;
-}
-
-const struct eph_model_ops eph_model_anthropic_ops = {
-    .name = "anthropic",
-    .open = anthropic_open,
-    .call = anthropic_call,
-    .input_bound = anthropic_input_bound,
-    .free = anthropic_free,
+/* Anthropic bills a 5-minute cache write at 1.25 times the input price and a 1-hour one at twice
+ * it, and adds a tool-use system prompt of a few hundred tokens (at most 530 in its published
+ * table). */
+const struct eph_http_provider eph_provider_anthropic = {
+    .ops = EPH_HTTP_OPS("anthropic"),
+    .default_base = "https://api.anthropic.com/v1",
+    .path = "messages",
+    .auth_header = "x-api-key: ",
+    .headers = {"anthropic-version: " ANTHROPIC_VERSION},
+    .caps = EPH_PROVIDER_STREAM | EPH_PROVIDER_TOOLS | EPH_PROVIDER_STREAM_USAGE,
+    .cache_write = EPH_CACHE_WRITE_PREMIUM,
+    .input_overhead_tokens = 1024,
+    .stream_by_default = true,
+    .key_env = "ANTHROPIC_API_KEY",
+    .key_models = an_key_models,
+    .nkey_models = sizeof(an_key_models) / sizeof(an_key_models[0]),
+    .ctx_size = sizeof(struct an_ctx),
+    .ctx_init = an_ctx_init,
+    .ctx_release = an_ctx_release,
+    .build = an_body,
+    .parse = an_parse_plain,
+    .on_event = an_on_event,
+    .stream_end = an_stream_to_resp,
+    .usage = an_usage_to_resp,
+    .retryable = an_retryable,
 };

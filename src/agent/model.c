@@ -1,6 +1,6 @@
 /*
- * model.c - the table of model providers, and what every provider's response needs to be freed.
- * Adding a provider is adding its file and one line here.
+ * model.c - the table of model providers, one metered call with its retries, and the helpers
+ * every provider's parser shares. Adding a provider is adding its file and one line here.
  */
 #include "agent/model.h"
 
@@ -15,20 +15,29 @@
 #include "common/log.h"
 #include "ledger/budget.h"
 
-static const struct eph_model_ops *const providers[] = {
-    &eph_model_openai_ops,
-    &eph_model_anthropic_ops,
-    &eph_model_replay_ops,
+/* The HTTP providers (providers.h); replay is the one other. */
+const struct eph_http_provider *const eph_http_providers[] = {
+    &eph_provider_openai,
+    &eph_provider_openai_compatible,
+    &eph_provider_anthropic,
+    &eph_provider_gemini,
+    NULL,
 };
+
+const struct eph_http_provider *eph_http_provider_find(const char *name)
+{
+    for (size_t i = 0; name && eph_http_providers[i]; i++)
+        if (strcmp(eph_http_providers[i]->ops.name, name) == 0)
+            return eph_http_providers[i];
+    return NULL;
+}
 
 const struct eph_model_ops *eph_model_provider(const char *name)
 {
-    if (!name)
-        return NULL;
-    for (size_t i = 0; i < sizeof(providers) / sizeof(providers[0]); i++)
-        if (strcmp(providers[i]->name, name) == 0)
-            return providers[i];
-    return NULL;
+    const struct eph_http_provider *p = eph_http_provider_find(name);
+    if (p)
+        return &p->ops;
+    return name && strcmp(name, eph_model_replay_ops.name) == 0 ? &eph_model_replay_ops : NULL;
 }
 
 void eph_model_response_release(struct eph_model_response *r)
@@ -180,93 +189,6 @@ int eph_model_call(struct eph_model *m, const struct eph_model_request *req,
 
 /* ---- shared by the HTTP providers ---- */
 
-bool eph_model_unavailable(const struct eph_model *m, char *why, size_t whylen)
-{
-    if (!m) {
-        snprintf(why, whylen, "it could not be set up (the server's log says why)");
-        return true;
-    }
-    if ((m->ops == &eph_model_openai_ops || m->ops == &eph_model_anthropic_ops) &&
-        ((const struct eph_http_model *)m)->key_missing) {
-        snprintf(why, whylen, "its key variable %s is not set on the server", m->cfg->api_key_env);
-        return true;
-    }
-    return false;
-}
-
-int eph_model_set_stream(struct eph_model *m, bool stream)
-{
-    if (!m || (m->ops != &eph_model_openai_ops && m->ops != &eph_model_anthropic_ops))
-        return -EINVAL;
-    ((struct eph_http_model *)m)->stream = stream;
-    return 0;
-}
-
-int eph_http_model_init(struct eph_http_model *m, const struct eph_model_ops *ops,
-                        const struct eph_model_config *cfg, const char *default_base,
-                        const char *path, bool strip_prefix, char *err, size_t errlen)
-{
-    memset(m, 0, sizeof(*m));
-    m->base.ops = ops;
-    m->base.cfg = cfg;
-    int rc = eph_http_global_init();
-    if (rc) {
-        snprintf(err, errlen, "%s: cannot initialise libcurl", ops->name);
-        return rc;
-    }
-    const char *base = cfg->base_url && cfg->base_url[0] ? cfg->base_url : default_base;
-    if (strncmp(base, "http://", 7) != 0 && strncmp(base, "https://", 8) != 0) {
-        snprintf(err, errlen, "model '%s': base_url must start with http:// or https://",
-                 cfg->id ? cfg->id : "");
-        return -EINVAL;
-    }
-    m->url = eph_http_join_url(base, path);
-    const char *name = cfg->upstream_model && cfg->upstream_model[0] ? cfg->upstream_model
-                                                                     : (cfg->id ? cfg->id : "");
-    if (strip_prefix && !(cfg->upstream_model && cfg->upstream_model[0])) {
-        const char *slash = strrchr(name, '/');
-        if (slash && slash[1])
-            name = slash + 1;
-    }
-    m->upstream = strdup(name);
-    if (cfg->api_key_env && cfg->api_key_env[0]) {
-        const char *k = getenv(cfg->api_key_env);
-        if (k && k[0]) {
-            m->key = strdup(k);
-            if (!m->key)
-                goto nomem;
-        } else {
-            /* Not fatal: the server may start with models it cannot reach yet; each call then
-             * fails with a message that names the variable (never a value). */
-            m->key_missing = true;
-            EPH_WARN("model", "model '%s': environment variable '%s' is not set",
-                     cfg->id ? cfg->id : "", cfg->api_key_env);
-        }
-    }
-    m->pool = eph_http_pool_new(EPH_HTTP_MODEL_MAX_IDLE);
-    if (!m->url || !m->upstream || !m->pool)
-        goto nomem;
-    m->idle_timeout_ms = (cfg->timeout_seconds ? cfg->timeout_seconds : 120) * 1000u;
-    return 0;
-nomem:
-    eph_http_model_release(m);
-    snprintf(err, errlen, "%s: out of memory", ops->name);
-    return -ENOMEM;
-}
-
-void eph_http_model_release(struct eph_http_model *m)
-{
-    if (m->key) {
-        explicit_bzero(m->key, strlen(m->key));
-        free(m->key);
-    }
-    free(m->url);
-    free(m->upstream);
-    eph_http_pool_free(m->pool);
-    m->key = m->url = m->upstream = NULL;
-    m->pool = NULL;
-}
-
 uint32_t eph_model_max_tokens(const struct eph_model_config *cfg,
                               const struct eph_model_request *req)
 {
@@ -357,29 +279,6 @@ int eph_model_add_call(struct eph_model_response *r, const char *id, const char 
     return 0;
 }
 
-uint64_t eph_http_model_input_bound(const struct eph_http_model *m, size_t body_len)
-{
-    return eph_tokens_add((uint64_t)body_len, m->base.cfg->input_overhead_tokens);
-}
-
-int eph_model_parse_sniffed(const char *data, size_t len, eph_sse_event_fn on_event, void *ctx,
-                            const char *msg, const char *what, bool *retryable, char *err,
-                            size_t errlen)
-{
-    int rc = eph_sse_parse(data, len, 1u << 20, on_event, ctx);
-    if (rc == EPH_SSE_STOP)
-        rc = 0;
-    if (rc && msg && msg[0])
-        snprintf(err, errlen, "%s", msg);
-    else if (rc)
-        snprintf(err, errlen, "%s: bad event stream", what);
-    if (rc == -EAGAIN) {
-        rc = -EIO;
-        *retryable = true;
-    }
-    return rc;
-}
-
 void eph_model_response_drop_answer(struct eph_model_response *r)
 {
     struct eph_model_response keep = *r;
@@ -388,4 +287,18 @@ void eph_model_response_drop_answer(struct eph_model_response *r)
     keep.ncalls = 0;
     eph_model_response_release(r);
     *r = keep;
+}
+
+char *eph_model_arguments(const json_t *v)
+{
+    if (json_is_string(v))
+        return strdup(json_string_value(v));
+    if (!v || json_is_null(v))
+        return strdup("{}");
+    return json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+}
+
+const char *eph_json_str(const json_t *o, const char *key)
+{
+    return json_string_value(json_object_get(o, key));
 }

@@ -25,13 +25,6 @@
 #include "common/log.h"
 #include "ledger/budget.h"
 
-#define SSE_LINE_MAX (1u << 20)
-
-struct openai_model {
-    struct eph_http_model http; /* first */
-    atomic_bool completion_tokens;
-};
-
 /* A tool call being assembled from stream deltas. */
 struct oa_call {
     bool seen;
@@ -43,23 +36,20 @@ struct oa_call {
 
 /* The state of one call: what the stream assembled so far and the usage to pay for. */
 struct oa_ctx {
+    struct eph_parse_head h; /* first */
     struct eph_buf content;
     struct eph_buf refusal;
     struct oa_call calls[EPH_MODEL_MAX_CALLS];
     size_t ncalls; /* highest index seen + 1 */
     size_t last;   /* the call the last delta went to (deltas without an index) */
     char finish[64];
-    bool done; /* data: [DONE] */
-    bool have_usage;
     uint64_t prompt, cached, completion, reasoning;
-    char msg[320]; /* why an event handler failed */
-    const char *secret;
 };
 
-static void oa_ctx_init(struct oa_ctx *c, const char *secret)
+static void oa_ctx_init(void *ctx)
 {
+    struct oa_ctx *c = ctx;
     memset(c, 0, sizeof(*c));
-    c->secret = secret;
     eph_buf_init(&c->content, EPH_MODEL_RESPONSE_MAX);
     eph_buf_init(&c->refusal, EPH_MODEL_RESPONSE_MAX);
     for (size_t i = 0; i < EPH_MODEL_MAX_CALLS; i++) {
@@ -82,8 +72,9 @@ static void oa_ctx_clear_calls(struct oa_ctx *c)
     c->last = 0;
 }
 
-static void oa_ctx_release(struct oa_ctx *c)
+static void oa_ctx_release(void *ctx)
 {
+    struct oa_ctx *c = ctx;
     eph_buf_release(&c->content);
     eph_buf_release(&c->refusal);
     oa_ctx_clear_calls(c);
@@ -98,7 +89,7 @@ static void oa_usage(struct oa_ctx *c, const json_t *usage)
 {
     if (!json_is_object(usage))
         return;
-    c->have_usage = true;
+    c->h.usage_final = true;
     c->prompt = eph_model_json_tokens(json_object_get(usage, "prompt_tokens"));
     c->completion = eph_model_json_tokens(json_object_get(usage, "completion_tokens"));
     c->cached = eph_model_json_tokens(
@@ -108,14 +99,15 @@ static void oa_usage(struct oa_ctx *c, const json_t *usage)
 }
 
 /* The attempt's usage, the cached part split out (it is billed at the cached price). */
-static void oa_usage_to_resp(const struct oa_ctx *c, struct eph_model_response *r)
+static void oa_usage_to_resp(const void *ctx, struct eph_model_response *r)
 {
+    const struct oa_ctx *c = ctx;
     uint64_t cached = c->cached < c->prompt ? c->cached : c->prompt;
     r->input_tokens = c->prompt - cached;
     r->cached_input_tokens = cached;
     r->output_tokens = c->completion;
     r->reasoning_tokens = c->reasoning < c->completion ? c->reasoning : c->completion;
-    r->usage_final = c->have_usage;
+    r->usage_final = c->h.usage_final;
 }
 
 /* ---- the request ---- */
@@ -125,15 +117,10 @@ static int set_str(json_t *o, const char *key, const char *v)
     return json_object_set_new(o, key, json_string(v ? v : "")) ? -ENOMEM : 0;
 }
 
-static const char *str_field(const json_t *o, const char *key)
-{
-    return json_string_value(json_object_get(o, key));
-}
-
 /* One neutral message in the wire format; NULL with *rc and err set. */
 static json_t *oa_message(const json_t *msg, size_t i, int *rc, char *err, size_t errlen)
 {
-    const char *role = str_field(msg, "role");
+    const char *role = eph_json_str(msg, "role");
     json_t *out = json_object();
     *rc = -ENOMEM;
     if (!out)
@@ -143,10 +130,10 @@ static json_t *oa_message(const json_t *msg, size_t i, int *rc, char *err, size_
         goto invalid;
     }
     if (strcmp(role, "system") == 0 || strcmp(role, "user") == 0) {
-        if (set_str(out, "role", role) || set_str(out, "content", str_field(msg, "content")))
+        if (set_str(out, "role", role) || set_str(out, "content", eph_json_str(msg, "content")))
             goto nomem;
     } else if (strcmp(role, "assistant") == 0) {
-        const char *content = str_field(msg, "content");
+        const char *content = eph_json_str(msg, "content");
         const json_t *calls = json_object_get(msg, "tool_calls");
         size_t ncalls = json_is_array(calls) ? json_array_size(calls) : 0;
         if (set_str(out, "role", "assistant"))
@@ -170,16 +157,17 @@ static json_t *oa_message(const json_t *msg, size_t i, int *rc, char *err, size_
                     goto nomem;
                 json_t *fn = json_object();
                 if (json_object_set_new(tc, "function", fn) ||
-                    set_str(tc, "id", str_field(call, "id")) || set_str(tc, "type", "function") ||
-                    set_str(fn, "name", str_field(call, "name")) ||
-                    set_str(fn, "arguments", str_field(call, "arguments")))
+                    set_str(tc, "id", eph_json_str(call, "id")) ||
+                    set_str(tc, "type", "function") ||
+                    set_str(fn, "name", eph_json_str(call, "name")) ||
+                    set_str(fn, "arguments", eph_json_str(call, "arguments")))
                     goto nomem;
             }
         }
     } else if (strcmp(role, "tool") == 0) {
         if (set_str(out, "role", "tool") ||
-            set_str(out, "tool_call_id", str_field(msg, "tool_call_id")) ||
-            set_str(out, "content", str_field(msg, "content")))
+            set_str(out, "tool_call_id", eph_json_str(msg, "tool_call_id")) ||
+            set_str(out, "content", eph_json_str(msg, "content")))
             goto nomem;
     } else {
         snprintf(err, errlen, "openai: conversation message %zu has the unknown role '%.32s'", i,
@@ -212,9 +200,9 @@ static json_t *oa_tools(const json_t *tools)
             goto nomem;
         json_t *fn = json_object();
         const json_t *params = json_object_get(t, "parameters");
-        const char *desc = str_field(t, "description");
+        const char *desc = eph_json_str(t, "description");
         if (set_str(tool, "type", "function") || json_object_set_new(tool, "function", fn) ||
-            set_str(fn, "name", str_field(t, "name")) ||
+            set_str(fn, "name", eph_json_str(t, "name")) ||
             (desc && set_str(fn, "description", desc)) ||
             json_object_set_new(fn, "parameters",
                                 json_is_object(params)
@@ -228,13 +216,15 @@ nomem:
     return NULL;
 }
 
-static char *oa_body(const struct openai_model *m, const struct eph_model_request *req,
-                     bool completion_tokens, int *rc, char *err, size_t errlen)
+/* The body, with the model's current choice of token field (m->alt: max_completion_tokens). */
+static char *oa_body(const struct eph_http_model *m, const struct eph_model_request *req, int *rc,
+                     char *err, size_t errlen)
 {
+    bool completion_tokens = atomic_load(&((struct eph_http_model *)m)->alt);
     char *out = NULL;
     json_t *body = json_object(), *msgs = json_array();
     *rc = -ENOMEM;
-    if (!body || !msgs || json_object_set_new(body, "model", json_string(m->http.upstream)) ||
+    if (!body || !msgs || json_object_set_new(body, "model", json_string(m->upstream)) ||
         json_object_set(body, "messages", msgs))
         goto nomem;
     size_t i;
@@ -252,13 +242,15 @@ static char *oa_body(const struct openai_model *m, const struct eph_model_reques
         if (json_object_set_new(body, "tools", oa_tools(req->tools)))
             goto nomem;
     }
-    uint32_t max = eph_model_max_tokens(m->http.base.cfg, req);
+    uint32_t max = eph_model_max_tokens(m->base.cfg, req);
     if (json_object_set_new(body, completion_tokens ? "max_completion_tokens" : "max_tokens",
                             json_integer(max)))
         goto nomem;
-    if (m->http.stream &&
+    /* stream_options is refused by some compatible servers (openai-compatible leaves it out) */
+    if (m->stream &&
         (json_object_set_new(body, "stream", json_true()) ||
-         json_object_set_new(body, "stream_options", json_pack("{s:b}", "include_usage", 1))))
+         ((m->prov->caps & EPH_PROVIDER_STREAM_USAGE) &&
+          json_object_set_new(body, "stream_options", json_pack("{s:b}", "include_usage", 1)))))
         goto nomem;
     out = json_dumps(body, JSON_COMPACT);
     if (!out)
@@ -275,17 +267,6 @@ done:
 }
 
 /* ---- the answer ---- */
-
-/* "arguments" as received: a string is kept raw; a server that sends an object (some do) gets it
- * serialised; missing means no arguments. */
-static char *oa_arguments(const json_t *v)
-{
-    if (json_is_string(v))
-        return strdup(json_string_value(v));
-    if (!v || json_is_null(v))
-        return strdup("{}");
-    return json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
-}
 
 static const char *oa_finish(const char *f, size_t ncalls)
 {
@@ -315,7 +296,7 @@ static int oa_content(const json_t *v, char **out)
     const json_t *part;
     json_array_foreach(v, i, part)
     {
-        const char *t = str_field(part, "text");
+        const char *t = eph_json_str(part, "text");
         if (t) {
             int rc = eph_buf_appends(&b, t);
             if (rc) {
@@ -328,9 +309,10 @@ static int oa_content(const json_t *v, char **out)
     return *out ? 0 : -ENOMEM;
 }
 
-static int oa_parse_plain(const char *body, size_t len, unsigned prior, struct oa_ctx *c,
+static int oa_parse_plain(void *ctx, const char *body, size_t len, unsigned prior,
                           struct eph_model_response *resp, char *err, size_t errlen)
 {
+    struct oa_ctx *c = ctx;
     json_error_t jerr;
     json_t *root = json_loadb(body, len, 0, &jerr);
     int rc = 0;
@@ -346,7 +328,7 @@ static int oa_parse_plain(const char *body, size_t len, unsigned prior, struct o
         const json_t *e = json_object_get(root, "error");
         if (e) {
             char msg[EPH_HTTP_ERROR_MAX];
-            eph_http_error_message(body, len, c->secret, msg, sizeof(msg));
+            eph_http_error_message(body, len, c->h.secret, msg, sizeof(msg));
             snprintf(err, errlen, "openai: error in the response: %s", msg);
             rc = -EIO;
         } else {
@@ -365,7 +347,7 @@ static int oa_parse_plain(const char *body, size_t len, unsigned prior, struct o
     rc = oa_content(json_object_get(message, "content"), &resp->content);
     if (rc)
         goto nomem;
-    const char *refusal = str_field(message, "refusal");
+    const char *refusal = eph_json_str(message, "refusal");
     if (refusal && refusal[0] && !(resp->refusal = strdup(refusal)))
         goto nomem;
     const json_t *calls = json_object_get(message, "tool_calls");
@@ -374,10 +356,10 @@ static int oa_parse_plain(const char *body, size_t len, unsigned prior, struct o
     json_array_foreach(calls, i, tc)
     {
         const json_t *fn = json_object_get(tc, "function");
-        char *args = oa_arguments(json_object_get(fn, "arguments"));
+        char *args = eph_model_arguments(json_object_get(fn, "arguments"));
         if (!args)
             goto nomem;
-        rc = eph_model_add_call(resp, str_field(tc, "id"), str_field(fn, "name"), args,
+        rc = eph_model_add_call(resp, eph_json_str(tc, "id"), eph_json_str(fn, "name"), args,
                                 prior + (unsigned)resp->ncalls + 1);
         free(args);
         if (rc == -EMSGSIZE) {
@@ -390,10 +372,10 @@ static int oa_parse_plain(const char *body, size_t len, unsigned prior, struct o
     }
     const json_t *legacy = json_object_get(message, "function_call");
     if (json_is_object(legacy) && resp->ncalls == 0) {
-        char *args = oa_arguments(json_object_get(legacy, "arguments"));
+        char *args = eph_model_arguments(json_object_get(legacy, "arguments"));
         if (!args)
             goto nomem;
-        rc = eph_model_add_call(resp, NULL, str_field(legacy, "name"), args, prior + 1);
+        rc = eph_model_add_call(resp, NULL, eph_json_str(legacy, "name"), args, prior + 1);
         free(args);
         if (rc)
             goto nomem;
@@ -403,7 +385,7 @@ static int oa_parse_plain(const char *body, size_t len, unsigned prior, struct o
         resp->content = NULL;
     }
     resp->finish_reason = strdup(
-        resp->refusal ? "refusal" : oa_finish(str_field(choice, "finish_reason"), resp->ncalls));
+        resp->refusal ? "refusal" : oa_finish(eph_json_str(choice, "finish_reason"), resp->ncalls));
     if (!resp->finish_reason)
         goto nomem;
     goto done;
@@ -418,12 +400,12 @@ done:
 static int oa_delta_call(struct oa_ctx *c, const json_t *tc)
 {
     const json_t *jidx = json_object_get(tc, "index");
-    const char *id = str_field(tc, "id");
+    const char *id = eph_json_str(tc, "id");
     size_t idx;
     if (json_is_integer(jidx)) {
         json_int_t v = json_integer_value(jidx);
         if (v < 0 || v >= EPH_MODEL_MAX_CALLS) {
-            snprintf(c->msg, sizeof(c->msg), "openai: tool call index %lld out of range",
+            snprintf(c->h.msg, sizeof(c->h.msg), "openai: tool call index %lld out of range",
                      (long long)v);
             return -EPROTO;
         }
@@ -432,11 +414,11 @@ static int oa_delta_call(struct oa_ctx *c, const json_t *tc)
         idx = 0;
     } else if ((id && id[0] && c->calls[c->last].id.len &&
                 strcmp(id, c->calls[c->last].id.data) != 0) ||
-               (str_field(json_object_get(tc, "function"), "name") && c->calls[c->last].name.len &&
-                c->calls[c->last].have_args)) {
+               (eph_json_str(json_object_get(tc, "function"), "name") &&
+                c->calls[c->last].name.len && c->calls[c->last].have_args)) {
         /* no index: a new id, or a name after the current call's arguments, starts a new call */
         if (c->ncalls >= EPH_MODEL_MAX_CALLS) {
-            snprintf(c->msg, sizeof(c->msg), "openai: more than %d tool calls in one answer",
+            snprintf(c->h.msg, sizeof(c->h.msg), "openai: more than %d tool calls in one answer",
                      EPH_MODEL_MAX_CALLS);
             return -EMSGSIZE;
         }
@@ -450,7 +432,7 @@ static int oa_delta_call(struct oa_ctx *c, const json_t *tc)
     if (idx + 1 > c->ncalls)
         c->ncalls = idx + 1;
     const json_t *fn = json_object_get(tc, "function");
-    const char *name = str_field(fn, "name");
+    const char *name = eph_json_str(fn, "name");
     int rc = 0;
     /* Ids and names come whole in one delta; some servers repeat them in every delta, so only the
      * first one counts. Arguments come in pieces and are concatenated. */
@@ -469,7 +451,7 @@ static int oa_delta_call(struct oa_ctx *c, const json_t *tc)
         free(s);
     }
     if (rc)
-        snprintf(c->msg, sizeof(c->msg), "openai: tool call too large");
+        snprintf(c->h.msg, sizeof(c->h.msg), "openai: tool call too large");
     return rc;
 }
 
@@ -477,21 +459,21 @@ static int oa_on_event(void *ctx, const char *event, const char *data, size_t le
 {
     struct oa_ctx *c = ctx;
     if (len == 6 && memcmp(data, "[DONE]", 6) == 0) {
-        c->done = true;
+        c->h.done = true;
         return EPH_SSE_STOP; /* the end, whether or not the server closes the connection */
     }
     json_error_t jerr;
     json_t *chunk = json_loadb(data, len, 0, &jerr);
     int rc = 0;
     if (!json_is_object(chunk)) {
-        snprintf(c->msg, sizeof(c->msg), "openai: stream event is not a json object");
+        snprintf(c->h.msg, sizeof(c->h.msg), "openai: stream event is not a json object");
         rc = -EPROTO;
         goto done;
     }
     if (json_object_get(chunk, "error")) {
         char m[EPH_HTTP_ERROR_MAX];
-        eph_http_error_message(data, len, c->secret, m, sizeof(m));
-        snprintf(c->msg, sizeof(c->msg), "openai: error in the stream: %s", m);
+        eph_http_error_message(data, len, c->h.secret, m, sizeof(m));
+        snprintf(c->h.msg, sizeof(c->h.msg), "openai: error in the stream: %s", m);
         rc = -EAGAIN; /* an error after a 200 is the server's trouble: try again */
         goto done;
     }
@@ -514,7 +496,7 @@ static int oa_on_event(void *ctx, const char *event, const char *data, size_t le
     if (!rc && json_is_string(refusal))
         rc = eph_buf_appends(&c->refusal, json_string_value(refusal));
     if (rc) {
-        snprintf(c->msg, sizeof(c->msg), "openai: response too large");
+        snprintf(c->h.msg, sizeof(c->h.msg), "openai: response too large");
         goto done;
     }
     size_t i;
@@ -533,7 +515,7 @@ static int oa_on_event(void *ctx, const char *event, const char *data, size_t le
         if (rc)
             goto done;
     }
-    const char *finish = str_field(choice, "finish_reason");
+    const char *finish = eph_json_str(choice, "finish_reason");
     if (finish && finish[0])
         snprintf(c->finish, sizeof(c->finish), "%s", finish);
 done:
@@ -542,10 +524,11 @@ done:
 }
 
 /* The response from what the stream assembled. */
-static int oa_stream_to_resp(struct oa_ctx *c, unsigned prior, struct eph_model_response *resp,
-                             char *err, size_t errlen)
+static int oa_stream_to_resp(void *ctx, unsigned prior, struct eph_model_response *resp, char *err,
+                             size_t errlen)
 {
-    if (!c->done && !c->finish[0]) {
+    struct oa_ctx *c = ctx;
+    if (!c->h.done && !c->finish[0]) {
         snprintf(err, errlen, "openai: stream ended before the answer was complete");
         return -EPROTO;
     }
@@ -578,55 +561,7 @@ nomem:
     return -ENOMEM;
 }
 
-/* ---- the answer, alone (fuzz drivers) ---- */
-
-int eph_openai_parse_answer(const char *body, size_t len, bool stream, unsigned prior,
-                            struct eph_model_response *resp, char *err, size_t errlen)
-{
-    memset(resp, 0, sizeof(*resp));
-    err[0] = '\0';
-    struct oa_ctx *c = malloc(sizeof(*c));
-    if (!c) {
-        snprintf(err, errlen, "openai: out of memory");
-        return -ENOMEM;
-    }
-    oa_ctx_init(c, NULL);
-    int rc;
-    if (stream) {
-        rc = eph_sse_parse(body, len, SSE_LINE_MAX, oa_on_event, c);
-        if (rc == EPH_SSE_STOP)
-            rc = 0;
-        if (rc)
-            snprintf(err, errlen, "%s", c->msg[0] ? c->msg : "openai: bad event stream");
-        if (rc == -EAGAIN)
-            rc = -EIO;
-        if (!rc)
-            rc = oa_stream_to_resp(c, prior, resp, err, errlen);
-    } else {
-        rc = oa_parse_plain(body, len, prior, c, resp, err, errlen);
-    }
-    oa_usage_to_resp(c, resp);
-    resp->usage_missing = rc == 0 && !c->have_usage;
-    oa_ctx_release(c);
-    free(c);
-    return rc;
-}
-
-/* The exact body, with the model's current choice of token field. */
-static int openai_input_bound(struct eph_model *base, const struct eph_model_request *req,
-                              uint64_t *tokens, char *err, size_t errlen)
-{
-    struct openai_model *m = (struct openai_model *)base;
-    int rc;
-    char *body = oa_body(m, req, atomic_load(&m->completion_tokens), &rc, err, errlen);
-    if (!body)
-        return rc;
-    *tokens = eph_http_model_input_bound(&m->http, strlen(body));
-    free(body);
-    return 0;
-}
-
-/* ---- ops ---- */
+/* ---- the entries ---- */
 
 static bool host_is_openai(const char *url)
 {
@@ -635,145 +570,61 @@ static bool host_is_openai(const char *url)
     return strncmp(p, "api.openai.com", 14) == 0 && (p[14] == '/' || p[14] == ':' || !p[14]);
 }
 
-static int openai_open(const struct eph_model_config *cfg, struct eph_model **out, char *err,
-                       size_t errlen)
+/* OpenAI's own API gets max_completion_tokens, every other host max_tokens. */
+static void oa_opened(struct eph_http_model *m)
 {
-    struct openai_model *m = calloc(1, sizeof(*m));
-    if (!m) {
-        snprintf(err, errlen, "openai: out of memory");
-        return -ENOMEM;
-    }
-    int rc = eph_http_model_init(&m->http, &eph_model_openai_ops, cfg, "https://api.openai.com/v1",
-                                 "chat/completions", true, err, errlen);
-    if (rc) {
-        free(m);
-        return rc;
-    }
-    atomic_init(&m->completion_tokens, host_is_openai(m->http.url));
-    *out = &m->http.base;
-    return 0;
+    atomic_store(&m->alt, m->prov == &eph_provider_openai && host_is_openai(m->url));
 }
 
-static void openai_free(struct eph_model *base)
+/* A 400 that names max_completion_tokens flips the model's token field and asks for an
+ * immediate retry: the server refused the request, it billed nothing. */
+static bool oa_refused(struct eph_http_model *m, long status, const char *msg)
 {
-    if (!base)
-        return;
-    struct openai_model *m = (struct openai_model *)base;
-    eph_http_model_release(&m->http);
-    free(m);
+    if (status != 400 || !strstr(msg, "max_completion_tokens"))
+        return false;
+    bool ct = atomic_load(&m->alt);
+    atomic_store(&m->alt, !ct);
+    EPH_INFO("model", "%s: model '%s' now sends %s", m->prov->ops.name,
+             m->base.cfg->id ? m->base.cfg->id : "", ct ? "max_tokens" : "max_completion_tokens");
+    return true;
 }
 
-/* One attempt (eph_model_call retries). A 400 that names max_completion_tokens flips the model's
- * token field and asks for an immediate retry: the server refused the request, it billed
- * nothing. */
-static int openai_call(struct eph_model *base, const struct eph_model_request *req,
-                       struct eph_model_response *resp, char *err, size_t errlen)
+static bool oa_retryable(long status, const char *body, size_t len, uint64_t *retry_after_ms)
 {
-    struct openai_model *m = (struct openai_model *)base;
-    const struct eph_model_config *cfg = m->http.base.cfg;
-    memset(resp, 0, sizeof(*resp));
-    err[0] = '\0';
-    if (m->http.key_missing) {
-        snprintf(err, errlen, "openai: environment variable '%s' is not set", cfg->api_key_env);
-        return -EIO;
-    }
-    struct oa_ctx *c = malloc(sizeof(*c));
-    char *auth = NULL;
-    if (!c || (m->http.key && asprintf(&auth, "Authorization: Bearer %s", m->http.key) < 0)) {
-        auth = NULL;
-        free(c);
-        snprintf(err, errlen, "openai: out of memory");
-        return -ENOMEM;
-    }
-    oa_ctx_init(c, m->http.key);
-    unsigned prior = eph_model_count_calls(req->messages);
-    const char *headers[] = {
-        "Content-Type: application/json",
-        m->http.stream ? "Accept: text/event-stream" : "Accept: application/json",
-        "Expect:", /* no 100-continue round trip for big conversations */
-        auth,
-        NULL,
-    };
-    int rc = 0;
-    bool ct = atomic_load(&m->completion_tokens);
-    char *body = oa_body(m, req, ct, &rc, err, errlen);
-    struct eph_http_response hresp;
-    memset(&hresp, 0, sizeof(hresp));
-    if (!body)
-        goto out;
-    struct eph_http_request hr = {
-        .what = "openai",
-        .url = m->http.url,
-        .headers = headers,
-        .body = body,
-        .body_len = strlen(body),
-        .deadline_ns = req->deadline_ns,
-        .idle_timeout_ms = m->http.idle_timeout_ms,
-        .cancel = req->cancel,
-        .max_body = EPH_MODEL_RESPONSE_MAX,
-        .max_attempts = 1,
-        .on_event = m->http.stream ? oa_on_event : NULL,
-        .sse_line_max = SSE_LINE_MAX,
-        .event_error = c->msg,
-        .ctx = c,
-        .secret = m->http.key,
-        .pool = m->http.pool,
-    };
-    rc = eph_http_post(&hr, &hresp, err, errlen);
-    free(body);
-    resp->sent = hresp.sent;
-    resp->http_status = hresp.status;
-    resp->retry_after_ms = hresp.retry_after_ms;
-    if (rc) {
-        /* err says why; a stream that broke off or carried an error event, a lost connection
-         * and an idle server may do better next time */
-        resp->retryable = hresp.transient;
-    } else if (hresp.status >= 200 && hresp.status < 300) {
-        const char *data = hresp.body.data ? hresp.body.data : "";
-        bool sniffed = !hresp.streamed && m->http.stream && eph_sse_sniff(data, hresp.body.len);
-        if (sniffed) /* an event stream under another content type */
-            rc = eph_model_parse_sniffed(data, hresp.body.len, oa_on_event, c, c->msg, "openai",
-                                         &resp->retryable, err, errlen);
-        if (rc)
-            ; /* err says why */
-        else if (hresp.streamed || sniffed)
-            rc = oa_stream_to_resp(c, prior, resp, err, errlen);
-        else
-            rc = oa_parse_plain(data, hresp.body.len, prior, c, resp, err, errlen);
-    } else {
-        char msg[EPH_HTTP_ERROR_MAX];
-        eph_http_error_message(hresp.body.data, hresp.body.len, m->http.key, msg, sizeof(msg));
-        rc = -EIO;
-        snprintf(err, errlen, "openai: http %ld%s%s", hresp.status, msg[0] ? ": " : "", msg);
-        resp->retryable = eph_model_retry_class(hresp.status, hresp.body.data, hresp.body.len);
-        if (hresp.status == 400 && strstr(msg, "max_completion_tokens")) {
-            atomic_store(&m->completion_tokens, !ct);
-            EPH_INFO("model", "openai: model '%s' now sends %s", cfg->id ? cfg->id : "",
-                     ct ? "max_tokens" : "max_completion_tokens");
-            resp->retryable = resp->retry_at_once = true;
-        }
-    }
-out:
-    eph_http_response_release(&hresp);
-    oa_usage_to_resp(c, resp);
-    if (rc == 0 && !c->have_usage)
-        EPH_WARN("model", "openai: model '%s' reported no usage: the worst case is charged",
-                 cfg->id ? cfg->id : "");
-    oa_ctx_release(c);
-    free(c);
-    if (auth) {
-        explicit_bzero(auth, strlen(auth));
-        free(auth);
-    }
-    if (rc)
-        eph_model_response_drop_answer(resp);
-    return rc;
+    (void)retry_after_ms; /* OpenAI says it in the Retry-After header */
+    return eph_model_retry_class(status, body, len);
 }
 
-const struct eph_model_ops eph_model_openai_ops = {
-    .name = "openai",
-    .open = openai_open,
-    .call = openai_call,
-    .input_bound = openai_input_bound,
-    .free = openai_free,
+/* Prices as OpenAI lists them. */
+static const struct eph_provider_model oa_key_models[] = {
+    {"openai/gpt-4.1", "gpt-4.1", 2000000, 500000, 0, 8000000, 4096},
+    {"openai/gpt-4.1-mini", "gpt-4.1-mini", 400000, 100000, 0, 1600000, 4096},
+};
+
+#define OPENAI_WIRE                                                                                \
+    .path = "chat/completions", .strip_prefix = true, .auth_header = "Authorization: Bearer ",     \
+    .cache_write = EPH_CACHE_WRITE_AS_INPUT, .input_overhead_tokens = 256,                         \
+    .ctx_size = sizeof(struct oa_ctx), .ctx_init = oa_ctx_init, .ctx_release = oa_ctx_release,     \
+    .build = oa_body, .parse = oa_parse_plain, .on_event = oa_on_event,                            \
+    .stream_end = oa_stream_to_resp, .usage = oa_usage_to_resp, .retryable = oa_retryable,         \
+    .opened = oa_opened, .refused = oa_refused
+
+const struct eph_http_provider eph_provider_openai = {
+    .ops = EPH_HTTP_OPS("openai"),
+    .default_base = "https://api.openai.com/v1",
+    .caps = EPH_PROVIDER_STREAM | EPH_PROVIDER_TOOLS | EPH_PROVIDER_STREAM_USAGE,
+    .key_env = "OPENAI_API_KEY",
+    .key_models = oa_key_models,
+    .nkey_models = sizeof(oa_key_models) / sizeof(oa_key_models[0]),
+    OPENAI_WIRE,
+};
+
+/* vLLM, llama.cpp's server, Ollama: OpenAI's wire format at a base_url of their own, without
+ * stream_options (some refuse it), with max_tokens; a missing usage is charged at the worst case
+ * (docs/MONEY.md). */
+const struct eph_http_provider eph_provider_openai_compatible = {
+    .ops = EPH_HTTP_OPS("openai-compatible"),
+    .default_base = NULL,
+    .caps = EPH_PROVIDER_STREAM | EPH_PROVIDER_TOOLS,
+    OPENAI_WIRE,
 };

@@ -9,6 +9,7 @@
 #include <jansson.h>
 
 #include "agent/model.h"
+#include "agent/providers.h"
 #include "broker/broker.h"
 #include "daemon/commands.h"
 #include "sandbox/sandbox.h"
@@ -353,16 +354,20 @@ static int load_broker(struct eph_config *cfg, json_t *o, char *err, size_t errl
  * bills a 5-minute cache write at 1.25 times the input price and a 1-hour one at twice it, and
  * adds a tool-use system prompt of a few hundred tokens (at most 530 in its published table);
  * OpenAI bills cache writes as plain input and adds a little framing per message and tool. */
+/* What a model entry leaves out, from its provider's table entry (agent/providers.h): the cache
+ * write prices by the provider's rule, and the input its framing adds. The replay model has none.
+ */
 static void model_defaults(struct eph_model_config *m, bool overhead_set)
 {
-    bool anthropic = strcmp(m->provider, "anthropic") == 0;
+    const struct eph_http_provider *p = eph_http_provider_find(m->provider);
+    bool premium = p && p->cache_write == EPH_CACHE_WRITE_PREMIUM;
     uint64_t in = m->input_micros_per_mtok;
     if (!m->cache_write_micros_per_mtok)
-        m->cache_write_micros_per_mtok = anthropic ? in + (in + 3) / 4 : in;
+        m->cache_write_micros_per_mtok = premium ? in + (in + 3) / 4 : in;
     if (!m->cache_write_1h_micros_per_mtok)
-        m->cache_write_1h_micros_per_mtok = anthropic ? 2 * in : in;
+        m->cache_write_1h_micros_per_mtok = premium ? 2 * in : in;
     if (!overhead_set)
-        m->input_overhead_tokens = anthropic ? 1024 : strcmp(m->provider, "openai") == 0 ? 256 : 0;
+        m->input_overhead_tokens = p ? p->input_overhead_tokens : 0;
 }
 
 static int load_model(struct eph_model_config *m, json_t *o, char *err, size_t errlen)
@@ -443,9 +448,10 @@ static int load_model(struct eph_model_config *m, json_t *o, char *err, size_t e
         snprintf(err, errlen, "config: model '%s' has unknown provider '%s'", m->id, m->provider);
         return -EINVAL;
     }
-    if (m->stream && strcmp(m->provider, "openai") != 0 && strcmp(m->provider, "anthropic") != 0) {
-        snprintf(err, errlen, "config: model '%s': 'stream' applies to openai and anthropic only",
-                 m->id);
+    const struct eph_http_provider *prov = eph_http_provider_find(m->provider);
+    if (m->stream && !(prov && (prov->caps & EPH_PROVIDER_STREAM))) {
+        snprintf(err, errlen, "config: model '%s': provider '%s' cannot stream", m->id,
+                 m->provider);
         return -EINVAL;
     }
     if (!m->cached_input_micros_per_mtok)

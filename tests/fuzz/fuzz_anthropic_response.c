@@ -10,5 +10,5 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    return fuzz_answer(eph_anthropic_parse_answer, data, size);
+    return fuzz_answer(&eph_provider_anthropic, data, size);
 }

@@ -1,5 +1,6 @@
 /* Shared checks of the model answer fuzz drivers (fuzz_openai_response.c,
- * fuzz_anthropic_response.c): the promises a parsed answer makes to the agent loop. */
+ * fuzz_anthropic_response.c, fuzz_gemini_response.c): the promises a parsed answer makes to the
+ * agent loop, the same for every provider. */
 #ifndef FUZZ_MODEL_ANSWER_H
 #define FUZZ_MODEL_ANSWER_H
 
@@ -23,11 +24,9 @@ static void must_be_json_string(const char *s)
     json_decref(j);
 }
 
-typedef int (*parse_fn)(const char *body, size_t len, bool stream, unsigned prior,
-                        struct eph_model_response *resp, char *err, size_t errlen);
-
-/* The first byte chooses plain or stream and the prior call count; the rest is the body. */
-static int fuzz_answer(parse_fn parse, const uint8_t *data, size_t size)
+/* The first byte chooses plain or stream and the prior call count; the rest is the body, parsed
+ * through the provider's table entry (providers.h), as a real call parses a 2xx answer. */
+static int fuzz_answer(const struct eph_http_provider *p, const uint8_t *data, size_t size)
 {
     if (size < 1)
         return 0;
@@ -38,7 +37,7 @@ static int fuzz_answer(parse_fn parse, const uint8_t *data, size_t size)
     struct eph_model_response resp;
     char err[512];
     memset(err, 'x', sizeof(err));
-    int rc = parse(body, len, stream, prior, &resp, err, sizeof(err));
+    int rc = eph_provider_parse_answer(p, body, len, stream, prior, &resp, err, sizeof(err));
     if (rc != 0 && rc != -EPROTO && rc != -EMSGSIZE && rc != -EIO && rc != -ENOMEM)
         abort();
     /* The message is one clean line, terminated, and never empty on error. */

@@ -32,10 +32,7 @@ daemon_sources() {
 # in a shared header).
 extra_for() {
     case "$1" in
-    fuzz_openai_response) echo "src/agent/openai.c src/agent/anthropic.c src/agent/replay.c" ;;
-    fuzz_anthropic_response) echo "src/agent/anthropic.c src/agent/openai.c src/agent/replay.c" ;;
     fuzz_broker_http) echo "src/broker/addr.c" ;; # http.c parses hosts with addr.c
-    fuzz_transcript) echo "src/agent/openai.c src/agent/anthropic.c" ;;
     *) echo "" ;;
     esac
 }
@@ -77,7 +74,7 @@ FUZZ_CFLAGS="-std=gnu11 -g -O1 -D_GNU_SOURCE -Isrc -Itests/fuzz ${FUZZ_GEN_DIR:+
 # reads it: the drivers of those link the server's whole library, built once (instrumented) into
 # $out/daemon.a and reused.
 whole_library() {
-    case "$1" in fuzz_api_* | fuzz_config) return 0 ;; *) return 1 ;; esac
+    case "$1" in fuzz_api_* | fuzz_config | fuzz_*_response | fuzz_transcript | fuzz_model_sse) return 0 ;; *) return 1 ;; esac
 }
 daemon_lib() {
     local lib=$out/daemon.a objdir=$out/daemon-obj src o objs= list

@@ -3,8 +3,8 @@
  * the providers' current documentation (tests/fixtures/providers/: plain answers and event
  * streams, tool calls, refusals, cut answers, usage with cache and reasoning tokens, error bodies;
  * cases.json says what each must give). A format drift in a provider or in our parser is caught
- * here, without a network: answers go through eph_openai_parse_answer() /
- * eph_anthropic_parse_answer(), the code a real call runs on a 2xx body; error bodies through
+ * here, without a network: answers go through each provider's table entry
+ * (eph_provider_parse_answer(), the code a real call runs on a 2xx body); error bodies through
  * the retry rule and the error message a run would show.
  */
 #include <errno.h>
@@ -74,9 +74,11 @@ static void answer_case(const json_t *c)
     bool stream = strstr(file, ".sse") != NULL;
     struct eph_model_response r;
     char err[256];
-    int rc = strcmp(provider, "openai") == 0
-                 ? eph_openai_parse_answer(body, len, stream, 0, &r, err, sizeof(err))
-                 : eph_anthropic_parse_answer(body, len, stream, 0, &r, err, sizeof(err));
+    /* Each provider through its table entry (providers.h): the same cases for every one. */
+    const struct eph_http_provider *p = eph_http_provider_find(provider);
+    if (!p)
+        fail_msg("%s: no provider '%s'", file, provider);
+    int rc = eph_provider_parse_answer(p, body, len, stream, 0, &r, err, sizeof(err));
     const json_t *want = json_object_get(e, "rc");
     int want_rc = json_is_integer(want)                            ? 0
                   : strcmp(json_string_value(want), "EPROTO") == 0 ? -EPROTO
@@ -114,9 +116,14 @@ static void error_case(const json_t *c)
     const char *file = json_string_value(json_object_get(c, "file"));
     const json_t *e = json_object_get(c, "expect");
     long status = (long)json_integer_value(json_object_get(c, "status"));
+    const struct eph_http_provider *p =
+        eph_http_provider_find(json_string_value(json_object_get(c, "provider")));
+    if (!p)
+        fail_msg("%s: no provider", file);
     size_t len;
     char *body = slurp(file, &len);
-    int retry = eph_model_retry_class(status, body, len);
+    uint64_t wait = 0;
+    int retry = p->retryable(status, body, len, &wait);
     if (retry != json_is_true(json_object_get(e, "retryable")))
         fail_msg("%s: http %ld retryable %d", file, status, retry);
     char msg[EPH_HTTP_ERROR_MAX];

@@ -915,7 +915,9 @@ static void test_provider_table(void **state)
     assert_ptr_equal(eph_model_provider("openai"), &eph_model_openai_ops);
     assert_ptr_equal(eph_model_provider("anthropic"), &eph_model_anthropic_ops);
     assert_ptr_equal(eph_model_provider("replay"), &eph_model_replay_ops);
-    assert_null(eph_model_provider("gemini"));
+    assert_ptr_equal(eph_model_provider("gemini"), &eph_provider_gemini.ops);
+    assert_ptr_equal(eph_model_provider("openai-compatible"), &eph_provider_openai_compatible.ops);
+    assert_null(eph_model_provider("mistral"));
     assert_null(eph_model_provider(NULL));
     char *u = eph_http_join_url("http://h:1/v1/", "/chat/completions");
     assert_string_equal(u, "http://h:1/v1/chat/completions");
