@@ -102,6 +102,10 @@ struct eph_config {
                                                  unauthenticated request its body) */
         unsigned auth_failures_per_minute;    /* 30 per address, then 429 (0: no limit) */
     } http;
+    struct {
+        unsigned max_files; /* 100: files collected from a run's scratch directory (outputs) */
+        uint64_t max_bytes; /* 50 MiB: their bytes in all */
+    } outputs;
     char *default_model;
     struct eph_model_config *models;
     size_t nmodels;

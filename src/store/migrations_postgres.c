@@ -123,6 +123,19 @@ static const char v5[] =
     "CREATE INDEX runs_org_claimed ON runs(org_id) WHERE node_id IS NOT NULL AND "
     "  status IN ('queued', 'starting', 'running');";
 
+/* SQLite version 8: a run's outputs, the patterns and the files that came back. */
+static const char v6[] = "ALTER TABLE runs ADD COLUMN outputs TEXT;"
+                         "CREATE TABLE run_outputs ("
+                         "  run_id TEXT NOT NULL,"
+                         "  path TEXT NOT NULL,"
+                         "  type TEXT NOT NULL,"
+                         "  size BIGINT NOT NULL,"
+                         "  sha256 TEXT,"
+                         "  content_type TEXT,"
+                         "  target TEXT,"
+                         "  content BYTEA,"
+                         "  PRIMARY KEY (run_id, path));";
+
 /* SQLite version 11: model calls and attempts counted apart; older rows keep their count (of
  * attempts) in both. */
 static const char v9[] = "ALTER TABLE runs ADD COLUMN model_attempts BIGINT NOT NULL DEFAULT 0;"
@@ -134,6 +147,7 @@ const struct eph_migration eph_postgres_migrations[] = {
     {3, "replays (SQLite version 5)", v3},
     {4, "events stored as served (SQLite version 6)", v4},
     {5, "fair claims across orgs (SQLite version 7)", v5},
+    {6, "run outputs (SQLite version 8)", v6},
     {9, "model attempts apart from calls (SQLite version 11)", v9},
 };
 const unsigned eph_postgres_migrations_count =

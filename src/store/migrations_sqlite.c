@@ -137,6 +137,20 @@ static const char v7[] =
     "CREATE INDEX runs_org_claimed ON runs(org_id) WHERE node_id IS NOT NULL AND "
     "  status IN ('queued', 'starting', 'running');";
 
+/* A run's outputs (docs/STORE.md): the patterns it asked for, and the files that came back, kept
+ * and purged with its log. A zero-data-retention run's never come here. */
+static const char v8[] = "ALTER TABLE runs ADD COLUMN outputs TEXT;"
+                         "CREATE TABLE run_outputs ("
+                         "  run_id TEXT NOT NULL,"
+                         "  path TEXT NOT NULL,"
+                         "  type TEXT NOT NULL,"
+                         "  size INTEGER NOT NULL,"
+                         "  sha256 TEXT,"
+                         "  content_type TEXT,"
+                         "  target TEXT,"
+                         "  content BLOB,"
+                         "  PRIMARY KEY (run_id, path));";
+
 /* Calls and attempts counted apart (docs/API.md, the run object's usage): a retried model call
  * counts once in model_calls and once per request in model_attempts. Before, model_calls counted
  * attempts; older rows keep that count in both. */
@@ -151,6 +165,7 @@ const struct eph_migration eph_sqlite_migrations[] = {
     {5, "replays", v5},
     {6, "events stored as served", v6},
     {7, "fair claims across orgs", v7},
+    {8, "run outputs", v8},
     {11, "model attempts apart from calls", v11},
 };
 const unsigned eph_sqlite_migrations_count =

@@ -123,13 +123,14 @@ static int run_insert_once(struct pg_store *s, struct pg_conn *c, const struct e
     p_ms(&p, r->lease_expires_at_ms);
     p_json(&p, r->web_allow, NULL);
     p_text(&p, r->replay_of);
+    p_json(&p, r->outputs, NULL);
     rc =
         pg_exec(s, c,
                 "INSERT INTO runs (id, org_id, status, model, prompt, files, connections, "
                 "metadata, shell, web, zdr, timeout_seconds, created_at, reserved_micros, node_id, "
-                "lease_expires_at, web_allow, replay_of) "
+                "lease_expires_at, web_allow, replay_of, outputs) "
                 "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, "
-                "$17, $18)",
+                "$17, $18, $19)",
                 &p, NULL, NULL, "run insert");
     p_free(&p);
     if (rc)
@@ -446,6 +447,12 @@ static int purge_once(struct pg_store *s, struct pg_conn *c, int64_t now_ms, uns
                       "UPDATE events SET message = type, data = '{}', wire = NULL WHERE run_id IN "
                       "(SELECT id FROM runs WHERE log_purged = 0 AND log_expires_at <= $1)",
                       &p, NULL, NULL, "purge events")))
+        return rc;
+    /* The files the run brought back go with its log. */
+    if ((rc = pg_exec(s, c,
+                      "DELETE FROM run_outputs WHERE run_id IN "
+                      "(SELECT id FROM runs WHERE log_purged = 0 AND log_expires_at <= $1)",
+                      &p, NULL, NULL, "purge outputs")))
         return rc;
     unsigned long n = 0;
     if ((rc = pg_exec(s, c,

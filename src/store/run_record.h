@@ -71,6 +71,7 @@ struct eph_run {
     char node_id[40];            /* the node working on it; "" while unclaimed */
     int64_t lease_expires_at_ms; /* that node's lease; 0 while unclaimed */
     char *replay_of;             /* the run this one replays (SPEC 8.5), or NULL */
+    json_t *outputs;             /* output patterns (array of strings), or NULL: none */
     uint64_t divergences;        /* a replay: tool results that differ from the original's */
 };
 

@@ -52,6 +52,7 @@ enum eph_run_column {
     C_REPLAY_OF,
     C_DIVERGENCES,
     C_MODEL_ATTEMPTS,
+    C_OUTPUTS,
     C_COUNT
 };
 
@@ -125,4 +126,5 @@ void eph_run_from_row(const struct eph_row *row, struct eph_run *r)
     r->web_allow = text_json(row, C_WEB_ALLOW);
     r->replay_of = text_dup(row, C_REPLAY_OF);
     r->divergences = (uint64_t)n(row, C_DIVERGENCES);
+    r->outputs = text_json(row, C_OUTPUTS);
 }

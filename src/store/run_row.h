@@ -18,7 +18,8 @@
     "error_message, model_calls, input_tokens, output_tokens, shell_commands, web_requests, "      \
     "connection_requests, reserved_micros, model_micros, web_micros, compute_micros, "             \
     "charged_micros, released_micros, sandbox_backend, vcpus, memory_mib, log_expires_at, "        \
-    "log_purged, node_id, lease_expires_at, web_allow, replay_of, divergences, model_attempts"
+    "log_purged, node_id, lease_expires_at, web_allow, replay_of, divergences, model_attempts, "   \
+    "outputs"
 
 /* One row of a store's result, read a column at a time. */
 struct eph_row {

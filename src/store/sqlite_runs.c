@@ -127,8 +127,8 @@ int sq_run_insert_capped(struct eph_store *base, const struct eph_run *r,
     rc = sq_prepare(s,
                     "INSERT INTO runs (id, org_id, status, model, prompt, files, connections, "
                     "metadata, shell, web, zdr, timeout_seconds, created_at, reserved_micros, "
-                    "node_id, lease_expires_at, web_allow, replay_of) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    "node_id, lease_expires_at, web_allow, replay_of, outputs) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     &st);
     if (rc)
         goto fail;
@@ -156,6 +156,7 @@ int sq_run_insert_capped(struct eph_store *base, const struct eph_run *r,
     sq_bind_ms(st, 16, r->lease_expires_at_ms);
     sq_bind_json(st, 17, r->web_allow);
     sq_bind_text(st, 18, r->replay_of);
+    sq_bind_json(st, 19, r->outputs);
     if ((rc = sq_step_done(s, st, "run insert")))
         goto fail;
     if ((rc = sq_insert_ledger(s, r->org_id, r->id, "reserve", r->cost.reserved_micros,
@@ -587,6 +588,15 @@ int sq_purge_logs(struct eph_store *base, int64_t now_ms, unsigned *purged)
         goto fail;
     sqlite3_bind_int64(st, 1, now_ms);
     if ((rc = sq_step_done(s, st, "purge events")))
+        goto fail;
+    /* The files the run brought back go with its log. */
+    if ((rc = sq_prepare(s,
+                         "DELETE FROM run_outputs WHERE run_id IN "
+                         "(SELECT id FROM runs WHERE log_purged = 0 AND log_expires_at <= ?)",
+                         &st)))
+        goto fail;
+    sqlite3_bind_int64(st, 1, now_ms);
+    if ((rc = sq_step_done(s, st, "purge outputs")))
         goto fail;
     if ((rc = sq_prepare(
              s,

@@ -24,6 +24,7 @@
 #include <cmocka.h>
 
 #include "fake_sandbox.h"
+#include "run/outputs.h"
 #include "sandbox/backend.h"
 
 struct bcase {
@@ -242,6 +243,58 @@ static void op_list_files(struct bcase *c)
     eph_exec_result_release(&res);
 }
 
+/* A run's outputs (run/outputs.h) over list_files and read_file: the caps, symlinks listed with
+ * their target and no content, skipped files named with the reason. */
+static void op_outputs(struct bcase *c)
+{
+    struct eph_sandbox *sb = c->sb;
+    struct eph_exec_result res;
+    assert_int_equal(run(c,
+                         "mkdir many && i=0; while [ $i -le 100 ]; do printf x > many/f$(printf "
+                         "%03d $i); i=$((i+1)); done",
+                         4096, &res),
+                     0);
+    assert_int_equal(res.exit_code, 0);
+    eph_exec_result_release(&res);
+    struct eph_outputs_result out;
+    json_t *many = json_pack("[s]", "many/*");
+    assert_int_equal(eph_outputs_collect(sb, many, 100, 1u << 20, &out), 0);
+    assert_int_equal(out.got.n, 100);
+    assert_int_equal(out.skipped_total, 1);
+    assert_string_equal(out.skipped[0].path, "many/f100");
+    assert_string_equal(out.skipped[0].reason, "max_files");
+    assert_int_equal(out.bytes, 100);
+    eph_outputs_result_release(&out);
+    json_decref(many);
+
+    json_t *two = json_pack("[s, s, s]", "pw", "conf.bin", "**/deep.txt");
+    assert_int_equal(eph_outputs_collect(sb, two, 100, 1u << 20, &out), 0);
+    assert_int_equal(out.got.n, 3);
+    const struct eph_output *f = &out.got.v[0];
+    assert_string_equal(f->path, "conf.bin");
+    assert_string_equal(f->type, "file");
+    assert_int_equal(f->len, 23);
+    assert_string_equal(f->content_type, "application/octet-stream");
+    assert_int_equal(strlen(f->sha256), 64);
+    assert_string_equal(out.got.v[1].path, "d1/d2/d3/deep.txt");
+    assert_memory_equal(out.got.v[1].content, "abc", 3);
+    assert_string_equal(out.got.v[1].content_type, "text/plain; charset=utf-8");
+    f = &out.got.v[2];
+    assert_string_equal(f->path, "pw");
+    assert_string_equal(f->type, "symlink");
+    assert_string_equal(f->target, "/etc/passwd");
+    assert_null(f->content); /* never followed */
+    eph_outputs_result_release(&out);
+    /* 10 bytes in all: conf.bin (23) is skipped, deep.txt (3) fits. */
+    assert_int_equal(eph_outputs_collect(sb, two, 100, 10, &out), 0);
+    assert_int_equal(out.got.n, 2);
+    assert_int_equal(out.skipped_total, 1);
+    assert_string_equal(out.skipped[0].path, "conf.bin");
+    assert_string_equal(out.skipped[0].reason, "max_bytes");
+    eph_outputs_result_release(&out);
+    json_decref(two);
+}
+
 /* ---- interrupt from another thread while a command runs ---- */
 
 struct intr {
@@ -351,6 +404,7 @@ static void conform(const char *backend, bool full)
         op_exec_timeout(&c);
     op_files(&c);
     op_list_files(&c);
+    op_outputs(&c);
     if (full)
         op_interrupt(&c);
     op_destroy(&c);
