@@ -17,19 +17,32 @@
 static const struct {
     const char *ext, *type;
 } types[] = {
-    {"txt", "text/plain; charset=utf-8"},  {"md", "text/markdown; charset=utf-8"},
-    {"csv", "text/csv; charset=utf-8"},    {"tsv", "text/tab-separated-values; charset=utf-8"},
-    {"log", "text/plain; charset=utf-8"},  {"json", "application/json"},
-    {"jsonl", "application/jsonl"},        {"yaml", "text/plain; charset=utf-8"},
-    {"yml", "text/plain; charset=utf-8"},  {"diff", "text/plain; charset=utf-8"},
-    {"patch", "text/plain; charset=utf-8"}, {"py", "text/plain; charset=utf-8"},
-    {"sh", "text/plain; charset=utf-8"},   {"c", "text/plain; charset=utf-8"},
-    {"h", "text/plain; charset=utf-8"},    {"js", "text/plain; charset=utf-8"},
-    {"ts", "text/plain; charset=utf-8"},   {"png", "image/png"},
-    {"jpg", "image/jpeg"},                 {"jpeg", "image/jpeg"},
-    {"gif", "image/gif"},                  {"webp", "image/webp"},
-    {"pdf", "application/pdf"},            {"zip", "application/zip"},
-    {"gz", "application/gzip"},            {"tar", "application/x-tar"},
+    {"txt", "text/plain; charset=utf-8"},
+    {"md", "text/markdown; charset=utf-8"},
+    {"csv", "text/csv; charset=utf-8"},
+    {"tsv", "text/tab-separated-values; charset=utf-8"},
+    {"log", "text/plain; charset=utf-8"},
+    {"json", "application/json"},
+    {"jsonl", "application/jsonl"},
+    {"yaml", "text/plain; charset=utf-8"},
+    {"yml", "text/plain; charset=utf-8"},
+    {"diff", "text/plain; charset=utf-8"},
+    {"patch", "text/plain; charset=utf-8"},
+    {"py", "text/plain; charset=utf-8"},
+    {"sh", "text/plain; charset=utf-8"},
+    {"c", "text/plain; charset=utf-8"},
+    {"h", "text/plain; charset=utf-8"},
+    {"js", "text/plain; charset=utf-8"},
+    {"ts", "text/plain; charset=utf-8"},
+    {"png", "image/png"},
+    {"jpg", "image/jpeg"},
+    {"jpeg", "image/jpeg"},
+    {"gif", "image/gif"},
+    {"webp", "image/webp"},
+    {"pdf", "application/pdf"},
+    {"zip", "application/zip"},
+    {"gz", "application/gzip"},
+    {"tar", "application/x-tar"},
 };
 
 const char *eph_outputs_content_type(const char *path)
@@ -50,16 +63,6 @@ bool eph_outputs_inline_type(const char *t)
     return t && (strncmp(t, "text/", 5) == 0 || strcmp(t, "image/png") == 0 ||
                  strcmp(t, "image/jpeg") == 0 || strcmp(t, "image/gif") == 0 ||
                  strcmp(t, "image/webp") == 0);
-}
-
-static bool wanted(const json_t *patterns, const char *path)
-{
-    size_t i;
-    const json_t *v;
-    json_array_foreach(patterns, i, v)
-    if (json_is_string(v) && eph_glob_match(json_string_value(v), path))
-        return true;
-    return false;
 }
 
 static int by_path(const void *a, const void *b)
@@ -128,29 +131,44 @@ int eph_outputs_collect(struct eph_sandbox *sb, const json_t *patterns, unsigned
         return rc;
     res->listing_truncated = l.truncated;
     qsort(l.v, l.n, sizeof(l.v[0]), by_path);
-    for (size_t i = 0; i < l.n && !rc; i++) {
-        const struct eph_sandbox_file *f = &l.v[i];
-        if (f->type == EPH_SANDBOX_DIR || !wanted(patterns, f->path))
-            continue;
-        if (res->got.n >= max_files) {
-            skip(res, f, "max_files");
-            continue;
+    /* The patterns in the order given, each one's files by path: when the caps bite, an earlier
+     * pattern's files win over a later one's. */
+    bool *taken = calloc(l.n ? l.n : 1, sizeof(*taken));
+    if (!taken)
+        rc = -ENOMEM;
+    size_t pi;
+    const json_t *pat;
+    json_array_foreach(patterns, pi, pat)
+    {
+        for (size_t i = 0; i < l.n && !rc; i++) {
+            const struct eph_sandbox_file *f = &l.v[i];
+            if (taken[i] || f->type == EPH_SANDBOX_DIR || !json_is_string(pat) ||
+                !eph_glob_match(json_string_value(pat), f->path))
+                continue;
+            taken[i] = true;
+            if (res->got.n >= max_files) {
+                skip(res, f, "max_files");
+                continue;
+            }
+            if (f->type == EPH_SANDBOX_SYMLINK) {
+                /* Listed, never followed: its target is all there is. */
+                struct eph_output o = {.path = f->path, .target = f->target};
+                snprintf(o.type, sizeof(o.type), "symlink");
+                rc = eph_outputs_add(&res->got, &o, false);
+                continue;
+            }
+            if (f->size > max_bytes - res->bytes) {
+                skip(res, f, "max_bytes");
+                continue;
+            }
+            int t = take_file(sb, f, max_bytes - res->bytes, res);
+            if (t < 0)
+                rc = t;
         }
-        if (f->type == EPH_SANDBOX_SYMLINK) {
-            /* Listed, never followed: its target is all there is. */
-            struct eph_output o = {.path = f->path, .target = f->target};
-            snprintf(o.type, sizeof(o.type), "symlink");
-            rc = eph_outputs_add(&res->got, &o, false);
-            continue;
-        }
-        if (f->size > max_bytes - res->bytes) {
-            skip(res, f, "max_bytes");
-            continue;
-        }
-        int t = take_file(sb, f, max_bytes - res->bytes, res);
-        if (t < 0)
-            rc = t;
+        if (rc)
+            break;
     }
+    free(taken);
     eph_sandbox_listing_release(&l);
     if (rc)
         eph_outputs_result_release(res);
@@ -170,9 +188,8 @@ void eph_outputs_result_release(struct eph_outputs_result *res)
 json_t *eph_outputs_event(const struct eph_outputs_result *res, bool with_paths)
 {
     json_t *d = json_pack("{s:I, s:I, s:I, s:b}", "count", (json_int_t)res->got.n, "bytes",
-                          (json_int_t)res->bytes, "skipped_count",
-                          (json_int_t)res->skipped_total, "listing_truncated",
-                          res->listing_truncated);
+                          (json_int_t)res->bytes, "skipped_count", (json_int_t)res->skipped_total,
+                          "listing_truncated", res->listing_truncated);
     if (!d || !with_paths)
         return d;
     json_t *files = json_array(), *skipped = json_array();
@@ -190,8 +207,8 @@ json_t *eph_outputs_event(const struct eph_outputs_result *res, bool with_paths)
     }
     for (size_t i = 0; skipped && i < res->nskipped; i++)
         json_array_append_new(skipped, json_pack("{s:s, s:I, s:s}", "path", res->skipped[i].path,
-                                                 "size", (json_int_t)res->skipped[i].size,
-                                                 "reason", res->skipped[i].reason));
+                                                 "size", (json_int_t)res->skipped[i].size, "reason",
+                                                 res->skipped[i].reason));
     json_object_set_new(d, "files", files);
     json_object_set_new(d, "skipped", skipped);
     return d;

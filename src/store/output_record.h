@@ -10,12 +10,12 @@
 #include <stdint.h>
 
 struct eph_output {
-    char *path;         /* relative to the scratch directory, checked (guest/protocol.h) */
-    char type[8];       /* "file" or "symlink" */
-    uint64_t size;      /* a file's bytes; 0 for a symlink */
-    char sha256[65];    /* lowercase hex of the content; "" for a symlink */
-    char *content_type; /* a file's (outputs_type.h); NULL for a symlink */
-    char *target;       /* a symlink's target, never followed; NULL for a file */
+    char *path;             /* relative to the scratch directory, checked (guest/protocol.h) */
+    char type[8];           /* "file" or "symlink" */
+    uint64_t size;          /* a file's bytes; 0 for a symlink */
+    char sha256[65];        /* lowercase hex of the content; "" for a symlink */
+    char *content_type;     /* a file's (outputs_type.h); NULL for a symlink */
+    char *target;           /* a symlink's target, never followed; NULL for a file */
     unsigned char *content; /* a file's bytes when loaded; NULL in a listing and for a symlink */
     size_t len;
 };

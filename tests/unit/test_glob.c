@@ -44,8 +44,7 @@ static void test_match(void **state)
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         if (eph_glob_match(cases[i].pattern, cases[i].path) != cases[i].match)
-            fail_msg("'%s' against '%s': want %d", cases[i].pattern, cases[i].path,
-                     cases[i].match);
+            fail_msg("'%s' against '%s': want %d", cases[i].pattern, cases[i].path, cases[i].match);
     }
 }
 
@@ -54,8 +53,8 @@ static void test_pattern_errors(void **state)
     const char *good[] = {"report.md", "out/**", "*.png", "**/*.txt", "a?c", "..a/b..c"};
     for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++)
         assert_null(eph_glob_pattern_error(good[i], strlen(good[i])));
-    const char *bad[] = {"",   "/etc/passwd", "../x", "a/../b", "a/..", ".", "./a",
-                         "a/", "a//b",        "a**",  "**b/c",  "x/a\nb"};
+    const char *bad[] = {"",    "/etc/passwd", "../x", "a/../b", "a/..",  ".",
+                         "./a", "a/",          "a//b", "a**",    "**b/c", "x/a\nb"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
         if (!eph_glob_pattern_error(bad[i], strlen(bad[i])))
             fail_msg("'%s' was accepted", bad[i]);

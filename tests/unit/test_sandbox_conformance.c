@@ -267,7 +267,8 @@ static void op_outputs(struct bcase *c)
     eph_outputs_result_release(&out);
     json_decref(many);
 
-    json_t *two = json_pack("[s, s, s]", "pw", "conf.bin", "**/deep.txt");
+    /* In the patterns' order. */
+    json_t *two = json_pack("[s, s, s]", "conf.bin", "**/deep.txt", "pw");
     assert_int_equal(eph_outputs_collect(sb, two, 100, 1u << 20, &out), 0);
     assert_int_equal(out.got.n, 3);
     const struct eph_output *f = &out.got.v[0];
