@@ -1,0 +1,21 @@
+#!/bin/bash
+# The report-and-chart example (examples/report-chart) replayed by the default model: its run
+# writes report.md and a PNG made with python3's zlib and struct, and both come back as outputs,
+# through the CLI's run and then the API, byte for byte what the sandbox made.
+. "$(dirname "$0")/lib.sh"
+cd "$TOP" || fail "no TOP"
+export NO_COLOR=1
+[ -d "$EPHEMERAL_IMAGE" ] || skip "no sandbox image at $EPHEMERAL_IMAGE (make image)"
+start_server
+
+id=$("$EPH" run examples/report-chart/request.json --json | jq -r .id) || fail "run exit"
+api() { curl -sS "$EPHEMERAL_URL$1" -H "Authorization: Bearer $EPHEMERAL_API_KEY" "${@:2}"; }
+assert_eq "$(api "/v1/runs/$id" | jq -r .status)" completed "the example completed"
+list=$(api "/v1/runs/$id/outputs")
+assert_eq "$(jq -c '[.data[] | [.path, .type, .content_type]]' <<<"$list")" \
+    '[["chart.png","file","image/png"],["report.md","file","text/markdown; charset=utf-8"]]' "outputs"
+api "/v1/runs/$id/outputs/chart.png" -o "$TEST_TMP/chart.png"
+assert_eq "$(head -c 8 "$TEST_TMP/chart.png" | od -An -tx1 | tr -d ' \n')" 89504e470d0a1a0a "a PNG"
+assert_eq "$(sha256sum <"$TEST_TMP/chart.png" | cut -d' ' -f1)" \
+    "$(jq -r '.data[] | select(.path == "chart.png") | .sha256' <<<"$list")" "its sha256"
+assert_contains "$(api "/v1/runs/$id/outputs/report.md")" "17 primes: 2 3 5 7" "the report"
