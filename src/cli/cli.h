@@ -34,6 +34,7 @@ int eph_cli_run(int argc, char **argv);
 int eph_cli_watch(int argc, char **argv);
 int eph_cli_replay(int argc, char **argv);
 int eph_cli_transcript(int argc, char **argv);
+int eph_cli_outputs(int argc, char **argv);
 int eph_cli_get(int argc, char **argv);
 int eph_cli_list(int argc, char **argv);
 int eph_cli_cancel(int argc, char **argv);

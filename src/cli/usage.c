@@ -60,6 +60,10 @@ static const struct {
     {"watch", "ephemeral watch RUN_ID\n", NULL},
     {"replay", "ephemeral replay RUN_ID\n", NULL},
     {"transcript", "ephemeral transcript RUN_ID > run.jsonl\n", NULL},
+    {"outputs", "ephemeral outputs RUN_ID [--dir DIR]\n",
+     "  --dir DIR                write each output file under DIR (never outside it, never\n"
+     "                           through a symlink, never over a file); symlinks are listed "
+     "only\n"},
     {"cancel", "ephemeral cancel RUN_ID [--json]\n",
      "  --json                   the run object the server answered\n"},
     {"balance", "ephemeral balance [--json]\n",

@@ -19,3 +19,19 @@ assert_eq "$(head -c 8 "$TEST_TMP/chart.png" | od -An -tx1 | tr -d ' \n')" 89504
 assert_eq "$(sha256sum <"$TEST_TMP/chart.png" | cut -d' ' -f1)" \
     "$(jq -r '.data[] | select(.path == "chart.png") | .sha256' <<<"$list")" "its sha256"
 assert_contains "$(api "/v1/runs/$id/outputs/report.md")" "17 primes: 2 3 5 7" "the report"
+
+# ephemeral outputs: listed, then written under a directory, byte for byte; a second download
+# into the same directory refuses to overwrite; a planted symlink in DIR is not followed.
+out=$("$EPH" outputs "$id") || fail "outputs exit"
+assert_contains "$out" "report.md" "outputs lists the report"
+mkdir "$TEST_TMP/dl"
+"$EPH" outputs "$id" --dir "$TEST_TMP/dl" >/dev/null || fail "outputs --dir exit"
+cmp "$TEST_TMP/dl/chart.png" "$TEST_TMP/chart.png" || fail "the downloaded chart differs"
+"$EPH" outputs "$id" --dir "$TEST_TMP/dl" >/dev/null 2>"$TEST_TMP/again.err" && fail "overwrote a file"
+mkdir "$TEST_TMP/dl2"
+ln -s "$TEST_TMP/victim" "$TEST_TMP/dl2/report.md"
+"$EPH" outputs "$id" --dir "$TEST_TMP/dl2" >/dev/null 2>&1 && fail "wrote through a symlink"
+[ -e "$TEST_TMP/victim" ] && fail "the symlink's target was written"
+"$EPH" outputs "$id" --dir "$TEST_TMP/nothere" 2>/dev/null
+assert_eq "$?" 2 "a missing directory is a usage error"
+true
