@@ -85,6 +85,58 @@ static int download(struct eph_cli_http *h, const char *id, const char *path, in
     return rc;
 }
 
+int eph_cli_outputs_fetch(struct eph_cli_http *h, const char *id, const char *dir)
+{
+    EPH_AUTOCLOSE int dfd = -1;
+    if (dir && (dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
+        fprintf(stderr, "ephemeral: cannot open the directory '%.200s': %s\n", dir,
+                strerror(errno));
+        return EPH_CLI_EXIT_USAGE;
+    }
+    char path[96];
+    snprintf(path, sizeof(path), "/v1/runs/%s/outputs", id);
+    struct eph_cli_request rq = {.method = "GET", .path = path};
+    struct eph_cli_response resp;
+    eph_cli_response_init(&resp);
+    int code = EPH_CLI_EXIT_OK;
+    int rc = eph_cli_http_do(h, &rq, &resp);
+    json_t *data = rc == 0 && resp.status == 200 ? json_object_get(resp.json, "data") : NULL;
+    if (rc || resp.status != 200) {
+        eph_cli_http_report(h, &resp, rc);
+        code = eph_cli_http_exit(h);
+    } else if (!json_is_array(data)) {
+        eph_cli_http_bad_answer(h, "json");
+        code = eph_cli_http_exit(h);
+    }
+    size_t i;
+    json_t *o;
+    json_array_foreach(code == EPH_CLI_EXIT_OK ? data : NULL, i, o)
+    {
+        const char *p = json_string_value(json_object_get(o, "path"));
+        const char *type = json_string_value(json_object_get(o, "type"));
+        const char *why = p ? eph_text_file_path_error(p, strlen(p)) : "no path";
+        if (why || !type) {
+            /* Shown escaped: the text came from the sandbox. */
+            fprintf(stderr, "ephemeral: skipped an output whose path is unsafe (%s)\n",
+                    why ? why : "no type");
+            code = EPH_CLI_EXIT_SERVER;
+            continue;
+        }
+        char *shown = eph_text_utf8_sanitize(p, strlen(p));
+        if (strcmp(type, "symlink") == 0) {
+            printf("%s  symlink (not followed, not written)\n", shown ? shown : "?");
+        } else {
+            printf("%s  %lld bytes\n", shown ? shown : "?",
+                   (long long)json_integer_value(json_object_get(o, "size")));
+            if (dfd >= 0 && download(h, id, p, dfd) != 0)
+                code = EPH_CLI_EXIT_SERVER;
+        }
+        free(shown);
+    }
+    eph_cli_response_release(&resp);
+    return code;
+}
+
 int eph_cli_outputs(int argc, char **argv)
 {
     const char *id = NULL, *dir = NULL;
@@ -111,56 +163,10 @@ int eph_cli_outputs(int argc, char **argv)
         return EPH_CLI_EXIT_USAGE;
     if (dir && !*dir)
         return eph_cli_usage_error(argv[0], "--dir must not be empty");
-    EPH_AUTOCLOSE int dfd = -1;
-    if (dir && (dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
-        fprintf(stderr, "ephemeral: cannot open the directory '%.200s': %s\n", dir,
-                strerror(errno));
-        return EPH_CLI_EXIT_USAGE;
-    }
     struct eph_cli_http h;
     if (eph_cli_http_init(&h))
         return EPH_CLI_EXIT_USAGE;
-    char path[96];
-    snprintf(path, sizeof(path), "/v1/runs/%s/outputs", id);
-    struct eph_cli_request rq = {.method = "GET", .path = path};
-    struct eph_cli_response resp;
-    eph_cli_response_init(&resp);
-    int code = EPH_CLI_EXIT_OK;
-    int rc = eph_cli_http_do(&h, &rq, &resp);
-    json_t *data = rc == 0 && resp.status == 200 ? json_object_get(resp.json, "data") : NULL;
-    if (rc || resp.status != 200) {
-        eph_cli_http_report(&h, &resp, rc);
-        code = eph_cli_http_exit(&h);
-    } else if (!json_is_array(data)) {
-        eph_cli_http_bad_answer(&h, "json");
-        code = eph_cli_http_exit(&h);
-    }
-    size_t i;
-    json_t *o;
-    json_array_foreach(code == EPH_CLI_EXIT_OK ? data : NULL, i, o)
-    {
-        const char *p = json_string_value(json_object_get(o, "path"));
-        const char *type = json_string_value(json_object_get(o, "type"));
-        const char *why = p ? eph_text_file_path_error(p, strlen(p)) : "no path";
-        if (why || !type) {
-            /* Shown escaped: the text came from the sandbox. */
-            fprintf(stderr, "ephemeral: skipped an output whose path is unsafe (%s)\n",
-                    why ? why : "no type");
-            code = EPH_CLI_EXIT_SERVER;
-            continue;
-        }
-        char *shown = eph_text_utf8_sanitize(p, strlen(p));
-        if (strcmp(type, "symlink") == 0) {
-            printf("%s  symlink (not followed, not written)\n", shown ? shown : "?");
-        } else {
-            printf("%s  %lld bytes\n", shown ? shown : "?",
-                   (long long)json_integer_value(json_object_get(o, "size")));
-            if (dfd >= 0 && download(&h, id, p, dfd) != 0)
-                code = EPH_CLI_EXIT_SERVER;
-        }
-        free(shown);
-    }
-    eph_cli_response_release(&resp);
+    int code = eph_cli_outputs_fetch(&h, id, dir);
     eph_cli_http_release(&h);
     return code;
 }

@@ -38,6 +38,7 @@ enum opt_id {
     OPT_JSON,
     OPT_METADATA,
     OPT_OUTPUT,
+    OPT_DOWNLOAD,
 };
 
 static const struct {
@@ -64,6 +65,7 @@ static const struct {
     {"--json", false, OPT_JSON},
     {"--metadata", true, OPT_METADATA},
     {"--output", true, OPT_OUTPUT},
+    {"--download", true, OPT_DOWNLOAD},
 };
 
 static int fail(char *err, size_t errlen, int rc, const char *fmt, ...)
@@ -216,6 +218,11 @@ int eph_cli_run_parse(int argc, char **argv, struct eph_cli_run_opts *o, char *e
             o->outputs[o->noutputs++] = v;
             break;
         }
+        case OPT_DOWNLOAD:
+            if (!*v)
+                return fail(err, errlen, -EINVAL, "--download must not be empty");
+            o->download = v;
+            break;
         case OPT_CONNECTION:
             if (!*v)
                 return fail(err, errlen, -EINVAL, "--connection must not be empty");
@@ -275,6 +282,8 @@ int eph_cli_run_parse(int argc, char **argv, struct eph_cli_run_opts *o, char *e
     if (o->nmetadata > EPH_CLI_METADATA_MAX)
         return fail(err, errlen, -EINVAL, "at most %d --metadata pairs per run",
                     EPH_CLI_METADATA_MAX);
+    if (o->download && o->detach)
+        return fail(err, errlen, -EINVAL, "--download waits for the run: not with --detach");
     if (o->noutputs > EPH_CLI_OUTPUTS_MAX)
         return fail(err, errlen, -EINVAL, "at most %d --output patterns per run",
                     EPH_CLI_OUTPUTS_MAX);

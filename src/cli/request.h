@@ -48,6 +48,7 @@ struct eph_cli_run_opts {
     size_t nmetadata;
     const char **outputs; /* --output PATTERN strings from argv: files to bring back */
     size_t noutputs;
+    const char *download; /* --download DIR: write the outputs there once the run ended */
 };
 
 /* Parses argv (argv[0] is "run"; the strings must outlive o). 0, -EINVAL with a lowercase message

@@ -25,8 +25,8 @@ static const struct {
      "              [--web-allow DOMAIN]... [--timeout SECONDS]\n"
      "              [--budget DOLLARS | --max-cost-micros N] [--model ID]\n"
      "              [--file LOCAL[:PATH]]... [--connection NAME]... [--metadata KEY=VALUE]...\n"
-     "              [--output PATTERN]... [--zdr] [--idempotency-key KEY] [--replay-of RUN_ID]\n"
-     "              [--detach] [--json]\n",
+     "              [--output PATTERN]... [--download DIR] [--zdr] [--idempotency-key KEY]\n"
+     "              [--replay-of RUN_ID] [--detach] [--json]\n",
      "  request.json | -         the request body to start from (- reads standard input)\n"
      "  --prompt TEXT            the task\n"
      "  --shell, --no-shell      allow or forbid shell commands (default: on)\n"
@@ -41,6 +41,7 @@ static const struct {
      "  --metadata KEY=VALUE     a metadata pair of the run (up to 16)\n"
      "  --output PATTERN         bring back the files PATTERN names (*, ?, **; up to 32), then\n"
      "                           GET /v1/runs/ID/outputs lists them\n"
+     "  --download DIR           once the run ended, write its outputs under DIR\n"
      "  --zdr                    zero data retention: nothing of the run's content is kept\n"
      "  --idempotency-key KEY    the request's idempotency key (default: a fresh one)\n"
      "  --replay-of RUN_ID       re-execute a finished run from its record\n"

@@ -35,3 +35,12 @@ ln -s "$TEST_TMP/victim" "$TEST_TMP/dl2/report.md"
 "$EPH" outputs "$id" --dir "$TEST_TMP/nothere" 2>/dev/null
 assert_eq "$?" 2 "a missing directory is a usage error"
 true
+
+# ephemeral run --download DIR: the run, then its outputs written under DIR.
+mkdir "$TEST_TMP/dl3"
+"$EPH" run examples/report-chart/request.json --download "$TEST_TMP/dl3" >/dev/null || fail "run --download exit"
+assert_contains "$(cat "$TEST_TMP/dl3/report.md")" "17 primes" "run --download wrote the report"
+[ "$(head -c 4 "$TEST_TMP/dl3/chart.png" | od -An -c | tr -d ' ')" = "211PNG" ] || fail "run --download: the chart"
+"$EPH" run examples/report-chart/request.json --download "$TEST_TMP/dl3" --detach 2>/dev/null
+assert_eq "$?" 2 "--download with --detach is a usage error"
+true
