@@ -13,12 +13,13 @@ _ephemeral() {
     local prog=${COMP_WORDS[0]}
     COMPREPLY=()
     if [ "$COMP_CWORD" -eq 1 ]; then
-        COMPREPLY=($(compgen -W "run get list watch replay transcript cancel balance help --help --version" -- "$cur"))
+        COMPREPLY=($(compgen -W "run get list watch replay transcript outputs cancel balance help --help --version" -- "$cur"))
         return
     fi
     local cmd=${COMP_WORDS[1]}
     case $prev in
     --file | --output) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+    --dir) COMPREPLY=($(compgen -d -- "$cur")); return ;;
     --status)
         COMPREPLY=($(compgen -W "queued starting running completed failed timed_out budget_exhausted cancelled" -- "$cur"))
         return
@@ -30,7 +31,7 @@ _ephemeral() {
     if [[ $cur == -* ]]; then
         COMPREPLY=($(compgen -W "$(_ephemeral_flags "$prog" "$cmd")" -- "$cur"))
     elif [ "$cmd" = run ] || [ "$cmd" = help ]; then
-        [ "$cmd" = help ] && COMPREPLY=($(compgen -W "run get list watch replay transcript cancel balance" -- "$cur")) ||
+        [ "$cmd" = help ] && COMPREPLY=($(compgen -W "run get list watch replay transcript outputs cancel balance" -- "$cur")) ||
             COMPREPLY=($(compgen -f -- "$cur"))
     fi
 }

@@ -118,6 +118,10 @@ int eph_api_reply_json_text(struct eph_api_req *req, unsigned status, char *text
 /* Answers with a body of another type (copies text). */
 int eph_api_reply_text(struct eph_api_req *req, unsigned status, const char *content_type,
                        const char *text, size_t len);
+/* 200 with bytes of a run's output (steals data, which may be NULL when len is 0): the type,
+ * nosniff, a sandboxing CSP, and disposition (may be NULL: shown inline). */
+int eph_api_reply_bytes(struct eph_api_req *req, const char *content_type, unsigned char *data,
+                        size_t len, const char *disposition);
 /* Answers with the error shape; param may be NULL. */
 /* 503 store_unavailable, the answer to any store failure a handler cannot say more about. */
 int eph_api_reply_store_unavailable(struct eph_api_req *req);
@@ -176,6 +180,9 @@ int eph_api_runs_events(struct eph_api_req *req, const char *id);
 int eph_api_runs_cancel(struct eph_api_req *req, const char *id);
 /* GET /v1/runs/{id}/transcript (transcript.c). */
 int eph_api_runs_transcript(struct eph_api_req *req, const char *id);
+/* GET /v1/runs/{id}/outputs and /v1/runs/{id}/outputs/{path} (outputs.c). */
+int eph_api_runs_outputs(struct eph_api_req *req, const char *id);
+int eph_api_runs_output(struct eph_api_req *req, const char *id);
 /* A create's replay_of (transcript.c): loads the original into *orig (release it after the new
  * run is stored: c borrows from it), checks the replay is possible and widens nothing, and fills
  * in c what the body left to the original (prompt, model, permissions, files, timeout). 0, or

@@ -59,6 +59,17 @@ void eph_api_add_common_headers(struct eph_api_req *req, struct MHD_Response *re
                                     : "Bearer realm=\"ephemeral\"");
 }
 
+/* Queues a response whose own headers are set: the common ones, then it is sent and let go. */
+static int queue_made(struct eph_api_req *req, unsigned status, struct MHD_Response *resp)
+{
+    eph_api_add_common_headers(req, resp, status);
+    int rc = MHD_queue_response(req->conn, status, resp);
+    MHD_destroy_response(resp);
+    req->answered = true;
+    req->status = status;
+    return rc;
+}
+
 static int queue_response(struct eph_api_req *req, unsigned status, char *text, size_t len,
                           const char *content_type, const char *extra_header,
                           const char *extra_value)
@@ -72,14 +83,9 @@ static int queue_response(struct eph_api_req *req, unsigned status, char *text, 
     }
     MHD_add_response_header(resp, "Content-Type", content_type);
     MHD_add_response_header(resp, "Cache-Control", "no-store");
-    eph_api_add_common_headers(req, resp, status);
     if (extra_header && extra_value)
         MHD_add_response_header(resp, extra_header, extra_value);
-    int rc = MHD_queue_response(req->conn, status, resp);
-    MHD_destroy_response(resp);
-    req->answered = true;
-    req->status = status;
-    return rc;
+    return queue_made(req, status, resp);
 }
 
 static int queue(struct eph_api_req *req, unsigned status, char *text, const char *extra_header,
@@ -105,6 +111,27 @@ int eph_api_reply_text(struct eph_api_req *req, unsigned status, const char *con
     copy[len] = '\0';
     eph_api_idem_finish(req, status, NULL);
     return queue_response(req, status, copy, len, content_type, NULL, NULL);
+}
+
+int eph_api_reply_bytes(struct eph_api_req *req, const char *content_type, unsigned char *data,
+                        size_t len, const char *disposition)
+{
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(len, data ? (void *)data : (void *)"",
+                                        data ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
+    if (!resp) {
+        free(data);
+        return MHD_NO;
+    }
+    eph_api_idem_finish(req, 200, NULL);
+    MHD_add_response_header(resp, "Content-Type", content_type);
+    MHD_add_response_header(resp, "Cache-Control", "no-store");
+    /* The type is the server's, from a fixed list: a browser must not guess another. */
+    MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
+    MHD_add_response_header(resp, "Content-Security-Policy", "default-src 'none'; sandbox");
+    if (disposition)
+        MHD_add_response_header(resp, "Content-Disposition", disposition);
+    return queue_made(req, 200, resp);
 }
 
 bool eph_api_require_admin(struct eph_api_req *req)

@@ -217,6 +217,7 @@ static int new_run(struct eph_api_req *req, const struct eph_api_create *c, stru
     r->created_at_ms = eph_clock_real_ms();
     r->cost.reserved_micros = c->max_cost;
     r->replay_of = c->replay_of ? strdup(c->replay_of) : NULL;
+    r->outputs = c->outputs && json_array_size(c->outputs) ? json_incref(c->outputs) : NULL;
     if (c->zdr) {
         /* Its prompt lives only in this process: this node holds it from birth (a lease its
          * keeper renews), and no other node may claim it. */

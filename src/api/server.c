@@ -92,6 +92,8 @@ static const struct route routes[] = {
     {"/v1/runs/{id}", "GET", NULL, eph_api_runs_get, false, false},
     {"/v1/runs/{id}/events", "GET", NULL, eph_api_runs_events, false, false},
     {"/v1/runs/{id}/transcript", "GET", NULL, eph_api_runs_transcript, false, false},
+    {"/v1/runs/{id}/outputs", "GET", NULL, eph_api_runs_outputs, false, false},
+    {"/v1/runs/{id}/outputs/{path}", "GET", NULL, eph_api_runs_output, false, false},
     {"/v1/runs/{id}/cancel", "POST", NULL, eph_api_runs_cancel, false, true},
     {"/v1/balance", "GET", eph_api_balance, NULL, false, false},
     {"/v1/models", "GET", eph_api_models_list, NULL, false, false},
@@ -127,6 +129,10 @@ static const char *match_pattern(const char *p, char *id, size_t idlen)
             return "/v1/runs/{id}/cancel";
         if (strcmp(tail, "/transcript") == 0)
             return "/v1/runs/{id}/transcript";
+        if (strcmp(tail, "/outputs") == 0)
+            return "/v1/runs/{id}/outputs";
+        if (strncmp(tail, "/outputs/", 9) == 0 && tail[9])
+            return "/v1/runs/{id}/outputs/{path}";
         return NULL;
     }
     if (match_id_path(p, "/v1/keys/", id, idlen, &tail) && !*tail)

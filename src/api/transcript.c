@@ -235,6 +235,8 @@ int eph_api_replay_prepare(struct eph_api_req *req, json_t *body, struct eph_api
         c->timeout = orig->timeout_seconds;
     if (!c->files && orig->files)
         c->files = json_incref(orig->files);
+    if (!c->outputs)
+        c->outputs = orig->outputs;
     if (!c->prompt) {
         REPLAY_BAD("replay_not_possible", "replay_of", "run '%s' has no prompt to replay", id);
         return -EINVAL;

@@ -12,6 +12,7 @@
 
 #include <sodium.h>
 
+#include "common/glob.h"
 #include "common/id.h"
 #include "image/image.h"
 #include "common/text.h"
@@ -157,6 +158,28 @@ static int check_files(json_t *files, json_t **out, struct eph_api_error *e)
     return 0;
 }
 
+/* The files to bring back (docs/API.md, "Outputs"): patterns relative to the scratch directory. */
+static int check_outputs(json_t *outputs, struct eph_api_error *e)
+{
+    if (!json_is_array(outputs))
+        return BAD("outputs", "'outputs' must be an array of patterns");
+    if (json_array_size(outputs) > EPH_API_OUTPUTS_MAX)
+        return BAD("outputs", "at most %d output patterns", EPH_API_OUTPUTS_MAX);
+    size_t i;
+    json_t *v;
+    json_array_foreach(outputs, i, v)
+    {
+        char param[32];
+        snprintf(param, sizeof(param), "outputs[%zu]", i);
+        if (!json_is_string(v))
+            return BAD(param, "output patterns must be strings");
+        const char *why = eph_glob_pattern_error(json_string_value(v), json_string_length(v));
+        if (why)
+            return BAD(param, "bad output pattern: %s", why);
+    }
+    return 0;
+}
+
 static int check_metadata(json_t *md, struct eph_api_error *e)
 {
     if (!json_is_object(md))
@@ -260,6 +283,7 @@ static int check_known_fields(json_t *body, struct eph_api_error *e)
                                         "metadata",
                                         "replay_of",
                                         "image",
+                                        "outputs",
                                         NULL};
     const char *key;
     json_t *v;
@@ -354,6 +378,10 @@ static int check_scalars(json_t *body, const struct eph_config *cfg, struct eph_
     if (md && (rc = check_metadata(md, e)))
         return rc;
     c->metadata = md;
+    json_t *outputs = json_object_get(body, "outputs");
+    if (outputs && (rc = check_outputs(outputs, e)))
+        return rc;
+    c->outputs = outputs;
     return 0;
 }
 

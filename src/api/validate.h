@@ -44,6 +44,7 @@ int eph_api_error_set(struct eph_api_error *e, unsigned status, const char *type
 #define EPH_API_WAIT_MAX 600
 #define EPH_API_WEB_ALLOW_MAX 64
 #define EPH_API_DOMAIN_MAX 253
+#define EPH_API_OUTPUTS_MAX 32 /* output patterns (common/glob.h) */
 
 /* POST /v1/runs, validated. Strings and connections/metadata are borrowed from the body (keep it
  * until done); files is a new array of {path, content_base64, size} owned here. */
@@ -55,6 +56,7 @@ struct eph_api_create {
     json_t *connections; /* borrowed; NULL when absent */
     json_t *files;       /* owned; NULL when absent */
     json_t *metadata;    /* borrowed; NULL when absent */
+    json_t *outputs;     /* borrowed: array of output patterns; NULL when absent */
     unsigned timeout;
     int64_t max_cost;
     const char *replay_of; /* borrowed; NULL when absent (the caller checks the run: it needs the

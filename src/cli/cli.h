@@ -34,6 +34,10 @@ int eph_cli_run(int argc, char **argv);
 int eph_cli_watch(int argc, char **argv);
 int eph_cli_replay(int argc, char **argv);
 int eph_cli_transcript(int argc, char **argv);
+int eph_cli_outputs(int argc, char **argv);
+struct eph_cli_http;
+/* Lists run id's outputs and, with dir, writes them under it (outputs.c); an exit status. */
+int eph_cli_outputs_fetch(struct eph_cli_http *h, const char *id, const char *dir);
 int eph_cli_get(int argc, char **argv);
 int eph_cli_list(int argc, char **argv);
 int eph_cli_cancel(int argc, char **argv);

@@ -13,6 +13,7 @@
 #include "cli/http.h"
 #include "common/buf.h"
 #include "common/cleanup.h"
+#include "common/glob.h"
 #include "common/id.h"
 #include "common/money.h"
 #include "common/text.h"
@@ -37,6 +38,8 @@ enum opt_id {
     OPT_DETACH,
     OPT_JSON,
     OPT_METADATA,
+    OPT_OUTPUT,
+    OPT_DOWNLOAD,
 };
 
 static const struct {
@@ -63,6 +66,8 @@ static const struct {
     {"--detach", false, OPT_DETACH},
     {"--json", false, OPT_JSON},
     {"--metadata", true, OPT_METADATA},
+    {"--output", true, OPT_OUTPUT},
+    {"--download", true, OPT_DOWNLOAD},
 };
 
 static int fail(char *err, size_t errlen, int rc, const char *fmt, ...)
@@ -113,7 +118,8 @@ int eph_cli_run_parse(int argc, char **argv, struct eph_cli_run_opts *o, char *e
     o->connections = calloc((size_t)argc + 1, sizeof(*o->connections));
     o->web_allow = calloc((size_t)argc + 1, sizeof(*o->web_allow));
     o->metadata = calloc((size_t)argc + 1, sizeof(*o->metadata));
-    if (!o->files || !o->connections || !o->web_allow || !o->metadata)
+    o->outputs = calloc((size_t)argc + 1, sizeof(*o->outputs));
+    if (!o->files || !o->connections || !o->web_allow || !o->metadata || !o->outputs)
         return fail(err, errlen, -ENOMEM, "out of memory");
     bool budget_given = false, max_cost_given = false, positional_only = false;
 
@@ -210,6 +216,20 @@ int eph_cli_run_parse(int argc, char **argv, struct eph_cli_run_opts *o, char *e
                 return fail(err, errlen, -EINVAL, "--file needs LOCAL[:PATH], not '%.200s'", v);
             o->files[o->nfiles++] = v;
             break;
+        case OPT_OUTPUT: {
+            /* The server's rule (docs/API.md, "Outputs"), so that a bad pattern is a usage error.
+             */
+            const char *why = eph_glob_pattern_error(v, strlen(v));
+            if (why)
+                return fail(err, errlen, -EINVAL, "--output '%.100s': %s", v, why);
+            o->outputs[o->noutputs++] = v;
+            break;
+        }
+        case OPT_DOWNLOAD:
+            if (!*v)
+                return fail(err, errlen, -EINVAL, "--download must not be empty");
+            o->download = v;
+            break;
         case OPT_CONNECTION:
             if (!*v)
                 return fail(err, errlen, -EINVAL, "--connection must not be empty");
@@ -269,6 +289,11 @@ int eph_cli_run_parse(int argc, char **argv, struct eph_cli_run_opts *o, char *e
     if (o->nmetadata > EPH_CLI_METADATA_MAX)
         return fail(err, errlen, -EINVAL, "at most %d --metadata pairs per run",
                     EPH_CLI_METADATA_MAX);
+    if (o->download && o->detach)
+        return fail(err, errlen, -EINVAL, "--download waits for the run: not with --detach");
+    if (o->noutputs > EPH_CLI_OUTPUTS_MAX)
+        return fail(err, errlen, -EINVAL, "at most %d --output patterns per run",
+                    EPH_CLI_OUTPUTS_MAX);
     return 0;
 }
 
@@ -278,6 +303,8 @@ void eph_cli_run_opts_release(struct eph_cli_run_opts *o)
     free(o->connections);
     free(o->web_allow);
     free(o->metadata);
+    free(o->outputs);
+    o->outputs = NULL;
     o->files = NULL;
     o->connections = NULL;
     o->web_allow = NULL;
@@ -484,6 +511,8 @@ int eph_cli_run_body(const struct eph_cli_run_opts *o, FILE *stdin_f, json_t **o
         rc = set(body, "replay_of", json_string(o->replay_of), err, errlen);
     if (!rc && o->nconnections)
         rc = set(body, "connections", strings_array(o->connections, o->nconnections), err, errlen);
+    if (!rc && o->noutputs)
+        rc = set(body, "outputs", strings_array(o->outputs, o->noutputs), err, errlen);
     if (!rc && o->nmetadata) {
         /* --metadata is merged into the file's metadata, a flag winning over the file's value. */
         json_t *md = json_object_get(body, "metadata");

@@ -23,6 +23,7 @@
 #define EPH_CLI_IDEMPOTENCY_KEY_MAX 255
 #define EPH_CLI_TIMEOUT_MAX 3600
 #define EPH_CLI_METADATA_MAX 16
+#define EPH_CLI_OUTPUTS_MAX 32
 
 struct eph_cli_run_opts {
     const char *request_path; /* NULL, "-" or a file */
@@ -46,6 +47,9 @@ struct eph_cli_run_opts {
     bool json;
     const char **metadata; /* --metadata KEY=VALUE strings from argv */
     size_t nmetadata;
+    const char **outputs; /* --output PATTERN strings from argv: files to bring back */
+    size_t noutputs;
+    const char *download; /* --download DIR: write the outputs there once the run ended */
 };
 
 /* Parses argv (argv[0] is "run"; the strings must outlive o). 0, -EINVAL with a lowercase message

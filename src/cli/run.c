@@ -461,6 +461,12 @@ int eph_cli_run(int argc, char **argv)
     } else if (id) {
         code = show_live(&h, resp.json, id);
     }
+    if (id && o.download && code != EPH_CLI_EXIT_UNREACHABLE) {
+        /* Outputs come in every state in which the sandbox still existed. */
+        int oc = eph_cli_outputs_fetch(&h, id, o.download);
+        if (code == EPH_CLI_EXIT_OK)
+            code = oc;
+    }
     eph_cli_response_release(&resp);
     eph_cli_http_release(&h);
     eph_cli_run_opts_release(&o);

@@ -25,7 +25,8 @@ static const struct {
      "              [--web-allow DOMAIN]... [--timeout SECONDS]\n"
      "              [--budget DOLLARS | --max-cost-micros N] [--model ID] [--image NAME]\n"
      "              [--file LOCAL[:PATH]]... [--connection NAME]... [--metadata KEY=VALUE]...\n"
-     "              [--zdr] [--idempotency-key KEY] [--replay-of RUN_ID] [--detach] [--json]\n",
+     "              [--output PATTERN]... [--download DIR] [--zdr] [--idempotency-key KEY]\n"
+     "              [--replay-of RUN_ID] [--detach] [--json]\n",
      "  request.json | -         the request body to start from (- reads standard input)\n"
      "  --prompt TEXT            the task\n"
      "  --shell, --no-shell      allow or forbid shell commands (default: on)\n"
@@ -39,6 +40,9 @@ static const struct {
      "  --file LOCAL[:PATH]      send LOCAL into the scratch directory as PATH\n"
      "  --connection NAME        let the run use the org's connection NAME\n"
      "  --metadata KEY=VALUE     a metadata pair of the run (up to 16)\n"
+     "  --output PATTERN         bring back the files PATTERN names (*, ?, **; up to 32), then\n"
+     "                           GET /v1/runs/ID/outputs lists them\n"
+     "  --download DIR           once the run ended, write its outputs under DIR\n"
      "  --zdr                    zero data retention: nothing of the run's content is kept\n"
      "  --idempotency-key KEY    the request's idempotency key (default: a fresh one)\n"
      "  --replay-of RUN_ID       re-execute a finished run from its record\n"
@@ -58,6 +62,10 @@ static const struct {
     {"watch", "ephemeral watch RUN_ID\n", NULL},
     {"replay", "ephemeral replay RUN_ID\n", NULL},
     {"transcript", "ephemeral transcript RUN_ID > run.jsonl\n", NULL},
+    {"outputs", "ephemeral outputs RUN_ID [--dir DIR]\n",
+     "  --dir DIR                write each output file under DIR (never outside it, never\n"
+     "                           through a symlink, never over a file); symlinks are listed "
+     "only\n"},
     {"cancel", "ephemeral cancel RUN_ID [--json]\n",
      "  --json                   the run object the server answered\n"},
     {"balance", "ephemeral balance [--json]\n",

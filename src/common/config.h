@@ -107,6 +107,10 @@ struct eph_config {
         unsigned max_size_mib;          /* 4096: the largest image a build or import makes */
         unsigned max_concurrent_builds; /* 1: builds at once on this node; more wait */
     } images;
+    struct {
+        unsigned max_files; /* 100: files collected from a run's scratch directory (outputs) */
+        uint64_t max_bytes; /* 50 MiB: their bytes in all */
+    } outputs;
     char *default_model;
     struct eph_model_config *models;
     size_t nmodels;

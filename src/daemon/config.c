@@ -63,6 +63,8 @@ int eph_config_defaults(struct eph_config *cfg)
     cfg->sandbox.command_timeout_seconds = 60;
     cfg->sandbox.output_cap_bytes = 16384;
     cfg->sandbox.live_output_bytes = 65536;
+    cfg->outputs.max_files = 100;
+    cfg->outputs.max_bytes = 50u << 20;
     cfg->sandbox.warm_pool = 0; /* opt-in: idle pooled sandboxes are live machines on the host */
     cfg->prices.compute_micros_per_second = 240;
     cfg->prices.web_micros_per_request = 100;
@@ -223,6 +225,12 @@ static const struct key image_keys[] = {
     KU("build_timeout_seconds", images.build_timeout_seconds, 86400),
     KU("max_size_mib", images.max_size_mib, 1u << 20),
     KU("max_concurrent_builds", images.max_concurrent_builds, 64),
+    {NULL, K_STR, 0, 0},
+};
+
+static const struct key output_keys[] = {
+    KU("max_files", outputs.max_files, 10000),
+    KL("max_bytes", outputs.max_bytes, 1ull << 32),
     {NULL, K_STR, 0, 0},
 };
 
@@ -495,41 +503,28 @@ static int load_root(struct eph_config *cfg, json_t *root, const char *path, cha
         snprintf(err, errlen, "config: %s: the top level must be an object", path);
         goto out;
     }
-    static const char *const nested[] = {"sandbox", "prices", "models", "broker",
-                                         "http",    "images", NULL};
+    static const char *const nested[] = {"sandbox", "prices", "models",  "broker",
+                                         "http",    "images", "outputs", NULL};
     if ((rc = load_object(cfg, top_keys, root, "", nested, err, errlen)))
         goto out;
-    json_t *sb = json_object_get(root, "sandbox");
-    if (sb && (!json_is_object(sb) ||
-               (rc = load_object(cfg, sandbox_keys, sb, "sandbox.", NULL, err, errlen)))) {
-        if (!rc)
-            snprintf(err, errlen, "config: 'sandbox' must be an object");
-        rc = -EINVAL;
-        goto out;
-    }
-    json_t *pr = json_object_get(root, "prices");
-    if (pr && (!json_is_object(pr) ||
-               (rc = load_object(cfg, price_keys, pr, "prices.", NULL, err, errlen)))) {
-        if (!rc)
-            snprintf(err, errlen, "config: 'prices' must be an object");
-        rc = -EINVAL;
-        goto out;
-    }
-    json_t *ht = json_object_get(root, "http");
-    if (ht && (!json_is_object(ht) ||
-               (rc = load_object(cfg, http_keys, ht, "http.", NULL, err, errlen)))) {
-        if (!rc)
-            snprintf(err, errlen, "config: 'http' must be an object");
-        rc = -EINVAL;
-        goto out;
-    }
-    json_t *im = json_object_get(root, "images");
-    if (im && (!json_is_object(im) ||
-               (rc = load_object(cfg, image_keys, im, "images.", NULL, err, errlen)))) {
-        if (!rc)
-            snprintf(err, errlen, "config: 'images' must be an object");
-        rc = -EINVAL;
-        goto out;
+    /* The sections that are plain keys. */
+    static const struct {
+        const char *name, *where;
+        const struct key *keys;
+    } sections[] = {
+        {"sandbox", "sandbox.", sandbox_keys}, {"prices", "prices.", price_keys},
+        {"http", "http.", http_keys},          {"images", "images.", image_keys},
+        {"outputs", "outputs.", output_keys},
+    };
+    for (size_t i = 0; i < sizeof(sections) / sizeof(sections[0]); i++) {
+        json_t *o = json_object_get(root, sections[i].name);
+        if (o && (!json_is_object(o) || (rc = load_object(cfg, sections[i].keys, o,
+                                                          sections[i].where, NULL, err, errlen)))) {
+            if (!rc)
+                snprintf(err, errlen, "config: '%s' must be an object", sections[i].name);
+            rc = -EINVAL;
+            goto out;
+        }
     }
     json_t *br = json_object_get(root, "broker");
     if (br && (!json_is_object(br) || (rc = load_broker(cfg, br, err, errlen)))) {

@@ -11,7 +11,8 @@
  * runs under as worker (harden.h). It is static and unsanitized so that it needs nothing from the
  * image. It serves one request at a time from the channel: exec (runs /bin/sh -c as a new process
  * group in the scratch directory with a clean environment, streams capped output, kills the group
- * at the timeout), write_file, read_file, ping, shutdown. As PID 1 it reaps every orphan.
+ * at the timeout), write_file, read_file, list_files, ping, shutdown. As PID 1 it reaps every
+ * orphan.
  *
  * Nothing it reads is trusted: malformed frames get an error reply and are skipped, and the loop
  * goes on. When the channel closes, the host is gone: init kills everything and exits, which ends
@@ -21,6 +22,7 @@
  * them, so `kill -9 1` from a command does nothing; gVisor does not, and there the keeper's uids
  * refuse it (harden.h). SIGCHLD is blocked and read from a signalfd.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -612,6 +614,118 @@ static void do_read_file(uint32_t id, const uint8_t *payload, size_t len)
     reply_empty(EPH_PROTO_FILE_END, id, sz, sizeof(sz));
 }
 
+/* ---- list_files --------------------------------------------------------------------------- */
+
+struct walk {
+    uint32_t id;
+    uint32_t max_entries, max_depth;
+    uint32_t sent;
+    bool truncated;
+    char path[EPH_PROTO_MAX_PATH + 1]; /* the entry's path relative to the scratch directory */
+};
+
+static bool walk_send(struct walk *w, uint32_t kind, uint64_t size, const char *target)
+{
+    if (w->sent >= w->max_entries) {
+        w->truncated = true;
+        return false;
+    }
+    struct eph_proto_file_entry e = {.kind = kind, .size = size, .path = w->path, .target = target};
+    int len = eph_proto_file_entry_encode(tx, sizeof(tx), w->id, &e);
+    if (len < 0) {
+        w->truncated = true; /* a name the listing cannot carry (not UTF-8, control bytes) */
+        return true;
+    }
+    send_all(tx, (size_t)len);
+    w->sent++;
+    return true;
+}
+
+/* Lists the directory dfd (whose path is w->path[0..plen)), at depth (1 = the scratch directory's
+ * own entries). Never follows a symlink: each name is looked at with AT_SYMLINK_NOFOLLOW, and a
+ * directory is entered only through openat(O_NOFOLLOW) checked to be that very inode. Returns false
+ * once the entry cap is reached. dfd is consumed. */
+static bool walk_dir(struct walk *w, int dfd, size_t plen, uint32_t depth)
+{
+    DIR *d = fdopendir(dfd);
+    if (!d) {
+        close(dfd);
+        return true;
+    }
+    bool go = true;
+    struct dirent *de;
+    while (go && (de = readdir(d)) != NULL) {
+        const char *name = de->d_name;
+        if (strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
+            continue;
+        size_t nl = strlen(name);
+        if (plen + (plen ? 1 : 0) + nl > EPH_PROTO_MAX_PATH) {
+            w->truncated = true;
+            continue;
+        }
+        size_t at = plen;
+        if (plen)
+            w->path[at++] = '/';
+        memcpy(w->path + at, name, nl + 1);
+        struct stat st;
+        if (fstatat(dirfd(d), name, &st, AT_SYMLINK_NOFOLLOW) != 0) {
+            w->path[plen] = '\0';
+            continue;
+        }
+        if (S_ISREG(st.st_mode)) {
+            go = walk_send(w, EPH_PROTO_KIND_FILE, (uint64_t)st.st_size, "");
+        } else if (S_ISLNK(st.st_mode)) {
+            char target[EPH_PROTO_MAX_PATH + 1];
+            ssize_t tn = readlinkat(dirfd(d), name, target, EPH_PROTO_MAX_PATH);
+            if (tn > 0) {
+                target[tn] = '\0';
+                go = walk_send(w, EPH_PROTO_KIND_SYMLINK, (uint64_t)tn, target);
+            }
+        } else if (S_ISDIR(st.st_mode)) {
+            go = walk_send(w, EPH_PROTO_KIND_DIR, 0, "");
+            if (go && depth >= w->max_depth) {
+                w->truncated = true;
+            } else if (go) {
+                int nfd = openat(dirfd(d), name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                struct stat opened;
+                if (nfd >= 0 && (fstat(nfd, &opened) != 0 || opened.st_dev != st.st_dev ||
+                                 opened.st_ino != st.st_ino)) {
+                    close(nfd); /* swapped for something else between the stat and the open */
+                    nfd = -1;
+                }
+                if (nfd >= 0)
+                    go = walk_dir(w, nfd, at + nl, depth + 1);
+            }
+        } /* sockets, fifos, devices: not outputs */
+        w->path[plen] = '\0';
+    }
+    closedir(d);
+    return go;
+}
+
+static struct walk walk_state;
+
+static void do_list_files(uint32_t id, const uint8_t *payload, size_t len)
+{
+    struct walk *w = &walk_state;
+    memset(w, 0, sizeof(*w));
+    w->id = id;
+    if (eph_proto_list_files_decode(payload, len, &w->max_entries, &w->max_depth)) {
+        reply_error(id, -EPROTO, "malformed list_files request");
+        return;
+    }
+    int dfd = open(scratch_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0) {
+        reply_error(id, -errno, "cannot open the scratch directory");
+        return;
+    }
+    walk_dir(w, dfd, 0, 1);
+    int n = eph_proto_list_end_encode(tx_small, sizeof(tx_small), id,
+                                      w->truncated ? EPH_PROTO_LIST_TRUNCATED : 0, w->sent);
+    if (n > 0)
+        send_all(tx_small, (size_t)n);
+}
+
 /* ---- main loop -------------------------------------------------------------------------- */
 
 static void dispatch(const struct eph_proto_frame *f)
@@ -628,6 +742,9 @@ static void dispatch(const struct eph_proto_frame *f)
         break;
     case EPH_PROTO_READ_FILE:
         do_read_file(f->hdr.id, f->payload, f->hdr.length);
+        break;
+    case EPH_PROTO_LIST_FILES:
+        do_list_files(f->hdr.id, f->payload, f->hdr.length);
         break;
     case EPH_PROTO_TUNNEL_LISTEN: {
         uint16_t port;

@@ -34,6 +34,11 @@ static const struct type_info types[] = {
     {EPH_PROTO_READ_FILE, EPH_PROTO_FROM_HOST, 14, 12 + EPH_PROTO_MAX_PATH + 1, "read_file"},
     {EPH_PROTO_FILE_DATA, EPH_PROTO_FROM_GUEST, 1, EPH_PROTO_CHUNK, "file_data"},
     {EPH_PROTO_FILE_END, EPH_PROTO_FROM_GUEST, 8, 8, "file_end"},
+    {EPH_PROTO_LIST_FILES, EPH_PROTO_FROM_HOST, 8, 8, "list_files"},
+    /* kind, size, a path of one byte at least, an empty target: 4 + 8 + (4 + 2) + (4 + 1). */
+    {EPH_PROTO_FILE_ENTRY, EPH_PROTO_FROM_GUEST, 23, 12 + 2 * (4 + EPH_PROTO_MAX_PATH + 1),
+     "file_entry"},
+    {EPH_PROTO_LIST_END, EPH_PROTO_FROM_GUEST, 8, 8, "list_end"},
     {EPH_PROTO_SHUTDOWN, EPH_PROTO_FROM_HOST, 0, 0, "shutdown"},
     {EPH_PROTO_TUNNEL_LISTEN, EPH_PROTO_FROM_HOST, 8, 8, "tunnel_listen"},
     {EPH_PROTO_TUNNEL_OPEN, EPH_PROTO_FROM_GUEST, 0, 0, "tunnel_open"},
@@ -590,6 +595,152 @@ int eph_proto_path_check(const char *path)
         if (slash && *p == '\0')
             return -EINVAL;
     }
+    return 0;
+}
+
+bool eph_proto_utf8_valid(const char *str, size_t n)
+{
+    const uint8_t *s = (const uint8_t *)str;
+    size_t i = 0;
+    while (i < n) {
+        uint8_t c = s[i];
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        size_t more;
+        uint32_t cp, min;
+        if ((c & 0xe0) == 0xc0)
+            more = 1, cp = c & 0x1fu, min = 0x80;
+        else if ((c & 0xf0) == 0xe0)
+            more = 2, cp = c & 0x0fu, min = 0x800;
+        else if ((c & 0xf8) == 0xf0)
+            more = 3, cp = c & 0x07u, min = 0x10000;
+        else
+            return false;
+        if (more > n - i - 1)
+            return false;
+        for (size_t k = 1; k <= more; k++) {
+            if ((s[i + k] & 0xc0) != 0x80)
+                return false;
+            cp = (cp << 6) | (s[i + k] & 0x3fu);
+        }
+        if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+            return false;
+        i += more + 1;
+    }
+    return true;
+}
+
+int eph_proto_rel_path_check(const char *path)
+{
+    int rc = eph_proto_path_check(path);
+    if (rc)
+        return rc;
+    if (path[0] == '/')
+        return -EINVAL;
+    size_t n = strlen(path);
+    for (size_t i = 0; i < n; i++)
+        if ((uint8_t)path[i] < 0x20 || path[i] == 0x7f)
+            return -EINVAL;
+    return eph_proto_utf8_valid(path, n) ? 0 : -EILSEQ;
+}
+
+/* ---- Listing ----------------------------------------------------------------------------- */
+
+/* A frame whose payload is two u32 (list_files, list_end). */
+static int pair_encode(uint8_t *buf, size_t cap, uint8_t type, uint32_t id, uint32_t a, uint32_t b)
+{
+    uint8_t p[8];
+    put32(p, a);
+    put32(p + 4, b);
+    return eph_proto_raw_encode(buf, cap, type, 0, id, p, sizeof(p));
+}
+
+int eph_proto_list_files_encode(uint8_t *buf, size_t cap, uint32_t id, uint32_t max_entries,
+                                uint32_t max_depth)
+{
+    if (max_entries == 0 || max_entries > EPH_PROTO_MAX_LIST_ENTRIES || max_depth == 0 ||
+        max_depth > EPH_PROTO_MAX_LIST_DEPTH)
+        return -EINVAL;
+    return pair_encode(buf, cap, EPH_PROTO_LIST_FILES, id, max_entries, max_depth);
+}
+
+int eph_proto_list_files_decode(const uint8_t *payload, size_t len, uint32_t *max_entries,
+                                uint32_t *max_depth)
+{
+    if (len != 8)
+        return -EPROTO;
+    uint32_t n = le32(payload), d = le32(payload + 4);
+    if (n == 0 || n > EPH_PROTO_MAX_LIST_ENTRIES || d == 0 || d > EPH_PROTO_MAX_LIST_DEPTH)
+        return -EPROTO;
+    *max_entries = n;
+    *max_depth = d;
+    return 0;
+}
+
+static bool kind_ok(uint32_t kind)
+{
+    return kind == EPH_PROTO_KIND_FILE || kind == EPH_PROTO_KIND_DIR ||
+           kind == EPH_PROTO_KIND_SYMLINK;
+}
+
+int eph_proto_file_entry_encode(uint8_t *buf, size_t cap, uint32_t id,
+                                const struct eph_proto_file_entry *e)
+{
+    struct eph_proto_writer w;
+    const char *target = e->target ? e->target : "";
+    if (!kind_ok(e->kind) || eph_proto_rel_path_check(e->path) ||
+        (e->kind != EPH_PROTO_KIND_SYMLINK && target[0]))
+        return -EINVAL;
+    eph_proto_writer_init(&w, buf, cap);
+    eph_proto_put_u32(&w, e->kind);
+    eph_proto_put_u64(&w, e->size);
+    eph_proto_put_string(&w, e->path, EPH_PROTO_MAX_PATH);
+    eph_proto_put_string(&w, target, EPH_PROTO_MAX_PATH);
+    return eph_proto_writer_finish(&w, EPH_PROTO_FILE_ENTRY, 0, id);
+}
+
+int eph_proto_file_entry_decode(const uint8_t *payload, size_t len,
+                                struct eph_proto_file_entry *out)
+{
+    struct eph_proto_reader r;
+    eph_proto_reader_init(&r, payload, len);
+    out->kind = eph_proto_get_u32(&r);
+    out->size = eph_proto_get_u64(&r);
+    out->path = eph_proto_get_string(&r, EPH_PROTO_MAX_PATH);
+    out->target = eph_proto_get_string(&r, EPH_PROTO_MAX_PATH);
+    int rc = eph_proto_reader_done(&r);
+    if (rc)
+        return rc;
+    if (!kind_ok(out->kind) || eph_proto_rel_path_check(out->path))
+        return -EPROTO;
+    size_t tn = strlen(out->target);
+    if (out->kind != EPH_PROTO_KIND_SYMLINK
+            ? tn != 0 || (out->kind == EPH_PROTO_KIND_DIR && out->size)
+            : tn == 0 || out->size != tn)
+        return -EPROTO;
+    if (!eph_proto_utf8_valid(out->target, tn))
+        return -EPROTO;
+    return 0;
+}
+
+int eph_proto_list_end_encode(uint8_t *buf, size_t cap, uint32_t id, uint32_t flags, uint32_t count)
+{
+    if (flags & ~EPH_PROTO_LIST_TRUNCATED)
+        return -EINVAL;
+    return pair_encode(buf, cap, EPH_PROTO_LIST_END, id, flags, count);
+}
+
+int eph_proto_list_end_decode(const uint8_t *payload, size_t len, uint32_t *flags, uint32_t *count)
+{
+    if (len != 8)
+        return -EPROTO;
+    uint32_t f = le32(payload);
+    if (f & ~EPH_PROTO_LIST_TRUNCATED)
+        return -EPROTO;
+    *flags = f;
+    *count = le32(payload + 4);
     return 0;
 }
 

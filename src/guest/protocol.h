@@ -65,6 +65,11 @@ enum eph_proto_type {
     EPH_PROTO_READ_FILE = 0x21,  /* host -> guest: u64 cap, string path */
     EPH_PROTO_FILE_DATA = 0x22,  /* guest -> host: raw bytes, at most EPH_PROTO_CHUNK */
     EPH_PROTO_FILE_END = 0x23,   /* guest -> host: u64 size: the file was sent whole */
+    /* host -> guest: u32 max entries, u32 max depth: list the scratch directory, never following a
+     * symlink. The guest answers file_entry frames (at most max entries), then list_end. */
+    EPH_PROTO_LIST_FILES = 0x24,
+    EPH_PROTO_FILE_ENTRY = 0x25, /* guest -> host: struct eph_proto_file_entry */
+    EPH_PROTO_LIST_END = 0x26,   /* guest -> host: u32 flags (EPH_PROTO_LIST_*), u32 entries sent */
     EPH_PROTO_SHUTDOWN = 0x30,   /* host -> guest: empty; the guest kills everything, says OK */
     /* The broker tunnel (docs/BROKER.md). The id of a tunnel frame is its stream's id, chosen by
      * the guest (odd) when it accepts a connection; tunnel frames interleave with the replies of
@@ -85,9 +90,10 @@ enum eph_proto_dir { EPH_PROTO_FROM_HOST = 1, EPH_PROTO_FROM_GUEST = 2 };
 #define EPH_PROTO_EXIT_TIMED_OUT 0x1u
 #define EPH_PROTO_EXIT_STDOUT_TRUNCATED 0x2u
 #define EPH_PROTO_EXIT_STDERR_TRUNCATED 0x4u
-#define EPH_PROTO_WRITE_APPEND 0x1u /* append instead of create-or-truncate */
-#define EPH_PROTO_CLOSE_WRITE 1u    /* tunnel_close: no more data from me (half close) */
-#define EPH_PROTO_CLOSE_RESET 2u    /* tunnel_close: the stream is over, both ways */
+#define EPH_PROTO_WRITE_APPEND 0x1u   /* append instead of create-or-truncate */
+#define EPH_PROTO_LIST_TRUNCATED 0x1u /* list_end: more entries (or deeper ones) were left out */
+#define EPH_PROTO_CLOSE_WRITE 1u      /* tunnel_close: no more data from me (half close) */
+#define EPH_PROTO_CLOSE_RESET 2u      /* tunnel_close: the stream is over, both ways */
 /* Each side of a stream may send this many bytes before the peer grants more (tunnel_window);
  * a grant never takes the credit above it either. */
 #define EPH_PROTO_TUNNEL_WINDOW_SIZE (256u * 1024u)
@@ -248,6 +254,42 @@ int eph_proto_read_file_encode(uint8_t *buf, size_t cap, uint32_t id, const char
 int eph_proto_read_file_decode(const uint8_t *payload, size_t len, struct eph_proto_read_file *out)
     __attribute__((warn_unused_result));
 
+/* list_files: the walk's bounds. A request above them is malformed. */
+#define EPH_PROTO_MAX_LIST_ENTRIES 100000u
+#define EPH_PROTO_MAX_LIST_DEPTH 64u
+
+enum eph_proto_file_kind {
+    EPH_PROTO_KIND_FILE = 1,
+    EPH_PROTO_KIND_DIR = 2,
+    EPH_PROTO_KIND_SYMLINK = 3,
+};
+
+/* One entry of a listing: u32 kind, u64 size, string path (relative to the scratch directory),
+ * string target (a symlink's, else empty). */
+struct eph_proto_file_entry {
+    uint32_t kind; /* enum eph_proto_file_kind */
+    uint64_t size; /* a file's bytes; 0 for a directory; a symlink's target length */
+    const char *path;
+    const char *target;
+};
+
+int eph_proto_list_files_encode(uint8_t *buf, size_t cap, uint32_t id, uint32_t max_entries,
+                                uint32_t max_depth) __attribute__((warn_unused_result));
+int eph_proto_list_files_decode(const uint8_t *payload, size_t len, uint32_t *max_entries,
+                                uint32_t *max_depth) __attribute__((warn_unused_result));
+int eph_proto_file_entry_encode(uint8_t *buf, size_t cap, uint32_t id,
+                                const struct eph_proto_file_entry *e)
+    __attribute__((warn_unused_result));
+/* Checks everything: the kind, the path (eph_proto_rel_path_check), a target only on a symlink,
+ * valid UTF-8 throughout. */
+int eph_proto_file_entry_decode(const uint8_t *payload, size_t len,
+                                struct eph_proto_file_entry *out)
+    __attribute__((warn_unused_result));
+int eph_proto_list_end_encode(uint8_t *buf, size_t cap, uint32_t id, uint32_t flags, uint32_t count)
+    __attribute__((warn_unused_result));
+int eph_proto_list_end_decode(const uint8_t *payload, size_t len, uint32_t *flags, uint32_t *count)
+    __attribute__((warn_unused_result));
+
 /* error: the errno travels positive on the wire and comes back as a negative errno. */
 int eph_proto_error_encode(uint8_t *buf, size_t cap, uint32_t id, int err, const char *msg)
     __attribute__((warn_unused_result));
@@ -279,5 +321,10 @@ int eph_proto_tunnel_u32_decode(uint8_t type, const uint8_t *payload, size_t len
 /* Validates a path for write_file/read_file: non-empty, at most EPH_PROTO_MAX_PATH bytes, no
  * "..", no empty components except a leading "/" (absolute = inside the sandbox). */
 int eph_proto_path_check(const char *path) __attribute__((warn_unused_result));
+/* A path a listing may name: eph_proto_path_check's rules, relative (no leading "/"), valid UTF-8
+ * and no control characters (it is shown to people and put in JSON). */
+int eph_proto_rel_path_check(const char *path) __attribute__((warn_unused_result));
+/* n bytes of s are well-formed UTF-8 (no overlong forms, no surrogates, nothing above U+10FFFF). */
+bool eph_proto_utf8_valid(const char *s, size_t n);
 
 #endif

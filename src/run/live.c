@@ -35,6 +35,8 @@ struct eph_live {
     const char *refused_code, *refused_message;
     struct eph_sandbox *sb;
     char *zdr_result;
+    struct eph_outputs zdr_outputs;
+    bool has_zdr_outputs;
     char *zdr_prompt;
     json_t *zdr_files;
     unsigned refs;
@@ -184,6 +186,7 @@ static void live_free(struct eph_live *l)
     free(l->zdr_prompt);
     json_decref(l->zdr_files);
     free(l->zdr_result);
+    eph_outputs_release(&l->zdr_outputs);
     free(l);
 }
 
@@ -460,6 +463,51 @@ int eph_live_set_zdr_result(struct eph_live *l, const char *result)
     l->zdr_result = copy;
     pthread_mutex_unlock(&l->reg->lock);
     return 0;
+}
+
+void eph_live_set_zdr_outputs(struct eph_live *l, struct eph_outputs *o)
+{
+    pthread_mutex_lock(&l->reg->lock);
+    eph_outputs_release(&l->zdr_outputs);
+    l->zdr_outputs = *o;
+    l->has_zdr_outputs = true;
+    pthread_mutex_unlock(&l->reg->lock);
+    o->v = NULL;
+    o->n = 0;
+}
+
+int eph_live_zdr_outputs_list(struct eph_live *l, struct eph_outputs *out)
+{
+    out->v = NULL;
+    out->n = 0;
+    pthread_mutex_lock(&l->reg->lock);
+    int rc = l->has_zdr_outputs ? 0 : -ENOENT;
+    for (size_t i = 0; !rc && i < l->zdr_outputs.n; i++)
+        rc = eph_outputs_add(out, &l->zdr_outputs.v[i], false);
+    pthread_mutex_unlock(&l->reg->lock);
+    if (rc)
+        eph_outputs_release(out);
+    return rc;
+}
+
+int eph_live_zdr_output_get(struct eph_live *l, const char *path, struct eph_output *out)
+{
+    struct eph_outputs one = {0};
+    pthread_mutex_lock(&l->reg->lock);
+    int rc = -ENOENT;
+    for (size_t i = 0; l->has_zdr_outputs && i < l->zdr_outputs.n; i++)
+        if (strcmp(l->zdr_outputs.v[i].path, path) == 0) {
+            rc = eph_outputs_add(&one, &l->zdr_outputs.v[i], true);
+            break;
+        }
+    pthread_mutex_unlock(&l->reg->lock);
+    if (!rc) {
+        *out = one.v[0];
+        free(one.v);
+    } else {
+        memset(out, 0, sizeof(*out));
+    }
+    return rc;
 }
 
 void eph_live_set_compute_start(struct eph_live *l, uint64_t start_ns)

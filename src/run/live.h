@@ -84,6 +84,17 @@ int eph_live_set_zdr_result(struct eph_live *l, const char *result);
  * NULL. */
 char *eph_live_zdr_result(struct eph_live *l);
 
+/* Zero data retention: the run's outputs (outputs.h) never reach the store either; the worker
+ * hands them here (the entry takes o's contents, o is left empty) and a waiting client reads
+ * copies: list without content, get one with its content (-ENOENT when not there). Freed with the
+ * entry. */
+void eph_live_set_zdr_outputs(struct eph_live *l, struct eph_outputs *o);
+/* -ENOENT when the entry holds no outputs (not a ZDR run, or none were collected). */
+int eph_live_zdr_outputs_list(struct eph_live *l, struct eph_outputs *out)
+    __attribute__((warn_unused_result));
+int eph_live_zdr_output_get(struct eph_live *l, const char *path, struct eph_output *out)
+    __attribute__((warn_unused_result));
+
 /* Zero data retention: the prompt and files never reach the store; the API hands them to the
  * live entry, and the worker takes them (once). take returns NULL when none is held; the caller
  * frees the prompt and decrefs *files. */

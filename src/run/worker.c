@@ -40,6 +40,7 @@
 #include "run/replay_run.h"
 #include "run/fence.h"
 #include "run/lease_span.h"
+#include "run/outputs.h"
 #include "run/service.h"
 #include "run/worker.h"
 #include "sandbox/pool.h"
@@ -726,10 +727,41 @@ static int step_agent(struct job *j)
     return -ECANCELED;
 }
 
+/* Step 6a: the files the run asked for come back from the scratch directory (outputs.h), in
+ * every state in which the sandbox is still there: a zero-data-retention run's only to the live
+ * entry, everyone else's to the store. */
+static void step_outputs(struct job *j)
+{
+    struct eph_service *svc = j->svc;
+    struct eph_run *r = &j->r;
+    if (!j->sb || !r->outputs || !json_array_size(r->outputs))
+        return;
+    struct eph_outputs_result res;
+    int rc = eph_outputs_collect(j->sb, r->outputs, svc->cfg->outputs.max_files,
+                                 svc->cfg->outputs.max_bytes, &res);
+    if (rc) {
+        /* An interrupted (cancelled) sandbox, or a guest out of step: nothing to bring back. */
+        eph_sink_emit(&j->sink, "worker", "outputs.collected",
+                      json_pack("{s:I, s:s}", "count", (json_int_t)0, "error", eph_strerror(rc)),
+                      "outputs could not be collected: %s", eph_strerror(rc));
+        return;
+    }
+    if (!r->zdr && svc->store->ops->run_outputs_put &&
+        (rc = svc->store->ops->run_outputs_put(svc->store, r->id, &res.got)))
+        EPH_ERROR("worker", "run %s: storing its outputs: %s", r->id, eph_strerror(rc));
+    eph_sink_emit(&j->sink, "worker", "outputs.collected", eph_outputs_event(&res, !r->zdr),
+                  "%zu output%s collected (%llu bytes), %zu skipped", res.got.n,
+                  res.got.n == 1 ? "" : "s", (unsigned long long)res.bytes, res.skipped_total);
+    if (r->zdr)
+        eph_live_set_zdr_outputs(j->live, &res.got);
+    eph_outputs_result_release(&res);
+}
+
 /* Step 6 (always): every tunnel ends, then the sandbox; compute stops. */
 static void step_destroy(struct job *j)
 {
     struct eph_service *svc = j->svc;
+    step_outputs(j);
     eph_egress_stop(j->egress, &j->r);
     if (!j->sb) {
         eph_egress_free(j->egress);

@@ -112,6 +112,9 @@ int eph_guest_sandbox_write_file(struct eph_sandbox *sb, const char *path, const
                                  size_t len, unsigned mode) __attribute__((warn_unused_result));
 int eph_guest_sandbox_read_file(struct eph_sandbox *sb, const char *path, size_t cap,
                                 struct eph_buf *out) __attribute__((warn_unused_result));
+int eph_guest_sandbox_list_files(struct eph_sandbox *sb, uint32_t max_entries, uint32_t max_depth,
+                                 struct eph_sandbox_listing *out)
+    __attribute__((warn_unused_result));
 const char *eph_guest_sandbox_scratch_dir(struct eph_sandbox *sb);
 void eph_guest_sandbox_interrupt(struct eph_sandbox *sb);
 int eph_guest_sandbox_watch_fd(struct eph_sandbox *sb);
@@ -124,9 +127,10 @@ int eph_guest_sandbox_destroy(struct eph_sandbox *sb);
 
 #define EPH_GUEST_SANDBOX_OPS(backend_)                                                            \
     .exec = eph_guest_sandbox_exec, .write_file = eph_guest_sandbox_write_file,                    \
-    .read_file = eph_guest_sandbox_read_file, .scratch_dir = eph_guest_sandbox_scratch_dir,        \
-    .interrupt = eph_guest_sandbox_interrupt, .open_tunnel = eph_guest_sandbox_open_tunnel,        \
-    .destroy = eph_guest_sandbox_destroy, .watch_fd = eph_guest_sandbox_watch_fd,                  \
-    .pause = eph_guest_sandbox_pause, .backend = (backend_)
+    .read_file = eph_guest_sandbox_read_file, .list_files = eph_guest_sandbox_list_files,          \
+    .scratch_dir = eph_guest_sandbox_scratch_dir, .interrupt = eph_guest_sandbox_interrupt,        \
+    .open_tunnel = eph_guest_sandbox_open_tunnel, .destroy = eph_guest_sandbox_destroy,            \
+    .watch_fd = eph_guest_sandbox_watch_fd, .pause = eph_guest_sandbox_pause,                      \
+    .backend = (backend_)
 
 #endif

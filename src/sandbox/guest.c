@@ -7,8 +7,8 @@
  *   create: allocate the backend's state, fill limits, owner tag, names and run directory
  *           boot (backend): start the machine, watch its process, hand back the channel
  *           the guest's hello within the backend's timeout            -> ready
- *   calls:  exec, write_file, read_file, open_tunnel over the guest client; refused once
- *           interrupted, and any failure after an interrupt is -ECANCELED
+ *   calls:  exec, write_file, read_file, list_files, open_tunnel over the guest client;
+ *           refused once interrupted, and any failure after an interrupt is -ECANCELED
  *   interrupt (any thread): shutdown() the channel and kill the machine, under the lock
  *   destroy: (optionally) ask the guest to shut down, kill it unless it ended cleanly, close the
  *           channel, release (backend): reap, remove host-side traces; free
@@ -422,6 +422,16 @@ int eph_guest_sandbox_read_file(struct eph_sandbox *sb, const char *path, size_t
         return -ECANCELED;
     return after_interrupt(
         g, eph_guest_client_read_file(&g->client, path, cap, out, deadline_in(FILE_TIMEOUT_MS)));
+}
+
+int eph_guest_sandbox_list_files(struct eph_sandbox *sb, uint32_t max_entries, uint32_t max_depth,
+                                 struct eph_sandbox_listing *out)
+{
+    struct eph_guest_sandbox *g = guest_of(sb);
+    if (atomic_load(&g->interrupted))
+        return -ECANCELED;
+    return after_interrupt(g, eph_guest_client_list_files(&g->client, max_entries, max_depth, out,
+                                                          deadline_in(FILE_TIMEOUT_MS)));
 }
 
 int eph_guest_sandbox_open_tunnel(struct eph_sandbox *sb, const struct eph_sandbox_tunnel *t)

@@ -654,6 +654,85 @@ int eph_guest_client_read_file(struct eph_guest_client *c, const char *path, siz
     }
 }
 
+static int listing_add(struct eph_sandbox_listing *l, size_t *cap,
+                       const struct eph_proto_file_entry *e)
+{
+    if (l->n == *cap) {
+        size_t ncap = *cap ? *cap * 2 : 64;
+        struct eph_sandbox_file *nv = realloc(l->v, ncap * sizeof(*nv));
+        if (!nv)
+            return -ENOMEM;
+        l->v = nv;
+        *cap = ncap;
+    }
+    struct eph_sandbox_file *f = &l->v[l->n];
+    f->type = (enum eph_sandbox_file_type)e->kind;
+    f->size = e->size;
+    f->path = strdup(e->path);
+    f->target = e->kind == EPH_PROTO_KIND_SYMLINK ? strdup(e->target) : NULL;
+    if (!f->path || (e->kind == EPH_PROTO_KIND_SYMLINK && !f->target)) {
+        free(f->path);
+        free(f->target);
+        return -ENOMEM;
+    }
+    l->n++;
+    return 0;
+}
+
+static int list_files(struct eph_guest_client *c, uint32_t id, uint32_t max_entries,
+                      struct eph_sandbox_listing *out, uint64_t deadline_ns)
+{
+    struct eph_proto_frame f;
+    size_t cap = 0;
+    for (;;) {
+        int rc = next_reply(c, id, deadline_ns, 0, &f);
+        if (rc)
+            return rc;
+        if (f.hdr.type == EPH_PROTO_FILE_ENTRY) {
+            struct eph_proto_file_entry e;
+            /* The guest's walk is hostile too: its decoder re-checks every path and target. */
+            if (out->n >= max_entries ||
+                eph_proto_file_entry_decode(f.payload, f.hdr.length, &e) != 0)
+                return locked_fail(c, -EPROTO);
+            rc = listing_add(out, &cap, &e);
+            if (rc)
+                return locked_fail(c, rc);
+        } else if (f.hdr.type == EPH_PROTO_LIST_END) {
+            uint32_t flags, count;
+            if (eph_proto_list_end_decode(f.payload, f.hdr.length, &flags, &count) != 0 ||
+                count != out->n)
+                return locked_fail(c, -EPROTO);
+            out->truncated = (flags & EPH_PROTO_LIST_TRUNCATED) != 0;
+            return 0;
+        } else if (f.hdr.type == EPH_PROTO_ERROR) {
+            return guest_error(c, &f);
+        } else {
+            return locked_fail(c, -EPROTO);
+        }
+    }
+}
+
+int eph_guest_client_list_files(struct eph_guest_client *c, uint32_t max_entries,
+                                uint32_t max_depth, struct eph_sandbox_listing *out,
+                                uint64_t deadline_ns)
+{
+    eph_sandbox_listing_release(out);
+    int broken = call_check(c);
+    if (broken)
+        return broken;
+    uint32_t id = c->next_id++;
+    int flen = eph_proto_list_files_encode(c->tx, EPH_PROTO_HEADER_SIZE + EPH_PROTO_MAX_PAYLOAD, id,
+                                           max_entries, max_depth);
+    if (flen < 0)
+        return flen;
+    int rc = send_all(c, c->tx, (size_t)flen, deadline_ns);
+    if (!rc)
+        rc = list_files(c, id, max_entries, out, deadline_ns);
+    if (rc)
+        eph_sandbox_listing_release(out);
+    return rc;
+}
+
 /* Detaches the tunnel (the channel thread touches it only under mu, and checks it is still the
  * one it polled for) and frees it. */
 static int tunnel_drop(struct eph_guest_client *c, int rc)

@@ -93,6 +93,13 @@ int eph_guest_client_write_file(struct eph_guest_client *c, const char *path, co
 int eph_guest_client_read_file(struct eph_guest_client *c, const char *path, size_t cap,
                                struct eph_buf *out, uint64_t deadline_ns)
     __attribute__((warn_unused_result));
+/* Lists the scratch directory (sandbox.h's list_files). Every entry is checked again here: a path
+ * that is absolute, has "..", "." or empty components, is not UTF-8 or is too long, a target on
+ * what is not a symlink, more entries than asked for, or a count in list_end that is not what
+ * came: the guest is broken (-EPROTO). out is released first and left empty on an error. */
+int eph_guest_client_list_files(struct eph_guest_client *c, uint32_t max_entries,
+                                uint32_t max_depth, struct eph_sandbox_listing *out,
+                                uint64_t deadline_ns) __attribute__((warn_unused_result));
 /* Opens the broker tunnel (guest_tunnel.h): the guest listens on cfg->port inside the sandbox. */
 int eph_guest_client_open_tunnel(struct eph_guest_client *c, const struct eph_sandbox_tunnel *cfg,
                                  uint64_t deadline_ns) __attribute__((warn_unused_result));

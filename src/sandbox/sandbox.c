@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/log.h"
@@ -103,6 +104,16 @@ void eph_exec_result_release(struct eph_exec_result *r)
 {
     eph_buf_release(&r->out);
     eph_buf_release(&r->err);
+}
+
+void eph_sandbox_listing_release(struct eph_sandbox_listing *l)
+{
+    for (size_t i = 0; i < l->n; i++) {
+        free(l->v[i].path);
+        free(l->v[i].target);
+    }
+    free(l->v);
+    memset(l, 0, sizeof(*l));
 }
 
 int eph_sandbox_cleanup_orphans(void)

@@ -16,6 +16,7 @@
 #ifndef EPH_SANDBOX_H
 #define EPH_SANDBOX_H
 
+#include <errno.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -91,6 +92,30 @@ struct eph_sandbox_tunnel {
     void *arg;
 };
 
+/* One entry of a scratch directory listing (list_files). Everything in it came from the guest and
+ * was checked on the host: path is relative, without "." or ".." components, valid UTF-8, at most
+ * EPH_PROTO_MAX_PATH bytes; target is set only on a symlink. */
+enum eph_sandbox_file_type {
+    EPH_SANDBOX_FILE = 1,
+    EPH_SANDBOX_DIR = 2,
+    EPH_SANDBOX_SYMLINK = 3,
+};
+
+struct eph_sandbox_file {
+    enum eph_sandbox_file_type type;
+    uint64_t size; /* a file's bytes when listed; 0 for a directory; a symlink's target length */
+    char *path;
+    char *target; /* NULL unless a symlink */
+};
+
+struct eph_sandbox_listing {
+    struct eph_sandbox_file *v;
+    size_t n;
+    bool truncated; /* the guest left entries out (the entry cap, the depth, unsendable names) */
+};
+
+void eph_sandbox_listing_release(struct eph_sandbox_listing *l);
+
 void eph_exec_result_init(struct eph_exec_result *r);
 void eph_exec_result_release(struct eph_exec_result *r);
 
@@ -111,6 +136,11 @@ struct eph_sandbox_ops {
                       unsigned mode);
     /* Reads at most cap bytes of a file into out; -EMSGSIZE when it is larger. */
     int (*read_file)(struct eph_sandbox *sb, const char *path, size_t cap, struct eph_buf *out);
+    /* Lists the scratch directory (at most max_entries entries, max_depth levels) without
+     * following a symlink; out is released first. Optional: NULL where the backend cannot
+     * (-ENOTSUP for eph_sandbox_list_files). */
+    int (*list_files)(struct eph_sandbox *sb, uint32_t max_entries, uint32_t max_depth,
+                      struct eph_sandbox_listing *out);
     /* Absolute path of the scratch directory inside the sandbox. */
     const char *(*scratch_dir)(struct eph_sandbox *sb);
     void (*interrupt)(struct eph_sandbox *sb);
@@ -162,6 +192,12 @@ static inline int eph_sandbox_exec(struct eph_sandbox *sb, const struct eph_exec
                                    struct eph_exec_result *res)
 {
     return sb->ops->exec(sb, req, res);
+}
+
+static inline int eph_sandbox_list_files(struct eph_sandbox *sb, uint32_t max_entries,
+                                         uint32_t max_depth, struct eph_sandbox_listing *out)
+{
+    return sb->ops->list_files ? sb->ops->list_files(sb, max_entries, max_depth, out) : -ENOTSUP;
 }
 
 static inline int eph_sandbox_destroy(struct eph_sandbox *sb)

@@ -123,6 +123,19 @@ static const char v5[] =
     "CREATE INDEX runs_org_claimed ON runs(org_id) WHERE node_id IS NOT NULL AND "
     "  status IN ('queued', 'starting', 'running');";
 
+/* SQLite version 8: a run's outputs, the patterns and the files that came back. */
+static const char v6[] = "ALTER TABLE runs ADD COLUMN outputs TEXT;"
+                         "CREATE TABLE run_outputs ("
+                         "  run_id TEXT NOT NULL,"
+                         "  path TEXT NOT NULL,"
+                         "  type TEXT NOT NULL,"
+                         "  size BIGINT NOT NULL,"
+                         "  sha256 TEXT,"
+                         "  content_type TEXT,"
+                         "  target TEXT,"
+                         "  content BYTEA,"
+                         "  PRIMARY KEY (run_id, path));";
+
 /* SQLite version 9: images (docs/IMAGES.md) and the image a run uses. Version 6 is another
  * branch's (outputs); versions are applied by number, gaps allowed. */
 static const char v7[] = "CREATE TABLE images ("
@@ -152,6 +165,7 @@ const struct eph_migration eph_postgres_migrations[] = {
     {3, "replays (SQLite version 5)", v3},
     {4, "events stored as served (SQLite version 6)", v4},
     {5, "fair claims across orgs (SQLite version 7)", v5},
+    {6, "run outputs (SQLite version 8)", v6},
     {7, "images (SQLite version 9)", v7},
     {9, "model attempts apart from calls (SQLite version 11)", v9},
 };

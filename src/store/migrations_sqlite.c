@@ -138,6 +138,20 @@ static const char v7[] =
     "CREATE INDEX runs_org_claimed ON runs(org_id) WHERE node_id IS NOT NULL AND "
     "  status IN ('queued', 'starting', 'running');";
 
+/* A run's outputs (docs/STORE.md): the patterns it asked for, and the files that came back, kept
+ * and purged with its log. A zero-data-retention run's never come here. */
+static const char v8[] = "ALTER TABLE runs ADD COLUMN outputs TEXT;"
+                         "CREATE TABLE run_outputs ("
+                         "  run_id TEXT NOT NULL,"
+                         "  path TEXT NOT NULL,"
+                         "  type TEXT NOT NULL,"
+                         "  size INTEGER NOT NULL,"
+                         "  sha256 TEXT,"
+                         "  content_type TEXT,"
+                         "  target TEXT,"
+                         "  content BLOB,"
+                         "  PRIMARY KEY (run_id, path));";
+
 /* Images (docs/IMAGES.md): an org's or the operator's (org_id ''), and the image a run uses.
  * Version 8 is another branch's (outputs); versions are applied by number, gaps allowed. */
 static const char v9[] = "CREATE TABLE images ("
@@ -170,6 +184,7 @@ const struct eph_migration eph_sqlite_migrations[] = {
     {5, "replays", v5},
     {6, "events stored as served", v6},
     {7, "fair claims across orgs", v7},
+    {8, "run outputs", v8},
     {9, "images", v9},
     {11, "model attempts apart from calls", v11},
 };

@@ -125,13 +125,14 @@ static int run_insert_once(struct pg_store *s, struct pg_conn *c, const struct e
     p_text(&p, r->replay_of);
     p_text(&p, r->image[0] ? r->image : "default");
     p_text(&p, r->image_digest[0] ? r->image_digest : NULL);
+    p_json(&p, r->outputs, NULL);
     rc =
         pg_exec(s, c,
                 "INSERT INTO runs (id, org_id, status, model, prompt, files, connections, "
                 "metadata, shell, web, zdr, timeout_seconds, created_at, reserved_micros, node_id, "
-                "lease_expires_at, web_allow, replay_of, image, image_digest) "
+                "lease_expires_at, web_allow, replay_of, image, image_digest, outputs) "
                 "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, "
-                "$17, $18, $19, $20)",
+                "$17, $18, $19, $20, $21)",
                 &p, NULL, NULL, "run insert");
     p_free(&p);
     if (rc)
@@ -448,6 +449,12 @@ static int purge_once(struct pg_store *s, struct pg_conn *c, int64_t now_ms, uns
                       "UPDATE events SET message = type, data = '{}', wire = NULL WHERE run_id IN "
                       "(SELECT id FROM runs WHERE log_purged = 0 AND log_expires_at <= $1)",
                       &p, NULL, NULL, "purge events")))
+        return rc;
+    /* The files the run brought back go with its log. */
+    if ((rc = pg_exec(s, c,
+                      "DELETE FROM run_outputs WHERE run_id IN "
+                      "(SELECT id FROM runs WHERE log_purged = 0 AND log_expires_at <= $1)",
+                      &p, NULL, NULL, "purge outputs")))
         return rc;
     unsigned long n = 0;
     if ((rc = pg_exec(s, c,

@@ -29,6 +29,7 @@ void eph_run_release(struct eph_run *r)
     json_decref(r->files);
     json_decref(r->connections);
     json_decref(r->web_allow);
+    json_decref(r->outputs);
     json_decref(r->metadata);
     free(r->result);
     free(r->error_type);

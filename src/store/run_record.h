@@ -73,6 +73,7 @@ struct eph_run {
     char image[64];              /* the image it runs on ("" or "default": the default) */
     char image_digest[72];       /* that image's digest when the run was created */
     char *replay_of;             /* the run this one replays (docs/AGENT.md), or NULL */
+    json_t *outputs;             /* output patterns (array of strings), or NULL: none */
     uint64_t divergences;        /* a replay: tool results that differ from the original's */
 };
 

@@ -54,6 +54,7 @@ enum eph_run_column {
     C_MODEL_ATTEMPTS,
     C_IMAGE,
     C_IMAGE_DIGEST,
+    C_OUTPUTS,
     C_COUNT
 };
 
@@ -130,4 +131,5 @@ void eph_run_from_row(const struct eph_row *row, struct eph_run *r)
     const char *image = row->text(row, C_IMAGE);
     snprintf(r->image, sizeof(r->image), "%s", image ? image : "default");
     text_copy(row, C_IMAGE_DIGEST, r->image_digest, sizeof(r->image_digest));
+    r->outputs = text_json(row, C_OUTPUTS);
 }

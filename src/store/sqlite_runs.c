@@ -124,12 +124,13 @@ int sq_run_insert_capped(struct eph_store *base, const struct eph_run *r,
         goto fail;
     }
     sqlite3_stmt *st;
-    rc = sq_prepare(s,
-                    "INSERT INTO runs (id, org_id, status, model, prompt, files, connections, "
-                    "metadata, shell, web, zdr, timeout_seconds, created_at, reserved_micros, "
-                    "node_id, lease_expires_at, web_allow, replay_of, image, image_digest) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    &st);
+    rc =
+        sq_prepare(s,
+                   "INSERT INTO runs (id, org_id, status, model, prompt, files, connections, "
+                   "metadata, shell, web, zdr, timeout_seconds, created_at, reserved_micros, "
+                   "node_id, lease_expires_at, web_allow, replay_of, image, image_digest, outputs) "
+                   "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                   &st);
     if (rc)
         goto fail;
     sqlite3_bind_text(st, 1, r->id, -1, SQLITE_TRANSIENT);
@@ -158,6 +159,7 @@ int sq_run_insert_capped(struct eph_store *base, const struct eph_run *r,
     sq_bind_text(st, 18, r->replay_of);
     sqlite3_bind_text(st, 19, r->image[0] ? r->image : "default", -1, SQLITE_TRANSIENT);
     sq_bind_text(st, 20, r->image_digest[0] ? r->image_digest : NULL);
+    sq_bind_json(st, 21, r->outputs);
     if ((rc = sq_step_done(s, st, "run insert")))
         goto fail;
     if ((rc = sq_insert_ledger(s, r->org_id, r->id, "reserve", r->cost.reserved_micros,
@@ -589,6 +591,15 @@ int sq_purge_logs(struct eph_store *base, int64_t now_ms, unsigned *purged)
         goto fail;
     sqlite3_bind_int64(st, 1, now_ms);
     if ((rc = sq_step_done(s, st, "purge events")))
+        goto fail;
+    /* The files the run brought back go with its log. */
+    if ((rc = sq_prepare(s,
+                         "DELETE FROM run_outputs WHERE run_id IN "
+                         "(SELECT id FROM runs WHERE log_purged = 0 AND log_expires_at <= ?)",
+                         &st)))
+        goto fail;
+    sqlite3_bind_int64(st, 1, now_ms);
+    if ((rc = sq_step_done(s, st, "purge outputs")))
         goto fail;
     if ((rc = sq_prepare(
              s,

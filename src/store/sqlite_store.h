@@ -113,6 +113,11 @@ int sq_run_renew(struct eph_store *base, const char *run_id, const char *node_id
                  int64_t lease_until_ms, int64_t compute_micros);
 int sq_runs_lease_expired(struct eph_store *base, int64_t now_ms, eph_run_cb cb, void *ctx);
 int sq_purge_logs(struct eph_store *base, int64_t now_ms, unsigned *purged);
+/* A run's outputs (sqlite_outputs.c). */
+int sq_run_outputs_put(struct eph_store *base, const char *run_id, const struct eph_outputs *o);
+int sq_run_outputs_list(struct eph_store *base, const char *run_id, struct eph_outputs *out);
+int sq_run_output_get(struct eph_store *base, const char *run_id, const char *path,
+                      struct eph_output *out);
 int sq_event_append(struct eph_store *base, const char *run_id, const struct eph_event *e);
 int sq_events_list(struct eph_store *base, const char *run_id, uint64_t after_seq, unsigned limit,
                    eph_event_cb cb, void *ctx);

@@ -21,6 +21,7 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
+#include "store/output_record.h"
 #include "store/run_record.h"
 
 struct eph_store;
@@ -233,7 +234,16 @@ struct eph_store_ops {
     int (*runs_lease_expired)(struct eph_store *s, int64_t now_ms, eph_run_cb cb, void *ctx);
     /* Runs in a given state (all orgs), oldest first. */
     int (*runs_in_state)(struct eph_store *s, enum eph_run_status st, eph_run_cb cb, void *ctx);
-    /* Drops the log (prompt, files, event outputs, result) of runs finished before cutoff. */
+    /* A run's outputs (output_record.h), written once when the worker collected them: put
+     * replaces what the run had. list: every output of the run without its content, by path.
+     * get: one output with its content; -ENOENT when the run has no such output (or was
+     * purged). Never used for a zero-data-retention run (the live entry holds those). */
+    int (*run_outputs_put)(struct eph_store *s, const char *run_id, const struct eph_outputs *o);
+    int (*run_outputs_list)(struct eph_store *s, const char *run_id, struct eph_outputs *out);
+    int (*run_output_get)(struct eph_store *s, const char *run_id, const char *path,
+                          struct eph_output *out);
+    /* Drops the log (prompt, files, event outputs, result, the run's outputs) of runs finished
+     * before cutoff. */
     int (*purge_logs)(struct eph_store *s, int64_t now_ms, unsigned *purged);
 
     /* Events. append: -ESTALE on a shared store when the run is already finished (the fence of

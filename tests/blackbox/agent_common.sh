@@ -147,3 +147,22 @@ check_attempts() { # NAME RUN_ID
         "$1: attempts numbered within each call"
     printf '%s\n' "$ev"
 }
+
+# host_backends: the backends this host can run, one word each: namespaces always; gvisor with
+# runsc; microvm with QEMU and its disk (then under emulation where there is no KVM).
+host_backends() {
+    local b="namespaces"
+    command -v runsc >/dev/null 2>&1 && b="$b gvisor"
+    if command -v qemu-system-x86_64 >/dev/null 2>&1 &&
+        [ -f "$(dirname "$(readlink -f "$EPHEMERAL_IMAGE")")/microvm/complete" ]; then
+        b="$b microvm"
+    fi
+    echo "$b"
+}
+
+# stop_server: stops the server start_server started and waits for it to exit.
+stop_server() {
+    kill -TERM "$SERVER_PID" 2>/dev/null
+    for _ in $(seq 200); do kill -0 "$SERVER_PID" 2>/dev/null || return 0; sleep 0.05; done
+    fail "the server did not stop"
+}

@@ -22,14 +22,9 @@ script() {
         arguments: ({command: $c, timeout_seconds: 55} | tojson)}]}, {text: "done"}]'
 }
 
-# What this host can run: namespaces always; gvisor with runsc; microvm with QEMU and its disk.
-backends="namespaces"
-command -v runsc >/dev/null 2>&1 && backends="$backends gvisor"
-if command -v qemu-system-x86_64 >/dev/null 2>&1 &&
-    [ -f "$(dirname "$(readlink -f "$EPHEMERAL_IMAGE")")/microvm/complete" ]; then
-    backends="$backends microvm"
-    export EPHEMERAL_MICROVM_ALLOW_TCG=1
-fi
+# What this host can run (agent_common.sh, host_backends).
+backends=$(host_backends)
+export EPHEMERAL_MICROVM_ALLOW_TCG=1
 
 # sse_until ID FILE NEEDLE: follows the run's events over SSE into FILE until NEEDLE is in it.
 sse_until() {
@@ -43,12 +38,6 @@ sse_until() {
         sleep 0.05
     done
     fail "$3 never came over SSE: $(tail -c 2000 "$2")"
-}
-
-stop_server() {
-    kill -TERM "$SERVER_PID" 2>/dev/null
-    for _ in $(seq 200); do kill -0 "$SERVER_PID" 2>/dev/null || return 0; sleep 0.05; done
-    fail "the server did not stop"
 }
 
 for b in $backends; do

@@ -188,6 +188,42 @@ static void test_create_file_paths(void **state)
     assert_string_equal(files_param("ab", "a/b"), "");
 }
 
+/* "outputs": at most 32 relative patterns; each bad one is refused by its index. */
+static void test_create_outputs(void **state)
+{
+    char body[8192];
+    const char *bad[] = {"..",    "../x", "a/../b", "/etc/passwd", "",     "a\\u0000b",
+                         "a\\nb", "a/",   "a//b",   "x**",         "**y/z"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        snprintf(body, sizeof(body),
+                 "{\"prompt\":\"p\",\"max_cost_micros\":1,\"outputs\":[\"ok.md\",\"%s\"]}", bad[i]);
+        print_message("pattern '%s'\n", bad[i]);
+        assert_string_equal(create_param(body), "outputs[1]");
+    }
+    char longp[1100];
+    memset(longp, 'a', 1025);
+    longp[1025] = '\0';
+    snprintf(body, sizeof(body), "{\"prompt\":\"p\",\"max_cost_micros\":1,\"outputs\":[\"%s\"]}",
+             longp);
+    assert_string_equal(create_param(body), "outputs[0]");
+    assert_string_equal(create_param("{\"prompt\":\"p\",\"max_cost_micros\":1,\"outputs\":\"a\"}"),
+                        "outputs");
+    assert_string_equal(create_param("{\"prompt\":\"p\",\"max_cost_micros\":1,\"outputs\":[1]}"),
+                        "outputs[0]");
+    /* 32 patterns are fine, 33 are not. */
+    for (int n = 32; n <= 33; n++) {
+        size_t o = (size_t)snprintf(body, sizeof(body),
+                                    "{\"prompt\":\"p\",\"max_cost_micros\":1,\"outputs\":[");
+        for (int i = 0; i < n; i++)
+            o += (size_t)snprintf(body + o, sizeof(body) - o, "%s\"f%d\"", i ? "," : "", i);
+        snprintf(body + o, sizeof(body) - o, "]}");
+        assert_string_equal(create_param(body), n == 32 ? "" : "outputs");
+    }
+    assert_string_equal(create_param("{\"prompt\":\"p\",\"max_cost_micros\":1,\"outputs\":"
+                                     "[\"report.md\",\"out/**\",\"*.png\",\"**/*.csv\",\"a?c\"]}"),
+                        "");
+}
+
 static void test_file_path_rule_reasons(void **state)
 {
     assert_null(eph_text_file_path_error("a/b", 3));
@@ -782,6 +818,7 @@ int main(void)
         cmocka_unit_test(test_create_image),
         cmocka_unit_test(test_create_refusals_name_the_field),
         cmocka_unit_test(test_create_file_paths),
+        cmocka_unit_test(test_create_outputs),
         cmocka_unit_test(test_file_path_rule_reasons),
         cmocka_unit_test(test_query),
         cmocka_unit_test(test_query_metadata),

@@ -225,6 +225,26 @@ static void test_bad_flags(void **state)
     eph_cli_run_opts_release(&o);
 }
 
+/* --output: each pattern checked as the server would, sent in order as "outputs". */
+static void test_outputs(void **state)
+{
+    struct eph_cli_run_opts o;
+    assert_int_equal(PARSE(&o, "--prompt", "p", "--max-cost-micros", "5", "--output", "report.md",
+                           "--output=out/**"),
+                     0);
+    json_t *body = NULL;
+    assert_int_equal(eph_cli_run_body(&o, stdin, &body, err, sizeof(err)), 0);
+    char *s = json_dumps(json_object_get(body, "outputs"), JSON_COMPACT);
+    assert_string_equal(s, "[\"report.md\",\"out/**\"]");
+    free(s);
+    json_decref(body);
+    eph_cli_run_opts_release(&o);
+    BAD("--output '../x'", "--output", "../x");
+    BAD("--output '/etc/passwd'", "--output", "/etc/passwd");
+    BAD("--output ''", "--output", "");
+    BAD("whole component", "--output", "a**");
+}
+
 /* A replay needs no prompt: the original's is used. */
 static void test_replay_of(void **state)
 {
@@ -401,12 +421,12 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_all_flags),       cmocka_unit_test(test_file_overridden),
-        cmocka_unit_test(test_web_allow),       cmocka_unit_test(test_stdin),
-        cmocka_unit_test(test_bad_flags),       cmocka_unit_test(test_double_dash),
-        cmocka_unit_test(test_replay_of),       cmocka_unit_test(test_body_errors),
-        cmocka_unit_test(test_files),           cmocka_unit_test(test_files_too_large),
-        cmocka_unit_test(test_too_many_files),  cmocka_unit_test(test_path_rules),
-        cmocka_unit_test(test_idempotency_key),
+        cmocka_unit_test(test_web_allow),       cmocka_unit_test(test_outputs),
+        cmocka_unit_test(test_stdin),           cmocka_unit_test(test_bad_flags),
+        cmocka_unit_test(test_double_dash),     cmocka_unit_test(test_replay_of),
+        cmocka_unit_test(test_body_errors),     cmocka_unit_test(test_files),
+        cmocka_unit_test(test_files_too_large), cmocka_unit_test(test_too_many_files),
+        cmocka_unit_test(test_path_rules),      cmocka_unit_test(test_idempotency_key),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -439,6 +439,106 @@ static void test_path_check(void **state)
     free(longp);
 }
 
+/* list_files: the request's bounds, the entries' kinds, paths and targets, list_end's flags. */
+static void test_list_frames(void **state)
+{
+    struct eph_proto_frame f;
+    uint32_t n, d;
+    int len = eph_proto_list_files_encode(frame, sizeof(frame), 5, 100, 8);
+    assert_true(len > 0);
+    assert_int_equal(decode_all(frame, (size_t)len, EPH_PROTO_FROM_HOST, &f), 1);
+    assert_int_equal(eph_proto_list_files_decode(f.payload, f.hdr.length, &n, &d), 0);
+    assert_int_equal(n, 100);
+    assert_int_equal(d, 8);
+    /* Only the host asks; zero or huge bounds are refused both ways. */
+    assert_int_equal(decode_all(frame, (size_t)len, EPH_PROTO_FROM_GUEST, &f), -EPROTO);
+    assert_int_equal(eph_proto_list_files_encode(frame, sizeof(frame), 5, 0, 8), -EINVAL);
+    assert_int_equal(
+        eph_proto_list_files_encode(frame, sizeof(frame), 5, EPH_PROTO_MAX_LIST_ENTRIES + 1, 8),
+        -EINVAL);
+    assert_int_equal(eph_proto_list_files_encode(frame, sizeof(frame), 5, 1, 0), -EINVAL);
+    uint8_t p[8];
+    put_u32(p, 1);
+    put_u32(p + 4, EPH_PROTO_MAX_LIST_DEPTH + 1);
+    assert_int_equal(eph_proto_list_files_decode(p, 8, &n, &d), -EPROTO);
+
+    struct eph_proto_file_entry e = {.kind = EPH_PROTO_KIND_SYMLINK,
+                                     .size = 11,
+                                     .path = "out/link",
+                                     .target = "/etc/passwd"},
+                                out;
+    len = eph_proto_file_entry_encode(frame, sizeof(frame), 5, &e);
+    assert_true(len > 0);
+    assert_int_equal(decode_all(frame, (size_t)len, EPH_PROTO_FROM_GUEST, &f), 1);
+    assert_int_equal(eph_proto_file_entry_decode(f.payload, f.hdr.length, &out), 0);
+    assert_int_equal(out.kind, EPH_PROTO_KIND_SYMLINK);
+    assert_string_equal(out.path, "out/link");
+    assert_string_equal(out.target, "/etc/passwd");
+    assert_int_equal(decode_all(frame, (size_t)len, EPH_PROTO_FROM_HOST, &f), -EPROTO);
+
+    /* Hostile entries, built by hand past the encoder's checks: each is refused. */
+    struct {
+        uint32_t kind;
+        uint64_t size;
+        const char *path, *target;
+    } bad[] = {
+        {9, 1, "a", ""},                                 /* unknown kind */
+        {EPH_PROTO_KIND_FILE, 1, "/etc/passwd", ""},     /* absolute */
+        {EPH_PROTO_KIND_FILE, 1, "../x", ""},            /* escapes */
+        {EPH_PROTO_KIND_FILE, 1, "a/../../x", ""},       /* escapes */
+        {EPH_PROTO_KIND_FILE, 1, "a//b", ""},            /* empty component */
+        {EPH_PROTO_KIND_FILE, 1, "a\xff", ""},           /* not UTF-8 */
+        {EPH_PROTO_KIND_FILE, 1, "a\xc0\xaf", ""},       /* overlong '/' */
+        {EPH_PROTO_KIND_FILE, 1, "a\nb", ""},            /* control byte */
+        {EPH_PROTO_KIND_FILE, 1, "a", "/etc/passwd"},    /* a target on a file */
+        {EPH_PROTO_KIND_DIR, 5, "d", ""},                /* a size on a directory */
+        {EPH_PROTO_KIND_SYMLINK, 0, "l", ""},            /* a symlink without a target */
+        {EPH_PROTO_KIND_SYMLINK, 3, "l", "/etc/passwd"}, /* its size is not its length */
+        {EPH_PROTO_KIND_SYMLINK, 2, "l", "\xed\xa0"},    /* a target that is not UTF-8 */
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        struct eph_proto_writer w;
+        eph_proto_writer_init(&w, frame, sizeof(frame));
+        eph_proto_put_u32(&w, bad[i].kind);
+        eph_proto_put_u64(&w, bad[i].size);
+        eph_proto_put_string(&w, bad[i].path, EPH_PROTO_MAX_PATH);
+        eph_proto_put_string(&w, bad[i].target, EPH_PROTO_MAX_PATH);
+        len = eph_proto_writer_finish(&w, EPH_PROTO_FILE_ENTRY, 0, 5);
+        assert_true(len > 0);
+        assert_int_equal(eph_proto_file_entry_decode(frame + EPH_PROTO_HEADER_SIZE,
+                                                     (size_t)len - EPH_PROTO_HEADER_SIZE, &out),
+                         -EPROTO);
+    }
+    /* The encoder refuses what the decoder would (the guest never sends it). */
+    e.kind = EPH_PROTO_KIND_FILE;
+    assert_int_equal(eph_proto_file_entry_encode(frame, sizeof(frame), 5, &e), -EINVAL);
+    e.target = "";
+    e.path = "../x";
+    assert_int_equal(eph_proto_file_entry_encode(frame, sizeof(frame), 5, &e), -EINVAL);
+
+    uint32_t flags, count;
+    len = eph_proto_list_end_encode(frame, sizeof(frame), 5, EPH_PROTO_LIST_TRUNCATED, 3);
+    assert_int_equal(decode_all(frame, (size_t)len, EPH_PROTO_FROM_GUEST, &f), 1);
+    assert_int_equal(eph_proto_list_end_decode(f.payload, f.hdr.length, &flags, &count), 0);
+    assert_int_equal(flags, EPH_PROTO_LIST_TRUNCATED);
+    assert_int_equal(count, 3);
+    put_u32(p, 2);
+    assert_int_equal(eph_proto_list_end_decode(p, 8, &flags, &count), -EPROTO);
+}
+
+static void test_rel_path_and_utf8(void **state)
+{
+    assert_int_equal(eph_proto_rel_path_check("report.md"), 0);
+    assert_int_equal(eph_proto_rel_path_check("out/caf\xc3\xa9.txt"), 0);
+    assert_int_equal(eph_proto_rel_path_check("\xf0\x9f\x98\x80"), 0);
+    const char *bad[] = {"/tmp/x", "..",    "a/..",     "",
+                         "a\x01",  "a\x7f", "\xe2\x82", "\xf4\x90\x80\x80"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        assert_int_not_equal(eph_proto_rel_path_check(bad[i]), 0);
+    assert_true(eph_proto_utf8_valid("", 0));
+    assert_false(eph_proto_utf8_valid("\xe0\x80\x80", 3)); /* overlong */
+}
+
 /* The tunnel frames (docs/BROKER.md): who may send each, exact sizes, value ranges. */
 static void test_tunnel_frames(void **state)
 {
@@ -547,7 +647,11 @@ static void *fake_guest(void *arg)
 }
 
 /* Runs client_op against a fake guest that sends script; returns the op's result. */
-enum op { OP_HELLO, OP_PING, OP_EXEC };
+enum op { OP_HELLO, OP_PING, OP_EXEC, OP_LIST };
+
+/* OP_LIST: the listing the client made, and the cap it asked with. */
+static struct eph_sandbox_listing fake_listing;
+static uint32_t fake_list_max = 10;
 
 /* An exec's live bytes (run_fake with fake_live_cap set): what on_live was given. */
 static uint32_t fake_live_cap;
@@ -588,6 +692,8 @@ static int run_fake(uint8_t *script, size_t len, bool hang_up, enum op op, uint3
         rc = eph_guest_client_hello(&c, deadline);
     } else if (op == OP_PING) {
         rc = eph_guest_client_ping(&c, deadline);
+    } else if (op == OP_LIST) {
+        rc = eph_guest_client_list_files(&c, fake_list_max, 8, &fake_listing, deadline);
     } else {
         struct eph_exec_request req = {
             .command = "true", .timeout_ms = 1, .stdout_cap = cap, .stderr_cap = cap};
@@ -724,6 +830,60 @@ static void test_client_exec(void **state)
     n = (size_t)eph_proto_raw_encode(s, sizeof(s), EPH_PROTO_OK, 0, 1, NULL, 0);
     raw_header(s, EPH_PROTO_EXEC, 1, 0);
     assert_int_equal(run_fake(s, n, true, OP_EXEC, 100, NULL), -EPROTO);
+}
+
+/* A listing from a fake guest: entries come through checked; a hostile one, more than asked for,
+ * or a count that lies breaks the client and leaves nothing behind. */
+static void test_client_list_files(void **state)
+{
+    static uint8_t s[65536];
+    size_t n = 0;
+    struct eph_proto_file_entry e1 = {.kind = EPH_PROTO_KIND_FILE, .size = 4, .path = "a.txt"};
+    struct eph_proto_file_entry e2 = {.kind = EPH_PROTO_KIND_DIR, .path = "d"};
+    struct eph_proto_file_entry e3 = {
+        .kind = EPH_PROTO_KIND_SYMLINK, .size = 11, .path = "d/l", .target = "/etc/passwd"};
+    n += (size_t)eph_proto_file_entry_encode(s + n, sizeof(s) - n, 1, &e1);
+    n += (size_t)eph_proto_file_entry_encode(s + n, sizeof(s) - n, 1, &e2);
+    n += (size_t)eph_proto_file_entry_encode(s + n, sizeof(s) - n, 1, &e3);
+    size_t entries = n;
+    n += (size_t)eph_proto_list_end_encode(s + n, sizeof(s) - n, 1, EPH_PROTO_LIST_TRUNCATED, 3);
+    assert_int_equal(run_fake(s, n, true, OP_LIST, 0, NULL), 0);
+    assert_int_equal(fake_listing.n, 3);
+    assert_true(fake_listing.truncated);
+    assert_string_equal(fake_listing.v[0].path, "a.txt");
+    assert_int_equal(fake_listing.v[0].type, EPH_SANDBOX_FILE);
+    assert_int_equal(fake_listing.v[0].size, 4);
+    assert_null(fake_listing.v[0].target);
+    assert_int_equal(fake_listing.v[1].type, EPH_SANDBOX_DIR);
+    assert_int_equal(fake_listing.v[2].type, EPH_SANDBOX_SYMLINK);
+    assert_string_equal(fake_listing.v[2].target, "/etc/passwd");
+    eph_sandbox_listing_release(&fake_listing);
+
+    /* list_end counts 2 where 3 came. */
+    n = entries;
+    n += (size_t)eph_proto_list_end_encode(s + n, sizeof(s) - n, 1, 0, 2);
+    assert_int_equal(run_fake(s, n, true, OP_LIST, 0, NULL), -EPROTO);
+    assert_int_equal(fake_listing.n, 0);
+
+    /* More entries than the cap asked for. */
+    fake_list_max = 2;
+    n = entries;
+    n += (size_t)eph_proto_list_end_encode(s + n, sizeof(s) - n, 1, 0, 3);
+    assert_int_equal(run_fake(s, n, true, OP_LIST, 0, NULL), -EPROTO);
+    assert_int_equal(fake_listing.n, 0);
+    fake_list_max = 10;
+
+    /* An absolute path, past the guest's encoder. */
+    struct eph_proto_writer w;
+    eph_proto_writer_init(&w, s, sizeof(s));
+    eph_proto_put_u32(&w, EPH_PROTO_KIND_FILE);
+    eph_proto_put_u64(&w, 1);
+    eph_proto_put_string(&w, "/etc/shadow", EPH_PROTO_MAX_PATH);
+    eph_proto_put_string(&w, "", EPH_PROTO_MAX_PATH);
+    n = (size_t)eph_proto_writer_finish(&w, EPH_PROTO_FILE_ENTRY, 0, 1);
+    n += (size_t)eph_proto_list_end_encode(s + n, sizeof(s) - n, 1, 0, 1);
+    assert_int_equal(run_fake(s, n, true, OP_LIST, 0, NULL), -EPROTO);
+    assert_int_equal(fake_listing.n, 0);
 }
 
 /* A slow caller: while it does not take its replies, what the host holds stays bounded; the
@@ -875,6 +1035,9 @@ int main(void)
         cmocka_unit_test(test_files_and_errors),
         cmocka_unit_test(test_path_check),
         cmocka_unit_test(test_tunnel_frames),
+        cmocka_unit_test(test_list_frames),
+        cmocka_unit_test(test_rel_path_and_utf8),
+        cmocka_unit_test(test_client_list_files),
         cmocka_unit_test(test_client_hello),
         cmocka_unit_test(test_client_garbage_and_death),
         cmocka_unit_test(test_client_exec),

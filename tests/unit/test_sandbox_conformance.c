@@ -24,6 +24,7 @@
 #include <cmocka.h>
 
 #include "fake_sandbox.h"
+#include "run/outputs.h"
 #include "sandbox/backend.h"
 
 struct bcase {
@@ -185,6 +186,116 @@ static void op_files(struct bcase *c)
     eph_buf_release(&b);
 }
 
+static const struct eph_sandbox_file *listed(const struct eph_sandbox_listing *l, const char *path)
+{
+    for (size_t i = 0; i < l->n; i++)
+        if (strcmp(l->v[i].path, path) == 0)
+            return &l->v[i];
+    return NULL;
+}
+
+/* list_files (after op_files): the scratch directory's tree, links listed as links and never
+ * entered, the entry and depth caps honoured. */
+static void op_list_files(struct bcase *c)
+{
+    struct eph_sandbox *sb = c->sb;
+    struct eph_exec_result res;
+    assert_int_equal(run(c,
+                         "ln -s /etc/passwd pw && ln -s / rootlink && mkdir -p d1/d2/d3 && "
+                         "printf abc > d1/d2/d3/deep.txt",
+                         4096, &res),
+                     0);
+    assert_int_equal(res.exit_code, 0);
+    eph_exec_result_release(&res);
+    struct eph_sandbox_listing l = {0};
+    assert_int_equal(eph_sandbox_list_files(sb, 1000, 8, &l), 0);
+    assert_false(l.truncated);
+    const struct eph_sandbox_file *f = listed(&l, "conf.bin");
+    assert_non_null(f);
+    assert_int_equal(f->type, EPH_SANDBOX_FILE);
+    assert_int_equal(f->size, 23); /* op_files's data */
+    f = listed(&l, "pw");
+    assert_non_null(f);
+    assert_int_equal(f->type, EPH_SANDBOX_SYMLINK);
+    assert_string_equal(f->target, "/etc/passwd");
+    f = listed(&l, "dirlink");
+    assert_non_null(f);
+    assert_int_equal(f->type, EPH_SANDBOX_SYMLINK);
+    assert_null(listed(&l, "dirlink/x")); /* a link to a directory is not entered */
+    assert_null(listed(&l, "rootlink/etc"));
+    assert_int_equal(listed(&l, "adir")->type, EPH_SANDBOX_DIR);
+    assert_non_null(listed(&l, "adir/x"));
+    assert_int_equal(listed(&l, "d1/d2/d3/deep.txt")->size, 3);
+    for (size_t i = 0; i < l.n; i++)
+        assert_int_equal(l.v[i].path[0] == '/', 0);
+    /* Depth 2: d1 and d1/d2 are listed, nothing under d1/d2; the listing says it left out some. */
+    assert_int_equal(eph_sandbox_list_files(sb, 1000, 2, &l), 0);
+    assert_true(l.truncated);
+    assert_non_null(listed(&l, "d1/d2"));
+    assert_null(listed(&l, "d1/d2/d3"));
+    /* Three entries at most. */
+    assert_int_equal(eph_sandbox_list_files(sb, 3, 8, &l), 0);
+    assert_int_equal(l.n, 3);
+    assert_true(l.truncated);
+    eph_sandbox_listing_release(&l);
+    /* The channel is in step after all that. */
+    assert_int_equal(run(c, "true", 4096, &res), 0);
+    eph_exec_result_release(&res);
+}
+
+/* A run's outputs (run/outputs.h) over list_files and read_file: the caps, symlinks listed with
+ * their target and no content, skipped files named with the reason. */
+static void op_outputs(struct bcase *c)
+{
+    struct eph_sandbox *sb = c->sb;
+    struct eph_exec_result res;
+    assert_int_equal(run(c,
+                         "mkdir many && i=0; while [ $i -le 100 ]; do printf x > many/f$(printf "
+                         "%03d $i); i=$((i+1)); done",
+                         4096, &res),
+                     0);
+    assert_int_equal(res.exit_code, 0);
+    eph_exec_result_release(&res);
+    struct eph_outputs_result out;
+    json_t *many = json_pack("[s]", "many/*");
+    assert_int_equal(eph_outputs_collect(sb, many, 100, 1u << 20, &out), 0);
+    assert_int_equal(out.got.n, 100);
+    assert_int_equal(out.skipped_total, 1);
+    assert_string_equal(out.skipped[0].path, "many/f100");
+    assert_string_equal(out.skipped[0].reason, "max_files");
+    assert_int_equal(out.bytes, 100);
+    eph_outputs_result_release(&out);
+    json_decref(many);
+
+    /* In the patterns' order. */
+    json_t *two = json_pack("[s, s, s]", "conf.bin", "**/deep.txt", "pw");
+    assert_int_equal(eph_outputs_collect(sb, two, 100, 1u << 20, &out), 0);
+    assert_int_equal(out.got.n, 3);
+    const struct eph_output *f = &out.got.v[0];
+    assert_string_equal(f->path, "conf.bin");
+    assert_string_equal(f->type, "file");
+    assert_int_equal(f->len, 23);
+    assert_string_equal(f->content_type, "application/octet-stream");
+    assert_int_equal(strlen(f->sha256), 64);
+    assert_string_equal(out.got.v[1].path, "d1/d2/d3/deep.txt");
+    assert_memory_equal(out.got.v[1].content, "abc", 3);
+    assert_string_equal(out.got.v[1].content_type, "text/plain; charset=utf-8");
+    f = &out.got.v[2];
+    assert_string_equal(f->path, "pw");
+    assert_string_equal(f->type, "symlink");
+    assert_string_equal(f->target, "/etc/passwd");
+    assert_null(f->content); /* never followed */
+    eph_outputs_result_release(&out);
+    /* 10 bytes in all: conf.bin (23) is skipped, deep.txt (3) fits. */
+    assert_int_equal(eph_outputs_collect(sb, two, 100, 10, &out), 0);
+    assert_int_equal(out.got.n, 2);
+    assert_int_equal(out.skipped_total, 1);
+    assert_string_equal(out.skipped[0].path, "conf.bin");
+    assert_string_equal(out.skipped[0].reason, "max_bytes");
+    eph_outputs_result_release(&out);
+    json_decref(two);
+}
+
 /* ---- interrupt from another thread while a command runs ---- */
 
 struct intr {
@@ -293,6 +404,8 @@ static void conform(const char *backend, bool full)
     if (full)
         op_exec_timeout(&c);
     op_files(&c);
+    op_list_files(&c);
+    op_outputs(&c);
     if (full)
         op_interrupt(&c);
     op_destroy(&c);

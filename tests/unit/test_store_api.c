@@ -181,6 +181,79 @@ static void test_run_web_allow(void **state)
     eph_run_release(&r);
 }
 
+/* A run's outputs: the patterns on the run, the files and symlinks put once, listed by path
+ * without content, one got with its bytes (NULs included), a path not there -ENOENT, and all of
+ * them gone with the log. */
+static void test_run_outputs(void **state)
+{
+    struct fixture *f = *state;
+    struct eph_store *st = f->db.st;
+    struct eph_run r, got;
+    make_run(&r, f->db.org);
+    r.outputs = json_pack("[s, s]", "report.md", "out/**");
+    assert_int_equal(st->ops->run_insert(st, &r, NULL), 0);
+    assert_int_equal(st->ops->run_get(st, r.id, f->db.org, &got), 0);
+    assert_true(json_equal(got.outputs, r.outputs));
+    eph_run_release(&got);
+
+    static const unsigned char bin[] = {0x89, 'P', 'N', 'G', 0, 1, 2, 0xff};
+    struct eph_outputs o = {0};
+    struct eph_output a = {.path = "out/c.png",
+                           .size = sizeof(bin),
+                           .content_type = "image/png",
+                           .content = (unsigned char *)bin,
+                           .len = sizeof(bin)};
+    snprintf(a.type, sizeof(a.type), "file");
+    memset(a.sha256, 'a', 64);
+    struct eph_output l = {.path = "link", .target = "/etc/passwd"};
+    snprintf(l.type, sizeof(l.type), "symlink");
+    assert_int_equal(eph_outputs_add(&o, &l, true), 0);
+    assert_int_equal(eph_outputs_add(&o, &a, true), 0);
+    assert_int_equal(st->ops->run_outputs_put(st, r.id, &o), 0);
+    /* A second put replaces the first. */
+    assert_int_equal(st->ops->run_outputs_put(st, r.id, &o), 0);
+    eph_outputs_release(&o);
+
+    struct eph_outputs all = {0};
+    assert_int_equal(st->ops->run_outputs_list(st, r.id, &all), 0);
+    assert_int_equal(all.n, 2);
+    assert_string_equal(all.v[0].path, "link");
+    assert_string_equal(all.v[0].type, "symlink");
+    assert_string_equal(all.v[0].target, "/etc/passwd");
+    assert_string_equal(all.v[0].sha256, "");
+    assert_string_equal(all.v[1].path, "out/c.png");
+    assert_int_equal(all.v[1].size, sizeof(bin));
+    assert_null(all.v[1].content);
+    eph_outputs_release(&all);
+
+    struct eph_output one;
+    assert_int_equal(st->ops->run_output_get(st, r.id, "out/c.png", &one), 0);
+    assert_int_equal(one.len, sizeof(bin));
+    assert_memory_equal(one.content, bin, sizeof(bin));
+    assert_string_equal(one.content_type, "image/png");
+    eph_output_release(&one);
+    assert_int_equal(st->ops->run_output_get(st, r.id, "link", &one), 0);
+    assert_null(one.content);
+    eph_output_release(&one);
+    assert_int_equal(st->ops->run_output_get(st, r.id, "nothere", &one), -ENOENT);
+    assert_int_equal(
+        st->ops->run_output_get(st, "run_00000000000000000000000000000000", "out/c.png", &one),
+        -ENOENT);
+
+    r.status = EPH_RUN_COMPLETED;
+    r.finished_at_ms = eph_clock_real_ms();
+    r.log_expires_at_ms = r.finished_at_ms;
+    r.cost.released_micros = r.cost.reserved_micros;
+    struct eph_run_final fin = {.run = &r};
+    assert_int_equal(st->ops->run_finish(st, &fin), 0);
+    unsigned purged;
+    assert_int_equal(st->ops->purge_logs(st, r.log_expires_at_ms, &purged), 0);
+    assert_int_equal(st->ops->run_outputs_list(st, r.id, &all), 0);
+    assert_int_equal(all.n, 0);
+    assert_int_equal(st->ops->run_output_get(st, r.id, "out/c.png", &one), -ENOENT);
+    eph_run_release(&r);
+}
+
 /* The events of a run as the store gives them back. */
 struct listed {
     size_t n;
@@ -665,6 +738,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_keys, setup, teardown),
         cmocka_unit_test_setup_teardown(test_secret_and_connections, setup, teardown),
         cmocka_unit_test_setup_teardown(test_run_web_allow, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_run_outputs, setup, teardown),
         cmocka_unit_test_setup_teardown(test_event_wire, setup, teardown),
         cmocka_unit_test_setup_teardown(test_event_data_stored_once, setup, teardown),
         cmocka_unit_test_setup_teardown(test_queued_cap, setup, teardown),
