@@ -1,7 +1,7 @@
 #!/bin/sh
 # make lint: static analysis of the project's code, warnings as errors (cppcheck), a check that
 # the code is formatted (clang-format --dry-run), the layer rule (scripts/check-layers.sh), the
-# length of functions (scripts/check-function-length.sh), and the
+# length of functions and files (scripts/check-function-length.sh), and the
 # OpenAPI document's lint (scripts/lint-openapi.sh: Redocly and Spectral), and that the code
 # cites the project's own docs/, never a specification outside the repository.
 set -eu

@@ -45,10 +45,7 @@ int eph_sandbox_choose(const struct eph_sandbox_config *cfg, const struct eph_sa
     if (strcmp(want, "auto") != 0) {
         const struct eph_sandbox_ops *ops = eph_sandbox_backend(want);
         if (!ops) {
-            if (strcmp(want, "gvisor") == 0 || strcmp(want, "microvm") == 0)
-                snprintf(why, whylen, "sandbox backend '%s' is not built in this version", want);
-            else
-                snprintf(why, whylen, "unknown sandbox backend '%s'", want);
+            snprintf(why, whylen, "unknown sandbox backend '%s'", want);
             return -ENOENT;
         }
         reason[0] = '\0';

@@ -1,8 +1,8 @@
 /*
- * store.h - durable state behind one interface (struct eph_store_ops): SQLite now, PostgreSQL
- * later. The store knows organizations, API keys, the ledger, runs, their events and idempotency
- * records. Every operation that moves money is one transaction together with the state change it
- * belongs to, so that a crash at any instant leaves either both or neither.
+ * store.h - durable state behind one interface (struct eph_store_ops), SQLite or PostgreSQL
+ * (docs/STORE.md). The store knows organizations, API keys, the ledger, runs, their events and
+ * idempotency records. Every operation that moves money is one transaction together with the
+ * state change it belongs to, so that a crash at any instant leaves either both or neither.
  *
  * Ownership: strings and structs filled by a store function belong to the caller
  * (eph_run_release(), free()). Errors: 0 or a negative errno; -ENOENT no such object, -EDQUOT the
