@@ -371,8 +371,13 @@ static bool submit(struct eph_api_req *req, struct eph_drive *d, struct eph_driv
     int rc = eph_drive_submit(d, op);
     if (rc == -EBUSY)
         eph_api_reply_error(req, 409, "invalid_request_error", "sandbox_busy", NULL,
-                            "a command is already running in sandbox '%s'; wait for it",
+                            "a command is already running in sandbox '%s'; wait for it, or run "
+                            "it in the background",
                             req->run_id);
+    else if (rc == -ENOSPC)
+        eph_api_reply_error(req, 429, "rate_limit_error", "too_many_commands", NULL,
+                            "sandbox '%s' already runs %d background commands", req->run_id,
+                            EPH_DRIVE_BACKGROUND_MAX);
     else if (rc == -ESHUTDOWN)
         eph_api_reply_error(req, 409, "invalid_request_error", "sandbox_ended", NULL,
                             "sandbox '%s' has ended", req->run_id);
@@ -432,10 +437,12 @@ static int op_failed(struct eph_api_req *req, const struct eph_drive_op *op, con
 static json_t *command_json(const struct eph_drive_op *op)
 {
     bool done = eph_drive_op_done(op);
-    json_t *o = json_pack("{s:s, s:s, s:s}", "id", op->id, "object", "command", "status",
-                          !done    ? "running"
-                          : op->rc ? "failed"
-                                   : "exited");
+    json_t *o = json_pack("{s:s, s:s, s:s, s:b}", "id", op->id, "object", "command", "status",
+                          !done        ? "running"
+                          : op->rc     ? "failed"
+                          : op->killed ? "killed"
+                                       : "exited",
+                          "background", op->background);
     if (!o || !done)
         return o;
     if (op->rc) {
@@ -543,7 +550,8 @@ static char *plain_string_dup(json_t *v, size_t max)
 /* The command's body into op; false after answering. */
 static bool command_parse(struct eph_api_req *req, json_t *body, struct eph_drive_op *op)
 {
-    static const char *const known[] = {"command", "timeout_seconds", "cwd", "env", "stdin", NULL};
+    static const char *const known[] = {"command", "timeout_seconds", "cwd", "env",
+                                        "stdin",   "background",      NULL};
     struct eph_api_error e;
     if (eph_api_check_fields(body, known, &e)) {
         eph_api_reply_invalid(req, &e);
@@ -554,7 +562,18 @@ static bool command_parse(struct eph_api_req *req, json_t *body, struct eph_driv
         BAD("command", "'command' must be a string of 1 byte to 64 KiB, without NUL");
         return false;
     }
+    json_t *bg = json_object_get(body, "background");
+    if (bg && !json_is_boolean(bg)) {
+        BAD("background", "'background' must be a boolean");
+        return false;
+    }
+    op->background = json_is_true(bg);
     json_t *t = json_object_get(body, "timeout_seconds");
+    if (t && op->background) {
+        BAD("timeout_seconds", "a background command runs until it ends or is killed: no "
+                               "'timeout_seconds'");
+        return false;
+    }
     unsigned max = req->svc->cfg->sandbox.command_timeout_seconds;
     if (t) {
         if (!json_is_integer(t) || json_integer_value(t) < 1 || json_integer_value(t) > max) {
@@ -622,11 +641,80 @@ static int commands_create(struct eph_api_req *req, const char *id)
     eph_drive_put(d);
     req->op = op;
     const char *accept = eph_api_header(req, "Accept");
+    if (op->background) /* answered at once: followed by id */
+        return eph_api_reply_json(req, 202, command_json(op), NULL, NULL);
     if (accept && strstr(accept, "text/event-stream"))
         return eph_api_command_stream(req, id, seq, op, command_json);
     if (wait && park_op(req, wait, command_resume))
         return MHD_YES;
     return command_resume(req);
+}
+
+/* A command of the sandbox by id (a reference in req->op); false after answering 404/409. */
+static bool find_command(struct eph_api_req *req, const char *id, const char *cid)
+{
+    struct eph_drive *d = drive_of(req, id);
+    if (!d)
+        return false;
+    snprintf(req->run_id, sizeof(req->run_id), "%s", id);
+    req->op = eph_drive_find(d, cid);
+    if (req->op)
+        req->live = eph_live_get(req->svc->live, id);
+    eph_drive_put(d);
+    if (!req->op)
+        eph_api_reply_error(req, 404, "not_found_error", "command_not_found", NULL,
+                            "sandbox '%s' has no command '%.40s' (it keeps its last %d)", id, cid,
+                            EPH_DRIVE_RECENT);
+    return req->op != NULL;
+}
+
+static int kill_resume(struct eph_api_req *req)
+{
+    return eph_api_reply_json(req, 200, command_json(req->op->target), NULL, NULL);
+}
+
+/* GET …/commands/{cid}, GET …/commands/{cid}/events, POST …/commands/{cid}/kill. */
+static int command_call(struct eph_api_req *req, const char *id, const char *tail)
+{
+    char cid[48];
+    const char *slash = strchr(tail, '/');
+    size_t n = slash ? (size_t)(slash - tail) : strlen(tail);
+    if (n >= sizeof(cid))
+        n = sizeof(cid) - 1;
+    memcpy(cid, tail, n);
+    cid[n] = '\0';
+    const char *what = slash ? slash : "";
+    if (!find_command(req, id, cid))
+        return MHD_YES;
+    if (!*what)
+        return eph_api_reply_json(req, 200, command_json(req->op), NULL, NULL);
+    if (!strcmp(what, "/events"))
+        return eph_api_command_stream(req, id, 0, req->op, command_json);
+    /* /kill */
+    struct eph_drive_op *target = req->op;
+    if (!target->background)
+        return eph_api_reply_error(req, 409, "invalid_request_error", "not_background", NULL,
+                                   "command '%s' is not a background command: give a command a "
+                                   "timeout_seconds, or delete the sandbox",
+                                   cid);
+    if (eph_drive_op_done(target))
+        return eph_api_reply_json(req, 200, command_json(target), NULL, NULL);
+    struct eph_drive_op *kop = eph_drive_op_new(EPH_DRIVE_KILL);
+    struct eph_drive *d = kop ? eph_drive_get(req->svc->drives, id) : NULL;
+    if (!d) {
+        eph_drive_op_put(kop);
+        return eph_api_reply_error(req, 409, "invalid_request_error", "sandbox_ended", NULL,
+                                   "sandbox '%s' has ended", id);
+    }
+    kop->target = target; /* the request's reference moves to the kill */
+    req->op = kop;
+    bool queued = submit(req, d, kop);
+    eph_drive_put(d);
+    if (!queued)
+        return MHD_YES;
+    if (park_op(req, CALL_WAIT_SECONDS, kill_resume))
+        return MHD_YES;
+    return kill_resume(req);
 }
 
 /* ---- files ---- */
@@ -756,6 +844,8 @@ int eph_api_sandboxes_sub(struct eph_api_req *req, const char *id)
         return eph_api_events(req, id, EPH_KIND_SANDBOX);
     if (!strcmp(tail, "/commands"))
         return commands_create(req, id);
+    if (!strncmp(tail, "/commands/", 10))
+        return command_call(req, id, tail + 10);
     if (!strcmp(tail, "/files"))
         return files(req, id, NULL);
     return files(req, id, tail + strlen("/files/"));

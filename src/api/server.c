@@ -117,6 +117,9 @@ static const struct route routes[] = {
     {"/v1/sandboxes/{id}/events", "GET", NULL, eph_api_sandboxes_sub, false, false},
     /* Not idempotent: a command's answer holds its output, which a key's record would keep. */
     {"/v1/sandboxes/{id}/commands", "POST", NULL, eph_api_sandboxes_sub, false, false},
+    {"/v1/sandboxes/{id}/commands/{cid}", "GET", NULL, eph_api_sandboxes_sub, false, false},
+    {"/v1/sandboxes/{id}/commands/{cid}/events", "GET", NULL, eph_api_sandboxes_sub, false, false},
+    {"/v1/sandboxes/{id}/commands/{cid}/kill", "POST", NULL, eph_api_sandboxes_sub, false, false},
     {"/v1/sandboxes/{id}/files", "GET", NULL, eph_api_sandboxes_sub, false, false},
     {"/v1/sandboxes/{id}/files/{path}", "GET", NULL, eph_api_sandboxes_sub, false, false},
     {"/v1/sandboxes/{id}/files/{path}", "PUT", NULL, eph_api_sandboxes_sub, false, false},
@@ -154,6 +157,16 @@ static const char *match_pattern(const char *p, char *id, size_t idlen)
             return "/v1/sandboxes/{id}/events";
         if (!strcmp(tail, "/commands"))
             return "/v1/sandboxes/{id}/commands";
+        if (!strncmp(tail, "/commands/", 10) && tail[10]) {
+            const char *c = tail + 10, *s = strchr(c, '/');
+            if (!s)
+                return "/v1/sandboxes/{id}/commands/{cid}";
+            if (s > c && !strcmp(s, "/events"))
+                return "/v1/sandboxes/{id}/commands/{cid}/events";
+            if (s > c && !strcmp(s, "/kill"))
+                return "/v1/sandboxes/{id}/commands/{cid}/kill";
+            return NULL;
+        }
         if (!strcmp(tail, "/files"))
             return "/v1/sandboxes/{id}/files";
         if (!strncmp(tail, "/files/", 7) && tail[7])

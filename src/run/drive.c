@@ -43,9 +43,15 @@ struct eph_drive {
     pthread_mutex_t lock;
     pthread_cond_t cond;
     struct queued *head, *tail;
-    bool exec_pending; /* an exec is queued or running */
+    bool exec_pending; /* a foreground exec is queued or running */
     bool ending;       /* the loop ended or is ending: nothing more is taken */
-    unsigned refs;     /* under ds->lock */
+    unsigned bg_count; /* background commands queued or running */
+    /* The last EPH_DRIVE_RECENT commands (references), by id for GET …/commands/{id}. */
+    struct eph_drive_op *recent[EPH_DRIVE_RECENT];
+    unsigned recent_next;
+    /* The background commands running: the sandbox's thread's only. */
+    struct eph_drive_op *bg[EPH_DRIVE_BACKGROUND_MAX];
+    unsigned refs; /* under ds->lock */
     struct eph_service *svc;
     void (*work)(struct eph_service *svc, const char *id);
     struct eph_drive *next; /* the registry's list */
@@ -86,6 +92,8 @@ void eph_drive_op_put(struct eph_drive_op *op)
     free(op->stdin_data);
     free(op->path);
     free(op->data);
+    eph_drive_op_put(op->target);
+    free(op->bg_lo);
     eph_exec_result_release(&op->res);
     eph_buf_release(&op->file);
     eph_sandbox_listing_release(&op->listing);
@@ -112,6 +120,8 @@ int eph_drives_new(struct eph_drives **out)
 
 static void drive_free(struct eph_drive *d)
 {
+    for (unsigned i = 0; i < EPH_DRIVE_RECENT; i++)
+        eph_drive_op_put(d->recent[i]);
     pthread_mutex_destroy(&d->lock);
     pthread_cond_destroy(&d->cond);
     free(d);
@@ -286,10 +296,13 @@ int eph_drive_submit(struct eph_drive *d, struct eph_drive_op *op)
         return -ENOMEM;
     pthread_mutex_lock(&d->lock);
     int rc = 0;
+    bool exec = op->kind == EPH_DRIVE_EXEC;
     if (d->ending)
         rc = -ESHUTDOWN;
-    else if (op->kind == EPH_DRIVE_EXEC && d->exec_pending)
+    else if (exec && !op->background && d->exec_pending)
         rc = -EBUSY;
+    else if (exec && op->background && d->bg_count >= EPH_DRIVE_BACKGROUND_MAX)
+        rc = -ENOSPC;
     if (!rc) {
         atomic_fetch_add(&op->refs, 1);
         q->op = op;
@@ -298,14 +311,51 @@ int eph_drive_submit(struct eph_drive *d, struct eph_drive_op *op)
         else
             d->head = q;
         d->tail = q;
-        if (op->kind == EPH_DRIVE_EXEC)
+        if (exec && op->background)
+            d->bg_count++;
+        else if (exec)
             d->exec_pending = true;
+        if (exec) {
+            /* Remembered by id; the oldest is forgotten. */
+            unsigned i = d->recent_next++ % EPH_DRIVE_RECENT;
+            eph_drive_op_put(d->recent[i]);
+            atomic_fetch_add(&op->refs, 1);
+            d->recent[i] = op;
+        }
         pthread_cond_signal(&d->cond);
     }
     pthread_mutex_unlock(&d->lock);
     if (rc)
         free(q);
     return rc;
+}
+
+struct eph_drive_op *eph_drive_find(struct eph_drive *d, const char *cmd_id)
+{
+    struct eph_drive_op *found = NULL;
+    pthread_mutex_lock(&d->lock);
+    for (unsigned i = 0; i < EPH_DRIVE_RECENT && !found; i++)
+        if (d->recent[i] && !strcmp(d->recent[i]->id, cmd_id)) {
+            found = d->recent[i];
+            atomic_fetch_add(&found->refs, 1);
+        }
+    pthread_mutex_unlock(&d->lock);
+    return found;
+}
+
+/* An operation is over: its result is published and its waiters look again. */
+static void op_finish(struct eph_drive *d, const struct eph_drive_ctx *c, struct eph_drive_op *op)
+{
+    if (op->kind == EPH_DRIVE_EXEC) {
+        pthread_mutex_lock(&d->lock);
+        if (op->background)
+            d->bg_count--;
+        else
+            d->exec_pending = false;
+        pthread_mutex_unlock(&d->lock);
+    }
+    atomic_store(&op->done, true);
+    eph_live_poke(c->live);
 }
 
 /* ---- the loop ---- */
@@ -399,6 +449,10 @@ static void exec_event(const struct eph_drive_ctx *c, struct eph_drive_op *op, c
     json_t *d = json_pack("{s:s}", "call", op->id);
     if (!d)
         return;
+    if (op->background)
+        json_object_set_new(d, "background", json_true());
+    if (op->killed)
+        json_object_set_new(d, "killed", json_true());
     if (!c->zdr)
         json_object_set_new(d, "command", json_string(line ? line : ""));
     if (op->rc) {
@@ -487,12 +541,234 @@ static void run_exec(const struct eph_drive_ctx *c, struct eph_drive_op *op)
     eph_sink_progress(c->sink);
 }
 
+/* ---- background commands ----
+ *
+ * A background command runs detached inside the sandbox: a first exec starts it in the exec's
+ * own process group (the guest gives every exec one, and ends it only at the exec's timeout),
+ * its output going to files under BG_DIR/<id>, and prints that group; the sandbox's thread then
+ * looks at the files every BG_POLL_NS (one short exec), emits what they gained as shell.output
+ * and, once the command wrote its exit status, takes its result and removes the files. The
+ * command's text reaches the shell in an environment variable, never inside the script, so
+ * nothing in it is parsed twice. */
+#define BG_DIR "/tmp/.ephemeral-bg"
+#define BG_POLL_NS (250u * 1000000u)
+#define BG_EXEC_MS 10000u
+
+/* A short exec of the sandbox's own (not the caller's): out and err capped at cap each. */
+static int bg_exec(const struct eph_drive_ctx *c, const char *script, const char *const *env,
+                   const char *cwd, uint32_t cap, struct eph_exec_result *res)
+{
+    struct eph_exec_request req = {.command = script,
+                                   .timeout_ms = BG_EXEC_MS,
+                                   .stdout_cap = cap,
+                                   .stderr_cap = cap,
+                                   .env = env,
+                                   .cwd = cwd};
+    eph_exec_result_init(res);
+    return eph_sandbox_exec(c->sb, &req, res);
+}
+
+static void bg_remove(struct eph_drive *d, struct eph_drive_op *op)
+{
+    for (unsigned i = 0; i < EPH_DRIVE_BACKGROUND_MAX; i++)
+        if (d->bg[i] == op)
+            d->bg[i] = NULL;
+}
+
+/* The command has ended (its exit file is there, or it was killed): its result (the head of
+ * each stream, up to the output cap, and the byte counts), its event, its files removed. */
+static void bg_finish(struct eph_drive *d, const struct eph_drive_ctx *c, struct eph_drive_op *op)
+{
+    if (op->bg_lo)
+        eph_live_output_finish(op->bg_lo);
+    char script[256];
+    snprintf(script, sizeof(script),
+             "d=" BG_DIR "/%s; head -n 1 $d/exit >&2; cat $d/out; "
+             "cat $d/err >&2; rm -rf $d",
+             op->id);
+    unsigned cap = c->svc->cfg->sandbox.output_cap_bytes;
+    uint64_t started_us = op->res.duration_us; /* its start, kept there while it ran */
+    struct eph_exec_result res;
+    op->rc = bg_exec(c, script, NULL, NULL, cap + 32, &res);
+    if (!op->rc) {
+        /* stderr: the exit status line first, then the command's own stderr. */
+        char *e = res.err.data ? res.err.data : "";
+        char *nl = memchr(e, '\n', res.err.len);
+        size_t skip = nl ? (size_t)(nl - e) + 1 : res.err.len;
+        int status = atoi(e);
+        memmove(e, e + skip, res.err.len - skip);
+        res.err.len -= skip;
+        res.stderr_total = res.stderr_total > skip ? res.stderr_total - skip : 0;
+        if (res.out.len > cap)
+            res.out.len = cap;
+        if (res.err.len > cap)
+            res.err.len = cap;
+        res.exit_code = op->killed ? 0 : status;
+        res.signal = op->killed ? 9 : 0;
+        eph_exec_result_release(&op->res);
+        op->res = res;
+    } else {
+        eph_exec_result_release(&res);
+    }
+    op->res.duration_us = eph_clock_mono_ns() / 1000u - started_us;
+    size_t n = strlen(op->command);
+    char *line = eph_text_utf8_sanitize(op->command, n > 200 ? 200 : n);
+    exec_event(c, op, line);
+    free(line);
+    bg_remove(d, op);
+    op_finish(d, c, op);
+    eph_drive_op_put(op);
+}
+
+/* Starts it; on success the sandbox's list holds the queue's reference until it ends. */
+static void bg_start(struct eph_drive *d, const struct eph_drive_ctx *c, struct eph_drive_op *op)
+{
+    char in[128] = "/dev/null";
+    size_t nenv = 0;
+    while (op->env && op->env[nenv])
+        nenv++;
+    const char **env = calloc(nenv + 2, sizeof(*env));
+    char *cmd_env = NULL;
+    if (!env || asprintf(&cmd_env, "EPH_BG_COMMAND=%s", op->command) < 0) {
+        cmd_env = NULL;
+        op->rc = -ENOMEM;
+    }
+    if (!op->rc && op->stdin_len) {
+        snprintf(in, sizeof(in), BG_DIR "/%s/in", op->id);
+        op->rc = c->sb->ops->write_file(c->sb, in, op->stdin_data, op->stdin_len, 0600);
+    }
+    struct eph_exec_result res;
+    eph_exec_result_init(&res);
+    if (!op->rc) {
+        for (size_t i = 0; i < nenv; i++)
+            env[i] = op->env[i];
+        env[nenv] = cmd_env;
+        char script[512];
+        snprintf(script, sizeof(script),
+                 "d=" BG_DIR "/%s; mkdir -p $d && c=$EPH_BG_COMMAND && unset EPH_BG_COMMAND && "
+                 "{ (sh -c \"$c\"; echo $? > $d/exit.t; mv $d/exit.t $d/exit) <%s >$d/out "
+                 "2>$d/err & } && echo $$",
+                 op->id, in);
+        op->rc = bg_exec(c, script, env, op->cwd, 64, &res);
+    }
+    free(cmd_env);
+    free(env);
+    if (!op->rc && (res.signal || res.exit_code || !res.out.len))
+        op->rc = -EIO;
+    if (!op->rc)
+        op->pgid = (uint32_t)strtoul(res.out.data, NULL, 10);
+    eph_exec_result_release(&res);
+    unsigned slot = EPH_DRIVE_BACKGROUND_MAX;
+    for (unsigned i = 0; i < EPH_DRIVE_BACKGROUND_MAX && slot == EPH_DRIVE_BACKGROUND_MAX; i++)
+        if (!d->bg[i])
+            slot = i;
+    if (op->rc || !op->pgid || slot == EPH_DRIVE_BACKGROUND_MAX) {
+        if (!op->rc)
+            op->rc = -EIO;
+        op_finish(d, c, op);
+        eph_drive_op_put(op);
+        return;
+    }
+    (*c->shell_commands)++;
+    op->res.duration_us = eph_clock_mono_ns() / 1000u;
+    unsigned live_bytes = c->svc->cfg->sandbox.live_output_bytes;
+    if (!c->zdr && live_bytes &&
+        (op->bg_lo = calloc(1, sizeof(*op->bg_lo) + sizeof(struct live)))) {
+        struct live *lv = (struct live *)(op->bg_lo + 1);
+        lv->c = c;
+        lv->call = op->id;
+        eph_live_output_init(op->bg_lo, live_bytes, live_emit, lv);
+    }
+    d->bg[slot] = op;
+}
+
+/* Looks at one running command's files: what they gained is emitted; it has ended when its exit
+ * file is there (looked at before the output is read, so what is read then is all it wrote). */
+static void bg_poll_one(struct eph_drive *d, const struct eph_drive_ctx *c, struct eph_drive_op *op)
+{
+    size_t n = op->bg_lo && !op->bg_lo->closed ? EPH_LIVE_OUTPUT_CHUNK : 0;
+    char script[384];
+    snprintf(script, sizeof(script),
+             "d=" BG_DIR "/%s; [ -e $d/exit ]; x=$?; tail -c +%llu $d/out 2>/dev/null | "
+             "head -c %zu; tail -c +%llu $d/err 2>/dev/null | head -c %zu >&2; exit $x",
+             op->id, (unsigned long long)op->bg_off[0] + 1, n,
+             (unsigned long long)op->bg_off[1] + 1, n);
+    struct eph_exec_result res;
+    int rc = bg_exec(c, script, NULL, NULL, (uint32_t)(n ? n : 1), &res);
+    uint64_t now = eph_clock_mono_ns();
+    op->bg_next_ns = now + BG_POLL_NS;
+    if (!rc && n) {
+        eph_live_output_feed(op->bg_lo, 1, res.out.data, res.out.len, now);
+        eph_live_output_feed(op->bg_lo, 2, res.err.data, res.err.len, now);
+        eph_live_output_tick(op->bg_lo, now);
+        op->bg_off[0] += res.out.len;
+        op->bg_off[1] += res.err.len;
+    }
+    bool ended = !rc && !res.signal && res.exit_code == 0;
+    eph_exec_result_release(&res);
+    if (ended)
+        bg_finish(d, c, op);
+}
+
+static void bg_poll(struct eph_drive *d, const struct eph_drive_ctx *c)
+{
+    uint64_t now = eph_clock_mono_ns();
+    for (unsigned i = 0; i < EPH_DRIVE_BACKGROUND_MAX; i++)
+        if (d->bg[i] && d->bg[i]->bg_next_ns <= now)
+            bg_poll_one(d, c, d->bg[i]);
+}
+
+static bool bg_any(const struct eph_drive *d)
+{
+    for (unsigned i = 0; i < EPH_DRIVE_BACKGROUND_MAX; i++)
+        if (d->bg[i])
+            return true;
+    return false;
+}
+
+/* A kill: the target's whole process group, then its result as it is. */
+static void bg_kill(struct eph_drive *d, const struct eph_drive_ctx *c, struct eph_drive_op *kop)
+{
+    struct eph_drive_op *t = kop->target;
+    bool running = false;
+    for (unsigned i = 0; i < EPH_DRIVE_BACKGROUND_MAX; i++)
+        running |= d->bg[i] == t;
+    if (!running)
+        return; /* it ended already (or never started): nothing to kill */
+    char script[192];
+    snprintf(script, sizeof(script), "kill -9 -%u 2>/dev/null; echo 137 > " BG_DIR "/%s/exit",
+             t->pgid, t->id);
+    struct eph_exec_result res;
+    kop->rc = bg_exec(c, script, NULL, NULL, 64, &res);
+    eph_exec_result_release(&res);
+    if (!kop->rc) {
+        t->killed = true;
+        bg_finish(d, c, t);
+    }
+}
+
+/* The sandbox ends: its background commands end with it. */
+static void bg_end(struct eph_drive *d, const struct eph_drive_ctx *c)
+{
+    for (unsigned i = 0; i < EPH_DRIVE_BACKGROUND_MAX; i++) {
+        struct eph_drive_op *op = d->bg[i];
+        if (!op)
+            continue;
+        d->bg[i] = NULL;
+        op->rc = -ESHUTDOWN;
+        op_finish(d, c, op);
+        eph_drive_op_put(op);
+    }
+}
+
 static void run_op(const struct eph_drive_ctx *c, struct eph_drive_op *op)
 {
     switch (op->kind) {
     case EPH_DRIVE_EXEC:
         run_exec(c, op);
         break;
+    case EPH_DRIVE_KILL:
+        break; /* bg_kill: it needs the sandbox's list */
     case EPH_DRIVE_WRITE:
         op->rc = c->sb->ops->write_file(c->sb, op->path, op->data, op->len, 0644);
         eph_sink_emit(c->sink, "files", "file.written",
@@ -526,6 +802,10 @@ enum eph_drive_end eph_drive_serve(struct eph_drive *d, const struct eph_drive_c
         uint64_t idle_end = idle_ns ? last + idle_ns : UINT64_MAX;
         if ((end = must_end(c, now, idle_end)) >= 0)
             break;
+        if (bg_any(d)) {
+            bg_poll(d, c);
+            last = eph_clock_mono_ns(); /* a command running is not idle */
+        }
         pthread_mutex_lock(&d->lock);
         struct queued *q = d->head;
         if (q) {
@@ -533,7 +813,7 @@ enum eph_drive_end eph_drive_serve(struct eph_drive *d, const struct eph_drive_c
             if (!d->head)
                 d->tail = NULL;
         } else {
-            uint64_t until = now + POLL_NS;
+            uint64_t until = now + (bg_any(d) ? BG_POLL_NS : POLL_NS);
             uint64_t limits[] = {c->deadline_ns, eph_budget_compute_deadline(c->budget), idle_end};
             for (size_t i = 0; i < sizeof(limits) / sizeof(limits[0]); i++)
                 if (limits[i] < until)
@@ -547,17 +827,19 @@ enum eph_drive_end eph_drive_serve(struct eph_drive *d, const struct eph_drive_c
             continue;
         struct eph_drive_op *op = q->op;
         free(q);
-        run_op(c, op);
+        last = eph_clock_mono_ns();
+        if (op->kind == EPH_DRIVE_EXEC && op->background) {
+            bg_start(d, c, op); /* it keeps the queue's reference while it runs */
+            continue;
+        }
+        if (op->kind == EPH_DRIVE_KILL)
+            bg_kill(d, c, op);
+        else
+            run_op(c, op);
         last = eph_clock_mono_ns();
         const char *stopped = op->stopped;
-        if (op->kind == EPH_DRIVE_EXEC) {
-            pthread_mutex_lock(&d->lock);
-            d->exec_pending = false;
-            pthread_mutex_unlock(&d->lock);
-        }
-        atomic_store(&op->done, true);
+        op_finish(d, c, op);
         eph_drive_op_put(op);
-        eph_live_poke(c->live);
         if (stopped) {
             end = (int)end_of(stopped);
             break;
@@ -567,6 +849,7 @@ enum eph_drive_end eph_drive_serve(struct eph_drive *d, const struct eph_drive_c
             break;
         }
     }
+    bg_end(d, c);
     drive_end(d, c->live);
     return (enum eph_drive_end)end;
 }

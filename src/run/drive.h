@@ -39,7 +39,13 @@ enum eph_drive_kind {
     EPH_DRIVE_WRITE, /* a file written */
     EPH_DRIVE_READ,  /* a file read */
     EPH_DRIVE_LIST,  /* the scratch directory listed */
+    EPH_DRIVE_KILL,  /* a background command's process group killed (target) */
 };
+
+/* A sandbox keeps its last commands (for GET …/commands/{id}) and runs at most so many in the
+ * background at once. */
+#define EPH_DRIVE_RECENT 64
+#define EPH_DRIVE_BACKGROUND_MAX 16
 
 struct eph_drive_op {
     enum eph_drive_kind kind;
@@ -50,7 +56,9 @@ struct eph_drive_op {
     char **env; /* "K=V" entries, NULL-terminated; may be NULL */
     unsigned char *stdin_data;
     size_t stdin_len;
-    uint32_t timeout_ms; /* 0: the server's per-command limit */
+    uint32_t timeout_ms;         /* 0: the server's per-command limit */
+    bool background;             /* detached: answered at once, polled by the sandbox's thread */
+    struct eph_drive_op *target; /* a kill's command (a reference) */
     /* A file's. */
     char *path;
     unsigned char *data; /* a write's bytes (owned) */
@@ -65,6 +73,15 @@ struct eph_drive_op {
     uint32_t timeout_used; /* the limit the command ran under */
     struct eph_buf file;   /* a read's bytes */
     struct eph_sandbox_listing listing;
+    bool killed; /* a background command ended by a kill */
+
+    /* A background command while it runs, the sandbox's thread's only: its process group, the
+     * bytes of its two output files already emitted, its live output. */
+    uint32_t pgid;
+    uint64_t bg_off[2];
+    struct eph_live_output *bg_lo;
+    uint64_t bg_next_ns; /* when its files are looked at next */
+    bool bg_started;
 
     atomic_uint refs;
 };
@@ -91,9 +108,12 @@ int eph_drive_spawn(struct eph_drives *ds, struct eph_service *svc, const char *
 struct eph_drive *eph_drive_get(struct eph_drives *ds, const char *id);
 void eph_drive_put(struct eph_drive *d);
 
-/* Queues op (takes a reference of its own). -EBUSY while another exec is queued or running (one
- * command at a time), -ESHUTDOWN once the sandbox is ending or ended. */
+/* Queues op (takes a reference of its own). -EBUSY while another foreground exec is queued or
+ * running (one command at a time), -ENOSPC with EPH_DRIVE_BACKGROUND_MAX background commands
+ * running, -ESHUTDOWN once the sandbox is ending or ended. Every exec is remembered by its id. */
 int eph_drive_submit(struct eph_drive *d, struct eph_drive_op *op);
+/* One of the sandbox's last EPH_DRIVE_RECENT commands by id (a reference), or NULL. */
+struct eph_drive_op *eph_drive_find(struct eph_drive *d, const char *cmd_id);
 
 /* What the sandbox's loop is given by its worker. */
 struct eph_drive_ctx {

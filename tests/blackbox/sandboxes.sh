@@ -8,7 +8,8 @@
 # unknown, other-org and ended sandboxes are 404 and 409; a budget below the minimum is 402 with
 # nothing reserved; the idle timeout, the time limit and the budget each end a sandbox (the budget
 # cuts a running command); an idempotent create makes one sandbox; a zero-data-retention
-# sandbox's command, output and file are nowhere in the database; and kill -9 of the server
+# sandbox's command, output and file are nowhere in the database; background commands run beside
+# others, are followed by id, streamed, and killed with their whole group; and kill -9 of the server
 # settles a live sandbox worker_lost at the next start, destroyed.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/agent_common.sh"
@@ -129,6 +130,41 @@ exitline=$(grep -A1 '^event: exit' "$TEST_TMP/sse" | sed -n 2p)
 assert_eq "$(jq -r .exit_code <<<"${exitline#data: }")" 4 "exit event"
 [ "$(grep -n '^event: exit' "$TEST_TMP/sse" | cut -d: -f1)" -gt "$(grep -n '^event: stderr' "$TEST_TMP/sse" | cut -d: -f1)" ] ||
     fail "exit came before the output: $(cat "$TEST_TMP/sse")"
+
+# Background commands: answered at once, followed by id, streamed, killed (its whole group).
+bm="bgmark-$RANDOM$RANDOM"
+out=$(sbx_exec "$id" "{\"command\": \"echo a; sleep 0.5; echo b >&2; sleep 0.5; exit 5\", \"background\": true}")
+assert_eq "$(code_of "$out")" 202 "background: answered at once"
+bg=$(body_of "$out" | jq -r .id)
+assert_eq "$(body_of "$out" | jq -r .status)" running "background: running"
+out=$(sbx_exec "$id" '{"command": "echo alongside"}')
+assert_eq "$(body_of "$out" | jq -r .stdout)" alongside "a command runs while a background one does"
+curl -sS -N "$EPHEMERAL_URL/v1/sandboxes/$id/commands/$bg/events" -H "Authorization: Bearer $EPHEMERAL_API_KEY" >"$TEST_TMP/bg.sse" ||
+    fail "background stream"
+assert_contains "$(cat "$TEST_TMP/bg.sse")" $'event: stdout\ndata: {"text":"a\\n","offset":0}' "background stdout event"
+assert_contains "$(cat "$TEST_TMP/bg.sse")" $'event: stderr\ndata: {"text":"b\\n","offset":0}' "background stderr event"
+res=$(api GET "/v1/sandboxes/$id/commands/$bg" | sed '$d')
+assert_eq "$(jq -c '[.status, .exit_code, .stdout, .stderr, .background]' <<<"$res")" '["exited",5,"a\n","b\n",true]' "background result"
+out=$(sbx_exec "$id" "{\"command\": \"sleep 1000; echo $bm\", \"background\": true}")
+long=$(body_of "$out" | jq -r .id)
+assert_eq "$(api GET "/v1/sandboxes/$id/commands/$long" | sed '$d' | jq -r .status)" running "by id while it runs"
+count_marks="printf 'bgm%s' '${bm#bgm}' > /tmp/pat; grep -lFf /tmp/pat /proc/[0-9]*/cmdline 2>/dev/null | wc -l"
+assert_eq "$(sbx_exec "$id" "$(jq -nc --arg c "$count_marks" '{command: $c}')" | sed '$d' | jq -r .stdout)" 1 "the background command runs"
+out=$(api POST "/v1/sandboxes/$id/commands/$long/kill")
+assert_eq "$(code_of "$out")" 200 "kill"
+assert_eq "$(body_of "$out" | jq -c '[.status, .signal]')" '["killed",9]' "killed"
+assert_eq "$(sbx_exec "$id" "$(jq -nc --arg c "$count_marks" '{command: $c}')" | sed '$d' | jq -r .stdout)" 0 "its whole group is gone"
+fg=$(sbx_exec "$id" '{"command": "true"}' | sed '$d' | jq -r .id)
+assert_error "$(api POST "/v1/sandboxes/$id/commands/$fg/kill")" 409 invalid_request_error
+assert_error "$(api GET "/v1/sandboxes/$id/commands/cmd_000000000000000000000000")" 404 not_found_error
+assert_error "$(sbx_exec "$id" '{"command": "true", "background": true, "timeout_seconds": 5}')" 400 invalid_request_error timeout_seconds
+assert_error "$(sbx_exec "$id" '{"command": "true", "background": 1}')" 400 invalid_request_error background
+for i in $(seq 16); do
+    assert_eq "$(code_of "$(sbx_exec "$id" '{"command": "sleep 1000", "background": true}')")" 202 "background $i"
+done
+out=$(sbx_exec "$id" '{"command": "sleep 1000", "background": true}')
+assert_error "$out" 429 rate_limit_error
+assert_eq "$(body_of "$out" | jq -r .error.code)" too_many_commands "the 17th"
 
 # Paths: out of the writable areas, dot components, through a symlink out of them.
 sbx_exec "$id" '{"command": "ln -s /etc etclink && ln -s /etc/hostname hostlink"}' >/dev/null
