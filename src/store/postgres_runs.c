@@ -43,10 +43,11 @@ int pg_runs_count_by_status(struct eph_store *base, eph_status_count_cb cb, void
 {
     struct pg_store *s = P(base);
     PGresult *r = NULL;
-    int rc = WITH_CONN(s, pg_select_once(s, c,
-                                         "SELECT status, COUNT(*) FROM runs GROUP BY status "
-                                         "ORDER BY status",
-                                         NULL, &r, "count by status"));
+    int rc = WITH_CONN(
+        s, pg_select_once(s, c,
+                          "SELECT status, COUNT(*) FROM runs WHERE kind = 'run' GROUP BY status "
+                          "ORDER BY status",
+                          NULL, &r, "count by status"));
     for (int i = 0; !rc && i < PQntuples(r); i++)
         rc = cb(pg_val(r, i, 0), (uint64_t)pg_col_i64(r, i, 1), ctx);
     PQclear(r);

@@ -51,8 +51,9 @@ int sq_runs_count_by_status(struct eph_store *base, eph_status_count_cb cb, void
     size_t n = 0;
     pthread_mutex_lock(&s->lock);
     sqlite3_stmt *st;
-    int rc =
-        sq_prepare(s, "SELECT status, COUNT(*) FROM runs GROUP BY status ORDER BY status", &st);
+    int rc = sq_prepare(
+        s, "SELECT status, COUNT(*) FROM runs WHERE kind = 'run' GROUP BY status ORDER BY status",
+        &st);
     if (!rc) {
         int r;
         while ((r = sqlite3_step(st)) == SQLITE_ROW && n < sizeof(rows) / sizeof(rows[0])) {

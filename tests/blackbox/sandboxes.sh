@@ -63,6 +63,10 @@ for b in $(host_backends); do
     assert_eq "$(jq -r .stderr <<<"$res")" err "$b: stderr"
     [ "$(jq -r .stdout <<<"$res" | sed -n 3p)" != 0 ] || fail "$b: a command ran as root"
     scratch=$(jq -r .stdout <<<"$res" | sed -n 2p)
+    metrics=$(curl -fsS "$EPHEMERAL_URL/metrics")
+    assert_contains "$metrics" "ephemeral_sandboxes_live 1" "$b: /metrics counts the live sandbox"
+    assert_contains "$metrics" 'ephemeral_runs{status="running"} 0' "$b: a sandbox is not a run in /metrics"
+    assert_contains "$metrics" 'route="/v1/sandboxes/{id}/commands"' "$b: command requests by route"
 
     # A file: put (bytes with a NUL and a newline), read back, listed; used by a command.
     printf 'a\0b\nline two\n' >"$TEST_TMP/up.bin"
@@ -94,6 +98,7 @@ for b in $(host_backends); do
     assert_eq "$(code_of "$(api DELETE "/v1/sandboxes/$id")")" 200 "$b: a second delete"
     assert_error "$(sbx_exec "$id" '{"command": "true"}')" 409 invalid_request_error
     [ -z "$(server_guests "$SERVER_PID")" ] || fail "$b: a guest outlived its sandbox"
+    assert_contains "$(curl -fsS "$EPHEMERAL_URL/metrics")" "ephemeral_sandboxes_live 0" "$b: none live after"
     stop_server
     rm -f "$DB"*
 done
