@@ -206,6 +206,11 @@ assert_eq "$(api GET /v1/runs | sed '$d' | jq '[.data[] | select(.id | startswit
 assert_eq "$(api GET '/v1/sandboxes?status=ready' | sed '$d' | jq -r '.data[0].id')" "$id" "list ready"
 assert_eq "$(api GET '/v1/sandboxes?status=stopped' | sed '$d' | jq '.data | length')" 1 "list stopped"
 assert_error "$(api GET '/v1/sandboxes?status=queued')" 400 invalid_request_error status
+# A member key creates and drives one too.
+member=$(api POST /v1/keys "${J[@]}" -d '{"role": "member"}' | sed '$d' | jq -r .key)
+m=$(as "$member" sbx_create '{"max_cost_micros": 5000}' | jq -r .id)
+assert_eq "$(as "$member" sbx_exec "$m" '{"command": "echo member"}' | sed '$d' | jq -r .stdout)" member "a member's command"
+assert_eq "$(code_of "$(as "$member" api DELETE "/v1/sandboxes/$m")")" 200 "a member's delete"
 # Bad creates: nothing reserved.
 before=$(api GET /v1/balance | sed '$d' | jq .reserved_micros)
 assert_error "$(api POST /v1/sandboxes "${J[@]}" -d '{"max_cost_micros": 999}')" 402 invalid_request_error max_cost_micros
