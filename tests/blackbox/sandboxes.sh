@@ -8,7 +8,8 @@
 # unknown, other-org and ended sandboxes are 404 and 409; a budget below the minimum is 402 with
 # nothing reserved; the idle timeout, the time limit and the budget each end a sandbox (the budget
 # cuts a running command); an idempotent create makes one sandbox; a zero-data-retention
-# sandbox's command, output and file are nowhere in the database; background commands run beside
+# sandbox's command, output and file are nowhere in the database; a server that stops ends its
+# sandboxes (server_shutdown); background commands run beside
 # others, are followed by id, streamed, and killed with their whole group; and kill -9 of the server
 # settles a live sandbox worker_lost at the next start, destroyed.
 . "$(dirname "$0")/lib.sh"
@@ -259,10 +260,15 @@ wait_until "the zdr sandbox to stop" 400 sbx_status_is "$z" stopped
 for f in "$DB"*; do
     ! grep -aq "$zm" "$f" || fail "zdr: the mark is in $f"
 done
+# A server that stops ends its live sandboxes: stopped, server_shutdown, settled.
+sd=$(sbx_create '{"max_cost_micros": 5000}' | jq -r .id)
 stop_server
 
 # kill -9 with a live sandbox: the next start settles it worker_lost, and its sandbox is gone.
 start_server --config "$TEST_TMP/config.json"
+final=$(sbx_get "$sd")
+assert_eq "$(jq -r '[.status, .error.code] | join(" ")' <<<"$final")" "stopped server_shutdown" "ended by the shutdown"
+check_settled "$final"
 lost=$(sbx_create '{"max_cost_micros": 5000}' | jq -r .id)
 sbx_exec "$lost" '{"command": "true"}' >/dev/null
 guests=$(server_guests "$SERVER_PID")
