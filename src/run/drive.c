@@ -30,7 +30,7 @@
 #define LIST_MAX_ENTRIES 10000u
 #define LIST_MAX_DEPTH 16u
 /* A sandbox thread's stack. */
-#define DRIVE_STACK_BYTES (1u << 20)
+#define DRIVE_STACK_BYTES (2u << 20)
 /* How often a running command's held-back output is looked at (live_output.h). */
 #define LIVE_TICK_MS 250u
 
@@ -436,7 +436,8 @@ static char *exec_command(const struct eph_drive_ctx *c, struct eph_drive_op *op
         return NULL;
     }
     char *cmd = NULL;
-    if (asprintf(&cmd, "exec 0<%s\n%s", path, op->command) < 0)
+    /* Opened, then unlinked: the command reads it, and nothing of it is left behind. */
+    if (asprintf(&cmd, "exec 0<%s && rm -f %s\n%s", path, path, op->command) < 0)
         cmd = NULL;
     return cmd;
 }
@@ -458,8 +459,12 @@ static void exec_event(const struct eph_drive_ctx *c, struct eph_drive_op *op, c
         json_object_set_new(d, "background", json_true());
     if (op->killed)
         json_object_set_new(d, "killed", json_true());
-    if (!c->zdr)
-        json_object_set_new(d, "command", json_string(line ? line : ""));
+    if (!c->zdr) {
+        /* The whole command in the data (the message has it cut). */
+        char *whole = eph_text_utf8_sanitize(op->command, strlen(op->command));
+        json_object_set_new(d, "command", json_string(whole ? whole : line ? line : ""));
+        free(whole);
+    }
     if (op->rc) {
         json_object_set_new(d, "error", json_string(eph_strerror(op->rc)));
     } else {
