@@ -110,6 +110,11 @@ static const struct route routes[] = {
     {"/v1/images/{name}", "GET", NULL, eph_api_images_get, false, false},
     {"/v1/images/{name}", "DELETE", NULL, eph_api_images_delete, false, false},
     {"/v1/images/{name}/log", "GET", NULL, eph_api_images_log, false, false},
+    {"/v1/webhooks", "GET", eph_api_webhooks_list, NULL, false, false},
+    {"/v1/webhooks", "POST", eph_api_webhooks_create, NULL, false, false},
+    {"/v1/webhooks/{id}", "GET", NULL, eph_api_webhooks_get, false, false},
+    {"/v1/webhooks/{id}", "DELETE", NULL, eph_api_webhooks_delete, false, false},
+    {"/v1/webhooks/{id}/deliveries", "GET", NULL, eph_api_webhooks_deliveries, false, false},
 };
 #define NROUTES (sizeof(routes) / sizeof(routes[0]))
 
@@ -143,6 +148,10 @@ static const char *match_pattern(const char *p, char *id, size_t idlen)
         return !*tail                  ? "/v1/images/{name}"
                : !strcmp(tail, "/log") ? "/v1/images/{name}/log"
                                        : NULL;
+    if (match_id_path(p, "/v1/webhooks/", id, idlen, &tail))
+        return !*tail                         ? "/v1/webhooks/{id}"
+               : !strcmp(tail, "/deliveries") ? "/v1/webhooks/{id}/deliveries"
+                                              : NULL;
     if (eph_api_static_match(p))
         return "web";
     return NULL;

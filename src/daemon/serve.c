@@ -23,6 +23,7 @@
 
 #include "agent/providers.h"
 #include "api/api.h"
+#include "api/json.h"
 #include "common/clock.h"
 #include "common/error.h"
 #include "common/log.h"
@@ -177,8 +178,7 @@ static int sandbox_setup(struct eph_service *svc)
 int eph_cmd_serve(int argc, char **argv)
 {
     struct eph_config cfg;
-    struct eph_service svc;
-    memset(&svc, 0, sizeof(svc));
+    struct eph_service svc = {.run_object = eph_run_to_json}; /* webhook events (run/webhooks.h) */
     int status = 1;
     char err[512];
     struct eph_api *api = NULL;

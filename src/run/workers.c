@@ -9,6 +9,7 @@
 #include "run/lease.h"
 #include "run/live.h"
 #include "run/scheduler.h"
+#include "run/webhooks.h"
 #include "run/worker.h"
 #include "run/workers.h"
 
@@ -51,14 +52,21 @@ int eph_service_start_workers(struct eph_service *svc)
         return rc;
     rc = eph_scheduler_start(&ops, svc->cfg->max_concurrent_runs, eph_lease_renew_seconds(svc->cfg),
                              &svc->sched);
-    if (rc)
+    if (rc) {
         eph_fence_stop(svc);
-    return rc;
+        return rc;
+    }
+    /* The webhook senders run where settlements queue events (docs/WEBHOOKS.md). */
+    if (svc->run_object)
+        svc->webhooks = eph_webhooks_start(svc);
+    return 0;
 }
 
 void eph_service_stop_workers(struct eph_service *svc, unsigned grace_seconds)
 {
     eph_scheduler_stop(svc->sched, grace_seconds);
-    /* Every worker is done: no sandbox is left to fence. */
+    /* Every worker is done: no sandbox is left to fence, no settlement left to queue an event. */
     eph_fence_stop(svc);
+    eph_webhooks_stop(svc->webhooks);
+    svc->webhooks = NULL;
 }

@@ -185,16 +185,17 @@ int pg_webhook_claim(struct eph_store *base, const char *node_id, int64_t now_ms
     PGresult *r = NULL;
     /* The choice and the claim are one statement; rows another node is claiming are skipped. */
     int rc = WITH_CONN(
-        s, pg_select_once(s, c,
-                          "WITH due AS (SELECT event_id, webhook_id FROM webhook_deliveries "
-                          "WHERE state = 'pending' AND next_attempt_at <= $2 AND "
-                          "(claim_expires_at IS NULL OR claim_expires_at < $2) "
-                          "ORDER BY next_attempt_at, event_id LIMIT $4 FOR UPDATE SKIP LOCKED) "
-                          "UPDATE webhook_deliveries d SET claimed_by = $1, claim_expires_at = $3 "
-                          "FROM due, webhooks w WHERE d.event_id = due.event_id AND "
-                          "d.webhook_id = due.webhook_id AND w.id = d.webhook_id RETURNING " DELIVERY_COLUMNS
-                          ", d.body, w.url, w.secret, w.timeout_seconds",
-                          &p, &r, "webhook claim"));
+        s, pg_select_once(
+               s, c,
+               "WITH due AS (SELECT event_id, webhook_id FROM webhook_deliveries "
+               "WHERE state = 'pending' AND next_attempt_at <= $2 AND "
+               "(claim_expires_at IS NULL OR claim_expires_at < $2) "
+               "ORDER BY next_attempt_at, event_id LIMIT $4 FOR UPDATE SKIP LOCKED) "
+               "UPDATE webhook_deliveries d SET claimed_by = $1, claim_expires_at = $3 "
+               "FROM due, webhooks w WHERE d.event_id = due.event_id AND "
+               "d.webhook_id = due.webhook_id AND w.id = d.webhook_id RETURNING " DELIVERY_COLUMNS
+               ", d.body, w.url, w.secret, w.timeout_seconds",
+               &p, &r, "webhook claim"));
     for (int i = 0; !rc && i < PQntuples(r); i++) {
         struct eph_webhook_delivery d;
         rc = row_to_delivery(r, i, &d);

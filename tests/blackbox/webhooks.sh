@@ -1,0 +1,207 @@
+#!/bin/bash
+# Signed webhooks (docs/WEBHOOKS.md) against receivers on loopback (a small python3 http.server of
+# the test, opened by webhooks.allow_private_cidrs): an ended run's delivery arrives signed, and the
+# signature checks over the raw body; a receiver that answers 500 then 200 gets the same event id
+# twice, delivered on the second attempt; one that hangs has its timeout recorded while the run
+# settles anyway; a 3xx is a failure and its target is never asked; a zero-data-retention run's
+# delivery carries neither prompt nor result; /metrics counts the outcomes; a delivery still
+# pending when the server stops is delivered after it starts again. Bad URLs are refused with a
+# 400: another scheme, userinfo, loopback spellings outside the opened range, the server's own
+# port. Every wait polls the deliveries endpoint under a bound.
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/api_common.sh"
+test_deadline 240
+have_image || skip "no sandbox image (make image)"
+
+RECV_PORT=$(free_port)
+RECV_LOG=$TEST_TMP/received.jsonl
+cat >"$TEST_TMP/receiver.py" <<'PY'
+# A webhook receiver: /ok answers 200; /flaky 500 the first time, then 200; /hang never answers
+# in time; /redirect answers 302 to /redirected; /down answers 500 until the file UP exists.
+# Every request is logged as a JSON line: path, the signature header, the body as received.
+import http.server, json, os, sys, time
+port, log, up = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+seen = {}
+class H(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        n = min(int(self.headers.get("Content-Length", "0")), 1 << 20)
+        body = self.rfile.read(n)
+        with open(log, "a") as f:
+            f.write(json.dumps({"path": self.path, "sig": self.headers.get("Ephemeral-Signature"),
+                                "ua": self.headers.get("User-Agent"),
+                                "ct": self.headers.get("Content-Type"),
+                                "body": body.decode()}) + "\n")
+        seen[self.path] = seen.get(self.path, 0) + 1
+        if self.path == "/hang":
+            time.sleep(5)
+            code = 200
+        elif self.path == "/flaky":
+            code = 500 if seen[self.path] == 1 else 200
+        elif self.path == "/redirect":
+            self.send_response(302)
+            self.send_header("Location", "/redirected")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        elif self.path == "/down":
+            code = 200 if os.path.exists(up) else 500
+        else:
+            code = 200
+        self.send_response(code)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+    def log_message(self, *a):
+        pass
+http.server.ThreadingHTTPServer(("127.0.0.1", port), H).serve_forever()
+PY
+python3 "$TEST_TMP/receiver.py" "$RECV_PORT" "$RECV_LOG" "$TEST_TMP/up" &
+_pids+=("$!")
+recv_up() { python3 -c "import socket; socket.create_connection(('127.0.0.1', $RECV_PORT), 1)" 2>/dev/null; }
+wait_until "the receiver" 200 recv_up
+
+WEBHOOKS='"webhooks": {"allow_private_cidrs": ["127.0.0.1/32"], "retry_base_ms": 300}'
+start_api_server "$WEBHOOKS"
+SERVER_PORT=${EPHEMERAL_URL##*:}
+R=http://127.0.0.1:$RECV_PORT
+
+create_webhook() { # JSON: prints api's output
+    api POST /v1/webhooks -H 'Content-Type: application/json' -d "$1"
+}
+new_webhook() { # JSON: prints "ID SECRET"
+    local out
+    out=$(create_webhook "$1")
+    [ "$(code_of "$out")" = 201 ] || fail "create webhook $1: $out"
+    body_of "$out" | jq -r '"\(.id) \(.secret)"'
+}
+delivery() { # WEBHOOK_ID JQ: a field of its newest delivery
+    api GET "/v1/webhooks/$1/deliveries" | sed '$d' | jq -r ".data[0] | $2"
+}
+delivery_is() { [ "$(delivery "$1" "$2")" = true ]; }
+
+# ---- bad input ----
+for url in "ftp://127.0.0.1:$RECV_PORT/ok" "file:///etc/passwd" "http://user:pw@127.0.0.1:$RECV_PORT/ok" \
+    "http://127.0.0.2:$RECV_PORT/ok" "http://0x7f000002:$RECV_PORT/ok" "http://[::1]:$RECV_PORT/ok" \
+    "http://[::ffff:127.0.0.2]:$RECV_PORT/ok" "http://0.0.0.0:$RECV_PORT/ok" \
+    "http://127.0.0.1:$SERVER_PORT/v1/runs" "not a url"; do
+    out=$(create_webhook "$(jq -cn --arg u "$url" '{url: $u}')")
+    assert_error "$out" 400 invalid_request_error url
+done
+assert_contains "$(create_webhook "{\"url\": \"http://127.0.0.2:$RECV_PORT/\"}")" "loopback address" "why a refused address is refused"
+assert_contains "$(create_webhook "{\"url\": \"http://a@127.0.0.1:$RECV_PORT/\"}")" "user name or password" "why userinfo is refused"
+assert_error "$(create_webhook '{}')" 400 invalid_request_error url
+assert_error "$(create_webhook "{\"url\": \"$R/ok\", \"events\": [\"run.started\"]}")" 400 invalid_request_error events
+assert_error "$(create_webhook "{\"url\": \"$R/ok\", \"events\": []}")" 400 invalid_request_error events
+assert_error "$(create_webhook "{\"url\": \"$R/ok\", \"events\": \"run.completed\"}")" 400 invalid_request_error events
+assert_error "$(create_webhook "{\"url\": \"$R/ok\", \"timeout_seconds\": 0}")" 400 invalid_request_error timeout_seconds
+assert_error "$(create_webhook "{\"url\": \"$R/ok\", \"secret\": \"mine\"}")" 400 invalid_request_error
+assert_eq "$(api GET /v1/webhooks | sed '$d' | jq '.data | length')" 0 "nothing stored by refused creates"
+assert_error "$(api GET /v1/webhooks/wh_000000000000000000000000)" 404 not_found_error
+
+# ---- endpoints ----
+read -r OK OK_SECRET < <(new_webhook "{\"url\": \"$R/ok\"}")
+read -r FLAKY _ < <(new_webhook "{\"url\": \"$R/flaky\", \"events\": [\"run.completed\"]}")
+read -r HANG _ < <(new_webhook "{\"url\": \"$R/hang\", \"timeout_seconds\": 1}")
+read -r REDIR _ < <(new_webhook "{\"url\": \"$R/redirect\"}")
+read -r FAILED_ONLY _ < <(new_webhook "{\"url\": \"$R/other\", \"events\": [\"run.failed\"]}")
+[[ $OK_SECRET =~ ^whsec_[0-9a-f]{48}$ ]] || fail "secret form: $OK_SECRET"
+got=$(api GET "/v1/webhooks/$OK" | sed '$d')
+assert_eq "$(jq -r .url <<<"$got")" "$R/ok" "the endpoint's url"
+assert_eq "$(jq -c .events <<<"$got")" '["run.completed","run.failed","run.timed_out","run.budget_exhausted","run.cancelled"]' "every terminal event by default"
+assert_eq "$(jq 'has("secret")' <<<"$got")" false "the secret is shown once"
+assert_not_contains "$(api GET /v1/webhooks)" "$OK_SECRET" "the secret in the list"
+assert_not_contains "$(cat "$TEST_TMP/server.log")" "${OK_SECRET#whsec_}" "the secret in the log"
+
+# ---- a run ends: its deliveries ----
+id=$(new_run "$QUICK_PROMPT" 20000)
+wait_until "the run to settle" 600 run_status_is "$id" completed
+wait_until "the delivery to /ok" 400 delivery_is "$OK" '.status == "delivered"'
+evt=$(delivery "$OK" .event_id)
+[[ $evt =~ ^evt_[0-9a-f]{32}$ ]] || fail "event id: $evt"
+assert_eq "$(delivery "$OK" '"\(.type) \(.attempts) \(.http_status) \(.error)"')" "run.completed 1 200 null" "the /ok delivery"
+python3 - "$RECV_LOG" "$OK_SECRET" "$evt" "$id" <<'PY' || fail "the /ok delivery as received"
+import hashlib, hmac, json, sys, time
+log, secret, evt, run = sys.argv[1:]
+got = [json.loads(l) for l in open(log) if json.loads(l)["path"] == "/ok"]
+assert len(got) == 1, got
+r = got[0]
+t, v1 = r["sig"].split(",")
+assert t.startswith("t=") and v1.startswith("v1="), r["sig"]
+mac = hmac.new(secret.encode(), (t[2:] + "." + r["body"]).encode(), hashlib.sha256).hexdigest()
+assert hmac.compare_digest(mac, v1[3:]), "signature does not verify"
+assert abs(int(t[2:]) - time.time()) < 300, t
+assert r["ct"] == "application/json" and r["ua"].startswith("ephemeral-webhooks/"), r
+e = json.loads(r["body"])
+assert e["id"] == evt and e["object"] == "event" and e["type"] == "run.completed", e
+assert e["data"]["id"] == run and e["data"]["object"] == "run", e["data"]
+assert e["data"]["status"] == "completed" and e["data"]["prompt"], e["data"]
+assert e["data"]["cost"]["charged_micros"] + e["data"]["cost"]["released_micros"] == 20000
+PY
+echo "a signed delivery for the ended run, verified"
+
+# 500, then 200: retried with the same event id.
+wait_until "the /flaky delivery" 400 delivery_is "$FLAKY" '.status == "delivered"'
+assert_eq "$(delivery "$FLAKY" '"\(.event_id) \(.attempts) \(.http_status)"')" "$evt 2 200" "the /flaky delivery"
+assert_eq "$(jq -r 'select(.path == "/flaky") | (.body | fromjson | .id)' "$RECV_LOG" | sort | uniq -c | awk '{print $1, $2}')" "2 $evt" "the same event twice at /flaky"
+echo "500 then 200: delivered on the second attempt, the same id"
+
+# A receiver that hangs: the attempt's timeout is recorded, the run was settled regardless.
+wait_until "the /hang attempt" 400 delivery_is "$HANG" '.attempts >= 1'
+assert_eq "$(delivery "$HANG" '"\(.status) \(.error)"')" "pending no answer within 1 s" "the /hang delivery"
+assert_eq "$(run_field "$id" .status)" completed "the run, settled while its receiver hangs"
+echo "a hanging receiver: timed out, retried, the run settled"
+
+# 3xx: a failure, its Location never asked.
+wait_until "the /redirect attempt" 400 delivery_is "$REDIR" '.attempts >= 1'
+assert_eq "$(delivery "$REDIR" '"\(.http_status) \(.error)"')" "302 HTTP 302: redirects are not followed" "the /redirect delivery"
+assert_eq "$(jq -r 'select(.path == "/redirected") | .path' "$RECV_LOG" | wc -l)" 0 "the redirect followed"
+# An endpoint that asked for other events got none.
+assert_eq "$(api GET "/v1/webhooks/$FAILED_ONLY/deliveries" | sed '$d' | jq '.data | length')" 0 "deliveries of another type"
+
+# Zero data retention: no prompt, no result.
+ZDR_PROMPT=$QUICK_PROMPT
+out=$(api POST /v1/runs -H 'Content-Type: application/json' -H 'Prefer: wait=60' \
+    -d "$(jq -cn --arg p "$ZDR_PROMPT" '{prompt: $p, max_cost_micros: 20000, zero_data_retention: true}')")
+assert_eq "$(code_of "$out")" 201 "a zero-data-retention run"
+zid=$(body_of "$out" | jq -r .id)
+wait_until "the run to settle" 600 run_status_is "$zid" completed
+zdr_arrived() { [ "$(jq -r --arg z "$zid" 'select(.path == "/ok") | (.body | fromjson | select(.data.id == $z) | .id)' "$RECV_LOG")" != "" ]; }
+wait_until "the zero-data-retention delivery" 400 zdr_arrived
+zbody=$(jq -r --arg z "$zid" 'select(.path == "/ok") | .body | select(fromjson | .data.id == $z)' "$RECV_LOG")
+assert_eq "$(jq -c '[.data.prompt, .data.result]' <<<"$zbody")" "[null,null]" "prompt and result of a zero-data-retention run"
+assert_not_contains "$zbody" "$ZDR_PROMPT" "the prompt in the delivery"
+
+metrics=$(curl -sS "$EPHEMERAL_URL/metrics")
+delivered=$(awk '/^ephemeral_webhook_deliveries_total\{outcome="delivered"\}/ {print $2}' <<<"$metrics")
+retried=$(awk '/^ephemeral_webhook_deliveries_total\{outcome="retried"\}/ {print $2}' <<<"$metrics")
+[ "${delivered:-0}" -ge 3 ] || fail "delivered count: ${delivered:-none}"
+[ "${retried:-0}" -ge 3 ] || fail "retried count: ${retried:-none}"
+
+# ---- deleted endpoints ----
+for w in "$OK" "$FLAKY" "$HANG" "$REDIR" "$FAILED_ONLY"; do
+    out=$(api DELETE "/v1/webhooks/$w")
+    assert_eq "$(code_of "$out")" 200 "delete $w"
+    assert_error "$(api GET "/v1/webhooks/$w")" 404 not_found_error
+done
+assert_error "$(api DELETE "/v1/webhooks/$OK")" 404 not_found_error
+assert_eq "$(api GET /v1/webhooks | sed '$d' | jq '.data | length')" 0 "endpoints after deletes"
+
+# ---- a restart with a delivery pending ----
+read -r DOWN _ < <(new_webhook "{\"url\": \"$R/down\"}")
+id2=$(new_run "$QUICK_PROMPT" 20000)
+wait_until "the run to settle" 600 run_status_is "$id2" completed
+wait_until "a failed attempt at /down" 400 delivery_is "$DOWN" '.attempts >= 1 and .http_status == 500'
+evt2=$(delivery "$DOWN" .event_id)
+kill -TERM "$SERVER_PID"
+wait_until "the server to stop" 400 eval '! kill -0 "$SERVER_PID" 2>/dev/null'
+assert_eq "$(sqlite3 -cmd '.timeout 5000' "$DB" "SELECT state FROM webhook_deliveries WHERE event_id = '$evt2'")" \
+    pending "the delivery in the store while the server is down"
+touch "$TEST_TMP/up"
+"$EPHD" serve --listen "127.0.0.1:$SERVER_PORT" --db "$DB" --config "$TEST_TMP/config.json" \
+    >>"$SERVER_LOG" 2>&1 &
+SERVER_PID=$!
+_pids+=("$SERVER_PID")
+wait_until "the server after the restart" 400 curl -fs -o /dev/null "$EPHEMERAL_URL/healthz"
+wait_until "the /down delivery after the restart" 400 delivery_is "$DOWN" '.status == "delivered"'
+assert_eq "$(delivery "$DOWN" '"\(.event_id) \(.http_status)"')" "$evt2 200" "the pending delivery, after the restart"
+assert_eq "$(jq -r 'select(.path == "/down") | (.body | fromjson | .id)' "$RECV_LOG" | sort -u)" "$evt2" "one event id at /down"
+echo "a pending delivery survived the restart and was delivered after it"
