@@ -25,9 +25,8 @@ static json_t *webhook_json(const struct eph_webhook *w)
 {
     char at[32];
     return json_pack("{s:s, s:s, s:s, s:O, s:I, s:s}", "object", "webhook", "id", w->id, "url",
-                     w->url, "events", w->events, "timeout_seconds",
-                     (json_int_t)w->timeout_seconds, "created_at",
-                     eph_clock_format_iso8601(w->created_at_ms, at, sizeof(at)));
+                     w->url, "events", w->events, "timeout_seconds", (json_int_t)w->timeout_seconds,
+                     "created_at", eph_clock_format_iso8601(w->created_at_ms, at, sizeof(at)));
 }
 
 static int count_cb(const struct eph_webhook *w, void *ctx)
@@ -58,8 +57,9 @@ static json_t *events_from(struct eph_api_req *req, json_t *v)
         const char *t = json_string_value(e);
         if (!t || !eph_webhook_event_type_known(t)) {
             json_decref(out);
-            BAD("events", "unknown event type '%.40s' (known: run.completed, run.failed, "
-                          "run.timed_out, run.budget_exhausted, run.cancelled)",
+            BAD("events",
+                "unknown event type '%.40s' (known: run.completed, run.failed, "
+                "run.timed_out, run.budget_exhausted, run.cancelled)",
                 t ? t : "(not a string)");
             return NULL;
         }
@@ -112,8 +112,7 @@ static bool create_fields(struct eph_api_req *req, json_t *body, struct eph_webh
         return false;
     }
     char why[200];
-    if (eph_webhook_check_url(req->svc->cfg, &req->svc->broker_own, url, NULL, why,
-                              sizeof(why))) {
+    if (eph_webhook_check_url(req->svc->cfg, &req->svc->broker_own, url, NULL, why, sizeof(why))) {
         BAD("url", "%s", why);
         return false;
     }

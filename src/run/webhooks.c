@@ -53,9 +53,8 @@ bool eph_webhook_event_type_known(const char *type)
 }
 
 /* The parsed URL and its address (u points into url). */
-static int check_url(const struct eph_config *cfg, const struct eph_guard_own *own,
-                     const char *url, struct eph_http_url *u, struct eph_addr *out, char *why,
-                     size_t whylen)
+static int check_url(const struct eph_config *cfg, const struct eph_guard_own *own, const char *url,
+                     struct eph_http_url *u, struct eph_addr *out, char *why, size_t whylen)
 {
     size_t len = strlen(url);
     size_t scheme = strncasecmp(url, "https://", 8) == 0  ? 8
@@ -80,8 +79,8 @@ static int check_url(const struct eph_config *cfg, const struct eph_guard_own *o
     }
     struct eph_cidr allow[EPH_BROKER_MAX_ALLOW_CIDRS];
     size_t nallow = 0;
-    for (size_t i = 0; i < cfg->webhooks.nallow_private_cidrs && nallow < EPH_BROKER_MAX_ALLOW_CIDRS;
-         i++)
+    for (size_t i = 0;
+         i < cfg->webhooks.nallow_private_cidrs && nallow < EPH_BROKER_MAX_ALLOW_CIDRS; i++)
         if (eph_cidr_parse(cfg->webhooks.allow_private_cidrs[i], &allow[nallow]) == 0)
             nallow++;
     const struct eph_guard g = {.allow = allow, .nallow = nallow, .own = own};
@@ -159,9 +158,9 @@ int eph_webhook_event_make(json_t *run_object, const struct eph_run *r,
         json_object_del(data, "outputs");
     }
     char at[32];
-    json_t *o = json_pack("{s:s, s:s, s:s, s:s, s:o}", "id", ev->id, "object", "event", "type",
-                          ev->type, "created_at",
-                          eph_clock_format_iso8601(ev->created_at_ms, at, sizeof(at)), "data", data);
+    json_t *o = json_pack(
+        "{s:s, s:s, s:s, s:s, s:o}", "id", ev->id, "object", "event", "type", ev->type,
+        "created_at", eph_clock_format_iso8601(ev->created_at_ms, at, sizeof(at)), "data", data);
     *body = o ? json_dumps(o, JSON_COMPACT) : NULL;
     json_decref(o);
     if (!*body)
@@ -233,8 +232,9 @@ static char *open_secret(struct eph_webhooks *w, const char *sealed_hex)
 }
 
 /* POSTs body to the pinned address of url; fills o. */
-static void post(struct eph_webhooks *w, const struct eph_webhook_delivery *d, const struct eph_http_url *u,
-                 const struct eph_addr *addr, const char *signature, struct outcome *o)
+static void post(struct eph_webhooks *w, const struct eph_webhook_delivery *d,
+                 const struct eph_http_url *u, const struct eph_addr *addr, const char *signature,
+                 struct outcome *o)
 {
     struct eph_buf url;
     eph_buf_init(&url, EPH_WEBHOOK_URL_MAX + 64);
@@ -332,9 +332,10 @@ static int send_one(const struct eph_webhook_delivery *d, void *ctx)
         free(secret);
     }
     int64_t now = eph_clock_real_ms();
-    int64_t next = o.interrupted ? now
-                                 : now + eph_webhook_retry_delay_ms(
-                                             svc->cfg->webhooks.retry_base_ms, d->attempts + 1);
+    int64_t next =
+        o.interrupted
+            ? now
+            : now + eph_webhook_retry_delay_ms(svc->cfg->webhooks.retry_base_ms, d->attempts + 1);
     bool expired = !o.interrupted &&
                    next > d->created_at_ms + (int64_t)svc->cfg->webhooks.max_age_seconds * 1000;
     const char *state = o.delivered ? "delivered" : expired ? "failed" : "pending";
@@ -345,13 +346,11 @@ static int send_one(const struct eph_webhook_delivery *d, void *ctx)
                                     .at_ms = now,
                                     .next_attempt_at_ms = next,
                                     .status = o.status,
-                                    .duration_ms =
-                                        (int64_t)((eph_clock_mono_ns() - t0) / 1000000),
+                                    .duration_ms = (int64_t)((eph_clock_mono_ns() - t0) / 1000000),
                                     .error = o.delivered ? NULL : o.error};
     eph_metrics_count_webhook(o.delivered ? "delivered" : expired ? "failed" : "retried");
     if (o.delivered)
-        EPH_INFO("webhooks", "%s to %s delivered (HTTP %d)", d->event_id, d->webhook_id,
-                 o.status);
+        EPH_INFO("webhooks", "%s to %s delivered (HTTP %d)", d->event_id, d->webhook_id, o.status);
     else
         EPH_WARN("webhooks", "%s to %s, attempt %u: %s; %s", d->event_id, d->webhook_id,
                  d->attempts + 1, o.error, expired ? "given up" : "retried later");

@@ -82,8 +82,8 @@ static void test_event_types_follow_statuses(void **state)
         assert_string_equal(json_string_value(json_object_get(got, "object")), "event");
         assert_string_equal(json_string_value(json_object_get(got, "type")), want);
         assert_non_null(json_string_value(json_object_get(got, "created_at")));
-        assert_string_equal(
-            json_string_value(json_object_get(json_object_get(got, "data"), "id")), r.id);
+        assert_string_equal(json_string_value(json_object_get(json_object_get(got, "data"), "id")),
+                            r.id);
         json_decref(got);
         json_decref(obj);
         free(body);
@@ -150,11 +150,11 @@ static void test_url_rule(void **state)
     assert_int_equal(check(&cfg, NULL, "HTTP://93.184.215.14:8443/hook"), 0);
     /* Every spelling of loopback, and the other refused ranges, without an allow-list. */
     static const char *const refused[] = {
-        "http://127.0.0.1/",          "http://127.1/",        "http://2130706433/",
-        "http://0x7f000001/",         "http://0177.0.0.1/",   "http://[::1]/",
-        "http://[::ffff:127.0.0.1]/", "http://0.0.0.0/",      "http://10.0.0.1/",
-        "http://169.254.169.254/",    "http://192.168.1.1/",  "http://[fe80::1]/",
-        "http://100.64.0.1/",         "http://224.0.0.1/",    "http://[64:ff9b::7f00:1]/",
+        "http://127.0.0.1/",          "http://127.1/",       "http://2130706433/",
+        "http://0x7f000001/",         "http://0177.0.0.1/",  "http://[::1]/",
+        "http://[::ffff:127.0.0.1]/", "http://0.0.0.0/",     "http://10.0.0.1/",
+        "http://169.254.169.254/",    "http://192.168.1.1/", "http://[fe80::1]/",
+        "http://100.64.0.1/",         "http://224.0.0.1/",   "http://[64:ff9b::7f00:1]/",
     };
     for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++)
         if (check(&cfg, NULL, refused[i]) != -EACCES)
