@@ -10,54 +10,11 @@
 # port. Every wait polls the deliveries endpoint under a bound.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/api_common.sh"
+. "$(dirname "$0")/webhooks_common.sh"
 test_deadline 240
 have_image || skip "no sandbox image (make image)"
 
-RECV_PORT=$(free_port)
-RECV_LOG=$TEST_TMP/received.jsonl
-cat >"$TEST_TMP/receiver.py" <<'PY'
-# A webhook receiver: /ok answers 200; /flaky 500 the first time, then 200; /hang never answers
-# in time; /redirect answers 302 to /redirected; /down answers 500 until the file UP exists.
-# Every request is logged as a JSON line: path, the signature header, the body as received.
-import http.server, json, os, sys, time
-port, log, up = int(sys.argv[1]), sys.argv[2], sys.argv[3]
-seen = {}
-class H(http.server.BaseHTTPRequestHandler):
-    def do_POST(self):
-        n = min(int(self.headers.get("Content-Length", "0")), 1 << 20)
-        body = self.rfile.read(n)
-        with open(log, "a") as f:
-            f.write(json.dumps({"path": self.path, "sig": self.headers.get("Ephemeral-Signature"),
-                                "ua": self.headers.get("User-Agent"),
-                                "ct": self.headers.get("Content-Type"),
-                                "body": body.decode()}) + "\n")
-        seen[self.path] = seen.get(self.path, 0) + 1
-        if self.path == "/hang":
-            time.sleep(5)
-            code = 200
-        elif self.path == "/flaky":
-            code = 500 if seen[self.path] == 1 else 200
-        elif self.path == "/redirect":
-            self.send_response(302)
-            self.send_header("Location", "/redirected")
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-            return
-        elif self.path == "/down":
-            code = 200 if os.path.exists(up) else 500
-        else:
-            code = 200
-        self.send_response(code)
-        self.send_header("Content-Length", "0")
-        self.end_headers()
-    def log_message(self, *a):
-        pass
-http.server.ThreadingHTTPServer(("127.0.0.1", port), H).serve_forever()
-PY
-python3 "$TEST_TMP/receiver.py" "$RECV_PORT" "$RECV_LOG" "$TEST_TMP/up" &
-_pids+=("$!")
-recv_up() { python3 -c "import socket; socket.create_connection(('127.0.0.1', $RECV_PORT), 1)" 2>/dev/null; }
-wait_until "the receiver" 200 recv_up
+start_receiver
 
 WEBHOOKS='"webhooks": {"allow_private_cidrs": ["127.0.0.1/32"], "retry_base_ms": 300}'
 start_api_server "$WEBHOOKS"
@@ -195,7 +152,7 @@ kill -TERM "$SERVER_PID"
 wait_until "the server to stop" 400 eval '! kill -0 "$SERVER_PID" 2>/dev/null'
 assert_eq "$(sqlite3 -cmd '.timeout 5000' "$DB" "SELECT state FROM webhook_deliveries WHERE event_id = '$evt2'")" \
     pending "the delivery in the store while the server is down"
-touch "$TEST_TMP/up"
+touch "$RECV_UP"
 "$EPHD" serve --listen "127.0.0.1:$SERVER_PORT" --db "$DB" --config "$TEST_TMP/config.json" \
     >>"$SERVER_LOG" 2>&1 &
 SERVER_PID=$!
