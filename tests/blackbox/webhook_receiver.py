@@ -2,7 +2,7 @@
 
 Usage: webhook_receiver.py PORT LOG UP_FILE. /ok answers 200; /slow 200 after 0.2 s; /flaky 500
 the first time, then 200; /hang answers after 5 s (past a short timeout); /redirect 302 to
-/redirected; /down 500 until the file UP_FILE exists, then 200. Every request is logged as a JSON
+/redirected; /reset closes the connection with a reset, answering nothing; /down 500 until the file UP_FILE exists, then 200. Every request is logged as a JSON
 line: path, the signature header, User-Agent, Content-Type, the body as received (at most 1 MiB).
 """
 import http.server, json, os, sys, threading, time
@@ -23,6 +23,12 @@ class H(http.server.BaseHTTPRequestHandler):
         if self.path == "/hang":
             time.sleep(5)
             code = 200
+        elif self.path == "/reset":
+            # no answer at all: the connection is closed (RST: SO_LINGER 0)
+            import socket, struct
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            self.close_connection = True
+            return
         elif self.path == "/slow":
             time.sleep(0.2)
             code = 200

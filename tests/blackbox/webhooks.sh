@@ -3,7 +3,7 @@
 # the test, opened by webhooks.allow_private_cidrs): an ended run's delivery arrives signed, and the
 # signature checks over the raw body; a receiver that answers 500 then 200 gets the same event id
 # twice, delivered on the second attempt; one that hangs has its timeout recorded while the run
-# settles anyway; a 3xx is a failure and its target is never asked; a zero-data-retention run's
+# settles anyway; a 3xx is a failure and its target is never asked, as is a reset; a zero-data-retention run's
 # delivery carries neither prompt nor result; /metrics counts the outcomes; a delivery still
 # pending when the server stops is delivered after it starts again. Bad URLs are refused with a
 # 400: another scheme, userinfo, loopback spellings outside the opened range, the server's own
@@ -15,6 +15,14 @@ test_deadline 240
 have_image || skip "no sandbox image (make image)"
 
 start_receiver
+
+# A configuration whose allow-list is not a list of CIDRs is refused at start, saying which.
+api_config "$TEST_TMP/bad.json" '"webhooks": {"allow_private_cidrs": ["127.0.0.1/8"]}'
+if "$EPHD" serve --config "$TEST_TMP/bad.json" --listen "127.0.0.1:$(free_port)" \
+    --db "$TEST_TMP/bad.db" >"$TEST_TMP/bad.log" 2>&1; then
+    fail "a bad webhooks.allow_private_cidrs was accepted"
+fi
+assert_contains "$(cat "$TEST_TMP/bad.log")" "webhooks.allow_private_cidrs[0] is not a CIDR" "the bad key named"
 
 WEBHOOKS='"webhooks": {"allow_private_cidrs": ["127.0.0.1/32"], "retry_base_ms": 300}'
 start_api_server "$WEBHOOKS"
@@ -59,6 +67,7 @@ read -r OK OK_SECRET < <(new_webhook "{\"url\": \"$R/ok\"}")
 read -r FLAKY _ < <(new_webhook "{\"url\": \"$R/flaky\", \"events\": [\"run.completed\"]}")
 read -r HANG _ < <(new_webhook "{\"url\": \"$R/hang\", \"timeout_seconds\": 1}")
 read -r REDIR _ < <(new_webhook "{\"url\": \"$R/redirect\"}")
+read -r RESET _ < <(new_webhook "{\"url\": \"$R/reset\"}")
 read -r FAILED_ONLY _ < <(new_webhook "{\"url\": \"$R/other\", \"events\": [\"run.failed\"]}")
 [[ $OK_SECRET =~ ^whsec_[0-9a-f]{48}$ ]] || fail "secret form: $OK_SECRET"
 got=$(api GET "/v1/webhooks/$OK" | sed '$d')
@@ -111,6 +120,10 @@ echo "a hanging receiver: timed out, retried, the run settled"
 wait_until "the /redirect attempt" 400 delivery_is "$REDIR" '.attempts >= 1'
 assert_eq "$(delivery "$REDIR" '"\(.http_status) \(.error)"')" "302 HTTP 302: redirects are not followed" "the /redirect delivery"
 assert_eq "$(jq -r 'select(.path == "/redirected") | .path' "$RECV_LOG" | wc -l)" 0 "the redirect followed"
+# A reset without an answer: a failure with curl's reason, retried.
+wait_until "the /reset attempt" 400 delivery_is "$RESET" '.attempts >= 1'
+assert_eq "$(delivery "$RESET" '"\(.status) \(.http_status)"')" "pending null" "the /reset delivery"
+[ "$(delivery "$RESET" .error)" != null ] || fail "no error recorded for a reset"
 # An endpoint that asked for other events got none.
 assert_eq "$(api GET "/v1/webhooks/$FAILED_ONLY/deliveries" | sed '$d' | jq '.data | length')" 0 "deliveries of another type"
 
@@ -134,7 +147,7 @@ retried=$(awk '/^ephemeral_webhook_deliveries_total\{outcome="retried"\}/ {print
 [ "${retried:-0}" -ge 3 ] || fail "retried count: ${retried:-none}"
 
 # ---- deleted endpoints ----
-for w in "$OK" "$FLAKY" "$HANG" "$REDIR" "$FAILED_ONLY"; do
+for w in "$OK" "$FLAKY" "$HANG" "$REDIR" "$RESET" "$FAILED_ONLY"; do
     out=$(api DELETE "/v1/webhooks/$w")
     assert_eq "$(code_of "$out")" 200 "delete $w"
     assert_error "$(api GET "/v1/webhooks/$w")" 404 not_found_error
