@@ -191,6 +191,7 @@ struct eph_webhooks {
     bool stop;
     atomic_bool stopping; /* read by curl's progress callback, without the lock */
     unsigned long kicks;
+    unsigned started; /* sender threads that have begun (the first one polls) */
 };
 
 /* One attempt's outcome, as recorded. */
@@ -361,11 +362,15 @@ static int send_one(const struct eph_webhook_delivery *d, void *ctx)
     return 0;
 }
 
+/* The first sender looks for due deliveries every POLL_MS; the others sleep until woken (a
+ * settlement here, or a sender that found work), so that an idle node asks the store once a
+ * POLL_MS. */
 static void *sender_main(void *arg)
 {
     struct eph_webhooks *w = arg;
     struct eph_store *st = w->svc->store;
     pthread_mutex_lock(&w->lock);
+    bool poller = w->started++ == 0;
     while (!w->stop) {
         unsigned long kicks = w->kicks;
         pthread_mutex_unlock(&w->lock);
@@ -375,11 +380,17 @@ static void *sender_main(void *arg)
         if (rc)
             EPH_WARN("webhooks", "cannot claim deliveries: %s", eph_strerror(rc));
         pthread_mutex_lock(&w->lock);
-        /* After a delivery, straight to the next; idle, until woken or the next look. */
-        if ((rc || !cc.sent) && w->kicks == kicks && !w->stop) {
+        if (!rc && cc.sent) {
+            /* There may be more: every sender looks, this one at once. */
+            w->kicks++;
+            pthread_cond_broadcast(&w->cond);
+        } else if (w->kicks == kicks && !w->stop) {
             struct timespec ts;
             eph_clock_timespec(eph_clock_mono_ns() + (uint64_t)POLL_MS * 1000000u, &ts);
-            pthread_cond_timedwait(&w->cond, &w->lock, &ts);
+            if (poller)
+                pthread_cond_timedwait(&w->cond, &w->lock, &ts);
+            else
+                pthread_cond_wait(&w->cond, &w->lock);
         }
     }
     pthread_mutex_unlock(&w->lock);
