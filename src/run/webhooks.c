@@ -246,14 +246,16 @@ static void post(struct eph_webhooks *w, const struct eph_webhook_delivery *d,
     snprintf(evt, sizeof(evt), "Ephemeral-Event-Id: %s", d->event_id);
     const char *const lines[] = {"Content-Type: application/json", sig, evt, "Expect:"};
     CURL *h = curl_easy_init();
-    for (size_t i = 0; i < sizeof(lines) / sizeof(lines[0]); i++) {
+    bool headers_ok = true;
+    for (size_t i = 0; i < sizeof(lines) / sizeof(lines[0]) && headers_ok; i++) {
         struct curl_slist *n = curl_slist_append(hdrs, lines[i]);
+        headers_ok = n != NULL;
         if (n)
             hdrs = n;
     }
     size_t seen = 0;
     unsigned timeout = d->timeout_seconds ? d->timeout_seconds : 10;
-    if (!h || !hdrs || eph_pin_url(&url, u) || eph_pin_apply(&pin, h, &u->auth, addr)) {
+    if (!h || !headers_ok || eph_pin_url(&url, u) || eph_pin_apply(&pin, h, &u->auth, addr)) {
         snprintf(o->error, sizeof(o->error), "cannot prepare the request");
         goto out;
     }
@@ -276,7 +278,8 @@ static void post(struct eph_webhooks *w, const struct eph_webhook_delivery *d,
     long code = 0;
     curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
     o->status = (int)code;
-    if (code >= 200 && code < 300 && (cc == CURLE_OK || cc == CURLE_WRITE_ERROR)) {
+    /* The status is the receiver's word: a 2xx is received, whatever its body then does. */
+    if (code >= 200 && code < 300) {
         o->delivered = true;
     } else if (code >= 300 && code < 400) {
         snprintf(o->error, sizeof(o->error), "HTTP %ld: redirects are not followed", code);
