@@ -119,6 +119,12 @@ struct eph_config {
         unsigned retry_base_ms;      /* 30000: the first retry's delay, doubled after each */
         unsigned max_age_seconds;    /* 86400: retried until the event is this old */
     } webhooks;
+    struct {
+        unsigned max_live_per_org;    /* 10: sandboxes an org has starting or ready at once */
+        unsigned max_timeout_seconds; /* 86400: the longest life a create may ask */
+        uint64_t max_upload_bytes;    /* 64 MiB: one PUT of a file */
+        uint64_t max_download_bytes;  /* 64 MiB: one GET of a file */
+    } sandboxes;
     char *default_model;
     struct eph_model_config *models;
     size_t nmodels;
