@@ -1098,7 +1098,7 @@ function pairRows(kind, namePlaceholder, valuePlaceholder) {
 
 /* Webhooks (docs/WEBHOOKS.md): add an endpoint (its secret shown once), see each one's recent
  * deliveries, delete. Returns the section, its loader and what clears it when the page is left. */
-const WEBHOOK_EVENTS = ["run.completed", "run.failed", "run.timed_out", "run.budget_exhausted", "run.cancelled"];
+const WEBHOOK_EVENTS = ["run.completed", "run.failed", "run.timed_out", "run.budget_exhausted", "run.cancelled", "sandbox.ended"];
 
 function webhooksSection(table, isAlive) {
   const body = h("tbody", { id: "webhooks-body" });

@@ -59,7 +59,7 @@ static json_t *events_from(struct eph_api_req *req, json_t *v)
             json_decref(out);
             BAD("events",
                 "unknown event type '%.40s' (known: run.completed, run.failed, "
-                "run.timed_out, run.budget_exhausted, run.cancelled)",
+                "run.timed_out, run.budget_exhausted, run.cancelled, sandbox.ended)",
                 t ? t : "(not a string)");
             return NULL;
         }

@@ -28,10 +28,13 @@
 #include "common/version.h"
 #include "run/service.h"
 
-/* Indexed by status - EPH_RUN_COMPLETED: "run." and the status's name. */
+/* A run's indexed by status - EPH_RUN_COMPLETED ("run." and the status's name), then a
+ * sandbox's, whatever ended it (its status says why). */
 const char *const eph_webhook_event_types[] = {
-    "run.completed", "run.failed", "run.timed_out", "run.budget_exhausted", "run.cancelled", NULL,
+    "run.completed", "run.failed", "run.timed_out", "run.budget_exhausted", "run.cancelled",
+    "sandbox.ended", NULL,
 };
+#define SANDBOX_ENDED 5
 
 /* Sender threads: a receiver that hangs holds one of them up to its timeout, not every delivery. */
 #define SENDERS 2
@@ -146,7 +149,8 @@ int eph_webhook_event_make(json_t *run_object, const struct eph_run *r,
         return -EINVAL;
     if (eph_id_hex("evt_", 16, ev->id, sizeof(ev->id)))
         return -EIO;
-    ev->type = eph_webhook_event_types[r->status - EPH_RUN_COMPLETED];
+    ev->type = eph_webhook_event_types[r->kind == EPH_KIND_SANDBOX ? SANDBOX_ENDED
+                                                                   : r->status - EPH_RUN_COMPLETED];
     ev->created_at_ms = eph_clock_real_ms();
     json_t *data = json_deep_copy(run_object);
     if (!data)

@@ -31,7 +31,8 @@ struct eph_service;
 /* t=<digits>,v1=<64 hex> with its NUL. */
 #define EPH_WEBHOOK_SIGNATURE_MAX 96
 
-/* The event types a webhook may ask for: a run's terminal statuses, in that order. NULL-ended. */
+/* The event types a webhook may ask for: a run's terminal statuses, in that order, then
+ * "sandbox.ended". NULL-ended. */
 extern const char *const eph_webhook_event_types[];
 bool eph_webhook_event_type_known(const char *type);
 
@@ -53,9 +54,9 @@ void eph_webhook_sign(const char *secret, int64_t t, const char *body, size_t le
                       char out[EPH_WEBHOOK_SIGNATURE_MAX]);
 
 /* The event of a run that settles as r says (its status terminal): into ev (its id new, its type
- * the status's, created now) and *body (malloc'd; ev->body points to it), the run object as
- * run_object (the API's form) gives it, without prompt or result for a zero-data-retention run.
- * 0, or -ENOMEM. */
+ * the status's, or "sandbox.ended" for a sandbox, created now) and *body (malloc'd; ev->body
+ * points to it), with run_object as its data (the API's form of the run or sandbox), without
+ * prompt or result for a zero-data-retention run. 0, or -ENOMEM. */
 int eph_webhook_event_make(json_t *run_object, const struct eph_run *r,
                            struct eph_webhook_event *ev, char **body)
     __attribute__((warn_unused_result));

@@ -4,7 +4,8 @@
 # signature checks over the raw body; a receiver that answers 500 then 200 gets the same event id
 # twice, delivered on the second attempt; one that hangs has its timeout recorded while the run
 # settles anyway; a 3xx is a failure and its target is never asked, as is a reset; a zero-data-retention run's
-# delivery carries neither prompt nor result; /metrics counts the outcomes; a delivery still
+# delivery carries neither prompt nor result; a sandbox's end is one sandbox.ended with the
+# sandbox object; /metrics counts the outcomes; a delivery still
 # pending when the server stops is delivered after it starts again. Bad URLs are refused with a
 # 400: another scheme, userinfo, loopback spellings outside the opened range, the server's own
 # port. Every wait polls the deliveries endpoint under a bound.
@@ -72,7 +73,7 @@ read -r FAILED_ONLY _ < <(new_webhook "{\"url\": \"$R/other\", \"events\": [\"ru
 [[ $OK_SECRET =~ ^whsec_[0-9a-f]{48}$ ]] || fail "secret form: $OK_SECRET"
 got=$(api GET "/v1/webhooks/$OK" | sed '$d')
 assert_eq "$(jq -r .url <<<"$got")" "$R/ok" "the endpoint's url"
-assert_eq "$(jq -c .events <<<"$got")" '["run.completed","run.failed","run.timed_out","run.budget_exhausted","run.cancelled"]' "every terminal event by default"
+assert_eq "$(jq -c .events <<<"$got")" '["run.completed","run.failed","run.timed_out","run.budget_exhausted","run.cancelled","sandbox.ended"]' "every terminal event by default"
 assert_eq "$(jq 'has("secret")' <<<"$got")" false "the secret is shown once"
 assert_not_contains "$(api GET /v1/webhooks)" "$OK_SECRET" "the secret in the list"
 assert_not_contains "$(cat "$TEST_TMP/server.log")" "${OK_SECRET#whsec_}" "the secret in the log"
@@ -139,6 +140,17 @@ wait_until "the zero-data-retention delivery" 400 zdr_arrived
 zbody=$(jq -r --arg z "$zid" 'select(.path == "/ok") | .body | select(fromjson | .data.id == $z)' "$RECV_LOG")
 assert_eq "$(jq -c '[.data.prompt, .data.result]' <<<"$zbody")" "[null,null]" "prompt and result of a zero-data-retention run"
 assert_not_contains "$zbody" "$ZDR_PROMPT" "the prompt in the delivery"
+
+# A sandbox a caller drives: its end is one sandbox.ended, the sandbox object its data.
+out=$(api POST /v1/sandboxes -H 'Content-Type: application/json' -H 'Prefer: wait=120' -d '{"max_cost_micros": 20000}')
+assert_eq "$(code_of "$out")" 201 "a sandbox: $out"
+sid=$(body_of "$out" | jq -r .id)
+assert_eq "$(code_of "$(api DELETE "/v1/sandboxes/$sid")")" 200 "the sandbox deleted"
+sbx_arrived() { [ -n "$(jq -r --arg s "$sid" 'select(.path == "/ok") | (.body | fromjson | select(.data.id == $s) | .id)' "$RECV_LOG")" ]; }
+wait_until "the sandbox's delivery" 400 sbx_arrived
+sbody=$(jq -r --arg s "$sid" 'select(.path == "/ok") | .body | select(fromjson | .data.id == $s)' "$RECV_LOG")
+assert_eq "$(jq -r '"\(.type) \(.data.object)"' <<<"$sbody")" "sandbox.ended sandbox" "the sandbox's event"
+assert_eq "$(api GET "/v1/webhooks/$FLAKY/deliveries" | sed '$d' | jq '[.data[] | select(.type == "sandbox.ended")] | length')" 0 "sandbox.ended to an endpoint that did not ask"
 
 metrics=$(curl -sS "$EPHEMERAL_URL/metrics")
 delivered=$(awk '/^ephemeral_webhook_deliveries_total\{outcome="delivered"\}/ {print $2}' <<<"$metrics")

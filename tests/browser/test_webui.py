@@ -1082,7 +1082,7 @@ def admin_adds_a_webhook_and_sees_its_deliveries(b):
     st, ans = api("POST", "/v1/webhooks", ADMIN_KEY, {"url": "ftp://127.0.0.1:9/hook"})
     assert st == 400 and ans["error"]["message"] in shown, (shown, ans)
     fill(b, "#webhook-url", "http://127.0.0.1:9/hook")
-    for t in ("run.failed", "run.timed_out", "run.budget_exhausted", "run.cancelled"):
+    for t in ("run.failed", "run.timed_out", "run.budget_exhausted", "run.cancelled", "sandbox.ended"):
         b.find(f"label.toggle:has([id='webhook-event-{t}'])").click()
     b.find("#webhook-add").click()
     secret = b.wait_js("the secret", "const e = document.getElementById('new-webhook-secret-value'); return e && e.textContent")

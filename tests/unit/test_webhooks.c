@@ -88,9 +88,36 @@ static void test_event_types_follow_statuses(void **state)
         json_decref(obj);
         free(body);
     }
-    assert_null(eph_webhook_event_types[n]);
+    assert_string_equal(eph_webhook_event_types[n], "sandbox.ended");
+    assert_null(eph_webhook_event_types[n + 1]);
     assert_false(eph_webhook_event_type_known("run.started"));
-    assert_false(eph_webhook_event_type_known("sandbox.ended"));
+    assert_false(eph_webhook_event_type_known("sandbox.stopped"));
+}
+
+/* A sandbox's end is one type whatever ended it; its data is the object given (the sandbox's). */
+static void test_sandbox_ended(void **state)
+{
+    (void)state;
+    static const enum eph_run_status ends[] = {EPH_RUN_COMPLETED, EPH_RUN_FAILED, EPH_RUN_TIMED_OUT,
+                                               EPH_RUN_BUDGET_EXHAUSTED, EPH_RUN_CANCELLED};
+    for (size_t i = 0; i < sizeof(ends) / sizeof(ends[0]); i++) {
+        struct eph_run r;
+        make_run(&r, ends[i], false);
+        r.kind = EPH_KIND_SANDBOX;
+        json_t *obj = json_pack("{s:s, s:s}", "id", "sbx_1", "object", "sandbox");
+        struct eph_webhook_event ev;
+        char *body = NULL;
+        assert_int_equal(eph_webhook_event_make(obj, &r, &ev, &body), 0);
+        assert_string_equal(ev.type, "sandbox.ended");
+        json_t *got = json_loads(body, 0, NULL);
+        assert_string_equal(json_string_value(json_object_get(got, "type")), "sandbox.ended");
+        assert_string_equal(
+            json_string_value(json_object_get(json_object_get(got, "data"), "object")), "sandbox");
+        json_decref(got);
+        json_decref(obj);
+        free(body);
+    }
+    assert_true(eph_webhook_event_type_known("sandbox.ended"));
 }
 
 static void test_zero_data_retention_event(void **state)
@@ -204,6 +231,7 @@ int main(void)
         cmocka_unit_test(test_secret_form),
         cmocka_unit_test(test_event_types_follow_statuses),
         cmocka_unit_test(test_zero_data_retention_event),
+        cmocka_unit_test(test_sandbox_ended),
         cmocka_unit_test(test_url_rule),
         cmocka_unit_test(test_retry_schedule),
     };

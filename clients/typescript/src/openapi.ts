@@ -847,7 +847,7 @@ export interface components {
             timeout_seconds?: number;
         };
         /** @enum {string} */
-        WebhookEventType: "run.completed" | "run.failed" | "run.timed_out" | "run.budget_exhausted" | "run.cancelled";
+        WebhookEventType: "run.completed" | "run.failed" | "run.timed_out" | "run.budget_exhausted" | "run.cancelled" | "sandbox.ended";
         Webhook: {
             /** @constant */
             object: "webhook";
