@@ -157,8 +157,10 @@ int eph_webhook_event_make(json_t *run_object, const struct eph_run *r,
         return -ENOMEM;
     if (r->zdr) {
         /* Nothing the run was given or made: docs/API.md, "Zero data retention". */
-        json_object_set_new(data, "prompt", json_null());
-        json_object_set_new(data, "result", json_null());
+        static const char *const given[] = {"prompt", "result"};
+        for (size_t i = 0; i < 2; i++)
+            if (json_object_get(data, given[i]))
+                json_object_set_new(data, given[i], json_null());
         json_object_del(data, "outputs");
     }
     char at[32];

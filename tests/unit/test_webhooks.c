@@ -104,6 +104,7 @@ static void test_sandbox_ended(void **state)
         struct eph_run r;
         make_run(&r, ends[i], false);
         r.kind = EPH_KIND_SANDBOX;
+        r.zdr = i % 2; /* an object without prompt or result gets none added */
         json_t *obj = json_pack("{s:s, s:s}", "id", "sbx_1", "object", "sandbox");
         struct eph_webhook_event ev;
         char *body = NULL;
@@ -113,6 +114,7 @@ static void test_sandbox_ended(void **state)
         assert_string_equal(json_string_value(json_object_get(got, "type")), "sandbox.ended");
         assert_string_equal(
             json_string_value(json_object_get(json_object_get(got, "data"), "object")), "sandbox");
+        assert_int_equal(json_object_size(json_object_get(got, "data")), 2);
         json_decref(got);
         json_decref(obj);
         free(body);
