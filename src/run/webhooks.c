@@ -275,6 +275,11 @@ static void post(struct eph_webhooks *w, const struct eph_webhook_delivery *d,
     curl_easy_setopt(h, CURLOPT_NOPROXY, "*");
     curl_easy_setopt(h, CURLOPT_USERAGENT, "ephemeral-webhooks/" EPH_VERSION);
     curl_easy_setopt(h, CURLOPT_TIMEOUT, (long)timeout);
+    if (w->svc->cfg->broker.extra_ca_file) {
+        /* The operator's CAs beside the system's, as for the broker's upstreams. */
+        curl_easy_setopt(h, CURLOPT_CAINFO, w->svc->cfg->broker.extra_ca_file);
+        curl_easy_setopt(h, CURLOPT_CAPATH, "/etc/ssl/certs");
+    }
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, answer_sink);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, &seen);
     curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);

@@ -1,6 +1,6 @@
 """A webhook receiver for the tests (tests/blackbox/webhooks.sh, pg_webhooks.sh), on loopback.
 
-Usage: webhook_receiver.py PORT LOG UP_FILE. /ok answers 200; /slow 200 after 0.2 s; /flaky 500
+Usage: webhook_receiver.py PORT LOG UP_FILE [CERT KEY] (with CERT and KEY: HTTPS). /ok answers 200; /slow 200 after 0.2 s; /flaky 500
 the first time, then 200; /hang answers after 5 s (past a short timeout); /redirect 302 to
 /redirected; /reset closes the connection with a reset, answering nothing; /down 500 until the file UP_FILE exists, then 200. Every request is logged as a JSON
 line: path, the signature header, User-Agent, Content-Type, the body as received (at most 1 MiB).
@@ -49,4 +49,10 @@ class H(http.server.BaseHTTPRequestHandler):
         self.end_headers()
     def log_message(self, *a):
         pass
-http.server.ThreadingHTTPServer(("127.0.0.1", port), H).serve_forever()
+server = http.server.ThreadingHTTPServer(("127.0.0.1", port), H)
+if len(sys.argv) > 5:
+    import ssl
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(sys.argv[4], sys.argv[5])
+    server.socket = ctx.wrap_socket(server.socket, server_side=True)
+server.serve_forever()

@@ -12,9 +12,13 @@
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/api_common.sh"
 . "$(dirname "$0")/webhooks_common.sh"
+. "$(dirname "$0")/broker_common.sh" # make_test_ca
 test_deadline 240
 have_image || skip "no sandbox image (make image)"
 
+make_test_ca
+start_receiver "$TEST_TMP/server.pem" "$TEST_TMP/server.key"
+TLS_PORT=$RECV_PORT TLS_LOG=$RECV_LOG
 start_receiver
 
 # A configuration whose allow-list is not a list of CIDRs is refused at start, saying which.
@@ -25,7 +29,8 @@ if "$EPHD" serve --config "$TEST_TMP/bad.json" --listen "127.0.0.1:$(free_port)"
 fi
 assert_contains "$(cat "$TEST_TMP/bad.log")" "webhooks.allow_private_cidrs[0] is not a CIDR" "the bad key named"
 
-WEBHOOKS='"webhooks": {"allow_private_cidrs": ["127.0.0.1/32"], "retry_base_ms": 300}'
+WEBHOOKS='"webhooks": {"allow_private_cidrs": ["127.0.0.1/32"], "retry_base_ms": 300},
+    "broker": {"extra_ca_file": "'"$TEST_TMP/ca.pem"'"}'
 start_api_server "$WEBHOOKS"
 SERVER_PORT=${EPHEMERAL_URL##*:}
 R=http://127.0.0.1:$RECV_PORT
@@ -69,6 +74,7 @@ read -r FLAKY _ < <(new_webhook "{\"url\": \"$R/flaky\", \"events\": [\"run.comp
 read -r HANG _ < <(new_webhook "{\"url\": \"$R/hang\", \"timeout_seconds\": 1}")
 read -r REDIR _ < <(new_webhook "{\"url\": \"$R/redirect\"}")
 read -r RESET _ < <(new_webhook "{\"url\": \"$R/reset\"}")
+read -r TLS TLS_SECRET < <(new_webhook "{\"url\": \"https://127.0.0.1:$TLS_PORT/ok\", \"events\": [\"run.completed\"]}")
 read -r FAILED_ONLY _ < <(new_webhook "{\"url\": \"$R/other\", \"events\": [\"run.failed\"]}")
 [[ $OK_SECRET =~ ^whsec_[0-9a-f]{48}$ ]] || fail "secret form: $OK_SECRET"
 got=$(api GET "/v1/webhooks/$OK" | sed '$d')
@@ -104,6 +110,17 @@ assert e["data"]["status"] == "completed" and e["data"]["prompt"], e["data"]
 assert e["data"]["cost"]["charged_micros"] + e["data"]["cost"]["released_micros"] == 20000
 PY
 echo "a signed delivery for the ended run, verified"
+
+# HTTPS, the receiver's certificate from the operator's CA (broker.extra_ca_file): the same event.
+wait_until "the https delivery" 400 delivery_is "$TLS" '.status == "delivered"'
+assert_eq "$(jq -r '.body | fromjson | .id' "$TLS_LOG")" "$evt" "the event over https"
+python3 - "$TLS_LOG" "$TLS_SECRET" <<'PY' || fail "the https delivery's signature"
+import hashlib, hmac, json, sys
+r = json.loads(open(sys.argv[1]).readline())
+t, v1 = r["sig"].split(",")
+mac = hmac.new(sys.argv[2].encode(), (t[2:] + "." + r["body"]).encode(), hashlib.sha256).hexdigest()
+assert hmac.compare_digest(mac, v1[3:])
+PY
 
 # 500, then 200: retried with the same event id.
 wait_until "the /flaky delivery" 400 delivery_is "$FLAKY" '.status == "delivered"'
@@ -159,7 +176,7 @@ retried=$(awk '/^ephemeral_webhook_deliveries_total\{outcome="retried"\}/ {print
 [ "${retried:-0}" -ge 3 ] || fail "retried count: ${retried:-none}"
 
 # ---- deleted endpoints ----
-for w in "$OK" "$FLAKY" "$HANG" "$REDIR" "$RESET" "$FAILED_ONLY"; do
+for w in "$OK" "$FLAKY" "$HANG" "$REDIR" "$RESET" "$TLS" "$FAILED_ONLY"; do
     out=$(api DELETE "/v1/webhooks/$w")
     assert_eq "$(code_of "$out")" 200 "delete $w"
     assert_error "$(api GET "/v1/webhooks/$w")" 404 not_found_error
