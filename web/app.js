@@ -1096,6 +1096,102 @@ function pairRows(kind, namePlaceholder, valuePlaceholder) {
   };
 }
 
+/* Webhooks (docs/WEBHOOKS.md): add an endpoint (its secret shown once), see each one's recent
+ * deliveries, delete. Returns the section, its loader and what clears it when the page is left. */
+const WEBHOOK_EVENTS = ["run.completed", "run.failed", "run.timed_out", "run.budget_exhausted", "run.cancelled", "sandbox.ended"];
+
+function webhooksSection(table, isAlive) {
+  const body = h("tbody", { id: "webhooks-body" });
+  const listError = errorBox("webhooks-error");
+  const formError = errorBox("webhook-error");
+  const url = h("input", { id: "webhook-url", name: "url", type: "url", autocomplete: "off", spellcheck: "false", placeholder: "https://example.com/hooks/ephemeral", required: true });
+  const boxes = WEBHOOK_EVENTS.map((t) => h("label", { class: "toggle" },
+    h("input", { type: "checkbox", name: "events", value: t, id: `webhook-event-${t}`, checked: true }), h("span", {}, t)));
+  const secret = h("div", { class: "newkey", id: "new-webhook-secret", hidden: true });
+  const deliveries = h("div", { id: "webhook-deliveries", hidden: true });
+  const hideSecret = () => { secret.replaceChildren(); secret.hidden = true; };
+  const form = h("form", { class: "form", id: "webhook-form", novalidate: true, "aria-label": "Add a webhook endpoint" },
+    h("div", { class: "field" }, h("label", { for: url.id }, "URL"), url,
+      h("p", { class: "hint" }, "http(s) on a public address (or a range the operator opened); each ended run is POSTed to it, signed.")),
+    h("fieldset", { class: "perms" }, h("legend", {}, "Events"), h("div", { class: "row wrap" }, ...boxes)),
+    formError,
+    h("div", { class: "actions" }, h("button", { type: "submit", class: "primary", id: "webhook-add" }, "Add endpoint")));
+
+  const showDeliveries = async (w) => {
+    const list = await api.request("GET", `/v1/webhooks/${encodeURIComponent(w.id)}/deliveries?limit=20`);
+    if (!isAlive()) return;
+    const rows = list.data.length ? list.data.map((d) => h("tr", { "data-event": d.event_id },
+      h("td", {}, h("code", {}, d.event_id)), h("td", {}, d.type),
+      h("td", { class: d.status === "failed" ? "errtext" : "" }, d.status),
+      h("td", { class: "num" }, String(d.attempts)),
+      h("td", { class: "num" }, d.http_status === null ? "—" : String(d.http_status)),
+      h("td", { class: "num" }, d.duration_ms === null ? "—" : `${d.duration_ms} ms`),
+      h("td", {}, d.error || "—"),
+      h("td", {}, d.next_attempt_at ? fmt.when(d.next_attempt_at) : "—")))
+      : [h("tr", {}, h("td", { colspan: "8", class: "hint" }, "No delivery yet: one is made when a run of the organization ends."))];
+    deliveries.replaceChildren(h("h3", {}, "Recent deliveries to ", h("code", {}, w.url)),
+      table(`Deliveries to ${w.url}`, ["Event", "Type", "Status", "Attempts", "HTTP", "Duration", "Last error", "Next attempt"], h("tbody", { id: "webhook-deliveries-body" }, ...rows)));
+    deliveries.hidden = false;
+  };
+
+  const load = async () => {
+    const list = await api.request("GET", "/v1/webhooks");
+    if (!isAlive()) return;
+    if (!list.data.length) { body.replaceChildren(h("tr", {}, h("td", { colspan: "5", class: "hint" }, "No endpoint yet."))); return; }
+    body.replaceChildren(...list.data.map((w) => {
+      const show = h("button", { type: "button", class: "ghost small", "aria-label": `Deliveries to ${w.url}` }, "Deliveries");
+      show.addEventListener("click", () => showDeliveries(w).catch((e) => showError(listError, e)));
+      return h("tr", { "data-webhook": w.id },
+        h("td", {}, w.url), h("td", {}, (w.events || []).join(", ")),
+        h("td", { class: "num" }, `${w.timeout_seconds} s`), h("td", {}, h("code", {}, w.id)),
+        h("td", { class: "num" }, show, " ", confirmButton("Delete", "Confirm delete", w.url, async () => {
+          try {
+            await api.request("DELETE", `/v1/webhooks/${encodeURIComponent(w.id)}`);
+            showError(listError, null);
+            deliveries.hidden = true;
+          } catch (e) {
+            showError(listError, e);
+          }
+          await load();
+        })));
+    }));
+  };
+
+  form.addEventListener("submit", async (e) => {
+    e.preventDefault();
+    showError(formError, null);
+    hideSecret();
+    const events = boxes.map((l) => l.querySelector("input")).filter((x) => x.checked).map((x) => x.value);
+    if (!events.length) { showError(formError, { message: "Events: choose at least one." }); return; }
+    try {
+      const w = await api.request("POST", "/v1/webhooks", { body: { url: url.value.trim(), events } });
+      if (!isAlive()) return;
+      url.value = "";
+      const code = h("code", { id: "new-webhook-secret-value" }, w.secret);
+      const copy = h("button", { type: "button", class: "ghost small", id: "new-webhook-secret-copy", "aria-label": "Copy the signing secret" }, "Copy");
+      copy.addEventListener("click", () => copyText(copy, code.textContent));
+      const done = h("button", { type: "button", class: "primary small", id: "new-webhook-secret-done" }, "I have copied it");
+      done.addEventListener("click", () => { hideSecret(); url.focus(); });
+      secret.replaceChildren(
+        h("p", { class: "warn", role: "status" }, h("strong", {}, "Copy this signing secret now: it will not be shown again. "),
+          "Check each delivery's Ephemeral-Signature with it (the clients' verify_signature)."),
+        h("div", { class: "codeblock" }, h("pre", { tabindex: "0" }, code), h("div", { class: "actions" }, copy, done)));
+      secret.hidden = false;
+      copy.focus();
+      await load();
+    } catch (ex) {
+      if (isAlive()) showError(formError, ex);
+    }
+  });
+
+  const el = h("section", { class: "card", "aria-labelledby": "webhooks-title" }, h("h2", { id: "webhooks-title" }, "Webhooks"),
+    h("p", { class: "hint" }, "Endpoints that get a signed POST of each ended run (docs/WEBHOOKS.md), retried for up to a day."),
+    listError,
+    table("The organization's webhook endpoints", ["URL", "Events", "Timeout", "Id", ""], body),
+    deliveries, h("h3", {}, "Add an endpoint"), secret, form);
+  return { el, load, leave: hideSecret };
+}
+
 function adminPage(main) {
   let alive = true;
   const err = errorBox("admin-error");
@@ -1323,6 +1419,7 @@ function adminPage(main) {
   const table = (caption, cols, body) => h("div", { class: "tablewrap" }, h("table", { class: "runs" },
     h("caption", { class: "visually-hidden" }, caption),
     h("thead", {}, h("tr", {}, ...cols.map((c) => h("th", { scope: "col" }, c)))), body));
+  const hooks = webhooksSection(table, () => alive);
 
   adminOnly.append(
     h("section", { class: "card", "aria-labelledby": "keys-title" }, h("h2", { id: "keys-title" }, "API keys"),
@@ -1337,11 +1434,12 @@ function adminPage(main) {
       h("p", { class: "hint" }, "Root file systems runs may name instead of the default. Define one with POST /v1/images (a recipe of Debian packages, npm packages, files and commands) or, as the operator, ephemerald image create; see docs/IMAGES.md."),
       imagesError,
       table("The images the organization sees", ["Name", "State", "Packages", "Size", "Digest", "Owner", ""], imagesBody)),
+    hooks.el,
     h("section", { class: "card", "aria-labelledby": "credit-title" }, h("h2", { id: "credit-title" }, "Credit"),
       creditForm, creditError, creditDone));
   main.append(
     h("section", { class: "intro" }, h("h1", {}, "Admin"),
-      h("p", { class: "lead" }, "Your organization's API keys, connections, credit and models. Key values and connection credentials are never shown back: the server keeps only a hash of each key, and seals the credentials.")),
+      h("p", { class: "lead" }, "Your organization's API keys, connections, images, webhooks, credit and models. Key values and connection credentials are never shown back: the server keeps only a hash of each key, and seals the credentials.")),
     err,
     adminOnly,
     h("section", { class: "card", "aria-labelledby": "models-title" }, h("h2", { id: "models-title" }, "Models"),
@@ -1376,6 +1474,7 @@ function adminPage(main) {
       adminOnly.hidden = false;
       await loadConns();
       await loadImages().catch((e) => { if (alive) showError(imagesError, e); });
+      await hooks.load().catch((e) => { if (alive) showError(document.getElementById("webhooks-error"), e); });
     } catch (e) {
       if (e.status === 403) { api.setRole("member"); refreshAccount(); }
       if (alive) showError(err, e);
@@ -1385,6 +1484,7 @@ function adminPage(main) {
     alive = false;
     // The new key's value and any typed credential leave with the page.
     hideNewKey();
+    hooks.leave();
     headers.clear();
     query.clear();
   };

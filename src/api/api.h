@@ -253,6 +253,12 @@ int eph_api_images_list(struct eph_api_req *req);
 int eph_api_images_get(struct eph_api_req *req, const char *name);
 int eph_api_images_log(struct eph_api_req *req, const char *name);
 int eph_api_images_delete(struct eph_api_req *req, const char *name);
+/* /v1/webhooks (webhooks.c). */
+int eph_api_webhooks_create(struct eph_api_req *req);
+int eph_api_webhooks_list(struct eph_api_req *req);
+int eph_api_webhooks_get(struct eph_api_req *req, const char *id);
+int eph_api_webhooks_delete(struct eph_api_req *req, const char *id);
+int eph_api_webhooks_deliveries(struct eph_api_req *req, const char *id);
 
 /* Connections (connections.c), shared with `ephemerald admin connection add`: validates a
  * connection's description (name, base_url, methods, path_prefixes, headers; the caller rejects

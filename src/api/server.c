@@ -123,6 +123,11 @@ static const struct route routes[] = {
     {"/v1/sandboxes/{id}/files", "GET", NULL, eph_api_sandboxes_sub, false, false},
     {"/v1/sandboxes/{id}/files/{path}", "GET", NULL, eph_api_sandboxes_sub, false, false},
     {"/v1/sandboxes/{id}/files/{path}", "PUT", NULL, eph_api_sandboxes_sub, false, false},
+    {"/v1/webhooks", "GET", eph_api_webhooks_list, NULL, false, false},
+    {"/v1/webhooks", "POST", eph_api_webhooks_create, NULL, false, false},
+    {"/v1/webhooks/{id}", "GET", NULL, eph_api_webhooks_get, false, false},
+    {"/v1/webhooks/{id}", "DELETE", NULL, eph_api_webhooks_delete, false, false},
+    {"/v1/webhooks/{id}/deliveries", "GET", NULL, eph_api_webhooks_deliveries, false, false},
 };
 /* The one route whose body is raw bytes, not JSON, under a cap of its own. */
 #define UPLOAD_ROUTE "/v1/sandboxes/{id}/files/{path}"
@@ -181,6 +186,10 @@ static const char *match_pattern(const char *p, char *id, size_t idlen)
         return !*tail                  ? "/v1/images/{name}"
                : !strcmp(tail, "/log") ? "/v1/images/{name}/log"
                                        : NULL;
+    if (match_id_path(p, "/v1/webhooks/", id, idlen, &tail))
+        return !*tail                         ? "/v1/webhooks/{id}"
+               : !strcmp(tail, "/deliveries") ? "/v1/webhooks/{id}/deliveries"
+                                              : NULL;
     if (eph_api_static_match(p))
         return "web";
     return NULL;

@@ -510,6 +510,7 @@ static int query_arg(const char *route, const char *name, const char *value,
     bool list = sandboxes || strcmp(route, "/v1/runs") == 0;
     bool events = strcmp(route, "/v1/runs/{id}/events") == 0 ||
                   strcmp(route, "/v1/sandboxes/{id}/events") == 0;
+    bool deliveries = strcmp(route, "/v1/webhooks/{id}/deliveries") == 0;
     uint64_t n;
     if (strcmp(route, "/v1/sandboxes/{id}/files") == 0 && strcmp(name, "path") == 0) {
         q->path = value;
@@ -536,7 +537,7 @@ static int query_arg(const char *route, const char *name, const char *value,
             }
         return BAD("status", "unknown status '%.32s'", value);
     }
-    if (list && strcmp(name, "limit") == 0) {
+    if ((list || deliveries) && strcmp(name, "limit") == 0) {
         if (!parse_decimal(value, 100, &n) || n < 1)
             return BAD("limit", "'limit' must be an integer from 1 to 100");
         q->limit = (unsigned)n;
@@ -583,6 +584,21 @@ static int query_arg(const char *route, const char *name, const char *value,
     snprintf(shown, sizeof(shown), "%.64s", name);
     return eph_api_error_set(e, 400, "invalid_request_error", "unknown_parameter", shown,
                              "unknown query parameter '%s'", shown);
+}
+
+const char *eph_api_unknown_field(const json_t *body, const char *const *known)
+{
+    const char *key;
+    json_t *v;
+    json_object_foreach((json_t *)body, key, v)
+    {
+        const char *const *k = known;
+        while (*k && strcmp(*k, key) != 0)
+            k++;
+        if (!*k)
+            return key;
+    }
+    return NULL;
 }
 
 int eph_api_validate_query(const char *route, const char *method, size_t n,

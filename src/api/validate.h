@@ -101,6 +101,9 @@ struct eph_api_query {
     uint64_t after_seq;
 };
 
+/* The first member of the object body whose name is not in known (NULL-ended), or NULL. */
+const char *eph_api_unknown_field(const json_t *body, const char *const *known);
+
 /* Checks the query arguments of a request to route (the route's pattern, as in /metrics) with
  * method: a name the route does not take, a name given twice, or a value out of its rule is
  * refused (400). 0 with q filled, or -EINVAL with e set. */

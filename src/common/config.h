@@ -112,6 +112,14 @@ struct eph_config {
         uint64_t max_bytes; /* 50 MiB: their bytes in all */
     } outputs;
     struct {
+        char **allow_private_cidrs;  /* non-public ranges an endpoint may point into; none: only
+                                        public addresses (docs/WEBHOOKS.md) */
+        size_t nallow_private_cidrs; /* at most 64, each checked at load */
+        unsigned timeout_seconds;    /* 10: an endpoint's default time for one attempt */
+        unsigned retry_base_ms;      /* 30000: the first retry's delay, doubled after each */
+        unsigned max_age_seconds;    /* 86400: retried until the event is this old */
+    } webhooks;
+    struct {
         unsigned max_live_per_org;    /* 10: sandboxes an org has starting or ready at once */
         unsigned max_timeout_seconds; /* 86400: the longest life a create may ask */
         uint64_t max_upload_bytes;    /* 64 MiB: one PUT of a file */

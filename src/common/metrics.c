@@ -165,6 +165,29 @@ void eph_metrics_observe_http(const char *method, const char *route, unsigned st
         hist_observe(h, ns);
 }
 
+static const char *const webhook_outcomes[] = {"delivered", "retried", "failed"};
+static atomic_uint_fast64_t webhook_counts[3];
+
+void eph_metrics_count_webhook(const char *outcome)
+{
+    size_t i = 0;
+    while (i < 2 && strcmp(outcome, webhook_outcomes[i]) != 0)
+        i++;
+    atomic_fetch_add_explicit(&webhook_counts[i], 1, memory_order_relaxed);
+}
+
+static int webhooks_render(struct eph_buf *b)
+{
+    int rc = eph_buf_appends(b, "# HELP ephemeral_webhook_deliveries_total Webhook delivery "
+                                "attempts by outcome.\n"
+                                "# TYPE ephemeral_webhook_deliveries_total counter\n");
+    for (size_t i = 0; i < 3 && !rc; i++)
+        rc = eph_buf_appendf(
+            b, "ephemeral_webhook_deliveries_total{outcome=\"%s\"} %llu\n", webhook_outcomes[i],
+            (unsigned long long)atomic_load_explicit(&webhook_counts[i], memory_order_relaxed));
+    return rc;
+}
+
 int eph_metrics_render(struct eph_buf *b)
 {
     static const struct {
@@ -182,6 +205,8 @@ int eph_metrics_render(struct eph_buf *b)
         if (!rc)
             rc = hist_render(b, hists[i].name, "", hists[i].h);
     }
+    if (!rc)
+        rc = webhooks_render(b);
     if (rc)
         return rc;
     pthread_mutex_lock(&http_lock);
@@ -213,6 +238,8 @@ void eph_metrics_reset(void)
     hist_reset(&sandbox_start);
     hist_reset(&exec_latency);
     hist_reset(&model_call);
+    for (size_t i = 0; i < 3; i++)
+        atomic_store(&webhook_counts[i], 0);
     pthread_mutex_lock(&http_lock);
     for (size_t i = 0; i < http_nroutes; i++)
         hist_reset(&http_routes[i].latency);

@@ -24,6 +24,10 @@ void eph_metrics_observe_model_call(uint64_t ns);
  * ones counts as "OTHER"); route: a pattern such as "/v1/runs/{id}". */
 void eph_metrics_observe_http(const char *method, const char *route, unsigned status, uint64_t ns);
 
+/* One webhook attempt's outcome (ephemeral_webhook_deliveries_total): "delivered", "retried"
+ * (failed, tried again later) or "failed" (given up); anything else counts as "failed". */
+void eph_metrics_count_webhook(const char *outcome);
+
 /* Appends every counter and histogram above to out. 0 or -EMSGSIZE / -ENOMEM from the buffer. */
 int eph_metrics_render(struct eph_buf *out) __attribute__((warn_unused_result));
 

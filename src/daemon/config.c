@@ -65,6 +65,9 @@ int eph_config_defaults(struct eph_config *cfg)
     cfg->sandbox.live_output_bytes = 65536;
     cfg->outputs.max_files = 100;
     cfg->outputs.max_bytes = 50u << 20;
+    cfg->webhooks.timeout_seconds = 10;
+    cfg->webhooks.retry_base_ms = 30000;
+    cfg->webhooks.max_age_seconds = 86400;
     cfg->sandboxes.max_live_per_org = 10;
     cfg->sandboxes.max_timeout_seconds = 86400;
     cfg->sandboxes.max_upload_bytes = 64u << 20;
@@ -121,6 +124,9 @@ void eph_config_release(struct eph_config *cfg)
     for (size_t i = 0; i < cfg->broker.nallow_private_cidrs; i++)
         free(cfg->broker.allow_private_cidrs[i]);
     free(cfg->broker.allow_private_cidrs);
+    for (size_t i = 0; i < cfg->webhooks.nallow_private_cidrs; i++)
+        free(cfg->webhooks.allow_private_cidrs[i]);
+    free(cfg->webhooks.allow_private_cidrs);
     for (size_t i = 0; i < cfg->broker.nweb_private_cidrs; i++)
         free(cfg->broker.web_private_cidrs[i]);
     free(cfg->broker.web_private_cidrs);
@@ -246,6 +252,13 @@ static const struct key sandboxes_keys[] = {
     {NULL, K_STR, 0, 0},
 };
 
+static const struct key webhook_keys[] = {
+    KU("timeout_seconds", webhooks.timeout_seconds, 60),
+    KU("retry_base_ms", webhooks.retry_base_ms, 3600000),
+    KU("max_age_seconds", webhooks.max_age_seconds, 7 * 86400),
+    {NULL, K_STR, 0, 0},
+};
+
 static int set_key(void *base, const struct key *k, json_t *v, const char *where, char *err,
                    size_t errlen)
 {
@@ -301,16 +314,17 @@ static int load_object(void *base, const struct key *keys, json_t *obj, const ch
     return 0;
 }
 
-/* A list of CIDRs (broker.allow_private_cidrs, broker.web_private_cidrs), each one the broker can
- * parse, into *out (replacing what was there). */
-static int load_cidrs(json_t *o, const char *key, char ***out, size_t *nout, char *err,
-                      size_t errlen)
+/* A list of CIDRs (broker.allow_private_cidrs, broker.web_private_cidrs,
+ * webhooks.allow_private_cidrs: key with its section's where), each one the broker can parse, into
+ * *out (replacing what was there). */
+static int load_cidrs_in(json_t *o, const char *where, const char *key, char ***out, size_t *nout,
+                         char *err, size_t errlen)
 {
     json_t *list = json_object_get(o, key);
     if (!list)
         return 0;
     if (!json_is_array(list) || json_array_size(list) > EPH_BROKER_MAX_ALLOW_CIDRS) {
-        snprintf(err, errlen, "config: 'broker.%s' must be an array of at most %d CIDRs", key,
+        snprintf(err, errlen, "config: '%s%s' must be an array of at most %d CIDRs", where, key,
                  EPH_BROKER_MAX_ALLOW_CIDRS);
         return -EINVAL;
     }
@@ -322,8 +336,8 @@ static int load_cidrs(json_t *o, const char *key, char ***out, size_t *nout, cha
         json_t *e = json_array_get(list, i);
         struct eph_cidr c;
         if (!json_is_string(e) || eph_cidr_parse(json_string_value(e), &c) != 0) {
-            snprintf(err, errlen,
-                     "config: broker.%s[%zu] is not a CIDR (a.b.c.d/n or an IPv6 prefix)", key, i);
+            snprintf(err, errlen, "config: %s%s[%zu] is not a CIDR (a.b.c.d/n or an IPv6 prefix)",
+                     where, key, i);
             for (size_t k = 0; k < i; k++)
                 free(v[k]);
             free(v);
@@ -342,6 +356,24 @@ static int load_cidrs(json_t *o, const char *key, char ***out, size_t *nout, cha
     *out = v;
     *nout = n;
     return 0;
+}
+
+static int load_cidrs(json_t *o, const char *key, char ***out, size_t *nout, char *err,
+                      size_t errlen)
+{
+    return load_cidrs_in(o, "broker.", key, out, nout, err, errlen);
+}
+
+/* webhooks.*: the scalar keys and the endpoints' allow-list. */
+static int load_webhooks(struct eph_config *cfg, json_t *o, char *err, size_t errlen)
+{
+    static const char *const special[] = {"allow_private_cidrs", NULL};
+    int rc = load_object(cfg, webhook_keys, o, "webhooks.", special, err, errlen);
+    if (!rc)
+        rc =
+            load_cidrs_in(o, "webhooks.", "allow_private_cidrs", &cfg->webhooks.allow_private_cidrs,
+                          &cfg->webhooks.nallow_private_cidrs, err, errlen);
+    return rc;
 }
 
 /* broker.*: the scalar keys, the two allow-lists (each entry a CIDR the broker can parse) and the
@@ -515,8 +547,8 @@ static int load_root(struct eph_config *cfg, json_t *root, const char *path, cha
         snprintf(err, errlen, "config: %s: the top level must be an object", path);
         goto out;
     }
-    static const char *const nested[] = {"sandbox", "prices",  "models",    "broker", "http",
-                                         "images",  "outputs", "sandboxes", NULL};
+    static const char *const nested[] = {"sandbox", "prices",  "models",    "broker",   "http",
+                                         "images",  "outputs", "sandboxes", "webhooks", NULL};
     if ((rc = load_object(cfg, top_keys, root, "", nested, err, errlen)))
         goto out;
     /* The sections that are plain keys. */
@@ -542,6 +574,13 @@ static int load_root(struct eph_config *cfg, json_t *root, const char *path, cha
     if (br && (!json_is_object(br) || (rc = load_broker(cfg, br, err, errlen)))) {
         if (!rc)
             snprintf(err, errlen, "config: 'broker' must be an object");
+        rc = -EINVAL;
+        goto out;
+    }
+    json_t *wh = json_object_get(root, "webhooks");
+    if (wh && (!json_is_object(wh) || (rc = load_webhooks(cfg, wh, err, errlen)))) {
+        if (!rc)
+            snprintf(err, errlen, "config: 'webhooks' must be an object");
         rc = -EINVAL;
         goto out;
     }

@@ -23,6 +23,7 @@
 
 #include "agent/providers.h"
 #include "api/api.h"
+#include "api/json.h"
 #include "common/clock.h"
 #include "common/error.h"
 #include "common/log.h"
@@ -184,11 +185,17 @@ static int sandbox_setup(struct eph_service *svc)
     return 0;
 }
 
+/* A webhook event's data (run/webhooks.h): the run or the sandbox as the API serves it. */
+static json_t *webhook_object(const struct eph_run *r, unsigned retention_days)
+{
+    return r->kind == EPH_KIND_SANDBOX ? eph_sandbox_to_json(r, retention_days)
+                                       : eph_run_to_json(r, retention_days);
+}
+
 int eph_cmd_serve(int argc, char **argv)
 {
     struct eph_config cfg;
-    struct eph_service svc;
-    memset(&svc, 0, sizeof(svc));
+    struct eph_service svc = {.run_object = webhook_object};
     int status = 1;
     char err[512];
     struct eph_api *api = NULL;

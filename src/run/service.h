@@ -48,6 +48,7 @@ struct eph_lease_keeper {
 struct eph_fence;
 
 struct eph_images;
+struct eph_webhooks;
 
 struct eph_service {
     struct eph_config *cfg;
@@ -70,6 +71,11 @@ struct eph_service {
                                            reach (eph_egress_learn_own, before the workers) */
     struct eph_images *images;          /* image builds (image/service.h); NULL: none here */
     struct eph_drives *drives;          /* live sandboxes a caller drives (drive.h); NULL: none */
+    /* Webhooks (run/webhooks.h): the run (or sandbox) object as the API serves it (api/json.h, set
+     * by serve, so that a settlement's event carries it without run/ reaching up), and the senders.
+     * NULL: no events are queued / none are sent here. */
+    json_t *(*run_object)(const struct eph_run *r, unsigned retention_days);
+    struct eph_webhooks *webhooks;
 };
 
 struct eph_model *eph_service_model(struct eph_service *svc, const char *id);

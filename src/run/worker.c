@@ -43,6 +43,7 @@
 #include "run/lease_span.h"
 #include "run/outputs.h"
 #include "run/service.h"
+#include "run/webhooks.h"
 #include "run/worker.h"
 #include "sandbox/pool.h"
 
@@ -227,7 +228,17 @@ static int settle(struct eph_service *svc, struct eph_live *live, struct eph_run
                                 .events = all,
                                 .nevents = nev,
                                 .lease_expired_before_ms = lease_expired_before_ms};
+    /* Its webhook event, queued in the same transaction (docs/WEBHOOKS.md). */
+    struct eph_webhook_event wev;
+    char *wbody = NULL;
+    json_t *obj = svc->run_object ? svc->run_object(r, svc->cfg->retention_days) : NULL;
+    if (obj && eph_webhook_event_make(obj, r, &wev, &wbody) == 0)
+        fin.webhook = &wev;
+    json_decref(obj);
     int rc = finish_in_store(svc, &fin, may_retry);
+    free(wbody);
+    if (!rc && fin.webhook)
+        eph_webhooks_kick(svc->webhooks);
     if (rc == -EALREADY && (lease_expired_before_ms || (live && eph_live_is_lease_lost(live)))) {
         EPH_INFO("worker", "run %s: settled elsewhere; not settled here", r->id);
     } else if (rc) {

@@ -10,6 +10,7 @@
 #include "run/lease.h"
 #include "run/live.h"
 #include "run/scheduler.h"
+#include "run/webhooks.h"
 #include "run/worker.h"
 #include "run/workers.h"
 
@@ -61,8 +62,12 @@ int eph_service_start_workers(struct eph_service *svc)
         eph_fence_stop(svc);
         eph_drives_free(svc->drives);
         svc->drives = NULL;
+        return rc;
     }
-    return rc;
+    /* The webhook senders run where settlements queue events (docs/WEBHOOKS.md). */
+    if (svc->run_object)
+        svc->webhooks = eph_webhooks_start(svc);
+    return 0;
 }
 
 int eph_service_submit_sandbox(struct eph_service *svc, const char *sandbox_id)
@@ -76,6 +81,8 @@ void eph_service_stop_workers(struct eph_service *svc, unsigned grace_seconds)
      * settled by its own thread. The registry stays (empty, refusing) until the service goes. */
     eph_drives_stop(svc->drives, svc->live);
     eph_scheduler_stop(svc->sched, grace_seconds);
-    /* Every worker is done: no sandbox is left to fence. */
+    /* Every worker is done: no sandbox is left to fence, no settlement left to queue an event. */
     eph_fence_stop(svc);
+    eph_webhooks_stop(svc->webhooks);
+    svc->webhooks = NULL;
 }

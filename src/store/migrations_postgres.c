@@ -154,6 +154,41 @@ static const char v7[] = "CREATE TABLE images ("
                          "CREATE INDEX runs_image_live ON runs(image) WHERE "
                          "  status IN ('queued', 'starting', 'running');";
 
+/* SQLite version 10: webhooks (docs/WEBHOOKS.md), their deliveries and the claim that keeps one
+ * node on each. */
+static const char v8[] =
+    "CREATE TABLE webhooks ("
+    "  id TEXT PRIMARY KEY,"
+    "  org_id TEXT NOT NULL REFERENCES orgs(id),"
+    "  url TEXT NOT NULL,"
+    "  events TEXT NOT NULL,"
+    "  secret TEXT NOT NULL,"
+    "  timeout_seconds INTEGER NOT NULL,"
+    "  created_at BIGINT NOT NULL,"
+    "  disabled BOOLEAN NOT NULL DEFAULT FALSE);"
+    "CREATE INDEX webhooks_org ON webhooks(org_id, disabled);"
+    "CREATE TABLE webhook_deliveries ("
+    "  event_id TEXT NOT NULL,"
+    "  webhook_id TEXT NOT NULL REFERENCES webhooks(id),"
+    "  org_id TEXT NOT NULL,"
+    "  type TEXT NOT NULL,"
+    "  body TEXT NOT NULL,"
+    "  state TEXT NOT NULL CHECK (state IN ('pending', 'delivered', 'failed')),"
+    "  attempts INTEGER NOT NULL DEFAULT 0,"
+    "  created_at BIGINT NOT NULL,"
+    "  next_attempt_at BIGINT NOT NULL,"
+    "  last_attempt_at BIGINT,"
+    "  last_status INTEGER,"
+    "  last_error TEXT,"
+    "  last_duration_ms BIGINT,"
+    "  claimed_by TEXT,"
+    "  claim_expires_at BIGINT,"
+    "  PRIMARY KEY (event_id, webhook_id));"
+    "CREATE INDEX webhook_deliveries_due ON webhook_deliveries(next_attempt_at) "
+    "  WHERE state = 'pending';"
+    "CREATE INDEX webhook_deliveries_log ON webhook_deliveries(webhook_id, "
+    "  created_at);";
+
 /* SQLite version 11: model calls and attempts counted apart; older rows keep their count (of
  * attempts) in both. */
 static const char v9[] = "ALTER TABLE runs ADD COLUMN model_attempts BIGINT NOT NULL DEFAULT 0;"
@@ -175,6 +210,7 @@ const struct eph_migration eph_postgres_migrations[] = {
     {5, "fair claims across orgs (SQLite version 7)", v5},
     {6, "run outputs (SQLite version 8)", v6},
     {7, "images (SQLite version 9)", v7},
+    {8, "webhooks (SQLite version 10)", v8},
     {9, "model attempts apart from calls (SQLite version 11)", v9},
     {10, "sandboxes (SQLite version 12)", v10},
 };

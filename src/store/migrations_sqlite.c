@@ -173,6 +173,42 @@ static const char v9[] = "CREATE TABLE images ("
 /* Calls and attempts counted apart (docs/API.md, the run object's usage): a retried model call
  * counts once in model_calls and once per request in model_attempts. Before, model_calls counted
  * attempts; older rows keep that count in both. */
+/* Webhooks (docs/WEBHOOKS.md): the endpoints and one row per event and endpoint, which is its
+ * delivery's state and the outcome of its last attempt. A claim (claimed_by until
+ * claim_expires_at) keeps one sender on a delivery. */
+static const char v10[] =
+    "CREATE TABLE webhooks ("
+    "  id TEXT PRIMARY KEY,"
+    "  org_id TEXT NOT NULL REFERENCES orgs(id),"
+    "  url TEXT NOT NULL,"
+    "  events TEXT NOT NULL,"
+    "  secret TEXT NOT NULL,"
+    "  timeout_seconds INTEGER NOT NULL,"
+    "  created_at INTEGER NOT NULL,"
+    "  disabled INTEGER NOT NULL DEFAULT 0);"
+    "CREATE INDEX webhooks_org ON webhooks(org_id, disabled);"
+    "CREATE TABLE webhook_deliveries ("
+    "  event_id TEXT NOT NULL,"
+    "  webhook_id TEXT NOT NULL REFERENCES webhooks(id),"
+    "  org_id TEXT NOT NULL,"
+    "  type TEXT NOT NULL,"
+    "  body TEXT NOT NULL,"
+    "  state TEXT NOT NULL CHECK (state IN ('pending', 'delivered', 'failed')),"
+    "  attempts INTEGER NOT NULL DEFAULT 0,"
+    "  created_at INTEGER NOT NULL,"
+    "  next_attempt_at INTEGER NOT NULL,"
+    "  last_attempt_at INTEGER,"
+    "  last_status INTEGER,"
+    "  last_error TEXT,"
+    "  last_duration_ms INTEGER,"
+    "  claimed_by TEXT,"
+    "  claim_expires_at INTEGER,"
+    "  PRIMARY KEY (event_id, webhook_id));"
+    "CREATE INDEX webhook_deliveries_due ON webhook_deliveries(next_attempt_at) "
+    "  WHERE state = 'pending';"
+    "CREATE INDEX webhook_deliveries_log ON webhook_deliveries(webhook_id, "
+    "  created_at);";
+
 static const char v11[] = "ALTER TABLE runs ADD COLUMN model_attempts INTEGER NOT NULL DEFAULT 0;"
                           "UPDATE runs SET model_attempts = model_calls;";
 
@@ -194,6 +230,7 @@ const struct eph_migration eph_sqlite_migrations[] = {
     {7, "fair claims across orgs", v7},
     {8, "run outputs", v8},
     {9, "images", v9},
+    {10, "webhooks", v10},
     {11, "model attempts apart from calls", v11},
     {12, "sandboxes", v12},
 };

@@ -368,6 +368,8 @@ static int run_finish_once(struct pg_store *s, struct pg_conn *c, const struct e
     for (size_t i = 0; i < f->nevents; i++)
         if ((rc = pg_event_insert(s, c, r->id, &f->events[i])))
             return rc;
+    if (f->webhook && (rc = pg_webhook_enqueue(s, c, r->org_id, f->webhook)))
+        return rc;
     return pg_commit(s, c);
 }
 

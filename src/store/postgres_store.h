@@ -230,4 +230,19 @@ int pg_image_delete(struct eph_store *base, const char *org_id, const char *name
         _rc;                                                                                       \
     })
 
+/* Webhooks (postgres_webhooks.c). */
+int pg_webhook_insert(struct eph_store *base, const struct eph_webhook *w);
+int pg_webhook_list(struct eph_store *base, const char *org_id, eph_webhook_cb cb, void *ctx);
+int pg_webhook_get(struct eph_store *base, const char *org_id, const char *id,
+                   struct eph_webhook *out);
+int pg_webhook_delete(struct eph_store *base, const char *org_id, const char *id, int64_t now_ms);
+int pg_webhook_deliveries(struct eph_store *base, const char *org_id, const char *webhook_id,
+                          unsigned limit, eph_delivery_cb cb, void *ctx);
+int pg_webhook_claim(struct eph_store *base, const char *node_id, int64_t now_ms,
+                     int64_t claim_until_ms, unsigned max, eph_delivery_cb cb, void *ctx);
+int pg_webhook_record(struct eph_store *base, const struct eph_webhook_attempt *a);
+/* Within run_finish's transaction on c. */
+int pg_webhook_enqueue(struct pg_store *s, struct pg_conn *c, const char *org_id,
+                       const struct eph_webhook_event *ev);
+
 #endif

@@ -440,6 +440,8 @@ int sq_run_finish(struct eph_store *base, const struct eph_run_final *f)
     for (size_t i = 0; i < f->nevents; i++)
         if ((rc = sq_event_insert_locked(s, r->id, &f->events[i])))
             goto fail;
+    if (f->webhook && (rc = sq_webhook_enqueue_locked(s, r->org_id, f->webhook)))
+        goto fail;
     rc = sq_commit(s);
     if (rc)
         goto fail;

@@ -141,4 +141,18 @@ int sq_image_get(struct eph_store *base, const char *org_id, const char *name,
 int sq_image_list(struct eph_store *base, const char *org_id, eph_image_cb cb, void *ctx);
 int sq_image_delete(struct eph_store *base, const char *org_id, const char *name);
 
+/* Webhooks (sqlite_webhooks.c). */
+int sq_webhook_insert(struct eph_store *base, const struct eph_webhook *w);
+int sq_webhook_list(struct eph_store *base, const char *org_id, eph_webhook_cb cb, void *ctx);
+int sq_webhook_get(struct eph_store *base, const char *org_id, const char *id,
+                   struct eph_webhook *out);
+int sq_webhook_delete(struct eph_store *base, const char *org_id, const char *id, int64_t now_ms);
+int sq_webhook_deliveries(struct eph_store *base, const char *org_id, const char *webhook_id,
+                          unsigned limit, eph_delivery_cb cb, void *ctx);
+int sq_webhook_claim(struct eph_store *base, const char *node_id, int64_t now_ms,
+                     int64_t claim_until_ms, unsigned max, eph_delivery_cb cb, void *ctx);
+int sq_webhook_record(struct eph_store *base, const struct eph_webhook_attempt *a);
+int sq_webhook_enqueue_locked(struct sq_conn *s, const char *org_id,
+                              const struct eph_webhook_event *ev);
+
 #endif

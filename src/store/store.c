@@ -93,3 +93,20 @@ int eph_store_health(struct eph_store *s, char *reason, size_t len)
         reason[0] = '\0';
     return rc;
 }
+
+void eph_webhook_release(struct eph_webhook *w)
+{
+    free(w->url);
+    json_decref(w->events);
+    free(w->secret_sealed);
+    memset(w, 0, sizeof(*w));
+}
+
+void eph_webhook_delivery_release(struct eph_webhook_delivery *d)
+{
+    free(d->last_error);
+    free(d->body);
+    free(d->url);
+    free(d->secret_sealed);
+    memset(d, 0, sizeof(*d));
+}

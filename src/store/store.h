@@ -50,6 +50,15 @@ struct eph_balance {
     int64_t available_micros; /* balance - reserved */
 };
 
+/* A webhook event (docs/WEBHOOKS.md) made when a run settles: one delivery of it is queued, in
+ * the settlement's transaction, for each endpoint of the run's org that takes its type. */
+struct eph_webhook_event {
+    char id[40];      /* evt_... */
+    const char *type; /* "run.completed", ... */
+    const char *body; /* the JSON text every endpoint is sent */
+    int64_t created_at_ms;
+};
+
 /* What settles a run: its final state and the events that close its timeline. */
 struct eph_run_final {
     const struct eph_run *run;      /* status, finished_at, result, error, usage, cost incl.
@@ -59,6 +68,7 @@ struct eph_run_final {
     /* Non-zero: settle only if the run's lease ended before this instant (another node finishing
      * a lost run); -EALREADY when the owner renewed it meanwhile. */
     int64_t lease_expired_before_ms;
+    const struct eph_webhook_event *webhook; /* NULL: none queued */
 };
 
 struct eph_idem {
@@ -111,6 +121,58 @@ struct eph_image_rec {
 };
 void eph_image_rec_release(struct eph_image_rec *r);
 typedef int (*eph_image_cb)(const struct eph_image_rec *r, void *ctx);
+
+/* A webhook endpoint (docs/WEBHOOKS.md). secret_sealed is the signing secret sealed by the
+ * caller (common/secret.h) and hex-encoded: the store never holds it in the clear; listings leave
+ * it NULL. */
+struct eph_webhook {
+    char id[40]; /* wh_... */
+    char org_id[48];
+    char *url;
+    json_t *events; /* array of event types */
+    char *secret_sealed;
+    unsigned timeout_seconds;
+    int64_t created_at_ms;
+};
+void eph_webhook_release(struct eph_webhook *w);
+/* The most endpoints an org may have (the API refuses more; a listing shows no more). */
+#define EPH_WEBHOOKS_PER_ORG 16
+typedef int (*eph_webhook_cb)(const struct eph_webhook *w, void *ctx);
+
+/* One event's delivery to one endpoint, as the log shows it; a claim also fills what sending it
+ * needs (body, url, secret_sealed, timeout_seconds; NULL and 0 otherwise). */
+struct eph_webhook_delivery {
+    char event_id[40];
+    char webhook_id[40];
+    char type[40];
+    char state[12]; /* pending | delivered | failed */
+    unsigned attempts;
+    int64_t created_at_ms;
+    int64_t next_attempt_at_ms;
+    int64_t last_attempt_at_ms; /* 0: not yet */
+    int last_status;            /* the last answer's HTTP status; 0: none */
+    int64_t last_duration_ms;
+    char *last_error; /* NULL: none */
+    char *body;
+    char *url;
+    char *secret_sealed;
+    unsigned timeout_seconds;
+};
+void eph_webhook_delivery_release(struct eph_webhook_delivery *d);
+typedef int (*eph_delivery_cb)(const struct eph_webhook_delivery *d, void *ctx);
+
+/* The outcome of one attempt, as webhook_record writes it. */
+struct eph_webhook_attempt {
+    const char *event_id;
+    const char *webhook_id;
+    const char *node_id; /* the claimer */
+    const char *state;   /* pending (retried at next_attempt_at_ms), delivered, failed */
+    int64_t at_ms;
+    int64_t next_attempt_at_ms; /* pending only */
+    int status;                 /* HTTP status, 0: no answer */
+    int64_t duration_ms;
+    const char *error; /* NULL: none */
+};
 
 /* What a shared store tells every node (PostgreSQL: LISTEN/NOTIFY), called from the store's own
  * listening thread, quick and without calling back into the listener. */
@@ -246,6 +308,25 @@ struct eph_store_ops {
     /* Drops the log (prompt, files, event outputs, result, the run's outputs) of runs finished
      * before cutoff. */
     int (*purge_logs)(struct eph_store *s, int64_t now_ms, unsigned *purged);
+
+    /* Webhooks (docs/WEBHOOKS.md). list: the org's endpoints, oldest first; get: one (-ENOENT
+     * when the org has none of that id); delete: the endpoint is disabled, its sealed secret
+     * dropped and its pending deliveries failed (-ENOENT as get). deliveries: the endpoint's
+     * newest deliveries first, at most limit. claim: at most max pending deliveries due at
+     * now_ms that no claim holds, claimed by node_id until claim_until_ms and passed to cb (a
+     * shared store: FOR UPDATE SKIP LOCKED, so each is claimed by one node). record: one
+     * attempt's outcome, the claim released; -ESTALE when node_id no longer holds the claim. A
+     * delivery's body is dropped once it is delivered or failed. */
+    int (*webhook_insert)(struct eph_store *s, const struct eph_webhook *w);
+    int (*webhook_list)(struct eph_store *s, const char *org_id, eph_webhook_cb cb, void *ctx);
+    int (*webhook_get)(struct eph_store *s, const char *org_id, const char *id,
+                       struct eph_webhook *out);
+    int (*webhook_delete)(struct eph_store *s, const char *org_id, const char *id, int64_t now_ms);
+    int (*webhook_deliveries)(struct eph_store *s, const char *org_id, const char *webhook_id,
+                              unsigned limit, eph_delivery_cb cb, void *ctx);
+    int (*webhook_claim)(struct eph_store *s, const char *node_id, int64_t now_ms,
+                         int64_t claim_until_ms, unsigned max, eph_delivery_cb cb, void *ctx);
+    int (*webhook_record)(struct eph_store *s, const struct eph_webhook_attempt *a);
 
     /* Events. append: -ESTALE on a shared store when the run is already finished (the fence of
      * a node whose run another node settled as lost: docs/STORE.md). */

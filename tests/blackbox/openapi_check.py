@@ -387,6 +387,28 @@ check("delete", "/v1/images/{name}", "/v1/images/oa-img", 401, key=None)
 check("delete", "/v1/images/{name}", "/v1/images/oa-img", 200)
 check("delete", "/v1/images/{name}", "/v1/images/oa-img", 404)
 
+# Webhooks: an endpoint on a closed loopback port (api_openapi.sh opens 127.0.0.1/32 to them), so
+# that a delivery, if a run ended meanwhile, reaches nothing.
+hook = {"url": "http://127.0.0.1:9/hook", "events": ["run.completed"]}
+_, wh = check("post", "/v1/webhooks", "/v1/webhooks", 201, body=hook)
+check("post", "/v1/webhooks", "/v1/webhooks", 400, body={"url": "ftp://127.0.0.1:9/"})
+check("post", "/v1/webhooks", "/v1/webhooks", 401, body=hook, key=None)
+check("post", "/v1/webhooks", "/v1/webhooks", 403, body=hook, key=member)
+check("get", "/v1/webhooks", "/v1/webhooks", 200)
+check("get", "/v1/webhooks", "/v1/webhooks", 401, key=None)
+check("get", "/v1/webhooks", "/v1/webhooks", 403, key=member)
+wid = wh["id"] if wh else "wh_" + "0" * 24
+for t, tail in (("/v1/webhooks/{id}", ""), ("/v1/webhooks/{id}/deliveries", "/deliveries")):
+    check("get", t, f"/v1/webhooks/{wid}{tail}", 200)
+    check("get", t, f"/v1/webhooks/wh_{'0' * 24}{tail}", 404)
+    check("get", t, f"/v1/webhooks/{wid}{tail}", 401, key=None)
+    check("get", t, f"/v1/webhooks/{wid}{tail}", 403, key=member)
+check("get", "/v1/webhooks/{id}/deliveries", f"/v1/webhooks/{wid}/deliveries?limit=0", 400)
+check("delete", "/v1/webhooks/{id}", f"/v1/webhooks/{wid}", 403, key=member)
+check("delete", "/v1/webhooks/{id}", f"/v1/webhooks/{wid}", 401, key=None)
+check("delete", "/v1/webhooks/{id}", f"/v1/webhooks/{wid}", 200)
+check("delete", "/v1/webhooks/{id}", f"/v1/webhooks/{wid}", 404)
+
 # Revocation last (the member key is used above).
 check("delete", "/v1/keys/{id}", f"/v1/keys/{created['id']}", 403, key=member)
 check("delete", "/v1/keys/{id}", f"/v1/keys/{created['id']}", 401, key=None)

@@ -1069,6 +1069,55 @@ def admin_adds_and_deletes_a_connection(b):
     assert api("GET", "/v1/connections/webui-added", ADMIN_KEY)[0] == 404, "not deleted"
 
 
+@test(allow=[r"/v1/webhooks - Failed to load resource: the server responded with a status of 400"])
+def admin_adds_a_webhook_and_sees_its_deliveries(b):
+    """A webhook endpoint added from the page: a refused URL in the API's words; the secret shown
+    once and gone from the page after; a run's delivery listed with its failed attempt (the
+    endpoint is a closed loopback port); deleted."""
+    admin_page(b)
+    b.wait_js("the webhooks", "return document.querySelectorAll('#webhooks-body tr').length > 0")
+    fill(b, "#webhook-url", "ftp://127.0.0.1:9/hook")
+    b.find("#webhook-add").click()
+    shown = b.wait_js("the 400 message", "const e = document.getElementById('webhook-error'); return !e.hidden && e.textContent")
+    st, ans = api("POST", "/v1/webhooks", ADMIN_KEY, {"url": "ftp://127.0.0.1:9/hook"})
+    assert st == 400 and ans["error"]["message"] in shown, (shown, ans)
+    fill(b, "#webhook-url", "http://127.0.0.1:9/hook")
+    for t in ("run.failed", "run.timed_out", "run.budget_exhausted", "run.cancelled", "sandbox.ended"):
+        b.find(f"label.toggle:has([id='webhook-event-{t}'])").click()
+    b.find("#webhook-add").click()
+    secret = b.wait_js("the secret", "const e = document.getElementById('new-webhook-secret-value'); return e && e.textContent")
+    assert re.fullmatch(r"whsec_[0-9a-f]{48}", secret), secret
+    st, hooks = api("GET", "/v1/webhooks", ADMIN_KEY)
+    assert st == 200 and len(hooks["data"]) == 1, hooks
+    w = hooks["data"][0]
+    assert w["url"] == "http://127.0.0.1:9/hook" and w["events"] == ["run.completed"], w
+    assert secret not in json.dumps(hooks), "the secret listed"
+    shot(b, "26-admin-webhook-secret")
+    b.find("#new-webhook-secret-done").click()
+    assert not page_holds(b, secret), "the secret stays in the page"
+    run_id = new_run(SEED["prompt"])
+    finished(run_id)
+    row = f"#webhooks-body tr[data-webhook='{w['id']}']"
+    b.wait_js("the endpoint's row", f"return !!document.querySelector(\"{row}\")")
+    st, ds = api("GET", f"/v1/webhooks/{w['id']}/deliveries", ADMIN_KEY)
+    for _ in range(200):
+        if st == 200 and ds["data"] and ds["data"][0]["attempts"] >= 1:
+            break
+        time.sleep(0.05)
+        st, ds = api("GET", f"/v1/webhooks/{w['id']}/deliveries", ADMIN_KEY)
+    assert ds["data"] and ds["data"][0]["attempts"] >= 1, ds
+    b.find(f"{row} button.ghost").click()
+    b.wait_js("the deliveries", "return document.querySelectorAll('#webhook-deliveries-body tr[data-event]').length > 0")
+    text = b.js("return document.getElementById('webhook-deliveries-body').textContent")
+    assert ds["data"][0]["event_id"] in text and "run.completed" in text and "pending" in text, text
+    shot(b, "27-admin-webhook-deliveries")
+    btn = f"{row} button.danger"
+    b.find(btn).click()
+    b.find(btn).click()
+    b.wait_js("the endpoint to go", f"return !document.querySelector(\"{row}\")")
+    assert api("GET", f"/v1/webhooks/{w['id']}", ADMIN_KEY)[0] == 404, "not deleted"
+
+
 @test()
 def admin_adds_credit(b):
     """Dollars in, micros sent; a bad amount refused before any request; the balance follows."""

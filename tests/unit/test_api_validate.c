@@ -810,10 +810,27 @@ static void test_admit_ok(void **state)
     eph_event_release(&first);
 }
 
+/* The first member a body may not carry, by name; none in a body of known names only. */
+static void test_unknown_field(void **state)
+{
+    (void)state;
+    static const char *const known[] = {"url", "events", NULL};
+    json_t *ok = json_pack("{s:s, s:[]}", "url", "http://x", "events");
+    json_t *bad = json_pack("{s:s, s:s}", "url", "http://x", "secret", "mine");
+    json_t *empty = json_object();
+    assert_null(eph_api_unknown_field(ok, known));
+    assert_string_equal(eph_api_unknown_field(bad, known), "secret");
+    assert_null(eph_api_unknown_field(empty, known));
+    json_decref(ok);
+    json_decref(bad);
+    json_decref(empty);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_create_accepts_and_defaults),
+        cmocka_unit_test(test_unknown_field),
         cmocka_unit_test(test_create_replay_of),
         cmocka_unit_test(test_create_image),
         cmocka_unit_test(test_create_refusals_name_the_field),

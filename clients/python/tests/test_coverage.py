@@ -110,6 +110,11 @@ class TestCoverage(unittest.TestCase):
             "getImage": lambda c: c.images.get("tools"),
             "deleteImage": lambda c: c.images.delete("tools"),
             "getImageLog": lambda c: list(c.images.log("tools")),
+            "createWebhook": lambda c: c.webhooks.create("https://hooks.example.com/x"),
+            "listWebhooks": lambda c: c.webhooks.list(),
+            "getWebhook": lambda c: c.webhooks.get("wh_1"),
+            "deleteWebhook": lambda c: c.webhooks.delete("wh_1"),
+            "listWebhookDeliveries": lambda c: c.webhooks.deliveries("wh_1", limit=5),
             "health": lambda c: c.health(),
             "metrics": lambda c: c.metrics(),
             "listRunsHead": lambda c: c.head("listRunsHead"),
@@ -124,6 +129,11 @@ class TestCoverage(unittest.TestCase):
             "listImagesHead": lambda c: c.head("listImagesHead"),
             "getImageHead": lambda c: c.head("getImageHead", path={"name": "tools"}),
             "getImageLogHead": lambda c: c.head("getImageLogHead", path={"name": "tools"}),
+            "listWebhooksHead": lambda c: c.head("listWebhooksHead"),
+            "getWebhookHead": lambda c: c.head("getWebhookHead", path={"id": "wh_1"}),
+            "listWebhookDeliveriesHead": lambda c: c.head(
+                "listWebhookDeliveriesHead", path={"id": "wh_1"}
+            ),
             "healthHead": lambda c: c.head("healthHead"),
             "metricsHead": lambda c: c.head("metricsHead"),
         }

@@ -49,6 +49,10 @@ export type Image = Schemas["Image"];
 export type ImageCreate = Schemas["ImageCreate"];
 export type ConnectionDeleted = Schemas["ConnectionDeleted"];
 export type Deleted = Schemas["Deleted"];
+export type Webhook = Schemas["Webhook"];
+export type WebhookCreate = Schemas["WebhookCreate"];
+export type WebhookCreated = Schemas["WebhookCreated"];
+export type WebhookDelivery = Schemas["WebhookDelivery"];
 export type Health = Schemas["Health"];
 /** What a stream gives for a zero-data-retention run just before `worker.destroyed`. */
 export interface ResultEvent {
@@ -259,6 +263,7 @@ export class Ephemeral {
   readonly keys: Keys;
   readonly connections: Connections;
   readonly images: Images;
+  readonly webhooks: Webhooks;
   readonly credits: Credits;
   /** @internal */
   readonly sleep: (ms: number) => Promise<void>;
@@ -298,6 +303,7 @@ export class Ephemeral {
     this.keys = new Keys(this);
     this.connections = new Connections(this);
     this.images = new Images(this);
+    this.webhooks = new Webhooks(this);
     this.credits = new Credits(this);
   }
 
@@ -755,6 +761,40 @@ export class Images {
     } catch (err) {
       throw new EphemeralConnectionError(`reading the image's log failed: ${String(err)}`, { cause: err });
     }
+  }
+}
+
+/** `client.webhooks` (admin): endpoints that get a signed POST of each ended run's event (docs/WEBHOOKS.md); `verifySignature` checks one. */
+export class Webhooks {
+  constructor(private readonly client: Ephemeral) {}
+
+  /** POST /v1/webhooks: the endpoint with its `secret`, which is shown this once. */
+  create(webhook: WebhookCreate): Promise<WebhookCreated> {
+    return this.client.json<WebhookCreated>("createWebhook", { body: webhook });
+  }
+
+  /** GET /v1/webhooks. */
+  async list(): Promise<Webhook[]> {
+    return (await this.client.json<Schemas["WebhookList"]>("listWebhooks")).data;
+  }
+
+  /** GET /v1/webhooks/{id}. */
+  get(id: string): Promise<Webhook> {
+    return this.client.json<Webhook>("getWebhook", { path: { id } });
+  }
+
+  /** DELETE /v1/webhooks/{id}: nothing more is sent to it. */
+  delete(id: string): Promise<Deleted> {
+    return this.client.json<Deleted>("deleteWebhook", { path: { id } });
+  }
+
+  /** GET /v1/webhooks/{id}/deliveries: the newest first, each with its last attempt. */
+  async deliveries(id: string, options: { limit?: number } = {}): Promise<WebhookDelivery[]> {
+    const page = await this.client.json<Schemas["WebhookDeliveryList"]>("listWebhookDeliveries", {
+      path: { id },
+      query: { limit: options.limit },
+    });
+    return page.data;
   }
 }
 

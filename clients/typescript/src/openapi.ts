@@ -400,6 +400,91 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/webhooks": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The organization's webhook endpoints (admin)
+         * @description Every endpoint, oldest first; never a secret.
+         */
+        get: operations["listWebhooks"];
+        put?: never;
+        /**
+         * Create a webhook endpoint (admin); its secret is shown once
+         * @description Each run that ends is sent, as a signed `POST` of its event, to every endpoint of its
+         *     organization that takes the event's type (docs/WEBHOOKS.md). The URL must be `http://` or
+         *     `https://`, carry no userinfo, and point at a public address, unless
+         *     `webhooks.allow_private_cidrs` opens its range; never at the server itself. The answer
+         *     carries the signing `secret`, which is never shown again. At most 16 endpoints an
+         *     organization. Does not honour `Idempotency-Key`.
+         */
+        post: operations["createWebhook"];
+        delete?: never;
+        options?: never;
+        /**
+         * The organization's webhook endpoints (admin) (status and headers only)
+         * @description The answer of the GET, without its body.
+         */
+        head: operations["listWebhooksHead"];
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/webhooks/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * A webhook endpoint (admin)
+         * @description One endpoint; never its secret.
+         */
+        get: operations["getWebhook"];
+        put?: never;
+        post?: never;
+        /**
+         * Delete a webhook endpoint (admin)
+         * @description The endpoint gets nothing more: its secret is dropped and its pending deliveries are failed (their log stays).
+         */
+        delete: operations["deleteWebhook"];
+        options?: never;
+        /**
+         * A webhook endpoint (admin) (status and headers only)
+         * @description The answer of the GET, without its body.
+         */
+        head: operations["getWebhookHead"];
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/webhooks/{id}/deliveries": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * An endpoint's recent deliveries (admin)
+         * @description The endpoint's newest deliveries first, each with its state and the outcome of its last attempt (HTTP status, duration, error) and when the next one is due.
+         */
+        get: operations["listWebhookDeliveries"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        /**
+         * An endpoint's recent deliveries (admin) (status and headers only)
+         * @description The answer of the GET, without its body.
+         */
+        head: operations["listWebhookDeliveriesHead"];
+        patch?: never;
+        trace?: never;
+    };
     "/healthz": {
         parameters: {
             query?: never;
@@ -754,6 +839,66 @@ export interface components {
             data: components["schemas"]["Connection"][];
             has_more: boolean;
         };
+        WebhookCreate: {
+            url: string;
+            /** @description every type when absent */
+            events?: components["schemas"]["WebhookEventType"][];
+            /** @description one attempt's time (webhooks.timeout_seconds when absent) */
+            timeout_seconds?: number;
+        };
+        /** @enum {string} */
+        WebhookEventType: "run.completed" | "run.failed" | "run.timed_out" | "run.budget_exhausted" | "run.cancelled" | "sandbox.ended";
+        Webhook: {
+            /** @constant */
+            object: "webhook";
+            id: string;
+            url: string;
+            events: components["schemas"]["WebhookEventType"][];
+            timeout_seconds: number;
+            created_at: components["schemas"]["Timestamp"];
+        };
+        WebhookCreated: {
+            /** @constant */
+            object: "webhook";
+            id: string;
+            url: string;
+            events: components["schemas"]["WebhookEventType"][];
+            timeout_seconds: number;
+            created_at: components["schemas"]["Timestamp"];
+            /** @description the HMAC-SHA256 key of Ephemeral-Signature (its text); shown this once */
+            secret: string;
+        };
+        WebhookList: {
+            /** @constant */
+            object: "list";
+            data: components["schemas"]["Webhook"][];
+            has_more: boolean;
+        };
+        WebhookDelivery: {
+            /** @constant */
+            object: "webhook_delivery";
+            event_id: string;
+            type: components["schemas"]["WebhookEventType"];
+            /** @enum {string} */
+            status: "pending" | "delivered" | "failed";
+            attempts: number;
+            /** @description the last attempt's answer */
+            http_status: number | null;
+            /** @description the last attempt's */
+            duration_ms: number | null;
+            /** @description why the last attempt failed */
+            error: string | null;
+            created_at: components["schemas"]["Timestamp"];
+            last_attempt_at: components["schemas"]["Timestamp"] | null;
+            /** @description while pending */
+            next_attempt_at: components["schemas"]["Timestamp"] | null;
+        };
+        WebhookDeliveryList: {
+            /** @constant */
+            object: "list";
+            data: components["schemas"]["WebhookDelivery"][];
+            has_more: boolean;
+        };
         Health: {
             /** @enum {string} */
             status: "ok" | "unavailable";
@@ -945,6 +1090,7 @@ export interface components {
     parameters: {
         RunIdPath: components["schemas"]["RunId"];
         ConnectionName: string;
+        WebhookId: string;
         ImageName: string;
         /** @description 1 to 255 printable ASCII characters, scoped to the organization, kept 24 hours. */
         IdempotencyKey: string;
@@ -2015,6 +2161,254 @@ export interface operations {
             header?: never;
             path: {
                 name: components["parameters"]["ImageName"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description As the GET answers; no body. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description As the GET answers; no body. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description As the GET answers; no body. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    listWebhooks: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The endpoints. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookList"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            413: components["responses"]["TooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyFailedKeys"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    createWebhook: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["WebhookCreate"];
+            };
+        };
+        responses: {
+            /** @description The endpoint, with its secret. */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookCreated"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            413: components["responses"]["TooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyFailedKeys"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    listWebhooksHead: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description As the GET answers; no body. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description As the GET answers; no body. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    getWebhook: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["WebhookId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The endpoint. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Webhook"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            413: components["responses"]["TooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyFailedKeys"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    deleteWebhook: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["WebhookId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Deleted. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Deleted"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            413: components["responses"]["TooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyFailedKeys"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    getWebhookHead: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["WebhookId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description As the GET answers; no body. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description As the GET answers; no body. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description As the GET answers; no body. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    listWebhookDeliveries: {
+        parameters: {
+            query?: {
+                limit?: number;
+            };
+            header?: never;
+            path: {
+                id: components["parameters"]["WebhookId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The deliveries. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookDeliveryList"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            413: components["responses"]["TooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyFailedKeys"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    listWebhookDeliveriesHead: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["WebhookId"];
             };
             cookie?: never;
         };

@@ -220,6 +220,7 @@ class Client:
         self.keys = Keys(self)
         self.connections = Connections(self)
         self.images = Images(self)
+        self.webhooks = Webhooks(self)
         self.credits = Credits(self)
 
     def __repr__(self) -> str:
@@ -723,6 +724,51 @@ class Images:
                 answer.close()
 
         return lines()
+
+
+class Webhooks:
+    """``client.webhooks`` (admin): endpoints that get a signed POST of each ended run's event
+    (docs/WEBHOOKS.md); ``ephemeral.verify_signature`` checks one."""
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+
+    def create(
+        self,
+        url: str,
+        *,
+        events: Optional[Sequence[str]] = None,
+        timeout_seconds: Optional[int] = None,
+    ) -> EphemeralObject:
+        """POST /v1/webhooks: the endpoint with its ``secret``, which is shown this once."""
+        body: Dict[str, Any] = {"url": url}
+        if events is not None:
+            body["events"] = list(events)
+        if timeout_seconds is not None:
+            body["timeout_seconds"] = timeout_seconds
+        result: EphemeralObject = self._client._json("createWebhook", body=body)
+        return result
+
+    def list(self) -> List[EphemeralObject]:
+        """GET /v1/webhooks."""
+        return list(self._client._json("listWebhooks").get("data") or [])
+
+    def get(self, webhook_id: str) -> EphemeralObject:
+        """GET /v1/webhooks/{id}."""
+        result: EphemeralObject = self._client._json("getWebhook", path={"id": webhook_id})
+        return result
+
+    def delete(self, webhook_id: str) -> EphemeralObject:
+        """DELETE /v1/webhooks/{id}: nothing more is sent to it."""
+        result: EphemeralObject = self._client._json("deleteWebhook", path={"id": webhook_id})
+        return result
+
+    def deliveries(self, webhook_id: str, *, limit: Optional[int] = None) -> List[EphemeralObject]:
+        """GET /v1/webhooks/{id}/deliveries: the newest first, each with its last attempt."""
+        answer = self._client._json(
+            "listWebhookDeliveries", path={"id": webhook_id}, query={"limit": limit}
+        )
+        return list(answer.get("data") or [])
 
 
 class Credits:
