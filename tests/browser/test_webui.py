@@ -1275,7 +1275,7 @@ def a_running_command_shows_its_output(b):
 
 def outputs_run(zdr=False):
     """A run of the outputs fixture: notes.txt (markup as text), chart.png (6x4), page.html and
-    logo.svg (each with a script), and pw, a symlink to /etc/passwd."""
+    logo.svg (each with a script), pw, a symlink to /etc/passwd, and big.txt (2 MiB of text)."""
     body = {"prompt": OUTPUTS_REQUEST["prompt"], "shell": True, "max_cost_micros": 30000,
             "outputs": OUTPUTS_REQUEST["outputs"]}
     if zdr:
@@ -1330,6 +1330,10 @@ def check_outputs_view(b, files):
         assert it["img"] is None and it["pre"] is None, it
         assert "application/octet-stream" in it["text"], it
         assert it["tags"] == ["code", "span", "span", "button"], it
+    # Text above the inline limit (1 MiB): listed with a download button, its bytes not read.
+    big = item(b, "big.txt")
+    assert big["size"] == "2,097,152 bytes" and big["pre"] is None, big
+    assert big["tags"] == ["code", "span", "span", "button"], big
     assert b.js("return document.querySelectorAll('#outputs img').length") == 1
     assert b.js("return document.querySelectorAll('#outputs iframe, #outputs object, #outputs embed, #outputs svg,"
                 " #outputs script, #outputs a').length") == 0
@@ -1340,12 +1344,12 @@ def check_outputs_view(b, files):
 @test()
 def a_runs_outputs_are_listed_and_shown_safely(b):
     """The run view lists each output with its size; text shown as text, a PNG as an <img> from a
-    blob: URL, HTML and SVG only as a download (never fetched to show, never rendered), a symlink
-    with its target; Download saves the bytes as they are."""
+    blob: URL, HTML and SVG only as a download (never fetched to show, never rendered), text over
+    1 MiB not read, a symlink with its target; Download saves the bytes as they are."""
     run_id = outputs_run()
     finished(run_id)
     st, lst = api("GET", f"/v1/runs/{run_id}/outputs", MEMBER_KEY)
-    assert st == 200 and len(lst["data"]) == 5, lst
+    assert st == 200 and len(lst["data"]) == 6, lst
     ctx.outputs_list = lst["data"]
     before = len(ctx.proxy.seen("GET", f"/v1/runs/{run_id}/outputs/"))
     open_run(b, run_id, settled=True)
