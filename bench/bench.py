@@ -2,10 +2,10 @@
 """bench.py - Ephemeral side by side with bubblewrap and gVisor (runsc). Run by bench/run.sh.
 
     bench/bench.py BUILD [--quick] [--only start,backends,exec,api,history,pg,queue,density,broker,model,
-                                            images,outputs,live]
+                                            sandboxes,images,outputs,live]
 
-Seven measurements (the seventh: image builds against mmdebstrap, outputs collection against
-tar, live output against a command's own end event), each beside its peers after a warm-up,
+The measurements (among them image builds against mmdebstrap, outputs collection against tar,
+live output against a command's own end event), each beside its peers after a warm-up,
 every loop bounded in count and in time; the table goes to stdout and to bench/results/YYYY-MM-DD-HHMM.md. docs/BENCH.md says
 what each row measures and how to read it. Standard library only. Nothing here asserts a duration:
 a slow machine gets slow numbers, never a failure.
@@ -57,7 +57,7 @@ OUT_FILES = 100        # outputs collection: files, bytes in all (issue 25's fig
 OUT_BYTES = 50 << 20
 OUT_ROUNDS = 10
 LIVE_RUNS = 2          # runs of bench/fixtures/live (13 lines, 0.4 s apart, each)
-IMAGE_CAP_S = 300.0    # one image build (ours, or mmdebstrap's): a fresh Debian root takes minutes
+IMAGE_CAP_S = 300.0    # one image build (ours, or mmdebstrap's, section 8a): a fresh Debian root takes minutes
 
 TMP = tempfile.mkdtemp(prefix="ephemeral-bench.")
 _started = []  # (pid, starttime) of every process we spawned and may still need to kill
@@ -1621,13 +1621,112 @@ def bench_model(ctx, rep):
     return res
 
 
-# ---- 7. issue 25: image builds, outputs collection, live output -------------------------------
+# ---- 5. sandboxes a caller drives -----------------------------------------------------------
+
+SBX_CREATES = 20      # create-to-ready samples
+SBX_COMMANDS = 100    # command round trips
+SBX_IDLE = 100        # idle sandboxes held at once for the memory figure
+# Published by E2B for the same work (their docs and launch posts; not measured here): a sandbox
+# starts in about 150 ms; a first command answers in about 100-200 ms.
+E2B_START_MS = 150
+E2B_COMMAND_MS = "100-200"
+
+
+def rss_kib_of(pid):
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def bench_sandboxes(ctx, rep):
+    cfg = os.path.join(TMP, "sandboxes.json")
+    with open(cfg, "w") as f:
+        json.dump({"sandboxes": {"max_live_per_org": SBX_IDLE + 10},
+                   "sandbox": {"backend": "namespaces", "image": ctx["image"],
+                               "init_path": os.path.join(ctx["build"], "ephemeral-init")},
+                   "secret_key_file": os.path.join(TMP, "sandboxes.key")}, f)
+    srv = Server(ctx, "sandboxes", config=cfg)
+    body = json.dumps({"max_cost_micros": 20000}).encode()
+    wait = {"Prefer": "wait=60"}
+    ready, backend_start, cmd = [], [], []
+    try:
+        for _ in range(ctx["n"](SBX_CREATES)):
+            t0 = time.perf_counter()
+            st, sbx = srv.request("POST", "/v1/sandboxes", body, headers=wait)
+            ready.append((time.perf_counter() - t0) * 1000)
+            if st != 201 or sbx["status"] != "ready":
+                raise RuntimeError(f"create: http {st} {sbx}")
+            _, ev = srv.request("GET", f"/v1/sandboxes/{sbx['id']}/events")
+            backend_start += [e["data"]["create_ms"] for e in ev["data"]
+                              if e["type"] == "sandbox.ready"]
+            srv.request("DELETE", f"/v1/sandboxes/{sbx['id']}")
+        st, sbx = srv.request("POST", "/v1/sandboxes", body, headers=wait)
+        echo = json.dumps({"command": "echo hi"}).encode()
+        for _ in range(ctx["n"](SBX_COMMANDS)):
+            t0 = time.perf_counter()
+            st, res = srv.request("POST", f"/v1/sandboxes/{sbx['id']}/commands", echo,
+                                  headers={"Prefer": "wait=30"})
+            cmd.append((time.perf_counter() - t0) * 1000)
+            if st != 200 or res.get("stdout") != "hi\n":
+                raise RuntimeError(f"command: http {st} {res}")
+        srv.request("DELETE", f"/v1/sandboxes/{sbx['id']}")
+        # Memory: the server's RSS before and with SBX_IDLE idle sandboxes, and the sandboxes'
+        # own processes (every descendant of the server: each sandbox's init and its keeper).
+        n_idle = ctx["n"](SBX_IDLE)
+        base = rss_kib_of(srv.pid)
+        ids = []
+        for _ in range(n_idle):
+            st, sbx = srv.request("POST", "/v1/sandboxes", body, headers=wait)
+            if st != 201:
+                raise RuntimeError(f"idle create: http {st} {sbx}")
+            ids.append(sbx["id"])
+        held = rss_kib_of(srv.pid)
+        guests = sum(rss_kib_of(p) for p, _ in descendants(srv.pid))
+        for i in ids:
+            srv.request("DELETE", f"/v1/sandboxes/{i}")
+    finally:
+        srv.stop()
+    r, b, c = summary(ready), summary(backend_start), summary(cmd)
+    per_server = (held - base) / max(1, n_idle)
+    per_guest = guests / max(1, n_idle)
+    rows = [
+        ["create to ready (POST, Prefer: wait)", str(len(ready)), fmt(r["median"]), fmt(r["p90"]),
+         f"E2B (published) ~{E2B_START_MS}", ratio(r["median"], E2B_START_MS)],
+        ["the backend's own start (sandbox.ready create_ms)", str(len(backend_start)),
+         fmt(b["median"]), fmt(b["p90"]), "", ""],
+        ["`echo hi` round trip (POST …/commands, Prefer: wait)", str(len(cmd)), fmt(c["median"]),
+         fmt(c["p90"]), f"E2B (published) {E2B_COMMAND_MS}", ""],
+    ]
+    rep.add("### 5. Sandboxes a caller drives")
+    rep.add()
+    rep.add("Through the HTTP API on loopback, namespaces backend (docs/SANDBOXES.md). The peer "
+            "figures are E2B's published ones for the same work, not measured on this machine. "
+            "Create to ready includes the reservation, the store's insert and the sandbox's own "
+            "start (its row beside it); the goal is within 1.2x of that start.")
+    rep.add()
+    rep.table(["measure", "n", "median ms", "p90 ms", "peer", "ratio"], rows)
+    rep.add()
+    rep.add(f"{n_idle} idle sandboxes held at once: the server's RSS grew {fmt(per_server)} KiB "
+            f"per sandbox (its bookkeeping: goal under 200 KiB); the sandboxes' own processes "
+            f"hold {fmt(per_guest)} KiB each (the backend's figure).")
+    rep.add()
+    return {"ready_ms": r["median"], "start_ms": b["median"], "command_ms": c["median"],
+            "server_kib_per_sandbox": per_server, "guest_kib_per_sandbox": per_guest}
+
+
+
+# ---- 8. issue 25: image builds, outputs collection, live output -------------------------------
 
 def bench_images(ctx, rep):
     """`ephemerald image create` of a one-package recipe into an empty cache, the same recipe
     again (answered from the cache), and plain mmdebstrap of the same package list and suite."""
     if not shutil.which("mmdebstrap"):
-        rep.add("### 7a. Image builds: skipped (mmdebstrap is not installed)")
+        rep.add("### 8a. Image builds: skipped (mmdebstrap is not installed)")
         rep.add()
         return None
     cache = os.path.join(TMP, "image-cache")
@@ -1674,7 +1773,7 @@ def bench_images(ctx, rep):
     else:
         rows.append(["plain `mmdebstrap`", "n/a", "n/a", "n/a",
                      "the build's log did not name its package list"])
-    rep.add("### 7a. Image builds")
+    rep.add("### 8a. Image builds")
     rep.add()
     rep.add("One build each, seconds of wall time and CPU (the command and its reaped children). "
             "The recipe is `--packages jq` built into an empty cache (`EPHEMERAL_CACHE_DIR` in the "
@@ -1690,7 +1789,7 @@ def bench_outputs(ctx, rep):
     """bench_exec outputs: a run's outputs collection (list_files, read_file per file) against
     `tar -cf - out` of the same files kept whole, both over one sandbox's guest channel."""
     if not ctx["bench_exec"]:
-        rep.add("### 7b. Outputs collection: skipped (bench_exec is missing)")
+        rep.add("### 8b. Outputs collection: skipped (bench_exec is missing)")
         rep.add()
         return None
     rounds = ctx["n"](OUT_ROUNDS)
@@ -1709,7 +1808,7 @@ def bench_outputs(ctx, rep):
              ratio(col["median"], tar["median"])],
             ["`tar -cf - out` as one exec, stdout kept", fmt(tar["median"]), fmt(tar["p90"]),
              fmt(mib * 1000 / tar["median"]) if tar["median"] else "n/a", "1.00×"]]
-    rep.add("### 7b. Outputs collection")
+    rep.add("### 8b. Outputs collection")
     rep.add()
     rep.add(f"{j['files']} files, {mib:.0f} MiB of random bytes in one namespaces sandbox's scratch "
             f"directory; {col['n']} rounds of each, alternately, after one of each as a warm-up "
@@ -1791,7 +1890,7 @@ def bench_live(ctx, rep):
     finally:
         srv.stop()
     a, b = summary(line_ms), summary(exit_ms)
-    rep.add("### 7c. Live output")
+    rep.add("### 8c. Live output")
     rep.add()
     rep.add(f"`bench/fixtures/live` ({LIVE_RUNS} runs, namespaces backend, replay model): one "
             "command prints `date +%s.%N` every 0.4 s; the SSE client (loopback, `http.client`) "
@@ -1889,8 +1988,8 @@ def main():
             rep.add(f"Server memory per queued run: {fmt(queue['kib_per_run'])} KiB")
         results["queue"] = queue
         for name, fn in (("broker", bench_broker), ("model", bench_model),
-                         ("outputs", bench_outputs), ("live", bench_live),
-                         ("images", bench_images)):
+                         ("sandboxes", bench_sandboxes), ("outputs", bench_outputs),
+                         ("live", bench_live), ("images", bench_images)):
             if want(name):
                 results[name] = section(name, fn)
     finally:

@@ -4,6 +4,9 @@
  */
 #include "agent/live_output.h"
 
+#include "common/clock.h"
+#include "sandbox/sandbox.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -106,4 +109,50 @@ void eph_live_output_finish(struct eph_live_output *lo)
 {
     for (int i = 0; i < 2; i++)
         flush(lo, i, lo->s[i].last_ns, true);
+}
+
+/* ---- wired to an exec request ---- */
+
+static void exec_on_output(void *arg, int stream, const void *data, size_t len)
+{
+    struct eph_live_exec *le = arg;
+    if (stream != 1 && stream != 2)
+        return;
+    uint64_t *seen = &le->seen[stream - 1];
+    size_t n = *seen >= le->head ? 0 : le->head - *seen < len ? (size_t)(le->head - *seen) : len;
+    *seen += len;
+    uint64_t now = eph_clock_mono_ns();
+    if (n)
+        eph_live_output_feed(&le->lo, stream, data, n, now);
+    eph_live_output_tick(&le->lo, now);
+}
+
+/* The bytes past a stream's head, as the command writes them: they follow the head in the
+ * stream, so the coalescer's offsets go on from it. */
+static void exec_on_live(void *arg, int stream, const void *data, size_t len)
+{
+    struct eph_live_exec *le = arg;
+    uint64_t now = eph_clock_mono_ns();
+    eph_live_output_feed(&le->lo, stream, data, len, now);
+    eph_live_output_tick(&le->lo, now);
+}
+
+static void exec_on_tick(void *arg)
+{
+    struct eph_live_exec *le = arg;
+    eph_live_output_tick(&le->lo, eph_clock_mono_ns());
+}
+
+void eph_live_exec_attach(struct eph_live_exec *le, struct eph_exec_request *req, uint64_t head,
+                          size_t cap, uint32_t tick_ms, eph_live_output_emit_fn emit, void *arg)
+{
+    le->head = head;
+    le->seen[0] = le->seen[1] = 0;
+    eph_live_output_init(&le->lo, cap, emit, arg);
+    req->on_output = exec_on_output;
+    req->on_live = exec_on_live;
+    req->on_tick = exec_on_tick;
+    req->on_output_arg = le;
+    req->tick_ms = tick_ms;
+    req->live_cap = (uint32_t)cap;
 }

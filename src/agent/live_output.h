@@ -57,4 +57,18 @@ void eph_live_output_tick(struct eph_live_output *lo, uint64_t now_ns);
 /* The command ended: emits everything still held (a character cut at the end becomes U+FFFD). */
 void eph_live_output_finish(struct eph_live_output *lo);
 
+/* A coalescer wired to one exec request (sandbox/sandbox.h), for the agent's shell tool and a
+ * sandbox's commands alike: each stream's head as the sandbox keeps it, then the bytes past the
+ * head that it sends live, fed as they come; ticked every tick_ms while nothing comes. */
+struct eph_exec_request;
+struct eph_live_exec {
+    uint64_t head, seen[2]; /* bytes of each stream that come as the command writes them */
+    struct eph_live_output lo;
+};
+/* head: the bytes of each stream the sandbox keeps at its head (the request's cap with
+ * head_tail); cap: the most text to emit; emit(arg, …) as for eph_live_output_init. Sets the
+ * request's on_output, on_live, on_tick, their argument, tick_ms and live_cap. */
+void eph_live_exec_attach(struct eph_live_exec *le, struct eph_exec_request *req, uint64_t head,
+                          size_t cap, uint32_t tick_ms, eph_live_output_emit_fn emit, void *arg);
+
 #endif

@@ -478,10 +478,9 @@ static uint32_t command_timeout(struct eph_agent_ctx *ctx, uint64_t asked_ms, in
  * under zero data retention: not one byte of output is emitted. */
 struct live {
     struct eph_agent_ctx *ctx;
-    char *call_id;          /* valid UTF-8 */
-    char *line;             /* the message: "$ " and the command, cut */
-    uint64_t head, seen[2]; /* bytes of each stream that come as the command writes them */
-    struct eph_live_output lo;
+    char *call_id; /* valid UTF-8 */
+    char *line;    /* the message: "$ " and the command, cut */
+    struct eph_live_exec le;
 };
 
 static int live_emit(void *arg, int stream, const char *text, size_t len, uint64_t offset)
@@ -498,36 +497,6 @@ static int live_emit(void *arg, int stream, const char *text, size_t len, uint64
         EPH_WARN("agent", "run %s: cannot record a shell.output event: %s", lv->ctx->run_id,
                  strerror(-rc));
     return rc;
-}
-
-static void live_on_output(void *arg, int stream, const void *data, size_t len)
-{
-    struct live *lv = arg;
-    if (stream != 1 && stream != 2)
-        return;
-    uint64_t *seen = &lv->seen[stream - 1];
-    size_t n = *seen >= lv->head ? 0 : lv->head - *seen < len ? (size_t)(lv->head - *seen) : len;
-    *seen += len;
-    uint64_t now = eph_clock_mono_ns();
-    if (n)
-        eph_live_output_feed(&lv->lo, stream, data, n, now);
-    eph_live_output_tick(&lv->lo, now);
-}
-
-/* The bytes past a stream's head, as the command writes them: they follow the head in the
- * stream, so the coalescer's offsets go on from it. */
-static void live_on_live(void *arg, int stream, const void *data, size_t len)
-{
-    struct live *lv = arg;
-    uint64_t now = eph_clock_mono_ns();
-    eph_live_output_feed(&lv->lo, stream, data, len, now);
-    eph_live_output_tick(&lv->lo, now);
-}
-
-static void live_on_tick(void *arg)
-{
-    struct live *lv = arg;
-    eph_live_output_tick(&lv->lo, eph_clock_mono_ns());
 }
 
 static int run_shell(struct eph_agent_ctx *ctx, json_t *args, struct record *rec, char **content)
@@ -561,21 +530,17 @@ static int run_shell(struct eph_agent_ctx *ctx, json_t *args, struct record *rec
         lv->ctx = ctx;
         lv->call_id = shown(id, strlen(id), 200);
         lv->line = shown(command, len, 200);
-        lv->head = ctx->output_cap < 2 ? ctx->output_cap : ctx->output_cap - ctx->output_cap / 2;
-        eph_live_output_init(&lv->lo, ctx->live_output_bytes, live_emit, lv);
-        req.on_output = live_on_output;
-        req.on_tick = live_on_tick;
-        req.on_live = live_on_live;
-        req.live_cap = ctx->live_output_bytes;
-        req.on_output_arg = lv;
-        req.tick_ms = LIVE_TICK_MS;
+        uint64_t head =
+            ctx->output_cap < 2 ? ctx->output_cap : ctx->output_cap - ctx->output_cap / 2;
+        eph_live_exec_attach(&lv->le, &req, head, ctx->live_output_bytes, LIVE_TICK_MS, live_emit,
+                             lv);
     }
     struct eph_exec_result res;
     eph_exec_result_init(&res);
     int rc = eph_sandbox_exec(ctx->sb, &req, &res);
     if (lv) {
         /* Before the shell.command event: every shell.output of a call precedes it. */
-        eph_live_output_finish(&lv->lo);
+        eph_live_output_finish(&lv->le.lo);
         free(lv->call_id);
         free(lv->line);
         free(lv);

@@ -149,10 +149,14 @@ int eph_api_metrics(struct eph_api_req *req)
                              "# HELP ephemeral_http_parked_requests Requests parked on a run "
                              "(long polls, idle event streams).\n"
                              "# TYPE ephemeral_http_parked_requests gauge\n"
-                             "ephemeral_http_parked_requests %u\n",
+                             "ephemeral_http_parked_requests %u\n"
+                             "# HELP ephemeral_sandboxes_live Sandboxes a caller drives that "
+                             "this node serves (starting or ready).\n"
+                             "# TYPE ephemeral_sandboxes_live gauge\n"
+                             "ephemeral_sandboxes_live %u\n",
                              store_ok ? 1 : 0, eph_scheduler_queue_depth(req->svc->sched),
                              eph_scheduler_running(req->svc->sched),
-                             eph_api_parked_count(req->parker));
+                             eph_api_parked_count(req->parker), eph_drives_count(req->svc->drives));
     if (!rc)
         rc = eph_metrics_render(&b);
     if (rc) {

@@ -20,6 +20,7 @@
 #include "common/buf.h"
 #include "api/validate.h"
 #include "common/id.h"
+#include "run/drive.h"
 #include "run/service.h"
 
 struct eph_api;
@@ -45,6 +46,10 @@ struct eph_api_waiter {
     struct eph_live *live; /* borrowed: the parker holds a reference until it is resumed */
     uint64_t after_seq;
     uint64_t deadline_ns;
+    /* Optional: also ready once done(done_arg) holds (a sandbox's call, run/drive.h; its thread
+     * pokes the live entry when it is done). */
+    bool (*done)(const void *done_arg);
+    const void *done_arg;
     struct eph_api_waiter *next;
 };
 
@@ -108,6 +113,10 @@ struct eph_api_req {
     struct eph_live *live;
     char run_id[EPH_RUN_ID_LEN + 1];
     struct eph_api_waiter waiter;
+    /* A sandbox's call this request waits for or streams (a reference, released when the
+     * request ends; run/drive.h). */
+    struct eph_drive_op *op;
+    void *stream; /* a command's event stream (sandboxes.c) */
 };
 
 /* Answers with a JSON body (steals body). extra_header/value may be NULL. */
@@ -178,6 +187,43 @@ int eph_api_runs_get(struct eph_api_req *req, const char *id);
 int eph_api_runs_list(struct eph_api_req *req);
 int eph_api_runs_events(struct eph_api_req *req, const char *id);
 int eph_api_runs_cancel(struct eph_api_req *req, const char *id);
+/* Shared by runs and sandboxes (runs.c): a row of kind of this org, or 404/503 answered (false);
+ * the timeline of one (JSON or Server-Sent Events); a create's connections exist (else 400
+ * answered); the image a create names (runs.c, image_resolve). */
+bool eph_api_load_kind(struct eph_api_req *req, const char *id, enum eph_run_kind kind,
+                       struct eph_run *r);
+int eph_api_events(struct eph_api_req *req, const char *id, enum eph_run_kind kind);
+bool eph_api_connections_exist(struct eph_api_req *req, json_t *conns);
+bool eph_api_image_resolve(struct eph_api_req *req, const struct eph_api_create *c,
+                           const struct eph_run *orig, char name[64], char digest[72]);
+/* A sandbox's command as Server-Sent Events (runs.c): its output events after after_seq as they
+ * come (stdout, stderr), then exit with result(op) once it is done. */
+int eph_api_command_stream(struct eph_api_req *req, const char *sandbox_id, uint64_t after_seq,
+                           struct eph_drive_op *op,
+                           json_t *(*result)(const struct eph_drive_op *op));
+/* 503 shutting_down or not_ready for a create the server cannot take now (runs.c); true when it
+ * answered. */
+bool eph_api_refuse_unready(struct eph_api_req *req);
+/* The start of a create (runs.c): the server can take it, Prefer: wait into *wait, the body
+ * validated by validate into c (release both after). False when it answered. */
+bool eph_api_create_begin(struct eph_api_req *req,
+                          int (*validate)(json_t *body, const struct eph_config *cfg,
+                                          struct eph_api_create *c, struct eph_api_error *e),
+                          unsigned *wait, json_t **body, struct eph_api_create *c);
+/* The first event of a new run or sandbox (runs.c): "budget of $X reserved", serialised as
+ * stored. first was zeroed; 0 or -ENOMEM. */
+int eph_api_first_event(struct eph_event *first, const char *source, const char *type,
+                        int64_t at_ms, int64_t reserved);
+/* The answer to a create the store refused (runs.c): 402 insufficient_balance (-EDQUOT), 429
+ * too_many_queued_runs (-EAGAIN), else 503. */
+int eph_api_store_refused(struct eph_api_req *req, int rc, int64_t max_cost);
+/* /v1/sandboxes (sandboxes.c). */
+int eph_api_sandboxes_create(struct eph_api_req *req);
+int eph_api_sandboxes_list(struct eph_api_req *req);
+int eph_api_sandboxes_get(struct eph_api_req *req, const char *id);
+int eph_api_sandboxes_delete(struct eph_api_req *req, const char *id);
+/* Everything under /v1/sandboxes/{id}/: events, commands, files (sandboxes.c routes the tail). */
+int eph_api_sandboxes_sub(struct eph_api_req *req, const char *id);
 /* GET /v1/runs/{id}/transcript (transcript.c). */
 int eph_api_runs_transcript(struct eph_api_req *req, const char *id);
 /* GET /v1/runs/{id}/outputs and /v1/runs/{id}/outputs/{path} (outputs.c). */

@@ -90,3 +90,52 @@ json_t *eph_run_to_json(const struct eph_run *r, unsigned retention_days)
         json_object_set_new(o, "image", json_string(r->image[0] ? r->image : "default"));
     return o;
 }
+
+/* A sandbox's status in its own words (docs/SANDBOXES.md). */
+const char *eph_sandbox_status_name(enum eph_run_status s)
+{
+    switch (s) {
+    case EPH_RUN_QUEUED:
+    case EPH_RUN_STARTING:
+        return "starting";
+    case EPH_RUN_RUNNING:
+        return "ready";
+    case EPH_RUN_COMPLETED:
+    case EPH_RUN_CANCELLED:
+        return "stopped";
+    case EPH_RUN_TIMED_OUT:
+        return "timed_out";
+    case EPH_RUN_BUDGET_EXHAUSTED:
+        return "budget_exhausted";
+    case EPH_RUN_FAILED:
+        break;
+    }
+    return "failed";
+}
+
+json_t *eph_sandbox_to_json(const struct eph_run *r, unsigned retention_days)
+{
+    /* The run object without what only an agent has, in a sandbox's words. */
+    json_t *o = eph_run_to_json(r, retention_days);
+    if (!o)
+        return NULL;
+    static const char *const agent_only[] = {"model", "prompt", "result", "replay", "started_at"};
+    for (size_t i = 0; i < sizeof(agent_only) / sizeof(agent_only[0]); i++)
+        json_object_del(o, agent_only[i]);
+    json_t *usage = json_object_get(o, "usage");
+    static const char *const model_usage[] = {"model_calls", "model_attempts", "input_tokens",
+                                              "output_tokens", "total_tokens"};
+    for (size_t i = 0; usage && i < sizeof(model_usage) / sizeof(model_usage[0]); i++)
+        json_object_del(usage, model_usage[i]);
+    json_object_del(json_object_get(o, "cost"), "model_micros");
+    json_t *perm = json_object_get(o, "permissions");
+    json_object_del(perm, "shell");
+    json_object_set_new(perm, "idle_timeout_seconds",
+                        json_integer((json_int_t)r->idle_timeout_seconds));
+    json_object_set_new(o, "object", json_string("sandbox"));
+    json_object_set_new(o, "status", json_string(eph_sandbox_status_name(r->status)));
+    /* A sandbox is ready when it starts running: the worker records that instant as its start. */
+    bool ready = r->status != EPH_RUN_QUEUED && r->status != EPH_RUN_STARTING && r->sandbox_backend;
+    json_object_set_new(o, "ready_at", ready ? time_or_null(r->started_at_ms) : json_null());
+    return o;
+}

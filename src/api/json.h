@@ -12,5 +12,9 @@
 
 /* The run object (new reference). retention_days is the configured log retention. */
 json_t *eph_run_to_json(const struct eph_run *r, unsigned retention_days);
+/* The sandbox object (docs/SANDBOXES.md) of a row of kind sandbox (new reference). */
+json_t *eph_sandbox_to_json(const struct eph_run *r, unsigned retention_days);
+/* starting, ready, stopped, timed_out, budget_exhausted or failed. */
+const char *eph_sandbox_status_name(enum eph_run_status s);
 
 #endif

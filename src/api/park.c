@@ -59,7 +59,8 @@ static bool ready(const struct eph_api_waiter *w, uint64_t now)
     uint64_t seq;
     bool closed;
     eph_live_state(w->live, &seq, &closed);
-    return closed || (w->after_seq != UINT64_MAX && seq > w->after_seq) || now >= w->deadline_ns;
+    return closed || (w->after_seq != UINT64_MAX && seq > w->after_seq) || now >= w->deadline_ns ||
+           (w->done && w->done(w->done_arg));
 }
 
 /* Resumes what is ready (or everything when stopping); returns the earliest remaining deadline. */

@@ -388,13 +388,20 @@ void eph_api_idem_settle(struct eph_api_req *req, unsigned status, json_t *body)
  * was stored, it is completed from that run and the request gets the run (1, answered); when
  * that run was not stored and the record is stale, it is dropped (-EAGAIN: begin again). 0: it is
  * in flight indeed (409); another error: the store's. */
+/* A run or a sandbox as the API shows it now. */
+static json_t *object_of(struct eph_api_req *req, const struct eph_run *r)
+{
+    return r->kind == EPH_KIND_SANDBOX ? eph_sandbox_to_json(r, req->svc->cfg->retention_days)
+                                       : eph_run_to_json(r, req->svc->cfg->retention_days);
+}
+
 static int idem_pending(struct eph_api_req *req, const char *key, const struct eph_idem *prev,
                         int64_t now_ms)
 {
     struct eph_store *st = req->svc->store;
     json_t *pending = prev->response_body ? json_loads(prev->response_body, 0, NULL) : NULL;
     const char *rid = json_string_value(json_object_get(pending, "id"));
-    if (!rid || !eph_id_is_run(rid)) {
+    if (!rid || !(eph_id_is_run(rid) || eph_id_is_sandbox(rid))) {
         json_decref(pending);
         return 0;
     }
@@ -402,7 +409,7 @@ static int idem_pending(struct eph_api_req *req, const char *key, const struct e
     int rc = st->ops->run_get(st, rid, req->org_id, &r);
     json_decref(pending);
     if (rc == 0) {
-        json_t *obj = eph_run_to_json(&r, req->svc->cfg->retention_days);
+        json_t *obj = object_of(req, &r);
         eph_run_release(&r);
         char *text = obj ? json_dumps(obj, DUMP_FLAGS) : NULL;
         int crc = text ? st->ops->idem_complete(st, req->org_id, key, 201, text) : -ENOMEM;
@@ -512,7 +519,8 @@ static bool idem_begin_or_answer(struct eph_api_req *req, const char *key, const
     /* A create's record names the run it will make (its id chosen by the server already). */
     char pending[EPH_RUN_ID_LEN + 40] = "";
     if (req->run_id[0])
-        snprintf(pending, sizeof(pending), "{\"object\":\"run\",\"id\":\"%s\"}", req->run_id);
+        snprintf(pending, sizeof(pending), "{\"object\":\"%s\",\"id\":\"%s\"}",
+                 eph_id_is_sandbox(req->run_id) ? "sandbox" : "run", req->run_id);
     for (int attempt = 0;; attempt++) {
         memset(&prev, 0, sizeof(prev));
         rc = st->ops->idem_begin(st, req->org_id, key, hash, pending[0] ? pending : NULL, now,
@@ -552,10 +560,10 @@ static bool idem_begin_or_answer(struct eph_api_req *req, const char *key, const
     const char *object = json_string_value(json_object_get(stored, "object"));
     const char *rid = json_string_value(json_object_get(stored, "id"));
     struct eph_run r;
-    if (object && strcmp(object, "run") == 0 && rid &&
+    if (object && (!strcmp(object, "run") || !strcmp(object, "sandbox")) && rid &&
         st->ops->run_get(st, rid, req->org_id, &r) == 0) {
         json_decref(stored);
-        stored = eph_run_to_json(&r, req->svc->cfg->retention_days);
+        stored = object_of(req, &r);
         eph_run_release(&r);
     }
     if (!stored)

@@ -34,7 +34,7 @@
 
 /* Each connection a create names must be one of the org's now; the broker checks it again when
  * the run uses it, since a connection may be deleted in between. True when they all exist. */
-static bool connections_exist(struct eph_api_req *req, json_t *conns)
+bool eph_api_connections_exist(struct eph_api_req *req, json_t *conns)
 {
     size_t i;
     json_t *n;
@@ -128,8 +128,8 @@ static int image_name_cb(const struct eph_image_rec *im, void *ctx)
 /* The image a create names (docs/IMAGES.md), into name and digest; a replay's is its original's
  * (the same root, by digest). Unknown: 400 unknown_image naming those there are; not ready: 409
  * image_not_ready. False when it answered. Before anything is reserved. */
-static bool image_resolve(struct eph_api_req *req, const struct eph_api_create *c,
-                          const struct eph_run *orig, char name[64], char digest[72])
+bool eph_api_image_resolve(struct eph_api_req *req, const struct eph_api_create *c,
+                           const struct eph_run *orig, char name[64], char digest[72])
 {
     struct eph_service *svc = req->svc;
     struct eph_store *st = svc->store;
@@ -190,6 +190,22 @@ static bool image_resolve(struct eph_api_req *req, const struct eph_api_create *
     return ready;
 }
 
+int eph_api_first_event(struct eph_event *first, const char *source, const char *type,
+                        int64_t at_ms, int64_t reserved)
+{
+    char money[EPH_MONEY_FMT_MAX];
+    first->seq = 1;
+    first->at_ms = at_ms;
+    snprintf(first->source, sizeof(first->source), "%s", source);
+    snprintf(first->type, sizeof(first->type), "%s", type);
+    if (asprintf(&first->message, "budget of %s reserved", eph_money_format(reserved, money)) < 0) {
+        first->message = NULL;
+        return -ENOMEM;
+    }
+    first->data = json_pack("{s:I}", "reserved_micros", (json_int_t)reserved);
+    return eph_event_serialise(first); /* stored as served */
+}
+
 /* The run record of a validated create, queued, with its first event. */
 static int new_run(struct eph_api_req *req, const struct eph_api_create *c, struct eph_run *r,
                    struct eph_event *first)
@@ -228,20 +244,8 @@ static int new_run(struct eph_api_req *req, const struct eph_api_create *c, stru
                 (c->replay_of && !r->replay_of)))
         rc = -ENOMEM;
 
-    char money[EPH_MONEY_FMT_MAX];
-    first->seq = 1;
-    first->at_ms = r->created_at_ms;
-    snprintf(first->source, sizeof(first->source), "queue");
-    snprintf(first->type, sizeof(first->type), "run.queued");
-    if (asprintf(&first->message, "budget of %s reserved", eph_money_format(c->max_cost, money)) <
-        0) {
-        first->message = NULL;
-        rc = -ENOMEM;
-    }
-    first->data = json_pack("{s:I}", "reserved_micros", (json_int_t)c->max_cost);
-    if (!rc)
-        rc = eph_event_serialise(first); /* stored as served */
-    return rc;
+    int frc = eph_api_first_event(first, "queue", "run.queued", r->created_at_ms, c->max_cost);
+    return rc ? rc : frc;
 }
 
 static int queue_unavailable(struct eph_api_req *req)
@@ -253,9 +257,14 @@ static int queue_unavailable(struct eph_api_req *req)
 /* The answer to a run that could not be admitted. */
 static int admit_refused(struct eph_api_req *req, int rc, bool queue_failed, int64_t max_cost)
 {
-    struct eph_store *st = req->svc->store;
     if (queue_failed)
         return queue_unavailable(req);
+    return eph_api_store_refused(req, rc, max_cost);
+}
+
+int eph_api_store_refused(struct eph_api_req *req, int rc, int64_t max_cost)
+{
+    struct eph_store *st = req->svc->store;
     if (rc == -EDQUOT) {
         struct eph_balance b = {0};
         st->ops->balance(st, req->org_id, &b);
@@ -274,37 +283,60 @@ static int admit_refused(struct eph_api_req *req, int rc, bool queue_failed, int
                                "the run could not be stored");
 }
 
+bool eph_api_refuse_unready(struct eph_api_req *req)
+{
+    struct eph_service *svc = req->svc;
+    if (atomic_load(&svc->shutting_down)) {
+        eph_api_reply_error(req, 503, "api_error", "shutting_down", NULL,
+                            "the server is shutting down");
+        return true;
+    }
+    /* A server started not ready (on_unready "serve") takes nothing it could only fail: nothing
+     * is reserved, and the caller is told what the operator must do. */
+    char why[512];
+    if (svc->readiness && !svc->readiness_ops->can_run(svc->readiness, svc, why, sizeof(why))) {
+        eph_api_reply_error(req, 503, "api_error", "not_ready", NULL,
+                            "the server is not ready to run: %s", why);
+        return true;
+    }
+    return false;
+}
+
+bool eph_api_create_begin(struct eph_api_req *req,
+                          int (*validate)(json_t *body, const struct eph_config *cfg,
+                                          struct eph_api_create *c, struct eph_api_error *e),
+                          unsigned *wait, json_t **body, struct eph_api_create *c)
+{
+    *body = NULL;
+    if (eph_api_refuse_unready(req) || !eph_api_prefer_wait(req, EPH_API_WAIT_MAX, wait) ||
+        !(*body = eph_api_body_object(req)))
+        return false;
+    struct eph_api_error e;
+    if (validate(*body, req->svc->cfg, c, &e)) {
+        json_decref(*body);
+        *body = NULL;
+        eph_api_reply_invalid(req, &e);
+        return false;
+    }
+    return true;
+}
+
 int eph_api_runs_create(struct eph_api_req *req)
 {
     struct eph_service *svc = req->svc;
-    if (atomic_load(&svc->shutting_down))
-        return eph_api_reply_error(req, 503, "api_error", "shutting_down", NULL,
-                                   "the server is shutting down");
-    /* A server started not ready (on_unready "serve") takes no run it could only fail: nothing
-     * is reserved, and the caller is told what the operator must do. */
-    char why[512];
-    if (svc->readiness && !svc->readiness_ops->can_run(svc->readiness, svc, why, sizeof(why)))
-        return eph_api_reply_error(req, 503, "api_error", "not_ready", NULL,
-                                   "the server is not ready to run: %s", why);
     unsigned wait;
-    if (!eph_api_prefer_wait(req, EPH_API_WAIT_MAX, &wait))
-        return MHD_YES;
-    json_t *body = eph_api_body_object(req);
-    if (!body)
-        return MHD_YES;
+    json_t *body;
     struct eph_api_create c;
-    struct eph_api_error e;
-    if (eph_api_validate_create(body, svc->cfg, &c, &e)) {
-        json_decref(body);
-        return eph_api_reply_invalid(req, &e);
-    }
+    if (!eph_api_create_begin(req, eph_api_validate_create, &wait, &body, &c))
+        return MHD_YES;
     /* A replay: the original decides what the body leaves out; c borrows from orig. */
     struct eph_run orig;
     eph_run_init(&orig);
     char image[64], digest[72];
     if ((c.replay_of && eph_api_replay_prepare(req, body, &c, &orig)) ||
-        !image_resolve(req, &c, &orig, image, digest) ||
-        (c.connections && !connections_exist(req, c.connections)) || !run_can_succeed(req, &c)) {
+        !eph_api_image_resolve(req, &c, &orig, image, digest) ||
+        (c.connections && !eph_api_connections_exist(req, c.connections)) ||
+        !run_can_succeed(req, &c)) {
         eph_run_release(&orig);
         eph_api_create_release(&c);
         json_decref(body);
@@ -361,28 +393,39 @@ int eph_api_runs_create(struct eph_api_req *req)
     return eph_api_reply_json(req, 201, obj, "Location", location);
 }
 
-static int not_found(struct eph_api_req *req, const char *id)
+static int not_found(struct eph_api_req *req, const char *id, enum eph_run_kind kind)
 {
     char shown[64];
     snprintf(shown, sizeof(shown), "%.40s", id);
-    return eph_api_reply_error(req, 404, "not_found_error", "run_not_found", NULL,
-                               "no such run '%s'", shown);
+    return eph_api_reply_error(req, 404, "not_found_error",
+                               kind == EPH_KIND_SANDBOX ? "sandbox_not_found" : "run_not_found",
+                               NULL, "no such %s '%s'", eph_run_kind_name(kind), shown);
+}
+
+bool eph_api_load_kind(struct eph_api_req *req, const char *id, enum eph_run_kind kind,
+                       struct eph_run *r)
+{
+    struct eph_store *st = req->svc->store;
+    if (!(kind == EPH_KIND_SANDBOX ? eph_id_is_sandbox(id) : eph_id_is_run(id))) {
+        not_found(req, id, kind);
+        return false;
+    }
+    int rc = st->ops->run_get(st, id, req->org_id, r);
+    if (rc == 0 && r->kind != kind) {
+        eph_run_release(r);
+        rc = -ENOENT;
+    }
+    if (rc == -ENOENT)
+        not_found(req, id, kind);
+    else if (rc)
+        eph_api_reply_store_unavailable(req);
+    return rc == 0;
 }
 
 /* Loads the request's run (an id of this org) or answers 404/503; true when loaded. */
 static bool load_run(struct eph_api_req *req, const char *id, struct eph_run *r)
 {
-    struct eph_store *st = req->svc->store;
-    if (!eph_id_is_run(id)) {
-        not_found(req, id);
-        return false;
-    }
-    int rc = st->ops->run_get(st, id, req->org_id, r);
-    if (rc == -ENOENT)
-        not_found(req, id);
-    else if (rc)
-        eph_api_reply_store_unavailable(req);
-    return rc == 0;
+    return eph_api_load_kind(req, id, EPH_KIND_RUN, r);
 }
 
 /* The run as it is now (after a long poll, or at once). */
@@ -459,7 +502,8 @@ int eph_api_runs_list(struct eph_api_req *req)
     }
     struct list_ctx l = {json_array(), req->svc->cfg->retention_days};
     bool more = false;
-    int rc = st->ops->run_list(st, req->org_id, limit, after, status, md, list_cb, &l, &more);
+    int rc = st->ops->run_list(st, req->org_id, limit, after, status, md, EPH_KIND_RUN, list_cb, &l,
+                               &more);
     if (rc) {
         json_decref(l.data);
         return eph_api_reply_store_unavailable(req);
@@ -504,6 +548,10 @@ struct sse {
     struct eph_buf pending; /* bytes not yet handed to the server */
     size_t pending_off;
     struct eph_api_waiter waiter;
+    /* A sandbox's command (eph_api_command_stream): only its output events, as stdout and stderr,
+     * then its result as exit once it is done. NULL: the whole timeline. */
+    struct eph_drive_op *op;
+    json_t *(*result)(const struct eph_drive_op *op); /* the exit event's data */
 };
 
 /* Zero data retention: the result is never stored, so a client following the stream gets it as
@@ -523,9 +571,43 @@ static int sse_zdr_result(struct sse *s)
     return rc;
 }
 
+/* A command's stream: its shell.output events as stdout and stderr ({text, offset}). */
+static int sse_command_event(struct sse *s, const struct eph_event *e)
+{
+    s->last_seq = e->seq;
+    const char *call = json_string_value(json_object_get(e->data, "call"));
+    if (strcmp(e->type, "shell.output") || !call || strcmp(call, s->op->id))
+        return 0;
+    json_t *o = json_pack("{s:O, s:O}", "text", json_object_get(e->data, "text"), "offset",
+                          json_object_get(e->data, "offset"));
+    char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    const char *stream = json_string_value(json_object_get(e->data, "stream"));
+    int rc = text ? eph_buf_appendf(&s->pending, "id: %llu\nevent: %s\ndata: %s\n\n",
+                                    (unsigned long long)e->seq,
+                                    stream && !strcmp(stream, "stderr") ? "stderr" : "stdout", text)
+                  : -ENOMEM;
+    free(text);
+    return rc;
+}
+
+/* The command is done and its output events are sent: its result, and the end. */
+static int sse_command_exit(struct sse *s)
+{
+    json_t *o = s->result(s->op);
+    char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    int rc = text ? eph_buf_appendf(&s->pending, "event: exit\ndata: %s\n\n", text) : -ENOMEM;
+    free(text);
+    s->done = true;
+    return rc;
+}
+
 static int sse_event_cb(const struct eph_event *e, void *ctx)
 {
     struct sse *s = ctx;
+    if (s->op)
+        return sse_command_event(s, e);
     if (s->zdr && strcmp(e->type, "worker.destroyed") == 0) {
         int zrc = sse_zdr_result(s);
         if (zrc)
@@ -563,6 +645,15 @@ static enum sse_fill sse_fill(struct sse *s)
             s->keepalive_due = now + s->keepalive_ns;
             return SSE_DATA;
         }
+        /* A command's stream ends with its result once every output event before it is out. */
+        if (s->op && eph_drive_op_done(s->op)) {
+            uint64_t seq;
+            bool closed;
+            if (s->live)
+                eph_live_state(s->live, &seq, &closed);
+            if (!s->live || closed || seq <= s->last_seq)
+                return sse_command_exit(s) ? SSE_END : SSE_DATA;
+        }
         if (!s->live) {
             /* Not live and nothing new: the run is settled (or was never ours to follow). */
             return SSE_END;
@@ -593,6 +684,10 @@ static enum sse_fill sse_fill(struct sse *s)
             s->waiter.deadline_ns = s->keepalive_due;
         }
         s->waiter.live = s->live;
+        if (s->op) {
+            s->waiter.done = (bool (*)(const void *))eph_drive_op_done;
+            s->waiter.done_arg = s->op;
+        }
         enum eph_api_park_result pr = eph_api_park(s->parker, &s->waiter);
         if (pr == EPH_API_PARKED)
             return SSE_PARKED;
@@ -625,16 +720,75 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max)
 static void sse_free(void *cls)
 {
     struct sse *s = cls;
+    eph_drive_op_put(s->op);
     eph_live_put(s->live);
     eph_buf_release(&s->pending);
     free(s);
 }
 
+/* Answers the event stream s (steals it). */
+static int sse_answer(struct eph_api_req *req, struct sse *s)
+{
+    struct MHD_Response *resp =
+        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, sse_read, s, sse_free);
+    if (!resp) {
+        sse_free(s);
+        return MHD_NO;
+    }
+    MHD_add_response_header(resp, "Content-Type", "text/event-stream");
+    MHD_add_response_header(resp, "Cache-Control", "no-store");
+    MHD_add_response_header(resp, "X-Accel-Buffering", "no");
+    eph_api_add_common_headers(req, resp, 200);
+    int rc = MHD_queue_response(req->conn, 200, resp);
+    MHD_destroy_response(resp);
+    req->answered = true;
+    req->status = 200;
+    return rc;
+}
+
+static struct sse *sse_new(struct eph_api_req *req, const char *id, uint64_t after, bool zdr)
+{
+    struct sse *s = calloc(1, sizeof(*s));
+    if (!s)
+        return NULL;
+    s->svc = req->svc;
+    s->parker = req->parker;
+    snprintf(s->id, sizeof(s->id), "%s", id);
+    s->last_seq = after;
+    s->zdr = zdr;
+    unsigned ka = req->svc->cfg->sse_keepalive_seconds ? req->svc->cfg->sse_keepalive_seconds : 15;
+    s->keepalive_ns = (uint64_t)ka * 1000000000u;
+    s->keepalive_due = eph_clock_mono_ns() + s->keepalive_ns;
+    s->waiter.conn = req->conn;
+    /* Take the live reference before reading the store, so that no event falls between. */
+    s->live = eph_cluster_follow(req->svc, id);
+    eph_buf_init(&s->pending, 1u << 20);
+    return s;
+}
+
+int eph_api_command_stream(struct eph_api_req *req, const char *sandbox_id, uint64_t after_seq,
+                           struct eph_drive_op *op,
+                           json_t *(*result)(const struct eph_drive_op *op))
+{
+    struct sse *s = sse_new(req, sandbox_id, after_seq, false);
+    if (!s)
+        return MHD_NO;
+    atomic_fetch_add(&op->refs, 1);
+    s->op = op;
+    s->result = result;
+    return sse_answer(req, s);
+}
+
 int eph_api_runs_events(struct eph_api_req *req, const char *id)
+{
+    return eph_api_events(req, id, EPH_KIND_RUN);
+}
+
+int eph_api_events(struct eph_api_req *req, const char *id, enum eph_run_kind kind)
 {
     struct eph_store *st = req->svc->store;
     struct eph_run r;
-    if (!load_run(req, id, &r))
+    if (!eph_api_load_kind(req, id, kind, &r))
         return MHD_YES;
     bool zdr = r.zdr;
     eph_run_release(&r);
@@ -664,36 +818,8 @@ int eph_api_runs_events(struct eph_api_req *req, const char *id)
         }
         return eph_api_reply_json_text(req, 200, eph_buf_steal(&b));
     }
-    struct sse *s = calloc(1, sizeof(*s));
-    if (!s)
-        return MHD_NO;
-    s->svc = req->svc;
-    s->parker = req->parker;
-    snprintf(s->id, sizeof(s->id), "%s", id);
-    s->last_seq = after;
-    s->zdr = zdr;
-    unsigned ka = req->svc->cfg->sse_keepalive_seconds ? req->svc->cfg->sse_keepalive_seconds : 15;
-    s->keepalive_ns = (uint64_t)ka * 1000000000u;
-    s->keepalive_due = eph_clock_mono_ns() + s->keepalive_ns;
-    s->waiter.conn = req->conn;
-    /* Take the live reference before reading the store, so that no event falls between. */
-    s->live = eph_cluster_follow(req->svc, id);
-    eph_buf_init(&s->pending, 1u << 20);
-    struct MHD_Response *resp =
-        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, sse_read, s, sse_free);
-    if (!resp) {
-        sse_free(s);
-        return MHD_NO;
-    }
-    MHD_add_response_header(resp, "Content-Type", "text/event-stream");
-    MHD_add_response_header(resp, "Cache-Control", "no-store");
-    MHD_add_response_header(resp, "X-Accel-Buffering", "no");
-    eph_api_add_common_headers(req, resp, 200);
-    int rc = MHD_queue_response(req->conn, 200, resp);
-    MHD_destroy_response(resp);
-    req->answered = true;
-    req->status = 200;
-    return rc;
+    struct sse *s = sse_new(req, id, after, zdr);
+    return s ? sse_answer(req, s) : MHD_NO;
 }
 
 /* ---- cancel ---- */

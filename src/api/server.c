@@ -110,7 +110,22 @@ static const struct route routes[] = {
     {"/v1/images/{name}", "GET", NULL, eph_api_images_get, false, false},
     {"/v1/images/{name}", "DELETE", NULL, eph_api_images_delete, false, false},
     {"/v1/images/{name}/log", "GET", NULL, eph_api_images_log, false, false},
+    {"/v1/sandboxes", "GET", eph_api_sandboxes_list, NULL, false, false},
+    {"/v1/sandboxes", "POST", eph_api_sandboxes_create, NULL, false, true},
+    {"/v1/sandboxes/{id}", "GET", NULL, eph_api_sandboxes_get, false, false},
+    {"/v1/sandboxes/{id}", "DELETE", NULL, eph_api_sandboxes_delete, false, false},
+    {"/v1/sandboxes/{id}/events", "GET", NULL, eph_api_sandboxes_sub, false, false},
+    /* Not idempotent: a command's answer holds its output, which a key's record would keep. */
+    {"/v1/sandboxes/{id}/commands", "POST", NULL, eph_api_sandboxes_sub, false, false},
+    {"/v1/sandboxes/{id}/commands/{cid}", "GET", NULL, eph_api_sandboxes_sub, false, false},
+    {"/v1/sandboxes/{id}/commands/{cid}/events", "GET", NULL, eph_api_sandboxes_sub, false, false},
+    {"/v1/sandboxes/{id}/commands/{cid}/kill", "POST", NULL, eph_api_sandboxes_sub, false, false},
+    {"/v1/sandboxes/{id}/files", "GET", NULL, eph_api_sandboxes_sub, false, false},
+    {"/v1/sandboxes/{id}/files/{path}", "GET", NULL, eph_api_sandboxes_sub, false, false},
+    {"/v1/sandboxes/{id}/files/{path}", "PUT", NULL, eph_api_sandboxes_sub, false, false},
 };
+/* The one route whose body is raw bytes, not JSON, under a cap of its own. */
+#define UPLOAD_ROUTE "/v1/sandboxes/{id}/files/{path}"
 #define NROUTES (sizeof(routes) / sizeof(routes[0]))
 
 /* The path's pattern (a static string) and its {id}; NULL when no pattern matches. */
@@ -133,6 +148,29 @@ static const char *match_pattern(const char *p, char *id, size_t idlen)
             return "/v1/runs/{id}/outputs";
         if (strncmp(tail, "/outputs/", 9) == 0 && tail[9])
             return "/v1/runs/{id}/outputs/{path}";
+        return NULL;
+    }
+    if (match_id_path(p, "/v1/sandboxes/", id, idlen, &tail)) {
+        if (!*tail)
+            return "/v1/sandboxes/{id}";
+        if (!strcmp(tail, "/events"))
+            return "/v1/sandboxes/{id}/events";
+        if (!strcmp(tail, "/commands"))
+            return "/v1/sandboxes/{id}/commands";
+        if (!strncmp(tail, "/commands/", 10) && tail[10]) {
+            const char *c = tail + 10, *s = strchr(c, '/');
+            if (!s)
+                return "/v1/sandboxes/{id}/commands/{cid}";
+            if (s > c && !strcmp(s, "/events"))
+                return "/v1/sandboxes/{id}/commands/{cid}/events";
+            if (s > c && !strcmp(s, "/kill"))
+                return "/v1/sandboxes/{id}/commands/{cid}/kill";
+            return NULL;
+        }
+        if (!strcmp(tail, "/files"))
+            return "/v1/sandboxes/{id}/files";
+        if (!strncmp(tail, "/files/", 7) && tail[7])
+            return UPLOAD_ROUTE;
         return NULL;
     }
     if (match_id_path(p, "/v1/keys/", id, idlen, &tail) && !*tail)
@@ -205,7 +243,8 @@ static bool refuse_input(struct eph_api_req *req)
         return true;
     }
     const char *ct = eph_api_header(req, "Content-Type");
-    if (req->body.len && ct && !eph_api_content_type_is_json(ct)) {
+    if (req->body.len && ct && !eph_api_content_type_is_json(ct) &&
+        strcmp(req->route, UPLOAD_ROUTE) != 0) {
         eph_api_reply_error(req, 415, "invalid_request_error", "unsupported_media_type", NULL,
                             "the body must be application/json, not '%.64s'", ct);
         return true;
@@ -241,19 +280,31 @@ static int route(struct eph_api_req *req)
     if (refuse_input(req))
         return MHD_YES;
     if (rt->idempotent) {
-        if (rt->fn == eph_api_runs_create && atomic_load(&req->svc->shutting_down))
+        if ((rt->fn == eph_api_runs_create || rt->fn == eph_api_sandboxes_create) &&
+            atomic_load(&req->svc->shutting_down))
             return eph_api_reply_error(req, 503, "api_error", "shutting_down", NULL,
                                        "the server is shutting down");
         /* A create's run id is chosen before its key is recorded, so that the record names
          * the run it makes (reply.c, idem_pending). */
-        if (rt->fn == eph_api_runs_create &&
-            eph_id_hex("run_", 16, req->run_id, sizeof(req->run_id)))
+        bool sandbox = rt->fn == eph_api_sandboxes_create;
+        if ((rt->fn == eph_api_runs_create || sandbox) &&
+            eph_id_hex(sandbox ? "sbx_" : "run_", 16, req->run_id, sizeof(req->run_id)))
             return eph_api_reply_error(req, 500, "api_error", "internal_error", NULL,
                                        "internal error");
         if (eph_api_idem_gate(req))
             return MHD_YES;
     }
     return rt->fn ? rt->fn(req) : rt->fn_id(req, id);
+}
+
+/* The most bytes a request's body may have: an upload's own cap, else max_body_bytes. */
+static uint64_t body_cap(struct eph_api_req *req)
+{
+    char id[80];
+    const char *r = match_pattern(req->path, id, sizeof(id));
+    if (r && !strcmp(r, UPLOAD_ROUTE) && !strcmp(req->method, "PUT"))
+        return req->svc->cfg->sandboxes.max_upload_bytes;
+    return req->svc->cfg->max_body_bytes;
 }
 
 /* 413, counted under the route the body was meant for. */
@@ -263,8 +314,8 @@ static int body_too_large(struct eph_api_req *req)
     const char *r = match_pattern(req->path, id, sizeof(id));
     req->route = r ? r : "other";
     return eph_api_reply_error(req, 413, "invalid_request_error", "body_too_large", NULL,
-                               "request body over the limit of %zu bytes",
-                               req->svc->cfg->max_body_bytes);
+                               "request body over the limit of %llu bytes",
+                               (unsigned long long)body_cap(req));
 }
 
 static struct eph_api_guard_conn *guard_conn(struct MHD_Connection *conn)
@@ -313,10 +364,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
          * taken from the client, so it is safe to print. */
         if (eph_id_hex("req_", 8, req->request_id, sizeof(req->request_id)))
             snprintf(req->request_id, sizeof(req->request_id), "req_unknown");
-        eph_buf_init(&req->body, api->svc->cfg->max_body_bytes);
+        uint64_t cap = body_cap(req);
+        eph_buf_init(&req->body, (size_t)cap);
         *state = req;
         const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
-        if (cl && strtoull(cl, NULL, 10) > api->svc->cfg->max_body_bytes)
+        if (cl && strtoull(cl, NULL, 10) > cap)
             return (enum MHD_Result)body_too_large(req);
         eph_log_set_request(req->request_id);
         authenticate_early(api, req);
@@ -365,6 +417,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **state,
     if (req->idem_active)
         eph_api_idem_finish(req, 499, NULL);
     eph_live_put(req->live);
+    eph_drive_op_put(req->op);
     eph_buf_release(&req->body);
     free(req);
     *state = NULL;

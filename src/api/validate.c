@@ -269,6 +269,25 @@ static int check_web(json_t *web, struct eph_api_create *c, struct eph_api_error
     return 0;
 }
 
+int eph_api_check_fields(json_t *body, const char *const *known, struct eph_api_error *e)
+{
+    const char *key;
+    json_t *v;
+    json_object_foreach(body, key, v)
+    {
+        bool ok = false;
+        for (const char *const *k = known; *k; k++)
+            ok |= strcmp(*k, key) == 0;
+        if (!ok) {
+            char shown[72];
+            snprintf(shown, sizeof(shown), "%.64s", key);
+            return eph_api_error_set(e, 400, "invalid_request_error", "unknown_parameter", shown,
+                                     "unknown field '%s'", shown);
+        }
+    }
+    return 0;
+}
+
 static int check_known_fields(json_t *body, struct eph_api_error *e)
 {
     static const char *const known[] = {"prompt",
@@ -285,21 +304,7 @@ static int check_known_fields(json_t *body, struct eph_api_error *e)
                                         "image",
                                         "outputs",
                                         NULL};
-    const char *key;
-    json_t *v;
-    json_object_foreach(body, key, v)
-    {
-        bool ok = false;
-        for (const char *const *k = known; *k; k++)
-            ok |= strcmp(*k, key) == 0;
-        if (!ok) {
-            char shown[72];
-            snprintf(shown, sizeof(shown), "%.64s", key);
-            return eph_api_error_set(e, 400, "invalid_request_error", "unknown_parameter", shown,
-                                     "unknown field '%s'", shown);
-        }
-    }
-    return 0;
+    return eph_api_check_fields(body, known, e);
 }
 
 /* Everything but files, in the order a reader of the request would check it. */
@@ -405,6 +410,73 @@ int eph_api_validate_create(json_t *body, const struct eph_config *cfg, struct e
     return rc;
 }
 
+/* An integer field from lo to hi into *out, left as it is when absent. */
+static int want_uint(json_t *body, const char *name, unsigned lo, unsigned hi, unsigned *out,
+                     struct eph_api_error *e)
+{
+    json_t *v = json_object_get(body, name);
+    if (!v)
+        return 0;
+    if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi)
+        return BAD(name, "'%s' must be an integer from %u to %u", name, lo, hi);
+    *out = (unsigned)json_integer_value(v);
+    return 0;
+}
+
+int eph_api_validate_sandbox_create(json_t *body, const struct eph_config *cfg,
+                                    struct eph_api_create *c, struct eph_api_error *e)
+{
+    static const char *const known[] = {"image",           "web",
+                                        "connections",     "files",
+                                        "timeout_seconds", "idle_timeout_seconds",
+                                        "max_cost_micros", "zero_data_retention",
+                                        "metadata",        NULL};
+    memset(c, 0, sizeof(*c));
+    c->shell = true;
+    c->timeout = EPH_API_SANDBOX_TIMEOUT_DEFAULT;
+    c->idle_timeout = EPH_API_SANDBOX_TIMEOUT_DEFAULT;
+    if (!json_is_object(body))
+        return eph_api_error_set(e, 400, "invalid_request_error", "invalid_json", NULL,
+                                 "the body must be a JSON object");
+    int rc = eph_api_check_fields(body, known, e);
+    unsigned max = cfg->sandboxes.max_timeout_seconds;
+    json_t *image = json_object_get(body, "image");
+    if (!rc && image) {
+        if (!plain_string(image) || !eph_image_name_valid(json_string_value(image)))
+            return BAD("image", "'image' must be an image name (a-z, 0-9 and '-', at most 63)");
+        c->image = json_string_value(image);
+    }
+    json_t *web = json_object_get(body, "web");
+    json_t *conns = json_object_get(body, "connections");
+    if (!rc && web)
+        rc = check_web(web, c, e);
+    if (!rc && conns && !(rc = check_connections(conns, e)))
+        c->connections = conns;
+    if (!rc)
+        rc = want_bool(body, "zero_data_retention", &c->zdr, e);
+    if (!rc)
+        rc = want_uint(body, "timeout_seconds", 1, max, &c->timeout, e);
+    if (!rc)
+        rc = want_uint(body, "idle_timeout_seconds", 1, max, &c->idle_timeout, e);
+    json_t *mc = json_object_get(body, "max_cost_micros");
+    if (!rc && !mc)
+        return eph_api_error_set(e, 400, "invalid_request_error", "missing_parameter",
+                                 "max_cost_micros", "'max_cost_micros' is required");
+    if (!rc && (!json_is_integer(mc) || json_integer_value(mc) <= 0))
+        return BAD("max_cost_micros", "'max_cost_micros' must be a positive integer");
+    if (!rc)
+        c->max_cost = json_integer_value(mc);
+    json_t *md = json_object_get(body, "metadata");
+    if (!rc && md && !(rc = check_metadata(md, e)))
+        c->metadata = md;
+    json_t *files = json_object_get(body, "files");
+    if (!rc && files)
+        rc = check_files(files, &c->files, e);
+    if (rc)
+        eph_api_create_release(c);
+    return rc;
+}
+
 void eph_api_create_release(struct eph_api_create *c)
 {
     json_decref(c->files);
@@ -434,9 +506,36 @@ static bool parse_decimal(const char *s, uint64_t max, uint64_t *out)
 static int query_arg(const char *route, const char *name, const char *value,
                      struct eph_api_query *q, struct eph_api_error *e)
 {
-    bool list = strcmp(route, "/v1/runs") == 0;
-    bool events = strcmp(route, "/v1/runs/{id}/events") == 0;
+    bool sandboxes = strcmp(route, "/v1/sandboxes") == 0;
+    bool list = sandboxes || strcmp(route, "/v1/runs") == 0;
+    bool events = strcmp(route, "/v1/runs/{id}/events") == 0 ||
+                  strcmp(route, "/v1/sandboxes/{id}/events") == 0;
     uint64_t n;
+    if (strcmp(route, "/v1/sandboxes/{id}/files") == 0 && strcmp(name, "path") == 0) {
+        q->path = value;
+        return 0;
+    }
+    if (sandboxes && strcmp(name, "after") == 0) {
+        if (!eph_id_is_sandbox(value))
+            return BAD("after", "'after' must be a sandbox id");
+        q->after = value;
+        return 0;
+    }
+    if (sandboxes && strcmp(name, "status") == 0) {
+        /* A sandbox's status is a run status in other words (docs/SANDBOXES.md). */
+        static const char *const names[][2] = {{"starting", "starting"},
+                                               {"ready", "running"},
+                                               {"stopped", "completed"},
+                                               {"timed_out", "timed_out"},
+                                               {"budget_exhausted", "budget_exhausted"},
+                                               {"failed", "failed"}};
+        for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+            if (strcmp(value, names[i][0]) == 0) {
+                q->status = names[i][1];
+                return 0;
+            }
+        return BAD("status", "unknown status '%.32s'", value);
+    }
     if (list && strcmp(name, "limit") == 0) {
         if (!parse_decimal(value, 100, &n) || n < 1)
             return BAD("limit", "'limit' must be an integer from 1 to 100");

@@ -62,7 +62,11 @@ struct eph_api_create {
     const char *replay_of; /* borrowed; NULL when absent (the caller checks the run: it needs the
                               store, and fills in what the original decides) */
     const char *image;     /* borrowed; NULL when absent (the default image) */
+    unsigned idle_timeout; /* a sandbox's (docs/SANDBOXES.md) */
 };
+
+/* A sandbox's time limit and idle timeout when the create names none. */
+#define EPH_API_SANDBOX_TIMEOUT_DEFAULT 300
 
 /* Validates a create body against the configuration. 0 with c filled (release it), or -EINVAL
  * with e set and nothing to release. Whether each named connection exists is the caller's check:
@@ -70,6 +74,14 @@ struct eph_api_create {
 int eph_api_validate_create(json_t *body, const struct eph_config *cfg, struct eph_api_create *c,
                             struct eph_api_error *e);
 void eph_api_create_release(struct eph_api_create *c);
+/* 400 unknown_parameter (-EINVAL, e set) for a field of the object body not in known (a
+ * NULL-terminated list); 0 when every field is known. */
+int eph_api_check_fields(json_t *body, const char *const *known, struct eph_api_error *e);
+/* The same for POST /v1/sandboxes (docs/SANDBOXES.md): image, web, connections, files,
+ * timeout_seconds, idle_timeout_seconds, max_cost_micros, zero_data_retention, metadata; prompt
+ * and model stay NULL. */
+int eph_api_validate_sandbox_create(json_t *body, const struct eph_config *cfg,
+                                    struct eph_api_create *c, struct eph_api_error *e);
 
 /* The query arguments of one request, as pairs in the order received. */
 /* At most this many metadata[KEY]=VALUE filters on a list (a run has at most 16 pairs). */
@@ -84,6 +96,7 @@ struct eph_api_query {
     char meta_keys[EPH_API_METADATA_FILTERS_MAX][EPH_API_METADATA_KEY_MAX + 1];
     const char *meta_values[EPH_API_METADATA_FILTERS_MAX];
     unsigned nmeta;
+    const char *path;   /* GET /v1/sandboxes/{id}/files: the directory listed (borrowed) */
     bool has_after_seq; /* GET /v1/runs/{id}/events */
     uint64_t after_seq;
 };

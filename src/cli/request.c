@@ -106,6 +106,144 @@ static bool key_ok(const char *k)
     return true;
 }
 
+/* --budget DOLLARS: a positive amount in dollars. */
+static int parse_budget(struct eph_cli_run_opts *o, const char *v, char *err, size_t errlen)
+{
+    int64_t micros;
+    const char *why;
+    if (eph_money_parse_dollars_why(v, &micros, &why) == 0 && micros <= 0)
+        why = "not more than zero";
+    if (why)
+        return fail(err, errlen, -EINVAL,
+                    "--budget must be a positive amount in dollars like 0.04: '%.40s' is %s", v,
+                    why);
+    o->max_cost_micros = micros;
+    return 0;
+}
+
+/* --metadata KEY=VALUE, by the API's rule (docs/API.md): keys of 1 to 64 bytes, values of at
+ * most 512, each key once. */
+static int add_metadata(struct eph_cli_run_opts *o, const char *v, char *err, size_t errlen)
+{
+    const char *sep = strchr(v, '=');
+    size_t klen = sep ? (size_t)(sep - v) : 0;
+    if (!sep || klen == 0 || klen > 64 || strlen(sep + 1) > 512)
+        return fail(err, errlen, -EINVAL,
+                    "--metadata needs KEY=VALUE, a key of 1 to 64 bytes and a value of at most "
+                    "512, not '%.100s'",
+                    v);
+    for (size_t m = 0; m < o->nmetadata; m++)
+        if (strncmp(o->metadata[m], v, klen + 1) == 0)
+            return fail(err, errlen, -EINVAL, "--metadata key '%.*s' is given twice", (int)klen, v);
+    o->metadata[o->nmetadata++] = v;
+    return 0;
+}
+
+/* One option of `ephemeral run` (its table entry id, name and value) into o. */
+static int apply_option(struct eph_cli_run_opts *o, int id, const char *v, bool *budget_given,
+                        bool *max_cost_given, char *err, size_t errlen)
+{
+    long long n;
+    switch (id) {
+    case OPT_PROMPT:
+        if (!*v)
+            return fail(err, errlen, -EINVAL, "--prompt must not be empty");
+        o->prompt = v;
+        break;
+    case OPT_SHELL:
+    case OPT_NO_SHELL:
+        o->shell = id == OPT_SHELL;
+        break;
+    case OPT_WEB:
+    case OPT_NO_WEB:
+        o->web = id == OPT_WEB;
+        break;
+    case OPT_TIMEOUT:
+        if (!parse_integer(v, 1, EPH_CLI_TIMEOUT_MAX, &n))
+            return fail(err, errlen, -EINVAL,
+                        "--timeout must be a whole number of seconds from 1 to %d, not '%.40s'",
+                        EPH_CLI_TIMEOUT_MAX, v);
+        o->timeout_seconds = (long)n;
+        break;
+    case OPT_BUDGET:
+        *budget_given = true;
+        return parse_budget(o, v, err, errlen);
+    case OPT_MAX_COST:
+        if (!parse_integer(v, 1, INT64_MAX, &n))
+            return fail(err, errlen, -EINVAL,
+                        "--max-cost-micros must be a positive whole number, not '%.40s'", v);
+        o->max_cost_micros = n;
+        *max_cost_given = true;
+        break;
+    case OPT_MODEL:
+        if (!*v)
+            return fail(err, errlen, -EINVAL, "--model must not be empty");
+        o->model = v;
+        break;
+    case OPT_IMAGE:
+        if (!*v)
+            return fail(err, errlen, -EINVAL, "--image must not be empty");
+        o->image = v;
+        break;
+    case OPT_FILE:
+        if (!*v || *v == ':')
+            return fail(err, errlen, -EINVAL, "--file needs LOCAL[:PATH], not '%.200s'", v);
+        o->files[o->nfiles++] = v;
+        break;
+    case OPT_OUTPUT: {
+        /* The server's rule (docs/API.md, "Outputs"), so that a bad pattern is a usage error.
+         */
+        const char *why = eph_glob_pattern_error(v, strlen(v));
+        if (why)
+            return fail(err, errlen, -EINVAL, "--output '%.100s': %s", v, why);
+        o->outputs[o->noutputs++] = v;
+        break;
+    }
+    case OPT_DOWNLOAD:
+        if (!*v)
+            return fail(err, errlen, -EINVAL, "--download must not be empty");
+        o->download = v;
+        break;
+    case OPT_CONNECTION:
+        if (!*v)
+            return fail(err, errlen, -EINVAL, "--connection must not be empty");
+        o->connections[o->nconnections++] = v;
+        break;
+    case OPT_WEB_ALLOW:
+        if (!*v)
+            return fail(err, errlen, -EINVAL, "--web-allow needs a domain");
+        o->web_allow[o->nweb_allow++] = v;
+        break;
+    case OPT_ZDR:
+        o->zdr = true;
+        break;
+    case OPT_REPLAY_OF:
+        if (!eph_id_is_run(v))
+            return fail(err, errlen, -EINVAL,
+                        "--replay-of needs a run id (run_ and 32 lowercase hex digits), not "
+                        "'%.40s'",
+                        v);
+        o->replay_of = v;
+        break;
+    case OPT_IDEMPOTENCY_KEY:
+        if (!key_ok(v))
+            return fail(err, errlen, -EINVAL,
+                        "--idempotency-key must be 1 to %d printable ascii characters",
+                        EPH_CLI_IDEMPOTENCY_KEY_MAX);
+        o->idempotency_key = v;
+        break;
+    case OPT_DETACH:
+        o->detach = true;
+        break;
+    case OPT_JSON:
+        o->json = true;
+        break;
+    case OPT_METADATA:
+        return add_metadata(o, v, err, errlen);
+    }
+    return 0;
+}
+
 int eph_cli_run_parse(int argc, char **argv, struct eph_cli_run_opts *o, char *err, size_t errlen)
 {
     memset(o, 0, sizeof(*o));
@@ -158,129 +296,9 @@ int eph_cli_run_parse(int argc, char **argv, struct eph_cli_run_opts *o, char *e
         } else if (eq) {
             return fail(err, errlen, -EINVAL, "option '%s' takes no value", name);
         }
-        long long n;
-        switch (options[k].id) {
-        case OPT_PROMPT:
-            if (!*v)
-                return fail(err, errlen, -EINVAL, "--prompt must not be empty");
-            o->prompt = v;
-            break;
-        case OPT_SHELL:
-        case OPT_NO_SHELL:
-            o->shell = options[k].id == OPT_SHELL;
-            break;
-        case OPT_WEB:
-        case OPT_NO_WEB:
-            o->web = options[k].id == OPT_WEB;
-            break;
-        case OPT_TIMEOUT:
-            if (!parse_integer(v, 1, EPH_CLI_TIMEOUT_MAX, &n))
-                return fail(err, errlen, -EINVAL,
-                            "--timeout must be a whole number of seconds from 1 to %d, not '%.40s'",
-                            EPH_CLI_TIMEOUT_MAX, v);
-            o->timeout_seconds = (long)n;
-            break;
-        case OPT_BUDGET: {
-            int64_t micros;
-            const char *why;
-            if (eph_money_parse_dollars_why(v, &micros, &why) == 0 && micros <= 0)
-                why = "not more than zero";
-            if (why)
-                return fail(err, errlen, -EINVAL,
-                            "--budget must be a positive amount in dollars like 0.04: '%.40s' is "
-                            "%s",
-                            v, why);
-            o->max_cost_micros = micros;
-            budget_given = true;
-            break;
-        }
-        case OPT_MAX_COST:
-            if (!parse_integer(v, 1, INT64_MAX, &n))
-                return fail(err, errlen, -EINVAL,
-                            "--max-cost-micros must be a positive whole number, not '%.40s'", v);
-            o->max_cost_micros = n;
-            max_cost_given = true;
-            break;
-        case OPT_MODEL:
-            if (!*v)
-                return fail(err, errlen, -EINVAL, "--model must not be empty");
-            o->model = v;
-            break;
-        case OPT_IMAGE:
-            if (!*v)
-                return fail(err, errlen, -EINVAL, "--image must not be empty");
-            o->image = v;
-            break;
-        case OPT_FILE:
-            if (!*v || *v == ':')
-                return fail(err, errlen, -EINVAL, "--file needs LOCAL[:PATH], not '%.200s'", v);
-            o->files[o->nfiles++] = v;
-            break;
-        case OPT_OUTPUT: {
-            /* The server's rule (docs/API.md, "Outputs"), so that a bad pattern is a usage error.
-             */
-            const char *why = eph_glob_pattern_error(v, strlen(v));
-            if (why)
-                return fail(err, errlen, -EINVAL, "--output '%.100s': %s", v, why);
-            o->outputs[o->noutputs++] = v;
-            break;
-        }
-        case OPT_DOWNLOAD:
-            if (!*v)
-                return fail(err, errlen, -EINVAL, "--download must not be empty");
-            o->download = v;
-            break;
-        case OPT_CONNECTION:
-            if (!*v)
-                return fail(err, errlen, -EINVAL, "--connection must not be empty");
-            o->connections[o->nconnections++] = v;
-            break;
-        case OPT_WEB_ALLOW:
-            if (!*v)
-                return fail(err, errlen, -EINVAL, "--web-allow needs a domain");
-            o->web_allow[o->nweb_allow++] = v;
-            break;
-        case OPT_ZDR:
-            o->zdr = true;
-            break;
-        case OPT_REPLAY_OF:
-            if (!eph_id_is_run(v))
-                return fail(err, errlen, -EINVAL,
-                            "--replay-of needs a run id (run_ and 32 lowercase hex digits), not "
-                            "'%.40s'",
-                            v);
-            o->replay_of = v;
-            break;
-        case OPT_IDEMPOTENCY_KEY:
-            if (!key_ok(v))
-                return fail(err, errlen, -EINVAL,
-                            "--idempotency-key must be 1 to %d printable ascii characters",
-                            EPH_CLI_IDEMPOTENCY_KEY_MAX);
-            o->idempotency_key = v;
-            break;
-        case OPT_DETACH:
-            o->detach = true;
-            break;
-        case OPT_JSON:
-            o->json = true;
-            break;
-        case OPT_METADATA: {
-            /* The API's rule (docs/API.md): keys of 1 to 64 bytes, values of at most 512. */
-            const char *sep = strchr(v, '=');
-            size_t klen = sep ? (size_t)(sep - v) : 0;
-            if (!sep || klen == 0 || klen > 64 || strlen(sep + 1) > 512)
-                return fail(err, errlen, -EINVAL,
-                            "--metadata needs KEY=VALUE, a key of 1 to 64 bytes and a value of at "
-                            "most 512, not '%.100s'",
-                            v);
-            for (size_t m = 0; m < o->nmetadata; m++)
-                if (strncmp(o->metadata[m], v, klen + 1) == 0)
-                    return fail(err, errlen, -EINVAL, "--metadata key '%.*s' is given twice",
-                                (int)klen, v);
-            o->metadata[o->nmetadata++] = v;
-            break;
-        }
-        }
+        int rc = apply_option(o, options[k].id, v, &budget_given, &max_cost_given, err, errlen);
+        if (rc)
+            return rc;
     }
     if (budget_given && max_cost_given)
         return fail(err, errlen, -EINVAL, "give --budget or --max-cost-micros, not both");

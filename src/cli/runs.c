@@ -83,9 +83,9 @@ static void span(const char *a, const char *b, char *out, size_t outlen)
         eph_cli_format_duration(tb - ta, out, outlen);
 }
 
-static void print_run(const json_t *run, bool color)
+/* The run's header: its id (bold on a terminal) and status. */
+static void print_heading(const json_t *run, bool color)
 {
-    char buf[1024], a[64];
     const char *status = str(run, "status");
     const char *label = eph_cli_status_label(status);
     if (color)
@@ -96,7 +96,12 @@ static void print_run(const json_t *run, bool color)
     fputs(" · ", stdout);
     eph_cli_render_text(stdout, label ? label : status ? status : "?", false, 64);
     fputs("\n\n", stdout);
+}
 
+/* Model, times and the sandbox it ran in. */
+static void print_times(const json_t *run)
+{
+    char buf[1024], a[64];
     field("Model", str(run, "model"));
     field("Created", str(run, "created_at"));
     field("Started", str(run, "started_at"));
@@ -107,7 +112,6 @@ static void print_run(const json_t *run, bool color)
     else
         snprintf(buf, sizeof(buf), "%s", finished ? finished : "-");
     field("Finished", buf);
-
     json_t *sb = json_object_get(run, "sandbox");
     if (json_is_object(sb)) {
         snprintf(buf, sizeof(buf), "%s · %lld vCPU · %lld MiB",
@@ -115,72 +119,79 @@ static void print_run(const json_t *run, bool color)
                  (long long)num(sb, "memory_mib"));
         field("Sandbox", buf);
     }
+}
 
-    json_t *p = json_object_get(run, "permissions");
-    if (json_is_object(p)) {
-        field("Shell", on_off(p, "shell"));
-        json_t *allow = json_object_get(json_object_get(p, "web"), "allow");
-        if (json_is_array(allow)) {
-            char list[512];
-            names(allow, list, sizeof(list));
-            snprintf(buf, sizeof(buf), "on, only %s", list);
-            field("Web", buf);
-        } else {
-            field("Web", on_off(p, "web"));
-        }
-        names(json_object_get(p, "connections"), buf, sizeof(buf));
-        field("Connections", buf);
-        names(json_object_get(p, "files"), buf, sizeof(buf));
-        field("Files", buf);
-        snprintf(buf, sizeof(buf), "%s", on_off(p, "zero_data_retention"));
-        field("Zero data", buf);
-        snprintf(buf, sizeof(buf), "%lld s", (long long)num(p, "timeout_seconds"));
-        field("Time limit", buf);
-        money(a, sizeof(a), num(p, "max_cost_micros"));
-        snprintf(buf, sizeof(buf), "%s, hard limit", a);
-        field("Budget", buf);
+static void print_permissions(const json_t *p)
+{
+    char buf[1024], a[64];
+    field("Shell", on_off(p, "shell"));
+    json_t *allow = json_object_get(json_object_get(p, "web"), "allow");
+    if (json_is_array(allow)) {
+        char list[512];
+        names(allow, list, sizeof(list));
+        snprintf(buf, sizeof(buf), "on, only %s", list);
+        field("Web", buf);
+    } else {
+        field("Web", on_off(p, "web"));
     }
+    names(json_object_get(p, "connections"), buf, sizeof(buf));
+    field("Connections", buf);
+    names(json_object_get(p, "files"), buf, sizeof(buf));
+    field("Files", buf);
+    snprintf(buf, sizeof(buf), "%s", on_off(p, "zero_data_retention"));
+    field("Zero data", buf);
+    snprintf(buf, sizeof(buf), "%lld s", (long long)num(p, "timeout_seconds"));
+    field("Time limit", buf);
+    money(a, sizeof(a), num(p, "max_cost_micros"));
+    snprintf(buf, sizeof(buf), "%s, hard limit", a);
+    field("Budget", buf);
+}
 
-    json_t *u = json_object_get(run, "usage");
-    if (json_is_object(u)) {
-        char t1[32], t2[32], t3[32], tries[48] = "";
-        long long calls = num(u, "model_calls"), attempts = num(u, "model_attempts");
-        if (attempts > calls)
-            snprintf(tries, sizeof(tries), " (%lld attempts)", attempts);
-        snprintf(buf, sizeof(buf),
-                 "%lld model calls%s · %s tokens (%s in, %s out) · %lld shell commands · %lld "
-                 "web requests · %lld connection requests",
-                 calls, tries,
-                 eph_format_thousands(
-                     (uint64_t)(num(u, "total_tokens") < 0 ? 0 : num(u, "total_tokens")), t1),
-                 eph_format_thousands(
-                     (uint64_t)(num(u, "input_tokens") < 0 ? 0 : num(u, "input_tokens")), t2),
-                 eph_format_thousands(
-                     (uint64_t)(num(u, "output_tokens") < 0 ? 0 : num(u, "output_tokens")), t3),
-                 (long long)num(u, "shell_commands"), (long long)num(u, "web_requests"),
-                 (long long)num(u, "connection_requests"));
-        field("Usage", buf);
-    }
+static void print_usage(const json_t *u)
+{
+    char buf[1024], t1[32], t2[32], t3[32], tries[48] = "";
+    long long calls = num(u, "model_calls"), attempts = num(u, "model_attempts");
+    if (attempts > calls)
+        snprintf(tries, sizeof(tries), " (%lld attempts)", attempts);
+    snprintf(buf, sizeof(buf),
+             "%lld model calls%s · %s tokens (%s in, %s out) · %lld shell commands · %lld "
+             "web requests · %lld connection requests",
+             calls, tries,
+             eph_format_thousands(
+                 (uint64_t)(num(u, "total_tokens") < 0 ? 0 : num(u, "total_tokens")), t1),
+             eph_format_thousands(
+                 (uint64_t)(num(u, "input_tokens") < 0 ? 0 : num(u, "input_tokens")), t2),
+             eph_format_thousands(
+                 (uint64_t)(num(u, "output_tokens") < 0 ? 0 : num(u, "output_tokens")), t3),
+             (long long)num(u, "shell_commands"), (long long)num(u, "web_requests"),
+             (long long)num(u, "connection_requests"));
+    field("Usage", buf);
+}
 
-    json_t *cost = json_object_get(run, "cost");
-    if (json_is_object(cost)) {
-        int64_t charged = num(cost, "charged_micros"), reserved = num(cost, "reserved_micros");
-        char bar[400], b[64], c[64];
-        money(a, sizeof(a), charged);
-        money(b, sizeof(b), reserved);
-        /* The released amount as budget - charged, so the line adds up (common/money.h). */
-        int64_t released = num(cost, "released_micros");
-        char m[EPH_MONEY_FMT_MAX];
-        if (charged >= 0 && released >= 0 && charged <= reserved && charged + released == reserved)
-            snprintf(c, sizeof(c), "%s", eph_money_format_rest(reserved, charged, m));
-        else
-            money(c, sizeof(c), released);
-        eph_cli_render_cost_bar(charged, reserved, 20, bar, sizeof(bar));
-        printf("%-*s%s %s of %s charged · %s released\n", LABEL_W, "Cost", bar, a, b, c);
-        if (eph_cli_render_cost_line(run, buf, sizeof(buf)) == 0)
-            printf("%-*s%s\n", LABEL_W, "", buf);
-    }
+static void print_cost(const json_t *run, const json_t *cost)
+{
+    char buf[1024], a[64];
+    int64_t charged = num(cost, "charged_micros"), reserved = num(cost, "reserved_micros");
+    char bar[400], b[64], c[64];
+    money(a, sizeof(a), charged);
+    money(b, sizeof(b), reserved);
+    /* The released amount as budget - charged, so the line adds up (common/money.h). */
+    int64_t released = num(cost, "released_micros");
+    char m[EPH_MONEY_FMT_MAX];
+    if (charged >= 0 && released >= 0 && charged <= reserved && charged + released == reserved)
+        snprintf(c, sizeof(c), "%s", eph_money_format_rest(reserved, charged, m));
+    else
+        money(c, sizeof(c), released);
+    eph_cli_render_cost_bar(charged, reserved, 20, bar, sizeof(bar));
+    printf("%-*s%s %s of %s charged · %s released\n", LABEL_W, "Cost", bar, a, b, c);
+    if (eph_cli_render_cost_line(run, buf, sizeof(buf)) == 0)
+        printf("%-*s%s\n", LABEL_W, "", buf);
+}
 
+/* Retention, the error, the metadata and the result. */
+static void print_outcome(const json_t *run)
+{
+    char buf[1024];
     json_t *ret = json_object_get(run, "retention");
     if (json_is_object(ret) && num(ret, "log_kept_days") >= 0) {
         const char *exp = str(ret, "expires_at");
@@ -188,14 +199,12 @@ static void print_run(const json_t *run, bool color)
                  exp ? ", until " : "", exp ? exp : "");
         field("Retention", buf);
     }
-
     json_t *err = json_object_get(run, "error");
     if (json_is_object(err)) {
         snprintf(buf, sizeof(buf), "%s%s%s", str(err, "message") ? str(err, "message") : "",
                  str(err, "code") ? " · " : "", str(err, "code") ? str(err, "code") : "");
         field("Error", buf);
     }
-
     json_t *md = json_object_get(run, "metadata");
     if (json_is_object(md) && json_object_size(md)) {
         const char *k;
@@ -212,7 +221,6 @@ static void print_run(const json_t *run, bool color)
         }
         field("Metadata", buf);
     }
-
     const char *result = str(run, "result");
     if (result && *result) {
         fputs("\n", stdout);
@@ -220,6 +228,22 @@ static void print_run(const json_t *run, bool color)
         if (result[strlen(result) - 1] != '\n')
             fputc('\n', stdout);
     }
+}
+
+static void print_run(const json_t *run, bool color)
+{
+    print_heading(run, color);
+    print_times(run);
+    json_t *p = json_object_get(run, "permissions");
+    if (json_is_object(p))
+        print_permissions(p);
+    json_t *u = json_object_get(run, "usage");
+    if (json_is_object(u))
+        print_usage(u);
+    json_t *cost = json_object_get(run, "cost");
+    if (json_is_object(cost))
+        print_cost(run, cost);
+    print_outcome(run);
 }
 
 /* Parses "CMD [RUN_ID] [--json]" style arguments shared by get and balance. */

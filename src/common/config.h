@@ -111,6 +111,12 @@ struct eph_config {
         unsigned max_files; /* 100: files collected from a run's scratch directory (outputs) */
         uint64_t max_bytes; /* 50 MiB: their bytes in all */
     } outputs;
+    struct {
+        unsigned max_live_per_org;    /* 10: sandboxes an org has starting or ready at once */
+        unsigned max_timeout_seconds; /* 86400: the longest life a create may ask */
+        uint64_t max_upload_bytes;    /* 64 MiB: one PUT of a file */
+        uint64_t max_download_bytes;  /* 64 MiB: one GET of a file */
+    } sandboxes;
     char *default_model;
     struct eph_model_config *models;
     size_t nmodels;

@@ -75,14 +75,24 @@ int eph_ct_equal(const void *a, const void *b, size_t n)
     return sodium_memcmp(a, b, n) == 0;
 }
 
-int eph_id_is_run(const char *s)
+static int id_is(const char *s, const char *prefix)
 {
-    if (strncmp(s, "run_", 4) != 0 || strlen(s) != EPH_RUN_ID_LEN)
+    if (strncmp(s, prefix, 4) != 0 || strlen(s) != EPH_RUN_ID_LEN)
         return 0;
     for (const char *p = s + 4; *p; p++)
         if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f')))
             return 0;
     return 1;
+}
+
+int eph_id_is_run(const char *s)
+{
+    return id_is(s, "run_");
+}
+
+int eph_id_is_sandbox(const char *s)
+{
+    return id_is(s, "sbx_");
 }
 
 int eph_id_is_api_key(const char *s)

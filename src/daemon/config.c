@@ -65,6 +65,10 @@ int eph_config_defaults(struct eph_config *cfg)
     cfg->sandbox.live_output_bytes = 65536;
     cfg->outputs.max_files = 100;
     cfg->outputs.max_bytes = 50u << 20;
+    cfg->sandboxes.max_live_per_org = 10;
+    cfg->sandboxes.max_timeout_seconds = 86400;
+    cfg->sandboxes.max_upload_bytes = 64u << 20;
+    cfg->sandboxes.max_download_bytes = 64u << 20;
     cfg->sandbox.warm_pool = 0; /* opt-in: idle pooled sandboxes are live machines on the host */
     cfg->prices.compute_micros_per_second = 240;
     cfg->prices.web_micros_per_request = 100;
@@ -231,6 +235,14 @@ static const struct key image_keys[] = {
 static const struct key output_keys[] = {
     KU("max_files", outputs.max_files, 10000),
     KL("max_bytes", outputs.max_bytes, 1ull << 32),
+    {NULL, K_STR, 0, 0},
+};
+
+static const struct key sandboxes_keys[] = {
+    KU("max_live_per_org", sandboxes.max_live_per_org, 100000),
+    KU("max_timeout_seconds", sandboxes.max_timeout_seconds, 86400),
+    KL("max_upload_bytes", sandboxes.max_upload_bytes, 1ull << 30),
+    KL("max_download_bytes", sandboxes.max_download_bytes, 1ull << 30),
     {NULL, K_STR, 0, 0},
 };
 
@@ -503,8 +515,8 @@ static int load_root(struct eph_config *cfg, json_t *root, const char *path, cha
         snprintf(err, errlen, "config: %s: the top level must be an object", path);
         goto out;
     }
-    static const char *const nested[] = {"sandbox", "prices", "models",  "broker",
-                                         "http",    "images", "outputs", NULL};
+    static const char *const nested[] = {"sandbox", "prices",  "models",    "broker", "http",
+                                         "images",  "outputs", "sandboxes", NULL};
     if ((rc = load_object(cfg, top_keys, root, "", nested, err, errlen)))
         goto out;
     /* The sections that are plain keys. */
@@ -514,7 +526,7 @@ static int load_root(struct eph_config *cfg, json_t *root, const char *path, cha
     } sections[] = {
         {"sandbox", "sandbox.", sandbox_keys}, {"prices", "prices.", price_keys},
         {"http", "http.", http_keys},          {"images", "images.", image_keys},
-        {"outputs", "outputs.", output_keys},
+        {"outputs", "outputs.", output_keys},  {"sandboxes", "sandboxes.", sandboxes_keys},
     };
     for (size_t i = 0; i < sizeof(sections) / sizeof(sections[0]); i++) {
         json_t *o = json_object_get(root, sections[i].name);

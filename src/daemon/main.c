@@ -6,6 +6,7 @@
  * commands themselves answer a usage error with exit status 2.
  */
 #include <stdbool.h>
+#include <malloc.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -152,8 +153,16 @@ static int print_help(int argc, char **argv)
     return 0;
 }
 
+/* Every sandbox holds two guest-protocol buffers of a frame's size (1 MiB each, mostly never
+ * written). glibc raises its mmap threshold as large blocks are freed, after which such buffers
+ * come from the heap, where memory once written stays resident: a hundred idle sandboxes then cost
+ * the server twice the memory. A fixed threshold keeps large blocks mapped on their own, resident
+ * only where written and returned to the system when freed (docs/BENCH.md, "Sandboxes"). */
+#define MMAP_THRESHOLD_BYTES (128 * 1024)
+
 int main(int argc, char **argv)
 {
+    mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES);
     if (argc < 2) {
         usage_all(stderr);
         return 2;

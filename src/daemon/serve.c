@@ -30,6 +30,7 @@
 #include "daemon/options.h"
 #include "daemon/readiness.h"
 #include "image/service.h"
+#include "run/drive.h"
 #include "run/cluster.h"
 #include "run/egress.h"
 #include "run/live.h"
@@ -82,6 +83,15 @@ static void *reaper_main(void *arg)
         if (stop)
             return NULL;
     }
+}
+
+static void reaper_stop(struct reaper *rp)
+{
+    pthread_mutex_lock(&rp->lock);
+    rp->stop = true;
+    pthread_cond_broadcast(&rp->cond);
+    pthread_mutex_unlock(&rp->lock);
+    pthread_join(rp->thread, NULL);
 }
 
 /* The configured models, opened: one that cannot open fails its runs (readiness says so), the
@@ -269,13 +279,8 @@ out:
         eph_service_stop_workers(&svc, cfg.shutdown_grace_seconds);
     eph_sandbox_pool_stop(svc.pool); /* after the workers: its thread's end kills what it created */
     eph_api_stop(api);
-    if (reaper_started) {
-        pthread_mutex_lock(&reaper.lock);
-        reaper.stop = true;
-        pthread_cond_broadcast(&reaper.cond);
-        pthread_mutex_unlock(&reaper.lock);
-        pthread_join(reaper.thread, NULL);
-    }
+    if (reaper_started)
+        reaper_stop(&reaper);
     for (size_t i = 0; svc.models && i < cfg.nmodels; i++)
         if (svc.models[i])
             svc.models[i]->ops->free(svc.models[i]);
@@ -286,6 +291,7 @@ out:
     /* Nothing can reach these any more: the API, the workers and the store's listener are
      * stopped. */
     eph_scheduler_free(svc.sched);
+    eph_drives_free(svc.drives);
     eph_sandbox_pool_free(svc.pool);
     eph_live_registry_free(svc.live);
     eph_readiness_free(svc.readiness);

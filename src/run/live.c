@@ -344,6 +344,12 @@ bool eph_live_wait_closed(struct eph_live *l, uint64_t deadline_ns)
     return closed;
 }
 
+void eph_live_poke(struct eph_live *l)
+{
+    if (l)
+        notify(l->reg);
+}
+
 void eph_live_cancel(struct eph_live *l)
 {
     atomic_store(&l->cancel, true);

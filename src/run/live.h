@@ -67,6 +67,9 @@ bool eph_live_wait_closed(struct eph_live *l, uint64_t deadline_ns);
 
 /* Cancellation: sets the flag and interrupts the sandbox if one is attached. */
 void eph_live_cancel(struct eph_live *l);
+/* Tells the registry's observer that something of the run changed without an event (a sandbox's
+ * call is done, drive.h), so that requests waiting on it look again. */
+void eph_live_poke(struct eph_live *l);
 const atomic_bool *eph_live_cancel_flag(struct eph_live *l);
 bool eph_live_cancelled(struct eph_live *l);
 /* A run stored but never to be worked on (it could not be queued): the worker that takes it

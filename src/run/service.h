@@ -69,6 +69,7 @@ struct eph_service {
     struct eph_guard_own broker_own;    /* the server's own sockets, which no broker request may
                                            reach (eph_egress_learn_own, before the workers) */
     struct eph_images *images;          /* image builds (image/service.h); NULL: none here */
+    struct eph_drives *drives;          /* live sandboxes a caller drives (drive.h); NULL: none */
 };
 
 struct eph_model *eph_service_model(struct eph_service *svc, const char *id);
@@ -78,6 +79,8 @@ int eph_service_submit(struct eph_service *svc, const char *run_id);
 /* Hands a registered, stored run to the settler thread, for a run that ends at once (cancelled
  * or refused before it started). 0, or -ESHUTDOWN when no settler runs, -ENOMEM. */
 int eph_service_settle(struct eph_service *svc, const char *run_id);
+/* Starts the thread of a sandbox registered live and stored queued (workers.c, drive.h). */
+int eph_service_submit_sandbox(struct eph_service *svc, const char *sandbox_id);
 /* Wakes one idle worker to look for a run to claim (shared stores). */
 void eph_service_kick(struct eph_service *svc);
 

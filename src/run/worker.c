@@ -34,6 +34,7 @@
 #include "image/image.h"
 #include "ledger/budget.h"
 #include "ledger/settle.h"
+#include "run/drive.h"
 #include "run/egress.h"
 #include "run/event_wire.h"
 #include "run/live.h"
@@ -48,9 +49,28 @@
 /* 250 ms apart: two minutes of retries. */
 #define SETTLE_RETRIES 480
 
-static const char *run_event_type(enum eph_run_status st)
+/* A sandbox's closing event says how it ended in its own words (docs/SANDBOXES.md): stopped by
+ * its owner or the server, or ended by a limit. */
+static const char *sandbox_event_type(enum eph_run_status st)
 {
     switch (st) {
+    case EPH_RUN_COMPLETED:
+    case EPH_RUN_CANCELLED:
+        return "sandbox.stopped";
+    case EPH_RUN_TIMED_OUT:
+        return "sandbox.timed_out";
+    case EPH_RUN_BUDGET_EXHAUSTED:
+        return "sandbox.budget_exhausted";
+    default:
+        return "sandbox.failed";
+    }
+}
+
+static const char *run_event_type(const struct eph_run *r)
+{
+    if (r->kind == EPH_KIND_SANDBOX)
+        return sandbox_event_type(r->status);
+    switch (r->status) {
     case EPH_RUN_COMPLETED:
         return "run.completed";
     case EPH_RUN_TIMED_OUT:
@@ -70,14 +90,25 @@ static const char *run_event_type(enum eph_run_status st)
  * entry is not closed: the run is still running in the store, and a client waiting on it must not
  * be told it ended. The entry is handed back instead (eph_live_abandon): its timeline goes back to
  * what is stored, and the lease keeper, or the next start, settles the run as lost. */
-/* "3 model calls", or "1 model call (4 attempts)" when calls were retried. */
-static void calls_phrase(const struct eph_usage *u, char *buf, size_t len)
+/* "3 model calls, 1,200 tokens", or "1 model call (4 attempts), …" when calls were retried; a
+ * sandbox's "4 commands". */
+static void calls_phrase(const struct eph_run *r, char *buf, size_t len)
 {
+    const struct eph_usage *u = &r->usage;
+    if (r->kind == EPH_KIND_SANDBOX) {
+        snprintf(buf, len, "%llu %s", (unsigned long long)u->shell_commands,
+                 u->shell_commands == 1 ? "command" : "commands");
+        return;
+    }
+    char tok[32];
+    eph_format_thousands(u->input_tokens + u->output_tokens, tok);
     int n = snprintf(buf, len, "%llu %s", (unsigned long long)u->model_calls,
                      u->model_calls == 1 ? "model call" : "model calls");
     if (u->model_attempts > u->model_calls && n > 0 && (size_t)n < len)
-        snprintf(buf + n, len - (size_t)n, " (%llu attempts)",
-                 (unsigned long long)u->model_attempts);
+        n += snprintf(buf + n, len - (size_t)n, " (%llu attempts)",
+                      (unsigned long long)u->model_attempts);
+    if (n > 0 && (size_t)n < len)
+        snprintf(buf + n, len - (size_t)n, ", %s tokens", tok);
 }
 
 /* The closing events of a settlement into all (3 at most): the run's terminal event and
@@ -87,8 +118,7 @@ static size_t closing_events(struct eph_live *live, const struct eph_run *r,
                              uint64_t last_seq_if_not_live, struct eph_event all[3])
 {
     const struct eph_cost *c = &r->cost;
-    char tok[32], charged[EPH_MONEY_FMT_MAX], released[EPH_MONEY_FMT_MAX];
-    eph_format_thousands(r->usage.input_tokens + r->usage.output_tokens, tok);
+    char charged[EPH_MONEY_FMT_MAX], released[EPH_MONEY_FMT_MAX];
     eph_money_format(c->charged_micros, charged);
     /* Shown so that the two add up to the budget shown (money.h). */
     eph_money_format_rest(c->reserved_micros, c->charged_micros, released);
@@ -101,15 +131,15 @@ static size_t closing_events(struct eph_live *live, const struct eph_run *r,
     json_t *money = json_pack("{s:I, s:I, s:I}", "reserved_micros", (json_int_t)c->reserved_micros,
                               "charged_micros", (json_int_t)c->charged_micros, "released_micros",
                               (json_int_t)c->released_micros);
-    char calls[80];
-    calls_phrase(&r->usage, calls, sizeof(calls));
+    char calls[128];
+    calls_phrase(r, calls, sizeof(calls));
+    const char *source = r->kind == EPH_KIND_SANDBOX ? "sandbox" : "run";
     if (live) {
         if (r->error_message && r->status != EPH_RUN_COMPLETED && !r->zdr)
-            eph_live_prepare(live, &ev[0], "run", run_event_type(r->status), run_data,
-                             "%s, %s tokens · %s", calls, tok, r->error_message);
+            eph_live_prepare(live, &ev[0], source, run_event_type(r), run_data, "%s · %s", calls,
+                             r->error_message);
         else
-            eph_live_prepare(live, &ev[0], "run", run_event_type(r->status), run_data,
-                             "%s, %s tokens", calls, tok);
+            eph_live_prepare(live, &ev[0], source, run_event_type(r), run_data, "%s", calls);
         eph_live_prepare(live, &ev[1], "worker", "worker.destroyed", money,
                          "%s charged, %s released", charged, released);
     } else {
@@ -120,11 +150,11 @@ static size_t closing_events(struct eph_live *live, const struct eph_run *r,
             ev[i].at_ms = eph_clock_real_ms();
             ev[i].t_ms = ev[i].at_ms - r->created_at_ms;
         }
-        snprintf(ev[0].source, sizeof(ev[0].source), "run");
-        snprintf(ev[0].type, sizeof(ev[0].type), "%s", run_event_type(r->status));
+        snprintf(ev[0].source, sizeof(ev[0].source), "%s", source);
+        snprintf(ev[0].type, sizeof(ev[0].type), "%s", run_event_type(r));
         ev[0].data = run_data;
-        if (asprintf(&ev[0].message, "%s, %s tokens · %s", calls, tok,
-                     r->error_message ? r->error_message : "") < 0)
+        if (asprintf(&ev[0].message, "%s · %s", calls, r->error_message ? r->error_message : "") <
+            0)
             ev[0].message = NULL;
         snprintf(ev[1].source, sizeof(ev[1].source), "worker");
         snprintf(ev[1].type, sizeof(ev[1].type), "worker.destroyed");
@@ -259,19 +289,11 @@ static const char *error_type_for(enum eph_run_status st)
  * sentence, since its message can quote what the run was given or what the model said. */
 const char *eph_worker_zdr_message(const char *code, const char *msg)
 {
-    static const char *const fixed[] = {"cancelled",
-                                        "server_shutdown",
-                                        "timeout",
-                                        "budget_exhausted",
-                                        "internal_error",
-                                        "turn_limit",
-                                        "model_output_truncated",
-                                        "prompt_lost",
-                                        "model_unavailable",
-                                        "sandbox_error",
-                                        "broker_error",
-                                        "worker_lost",
-                                        "queue_unavailable"};
+    static const char *const fixed[] = {
+        "cancelled",      "server_shutdown",   "timeout",       "budget_exhausted",
+        "internal_error", "idle_timeout",      "turn_limit",    "model_output_truncated",
+        "prompt_lost",    "model_unavailable", "sandbox_error", "broker_error",
+        "worker_lost",    "queue_unavailable"};
     for (size_t i = 0; code && i < sizeof(fixed) / sizeof(fixed[0]); i++)
         if (strcmp(code, fixed[i]) == 0)
             return msg;
@@ -395,6 +417,11 @@ struct job {
     struct eph_replay_run *replay; /* a replay: the original's record (replay_run.h), or NULL */
 };
 
+static bool is_sandbox(const struct job *j)
+{
+    return j->r.kind == EPH_KIND_SANDBOX;
+}
+
 /* The sink of a run: an event is numbered under the run's emit lock and stored outside the
  * registry's lock (live.c), then published to every waiter. */
 static int sink_event(void *ctx, const char *source, const char *type, json_t *data,
@@ -508,8 +535,20 @@ static int step_load(struct job *j, const char *run_id)
     return 0;
 }
 
+/* The backend writes every command and its output to the host's disk (a debug setting): the
+ * promise of a zero-data-retention run could not be kept. */
+static int refuse_recording_backend(struct eph_run *r, struct eph_service *svc)
+{
+    if (!r->zdr || !eph_sandbox_records_commands(svc->sandbox_ops))
+        return 0;
+    fail_run(r, EPH_RUN_FAILED, "sandbox_error",
+             "zero data retention is refused while the sandbox backend records every command "
+             "(EPHEMERAL_RUNSC_DEBUG_DIR is set)");
+    return -EPERM;
+}
+
 /* Step 2: the prompt (a zero-data-retention run's waits on the live entry), and what must hold
- * before a sandbox is worth creating. */
+ * before a sandbox is worth creating. A sandbox has no prompt and no model. */
 static int step_prompt(struct job *j)
 {
     struct eph_run *r = &j->r;
@@ -526,7 +565,7 @@ static int step_prompt(struct job *j)
         fail_run(r, EPH_RUN_FAILED, code, message);
         return -ECANCELED;
     }
-    if (r->zdr && !r->prompt) {
+    if (r->zdr && !r->prompt && !is_sandbox(j)) {
         fail_run(r, EPH_RUN_FAILED, "prompt_lost",
                  "the prompt of this zero-data-retention run was not kept across a restart");
         return -ENOENT;
@@ -535,6 +574,8 @@ static int step_prompt(struct job *j)
         fail_cancelled(j->svc, r, "before the run started");
         return -ECANCELED;
     }
+    if (is_sandbox(j))
+        return refuse_recording_backend(r, j->svc);
     j->mcfg = eph_config_model(j->svc->cfg, r->model);
     j->model = eph_service_model(j->svc, r->model);
     if (r->replay_of) {
@@ -551,15 +592,7 @@ static int step_prompt(struct job *j)
         fail_run(r, EPH_RUN_FAILED, "model_unavailable", "the run's model is not configured");
         return -ENOENT;
     }
-    if (r->zdr && eph_sandbox_records_commands(j->svc->sandbox_ops)) {
-        /* The backend writes every command and its output to the host's disk (a debug setting):
-         * the promise of a zero-data-retention run could not be kept. */
-        fail_run(r, EPH_RUN_FAILED, "sandbox_error",
-                 "zero data retention is refused while the sandbox backend records every command "
-                 "(EPHEMERAL_RUNSC_DEBUG_DIR is set)");
-        return -EPERM;
-    }
-    return 0;
+    return refuse_recording_backend(r, j->svc);
 }
 
 /* Step 3: queued -> starting -> running; the sandbox (compute starts accruing). */
@@ -625,6 +658,9 @@ static int step_sandbox(struct job *j)
     r->vcpus = svc->sandbox_cfg.limits.vcpus;
     r->memory_mib = svc->sandbox_cfg.limits.memory_mib;
     r->status = EPH_RUN_RUNNING;
+    /* A sandbox's start is the instant it is ready for its caller's calls (its ready_at). */
+    if (r->kind == EPH_KIND_SANDBOX)
+        r->started_at_ms = eph_clock_real_ms();
     if ((rc = st->ops->run_update(st, r)))
         EPH_WARN("worker", "run %s: cannot record running: %s", r->id, eph_strerror(rc));
     eph_sink_emit(&j->sink, "sandbox", "sandbox.ready",
@@ -727,6 +763,64 @@ static int step_agent(struct job *j)
     return -ECANCELED;
 }
 
+/* Step 5 of a sandbox: the caller's calls, until it is deleted or a limit ends it (drive.h). */
+static int step_drive(struct job *j)
+{
+    struct eph_service *svc = j->svc;
+    struct eph_run *r = &j->r;
+    struct eph_drive *d = eph_drive_get(svc->drives, r->id);
+    if (!d) {
+        fail_run(r, EPH_RUN_FAILED, "sandbox_error", "the sandbox is not served by this process");
+        return -ENOENT;
+    }
+    j->usage.shell_commands = r->usage.shell_commands;
+    struct eph_drive_ctx ctx = {
+        .svc = svc,
+        .live = j->live,
+        .sink = &j->sink,
+        .cancel = j->cancel,
+        .sb = j->sb,
+        .budget = &j->budget,
+        .broker = eph_egress_broker(j->egress),
+        .deadline_ns = j->deadline_ns,
+        .idle_timeout_seconds = r->idle_timeout_seconds,
+        .zdr = r->zdr,
+        .shell_commands = &j->usage.shell_commands,
+        .sandbox_id = r->id,
+    };
+    enum eph_drive_end end = eph_drive_serve(d, &ctx);
+    eph_drive_put(d);
+    agent_usage_copy(r, &j->usage);
+    char msg[128];
+    switch (end) {
+    case EPH_DRIVE_CANCELLED:
+        if (atomic_load(&svc->shutting_down)) {
+            fail_cancelled(svc, r, "while the sandbox was live");
+            return -ECANCELED;
+        }
+        r->status = EPH_RUN_COMPLETED; /* deleted by its owner: stopped, no error */
+        return 0;
+    case EPH_DRIVE_TIMED_OUT:
+        snprintf(msg, sizeof(msg), "the sandbox reached its time limit of %u seconds",
+                 r->timeout_seconds);
+        fail_run(r, EPH_RUN_TIMED_OUT, "timeout", msg);
+        break;
+    case EPH_DRIVE_IDLE:
+        snprintf(msg, sizeof(msg), "the sandbox had no call for %u seconds (its idle timeout)",
+                 r->idle_timeout_seconds);
+        fail_run(r, EPH_RUN_TIMED_OUT, "idle_timeout", msg);
+        break;
+    case EPH_DRIVE_BUDGET:
+        fail_run(r, EPH_RUN_BUDGET_EXHAUSTED, "budget_exhausted",
+                 "the sandbox used its whole budget");
+        break;
+    case EPH_DRIVE_FAILED:
+        fail_run(r, EPH_RUN_FAILED, "sandbox_error", "the sandbox failed");
+        break;
+    }
+    return -ECANCELED;
+}
+
 /* Step 6a: the files the run asked for come back from the scratch directory (outputs.h), in
  * every state in which the sandbox is still there: a zero-data-retention run's only to the live
  * entry, everyone else's to the store. */
@@ -800,8 +894,12 @@ void eph_worker_run(struct eph_service *svc, const char *run_id)
 {
     struct job j = {.svc = svc};
     if (step_load(&j, run_id) == 0) {
-        if (!step_prompt(&j) && !step_sandbox(&j) && !step_files(&j))
-            step_agent(&j);
+        if (!step_prompt(&j) && !step_sandbox(&j) && !step_files(&j)) {
+            if (is_sandbox(&j))
+                step_drive(&j);
+            else
+                step_agent(&j);
+        }
         step_destroy(&j);
         step_settle(&j);
         eph_budget_destroy(&j.budget); /* the broker's threads are joined */
@@ -864,6 +962,10 @@ static int recover_lost(const struct eph_run *stored, void *ctx)
 static int requeue(const struct eph_run *r, void *ctx)
 {
     struct recovery *rec = ctx;
+    /* A sandbox's caller drives it through this process: one its previous process never started
+     * is ended like one it had started. */
+    if (r->kind == EPH_KIND_SANDBOX)
+        return recover_lost(r, ctx);
     uint64_t last = 0;
     rec->svc->store->ops->events_list(rec->svc->store, r->id, 0, 0, last_seq_cb, &last);
     if (eph_live_register(rec->svc->live, r->id, r->created_at_ms, last) == 0 &&

@@ -5,6 +5,7 @@
 #include <errno.h>
 
 #include "run/cluster.h"
+#include "run/drive.h"
 #include "run/fence.h"
 #include "run/lease.h"
 #include "run/live.h"
@@ -46,18 +47,34 @@ int eph_service_start_workers(struct eph_service *svc)
         .periodic = periodic,
         .cancel_all = cancel_all,
     };
-    int rc = eph_fence_start(svc);
+    int rc = eph_drives_new(&svc->drives);
     if (rc)
         return rc;
+    if ((rc = eph_fence_start(svc))) {
+        eph_drives_free(svc->drives);
+        svc->drives = NULL;
+        return rc;
+    }
     rc = eph_scheduler_start(&ops, svc->cfg->max_concurrent_runs, eph_lease_renew_seconds(svc->cfg),
                              &svc->sched);
-    if (rc)
+    if (rc) {
         eph_fence_stop(svc);
+        eph_drives_free(svc->drives);
+        svc->drives = NULL;
+    }
     return rc;
+}
+
+int eph_service_submit_sandbox(struct eph_service *svc, const char *sandbox_id)
+{
+    return eph_drive_spawn(svc->drives, svc, sandbox_id, eph_worker_run);
 }
 
 void eph_service_stop_workers(struct eph_service *svc, unsigned grace_seconds)
 {
+    /* A sandbox waits for its caller, not for work to finish: each ends now (server_shutdown),
+     * settled by its own thread. The registry stays (empty, refusing) until the service goes. */
+    eph_drives_stop(svc->drives, svc->live);
     eph_scheduler_stop(svc->sched, grace_seconds);
     /* Every worker is done: no sandbox is left to fence. */
     eph_fence_stop(svc);

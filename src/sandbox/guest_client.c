@@ -509,9 +509,10 @@ int eph_guest_client_exec(struct eph_guest_client *c, const struct eph_exec_requ
         return -EINVAL;
     uint32_t tail = req->head_tail ? EPH_PROTO_CAP_HEAD_TAIL : 0;
     uint32_t id = c->next_id++;
-    int len = eph_proto_exec_encode(c->tx, EPH_PROTO_HEADER_SIZE + EPH_PROTO_MAX_PAYLOAD, id,
-                                    timeout, req->stdout_cap | tail, req->stderr_cap | tail,
-                                    req->command, "", req->env, req->on_live ? req->live_cap : 0);
+    int len =
+        eph_proto_exec_encode(c->tx, EPH_PROTO_HEADER_SIZE + EPH_PROTO_MAX_PAYLOAD, id, timeout,
+                              req->stdout_cap | tail, req->stderr_cap | tail, req->command,
+                              req->cwd ? req->cwd : "", req->env, req->on_live ? req->live_cap : 0);
     if (len < 0)
         return len; /* the request is too large or malformed: the stream is still in step */
     uint64_t deadline = eph_clock_mono_ns() + ((uint64_t)timeout + EXEC_GRACE_MS) * 1000000u;

@@ -47,6 +47,7 @@ struct eph_exec_request {
      * tail arrives (and on_output sees it) when the command has ended. */
     bool head_tail;
     const char *const *env; /* extra "K=V" entries, NULL-terminated; may be NULL */
+    const char *cwd;        /* where it starts (inside the sandbox); NULL: the scratch directory */
     /* Optional: called from the exec thread with each piece of kept output as it arrives
      * (stream 1 = stdout, 2 = stderr); the pieces add up to exactly the result's buffers. */
     void (*on_output)(void *arg, int stream, const void *data, size_t len);

@@ -159,6 +159,14 @@ static const char v7[] = "CREATE TABLE images ("
 static const char v9[] = "ALTER TABLE runs ADD COLUMN model_attempts BIGINT NOT NULL DEFAULT 0;"
                          "UPDATE runs SET model_attempts = model_calls;";
 
+/* SQLite version 12: sandboxes a caller drives are rows of runs of their own kind
+ * (docs/SANDBOXES.md), with an idle timeout. */
+static const char v10[] = "ALTER TABLE runs ADD COLUMN kind TEXT NOT NULL DEFAULT 'run' "
+                          "  CHECK (kind IN ('run', 'sandbox'));"
+                          "ALTER TABLE runs ADD COLUMN idle_timeout_seconds BIGINT NOT NULL "
+                          "  DEFAULT 0;"
+                          "CREATE INDEX runs_org_kind ON runs(org_id, kind, created_at);";
+
 const struct eph_migration eph_postgres_migrations[] = {
     {1, "initial schema (SQLite version 3)", v1},
     {2, "web allow-lists, query-parameter credentials (SQLite version 4)", v2},
@@ -168,6 +176,7 @@ const struct eph_migration eph_postgres_migrations[] = {
     {6, "run outputs (SQLite version 8)", v6},
     {7, "images (SQLite version 9)", v7},
     {9, "model attempts apart from calls (SQLite version 11)", v9},
+    {10, "sandboxes (SQLite version 12)", v10},
 };
 const unsigned eph_postgres_migrations_count =
     sizeof(eph_postgres_migrations) / sizeof(eph_postgres_migrations[0]);

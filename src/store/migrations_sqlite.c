@@ -176,6 +176,14 @@ static const char v9[] = "CREATE TABLE images ("
 static const char v11[] = "ALTER TABLE runs ADD COLUMN model_attempts INTEGER NOT NULL DEFAULT 0;"
                           "UPDATE runs SET model_attempts = model_calls;";
 
+/* Sandboxes a caller drives (docs/SANDBOXES.md): rows of runs of their own kind, with the same
+ * money, lease and timeline, and an idle timeout. */
+static const char v12[] = "ALTER TABLE runs ADD COLUMN kind TEXT NOT NULL DEFAULT 'run' "
+                          "  CHECK (kind IN ('run', 'sandbox'));"
+                          "ALTER TABLE runs ADD COLUMN idle_timeout_seconds INTEGER NOT NULL "
+                          "  DEFAULT 0;"
+                          "CREATE INDEX runs_org_kind ON runs(org_id, kind, created_at);";
+
 const struct eph_migration eph_sqlite_migrations[] = {
     {1, "initial schema", v1},
     {2, "key prefixes, connections", v2},
@@ -187,6 +195,7 @@ const struct eph_migration eph_sqlite_migrations[] = {
     {8, "run outputs", v8},
     {9, "images", v9},
     {11, "model attempts apart from calls", v11},
+    {12, "sandboxes", v12},
 };
 const unsigned eph_sqlite_migrations_count =
     sizeof(eph_sqlite_migrations) / sizeof(eph_sqlite_migrations[0]);

@@ -43,10 +43,11 @@ int pg_runs_count_by_status(struct eph_store *base, eph_status_count_cb cb, void
 {
     struct pg_store *s = P(base);
     PGresult *r = NULL;
-    int rc = WITH_CONN(s, pg_select_once(s, c,
-                                         "SELECT status, COUNT(*) FROM runs GROUP BY status "
-                                         "ORDER BY status",
-                                         NULL, &r, "count by status"));
+    int rc = WITH_CONN(
+        s, pg_select_once(s, c,
+                          "SELECT status, COUNT(*) FROM runs WHERE kind = 'run' GROUP BY status "
+                          "ORDER BY status",
+                          NULL, &r, "count by status"));
     for (int i = 0; !rc && i < PQntuples(r); i++)
         rc = cb(pg_val(r, i, 0), (uint64_t)pg_col_i64(r, i, 1), ctx);
     PQclear(r);
@@ -126,13 +127,16 @@ static int run_insert_once(struct pg_store *s, struct pg_conn *c, const struct e
     p_text(&p, r->image[0] ? r->image : "default");
     p_text(&p, r->image_digest[0] ? r->image_digest : NULL);
     p_json(&p, r->outputs, NULL);
+    p_text(&p, eph_run_kind_name(r->kind));
+    p_i64(&p, r->idle_timeout_seconds);
     rc =
         pg_exec(s, c,
                 "INSERT INTO runs (id, org_id, status, model, prompt, files, connections, "
                 "metadata, shell, web, zdr, timeout_seconds, created_at, reserved_micros, node_id, "
-                "lease_expires_at, web_allow, replay_of, image, image_digest, outputs) "
+                "lease_expires_at, web_allow, replay_of, image, image_digest, outputs, kind, "
+                "idle_timeout_seconds) "
                 "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, "
-                "$17, $18, $19, $20, $21)",
+                "$17, $18, $19, $20, $21, $22, $23)",
                 &p, NULL, NULL, "run insert");
     p_free(&p);
     if (rc)
@@ -216,8 +220,8 @@ static int each_run(PGresult *res, unsigned limit, eph_run_cb cb, void *ctx, boo
 }
 
 int pg_run_list(struct eph_store *base, const char *org_id, unsigned limit, const char *after,
-                const char *status, const json_t *metadata, eph_run_cb cb, void *ctx,
-                bool *has_more)
+                const char *status, const json_t *metadata, enum eph_run_kind kind, eph_run_cb cb,
+                void *ctx, bool *has_more)
 {
     struct pg_store *s = P(base);
     struct params p = {0};
@@ -229,11 +233,12 @@ int pg_run_list(struct eph_store *base, const char *org_id, unsigned limit, cons
         p_json(&p, metadata, "{}");
     else
         p_text(&p, NULL);
+    p_text(&p, eph_run_kind_name(kind));
     PGresult *r = NULL;
     int rc = WITH_CONN(
         s,
         pg_select_once(s, c,
-                       "SELECT " EPH_RUN_COLUMNS " FROM runs WHERE org_id = $1"
+                       "SELECT " EPH_RUN_COLUMNS " FROM runs WHERE org_id = $1 AND kind = $6"
                        " AND ($2::text IS NULL OR status = $2::text)"
                        " AND ($3::text IS NULL OR (created_at, seq) < "
                        "  (SELECT created_at, seq FROM runs WHERE id = $3::text AND org_id = $1))"
@@ -590,7 +595,8 @@ static int claim_next_once(struct pg_store *s, struct pg_conn *c, const struct e
     int rc = pg_exec(s, c,
                      "WITH pick AS (SELECT h.id FROM orgs o CROSS JOIN LATERAL "
                      "(SELECT COUNT(*) AS n FROM runs a WHERE a.org_id = o.id AND "
-                     "a.node_id IS NOT NULL AND a.status IN ('queued', 'starting', 'running')) c "
+                     "a.node_id IS NOT NULL AND a.kind = 'run' AND "
+                     "a.status IN ('queued', 'starting', 'running')) c "
                      "CROSS JOIN LATERAL (SELECT id, created_at, seq FROM runs WHERE org_id = o.id "
                      "AND status = 'queued' AND ((node_id IS NULL AND zdr = 0) OR "
                      "((node_id IS NULL OR node_id = $1) AND id = ANY($4::text[]))) "

@@ -162,8 +162,8 @@ int pg_run_insert_capped(struct eph_store *base, const struct eph_run *r,
 int pg_run_insert(struct eph_store *base, const struct eph_run *r, const struct eph_event *first);
 int pg_run_get(struct eph_store *base, const char *id, const char *org_id, struct eph_run *out);
 int pg_run_list(struct eph_store *base, const char *org_id, unsigned limit, const char *after,
-                const char *status, const json_t *metadata, eph_run_cb cb, void *ctx,
-                bool *has_more);
+                const char *status, const json_t *metadata, enum eph_run_kind kind, eph_run_cb cb,
+                void *ctx, bool *has_more);
 int pg_runs_in_state(struct eph_store *base, enum eph_run_status state, eph_run_cb cb, void *ctx);
 int pg_run_update(struct eph_store *base, const struct eph_run *r);
 int pg_run_progress(struct eph_store *base, const struct eph_run *r);

@@ -40,6 +40,11 @@ void eph_run_release(struct eph_run *r)
     memset(r, 0, sizeof(*r));
 }
 
+const char *eph_run_kind_name(enum eph_run_kind k)
+{
+    return k == EPH_KIND_SANDBOX ? "sandbox" : "run";
+}
+
 const char *eph_run_status_name(enum eph_run_status s)
 {
     if ((unsigned)s >= sizeof(status_names) / sizeof(status_names[0]))

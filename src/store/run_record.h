@@ -28,6 +28,13 @@ enum eph_run_status {
     EPH_RUN_CANCELLED,
 };
 
+/* What a row is: a run of Ephemeral's agent, or a sandbox a caller drives (docs/SANDBOXES.md):
+ * the same record, money, lease and timeline, without the agent. */
+enum eph_run_kind {
+    EPH_KIND_RUN = 0,
+    EPH_KIND_SANDBOX,
+};
+
 struct eph_usage {
     uint64_t model_calls;    /* a retried call counts once */
     uint64_t model_attempts; /* requests sent, retries included */
@@ -75,12 +82,16 @@ struct eph_run {
     char *replay_of;             /* the run this one replays (docs/AGENT.md), or NULL */
     json_t *outputs;             /* output patterns (array of strings), or NULL: none */
     uint64_t divergences;        /* a replay: tool results that differ from the original's */
+    enum eph_run_kind kind;
+    unsigned idle_timeout_seconds; /* a sandbox: ended after this long without a call; 0: none */
 };
 
 void eph_run_init(struct eph_run *r);
 void eph_run_release(struct eph_run *r);
 
 const char *eph_run_status_name(enum eph_run_status s);
+/* "run" or "sandbox", as the kind column keeps it. */
+const char *eph_run_kind_name(enum eph_run_kind k);
 int eph_run_status_parse(const char *s, enum eph_run_status *out);
 bool eph_run_status_terminal(enum eph_run_status s);
 /* Whether the state machine allows from -> to. */

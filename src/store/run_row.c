@@ -55,6 +55,8 @@ enum eph_run_column {
     C_IMAGE,
     C_IMAGE_DIGEST,
     C_OUTPUTS,
+    C_KIND,
+    C_IDLE_TIMEOUT_SECONDS,
     C_COUNT
 };
 
@@ -132,4 +134,7 @@ void eph_run_from_row(const struct eph_row *row, struct eph_run *r)
     snprintf(r->image, sizeof(r->image), "%s", image ? image : "default");
     text_copy(row, C_IMAGE_DIGEST, r->image_digest, sizeof(r->image_digest));
     r->outputs = text_json(row, C_OUTPUTS);
+    const char *kind = row->text(row, C_KIND);
+    r->kind = kind && !strcmp(kind, "sandbox") ? EPH_KIND_SANDBOX : EPH_KIND_RUN;
+    r->idle_timeout_seconds = (unsigned)n(row, C_IDLE_TIMEOUT_SECONDS);
 }

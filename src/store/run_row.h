@@ -19,7 +19,7 @@
     "connection_requests, reserved_micros, model_micros, web_micros, compute_micros, "             \
     "charged_micros, released_micros, sandbox_backend, vcpus, memory_mib, log_expires_at, "        \
     "log_purged, node_id, lease_expires_at, web_allow, replay_of, divergences, model_attempts, "   \
-    "image, image_digest, outputs"
+    "image, image_digest, outputs, kind, idle_timeout_seconds"
 
 /* One row of a store's result, read a column at a time. */
 struct eph_row {

@@ -51,8 +51,9 @@ int sq_runs_count_by_status(struct eph_store *base, eph_status_count_cb cb, void
     size_t n = 0;
     pthread_mutex_lock(&s->lock);
     sqlite3_stmt *st;
-    int rc =
-        sq_prepare(s, "SELECT status, COUNT(*) FROM runs GROUP BY status ORDER BY status", &st);
+    int rc = sq_prepare(
+        s, "SELECT status, COUNT(*) FROM runs WHERE kind = 'run' GROUP BY status ORDER BY status",
+        &st);
     if (!rc) {
         int r;
         while ((r = sqlite3_step(st)) == SQLITE_ROW && n < sizeof(rows) / sizeof(rows[0])) {
@@ -128,8 +129,9 @@ int sq_run_insert_capped(struct eph_store *base, const struct eph_run *r,
         sq_prepare(s,
                    "INSERT INTO runs (id, org_id, status, model, prompt, files, connections, "
                    "metadata, shell, web, zdr, timeout_seconds, created_at, reserved_micros, "
-                   "node_id, lease_expires_at, web_allow, replay_of, image, image_digest, outputs) "
-                   "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                   "node_id, lease_expires_at, web_allow, replay_of, image, image_digest, outputs, "
+                   "kind, idle_timeout_seconds) "
+                   "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                    &st);
     if (rc)
         goto fail;
@@ -160,6 +162,8 @@ int sq_run_insert_capped(struct eph_store *base, const struct eph_run *r,
     sqlite3_bind_text(st, 19, r->image[0] ? r->image : "default", -1, SQLITE_TRANSIENT);
     sq_bind_text(st, 20, r->image_digest[0] ? r->image_digest : NULL);
     sq_bind_json(st, 21, r->outputs);
+    sqlite3_bind_text(st, 22, eph_run_kind_name(r->kind), -1, SQLITE_STATIC);
+    sqlite3_bind_int(st, 23, (int)r->idle_timeout_seconds);
     if ((rc = sq_step_done(s, st, "run insert")))
         goto fail;
     if ((rc = sq_insert_ledger(s, r->org_id, r->id, "reserve", r->cost.reserved_micros,
@@ -267,14 +271,14 @@ static int each_run(struct sq_conn *s, sqlite3_stmt *st, unsigned limit, eph_run
 }
 
 int sq_run_list(struct eph_store *base, const char *org_id, unsigned limit, const char *after,
-                const char *status, const json_t *metadata, eph_run_cb cb, void *ctx,
-                bool *has_more)
+                const char *status, const json_t *metadata, enum eph_run_kind kind, eph_run_cb cb,
+                void *ctx, bool *has_more)
 {
     struct sq_conn *s = READER(base);
     pthread_mutex_lock(&s->lock);
     sqlite3_stmt *st;
     int rc = sq_prepare(s,
-                        "SELECT " EPH_RUN_COLUMNS " FROM runs WHERE org_id = ?1"
+                        "SELECT " EPH_RUN_COLUMNS " FROM runs WHERE org_id = ?1 AND kind = ?6"
                         " AND (?2 IS NULL OR status = ?2)"
                         " AND (?3 IS NULL OR (created_at, rowid) < "
                         "  (SELECT created_at, rowid FROM runs WHERE id = ?3 AND org_id = ?1))"
@@ -291,6 +295,7 @@ int sq_run_list(struct eph_store *base, const char *org_id, unsigned limit, cons
         sqlite3_bind_int(st, 4, (int)limit + 1);
         if (metadata)
             sq_bind_json(st, 5, metadata);
+        sqlite3_bind_text(st, 6, eph_run_kind_name(kind), -1, SQLITE_STATIC);
         rc = each_run(s, st, limit, cb, ctx, has_more);
     }
     pthread_mutex_unlock(&s->lock);
@@ -498,6 +503,7 @@ int sq_run_claim_next(struct eph_store *base, const struct eph_claim_next *q, ch
         "UPDATE runs SET node_id = ?1, lease_expires_at = ?2 WHERE rowid = ("
         "SELECT r.rowid FROM (SELECT "
         "(SELECT COUNT(*) FROM runs a WHERE a.org_id = o.id AND a.node_id IS NOT NULL AND "
+        "a.kind = 'run' AND "
         "a.status IN ('queued', 'starting', 'running')) AS n, "
         "(SELECT h.rowid FROM runs h WHERE h.org_id = o.id AND h.status = 'queued' AND "
         "(h.node_id IS NULL OR (h.node_id = ?1 AND h.id IN (SELECT value FROM json_each(?4)))) "

@@ -99,8 +99,8 @@ int sq_run_insert_capped(struct eph_store *base, const struct eph_run *r,
 int sq_run_insert(struct eph_store *base, const struct eph_run *r, const struct eph_event *first);
 int sq_run_get(struct eph_store *base, const char *id, const char *org_id, struct eph_run *out);
 int sq_run_list(struct eph_store *base, const char *org_id, unsigned limit, const char *after,
-                const char *status, const json_t *metadata, eph_run_cb cb, void *ctx,
-                bool *has_more);
+                const char *status, const json_t *metadata, enum eph_run_kind kind, eph_run_cb cb,
+                void *ctx, bool *has_more);
 int sq_runs_in_state(struct eph_store *base, enum eph_run_status state, eph_run_cb cb, void *ctx);
 int sq_run_update(struct eph_store *base, const struct eph_run *r);
 int sq_run_progress(struct eph_store *base, const struct eph_run *r);

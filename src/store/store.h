@@ -203,11 +203,12 @@ struct eph_store_ops {
     int (*runs_count_by_status)(struct eph_store *s, eph_status_count_cb cb, void *ctx);
     /* org_id NULL: any org (internal use). -ENOENT for a run of another org. */
     int (*run_get)(struct eph_store *s, const char *id, const char *org_id, struct eph_run *out);
-    /* Newest first; after = cursor run id or NULL; status NULL = any; metadata NULL = any, else
-     * an object of strings every pair of which the run's metadata must hold. */
+    /* Newest first, of one kind (runs or sandboxes); after = cursor run id or NULL; status NULL =
+     * any; metadata NULL = any, else an object of strings every pair of which the run's metadata
+     * must hold. */
     int (*run_list)(struct eph_store *s, const char *org_id, unsigned limit, const char *after,
-                    const char *status, const json_t *metadata, eph_run_cb cb, void *ctx,
-                    bool *has_more);
+                    const char *status, const json_t *metadata, enum eph_run_kind kind,
+                    eph_run_cb cb, void *ctx, bool *has_more);
     /* Non-terminal state changes (starting, running) with their fields. */
     int (*run_update)(struct eph_store *s, const struct eph_run *r);
     /* Progress of the money measured so far (so that a crash settles what was measured). */
