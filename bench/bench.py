@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """bench.py - Ephemeral side by side with bubblewrap and gVisor (runsc). Run by bench/run.sh.
 
-    bench/bench.py BUILD [--quick] [--only start,backends,exec,api,history,pg,queue,density,broker,model]
+    bench/bench.py BUILD [--quick] [--only start,backends,exec,api,history,pg,queue,density,broker,model,
+                                            sandboxes,images,outputs,live]
 
-Six measurements, each interleaved with its peers after a warm-up, every loop bounded in count
-and in time; the table goes to stdout and to bench/results/YYYY-MM-DD-HHMM.md. docs/BENCH.md says
+The measurements (among them image builds against mmdebstrap, outputs collection against tar,
+live output against a command's own end event), each beside its peers after a warm-up,
+every loop bounded in count and in time; the table goes to stdout and to bench/results/YYYY-MM-DD-HHMM.md. docs/BENCH.md says
 what each row measures and how to read it. Standard library only. Nothing here asserts a duration:
 a slow machine gets slow numbers, never a failure.
 
@@ -51,6 +53,11 @@ BACKEND_CAP_S = 60.0   # each of the four loops of the gvisor and microvm rows (
 BROKER_REQUESTS = 300  # sequential requests on fresh connections, per path (direct, tinyproxy, broker)
 BROKER_MIB = 256       # one CONNECT download, per path
 MODEL_CALLS = 300      # model calls per variant (connection reused, new connection), per protocol
+OUT_FILES = 100        # outputs collection: files, bytes in all (issue 25's figures), rounds
+OUT_BYTES = 50 << 20
+OUT_ROUNDS = 10
+LIVE_RUNS = 2          # runs of bench/fixtures/live (13 lines, 0.4 s apart, each)
+IMAGE_CAP_S = 300.0    # one image build (ours, or mmdebstrap's, section 8a): a fresh Debian root takes minutes
 
 TMP = tempfile.mkdtemp(prefix="ephemeral-bench.")
 _started = []  # (pid, starttime) of every process we spawned and may still need to kill
@@ -1614,8 +1621,6 @@ def bench_model(ctx, rep):
     return res
 
 
-# ---- main --------------------------------------------------------------------------------------
-
 # ---- 5. sandboxes a caller drives -----------------------------------------------------------
 
 SBX_CREATES = 20      # create-to-ready samples
@@ -1715,6 +1720,197 @@ def bench_sandboxes(ctx, rep):
 
 
 
+# ---- 8. issue 25: image builds, outputs collection, live output -------------------------------
+
+def bench_images(ctx, rep):
+    """`ephemerald image create` of a one-package recipe into an empty cache, the same recipe
+    again (answered from the cache), and plain mmdebstrap of the same package list and suite."""
+    if not shutil.which("mmdebstrap"):
+        rep.add("### 8a. Image builds: skipped (mmdebstrap is not installed)")
+        rep.add()
+        return None
+    cache = os.path.join(TMP, "image-cache")
+    env = dict(os.environ, EPHEMERAL_CACHE_DIR=cache)
+    db = os.path.join(TMP, "images.db")
+
+    def create(name):
+        argv = [ctx["ephd"], "image", "create", name, "--packages", "jq", "--db", db]
+        wall, cpu, code, out = run_timed(argv, capture=True, timeout=IMAGE_CAP_S, env=env)
+        return wall, cpu, code, out.decode(errors="replace")
+
+    log("images: building a recipe (jq) into an empty cache; about a minute or two")
+    wall1, cpu1, code1, out1 = create("bench-jq")
+    if code1 != 0:
+        raise RuntimeError(f"image create exited {code1}: {out1[-300:]}")
+    # The build's log (beside the image in the cache) says which packages and which suite it gave
+    # mmdebstrap: the peer gets the same.
+    m, d = None, re.search(r"sha256:([0-9a-f]{64})", out1)
+    if d:
+        try:
+            with open(os.path.join(cache, "images", d.group(1)[:16], "build.log"),
+                      errors="replace") as f:
+                m = re.search(r"image: mmdebstrap (\S+) \(Debian (\S+)\)", f.read())
+        except OSError:
+            pass
+    wall2, cpu2, code2, _ = create("bench-jq-again")
+    rows = [["`ephemerald image create` (empty cache)", fmt(wall1), fmt(cpu1), "",
+             "mmdebstrap, Ephemeral's init, worker, CA bundle, the microVM disk"],
+            ["`ephemerald image create`, same recipe", fmt(wall2) if code2 == 0 else "failed",
+             fmt(cpu2), "", "answered from the cache (goal: under a second)"]]
+    res = {"build_s": wall1, "cached_s": wall2 if code2 == 0 else None}
+    if m:
+        include, suite = m.group(1), m.group(2)
+        root = os.path.join(TMP, "mmdebstrap-root")
+        log(f"images: plain mmdebstrap --include={include} {suite}")
+        wall3, cpu3, code3, _ = run_timed(
+            ["mmdebstrap", "--variant=minbase", "--mode=root", "--format=directory",
+             f"--include={include}", suite, root], timeout=IMAGE_CAP_S)
+        shutil.rmtree(root, ignore_errors=True)
+        res["mmdebstrap_s"] = wall3 if code3 == 0 else None
+        rows.append([f"**plain `mmdebstrap --variant=minbase --include={include}`**",
+                     fmt(wall3) if code3 == 0 else f"failed ({code3})", fmt(cpu3),
+                     ratio(wall1, wall3) if code3 == 0 else "n/a", "the same packages and suite"])
+    else:
+        rows.append(["plain `mmdebstrap`", "n/a", "n/a", "n/a",
+                     "the build's log did not name its package list"])
+    rep.add("### 8a. Image builds")
+    rep.add()
+    rep.add("One build each, seconds of wall time and CPU (the command and its reaped children). "
+            "The recipe is `--packages jq` built into an empty cache (`EPHEMERAL_CACHE_DIR` in the "
+            "benchmark's directory); the peer is mmdebstrap alone with the package list and suite "
+            "the build wrote in its log, into a directory. Ratio = Ephemeral's build ÷ this row "
+            "(goal: at most 1.10×).")
+    rep.add()
+    rep.table(["build", "wall s", "CPU s", "ratio", "note"], rows)
+    return res
+
+
+def bench_outputs(ctx, rep):
+    """bench_exec outputs: a run's outputs collection (list_files, read_file per file) against
+    `tar -cf - out` of the same files kept whole, both over one sandbox's guest channel."""
+    if not ctx["bench_exec"]:
+        rep.add("### 8b. Outputs collection: skipped (bench_exec is missing)")
+        rep.add()
+        return None
+    rounds = ctx["n"](OUT_ROUNDS)
+    log(f"outputs: {OUT_FILES} files, {OUT_BYTES >> 20} MiB, {rounds} rounds of each")
+    _, _, code, out = run_timed(ctx["bench_exec"] + ["outputs", str(OUT_FILES), str(OUT_BYTES),
+                                                     str(rounds)],
+                                capture=True, timeout=PHASE_CAP_S)
+    if code != 0:
+        raise RuntimeError(f"bench_exec outputs exited {code}")
+    j = json.loads(out.decode().strip().splitlines()[-1])
+    mib = j["bytes"] / (1 << 20)
+    col = summary([v / 1e6 for v in j["collect_ns"]])
+    tar = summary([v / 1e6 for v in j["tar_ns"]])
+    rows = [["**outputs collection** (`list_files` + `read_file` each)", fmt(col["median"]),
+             fmt(col["p90"]), fmt(mib * 1000 / col["median"]) if col["median"] else "n/a",
+             ratio(col["median"], tar["median"])],
+            ["`tar -cf - out` as one exec, stdout kept", fmt(tar["median"]), fmt(tar["p90"]),
+             fmt(mib * 1000 / tar["median"]) if tar["median"] else "n/a", "1.00×"]]
+    rep.add("### 8b. Outputs collection")
+    rep.add()
+    rep.add(f"{j['files']} files, {mib:.0f} MiB of random bytes in one namespaces sandbox's scratch "
+            f"directory; {col['n']} rounds of each, alternately, after one of each as a warm-up "
+            "(ms). Ratio = collection ÷ tar on the medians (time: above 1.00× collection is "
+            "slower; speed is its inverse).")
+    rep.add()
+    rep.table(["path", "median ms", "p90", "MiB/s", "ratio"], rows)
+    return {"collect_ms": col["median"], "tar_ms": tar["median"], "mib": mib}
+
+
+def sse_events(srv, run_id, deadline):
+    """(arrival time.time(), event) for each event of a run's SSE stream until worker.destroyed."""
+    c = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=30)
+    c.request("GET", f"/v1/runs/{run_id}/events",
+              headers={"Authorization": f"Bearer {srv.key}", "Accept": "text/event-stream"})
+    r = c.getresponse()
+    out, data = [], []
+    try:
+        while time.monotonic() < deadline:
+            line = r.readline()
+            if not line:
+                break
+            now = time.time()
+            line = line.decode(errors="replace").rstrip("\r\n")
+            if line.startswith("data:"):
+                data.append(line[5:].lstrip())
+            elif not line and data:
+                try:
+                    ev = json.loads("\n".join(data))
+                except ValueError:
+                    ev = None
+                data = []
+                if isinstance(ev, dict) and "type" in ev:
+                    out.append((now, ev))
+                    if ev["type"] == "worker.destroyed":
+                        break
+    finally:
+        c.close()
+    return out
+
+
+def bench_live(ctx, rep):
+    """bench/fixtures/live through a server: a command prints the time every 0.4 s; each line's
+    shell.output event at the SSE client against the command's exit and its shell.command event."""
+    fixtures = os.path.join(ROOT, "bench/fixtures")
+    cfg = os.path.join(TMP, "live.json")
+    with open(cfg, "w") as f:
+        json.dump({"default_model": "bench/live",
+                   "models": [{"id": "bench/live", "provider": "replay", "transcripts": fixtures,
+                               "input_micros_per_mtok": 50000, "output_micros_per_mtok": 200000}]},
+                  f)
+    with open(os.path.join(fixtures, "live/request.json"), "rb") as f:
+        body = f.read()
+    srv = Server(ctx, "live", config=cfg)
+    line_ms, exit_ms, events = [], [], 0
+    try:
+        for i in range(LIVE_RUNS):
+            log(f"live: run {i + 1} of {LIVE_RUNS}")
+            st, run = srv.request("POST", "/v1/runs", body)
+            if st not in (200, 201):
+                raise RuntimeError(f"live: POST answered {st}: {run}")
+            evs = sse_events(srv, run["id"], time.monotonic() + 60)
+            stamps = []
+            for at, ev in evs:
+                d = ev.get("data") or {}
+                if ev["type"] == "shell.output" and d.get("stream") == "stdout":
+                    events += 1
+                    for t in str(d.get("text", "")).split():
+                        try:
+                            line_ms.append((at - float(t)) * 1000)
+                            stamps.append(float(t))
+                        except ValueError:
+                            pass
+                elif ev["type"] == "shell.command":
+                    last = [float(t) for t in str(d.get("stdout", "")).split()
+                            if re.fullmatch(r"\d+\.\d+", t)]
+                    if last:
+                        exit_ms.append((at - max(last)) * 1000)
+    finally:
+        srv.stop()
+    a, b = summary(line_ms), summary(exit_ms)
+    rep.add("### 8c. Live output")
+    rep.add()
+    rep.add(f"`bench/fixtures/live` ({LIVE_RUNS} runs, namespaces backend, replay model): one "
+            "command prints `date +%s.%N` every 0.4 s; the SSE client (loopback, `http.client`) "
+            "notes when each event arrives. Line → `shell.output`: arrival less the time printed "
+            "in the line (one clock: the sandbox shares the host's); exit → `shell.command`: the "
+            "command's own end event, less the last line's time (just before it exits). Events "
+            "are coalesced at 250 ms, so up to that is the design's. ms.")
+    rep.add()
+    rep.table(["path", "samples", "median ms", "p90", "p99", "ratio"],
+              [["**line printed → its `shell.output` at the client**", str(a["n"]),
+                fmt(a["median"]), fmt(a["p90"]), fmt(a["p99"]), ratio(a["median"], b["median"])],
+               ["command exit → its `shell.command` at the client", str(b["n"]),
+                fmt(b["median"]), fmt(b["p90"]), fmt(b["p99"]), "1.00×"]])
+    rep.add(f"{events} `shell.output` events for {a['n']} lines.")
+    rep.add()
+    return {"line_ms": a, "exit_ms": b}
+
+
+# ---- main --------------------------------------------------------------------------------------
+
 def main():
     args = sys.argv[1:]
     if not args:
@@ -1791,12 +1987,11 @@ def main():
         elif queue:
             rep.add(f"Server memory per queued run: {fmt(queue['kib_per_run'])} KiB")
         results["queue"] = queue
-        if want("broker"):
-            results["broker"] = section("broker", bench_broker)
-        if want("model"):
-            results["model"] = section("model", bench_model)
-        if want("sandboxes"):
-            results["sandboxes"] = section("sandboxes", bench_sandboxes)
+        for name, fn in (("broker", bench_broker), ("model", bench_model),
+                         ("sandboxes", bench_sandboxes), ("outputs", bench_outputs),
+                         ("live", bench_live), ("images", bench_images)):
+            if want(name):
+                results[name] = section(name, fn)
     finally:
         kill_all_started()
         shutil.rmtree(TMP, ignore_errors=True)

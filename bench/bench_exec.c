@@ -5,6 +5,7 @@
  *   bench_exec [...] start N WARMUP [GAP_MS]
  *   bench_exec [...] pool N WARMUP [GAP_MS]
  *   bench_exec [...] density N
+ *   bench_exec [...] outputs FILES BYTES REPS
  *
  * exec:    one sandbox, WARMUP then N round trips of CMD through the guest protocol; per exec the
  *          host wall time (request sent to exit frame decoded) and the guest's own duration (fork
@@ -20,6 +21,11 @@
  *          take: PSS and RSS of every process in their cgroups (/proc/PID/smaps_rollup), the
  *          cgroups' memory usage, the host's MemAvailable drop, and this driver's own RSS growth
  *          (the host side of each sandbox); then every one is destroyed.
+ * outputs: one sandbox with FILES files of BYTES/FILES random bytes under out/, then REPS rounds
+ *          of a run's outputs collection (eph_outputs_collect, every file under out/: list_files,
+ * then read_file per file, as a run's worker does) and of `tar -cf - out` with its whole stdout
+ * kept (the same bytes over the same guest channel, as one exec's output), alternately; each
+ * checked to have brought every byte back.
  *
  * Output: one JSON object on stdout (bench/bench.py reads it); diagnostics on stderr. Every loop is
  * bounded in count and in time (BENCH_TIME_CAP_S, default 120 s per mode). This is measurement:
@@ -40,6 +46,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "daemon/commands.h"
+#include "run/outputs.h"
 #include "sandbox/pool.h"
 #include "sandbox/sandbox.h"
 
@@ -53,7 +60,8 @@ static void usage(void)
     fputs("usage: bench_exec [--backend B] [--image DIR] [--init PATH] exec N WARMUP CMD\n"
           "       bench_exec [...] start N WARMUP [GAP_MS]\n"
           "       bench_exec [...] pool N WARMUP [GAP_MS]\n"
-          "       bench_exec [...] density N\n",
+          "       bench_exec [...] density N\n"
+          "       bench_exec [...] outputs FILES BYTES REPS\n",
           stderr);
 }
 
@@ -342,6 +350,99 @@ static int mode_density(const struct eph_sandbox_config *cfg, const struct eph_s
     return rc || drc ? 1 : 0;
 }
 
+/* One round of tar over the exec channel: its wall time, or a negative errno when it did not
+ * bring want bytes back at least. */
+static int64_t tar_round(struct eph_sandbox *sb, uint64_t want)
+{
+    struct eph_exec_request req = {.command = "tar -cf - out",
+                                   .timeout_ms = 60000,
+                                   .stdout_cap = (uint32_t)(want + want / 8 + (4u << 20)),
+                                   .stderr_cap = 4096};
+    struct eph_exec_result res;
+    eph_exec_result_init(&res);
+    uint64_t t0 = eph_clock_mono_ns();
+    int rc = eph_sandbox_exec(sb, &req, &res);
+    uint64_t dt = eph_clock_mono_ns() - t0;
+    if (!rc && (res.signal || res.exit_code != 0 || res.out.len < want ||
+                res.out.len != res.stdout_total)) {
+        fprintf(stderr, "bench_exec: tar: exit %d, %zu of %llu bytes kept\n", res.exit_code,
+                res.out.len, (unsigned long long)res.stdout_total);
+        rc = -EIO;
+    }
+    eph_exec_result_release(&res);
+    return rc ? rc : (int64_t)dt;
+}
+
+static int64_t collect_round(struct eph_sandbox *sb, const json_t *patterns, long files,
+                             uint64_t bytes)
+{
+    struct eph_outputs_result res;
+    uint64_t t0 = eph_clock_mono_ns();
+    int rc = eph_outputs_collect(sb, patterns, (unsigned)files, bytes, &res);
+    uint64_t dt = eph_clock_mono_ns() - t0;
+    if (rc)
+        return rc;
+    bool whole = res.got.n == (size_t)files && res.bytes == bytes && res.skipped_total == 0;
+    if (!whole)
+        fprintf(stderr, "bench_exec: outputs: %zu files, %llu bytes, %zu skipped\n", res.got.n,
+                (unsigned long long)res.bytes, res.skipped_total);
+    eph_outputs_result_release(&res);
+    return whole ? (int64_t)dt : -EIO;
+}
+
+static int mode_outputs(const struct eph_sandbox_config *cfg, const struct eph_sandbox_ops *ops,
+                        long files, long bytes, long reps)
+{
+    struct eph_sandbox *sb = NULL;
+    int rc = ops->create(cfg, &sb);
+    if (rc) {
+        fprintf(stderr, "bench_exec: create: %s\n", eph_strerror(rc));
+        return 1;
+    }
+    long each = bytes / files;
+    uint64_t total = (uint64_t)each * (uint64_t)files;
+    char make[256];
+    snprintf(make, sizeof(make),
+             "mkdir out && i=0; while [ $i -lt %ld ]; do head -c %ld /dev/urandom > out/f$i; "
+             "i=$((i+1)); done",
+             files, each);
+    rc = one_exec(sb, make, NULL, NULL);
+    json_t *patterns = json_pack("[s]", "out/**");
+    uint64_t *col = calloc((size_t)reps + 1, sizeof(*col));
+    uint64_t *tar = calloc((size_t)reps + 1, sizeof(*tar));
+    if (!patterns || !col || !tar)
+        rc = -ENOMEM;
+    /* A warm-up of each (the page cache, the allocator), then the rounds, alternately. */
+    if (!rc && (collect_round(sb, patterns, files, total) < 0 || tar_round(sb, total) < 0))
+        rc = -EIO;
+    double stop = now_s() + time_cap_s;
+    long done = 0;
+    for (; done < reps && !rc && now_s() < stop; done++) {
+        int64_t c = collect_round(sb, patterns, files, total);
+        int64_t t = c < 0 ? c : tar_round(sb, total);
+        if (c < 0 || t < 0) {
+            rc = (int)(c < 0 ? c : t);
+            break;
+        }
+        col[done] = (uint64_t)c;
+        tar[done] = (uint64_t)t;
+    }
+    if (rc)
+        fprintf(stderr, "bench_exec: outputs: %s\n", eph_strerror(rc));
+    int drc = eph_sandbox_destroy(sb);
+    if (!rc)
+        printf("{\"files\":%ld,\"bytes\":%llu,", files, (unsigned long long)total);
+    if (!rc) {
+        print_array_u64("collect_ns", col, (size_t)done, false);
+        print_array_u64("tar_ns", tar, (size_t)done, true);
+        printf("}\n");
+    }
+    json_decref(patterns);
+    free(col);
+    free(tar);
+    return rc || drc ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
     struct eph_sandbox_config cfg = {.backend = "namespaces", .owner_tag = "bench"};
@@ -391,6 +492,10 @@ int main(int argc, char **argv)
         return mode_start(&cfg, ops, n, warmup, gap_ms, pool);
     if (strcmp(mode, "density") == 0 && n > 0 && n <= MAX_DENSITY)
         return mode_density(&cfg, ops, n);
+    long reps = i + 3 < argc ? parse_count(argv[i + 3], MAX_N) : -1;
+    if (strcmp(mode, "outputs") == 0 && n > 0 && n <= 10000 && i + 2 < argc &&
+        parse_count(argv[i + 2], 1L << 30) >= n && reps > 0)
+        return mode_outputs(&cfg, ops, n, parse_count(argv[i + 2], 1L << 30), reps);
     usage();
     return 2;
 }

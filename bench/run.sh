@@ -1,5 +1,6 @@
 #!/bin/sh
-# bench/run.sh BUILD [--quick] [--only start,backends,exec,api,pg,queue,density,broker,model]
+# bench/run.sh BUILD [--quick] [--only start,backends,exec,api,history,pg,queue,density,broker,model,
+#                                       sandboxes,images,outputs,live]
 # The benchmarks, side by side with bubblewrap and gVisor: `make bench` runs this after building
 # the programs, the image and build/bench/bench_exec. See docs/BENCH.md.
 set -eu
@@ -14,5 +15,6 @@ cd "$root"
 for tool in bwrap runsc; do
     command -v "$tool" >/dev/null 2>&1 || echo "bench: $tool is not installed: its columns will be n/a" >&2
 done
-# The whole run is bounded: every phase has its own count and time cap, and this is the backstop.
-exec timeout --signal=INT --kill-after=30 840 python3 bench/bench.py "$build" "$@"
+# The whole run is bounded: every phase has its own count and time cap (the image builds of
+# section 8a 300 s each), and this is the backstop.
+exec timeout --signal=INT --kill-after=30 1500 python3 bench/bench.py "$build" "$@"

@@ -88,6 +88,45 @@ export async function request(method, path, { body, headers = {}, signal, wait }
   return json;
 }
 
+/* A run output's bytes as a Blob typed by the API's Content-Type (never guessed here). With max,
+ * a body longer than max bytes is not read further: the fetch is cancelled and an Error says so. */
+export async function fetchBlob(path, { max = 0, signal } = {}) {
+  const key = getKey();
+  if (!key) throw new NoKeyError();
+  let resp;
+  try {
+    resp = await fetch(path, { headers: { Authorization: `Bearer ${key}` }, cache: "no-store", signal });
+  } catch (err) {
+    if (err.name === "AbortError") throw err;
+    throw new Error(`C${unreachable().slice(1)}.`);
+  }
+  if (!resp.ok) {
+    let json = null;
+    try { json = await resp.json(); } catch { /* said by the status */ }
+    throw new ApiError(resp.status, json, resp.statusText || "no message");
+  }
+  const type = resp.headers.get("Content-Type") || "application/octet-stream";
+  const tooLarge = () => new Error(`larger than ${max} bytes`);
+  if (max && Number(resp.headers.get("Content-Length") || 0) > max) {
+    resp.body?.cancel().catch(() => {});
+    throw tooLarge();
+  }
+  const parts = [];
+  let n = 0;
+  const reader = resp.body.getReader();
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    n += value.length;
+    if (max && n > max) {
+      reader.cancel().catch(() => {});
+      throw tooLarge();
+    }
+    parts.push(value);
+  }
+  return new Blob(parts, { type });
+}
+
 export function newIdempotencyKey() {
   if (crypto.randomUUID) return crypto.randomUUID();
   const b = crypto.getRandomValues(new Uint8Array(16));

@@ -563,6 +563,122 @@ function runPage(main, runId) {
   const perms = h("tbody", { id: "perms" });
   const usage = h("tbody", { id: "usage" });
   const replayBox = h("div", { class: "replay", id: "replay" });
+  const outputs = h("div", { id: "outputs" }, h("p", { class: "hint" }, "Files the run brings back appear when it ends."));
+  // A run's outputs (docs/WEBUI.md, "Outputs") are files the sandbox wrote: hostile. Text is
+  // shown as text (textContent), a raster image through a blob: URL of its bytes typed by the
+  // server's Content-Type; HTML, SVG and every other type only as a download, never rendered.
+  const INLINE_IMAGES = ["image/png", "image/jpeg", "image/gif", "image/webp"];
+  const INLINE_MAX = 1 << 20; // bytes read to show one output inline
+  const TEXT_MAX = 65536; // characters of a text output shown
+  const outputsCtl = new AbortController(); // leaving the page stops every outputs fetch
+  const blobUrls = [];
+  let outputsState = ""; // "waiting" (a ZDR run's list parked until it ends), then "done"
+  const outputPath = (p) => `/v1/runs/${encodeURIComponent(runId)}/outputs/${p.split("/").map(encodeURIComponent).join("/")}`;
+  const objectUrl = (blob) => {
+    const u = URL.createObjectURL(blob);
+    blobUrls.push(u);
+    return u;
+  };
+  // The bytes of one listed file: inline in the list (a ZDR run's, content_base64, typed by the
+  // list's content_type), or from GET …/outputs/{path}.
+  const outputBytes = (o, max) => {
+    if (typeof o.content_base64 === "string") {
+      const bin = atob(o.content_base64);
+      if (max && bin.length > max) return Promise.reject(new Error(`larger than ${max} bytes`));
+      return Promise.resolve(new Blob([Uint8Array.from(bin, (c) => c.charCodeAt(0))],
+                                      { type: o.content_type || "application/octet-stream" }));
+    }
+    return api.fetchBlob(outputPath(o.path), { max, signal: outputsCtl.signal });
+  };
+  const outputItem = (o) => {
+    const path = typeof o.path === "string" ? o.path : "";
+    const li = h("li", { "data-path": path }, h("code", { class: "opath" }, path), " ");
+    if (o.type === "symlink") {
+      li.append(h("span", { class: "hint" }, `symlink → ${cut(String(o.target ?? ""), 200)} (not followed, nothing to download)`));
+      return li;
+    }
+    const type = typeof o.content_type === "string" ? o.content_type : "application/octet-stream";
+    li.append(h("span", { class: "osize" }, `${fmt.thousands(o.size)} bytes`), h("span", { class: "hint" }, ` · ${type} `));
+    const dl = h("button", { type: "button", class: "ghost small", "aria-label": `Download ${path}` }, "Download");
+    dl.addEventListener("click", async () => {
+      try {
+        const blob = await outputBytes(o, 0);
+        // A download, whatever the type: the blob is never opened as a page.
+        const a = h("a", { href: objectUrl(blob), download: path.split("/").pop() || "output" });
+        a.click();
+      } catch (err) {
+        if (err.name !== "AbortError" && alive) showError(pageError, err);
+      }
+    });
+    li.append(dl);
+    const inlineText = type.startsWith("text/");
+    if ((inlineText || INLINE_IMAGES.includes(type)) && Number(o.size) <= INLINE_MAX) {
+      const slot = h("div", { class: "oview" });
+      li.append(slot);
+      outputBytes(o, INLINE_MAX).then(async (blob) => {
+        if (!alive) return;
+        // The type the bytes came with decides, not the name or the list.
+        if (INLINE_IMAGES.includes(blob.type)) {
+          slot.replaceChildren(h("img", { src: objectUrl(blob), alt: path, class: "output-img" }));
+        } else if (blob.type.startsWith("text/")) {
+          const text = await blob.text();
+          const pre = h("pre", { class: "output-text" });
+          pre.textContent = text.length > TEXT_MAX ? `${text.slice(0, TEXT_MAX)}\n… (cut: download it for the whole file)` : text;
+          slot.replaceChildren(pre);
+        } else {
+          slot.replaceChildren(h("p", { class: "hint" }, "Not shown: download it."));
+        }
+      }).catch((err) => {
+        if (err.name !== "AbortError" && alive)
+          slot.replaceChildren(h("p", { class: "hint" }, `Not shown: ${err.message}`));
+      });
+    }
+    return li;
+  };
+  const showOutputs = (list) => {
+    const data = Array.isArray(list?.data) ? list.data : [];
+    outputs.replaceChildren(data.length
+      ? h("ul", { class: "outputs", id: "outputs-list" }, ...data.map(outputItem))
+      : h("p", { class: "hint" }, "No outputs."));
+  };
+  const drawOutputs = async () => {
+    if (outputsState) return;
+    outputsState = "done";
+    if (run.permissions?.zero_data_retention) {
+      outputs.replaceChildren(h("p", { class: "hint" },
+        "Zero data retention: the outputs were shown only to a client following the run, and not kept."));
+      return;
+    }
+    try {
+      showOutputs(await api.request("GET", `/v1/runs/${encodeURIComponent(runId)}/outputs`, { signal: outputsCtl.signal }));
+    } catch (err) {
+      if (err.name !== "AbortError" && alive) outputs.replaceChildren(h("p", { class: "errtext" }, `Outputs: ${err.message}`));
+    }
+  };
+  // A zero-data-retention run's outputs reach only a client waiting when it ends: the list parked
+  // with Prefer: wait (again while the run goes on), with each file's bytes inline.
+  const waitOutputs = async () => {
+    outputsState = "waiting";
+    outputs.replaceChildren(h("p", { class: "hint" }, "Zero data retention: the files the run brings back are shown here when it ends, once."));
+    try {
+      for (;;) {
+        const list = await api.request("GET", `/v1/runs/${encodeURIComponent(runId)}/outputs`, { wait: 600, signal: outputsCtl.signal });
+        if (!alive) return;
+        if (list.data?.length) {
+          showOutputs(list);
+          break;
+        }
+        const r = await api.request("GET", `/v1/runs/${encodeURIComponent(runId)}`, { signal: outputsCtl.signal });
+        if (fmt.TERMINAL.includes(r.status)) {
+          showOutputs(list);
+          break;
+        }
+      }
+    } catch (err) {
+      if (err.name !== "AbortError" && alive) outputs.replaceChildren(h("p", { class: "errtext" }, `Outputs: ${err.message}`));
+    }
+    outputsState = "done";
+  };
 
   main.append(
     h("nav", { class: "crumbs", "aria-label": "Breadcrumb" }, h("a", { href: "/runs", "data-nav": true }, "← All runs")),
@@ -580,7 +696,8 @@ function runPage(main, runId) {
           h("thead", {}, h("tr", {}, h("th", { scope: "col", class: "t" }, "t (s)"),
             h("th", { scope: "col", class: "src" }, "source"), h("th", { scope: "col" }, "message"))),
           tbody),
-        h("h2", { class: "sub" }, "Result"), result, costLine),
+        h("h2", { class: "sub" }, "Result"), result, costLine,
+        h("h2", { class: "sub" }, "Outputs"), outputs),
       h("aside", { class: "side" },
         h("section", { class: "card" }, h("h2", {}, "Permissions"),
           h("table", { class: "kv" }, h("caption", { class: "visually-hidden" }, "What the agent can and cannot do"), perms)),
@@ -631,6 +748,7 @@ function runPage(main, runId) {
           ? "Zero data retention: the result was shown only to a client following the run, and not kept."
           : "No result."));
       drawReplay();
+      drawOutputs();
     }
   };
 
@@ -847,6 +965,7 @@ function runPage(main, runId) {
     }
     if (!alive) return;
     settledOnLoad = fmt.TERMINAL.includes(run.status);
+    if (!settledOnLoad && run.permissions?.zero_data_retention) waitOutputs();
     drawRun();
     // The cost so far: the run object again every 2 s while the run goes on (the server measures
     // model and web as they are spent, compute at each model call and each lease renewal).
@@ -886,6 +1005,8 @@ function runPage(main, runId) {
     if (stop) stop();
     replay.playing = false;
     cancelAnimationFrame(replay.raf);
+    outputsCtl.abort();
+    for (const u of blobUrls) URL.revokeObjectURL(u);
   };
 }
 

@@ -20,7 +20,7 @@
 #include "api/api.h"
 
 static const char CSP[] = "default-src 'none'; script-src 'self'; style-src 'self'; "
-                          "img-src 'self'; connect-src 'self'; font-src 'self'; "
+                          "img-src 'self' blob:; connect-src 'self'; font-src 'self'; "
                           "manifest-src 'self'; base-uri 'none'; form-action 'none'; "
                           "frame-ancestors 'none'";
 

@@ -4,8 +4,8 @@
 # their headers, the playground and its curl/JSON, a live run, the seed example, replay timing,
 # a replay_of run's divergences (the "diverged" badge, its message, the header's origin and
 # count), reconnection with Last-Event-ID, cancel, the sanitiser, API errors in words, the
-# keyboard path, a 390x844 screen, the runs list, the balance and the admin page. Screenshots go
-# to $BUILD/test-logs/webui/. WEBUI_TESTS="name ..." runs only those tests (for working on them).
+# keyboard path, a 390x844 screen, the runs list, the balance and the admin page, a run's outputs
+# (stored and zero-data-retention). Screenshots go to $BUILD/test-logs/webui/. WEBUI_TESTS="name ..." runs only those tests (for working on them).
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/api_common.sh"
 command -v chromium >/dev/null && command -v chromedriver >/dev/null ||
@@ -41,6 +41,7 @@ WEBUI_SERVER=$EPHEMERAL_URL ADMIN_KEY=$EPHEMERAL_API_KEY MEMBER_KEY=$MEMBER_KEY 
     DIVERGE_PROMPT=$(jq -r .prompt "$TOP/tests/fixtures/webui/diverge/request.json") \
     SLOW_PROMPT=$SLOW_PROMPT \
     LIVE_PROMPT=$(jq -r .prompt "$TOP/tests/fixtures/webui/live/request.json") \
+    OUTPUTS_REQUEST=$TOP/tests/fixtures/webui/outputs/request.json \
     python3 -B "$TOP/tests/browser/test_webui.py" ${WEBUI_TESTS:-} &
 py=$!
 _pids+=("$py")

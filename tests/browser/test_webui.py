@@ -4,6 +4,7 @@ ephemerald. Run by tests/blackbox/webui_browser.sh, which starts the server and 
     WEBUI_SERVER   the server's URL          ADMIN_KEY, MEMBER_KEY   keys of the org "default"
     SHOTS          where screenshots go      TEST_TMP                a scratch directory
     SEED_REQUEST, SPACED_PROMPT, XSS_PROMPT, DIVERGE_PROMPT, SLOW_PROMPT   the fixtures' prompts
+    OUTPUTS_REQUEST   the outputs fixture's request (its prompt and patterns)
 
 The browser reaches the server through a small TCP proxy on another loopback port, which logs
 every request line and header and can cut every connection at once (a network drop). Each test
@@ -38,6 +39,7 @@ XSS_PROMPT = os.environ["XSS_PROMPT"]
 DIVERGE_PROMPT = os.environ["DIVERGE_PROMPT"]
 SLOW_PROMPT = os.environ["SLOW_PROMPT"]
 LIVE_PROMPT = os.environ["LIVE_PROMPT"]
+OUTPUTS_REQUEST = json.load(open(os.environ["OUTPUTS_REQUEST"]))
 TERMINAL = {"completed", "failed", "timed_out", "budget_exhausted", "cancelled"}
 
 
@@ -270,8 +272,10 @@ def static_files_and_headers():
     assert csp, "no Content-Security-Policy"
     directives = dict((d.strip().split(" ", 1) + [""])[:2] for d in csp.split(";"))
     assert directives["default-src"] == "'none'", csp
-    for d in ("script-src", "style-src", "connect-src", "img-src"):
+    for d in ("script-src", "style-src", "connect-src"):
         assert directives[d] == "'self'", f"{d} must be 'self' only: {csp}"
+    # blob: for a run's image outputs, fetched with the key and shown through an object URL.
+    assert directives["img-src"] == "'self' blob:", csp
     assert directives.get("frame-ancestors") == "'none'" and directives.get("base-uri") == "'none'", csp
     assert "unsafe" not in csp and "http" not in csp and "*" not in csp, csp
     assert h["X-Content-Type-Options"] == "nosniff"
@@ -1318,6 +1322,138 @@ def a_running_command_shows_its_output(b):
         "".join(f"tick-{i}\n" for i in range(1, 9)), ev
 
 
+def outputs_run(zdr=False):
+    """A run of the outputs fixture: notes.txt (markup as text), chart.png (6x4), page.html and
+    logo.svg (each with a script), pw, a symlink to /etc/passwd, and big.txt (2 MiB of text)."""
+    body = {"prompt": OUTPUTS_REQUEST["prompt"], "shell": True, "max_cost_micros": 30000,
+            "outputs": OUTPUTS_REQUEST["outputs"]}
+    if zdr:
+        body["zero_data_retention"] = True
+    st, run = api("POST", "/v1/runs", MEMBER_KEY, body)
+    assert st == 201, f"create run: {st} {run}"
+    return run["id"]
+
+
+NOTES = "<b>not bold</b> & <script>window.pwned = 1</script>\nsecond line\n"
+
+
+def item(b, path):
+    """What the run view's outputs list shows for one path (None while it is not there)."""
+    return b.js("const li = [...document.querySelectorAll('#outputs-list > li')]"
+                ".find(l => l.dataset.path === arguments[0]);"
+                "if (!li) return null;"
+                "const img = li.querySelector('img'); const pre = li.querySelector('pre');"
+                "return {path: li.querySelector('code.opath').textContent,"
+                " size: li.querySelector('.osize')?.textContent ?? null, text: li.textContent,"
+                " buttons: [...li.querySelectorAll('button')].map(x => x.textContent),"
+                " img: img && {src: img.getAttribute('src'), done: img.complete,"
+                "   w: img.naturalWidth, h: img.naturalHeight},"
+                " pre: pre && pre.textContent, tags: [...li.querySelectorAll('*')].map(e => e.localName)}", path)
+
+
+def check_outputs_view(b, files):
+    """The outputs list as it must be for the fixture, against the API's list (files)."""
+    b.wait_js("the outputs list", "return !!document.getElementById('outputs-list')", timeout=60)
+    shown = b.js("return [...document.querySelectorAll('#outputs-list > li')].map(l => l.dataset.path)")
+    assert sorted(shown) == sorted(f["path"] for f in files), (shown, files)
+    for f in files:
+        it = item(b, f["path"])
+        assert it["path"] == f["path"], it
+        if f["type"] == "symlink":
+            assert "symlink → /etc/passwd" in it["text"] and not it["buttons"] and it["size"] is None, it
+            continue
+        assert it["size"] == f"{f['size']:,} bytes", (it, f)
+        assert it["buttons"] == ["Download"], it
+    # Text: the file's own characters, its markup as text (no element made of it).
+    pre = b.wait_js("notes.txt as text", "const p = document.querySelector('#outputs-list > li[data-path=\"notes.txt\"] pre');"
+                    "return p && p.textContent")
+    assert pre == NOTES, pre
+    assert item(b, "notes.txt")["tags"] == ["code", "span", "span", "button", "div", "pre"], item(b, "notes.txt")
+    # A raster image: an <img> whose source is a blob: URL of this origin, decoded as the PNG.
+    img = b.wait("chart.png as an image", lambda: (lambda i: i["img"] if i["img"] and i["img"]["done"] else None)(item(b, "chart.png")))
+    assert img["src"].startswith(f"blob:{ctx.url}/"), img
+    assert (img["w"], img["h"]) == (6, 4), img
+    # HTML and SVG: a download button, nothing rendered, no script run.
+    for path in ("page.html", "logo.svg"):
+        it = item(b, path)
+        assert it["img"] is None and it["pre"] is None, it
+        assert "application/octet-stream" in it["text"], it
+        assert it["tags"] == ["code", "span", "span", "button"], it
+    # Text above the inline limit (1 MiB): listed with a download button, its bytes not read.
+    big = item(b, "big.txt")
+    assert big["size"] == "2,097,152 bytes" and big["pre"] is None, big
+    assert big["tags"] == ["code", "span", "span", "button"], big
+    assert b.js("return document.querySelectorAll('#outputs img').length") == 1
+    assert b.js("return document.querySelectorAll('#outputs iframe, #outputs object, #outputs embed, #outputs svg,"
+                " #outputs script, #outputs a').length") == 0
+    assert b.js("return !document.getElementById('pwned-html') && !document.getElementById('pwned-svg')"
+                " && window.pwned === undefined")
+
+
+@test()
+def a_runs_outputs_are_listed_and_shown_safely(b):
+    """The run view lists each output with its size; text shown as text, a PNG as an <img> from a
+    blob: URL, HTML and SVG only as a download (never fetched to show, never rendered), text over
+    1 MiB not read, a symlink with its target; Download saves the bytes as they are."""
+    run_id = outputs_run()
+    finished(run_id)
+    st, lst = api("GET", f"/v1/runs/{run_id}/outputs", MEMBER_KEY)
+    assert st == 200 and len(lst["data"]) == 6, lst
+    ctx.outputs_list = lst["data"]
+    before = len(ctx.proxy.seen("GET", f"/v1/runs/{run_id}/outputs/"))
+    open_run(b, run_id, settled=True)
+    check_outputs_view(b, lst["data"])
+    shot(b, "28-run-outputs")
+    # Only the text and the image were fetched to be shown.
+    fetched = sorted(r[1].rsplit("/", 1)[1] for r in ctx.proxy.seen("GET", f"/v1/runs/{run_id}/outputs/")[before:])
+    assert fetched == ["chart.png", "notes.txt"], fetched
+    # Download: the HTML file's bytes saved as a file, the page where it was.
+    downloads = os.path.join(TMP, "downloads")
+    os.makedirs(downloads, exist_ok=True)
+    b.cdp("Browser.setDownloadBehavior", {"behavior": "allow", "downloadPath": downloads})
+    url = b.url
+    b.find("#outputs-list > li[data-path='page.html'] button").click()
+    saved = os.path.join(downloads, "page.html")
+    b.wait("page.html downloaded", lambda: os.path.exists(saved) and os.path.getsize(saved) > 0)
+    with urllib.request.urlopen(urllib.request.Request(f"{SERVER}/v1/runs/{run_id}/outputs/page.html",
+                                                       headers={"Authorization": f"Bearer {MEMBER_KEY}"})) as r:
+        want = r.read()
+    assert open(saved, "rb").read() == want, "the download is not the output's bytes"
+    assert b.url == url and b.js("return window.pwned === undefined && !document.getElementById('pwned-html')")
+
+
+@test()
+def zero_data_retention_outputs_reach_the_following_page(b):
+    """A ZDR run's outputs reach the page that follows it (the list parked until the run ends,
+    the bytes inline), shown the same safe way; the API keeps none, and reopened the page says so."""
+    run_id = outputs_run(zdr=True)
+    open_run(b, run_id)
+    parked = lambda: [r for r in ctx.proxy.seen("GET", f"/v1/runs/{run_id}/outputs")
+                      if r[1].endswith("/outputs") and r[2].get("prefer", "").startswith("wait=")]
+    b.wait("the page waiting for the outputs", parked)
+    st, run = api("GET", f"/v1/runs/{run_id}", MEMBER_KEY)
+    assert st == 200 and run["status"] not in TERMINAL, f"the run ended before the page waited: {run['status']}"
+    b.wait_js("the outputs list", "return !!document.getElementById('outputs-list')", timeout=90)
+    # The sizes to show are those of the same files from a stored run (the API keeps no list here).
+    if not getattr(ctx, "outputs_list", None):
+        other = outputs_run()
+        finished(other)
+        ctx.outputs_list = api("GET", f"/v1/runs/{other}/outputs", MEMBER_KEY)[1]["data"]
+    files = ctx.outputs_list
+    check_outputs_view(b, files)
+    # Nothing was fetched by path: the bytes came inline with the list.
+    assert not ctx.proxy.seen("GET", f"/v1/runs/{run_id}/outputs/"), ctx.proxy.seen("GET", f"/v1/runs/{run_id}/outputs/")
+    shot(b, "29-zdr-outputs")
+    wait_destroyed(b)
+    finished(run_id)
+    st, lst = api("GET", f"/v1/runs/{run_id}/outputs", MEMBER_KEY)
+    assert st == 200 and lst["data"] == [], lst
+    open_run(b, run_id, settled=True)
+    text = b.wait_js("the ZDR note", "const t = document.getElementById('outputs').textContent;"
+                     "return t.includes('not kept') && t")
+    assert "notes.txt" not in text, text
+
+
 @test(allow=[r"net::ERR_"])
 def a_down_server_reads_cannot_reach(b):
     """The server gone: every fetch that fails says "cannot reach the server at <origin>"."""
@@ -1386,7 +1522,9 @@ def main():
                     t(b)
                 else:
                     t()
-                urls = [u for u in b.network_urls() if not u.startswith(ctx.url + "/")]
+                # A blob: URL of this origin is bytes the page itself holds (a run's outputs).
+                urls = [u for u in b.network_urls()
+                        if not u.startswith(ctx.url + "/") and not u.startswith(f"blob:{ctx.url}/")]
                 assert not urls, f"requests to another origin: {urls}"
                 errors = [e for e in b.console() if e.get("level") == "SEVERE"]
                 errors = [e for e in errors if not any(re.search(p, e["message"]) for p in t.allow)]
