@@ -14,7 +14,7 @@ BUILD ?= build
 SANITIZE ?=
 Q ?= @
 
-PKGS := libmicrohttpd jansson libcurl libsodium sqlite3 libpq zlib libbrotlidec
+PKGS := libmicrohttpd jansson libcurl libsodium sqlite3 libpq zlib libbrotlidec libcrypto
 # Only the build links libseccomp: seccomp-gen compiles the sandbox's filter into a header.
 BUILD_PKGS := libseccomp
 # GCC's check that a bounded snprintf whose result is ignored cannot cut its output: every such

@@ -6,7 +6,7 @@ set -eu
 
 build="build-essential pkg-config libmicrohttpd-dev libjansson-dev libcurl4-openssl-dev
        libseccomp-dev libsodium-dev libsqlite3-dev libcmocka-dev mmdebstrap debootstrap
-       libjs-marked node-dompurify libpq-dev zlib1g-dev libbrotli-dev"
+       libjs-marked node-dompurify libpq-dev zlib1g-dev libbrotli-dev libssl-dev"
 test="$build curl jq uuid-runtime sqlite3 python3 python3-yaml iproute2 procps util-linux
       qemu-system-x86 e2fsprogs chromium chromium-driver postgresql clang libclang-rt-14-dev"
 bench="$test bubblewrap runsc tinyproxy"
@@ -19,7 +19,7 @@ demo="$build curl"
 clients="python3-venv python3-setuptools python3-wheel mypy nodejs npm"
 # What an installed server needs at run time, without the build (dist/Containerfile): its
 # libraries, the CA store for the broker and the model providers, and mmdebstrap for the image.
-runtime="libmicrohttpd12 libjansson4 libcurl4 libsodium23 libsqlite3-0 libpq5 ca-certificates
+runtime="libmicrohttpd12 libjansson4 libcurl4 libsodium23 libsqlite3-0 libpq5 libssl3 ca-certificates
          mmdebstrap e2fsprogs curl"
 
 want=""

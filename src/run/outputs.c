@@ -9,6 +9,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include <openssl/evp.h>
 #include <sodium.h>
 
 #include "common/glob.h"
@@ -107,9 +108,15 @@ static int take_file(struct eph_sandbox *sb, const struct eph_sandbox_file *f, u
     }
     struct eph_output o = {.path = f->path, .size = b.len};
     snprintf(o.type, sizeof(o.type), "file");
-    unsigned char h[crypto_hash_sha256_BYTES];
-    crypto_hash_sha256(h, (const unsigned char *)b.data, b.len);
-    sodium_bin2hex(o.sha256, sizeof(o.sha256), h, sizeof(h));
+    /* OpenSSL's SHA-256 uses the CPU's SHA instructions where it has them: 50 MiB hash in a
+     * few tens of milliseconds rather than the few hundred of a portable implementation. */
+    unsigned char h[EVP_MAX_MD_SIZE];
+    unsigned int hlen = 0;
+    if (!EVP_Digest(b.data ? b.data : "", b.len, h, &hlen, EVP_sha256(), NULL) || hlen != 32) {
+        eph_buf_release(&b);
+        return -ENOMEM;
+    }
+    sodium_bin2hex(o.sha256, sizeof(o.sha256), h, hlen);
     o.content_type = (char *)eph_outputs_content_type(f->path);
     o.content = (unsigned char *)b.data;
     o.len = b.len;
