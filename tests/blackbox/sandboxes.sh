@@ -71,18 +71,18 @@ for b in $(host_backends); do
 
     # A file: put (bytes with a NUL and a newline), read back, listed; used by a command.
     printf 'a\0b\nline two\n' >"$TEST_TMP/up.bin"
-    out=$(api PUT "/v1/sandboxes/$id/files/work/up.bin" --data-binary "@$TEST_TMP/up.bin")
+    out=$(api PUT "/v1/sandboxes/$id/files/data/up.bin" --data-binary "@$TEST_TMP/up.bin")
     assert_eq "$(code_of "$out")" 200 "$b: put ($out)"
     assert_eq "$(body_of "$out" | jq -r .size)" 13 "$b: put size"
-    curl -sS -o "$TEST_TMP/down.bin" "$EPHEMERAL_URL/v1/sandboxes/$id/files/work/up.bin" \
+    curl -sS -o "$TEST_TMP/down.bin" "$EPHEMERAL_URL/v1/sandboxes/$id/files/data/up.bin" \
         -H "Authorization: Bearer $EPHEMERAL_API_KEY"
     cmp "$TEST_TMP/up.bin" "$TEST_TMP/down.bin" || fail "$b: the bytes came back changed"
-    out=$(api GET "/v1/sandboxes/$id/files?path=work")
-    assert_eq "$(body_of "$out" | jq -c '[.data[] | [.path, .type, .size]]')" '[["work/up.bin","file",13]]' "$b: listing"
-    out=$(sbx_exec "$id" '{"command": "cat; wc -l < up.bin; echo more >> up.bin", "cwd": "work", "stdin": "from stdin\n"}')
+    out=$(api GET "/v1/sandboxes/$id/files?path=data")
+    assert_eq "$(body_of "$out" | jq -c '[.data[] | [.path, .type, .size]]')" '[["data/up.bin","file",13]]' "$b: listing"
+    out=$(sbx_exec "$id" '{"command": "cat; wc -l < up.bin; echo more >> up.bin", "cwd": "data", "stdin": "from stdin\n"}')
     assert_eq "$(body_of "$out" | jq -r .stdout)" "$(printf 'from stdin\n2')" "$b: stdin, cwd, the uploaded file"
     assert_eq "$(body_of "$out" | jq -r .exit_code)" 0 "$b: the worker may change an uploaded file"
-    out=$(api GET "/v1/sandboxes/$id/files/$scratch/work/up.bin")
+    out=$(api GET "/v1/sandboxes/$id/files/$scratch/data/up.bin")
     assert_eq "$(code_of "$out")" 200 "$b: an absolute path in the scratch directory"
 
     # Delete: stopped, settled, destroyed; idempotent; nothing left running.
