@@ -189,7 +189,6 @@ int64_t eph_webhook_retry_delay_ms(unsigned base_ms, unsigned attempts)
 
 struct eph_webhooks {
     struct eph_service *svc;
-    struct eph_secret key;
     pthread_t threads[SENDERS];
     unsigned nthreads;
     pthread_mutex_t lock;
@@ -223,17 +222,27 @@ static size_t answer_sink(char *p, size_t size, size_t n, void *ctx)
     return *seen > ANSWER_CAP ? 0 : size * n;
 }
 
-/* The secret of a delivery, opened: malloc'd, NULL when it cannot be. */
+/* The secret of a delivery, opened: malloc'd, NULL when it cannot be. The key is read for each
+ * delivery and never created here: an endpoint's secret was sealed with it, so it exists when
+ * there is something to send, and a server that has none yet must not make one at start-up
+ * (docs/CONFIG.md: the key file is created on first use). */
 static char *open_secret(struct eph_webhooks *w, const char *sealed_hex)
 {
+    struct eph_secret key;
+    char err[256];
+    if (eph_secret_load(w->svc->cfg->secret_key_file, false, &key, err, sizeof(err))) {
+        EPH_WARN("webhooks", "cannot open an endpoint's secret: %s", err);
+        return NULL;
+    }
     size_t hexlen = strlen(sealed_hex), len = 0;
     unsigned char *sealed = malloc(hexlen / 2 + 1);
     unsigned char *plain = NULL;
     size_t plen = 0;
     if (sealed &&
         sodium_hex2bin(sealed, hexlen / 2 + 1, sealed_hex, hexlen, NULL, &len, NULL) == 0 &&
-        eph_secret_open(&w->key, sealed, len, &plain, &plen) != 0)
+        eph_secret_open(&key, sealed, len, &plain, &plen) != 0)
         plain = NULL;
+    eph_secret_clear(&key);
     free(sealed);
     return (char *)plain;
 }
@@ -417,12 +426,6 @@ struct eph_webhooks *eph_webhooks_start(struct eph_service *svc)
     if (!w)
         return NULL;
     w->svc = svc;
-    char err[256];
-    if (eph_secret_load(svc->cfg->secret_key_file, true, &w->key, err, sizeof(err))) {
-        EPH_ERROR("webhooks", "no deliveries: %s", err);
-        free(w);
-        return NULL;
-    }
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -463,6 +466,5 @@ void eph_webhooks_stop(struct eph_webhooks *w)
         pthread_join(w->threads[i], NULL);
     pthread_cond_destroy(&w->cond);
     pthread_mutex_destroy(&w->lock);
-    eph_secret_clear(&w->key);
     free(w);
 }
