@@ -13,6 +13,9 @@ unmount() {
 }
 trap unmount EXIT
 export TEST_TMP_DB="$TEST_TMP/small"
+# The server writes while this test does (its webhook sender claims every second): wait for its
+# lock rather than fail on it.
+sql() { sqlite3 -cmd '.timeout 5000' "$@"; }
 # start_server keeps its database in $TEST_TMP: point it at the small file system.
 # The replay model reads one recording, so that it takes every prompt (one it could not answer
 # would be refused at create, before the store is written).
@@ -77,7 +80,7 @@ assert_eq "$n" 0 "every accepted run settled"
 # holds to it, and only to it), so the run's insert before it succeeds. Two keys: one retried
 # before a restart, one after it (start-up recovery).
 db=$TEST_TMP/small/ephemeral.db
-sqlite3 "$db" "CREATE TABLE ballast (b BLOB);
+sql "$db" "CREATE TABLE ballast (b BLOB);
     CREATE TRIGGER fill_the_disk BEFORE UPDATE OF status_code ON idempotency
     WHEN NEW.key LIKE 'full-%' AND NEW.status_code <> 0
     BEGIN INSERT INTO ballast VALUES (zeroblob(64 * 1024 * 1024)); END;"
@@ -87,7 +90,7 @@ create_with() { # KEY: a create with KEY; the body, then the headers' status lin
         -d '{"prompt": "a key whose answer fills the disk", "shell": false, "max_cost_micros": 1000}' |
         tr -d '\r'
 }
-key_status() { sqlite3 "$db" "SELECT status_code FROM idempotency WHERE key = '$1'"; }
+key_status() { sql "$db" "SELECT status_code FROM idempotency WHERE key = '$1'"; }
 stuck_runs=()
 for key in full-1 full-2; do
     out=$(create_with "$key")
@@ -99,7 +102,7 @@ for key in full-1 full-2; do
 done
 assert_contains "$(cat "$SERVER_LOG")" "cannot record an idempotency key: No space left on device" \
     "the answers failed for want of space"
-sqlite3 "$db" "DROP TRIGGER fill_the_disk; DROP TABLE ballast;"
+sql "$db" "DROP TRIGGER fill_the_disk; DROP TABLE ballast;"
 # The same request with the first key: the run it created, replayed, and the record completed.
 out=$(create_with full-1)
 assert_contains "$out" "HTTP/1.1 200" "the first key again: $out"
@@ -110,7 +113,7 @@ assert_eq "$(key_status full-2)" 0 "the second key's, untouched"
 
 # A create refused as the disk fills (its run's insert), whose key then cannot be released
 # either: once there is room, the same key is a new request (201), not one in flight (409).
-sqlite3 "$db" "CREATE TABLE ballast (b BLOB);
+sql "$db" "CREATE TABLE ballast (b BLOB);
     CREATE TRIGGER fill_on_run BEFORE INSERT ON runs WHEN NEW.prompt = 'refused as it fills'
     BEGIN INSERT INTO ballast VALUES (zeroblob(64 * 1024 * 1024)); END;
     CREATE TRIGGER fill_on_release BEFORE DELETE ON idempotency WHEN OLD.key = 'refused-1'
@@ -124,17 +127,17 @@ out=$(refused)
 assert_contains "$out" "HTTP/1.1 503" "a create whose run does not fit: $out"
 assert_eq "$(key_status refused-1)" 0 "its key could not be released"
 mount -o remount,size=40m "$TEST_TMP/small"
-sqlite3 "$db" "DROP TRIGGER fill_on_run; DROP TRIGGER fill_on_release; DROP TABLE ballast;"
+sql "$db" "DROP TRIGGER fill_on_run; DROP TRIGGER fill_on_release; DROP TABLE ballast;"
 out=$(refused)
 assert_contains "$out" "HTTP/1.1 201" "the refused key again, with room: $out"
 
 kill -TERM "$SERVER_PID"
 wait "$SERVER_PID"
-assert_eq "$(sqlite3 "$TEST_TMP/small/ephemeral.db" 'PRAGMA integrity_check')" ok "integrity"
+assert_eq "$(sql "$TEST_TMP/small/ephemeral.db" 'PRAGMA integrity_check')" ok "integrity"
 
 # A restart completes the second key from its run before any request, and releases a record in
 # flight whose run was never stored (its request died with the old server).
-sqlite3 "$db" "INSERT INTO idempotency (org_id, key, request_hash, status_code, response_body,
+sql "$db" "INSERT INTO idempotency (org_id, key, request_hash, status_code, response_body,
     created_at) SELECT id, 'never-stored', 'x', 0,
     '{\"object\":\"run\",\"id\":\"run_00000000000000000000000000000000\"}', 1 FROM orgs"
 port=$(free_port)
@@ -148,7 +151,7 @@ for _ in $(seq 600); do
     sleep 0.05
 done
 assert_eq "$(key_status full-2)" 201 "the second key, completed at start-up"
-assert_eq "$(sqlite3 "$db" "SELECT COUNT(*) FROM idempotency WHERE key = 'never-stored'")" 0 \
+assert_eq "$(sql "$db" "SELECT COUNT(*) FROM idempotency WHERE key = 'never-stored'")" 0 \
     "a record whose run was never stored, released at start-up"
 out=$(create_with full-2)
 assert_contains "$out" "HTTP/1.1 200" "the second key after the restart: $out"
@@ -156,7 +159,7 @@ assert_contains "$out" "Idempotent-Replayed: true" "a replay after the restart"
 assert_eq "$(tail -n 1 <<<"$out" | jq -r .id)" "${stuck_runs[1]}" "the run the second key created"
 kill -TERM "$SERVER_PID"
 wait "$SERVER_PID"
-bal=$(sqlite3 "$TEST_TMP/small/ephemeral.db" "SELECT SUM(CASE kind WHEN 'reserve' THEN micros WHEN 'charge' THEN -micros WHEN 'release' THEN -micros ELSE 0 END) FROM ledger")
+bal=$(sql "$TEST_TMP/small/ephemeral.db" "SELECT SUM(CASE kind WHEN 'reserve' THEN micros WHEN 'charge' THEN -micros WHEN 'release' THEN -micros ELSE 0 END) FROM ledger")
 [ "$bal" -le 1000 ] || fail "reservations left in the ledger: $bal"
 # A read-only database: the server refuses to start with a clear error, and the file is intact.
 mkdir "$TEST_TMP/ro"
@@ -175,5 +178,5 @@ wait "$ro_pid"
 rc=$?
 [ "$rc" -ne 0 ] || fail "the server started on a read-only database"
 assert_contains "$(cat "$TEST_TMP/ro.log")" "read-only" "read-only error message"
-assert_eq "$(sqlite3 "$TEST_TMP/small/ephemeral.db" 'PRAGMA integrity_check')" ok "integrity after"
+assert_eq "$(sql "$TEST_TMP/small/ephemeral.db" 'PRAGMA integrity_check')" ok "integrity after"
 echo "codes:$codes"
