@@ -259,6 +259,8 @@ int eph_api_webhooks_list(struct eph_api_req *req);
 int eph_api_webhooks_get(struct eph_api_req *req, const char *id);
 int eph_api_webhooks_delete(struct eph_api_req *req, const char *id);
 int eph_api_webhooks_deliveries(struct eph_api_req *req, const char *id);
+/* GET /v1/webhooks/{id}/deliveries/{event_id}: the event's id read from req->path. */
+int eph_api_webhooks_delivery(struct eph_api_req *req, const char *id);
 
 /* Connections (connections.c), shared with `ephemerald admin connection add`: validates a
  * connection's description (name, base_url, methods, path_prefixes, headers; the caller rejects

@@ -128,6 +128,8 @@ static const struct route routes[] = {
     {"/v1/webhooks/{id}", "GET", NULL, eph_api_webhooks_get, false, false},
     {"/v1/webhooks/{id}", "DELETE", NULL, eph_api_webhooks_delete, false, false},
     {"/v1/webhooks/{id}/deliveries", "GET", NULL, eph_api_webhooks_deliveries, false, false},
+    {"/v1/webhooks/{id}/deliveries/{event_id}", "GET", NULL, eph_api_webhooks_delivery, false,
+     false},
 };
 /* The one route whose body is raw bytes, not JSON, under a cap of its own. */
 #define UPLOAD_ROUTE "/v1/sandboxes/{id}/files/{path}"
@@ -189,7 +191,9 @@ static const char *match_pattern(const char *p, char *id, size_t idlen)
     if (match_id_path(p, "/v1/webhooks/", id, idlen, &tail))
         return !*tail                         ? "/v1/webhooks/{id}"
                : !strcmp(tail, "/deliveries") ? "/v1/webhooks/{id}/deliveries"
-                                              : NULL;
+               : !strncmp(tail, "/deliveries/", 12) && tail[12] && !strchr(tail + 12, '/')
+                   ? "/v1/webhooks/{id}/deliveries/{event_id}"
+                   : NULL;
     if (eph_api_static_match(p))
         return "web";
     return NULL;

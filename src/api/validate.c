@@ -543,6 +543,12 @@ static int query_arg(const char *route, const char *name, const char *value,
         q->limit = (unsigned)n;
         return 0;
     }
+    if (deliveries && strcmp(name, "after") == 0) {
+        if (!eph_id_is_event(value))
+            return BAD("after", "'after' must be an event id (evt_...)");
+        q->after = value;
+        return 0;
+    }
     if (list && strcmp(name, "after") == 0) {
         if (!eph_id_is_run(value))
             return BAD("after", "'after' must be a run id");

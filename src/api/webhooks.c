@@ -253,19 +253,23 @@ static json_t *time_or_null(int64_t ms)
     return ms ? json_string(eph_clock_format_iso8601(ms, at, sizeof(at))) : json_null();
 }
 
-static int delivery_cb(const struct eph_webhook_delivery *d, void *ctx)
+static json_t *delivery_json(const struct eph_webhook_delivery *d)
 {
     bool pending = strcmp(d->state, "pending") == 0;
-    json_t *o = json_pack(
-        "{s:s, s:s, s:s, s:s, s:I, s:o, s:o, s:o, s:o, s:o, s:o}", "object", "webhook_delivery",
-        "event_id", d->event_id, "type", d->type, "status", d->state, "attempts",
-        (json_int_t)d->attempts, "http_status",
-        d->last_status ? json_integer(d->last_status) : json_null(), "duration_ms",
-        d->last_attempt_at_ms ? json_integer(d->last_duration_ms) : json_null(), "error",
-        d->last_error ? json_string(d->last_error) : json_null(), "created_at",
-        time_or_null(d->created_at_ms), "last_attempt_at", time_or_null(d->last_attempt_at_ms),
-        "next_attempt_at", time_or_null(pending ? d->next_attempt_at_ms : 0));
-    json_array_append_new((json_t *)ctx, o);
+    return json_pack("{s:s, s:s, s:s, s:s, s:I, s:o, s:o, s:o, s:o, s:o, s:o}", "object",
+                     "webhook_delivery", "event_id", d->event_id, "type", d->type, "status",
+                     d->state, "attempts", (json_int_t)d->attempts, "http_status",
+                     d->last_status ? json_integer(d->last_status) : json_null(), "duration_ms",
+                     d->last_attempt_at_ms ? json_integer(d->last_duration_ms) : json_null(),
+                     "error", d->last_error ? json_string(d->last_error) : json_null(),
+                     "created_at", time_or_null(d->created_at_ms), "last_attempt_at",
+                     time_or_null(d->last_attempt_at_ms), "next_attempt_at",
+                     time_or_null(pending ? d->next_attempt_at_ms : 0));
+}
+
+static int delivery_cb(const struct eph_webhook_delivery *d, void *ctx)
+{
+    json_array_append_new((json_t *)ctx, delivery_json(d));
     return 0;
 }
 
@@ -279,9 +283,55 @@ int eph_api_webhooks_deliveries(struct eph_api_req *req, const char *id)
     eph_webhook_release(&w);
     struct eph_store *st = req->svc->store;
     json_t *data = json_array();
-    if (st->ops->webhook_deliveries(st, req->org_id, id, req->query.limit, delivery_cb, data)) {
+    bool more = false;
+    if (st->ops->webhook_deliveries(st, req->org_id, id, req->query.limit, req->query.after,
+                                    delivery_cb, data, &more)) {
         json_decref(data);
         return eph_api_reply_store_unavailable(req);
     }
-    return eph_api_reply_list(req, data, false);
+    return eph_api_reply_list(req, data, more);
+}
+
+static int attempt_cb(const struct eph_webhook_attempt_row *a, void *ctx)
+{
+    json_array_append_new((json_t *)ctx,
+                          json_pack("{s:I, s:s, s:o, s:o, s:I, s:o}", "attempt",
+                                    (json_int_t)a->attempt, "outcome", a->outcome, "at",
+                                    time_or_null(a->at_ms), "http_status",
+                                    a->status ? json_integer(a->status) : json_null(),
+                                    "duration_ms", (json_int_t)a->duration_ms, "error",
+                                    a->error[0] ? json_string(a->error) : json_null()));
+    return 0;
+}
+
+int eph_api_webhooks_delivery(struct eph_api_req *req, const char *id)
+{
+    if (!eph_api_require_admin(req))
+        return MHD_YES;
+    const char *eid = strstr(req->path, "/deliveries/") + 12;
+    if (!eph_id_is_event(eid))
+        return eph_api_reply_error(req, 404, "not_found_error", "delivery_not_found", NULL,
+                                   "'%.48s' is not an event id (evt_...)", eid);
+    struct eph_webhook w;
+    if (!find_webhook(req, id, &w))
+        return MHD_YES;
+    eph_webhook_release(&w);
+    struct eph_store *st = req->svc->store;
+    struct eph_webhook_delivery d;
+    int rc = st->ops->webhook_delivery_get(st, req->org_id, id, eid, &d);
+    if (rc == -ENOENT)
+        return eph_api_reply_error(req, 404, "not_found_error", "delivery_not_found", NULL,
+                                   "webhook '%s' has no delivery of event '%s'", id, eid);
+    if (rc)
+        return eph_api_reply_store_unavailable(req);
+    json_t *o = delivery_json(&d);
+    eph_webhook_delivery_release(&d);
+    json_t *history = json_array();
+    json_object_set_new(o, "history", history);
+    if (st->ops->webhook_attempts(st, req->org_id, id, eid, EPH_WEBHOOK_ATTEMPTS_MAX, attempt_cb,
+                                  history)) {
+        json_decref(o);
+        return eph_api_reply_store_unavailable(req);
+    }
+    return eph_api_reply_json(req, 200, o, NULL, NULL);
 }

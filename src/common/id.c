@@ -95,6 +95,11 @@ int eph_id_is_sandbox(const char *s)
     return id_is(s, "sbx_");
 }
 
+int eph_id_is_event(const char *s)
+{
+    return id_is(s, "evt_");
+}
+
 int eph_id_is_api_key(const char *s)
 {
     if (strncmp(s, "eph_", 4) != 0 || strlen(s) != EPH_API_KEY_LEN)

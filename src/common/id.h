@@ -26,6 +26,8 @@ int eph_ct_equal(const void *a, const void *b, size_t n);
 int eph_id_is_run(const char *s);
 /* Checks "sbx_" + 32 lowercase hex (a sandbox: the same length as a run's id). */
 int eph_id_is_sandbox(const char *s);
+/* Checks "evt_" + 32 lowercase hex (a webhook event). */
+int eph_id_is_event(const char *s);
 /* Checks "eph_" + 40 base62. */
 int eph_id_is_api_key(const char *s);
 

@@ -202,6 +202,26 @@ static const char v10[] = "ALTER TABLE runs ADD COLUMN kind TEXT NOT NULL DEFAUL
                           "  DEFAULT 0;"
                           "CREATE INDEX runs_org_kind ON runs(org_id, kind, created_at);";
 
+/* SQLite version 13: webhooks' attempt history (docs/WEBHOOKS.md), one row per attempt, a
+ * delivery made before with its last attempt. */
+static const char v11[] =
+    "CREATE TABLE webhook_attempts ("
+    "  event_id TEXT NOT NULL,"
+    "  webhook_id TEXT NOT NULL REFERENCES webhooks(id),"
+    "  org_id TEXT NOT NULL,"
+    "  attempt INTEGER NOT NULL,"
+    "  outcome TEXT NOT NULL CHECK (outcome IN ('delivered', 'retried', 'failed')),"
+    "  at BIGINT NOT NULL,"
+    "  http_status INTEGER,"
+    "  duration_ms BIGINT NOT NULL,"
+    "  error TEXT,"
+    "  PRIMARY KEY (webhook_id, event_id, attempt));"
+    "INSERT INTO webhook_attempts (event_id, webhook_id, org_id, attempt, outcome, at, "
+    "  http_status, duration_ms, error) SELECT event_id, webhook_id, org_id, attempts, "
+    "  CASE state WHEN 'pending' THEN 'retried' ELSE state END, last_attempt_at, last_status, "
+    "  COALESCE(last_duration_ms, 0), last_error FROM webhook_deliveries WHERE attempts > 0 AND "
+    "  last_attempt_at IS NOT NULL;";
+
 const struct eph_migration eph_postgres_migrations[] = {
     {1, "initial schema (SQLite version 3)", v1},
     {2, "web allow-lists, query-parameter credentials (SQLite version 4)", v2},
@@ -213,6 +233,7 @@ const struct eph_migration eph_postgres_migrations[] = {
     {8, "webhooks (SQLite version 10)", v8},
     {9, "model attempts apart from calls (SQLite version 11)", v9},
     {10, "sandboxes (SQLite version 12)", v10},
+    {11, "webhook attempt history (SQLite version 13)", v11},
 };
 const unsigned eph_postgres_migrations_count =
     sizeof(eph_postgres_migrations) / sizeof(eph_postgres_migrations[0]);

@@ -220,6 +220,26 @@ static const char v12[] = "ALTER TABLE runs ADD COLUMN kind TEXT NOT NULL DEFAUL
                           "  DEFAULT 0;"
                           "CREATE INDEX runs_org_kind ON runs(org_id, kind, created_at);";
 
+/* Webhooks' attempt history (docs/WEBHOOKS.md): one row per attempt of a delivery, written with
+ * the outcome it records. A delivery made before has its last attempt, the one it kept. */
+static const char v13[] =
+    "CREATE TABLE webhook_attempts ("
+    "  event_id TEXT NOT NULL,"
+    "  webhook_id TEXT NOT NULL REFERENCES webhooks(id),"
+    "  org_id TEXT NOT NULL,"
+    "  attempt INTEGER NOT NULL,"
+    "  outcome TEXT NOT NULL CHECK (outcome IN ('delivered', 'retried', 'failed')),"
+    "  at INTEGER NOT NULL,"
+    "  http_status INTEGER,"
+    "  duration_ms INTEGER NOT NULL,"
+    "  error TEXT,"
+    "  PRIMARY KEY (webhook_id, event_id, attempt));"
+    "INSERT INTO webhook_attempts (event_id, webhook_id, org_id, attempt, outcome, at, "
+    "  http_status, duration_ms, error) SELECT event_id, webhook_id, org_id, attempts, "
+    "  CASE state WHEN 'pending' THEN 'retried' ELSE state END, last_attempt_at, last_status, "
+    "  COALESCE(last_duration_ms, 0), last_error FROM webhook_deliveries WHERE attempts > 0 AND "
+    "  last_attempt_at IS NOT NULL;";
+
 const struct eph_migration eph_sqlite_migrations[] = {
     {1, "initial schema", v1},
     {2, "key prefixes, connections", v2},
@@ -233,6 +253,7 @@ const struct eph_migration eph_sqlite_migrations[] = {
     {10, "webhooks", v10},
     {11, "model attempts apart from calls", v11},
     {12, "sandboxes", v12},
+    {13, "webhook attempt history", v13},
 };
 const unsigned eph_sqlite_migrations_count =
     sizeof(eph_sqlite_migrations) / sizeof(eph_sqlite_migrations[0]);

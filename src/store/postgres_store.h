@@ -237,7 +237,12 @@ int pg_webhook_get(struct eph_store *base, const char *org_id, const char *id,
                    struct eph_webhook *out);
 int pg_webhook_delete(struct eph_store *base, const char *org_id, const char *id, int64_t now_ms);
 int pg_webhook_deliveries(struct eph_store *base, const char *org_id, const char *webhook_id,
-                          unsigned limit, eph_delivery_cb cb, void *ctx);
+                          unsigned limit, const char *after, eph_delivery_cb cb, void *ctx,
+                          bool *has_more);
+int pg_webhook_delivery_get(struct eph_store *base, const char *org_id, const char *webhook_id,
+                            const char *event_id, struct eph_webhook_delivery *out);
+int pg_webhook_attempts(struct eph_store *base, const char *org_id, const char *webhook_id,
+                        const char *event_id, unsigned limit, eph_attempt_cb cb, void *ctx);
 int pg_webhook_claim(struct eph_store *base, const char *node_id, int64_t now_ms,
                      int64_t claim_until_ms, unsigned max, eph_delivery_cb cb, void *ctx);
 int pg_webhook_record(struct eph_store *base, const struct eph_webhook_attempt *a);

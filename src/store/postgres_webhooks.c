@@ -149,25 +149,87 @@ int pg_webhook_delete(struct eph_store *base, const char *org_id, const char *id
 }
 
 int pg_webhook_deliveries(struct eph_store *base, const char *org_id, const char *webhook_id,
-                          unsigned limit, eph_delivery_cb cb, void *ctx)
+                          unsigned limit, const char *after, eph_delivery_cb cb, void *ctx,
+                          bool *has_more)
 {
     struct pg_store *s = P(base);
     struct params p = {0};
     p_text(&p, org_id);
     p_text(&p, webhook_id);
-    p_i64(&p, limit);
+    p_i64(&p, (int64_t)limit + 1);
+    p_text(&p, after);
     PGresult *r = NULL;
-    int rc = WITH_CONN(s, pg_select_once(s, c,
-                                         "SELECT " DELIVERY_COLUMNS " FROM webhook_deliveries d "
-                                         "WHERE d.org_id = $1 AND d.webhook_id = $2 ORDER BY "
-                                         "d.created_at DESC, d.event_id DESC LIMIT $3",
-                                         &p, &r, "webhook deliveries"));
-    for (int i = 0; !rc && i < PQntuples(r); i++) {
+    /* One row past the page tells whether another follows. */
+    int rc = WITH_CONN(
+        s, pg_select_once(s, c,
+                          "SELECT " DELIVERY_COLUMNS " FROM webhook_deliveries d WHERE "
+                          "d.org_id = $1 AND d.webhook_id = $2 AND ($4::text IS NULL OR "
+                          "(d.created_at, d.event_id) < (SELECT a.created_at, a.event_id FROM "
+                          "webhook_deliveries a WHERE a.org_id = $1 AND a.webhook_id = $2 AND "
+                          "a.event_id = $4)) ORDER BY d.created_at DESC, d.event_id DESC LIMIT $3",
+                          &p, &r, "webhook deliveries"));
+    int rows = rc ? 0 : PQntuples(r);
+    for (int i = 0; !rc && i < rows && i < (int)limit; i++) {
         struct eph_webhook_delivery d;
         rc = row_to_delivery(r, i, &d);
         if (!rc)
             rc = cb(&d, ctx);
         eph_webhook_delivery_release(&d);
+    }
+    if (has_more)
+        *has_more = !rc && rows > (int)limit;
+    PQclear(r);
+    return rc;
+}
+
+int pg_webhook_delivery_get(struct eph_store *base, const char *org_id, const char *webhook_id,
+                            const char *event_id, struct eph_webhook_delivery *out)
+{
+    struct pg_store *s = P(base);
+    struct params p = {0};
+    p_text(&p, org_id);
+    p_text(&p, webhook_id);
+    p_text(&p, event_id);
+    PGresult *r = NULL;
+    int rc = WITH_CONN(s, pg_select_once(s, c,
+                                         "SELECT " DELIVERY_COLUMNS " FROM webhook_deliveries d "
+                                         "WHERE d.org_id = $1 AND d.webhook_id = $2 AND "
+                                         "d.event_id = $3",
+                                         &p, &r, "webhook delivery"));
+    if (!rc)
+        rc = PQntuples(r) ? row_to_delivery(r, 0, out) : -ENOENT;
+    if (rc && rc != -ENOENT)
+        eph_webhook_delivery_release(out);
+    PQclear(r);
+    return rc;
+}
+
+int pg_webhook_attempts(struct eph_store *base, const char *org_id, const char *webhook_id,
+                        const char *event_id, unsigned limit, eph_attempt_cb cb, void *ctx)
+{
+    struct pg_store *s = P(base);
+    struct params p = {0};
+    p_text(&p, org_id);
+    p_text(&p, webhook_id);
+    p_text(&p, event_id);
+    p_i64(&p, limit);
+    PGresult *r = NULL;
+    int rc = WITH_CONN(
+        s, pg_select_once(s, c,
+                          "SELECT attempt, outcome, at, http_status, duration_ms, error FROM "
+                          "(SELECT * FROM webhook_attempts WHERE org_id = $1 AND webhook_id = $2 "
+                          "AND event_id = $3 ORDER BY attempt DESC LIMIT $4) h ORDER BY attempt",
+                          &p, &r, "webhook attempts"));
+    for (int i = 0; !rc && i < PQntuples(r); i++) {
+        struct eph_webhook_attempt_row a = {0};
+        a.attempt = (unsigned)pg_col_i64(r, i, 0);
+        pg_col_copy(r, i, 1, a.outcome, sizeof(a.outcome));
+        a.at_ms = pg_col_i64(r, i, 2);
+        a.status = pg_isnull(r, i, 3) ? 0 : (int)pg_col_i64(r, i, 3);
+        a.duration_ms = pg_col_i64(r, i, 4);
+        if (!pg_isnull(r, i, 5))
+            pg_col_copy(r, i, 5, a.error, sizeof(a.error));
+        rc = cb(&a, ctx);
     }
     PQclear(r);
     return rc;
@@ -228,16 +290,25 @@ int pg_webhook_record(struct eph_store *base, const struct eph_webhook_attempt *
     p_text(&p, a->event_id);
     p_text(&p, a->webhook_id);
     p_text(&p, a->node_id);
+    p_text(&p, strcmp(a->state, "pending") == 0 ? "retried" : a->state);
     unsigned long n = 0;
+    /* The outcome and its row of the history in one statement: the attempt's number is the
+     * count the update makes. */
     int rc = WITH_CONN(
         s, pg_changed_once(s, c,
-                           "UPDATE webhook_deliveries SET state = $1, attempts = attempts + 1, "
-                           "last_attempt_at = $2, next_attempt_at = CASE WHEN $1 = 'pending' "
-                           "THEN $3::bigint ELSE next_attempt_at END, last_status = $4, "
-                           "last_duration_ms = $5, last_error = $6, claimed_by = NULL, "
-                           "claim_expires_at = NULL, body = CASE WHEN $1 = 'pending' THEN body "
-                           "ELSE '' END WHERE event_id = $7 AND webhook_id = $8 AND "
-                           "claimed_by = $9 AND state = 'pending'",
+                           "WITH u AS (UPDATE webhook_deliveries SET state = $1, "
+                           "attempts = attempts + 1, last_attempt_at = $2, next_attempt_at = "
+                           "CASE WHEN $1 = 'pending' THEN $3::bigint ELSE next_attempt_at END, "
+                           "last_status = $4, last_duration_ms = $5, last_error = $6, "
+                           "claimed_by = NULL, claim_expires_at = NULL, body = CASE WHEN "
+                           "$1 = 'pending' THEN body ELSE '' END WHERE event_id = $7 AND "
+                           "webhook_id = $8 AND claimed_by = $9 AND state = 'pending' RETURNING "
+                           "event_id, webhook_id, org_id, attempts, last_attempt_at, last_status, "
+                           "last_duration_ms, last_error) INSERT INTO webhook_attempts "
+                           "(event_id, webhook_id, org_id, attempt, outcome, at, http_status, "
+                           "duration_ms, error) SELECT event_id, webhook_id, org_id, attempts, "
+                           "$10, last_attempt_at, last_status, last_duration_ms, last_error "
+                           "FROM u",
                            &p, &n, "webhook record"));
     return rc ? rc : n ? 0 : -ESTALE;
 }

@@ -193,35 +193,115 @@ int sq_webhook_delete(struct eph_store *base, const char *org_id, const char *id
 }
 
 int sq_webhook_deliveries(struct eph_store *base, const char *org_id, const char *webhook_id,
-                          unsigned limit, eph_delivery_cb cb, void *ctx)
+                          unsigned limit, const char *after, eph_delivery_cb cb, void *ctx,
+                          bool *has_more)
 {
     struct sq_conn *s = READER(base);
     struct eph_webhook_delivery *rows = calloc(limit ? limit : 1, sizeof(*rows));
+    size_t n = 0;
+    bool more = false;
+    if (!rows)
+        return -ENOMEM;
+    pthread_mutex_lock(&s->lock);
+    sqlite3_stmt *st;
+    /* One row past the page tells whether another follows. */
+    int rc = sq_prepare(s,
+                        "SELECT " DELIVERY_COLUMNS " FROM webhook_deliveries d WHERE "
+                        "d.org_id = ?1 AND d.webhook_id = ?2 AND (?4 IS NULL OR "
+                        "(d.created_at, d.event_id) < (SELECT a.created_at, a.event_id FROM "
+                        "webhook_deliveries a WHERE a.org_id = ?1 AND a.webhook_id = ?2 AND "
+                        "a.event_id = ?4)) ORDER BY d.created_at DESC, d.event_id DESC LIMIT ?3",
+                        &st);
+    if (!rc) {
+        sqlite3_bind_text(st, 1, org_id, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_text(st, 2, webhook_id, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_int64(st, 3, (int64_t)limit + 1);
+        sq_bind_text(st, 4, after);
+        int r;
+        while ((r = sqlite3_step(st)) == SQLITE_ROW) {
+            if (n == limit) {
+                more = true;
+                break;
+            }
+            if ((rc = row_to_delivery(st, &rows[n++])))
+                break;
+        }
+        if (!rc && !more && r != SQLITE_DONE)
+            rc = sq_db_err(s, r, "webhook deliveries");
+        sq_done(st);
+    }
+    pthread_mutex_unlock(&s->lock);
+    if (has_more)
+        *has_more = !rc && more;
+    return pass_deliveries(rows, n, rc, cb, ctx);
+}
+
+int sq_webhook_delivery_get(struct eph_store *base, const char *org_id, const char *webhook_id,
+                            const char *event_id, struct eph_webhook_delivery *out)
+{
+    struct sq_conn *s = READER(base);
+    pthread_mutex_lock(&s->lock);
+    sqlite3_stmt *st;
+    int rc = sq_prepare(s,
+                        "SELECT " DELIVERY_COLUMNS " FROM webhook_deliveries d WHERE "
+                        "d.org_id = ?1 AND d.webhook_id = ?2 AND d.event_id = ?3",
+                        &st);
+    if (!rc) {
+        sqlite3_bind_text(st, 1, org_id, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_text(st, 2, webhook_id, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_text(st, 3, event_id, -1, SQLITE_TRANSIENT);
+        int r = sqlite3_step(st);
+        rc = r == SQLITE_ROW    ? row_to_delivery(st, out)
+             : r == SQLITE_DONE ? -ENOENT
+                                : sq_db_err(s, r, "webhook delivery");
+        sq_done(st);
+    }
+    pthread_mutex_unlock(&s->lock);
+    if (rc && rc != -ENOENT)
+        eph_webhook_delivery_release(out);
+    return rc;
+}
+
+int sq_webhook_attempts(struct eph_store *base, const char *org_id, const char *webhook_id,
+                        const char *event_id, unsigned limit, eph_attempt_cb cb, void *ctx)
+{
+    struct sq_conn *s = READER(base);
+    struct eph_webhook_attempt_row *rows = calloc(limit ? limit : 1, sizeof(*rows));
     size_t n = 0;
     if (!rows)
         return -ENOMEM;
     pthread_mutex_lock(&s->lock);
     sqlite3_stmt *st;
     int rc = sq_prepare(s,
-                        "SELECT " DELIVERY_COLUMNS " FROM webhook_deliveries d WHERE "
-                        "d.org_id = ?1 AND d.webhook_id = ?2 ORDER BY d.created_at DESC, "
-                        "d.event_id DESC LIMIT ?3",
+                        "SELECT attempt, outcome, at, http_status, duration_ms, error FROM "
+                        "(SELECT * FROM webhook_attempts WHERE org_id = ?1 AND webhook_id = ?2 "
+                        "AND event_id = ?3 ORDER BY attempt DESC LIMIT ?4) ORDER BY attempt",
                         &st);
     if (!rc) {
         sqlite3_bind_text(st, 1, org_id, -1, SQLITE_TRANSIENT);
         sqlite3_bind_text(st, 2, webhook_id, -1, SQLITE_TRANSIENT);
-        sqlite3_bind_int64(st, 3, limit);
+        sqlite3_bind_text(st, 3, event_id, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_int64(st, 4, limit);
         int r;
         while (n < limit && (r = sqlite3_step(st)) == SQLITE_ROW) {
-            if ((rc = row_to_delivery(st, &rows[n++])))
-                break;
+            struct eph_webhook_attempt_row *a = &rows[n++];
+            a->attempt = (unsigned)sqlite3_column_int64(st, 0);
+            snprintf(a->outcome, sizeof(a->outcome), "%s", sqlite3_column_text(st, 1));
+            a->at_ms = sqlite3_column_int64(st, 2);
+            a->status = sqlite3_column_int(st, 3);
+            a->duration_ms = sqlite3_column_int64(st, 4);
+            const unsigned char *e = sqlite3_column_text(st, 5);
+            snprintf(a->error, sizeof(a->error), "%s", e ? (const char *)e : "");
         }
-        if (!rc && n < limit && r != SQLITE_DONE)
-            rc = sq_db_err(s, r, "webhook deliveries");
+        if (n < limit && r != SQLITE_DONE)
+            rc = sq_db_err(s, r, "webhook attempts");
         sq_done(st);
     }
     pthread_mutex_unlock(&s->lock);
-    return pass_deliveries(rows, n, rc, cb, ctx);
+    for (size_t i = 0; !rc && i < n; i++)
+        rc = cb(&rows[i], ctx);
+    free(rows);
+    return rc;
 }
 
 /* The due deliveries, with what sending needs, into rows (at most max). */
@@ -287,10 +367,14 @@ int sq_webhook_claim(struct eph_store *base, const char *node_id, int64_t now_ms
     return pass_deliveries(rows, n, rc, cb, ctx);
 }
 
-int sq_webhook_record(struct eph_store *base, const struct eph_webhook_attempt *a)
+/* The outcome of an attempt, the name the history gives its state. */
+static const char *attempt_outcome(const char *state)
 {
-    struct sq_conn *s = WRITER(base);
-    pthread_mutex_lock(&s->lock);
+    return strcmp(state, "pending") == 0 ? "retried" : state;
+}
+
+static int record_locked(struct sq_conn *s, const struct eph_webhook_attempt *a)
+{
     sqlite3_stmt *st;
     int rc = sq_prepare(s,
                         "UPDATE webhook_deliveries SET state = ?1, attempts = attempts + 1, "
@@ -301,23 +385,50 @@ int sq_webhook_record(struct eph_store *base, const struct eph_webhook_attempt *
                         "WHERE event_id = ?7 AND webhook_id = ?8 AND claimed_by = ?9 AND "
                         "state = 'pending'",
                         &st);
-    if (!rc) {
-        sqlite3_bind_text(st, 1, a->state, -1, SQLITE_TRANSIENT);
-        sqlite3_bind_int64(st, 2, a->at_ms);
-        sqlite3_bind_int64(st, 3, a->next_attempt_at_ms);
-        if (a->status)
-            sqlite3_bind_int(st, 4, a->status);
-        else
-            sqlite3_bind_null(st, 4);
-        sqlite3_bind_int64(st, 5, a->duration_ms);
-        sq_bind_text(st, 6, a->error);
-        sqlite3_bind_text(st, 7, a->event_id, -1, SQLITE_TRANSIENT);
-        sqlite3_bind_text(st, 8, a->webhook_id, -1, SQLITE_TRANSIENT);
-        sqlite3_bind_text(st, 9, a->node_id, -1, SQLITE_TRANSIENT);
-        rc = sq_step_done(s, st, "webhook record");
-        if (!rc && sqlite3_changes(s->db) == 0)
-            rc = -ESTALE;
-    }
+    if (rc)
+        return rc;
+    sqlite3_bind_text(st, 1, a->state, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(st, 2, a->at_ms);
+    sqlite3_bind_int64(st, 3, a->next_attempt_at_ms);
+    if (a->status)
+        sqlite3_bind_int(st, 4, a->status);
+    else
+        sqlite3_bind_null(st, 4);
+    sqlite3_bind_int64(st, 5, a->duration_ms);
+    sq_bind_text(st, 6, a->error);
+    sqlite3_bind_text(st, 7, a->event_id, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 8, a->webhook_id, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 9, a->node_id, -1, SQLITE_TRANSIENT);
+    if ((rc = sq_step_done(s, st, "webhook record")))
+        return rc;
+    if (sqlite3_changes(s->db) == 0)
+        return -ESTALE;
+    /* The attempt's number is the count the update just made. */
+    if ((rc = sq_prepare(s,
+                         "INSERT INTO webhook_attempts (event_id, webhook_id, org_id, attempt, "
+                         "outcome, at, http_status, duration_ms, error) SELECT event_id, "
+                         "webhook_id, org_id, attempts, ?3, last_attempt_at, last_status, "
+                         "last_duration_ms, last_error FROM webhook_deliveries WHERE "
+                         "event_id = ?1 AND webhook_id = ?2",
+                         &st)))
+        return rc;
+    sqlite3_bind_text(st, 1, a->event_id, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 2, a->webhook_id, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 3, attempt_outcome(a->state), -1, SQLITE_TRANSIENT);
+    return sq_step_done(s, st, "webhook record");
+}
+
+int sq_webhook_record(struct eph_store *base, const struct eph_webhook_attempt *a)
+{
+    struct sq_conn *s = WRITER(base);
+    pthread_mutex_lock(&s->lock);
+    int rc = sq_begin(s);
+    if (!rc)
+        rc = record_locked(s, a);
+    if (!rc)
+        rc = sq_commit(s);
+    if (rc)
+        sq_rollback(s);
     pthread_mutex_unlock(&s->lock);
     return rc;
 }

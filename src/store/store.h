@@ -174,6 +174,21 @@ struct eph_webhook_attempt {
     const char *error; /* NULL: none */
 };
 
+/* One attempt as the history keeps it (webhook_attempts): its number (1 is the first), when,
+ * its outcome (delivered, retried: another is to come, failed: given up), the answer's HTTP
+ * status (0: none), how long it took and why it failed (empty: it did not). */
+struct eph_webhook_attempt_row {
+    unsigned attempt;
+    char outcome[12];
+    int64_t at_ms;
+    int status;
+    int64_t duration_ms;
+    char error[200];
+};
+/* The most attempts of one delivery the history shows (the newest; a day of retries is ~35). */
+#define EPH_WEBHOOK_ATTEMPTS_MAX 100
+typedef int (*eph_attempt_cb)(const struct eph_webhook_attempt_row *a, void *ctx);
+
 /* What a shared store tells every node (PostgreSQL: LISTEN/NOTIFY), called from the store's own
  * listening thread, quick and without calling back into the listener. */
 struct eph_store_listener {
@@ -312,10 +327,14 @@ struct eph_store_ops {
     /* Webhooks (docs/WEBHOOKS.md). list: the org's endpoints, oldest first; get: one (-ENOENT
      * when the org has none of that id); delete: the endpoint is disabled, its sealed secret
      * dropped and its pending deliveries failed (-ENOENT as get). deliveries: the endpoint's
-     * newest deliveries first, at most limit. claim: at most max pending deliveries due at
-     * now_ms that no claim holds, claimed by node_id until claim_until_ms and passed to cb (a
+     * newest deliveries first, at most limit, those older than the delivery of event after (NULL:
+     * from the newest; an event the endpoint has none of: none), *has_more set when more follow.
+     * delivery_get: one delivery (-ENOENT when the endpoint has none of that event); attempts:
+     * its attempts, oldest first, the last limit of them. claim: at most max pending deliveries due
+     * at now_ms that no claim holds, claimed by node_id until claim_until_ms and passed to cb (a
      * shared store: FOR UPDATE SKIP LOCKED, so each is claimed by one node). record: one
-     * attempt's outcome, the claim released; -ESTALE when node_id no longer holds the claim. A
+     * attempt's outcome, the claim released and the attempt added to the history in the same
+     * transaction; -ESTALE when node_id no longer holds the claim. A
      * delivery's body is dropped once it is delivered or failed. */
     int (*webhook_insert)(struct eph_store *s, const struct eph_webhook *w);
     int (*webhook_list)(struct eph_store *s, const char *org_id, eph_webhook_cb cb, void *ctx);
@@ -323,7 +342,12 @@ struct eph_store_ops {
                        struct eph_webhook *out);
     int (*webhook_delete)(struct eph_store *s, const char *org_id, const char *id, int64_t now_ms);
     int (*webhook_deliveries)(struct eph_store *s, const char *org_id, const char *webhook_id,
-                              unsigned limit, eph_delivery_cb cb, void *ctx);
+                              unsigned limit, const char *after, eph_delivery_cb cb, void *ctx,
+                              bool *has_more);
+    int (*webhook_delivery_get)(struct eph_store *s, const char *org_id, const char *webhook_id,
+                                const char *event_id, struct eph_webhook_delivery *out);
+    int (*webhook_attempts)(struct eph_store *s, const char *org_id, const char *webhook_id,
+                            const char *event_id, unsigned limit, eph_attempt_cb cb, void *ctx);
     int (*webhook_claim)(struct eph_store *s, const char *node_id, int64_t now_ms,
                          int64_t claim_until_ms, unsigned max, eph_delivery_cb cb, void *ctx);
     int (*webhook_record)(struct eph_store *s, const struct eph_webhook_attempt *a);

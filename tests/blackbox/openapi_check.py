@@ -404,6 +404,29 @@ for t, tail in (("/v1/webhooks/{id}", ""), ("/v1/webhooks/{id}/deliveries", "/de
     check("get", t, f"/v1/webhooks/{wid}{tail}", 401, key=None)
     check("get", t, f"/v1/webhooks/{wid}{tail}", 403, key=member)
 check("get", "/v1/webhooks/{id}/deliveries", f"/v1/webhooks/{wid}/deliveries?limit=0", 400)
+check("get", "/v1/webhooks/{id}/deliveries", f"/v1/webhooks/{wid}/deliveries?after=x", 400)
+# One delivery with one attempt in its history, written as the store would (no run ends here).
+evt = "evt_" + "ab" * 16
+now_ms = int(time.time() * 1000)
+db = sqlite3.connect(DB, timeout=5)
+db.execute("INSERT INTO webhook_deliveries (event_id, webhook_id, org_id, type, body, state, "
+           "attempts, created_at, next_attempt_at, last_attempt_at, last_status, last_error, "
+           "last_duration_ms) SELECT ?, id, org_id, 'run.completed', '', 'failed', 1, ?, ?, ?, "
+           "500, 'HTTP 500', 7 FROM webhooks WHERE id = ?", (evt, now_ms, now_ms, now_ms, wid))
+db.execute("INSERT INTO webhook_attempts (event_id, webhook_id, org_id, attempt, outcome, at, "
+           "http_status, duration_ms, error) SELECT ?, id, org_id, 1, 'failed', ?, 500, 7, "
+           "'HTTP 500' FROM webhooks WHERE id = ?", (evt, now_ms, wid))
+db.commit()
+db.close()
+t = "/v1/webhooks/{id}/deliveries/{event_id}"
+_, one = check("get", t, f"/v1/webhooks/{wid}/deliveries/{evt}", 200)
+if not one or [a["outcome"] for a in one["history"]] != ["failed"]:
+    fail(f"GET {t}: history {one}")
+check("get", t, f"/v1/webhooks/{wid}/deliveries/evt_{'0' * 32}", 404)
+check("get", t, f"/v1/webhooks/wh_{'0' * 24}/deliveries/{evt}", 404)
+check("get", t, f"/v1/webhooks/{wid}/deliveries/{evt}?limit=1", 400)
+check("get", t, f"/v1/webhooks/{wid}/deliveries/{evt}", 401, key=None)
+check("get", t, f"/v1/webhooks/{wid}/deliveries/{evt}", 403, key=member)
 check("delete", "/v1/webhooks/{id}", f"/v1/webhooks/{wid}", 403, key=member)
 check("delete", "/v1/webhooks/{id}", f"/v1/webhooks/{wid}", 401, key=None)
 check("delete", "/v1/webhooks/{id}", f"/v1/webhooks/{wid}", 200)
@@ -419,7 +442,8 @@ check("get", "/v1/balance", "/v1/balance", 401, key=member)
 # --- what the HTTP layer answers on every operation, before any handler ---
 def concrete(template):
     return (template.replace("{id}", "run_" + "0" * 32 if template.startswith("/v1/runs")
-                             else "key_" + "0" * 24).replace("{name}", "none"))
+                             else "key_" + "0" * 24).replace("{name}", "none")
+            .replace("{event_id}", "evt_" + "0" * 32))
 
 
 METHODS = ("get", "post", "put", "patch", "delete")

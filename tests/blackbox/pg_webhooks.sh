@@ -3,7 +3,7 @@
 # created on both nodes settle on either, and each event reaches the receiver exactly once, its
 # delivery claimed by one node (FOR UPDATE SKIP LOCKED), though both nodes' senders look for due
 # deliveries all along; a receiver that answers after 0.2 s keeps several attempts under way at
-# once. Skips where the PostgreSQL server binaries are missing.
+# once. The history and the pages of the log read the same from either node. Skips where the PostgreSQL server binaries are missing.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/api_common.sh"
 . "$(dirname "$0")/webhooks_common.sh"
@@ -47,4 +47,20 @@ assert_eq "$(jq -r '.body | fromjson | .data.id' "$RECV_LOG" | sort | tr '\n' ' 
     "$(printf '%s\n' "${ids[@]}" | sort | tr '\n' ' ')" "the runs of the events"
 assert_eq "$(pg_sql eph_nodes "SELECT COUNT(*) FROM webhook_deliveries WHERE attempts <> 1 OR claimed_by IS NOT NULL")" 0 \
     "deliveries attempted more than once, or still claimed"
+# Each delivery's history is its one attempt, whichever node made it; the log, read in pages of
+# three on the other node, is every delivery once.
+assert_eq "$(pg_sql eph_nodes "SELECT COUNT(*) FROM webhook_attempts WHERE webhook_id = '$wh' AND attempt = 1 AND outcome = 'delivered'")" "$N" \
+    "attempts in the history"
+evt=$(jq -r '.body | fromjson | .id' "$RECV_LOG" | head -1)
+assert_eq "$(napi a GET "/v1/webhooks/$wh/deliveries/$evt" | sed '$d' | jq -c '[.history[] | [.attempt, .outcome, .http_status]]')" \
+    '[[1,"delivered",200]]' "one delivery's history"
+paged="" after="" more=true
+while [ "$more" = true ]; do
+    page=$(napi b GET "/v1/webhooks/$wh/deliveries?limit=3${after:+&after=$after}" | sed '$d')
+    after=$(jq -r '.data[-1].event_id' <<<"$page")
+    paged="$paged$(jq -r '.data[].event_id' <<<"$page")"$'\n'
+    more=$(jq -r .has_more <<<"$page")
+done
+assert_eq "$(grep -c . <<<"$paged")" "$N" "deliveries read in pages"
+assert_eq "$(grep . <<<"$paged" | sort -u | wc -l)" "$N" "distinct deliveries in the pages"
 echo "$N events, each delivered once across two nodes"

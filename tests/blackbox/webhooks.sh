@@ -2,11 +2,11 @@
 # Signed webhooks (docs/WEBHOOKS.md) against receivers on loopback (a small python3 http.server of
 # the test, opened by webhooks.allow_private_cidrs): an ended run's delivery arrives signed, and the
 # signature checks over the raw body; a receiver that answers 500 then 200 gets the same event id
-# twice, delivered on the second attempt; one that hangs has its timeout recorded while the run
+# twice, delivered on the second attempt, each attempt in the delivery's history; one that hangs has its timeout recorded while the run
 # settles anyway; a 3xx is a failure and its target is never asked, as is a reset; a zero-data-retention run's
 # delivery carries neither prompt nor result; a sandbox's end is one sandbox.ended with the
 # sandbox object; /metrics counts the outcomes; a delivery still
-# pending when the server stops is delivered after it starts again. Bad URLs are refused with a
+# pending when the server stops is delivered after it starts again. The log reads in pages. Bad URLs are refused with a
 # 400: another scheme, userinfo, loopback spellings outside the opened range, the server's own
 # port. Every wait polls the deliveries endpoint under a bound.
 . "$(dirname "$0")/lib.sh"
@@ -48,6 +48,9 @@ delivery() { # WEBHOOK_ID JQ: a field of its newest delivery
     api GET "/v1/webhooks/$1/deliveries" | sed '$d' | jq -r ".data[0] | $2"
 }
 delivery_is() { [ "$(delivery "$1" "$2")" = true ]; }
+history() { # WEBHOOK_ID EVENT_ID JQ: over one delivery's attempts, oldest first
+    api GET "/v1/webhooks/$1/deliveries/$2" | sed '$d' | jq -r ".history | $3"
+}
 
 # ---- bad input ----
 for url in "ftp://127.0.0.1:$RECV_PORT/ok" "file:///etc/passwd" "http://user:pw@127.0.0.1:$RECV_PORT/ok" \
@@ -126,12 +129,19 @@ PY
 wait_until "the /flaky delivery" 400 delivery_is "$FLAKY" '.status == "delivered"'
 assert_eq "$(delivery "$FLAKY" '"\(.event_id) \(.attempts) \(.http_status)"')" "$evt 2 200" "the /flaky delivery"
 assert_eq "$(jq -r 'select(.path == "/flaky") | (.body | fromjson | .id)' "$RECV_LOG" | sort | uniq -c | awk '{print $1, $2}')" "2 $evt" "the same event twice at /flaky"
+# Each attempt in the delivery's history: when, the answer, how long, why it failed.
+assert_eq "$(history "$FLAKY" "$evt" 'map("\(.attempt) \(.outcome) \(.http_status) \(.error)") | join(", ")')" \
+    "1 retried 500 HTTP 500, 2 delivered 200 null" "the /flaky delivery's attempts"
+assert_eq "$(history "$FLAKY" "$evt" 'map((.at | test("^20[0-9-]+T[0-9:.]+Z$")) and .duration_ms >= 0) | all')" true "each attempt's time and duration"
+one=$(api GET "/v1/webhooks/$FLAKY/deliveries/$evt" | sed '$d')
+assert_eq "$(jq -r '"\(.object) \(.event_id) \(.status) \(.attempts)"' <<<"$one")" "webhook_delivery $evt delivered 2" "the delivery on its own"
 echo "500 then 200: delivered on the second attempt, the same id"
 
 # A receiver that hangs: the attempt's timeout is recorded, the run was settled regardless.
 wait_until "the /hang attempt" 400 delivery_is "$HANG" '.attempts >= 1'
 assert_eq "$(delivery "$HANG" '"\(.status) \(.error)"')" "pending no answer within 1 s" "the /hang delivery"
 assert_eq "$(run_field "$id" .status)" completed "the run, settled while its receiver hangs"
+assert_eq "$(history "$HANG" "$evt" '.[0] | "\(.outcome) \(.http_status) \(.error)"')" "retried null no answer within 1 s" "the /hang attempt in the history"
 echo "a hanging receiver: timed out, retried, the run settled"
 
 # 3xx: a failure, its Location never asked.
@@ -142,6 +152,16 @@ assert_eq "$(jq -r 'select(.path == "/redirected") | .path' "$RECV_LOG" | wc -l)
 wait_until "the /reset attempt" 400 delivery_is "$RESET" '.attempts >= 1'
 assert_eq "$(delivery "$RESET" '"\(.status) \(.http_status)"')" "pending null" "the /reset delivery"
 [ "$(delivery "$RESET" .error)" != null ] || fail "no error recorded for a reset"
+[ "$(history "$RESET" "$evt" '.[0].error')" != null ] || fail "no error in the reset's history"
+# A delivery that is not there, asked wrongly, or of an endpoint that is not: clear errors.
+assert_error "$(api GET "/v1/webhooks/$OK/deliveries/evt_$(printf '0%.0s' {1..32})")" 404 not_found_error
+assert_error "$(api GET "/v1/webhooks/$OK/deliveries/nope")" 404 not_found_error
+assert_error "$(api GET "/v1/webhooks/$FAILED_ONLY/deliveries/$evt")" 404 not_found_error
+assert_error "$(api GET "/v1/webhooks/wh_000000000000000000000000/deliveries/$evt")" 404 not_found_error
+assert_error "$(api GET "/v1/webhooks/$OK/deliveries/$evt?limit=2")" 400 invalid_request_error
+assert_error "$(api GET "/v1/webhooks/$OK/deliveries?after=run_1")" 400 invalid_request_error after
+assert_error "$(api GET "/v1/webhooks/$OK/deliveries?limit=0")" 400 invalid_request_error limit
+assert_error "$(api GET "/v1/webhooks/$OK/deliveries?cursor=x")" 400 invalid_request_error
 # An endpoint that asked for other events got none.
 assert_eq "$(api GET "/v1/webhooks/$FAILED_ONLY/deliveries" | sed '$d' | jq '.data | length')" 0 "deliveries of another type"
 
@@ -168,6 +188,21 @@ wait_until "the sandbox's delivery" 400 sbx_arrived
 sbody=$(jq -r --arg s "$sid" 'select(.path == "/ok") | .body | select(fromjson | .data.id == $s)' "$RECV_LOG")
 assert_eq "$(jq -r '"\(.type) \(.data.object)"' <<<"$sbody")" "sandbox.ended sandbox" "the sandbox's event"
 assert_eq "$(api GET "/v1/webhooks/$FLAKY/deliveries" | sed '$d' | jq '[.data[] | select(.type == "sandbox.ended")] | length')" 0 "sandbox.ended to an endpoint that did not ask"
+
+# The /ok log in pages of one: each after the last of the one before, newest first, the same as
+# the whole list, the last page with no more.
+all=$(api GET "/v1/webhooks/$OK/deliveries?limit=100" | sed '$d')
+assert_eq "$(jq '.data | length' <<<"$all")" 3 "the /ok deliveries (a run, a zero-data-retention run, a sandbox)"
+paged="" after="" more=true
+while [ "$more" = true ]; do
+    page=$(api GET "/v1/webhooks/$OK/deliveries?limit=1${after:+&after=$after}" | sed '$d')
+    assert_eq "$(jq '.data | length' <<<"$page")" 1 "a page of one"
+    after=$(jq -r '.data[0].event_id' <<<"$page")
+    paged="$paged$after "
+    more=$(jq -r .has_more <<<"$page")
+done
+assert_eq "$paged" "$(jq -r '.data[].event_id' <<<"$all" | tr '\n' ' ')" "the pages, one after the other"
+assert_eq "$(api GET "/v1/webhooks/$OK/deliveries?after=$after" | sed '$d' | jq -c '[.data, .has_more]')" "[[],false]" "after the last"
 
 metrics=$(curl -sS "$EPHEMERAL_URL/metrics")
 delivered=$(awk '/^ephemeral_webhook_deliveries_total\{outcome="delivered"\}/ {print $2}' <<<"$metrics")
@@ -203,4 +238,7 @@ wait_until "the server after the restart" 400 curl -fs -o /dev/null "$EPHEMERAL_
 wait_until "the /down delivery after the restart" 400 delivery_is "$DOWN" '.status == "delivered"'
 assert_eq "$(delivery "$DOWN" '"\(.event_id) \(.http_status)"')" "$evt2 200" "the pending delivery, after the restart"
 assert_eq "$(jq -r 'select(.path == "/down") | (.body | fromjson | .id)' "$RECV_LOG" | sort -u)" "$evt2" "one event id at /down"
+# Its history kept the attempts made before the restart and the one after.
+assert_eq "$(history "$DOWN" "$evt2" '[length == ('"$(delivery "$DOWN" .attempts)"'), (.[0].http_status == 500), (.[-1].outcome == "delivered")] | all')" \
+    true "the history across the restart"
 echo "a pending delivery survived the restart and was delivered after it"

@@ -1,6 +1,7 @@
 /* The store's webhooks (docs/WEBHOOKS.md): endpoints by org, one delivery queued per matching
  * endpoint in a run's settlement, claims that hand each delivery to one sender, attempts recorded,
- * the body dropped once a delivery ends, pending deliveries kept across a reopen. On SQLite, or
+ * each attempt kept in the history, the body dropped once a delivery ends, pending deliveries
+ * kept across a reopen, the log in pages. On SQLite, or
  * PostgreSQL with EPH_TEST_PG. */
 #include <errno.h>
 #include <setjmp.h>
@@ -140,7 +141,8 @@ static void test_settlement_queues_one_per_matching_endpoint(void **state)
     ev.created_at_ms = eph_clock_real_ms();
     settle_run(st, f->org, EPH_RUN_FAILED, &ev);
     struct seen s = {0};
-    assert_int_equal(st->ops->webhook_deliveries(st, f->org, "wh_all", 10, collect, &s), 0);
+    assert_int_equal(st->ops->webhook_deliveries(st, f->org, "wh_all", 10, NULL, collect, &s, NULL),
+                     0);
     assert_int_equal(s.n, 1);
     assert_string_equal(s.d[0].event_id, "evt_1");
     assert_string_equal(s.d[0].type, "run.failed");
@@ -148,14 +150,68 @@ static void test_settlement_queues_one_per_matching_endpoint(void **state)
     assert_int_equal(s.d[0].attempts, 0);
     seen_release(&s);
     /* Neither the endpoint that does not take the type nor the deleted one got it. */
-    assert_int_equal(st->ops->webhook_deliveries(st, f->org, "wh_done", 10, collect, &s), 0);
+    assert_int_equal(
+        st->ops->webhook_deliveries(st, f->org, "wh_done", 10, NULL, collect, &s, NULL), 0);
     assert_int_equal(s.n, 0);
-    assert_int_equal(st->ops->webhook_deliveries(st, f->org, "wh_gone", 10, collect, &s), 0);
+    assert_int_equal(
+        st->ops->webhook_deliveries(st, f->org, "wh_gone", 10, NULL, collect, &s, NULL), 0);
     assert_int_equal(s.n, 0);
     /* A settlement without an event queues nothing. */
     settle_run(st, f->org, EPH_RUN_COMPLETED, NULL);
-    assert_int_equal(st->ops->webhook_deliveries(st, f->org, "wh_done", 10, collect, &s), 0);
+    assert_int_equal(
+        st->ops->webhook_deliveries(st, f->org, "wh_done", 10, NULL, collect, &s, NULL), 0);
     assert_int_equal(s.n, 0);
+}
+
+struct history {
+    unsigned n;
+    struct eph_webhook_attempt_row a[4];
+};
+
+static int collect_attempt(const struct eph_webhook_attempt_row *a, void *ctx)
+{
+    struct history *h = ctx;
+    assert_true(h->n < 4);
+    h->a[h->n++] = *a;
+    return 0;
+}
+
+/* After test_claim_record_retry's two attempts of evt_2 to wh_a (a 500, then a 204; the records
+ * refused as stale left no trace): each in the history, in order, and the delivery on its own. */
+static void check_history(struct eph_store *st, const char *org)
+{
+    struct history h = {0};
+    assert_int_equal(st->ops->webhook_attempts(st, org, "wh_a", "evt_2", 10, collect_attempt, &h),
+                     0);
+    assert_int_equal(h.n, 2);
+    assert_int_equal(h.a[0].attempt, 1);
+    assert_string_equal(h.a[0].outcome, "retried");
+    assert_int_equal(h.a[0].status, 500);
+    assert_int_equal(h.a[0].duration_ms, 12);
+    assert_string_equal(h.a[0].error, "HTTP 500");
+    assert_int_equal(h.a[1].attempt, 2);
+    assert_string_equal(h.a[1].outcome, "delivered");
+    assert_int_equal(h.a[1].status, 204);
+    assert_string_equal(h.a[1].error, "");
+    /* The last limit of them. */
+    h.n = 0;
+    assert_int_equal(st->ops->webhook_attempts(st, org, "wh_a", "evt_2", 1, collect_attempt, &h),
+                     0);
+    assert_int_equal(h.n, 1);
+    assert_int_equal(h.a[0].attempt, 2);
+    /* Another org sees none of it. */
+    h.n = 0;
+    assert_int_equal(
+        st->ops->webhook_attempts(st, "other", "wh_a", "evt_2", 10, collect_attempt, &h), 0);
+    assert_int_equal(h.n, 0);
+    struct eph_webhook_delivery d;
+    assert_int_equal(st->ops->webhook_delivery_get(st, org, "wh_a", "evt_2", &d), 0);
+    assert_string_equal(d.state, "delivered");
+    assert_int_equal(d.attempts, 2);
+    assert_int_equal(d.last_status, 204);
+    eph_webhook_delivery_release(&d);
+    assert_int_equal(st->ops->webhook_delivery_get(st, org, "wh_a", "evt_9", &d), -ENOENT);
+    assert_int_equal(st->ops->webhook_delivery_get(st, "other", "wh_a", "evt_2", &d), -ENOENT);
 }
 
 static void test_claim_record_retry(void **state)
@@ -209,7 +265,8 @@ static void test_claim_record_retry(void **state)
     assert_int_equal(st->ops->webhook_claim(st, "n1", now + 99000, now + 130000, 4, collect, &s),
                      0);
     assert_int_equal(s.n, 0);
-    assert_int_equal(st->ops->webhook_deliveries(st, f->org, "wh_a", 10, collect, &s), 0);
+    assert_int_equal(st->ops->webhook_deliveries(st, f->org, "wh_a", 10, NULL, collect, &s, NULL),
+                     0);
     assert_int_equal(s.n, 1);
     assert_string_equal(s.d[0].state, "delivered");
     assert_int_equal(s.d[0].attempts, 2);
@@ -217,6 +274,7 @@ static void test_claim_record_retry(void **state)
     assert_int_equal(s.d[0].last_duration_ms, 12);
     assert_null(s.d[0].last_error);
     seen_release(&s);
+    check_history(st, f->org);
 }
 
 static void test_expired_claim_and_reopen(void **state)
@@ -254,11 +312,65 @@ static void test_expired_claim_and_reopen(void **state)
     assert_int_equal(f->st->ops->webhook_record(f->st, &a), -ESTALE);
     /* Deleting the endpoint fails what it had pending. */
     assert_int_equal(f->st->ops->webhook_delete(f->st, f->org, "wh_a", now), 0);
-    assert_int_equal(f->st->ops->webhook_deliveries(f->st, f->org, "wh_a", 10, collect, &s), 0);
+    assert_int_equal(
+        f->st->ops->webhook_deliveries(f->st, f->org, "wh_a", 10, NULL, collect, &s, NULL), 0);
     assert_int_equal(s.n, 1);
     assert_string_equal(s.d[0].state, "failed");
     assert_string_equal(s.d[0].last_error, "endpoint deleted");
     seen_release(&s);
+}
+
+/* The deliveries of an endpoint in pages, newest first, each after the last of the one before. */
+static void test_deliveries_paged(void **state)
+{
+    struct store_fixture *f = *state;
+    struct eph_store *st = f->st;
+    add_webhook(st, f->org, "wh_a", json_pack("[s]", "run.completed"));
+    int64_t now = eph_clock_real_ms();
+    static const char *const ids[] = {"evt_p0", "evt_p1", "evt_p2", "evt_p3", "evt_p4"};
+    for (int i = 0; i < 5; i++) {
+        struct eph_webhook_event ev = {
+            .type = "run.completed", .body = "{}", .created_at_ms = now + i};
+        snprintf(ev.id, sizeof(ev.id), "%s", ids[i]);
+        settle_run(st, f->org, EPH_RUN_COMPLETED, &ev);
+    }
+    struct seen s = {0};
+    bool more = false;
+    assert_int_equal(st->ops->webhook_deliveries(st, f->org, "wh_a", 2, NULL, collect, &s, &more),
+                     0);
+    assert_int_equal(s.n, 2);
+    assert_true(more);
+    assert_string_equal(s.d[0].event_id, "evt_p4");
+    assert_string_equal(s.d[1].event_id, "evt_p3");
+    seen_release(&s);
+    assert_int_equal(
+        st->ops->webhook_deliveries(st, f->org, "wh_a", 2, "evt_p3", collect, &s, &more), 0);
+    assert_int_equal(s.n, 2);
+    assert_true(more);
+    assert_string_equal(s.d[0].event_id, "evt_p2");
+    assert_string_equal(s.d[1].event_id, "evt_p1");
+    seen_release(&s);
+    assert_int_equal(
+        st->ops->webhook_deliveries(st, f->org, "wh_a", 2, "evt_p1", collect, &s, &more), 0);
+    assert_int_equal(s.n, 1);
+    assert_false(more);
+    assert_string_equal(s.d[0].event_id, "evt_p0");
+    seen_release(&s);
+    /* A page of exactly what is left has no more after it. */
+    assert_int_equal(st->ops->webhook_deliveries(st, f->org, "wh_a", 5, NULL, collect, &s, &more),
+                     0);
+    assert_int_equal(s.n, 5);
+    assert_false(more);
+    seen_release(&s);
+    /* After an event the endpoint does not have, or another org's: nothing. */
+    more = true;
+    assert_int_equal(
+        st->ops->webhook_deliveries(st, f->org, "wh_a", 2, "evt_none", collect, &s, &more), 0);
+    assert_int_equal(s.n, 0);
+    assert_false(more);
+    assert_int_equal(st->ops->webhook_deliveries(st, "other", "wh_a", 2, NULL, collect, &s, &more),
+                     0);
+    assert_int_equal(s.n, 0);
 }
 
 int main(void)
@@ -269,6 +381,7 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_claim_record_retry, setup, teardown),
         cmocka_unit_test_setup_teardown(test_expired_claim_and_reopen, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_deliveries_paged, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
