@@ -1114,7 +1114,7 @@ class Postgres:
                     v = f.read()
                 v = v[v.rindex(")") + 2:].split()
                 total += int(v[11]) + int(v[12]) + int(v[13]) + int(v[14])
-            except FileNotFoundError:
+            except (FileNotFoundError, ProcessLookupError):
                 pass  # a backend that ended between the listing and the read
         return total / tck
 
