@@ -77,7 +77,7 @@ EPHEMERAL_INIT=$bin2/ephemeral-init gv_run -- true
 assert_eq "$GV_RC" 0 "a sandbox with another init"
 shared2=$(shared_of "$bin2/ephemeral-init")
 [ -n "$shared2" ] || fail "no shared guest files for the other init"
-trap 'rm -rf "$shared2"' EXIT # its init is in TEST_TMP: no later process can use it
+trap 'rm -rf "$shared2"; _cleanup' EXIT # its init is in TEST_TMP: no later process can use it
 [ "$shared2" != "$shared" ] || fail "another init reused the first init's guest files"
 cmp -s "$shared2/guest/init" "$bin2/ephemeral-init" || fail "the second shared init is not its copy"
 assert_eq "$(files_id)" "$before" "the first init's shared files after another init's sandbox"

@@ -25,7 +25,7 @@ rec=$(record_of "$real")
 # Another build's record beside it: it is neither removed nor rewritten by this build's probes.
 other=$recdir/00000000000000000000000000000000
 printf 'runsc version 0\nboot x\n/elsewhere/ephemeral-init 1 2 3.0 4\n' >"$other"
-trap 'rm -f "$other"' EXIT
+trap 'rm -f "$other"; _cleanup' EXIT
 assert_eq "$(stat -c '%u %a' "$rec")" "0 644" "the record's owner and mode"
 assert_contains "$(head -n 1 "$rec")" "runsc version" "the record names runsc's version"
 ino() { stat -c %i "$rec"; }
@@ -58,7 +58,7 @@ assert_eq "$(head -n 1 "$other")" "runsc version 0" "another build's record, unt
 # `runsc --version` (20 ms) runs at most once a process, and not at all once the record names
 # the same runsc file: counted through a wrapper runsc (EPHEMERAL_RUNSC).
 wrapdir=$(mktemp -d)
-trap 'rm -rf "$wrapdir" "$other"' EXIT
+trap 'rm -rf "$wrapdir" "$other"; _cleanup' EXIT
 printf '#!/bin/sh\nfor a in "$@"; do [ "$a" = --version ] && echo v >>%s/count; done\nexec %s "$@"\n' \
     "$wrapdir" "$real" >"$wrapdir/runsc"
 chmod 0755 "$wrapdir/runsc"
