@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """bench.py - Ephemeral side by side with bubblewrap and gVisor (runsc). Run by bench/run.sh.
 
-    bench/bench.py BUILD [--quick] [--only start,backends,exec,api,history,pg,queue,density,broker,model,
+    bench/bench.py BUILD [--quick] [--only start,backends,gvisor,exec,api,history,pg,queue,density,broker,model,
                                             sandboxes,images,outputs,live]
 
 The measurements (among them image builds against mmdebstrap, outputs collection against tar,
@@ -45,7 +45,7 @@ API_LEVELS = (1, 8, 32)
 QUEUED_RUNS = 500
 DENSITY = 200          # live sandboxes: Ephemeral and bwrap
 DENSITY_RUNSC = 50     # gVisor sandboxes are ~30 MiB and ~30 threads each: fewer of them
-N_GVISOR = 30          # gvisor backend cycles (create -> /bin/true -> destroy), and runsc do
+N_GVISOR = 60          # gvisor backend cycles (create -> /bin/true -> destroy), and runsc do
 N_MICROVM = 10         # microvm boots (software emulation: seconds each), and QEMU direct
 WARMUP = 5
 PHASE_CAP_S = 120.0    # no phase runs longer than this
@@ -505,9 +505,10 @@ def kvm_boots(kernel, initrd):
     return rc == 0 and b"ephemeral-bench: userspace" in out
 
 
-def bench_backends(ctx, rep):
-    """gvisor: create -> /bin/true -> destroy next to `runsc do`; microvm: boot to the first
-    command next to QEMU booting the same kernel directly."""
+def bench_backends(ctx, rep, microvm=True):
+    """gvisor: create -> /bin/true -> destroy next to `runsc do`; microvm (unless microvm is
+    False: `--only gvisor`): boot to the first command next to QEMU booting the same kernel
+    directly."""
     res, rows, notes = {}, [], []
     eph_rows = {}
 
@@ -573,7 +574,9 @@ def bench_backends(ctx, rep):
     # microVM: software emulation unless a guest boots under KVM (the backend's probe decides
     # the same way); the backend refuses TCG unless told.
     kernel = vm_kernel(ctx["image"])
-    if kernel and ctx["bench_exec"] and shutil.which("qemu-system-x86_64"):
+    if not microvm:
+        pass
+    elif kernel and ctx["bench_exec"] and shutil.which("qemu-system-x86_64"):
         src = os.path.join(TMP, "vm_init.c")
         init = os.path.join(TMP, "vm_init")
         cpio = os.path.join(TMP, "vm_init.cpio")
@@ -1114,7 +1117,7 @@ class Postgres:
                     v = f.read()
                 v = v[v.rindex(")") + 2:].split()
                 total += int(v[11]) + int(v[12]) + int(v[13]) + int(v[14])
-            except FileNotFoundError:
+            except (FileNotFoundError, ProcessLookupError):
                 pass  # a backend that ended between the listing and the read
         return total / tck
 
@@ -1971,8 +1974,8 @@ def main():
     try:
         if want("start"):
             results["start"] = section("start", bench_start)
-        if want("backends"):
-            results["backends"] = section("backends", bench_backends)
+        if want("backends") or want("gvisor"):
+            results["backends"] = section("backends", bench_backends, want("backends"))
         if want("exec"):
             results["exec"] = section("exec", bench_exec)
         if want("api"):

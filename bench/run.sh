@@ -1,5 +1,5 @@
 #!/bin/sh
-# bench/run.sh BUILD [--quick] [--only start,backends,exec,api,history,pg,queue,density,broker,model,
+# bench/run.sh BUILD [--quick] [--only start,backends,gvisor,exec,api,history,pg,queue,density,broker,model,
 #                                       sandboxes,images,outputs,live]
 # The benchmarks, side by side with bubblewrap and gVisor: `make bench` runs this after building
 # the programs, the image and build/bench/bench_exec. See docs/BENCH.md.

@@ -3,11 +3,12 @@
  *
  * create:
  *
- *   1. a private bundle, /run/ephemeral/gvisor/<tag>-<server pid>-gv<n>/ (0700):
- *        config.json      the OCI spec (eph_gvisor_spec_json)
- *        guest/           copies of ephemeral-init and ephemeral-gvisor-compat.so, mounted
- *                         read-only at /.ephemeral (a copy, so that no other host file is visible)
- *        ld.so.preload    one line naming the compat library, mounted over /etc/ld.so.preload
+ *   1. the shared guest files (host.h), made once per build of the init and the library and
+ *      reused by every sandbox: guest/ (copies of ephemeral-init and ephemeral-gvisor-compat.so,
+ *      mounted read-only at /.ephemeral: a copy, so that no other host file is visible) and
+ *      ld.so.preload (one line naming the compat library, mounted over /etc/ld.so.preload); then
+ *      the sandbox's own bundle, /run/ephemeral/gvisor/<tag>-<server pid>-gv<n>/ (0700):
+ *        config.json      the OCI spec (eph_gvisor_spec_json), naming the shared files
  *        state/           runsc's --root: this sandbox's runsc state, and nothing else
  *        runsc.log, runsc.err   runsc's own log and stderr (read when the boot fails)
  *   2. a socketpair: one end is the server's channel, the other becomes the container's stdin
@@ -61,13 +62,14 @@
 #include "common/log.h"
 #include "common/text.h"
 #include "sandbox/backend.h"
+#include "sandbox/gvisor/host.h"
 #include "sandbox/program.h"
 
 #define COMPONENT "sandbox"
-#define RUN_ROOT "/run/ephemeral"
-#define RUN_DIR RUN_ROOT "/gvisor"
-#define GUEST_MOUNT "/.ephemeral"
-#define COMPAT_NAME "ephemeral-gvisor-compat.so"
+#define RUN_ROOT EPH_GVISOR_RUN_ROOT
+#define RUN_DIR EPH_GVISOR_RUN_DIR
+#define GUEST_MOUNT EPH_GVISOR_GUEST_MOUNT
+#define COMPAT_NAME EPH_GVISOR_COMPAT_NAME
 #define CGROUP_PARENT "ephemeral"
 #define SETUP_TIMEOUT_MS 30000u
 /* After the channel closes, how long `runsc run` gets to delete the container and exit (it
@@ -82,6 +84,7 @@
 struct gv_sandbox {
     struct eph_guest_sandbox g; /* first: the generic layer casts */
     char dir[PATH_MAX];         /* the bundle; removed by release once this sandbox has made it */
+    char shared[PATH_MAX];      /* the shared guest files it mounts (host.h): never removed here */
     bool own_dir;
 };
 
@@ -173,74 +176,6 @@ static int open_null(int flags)
 {
     int fd = open("/dev/null", flags | O_CLOEXEC);
     return fd < 0 ? -errno : fd;
-}
-
-static int write_file_at(int dfd, const char *name, const char *data, size_t len, mode_t mode)
-{
-    int fd = openat(dfd, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode);
-    if (fd < 0)
-        return -errno;
-    int rc = eph_fileio_write_all(fd, data, len);
-    if (close(fd) != 0 && !rc)
-        rc = -errno;
-    return rc;
-}
-
-static int copy_file_at(const char *src, int dfd, const char *name, mode_t mode)
-{
-    int in = open(src, O_RDONLY | O_CLOEXEC);
-    if (in < 0)
-        return -errno;
-    int out = openat(dfd, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode);
-    if (out < 0) {
-        int e = errno;
-        close(in);
-        return -e;
-    }
-    int rc = eph_fileio_copy_fd(in, out);
-    close(in);
-    if (close(out) != 0 && !rc)
-        rc = -errno;
-    return rc;
-}
-
-/* Removes dfd/name and everything under it without following a symbolic link. depth bounds the
- * recursion: the bundle is two levels deep, runsc's state a level more. */
-static int rm_tree_at(int dfd, const char *name, int depth)
-{
-    if (unlinkat(dfd, name, 0) == 0 || errno == ENOENT)
-        return 0;
-    if (errno != EISDIR && errno != EPERM)
-        return -errno;
-    if (depth <= 0)
-        return -ELOOP;
-    int fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0)
-        return errno == ENOENT ? 0 : -errno;
-    DIR *d = fdopendir(fd);
-    if (!d) {
-        int e = errno;
-        close(fd);
-        return -e;
-    }
-    int first = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-            continue;
-        int rc = rm_tree_at(dirfd(d), e->d_name, depth - 1);
-        if (rc && !first)
-            first = rc;
-    }
-    closedir(d);
-    if (unlinkat(dfd, name, AT_REMOVEDIR) != 0 && errno != ENOENT && !first)
-        first = -errno;
-    return first;
-}
-
-static int rm_tree(const char *path)
-{
-    return rm_tree_at(AT_FDCWD, path, 4);
 }
 
 /* ---- cgroups ------------------------------------------------------------------------------- */
@@ -587,55 +522,36 @@ static int mkdir_ok(const char *path, mode_t mode)
     return 0;
 }
 
-/* The bundle directory and everything in it but the spec. */
+/* The sandbox's own bundle directory (its spec, runsc state and logs go there) and the shared
+ * guest files it mounts (host.h), into sb->shared. */
 static int bundle_prepare(struct gv_sandbox *sb, const struct eph_sandbox_config *cfg)
 {
     char compat[PATH_MAX];
-    int rc = compat_path(cfg->init_path ? cfg->init_path : "", compat, sizeof(compat));
+    const char *init = cfg->init_path ? cfg->init_path : "";
+    int rc = compat_path(init, compat, sizeof(compat));
     if (rc)
         return rc;
+    rc = eph_gvisor_shared_get(init, compat, sb->shared, sizeof(sb->shared));
+    if (rc) {
+        EPH_ERROR(COMPONENT, "cannot prepare the shared guest files of '%s' and '%s': %s", init,
+                  compat, strerror(-rc));
+        return rc;
+    }
     if (mkdir_ok(RUN_ROOT, 0755) || mkdir_ok(RUN_DIR, 0700))
         return -errno;
     if (mkdir(sb->dir, 0700) != 0)
         return -errno;
     sb->own_dir = true;
-    int dfd = open(sb->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
-    if (dfd < 0)
-        return -errno;
-    if (mkdirat(dfd, "state", 0700) != 0 || mkdirat(dfd, "guest", 0755) != 0) {
-        rc = -errno;
-        close(dfd);
-        return rc;
-    }
-    int gfd = openat(dfd, "guest", O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
-    if (gfd < 0) {
-        rc = -errno;
-        close(dfd);
-        return rc;
-    }
-    rc = copy_file_at(cfg->init_path ? cfg->init_path : "", gfd, "init", 0755);
-    if (rc)
-        EPH_ERROR(COMPONENT, "cannot copy ephemeral-init '%s': %s",
-                  cfg->init_path ? cfg->init_path : "", strerror(-rc));
-    if (!rc) {
-        rc = copy_file_at(compat, gfd, COMPAT_NAME, 0644);
-        if (rc)
-            EPH_ERROR(COMPONENT, "cannot copy the gvisor compat library '%s': %s", compat,
-                      strerror(-rc));
-    }
-    close(gfd);
-    static const char preload[] = GUEST_MOUNT "/" COMPAT_NAME "\n";
-    if (!rc)
-        rc = write_file_at(dfd, "ld.so.preload", preload, sizeof(preload) - 1, 0644);
-    close(dfd);
-    return rc;
+    char state[PATH_MAX + 16];
+    snprintf(state, sizeof(state), "%s/state", sb->dir);
+    return mkdir(state, 0700) == 0 ? 0 : -errno;
 }
 
 static int spec_write(struct gv_sandbox *sb, const char *root, const struct eph_sandbox_limits *l)
 {
     char guest[PATH_MAX + 16], preload[PATH_MAX + 32], cgroup[128];
-    snprintf(guest, sizeof(guest), "%s/guest", sb->dir);
-    snprintf(preload, sizeof(preload), "%s/ld.so.preload", sb->dir);
+    snprintf(guest, sizeof(guest), "%s/guest", sb->shared);
+    snprintf(preload, sizeof(preload), "%s/ld.so.preload", sb->shared);
     snprintf(cgroup, sizeof(cgroup), "/" CGROUP_PARENT "/%s", sb->g.name);
     struct eph_gvisor_plan plan = {
         .root = root,
@@ -655,7 +571,7 @@ static int spec_write(struct gv_sandbox *sb, const char *root, const struct eph_
     if (dfd < 0)
         rc = -errno;
     else {
-        rc = write_file_at(dfd, "config.json", json, strlen(json), 0600);
+        rc = eph_gvisor_write_file_at(dfd, "config.json", json, strlen(json), 0600);
         close(dfd);
     }
     free(json);
@@ -765,7 +681,7 @@ static int gv_release(struct eph_guest_sandbox *g)
         int c = cgroup_remove(g->name, NULL);
         if (c && !rc)
             rc = c;
-        int r = rm_tree(sb->dir);
+        int r = eph_gvisor_rm_tree(sb->dir);
         if (r) {
             EPH_WARN(COMPONENT, "cannot remove the bundle '%s': %s", sb->dir, strerror(-r));
             if (!rc)
@@ -841,93 +757,6 @@ static int version_check(char *version, size_t vcap, char *why, size_t whylen)
     return 0;
 }
 
-/* A booted probe sandbox is remembered across processes: a whole boot (~1-2 s of runsc) at the
- * start of every `ephemerald sandbox run --backend gvisor` doubled its time. The record is
- * root's, in RUN_ROOT (a tmpfs: a reboot clears it), and holds what the answer depends on: runsc
- * (its version line and its file), the init and the compat library (their files), the image (its
- * root directory) and the host's boot. Any change and the probe boots again. */
-#define PROBE_RECORD RUN_ROOT "/gvisor-probe-ok"
-
-static int probe_key(const char *version, const char *init, const char *compat, const char *root,
-                     char *out, size_t cap)
-{
-    const char *files[] = {runsc(), init, compat, root};
-    char boot[64] = "";
-    int fd = open("/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC);
-    if (fd >= 0) {
-        ssize_t n = read(fd, boot, sizeof(boot) - 1);
-        boot[n > 0 ? n : 0] = '\0';
-        boot[strcspn(boot, "\n")] = '\0';
-        close(fd);
-    }
-    int len = snprintf(out, cap, "%s\nboot %s\n", version, boot);
-    for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
-        struct stat st;
-        if (len < 0 || (size_t)len >= cap || stat(files[i], &st) != 0)
-            return -ENOENT;
-        len += snprintf(out + len, cap - (size_t)len, "%s %llu %llu %lld.%09ld %lld\n", files[i],
-                        (unsigned long long)st.st_dev, (unsigned long long)st.st_ino,
-                        (long long)st.st_mtim.tv_sec, st.st_mtim.tv_nsec, (long long)st.st_size);
-    }
-    return len > 0 && (size_t)len < cap ? 0 : -ENAMETOOLONG;
-}
-
-/* The record's first line (runsc's version as it answered when the record was written), or
- * -ENOENT. With it the key can be checked without running `runsc --version` (20 ms a start):
- * the record also names runsc's file (device, inode, mtime, size), so a different runsc does not
- * match. */
-static int probe_recorded_version(char *version, size_t cap)
-{
-    char buf[512];
-    int fd = open(PROBE_RECORD, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-    if (fd < 0)
-        return -ENOENT;
-    ssize_t n = read(fd, buf, sizeof(buf) - 1);
-    close(fd);
-    if (n <= 0)
-        return -ENOENT;
-    buf[n] = '\0';
-    size_t len = strcspn(buf, "\n");
-    if (buf[len] != '\n' || len >= cap || strncmp(buf, "runsc version ", 14) != 0)
-        return -ENOENT;
-    memcpy(version, buf, len);
-    version[len] = '\0';
-    return 0;
-}
-
-static bool probe_remembered(const char *key)
-{
-    char buf[4096];
-    int fd = open(PROBE_RECORD, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-    if (fd < 0)
-        return false;
-    struct stat st;
-    ssize_t n = -1;
-    /* Only a regular file of root's that no one else may write counts. */
-    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == 0 && !(st.st_mode & 022))
-        n = read(fd, buf, sizeof(buf) - 1);
-    close(fd);
-    if (n <= 0)
-        return false;
-    buf[n] = '\0';
-    return strcmp(buf, key) == 0;
-}
-
-static void probe_remember(const char *key)
-{
-    char tmp[sizeof(PROBE_RECORD) + 32];
-    snprintf(tmp, sizeof(tmp), "%s.%d", PROBE_RECORD, (int)getpid());
-    if (mkdir_ok(RUN_ROOT, 0755) != 0)
-        return;
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
-    if (fd < 0)
-        return;
-    int rc = eph_fileio_write_all(fd, key, strlen(key));
-    close(fd);
-    if (rc || rename(tmp, PROBE_RECORD) != 0)
-        unlink(tmp);
-}
-
 /* A tiny sandbox boots and `ls -ld` works in it (the statx compat library is in place). */
 static int boot_check(const struct eph_sandbox_config *cfg, char *why, size_t whylen)
 {
@@ -976,7 +805,8 @@ static int gv_probe(const struct eph_sandbox_config *cfg, char *why, size_t whyl
     if (!probe_done) {
         char root[PATH_MAX];
         char compat[PATH_MAX];
-        char version[256], key[4 * PATH_MAX + 512];
+        char version[256], ident[4 * PATH_MAX + 512];
+        bool keyed = false;
         probe_why[0] = '\0';
         if (!runsc()) {
             snprintf(probe_why, sizeof(probe_why),
@@ -999,26 +829,23 @@ static int gv_probe(const struct eph_sandbox_config *cfg, char *why, size_t whyl
             probe_rc = -ENOENT;
         } else if ((probe_rc = image_check(cfg, root, probe_why, sizeof(probe_why))) != 0) {
             /* why is set */
-        } else if (probe_recorded_version(version, sizeof(version)) == 0 &&
-                   probe_key(version, cfg->init_path, compat, root, key, sizeof(key)) == 0 &&
-                   probe_remembered(key)) {
+        } else if ((keyed = eph_gvisor_probe_ident(runsc(), cfg->init_path, compat, root, ident,
+                                                   sizeof(ident)) == 0) &&
+                   eph_gvisor_probe_recorded_version(ident, version, sizeof(version)) == 0 &&
+                   eph_gvisor_probe_remembered(version, ident)) {
             EPH_DEBUG(COMPONENT, "gVisor booted here before with the same runsc file, init, "
                                  "library and image: no version query, no probe sandbox");
             probe_rc = 0;
         } else if ((probe_rc = version_check(version, sizeof(version), probe_why,
                                              sizeof(probe_why))) != 0) {
             /* why is set */
+        } else if (keyed && eph_gvisor_probe_remembered(version, ident)) {
+            EPH_DEBUG(COMPONENT, "gVisor booted here before with the same runsc, init, library "
+                                 "and image: no probe sandbox");
         } else {
-            bool keyed = probe_key(version, cfg->init_path, compat, root, key, sizeof(key)) == 0;
-            if (keyed && probe_remembered(key)) {
-                EPH_DEBUG(COMPONENT, "gVisor booted here before with the same runsc, init, "
-                                     "library and image: no probe sandbox");
-                probe_rc = 0;
-            } else {
-                probe_rc = boot_check(cfg, probe_why, sizeof(probe_why));
-                if (!probe_rc && keyed)
-                    probe_remember(key);
-            }
+            probe_rc = boot_check(cfg, probe_why, sizeof(probe_why));
+            if (!probe_rc && keyed)
+                eph_gvisor_probe_remember(version, ident);
         }
         probe_done = true;
     }
@@ -1073,13 +900,15 @@ static int gv_cleanup_orphans(void)
             if (state_left(state))
                 runsc_kill_delete(dir, e->d_name);
             (void)cgroup_remove(e->d_name, NULL);
-            if (rm_tree(dir) == 0) {
+            if (eph_gvisor_rm_tree(dir) == 0) {
                 EPH_INFO(COMPONENT, "removed orphaned gVisor sandbox '%s'", dir);
                 removed++;
             }
         }
         closedir(d);
     }
+    /* Shared guest files of other builds, idle and held by no process (host.h). */
+    (void)eph_gvisor_shared_sweep();
     /* Stray cgroups are logged one by one; what is counted is sandboxes. */
     struct cg_sweep s = {0};
     eph_guest_cgroup_mounts(cgroup_sweep_in, &s);
