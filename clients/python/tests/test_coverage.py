@@ -115,6 +115,7 @@ class TestCoverage(unittest.TestCase):
             "getWebhook": lambda c: c.webhooks.get("wh_1"),
             "deleteWebhook": lambda c: c.webhooks.delete("wh_1"),
             "listWebhookDeliveries": lambda c: c.webhooks.deliveries("wh_1", limit=5),
+            "getWebhookDelivery": lambda c: c.webhooks.delivery("wh_1", "evt_1"),
             "health": lambda c: c.health(),
             "metrics": lambda c: c.metrics(),
             "listRunsHead": lambda c: c.head("listRunsHead"),
@@ -133,6 +134,9 @@ class TestCoverage(unittest.TestCase):
             "getWebhookHead": lambda c: c.head("getWebhookHead", path={"id": "wh_1"}),
             "listWebhookDeliveriesHead": lambda c: c.head(
                 "listWebhookDeliveriesHead", path={"id": "wh_1"}
+            ),
+            "getWebhookDeliveryHead": lambda c: c.head(
+                "getWebhookDeliveryHead", path={"id": "wh_1", "event_id": "evt_1"}
             ),
             "healthHead": lambda c: c.head("healthHead"),
             "metricsHead": lambda c: c.head("metricsHead"),

@@ -53,6 +53,7 @@ export type Webhook = Schemas["Webhook"];
 export type WebhookCreate = Schemas["WebhookCreate"];
 export type WebhookCreated = Schemas["WebhookCreated"];
 export type WebhookDelivery = Schemas["WebhookDelivery"];
+export type WebhookDeliveryDetail = Schemas["WebhookDeliveryDetail"];
 export type Health = Schemas["Health"];
 /** What a stream gives for a zero-data-retention run just before `worker.destroyed`. */
 export interface ResultEvent {
@@ -789,12 +790,22 @@ export class Webhooks {
   }
 
   /** GET /v1/webhooks/{id}/deliveries: the newest first, each with its last attempt. */
-  async deliveries(id: string, options: { limit?: number } = {}): Promise<WebhookDelivery[]> {
+  async deliveries(
+    id: string,
+    options: { limit?: number; after?: string } = {},
+  ): Promise<WebhookDelivery[]> {
     const page = await this.client.json<Schemas["WebhookDeliveryList"]>("listWebhookDeliveries", {
       path: { id },
-      query: { limit: options.limit },
+      query: { limit: options.limit, after: options.after },
     });
     return page.data;
+  }
+
+  /** GET /v1/webhooks/{id}/deliveries/{event_id}: one delivery with its `history` of attempts. */
+  delivery(id: string, eventId: string): Promise<WebhookDeliveryDetail> {
+    return this.client.json<WebhookDeliveryDetail>("getWebhookDelivery", {
+      path: { id, event_id: eventId },
+    });
   }
 }
 

@@ -470,7 +470,7 @@ export interface paths {
         };
         /**
          * An endpoint's recent deliveries (admin)
-         * @description The endpoint's newest deliveries first, each with its state and the outcome of its last attempt (HTTP status, duration, error) and when the next one is due.
+         * @description The endpoint's newest deliveries first, each with its state and the outcome of its last attempt (HTTP status, duration, error) and when the next one is due; `after` (the last `event_id` of the previous page) reads the next page, `has_more` says whether one follows.
          */
         get: operations["listWebhookDeliveries"];
         put?: never;
@@ -482,6 +482,30 @@ export interface paths {
          * @description The answer of the GET, without its body.
          */
         head: operations["listWebhookDeliveriesHead"];
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/webhooks/{id}/deliveries/{event_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * One delivery and its attempts (admin)
+         * @description The delivery of one event to the endpoint, as the list shows it, with `history`: each attempt, oldest first (the last 100), its time, outcome, HTTP status, duration and error. `404` when the endpoint has no delivery of that event.
+         */
+        get: operations["getWebhookDelivery"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        /**
+         * One delivery and its attempts (admin) (status and headers only)
+         * @description The answer of the GET, without its body.
+         */
+        head: operations["getWebhookDeliveryHead"];
         patch?: never;
         trace?: never;
     };
@@ -893,6 +917,42 @@ export interface components {
             /** @description while pending */
             next_attempt_at: components["schemas"]["Timestamp"] | null;
         };
+        WebhookAttempt: {
+            /** @description its number, 1 the first */
+            attempt: number;
+            /**
+             * @description retried, another attempt to come; failed, given up
+             * @enum {string}
+             */
+            outcome: "delivered" | "retried" | "failed";
+            at: components["schemas"]["Timestamp"];
+            /** @description the answer's; null when none came */
+            http_status: number | null;
+            duration_ms: number;
+            /** @description why it failed */
+            error: string | null;
+        };
+        WebhookDeliveryDetail: {
+            /** @constant */
+            object: "webhook_delivery";
+            event_id: string;
+            type: components["schemas"]["WebhookEventType"];
+            /** @enum {string} */
+            status: "pending" | "delivered" | "failed";
+            attempts: number;
+            /** @description the last attempt's answer */
+            http_status: number | null;
+            /** @description the last attempt's */
+            duration_ms: number | null;
+            /** @description why the last attempt failed */
+            error: string | null;
+            created_at: components["schemas"]["Timestamp"];
+            last_attempt_at: components["schemas"]["Timestamp"] | null;
+            /** @description while pending */
+            next_attempt_at: components["schemas"]["Timestamp"] | null;
+            /** @description each attempt, oldest first (the last 100) */
+            history: components["schemas"]["WebhookAttempt"][];
+        };
         WebhookDeliveryList: {
             /** @constant */
             object: "list";
@@ -1091,6 +1151,7 @@ export interface components {
         RunIdPath: components["schemas"]["RunId"];
         ConnectionName: string;
         WebhookId: string;
+        EventId: string;
         ImageName: string;
         /** @description 1 to 255 printable ASCII characters, scoped to the organization, kept 24 hours. */
         IdempotencyKey: string;
@@ -2374,6 +2435,8 @@ export interface operations {
         parameters: {
             query?: {
                 limit?: number;
+                /** @description the last event_id of the previous page; an event the endpoint has none of gives an empty page */
+                after?: string;
             };
             header?: never;
             path: {
@@ -2409,6 +2472,73 @@ export interface operations {
             header?: never;
             path: {
                 id: components["parameters"]["WebhookId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description As the GET answers; no body. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description As the GET answers; no body. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description As the GET answers; no body. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    getWebhookDelivery: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["WebhookId"];
+                event_id: components["parameters"]["EventId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The delivery. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookDeliveryDetail"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            413: components["responses"]["TooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyFailedKeys"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    getWebhookDeliveryHead: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["WebhookId"];
+                event_id: components["parameters"]["EventId"];
             };
             cookie?: never;
         };

@@ -55,6 +55,8 @@ export const OPERATIONS = {
   deleteWebhook: { method: "DELETE", path: "/v1/webhooks/{id}" },
   listWebhookDeliveries: { method: "GET", path: "/v1/webhooks/{id}/deliveries" },
   listWebhookDeliveriesHead: { method: "HEAD", path: "/v1/webhooks/{id}/deliveries" },
+  getWebhookDelivery: { method: "GET", path: "/v1/webhooks/{id}/deliveries/{event_id}" },
+  getWebhookDeliveryHead: { method: "HEAD", path: "/v1/webhooks/{id}/deliveries/{event_id}" },
   health: { method: "GET", path: "/healthz" },
   healthHead: { method: "HEAD", path: "/healthz" },
   metrics: { method: "GET", path: "/metrics" },

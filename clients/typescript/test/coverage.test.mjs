@@ -93,6 +93,7 @@ test("each method sends the request of its operation", async () => {
     getWebhook: (c) => c.webhooks.get("wh_1"),
     deleteWebhook: (c) => c.webhooks.delete("wh_1"),
     listWebhookDeliveries: (c) => c.webhooks.deliveries("wh_1", { limit: 5 }),
+    getWebhookDelivery: (c) => c.webhooks.delivery("wh_1", "evt_1"),
     listRunsHead: (c) => c.head("listRunsHead"),
     getRunHead: (c) => c.runs.exists(rid),
     listRunEventsHead: (c) => c.head("listRunEventsHead", { path: { id: rid } }),
@@ -108,6 +109,8 @@ test("each method sends the request of its operation", async () => {
     listWebhooksHead: (c) => c.head("listWebhooksHead"),
     getWebhookHead: (c) => c.head("getWebhookHead", { path: { id: "wh_1" } }),
     listWebhookDeliveriesHead: (c) => c.head("listWebhookDeliveriesHead", { path: { id: "wh_1" } }),
+    getWebhookDeliveryHead: (c) =>
+      c.head("getWebhookDeliveryHead", { path: { id: "wh_1", event_id: "evt_1" } }),
     healthHead: (c) => c.head("healthHead"),
     metricsHead: (c) => c.head("metricsHead"),
   };

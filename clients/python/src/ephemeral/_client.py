@@ -763,12 +763,25 @@ class Webhooks:
         result: EphemeralObject = self._client._json("deleteWebhook", path={"id": webhook_id})
         return result
 
-    def deliveries(self, webhook_id: str, *, limit: Optional[int] = None) -> List[EphemeralObject]:
-        """GET /v1/webhooks/{id}/deliveries: the newest first, each with its last attempt."""
+    def deliveries(
+        self, webhook_id: str, *, limit: Optional[int] = None, after: Optional[str] = None
+    ) -> List[EphemeralObject]:
+        """GET /v1/webhooks/{id}/deliveries: one page, the newest first, each with its last
+        attempt; ``after`` (an event id) asks for the page after that delivery."""
         answer = self._client._json(
-            "listWebhookDeliveries", path={"id": webhook_id}, query={"limit": limit}
+            "listWebhookDeliveries",
+            path={"id": webhook_id},
+            query={"limit": limit, "after": after},
         )
         return list(answer.get("data") or [])
+
+    def delivery(self, webhook_id: str, event_id: str) -> EphemeralObject:
+        """GET /v1/webhooks/{id}/deliveries/{event_id}: one delivery with ``history``, each
+        attempt oldest first."""
+        result: EphemeralObject = self._client._json(
+            "getWebhookDelivery", path={"id": webhook_id, "event_id": event_id}
+        )
+        return result
 
 
 class Credits:

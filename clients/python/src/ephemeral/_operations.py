@@ -50,6 +50,8 @@ OPERATIONS: Dict[str, Tuple[str, str]] = {
     "deleteWebhook": ("DELETE", "/v1/webhooks/{id}"),
     "listWebhookDeliveries": ("GET", "/v1/webhooks/{id}/deliveries"),
     "listWebhookDeliveriesHead": ("HEAD", "/v1/webhooks/{id}/deliveries"),
+    "getWebhookDelivery": ("GET", "/v1/webhooks/{id}/deliveries/{event_id}"),
+    "getWebhookDeliveryHead": ("HEAD", "/v1/webhooks/{id}/deliveries/{event_id}"),
     "health": ("GET", "/healthz"),
     "healthHead": ("HEAD", "/healthz"),
     "metrics": ("GET", "/metrics"),
