@@ -498,9 +498,14 @@ function withCleanup(res: Response, cleanup: () => void): Response {
 
 /** A whole body as text, capped; a cut or timed-out body throws EphemeralConnectionError. */
 async function readText(res: Response): Promise<string> {
+  return new TextDecoder().decode(await readBytes(res));
+}
+
+/** The whole body, at most MAX_BODY_BYTES. */
+async function readBytes(res: Response): Promise<Uint8Array> {
   const cleanup = cleanups.get(res);
   try {
-    if (!res.body) return "";
+    if (!res.body) return new Uint8Array(0);
     const reader = res.body.getReader();
     const parts: Uint8Array[] = [];
     let size = 0;
@@ -520,7 +525,7 @@ async function readText(res: Response): Promise<string> {
       all.set(p, at);
       at += p.byteLength;
     }
-    return new TextDecoder().decode(all);
+    return all;
   } catch (err) {
     if (err instanceof EphemeralConnectionError) throw err;
     if (isAbort(err)) throw new EphemeralTimeoutError("timed out reading the answer", { cause: err });
@@ -978,11 +983,7 @@ export class Sandboxes {
       path: { id, path },
       accept: "application/octet-stream",
     });
-    try {
-      return new Uint8Array(await res.arrayBuffer());
-    } finally {
-      cleanups.get(res)?.();
-    }
+    return readBytes(res);
   }
 
   /** GET …/files: the scratch directory's entries (or `path`'s in it), symlinks never followed. */
