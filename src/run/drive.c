@@ -781,7 +781,7 @@ static void run_op(const struct eph_drive_ctx *c, struct eph_drive_op *op)
         break; /* bg_kill: it needs the sandbox's list */
     case EPH_DRIVE_WRITE:
         op->rc = c->sb->ops->write_file(c->sb, op->path, op->data, op->len, 0644);
-        eph_sink_emit(c->sink, "files", "file.written",
+        eph_sink_emit(c->sink, "file", "file.written",
                       c->zdr ? json_pack("{s:I}", "bytes", (json_int_t)op->len)
                              : json_pack("{s:s, s:I, s:b}", "path", op->path, "bytes",
                                          (json_int_t)op->len, "ok", op->rc == 0),

@@ -34,6 +34,16 @@ NOT_EXERCISED = {
     ("delete", "/v1/keys/{id}", "409"): "api_edges.sh (the last admin key)",
     ("delete", "/v1/images/{name}", "409"): "images.sh (a run holds the image)",
     ("get", "/v1/images/{name}/log", "200"): "images.sh (the log streamed while it builds)",
+    ("post", "/v1/sandboxes", "409"): "images.sh (image_not_ready), the idempotency 409 as for runs",
+    ("post", "/v1/sandboxes", "422"): "sandboxes.sh (an idempotent create), as for runs",
+    ("get", "/v1/sandboxes/{id}/commands/{cid}", "409"): "pg_sandboxes (sandbox_elsewhere)",
+    ("get", "/v1/sandboxes/{id}/commands/{cid}/events", "409"): "pg_sandboxes (sandbox_elsewhere)",
+    ("get", "/v1/sandboxes/{id}/files", "502"): "the guest failing the call",
+    ("get", "/v1/sandboxes/{id}/files", "504"): "the guest not answering",
+    ("put", "/v1/sandboxes/{id}/files/{path}", "502"): "the guest failing the call",
+    ("put", "/v1/sandboxes/{id}/files/{path}", "504"): "the guest not answering",
+    ("get", "/v1/sandboxes/{id}/files/{path}", "502"): "the guest failing the call",
+    ("get", "/v1/sandboxes/{id}/files/{path}", "504"): "the guest not answering",
 }
 # Answers every operation documents that no scenario here can provoke.
 GENERIC_NOT_EXERCISED = {
@@ -432,6 +442,94 @@ check("delete", "/v1/webhooks/{id}", f"/v1/webhooks/{wid}", 401, key=None)
 check("delete", "/v1/webhooks/{id}", f"/v1/webhooks/{wid}", 200)
 check("delete", "/v1/webhooks/{id}", f"/v1/webhooks/{wid}", 404)
 
+# Sandboxes (docs/SANDBOXES.md): one made ready, driven, deleted; then its calls are 409.
+SB = "/v1/sandboxes"
+NOSB = "sbx_" + "0" * 32
+_, sb = check("post", SB, SB, 201, body={"max_cost_micros": 200000, "metadata": {"oa": "1"}},
+              headers={"Prefer": "wait=120", "Idempotency-Key": "oa-sb"})
+sid = sb["id"] if sb else NOSB
+check("post", SB, SB, 200, body={"max_cost_micros": 200000, "metadata": {"oa": "1"}},
+      headers={"Idempotency-Key": "oa-sb"})
+check("post", SB, SB, 400, body={"max_cost_micros": 200000, "x": 1})
+check("post", SB, SB, 401, body={"max_cost_micros": 200000}, key=None)
+check("get", SB, SB + "?limit=1&metadata[oa]=1&status=ready", 200)
+check("get", SB, SB + "?limit=0", 400)
+check("get", SB, SB, 401, key=None)
+S = SB + "/{id}"
+check("get", S, f"{SB}/{sid}", 200)
+check("get", S, f"{SB}/{NOSB}", 404)
+check("get", S, f"{SB}/{sid}", 401, key=None)
+C = S + "/commands"
+J = {"Prefer": "wait=60"}
+_, cmd = check("post", C, f"{SB}/{sid}/commands", 200, body={"command": "echo hi; exit 3"}, headers=J)
+if cmd and (cmd.get("exit_code") != 3 or cmd.get("stdout") != "hi\n"):
+    fail(f"command: {cmd}")
+cid = cmd["id"] if cmd else "cmd_" + "0" * 24
+_, text = check("post", C, f"{SB}/{sid}/commands", 200, body={"command": "echo streamed"},
+                headers={"Accept": "text/event-stream", "Prefer": "wait=60"})
+if text is not None and ("event: stdout" not in text or "event: exit" not in text):
+    fail(f"command stream: {text[:300]!r}")
+_, bg = check("post", C, f"{SB}/{sid}/commands", 202, body={"command": "sleep 600", "background": True})
+bid = bg["id"] if bg else cid
+check("post", C, f"{SB}/{sid}/commands", 400, body={"command": ""})
+check("post", C, f"{SB}/{NOSB}/commands", 404, body={"command": "true"})
+check("post", C, f"{SB}/{sid}/commands", 401, body={"command": "true"}, key=None)
+K = C + "/{cid}"
+check("get", K, f"{SB}/{sid}/commands/{cid}", 200)
+check("get", K, f"{SB}/{sid}/commands/cmd_{'0' * 24}", 404)
+check("get", K, f"{SB}/{sid}/commands/{cid}", 401, key=None)
+check("post", K + "/kill", f"{SB}/{sid}/commands/{cid}/kill", 409)
+check("post", K + "/kill", f"{SB}/{sid}/commands/cmd_{'0' * 24}/kill", 404)
+check("post", K + "/kill", f"{SB}/{sid}/commands/{bid}/kill", 401, key=None)
+_, killed = check("post", K + "/kill", f"{SB}/{sid}/commands/{bid}/kill", 200)
+_, text = check("get", K + "/events", f"{SB}/{sid}/commands/{bid}/events", 200)
+if text is not None and "event: exit" not in text:
+    fail(f"background stream: {text[:300]!r}")
+check("get", K + "/events", f"{SB}/{sid}/commands/cmd_{'0' * 24}/events", 404)
+check("get", K + "/events", f"{SB}/{sid}/commands/{bid}/events", 401, key=None)
+E = S + "/events"
+check("get", E, f"{SB}/{sid}/events?after=1", 200)
+# (its stream stays open while the sandbox lives: it is read after the delete)
+check("get", E, f"{SB}/{sid}/events?after=x", 400)
+check("get", E, f"{SB}/{NOSB}/events", 404)
+check("get", E, f"{SB}/{sid}/events", 401, key=None)
+F = S + "/files/{path}"
+OCT = {"Content-Type": "application/octet-stream"}
+check("put", F, f"{SB}/{sid}/files/d/a.txt", 200, raw=b"bytes\n", headers=OCT)
+check("put", F, f"{SB}/{sid}/files/../x", 400, raw=b"x", headers=OCT)
+check("put", F, f"{SB}/{NOSB}/files/a", 404, raw=b"x", headers=OCT)
+check("put", F, f"{SB}/{sid}/files/a", 401, raw=b"x", headers=OCT, key=None)
+_, got = check("get", F, f"{SB}/{sid}/files/d/a.txt", 200)
+check("get", F, f"{SB}/{sid}/files/none", 404)
+check("get", F, f"{SB}/{sid}/files/a/../b", 400)
+check("get", F, f"{SB}/{sid}/files/d/a.txt", 401, key=None)
+L = S + "/files"
+_, ls = check("get", L, f"{SB}/{sid}/files?path=d", 200)
+if ls and [e["path"] for e in ls["data"]] != ["d/a.txt"] and not any(
+        e["path"].endswith("a.txt") for e in ls["data"]):
+    fail(f"listing: {ls}")
+check("get", L, f"{SB}/{sid}/files?path=/etc", 400)
+check("get", L, f"{SB}/{NOSB}/files", 404)
+check("get", L, f"{SB}/{sid}/files", 401, key=None)
+check("delete", S, f"{SB}/{sid}", 401, key=None)
+check("delete", S, f"{SB}/{NOSB}", 404)
+check("delete", S, f"{SB}/{sid}", 200)
+check("delete", S, f"{SB}/{sid}", 200)
+_, text = check("get", E, f"{SB}/{sid}/events", 200,
+                headers={"Accept": "text/event-stream", "Last-Event-ID": "1"})
+if text is not None and "event: worker.destroyed\n" not in text:
+    fail(f"sandbox event stream: {text[:300]!r}")
+check("post", C, f"{SB}/{sid}/commands", 409, body={"command": "true"})
+check("put", F, f"{SB}/{sid}/files/a", 409, raw=b"x", headers=OCT)
+check("get", F, f"{SB}/{sid}/files/a", 409)
+check("get", L, f"{SB}/{sid}/files", 409)
+check("post", SB, SB, 402, body={"max_cost_micros": 1})  # (no sandbox live: not the 429)
+# 429: the limit of live sandboxes (api_openapi.sh: sandboxes.max_live_per_org 1)
+_, s1 = check("post", SB, SB, 201, body={"max_cost_micros": 200000})
+check("post", SB, SB, 429, body={"max_cost_micros": 200000})
+if s1:
+    request("delete", f"{SB}/{s1['id']}")
+
 # Revocation last (the member key is used above).
 check("delete", "/v1/keys/{id}", f"/v1/keys/{created['id']}", 403, key=member)
 check("delete", "/v1/keys/{id}", f"/v1/keys/{created['id']}", 401, key=None)
@@ -441,8 +539,10 @@ check("get", "/v1/balance", "/v1/balance", 401, key=member)
 
 # --- what the HTTP layer answers on every operation, before any handler ---
 def concrete(template):
-    return (template.replace("{id}", "run_" + "0" * 32 if template.startswith("/v1/runs")
-                             else "key_" + "0" * 24).replace("{name}", "none")
+    ident = ("run_" + "0" * 32 if template.startswith("/v1/runs") else
+             "sbx_" + "0" * 32 if template.startswith("/v1/sandboxes") else "key_" + "0" * 24)
+    return (template.replace("{id}", ident).replace("{name}", "none")
+            .replace("{cid}", "cmd_" + "0" * 24).replace("{path}", "none")
             .replace("{event_id}", "evt_" + "0" * 32))
 
 
@@ -470,8 +570,9 @@ for template, item in SPEC["paths"].items():
         if "401" in op["responses"]:
             limit(LIMITED)
             check(method, template, path, 429, source=LIMITED)
-        check(method, template, path, 415, raw=b"x=1",
-              headers={"Content-Type": "application/x-www-form-urlencoded"})
+        if "415" in op["responses"]:  # a file's operations take any bytes
+            check(method, template, path, 415, raw=b"x=1",
+                  headers={"Content-Type": "application/x-www-form-urlencoded"})
         check(method, template, path, 413, announce_len=2 << 20)
         if method == "get":
             # HEAD is GET without the body

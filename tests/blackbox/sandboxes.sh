@@ -96,6 +96,9 @@ for b in $(host_backends); do
     [ "$(jq .cost.compute_micros <<<"$final")" -gt 0 ] || fail "$b: no compute charged: $final"
     types=$(sbx_events "$id" | jq -r '[.data[].type | select(. != "shell.output")] | join(" ")')
     assert_eq "$types" "sandbox.created sandbox.ready worker.started shell.command file.written shell.command sandbox.destroyed sandbox.stopped worker.destroyed" "$b: timeline"
+    # The same source as a run's file events (src/agent/tools.c: file.read, file.write, file.edit).
+    assert_eq "$(sbx_events "$id" | jq -r '[.data[] | select(.type == "file.written") | .source] | join(" ")')" file \
+        "$b: file.written's source is a run's file events' source"
     assert_eq "$(code_of "$(api DELETE "/v1/sandboxes/$id")")" 200 "$b: a second delete"
     assert_error "$(sbx_exec "$id" '{"command": "true"}')" 409 invalid_request_error
     [ -z "$(server_guests "$SERVER_PID")" ] || fail "$b: a guest outlived its sandbox"

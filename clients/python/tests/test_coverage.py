@@ -50,7 +50,9 @@ def document_operations(path: str) -> Dict[str, Tuple[str, str]]:
 
 
 def template_matches(template: str, path: str) -> bool:
-    pattern = "^" + re.sub(r"\\\{[^}]+\\\}", "[^/]+", re.escape(template)) + "$"
+    # a sandbox file's {path} keeps its slashes; every other parameter is one segment
+    pattern = "^" + re.escape(template).replace(r"\{path\}", ".+") + "$"
+    pattern = re.sub(r"\\\{[^}]+\\\}", "[^/]+", pattern)
     return re.match(pattern, path) is not None
 
 
@@ -75,7 +77,13 @@ class TestCoverage(unittest.TestCase):
 
     def test_each_method_sends_its_operation(self) -> None:
         def answer(handler, req) -> None:  # type: ignore[no-untyped-def]
-            if req.route.endswith("/events") and "text/event-stream" in req.headers.get("accept", ""):
+            sse = "text/event-stream" in req.headers.get("accept", "")
+            if sse and (req.route.endswith("/commands") or "/commands/" in req.route):
+                handler.reply(200, b'event: exit\ndata: {"id":"cmd_1","status":"exited"}\n\n',
+                              content_type="text/event-stream")
+            elif "/files/" in req.route and req.method == "GET":
+                handler.reply(200, b"bytes", content_type="application/octet-stream")
+            elif req.route.endswith("/events") and sse:
                 handler.reply(200, b'id: 1\nevent: worker.destroyed\ndata: {"seq":1,"type":"worker.destroyed"}\n\n',
                               content_type="text/event-stream")
             elif req.route.endswith("/transcript"):
@@ -88,7 +96,20 @@ class TestCoverage(unittest.TestCase):
                 handler.reply(200, b'{"object":"list","data":[],"has_more":false,"id":"x","status":"completed"}')
 
         rid = "run_" + "0" * 32
+        sid = "sbx_" + "0" * 32
         calls = {
+            "createSandbox": lambda c: c.sandboxes.create(max_cost_micros=1),
+            "listSandboxes": lambda c: list(c.sandboxes.list()),
+            "getSandbox": lambda c: c.sandboxes.get(sid),
+            "deleteSandbox": lambda c: c.sandboxes.delete(sid),
+            "listSandboxEvents": lambda c: list(c.sandboxes.events(sid)),
+            "runSandboxCommand": lambda c: c.sandboxes.exec(sid, "true"),
+            "getSandboxCommand": lambda c: c.sandboxes.command(sid, "cmd_1"),
+            "streamSandboxCommand": lambda c: list(c.sandboxes.follow(sid, "cmd_1")),
+            "killSandboxCommand": lambda c: c.sandboxes.kill(sid, "cmd_1"),
+            "listSandboxFiles": lambda c: c.sandboxes.files(sid),
+            "writeSandboxFile": lambda c: c.sandboxes.upload(sid, "d/a.txt", b"x"),
+            "readSandboxFile": lambda c: c.sandboxes.download(sid, "d/a.txt"),
             "createRun": lambda c: c.runs.create(prompt="p", max_cost_micros=1),
             "listRuns": lambda c: list(c.runs.list()),
             "getRun": lambda c: c.runs.get(rid),

@@ -84,6 +84,56 @@ class TestServer(unittest.TestCase):
         done = [r.id for r in self.client.runs.list(status="completed", metadata={"suite": tag})]
         self.assertEqual(done, list(reversed(created)))
 
+    def test_sandbox_driven(self) -> None:
+        sbx = self.client.sandboxes
+        key = "py-sbx-" + uuid.uuid4().hex
+        box = sbx.create(max_cost_micros=200000, metadata={"suite": key}, idempotency_key=key, wait=120)
+        self.assertRegex(box.id, r"^sbx_[0-9a-f]{32}$")
+        self.assertEqual(box.status, "ready")
+        again = sbx.create(max_cost_micros=200000, metadata={"suite": key}, idempotency_key=key)
+        self.assertEqual(again.id, box.id, "an idempotent create makes one sandbox")
+        self.assertEqual([b.id for b in sbx.list(metadata={"suite": key}, limit=1)], [box.id])
+        self.assertEqual(sbx.get(box.id).status, "ready")
+        written = sbx.upload(box.id, "in/data.txt", b"a\x00b\n")
+        self.assertEqual((written.path, written.size), ("in/data.txt", 4))
+        self.assertEqual(sbx.download(box.id, "in/data.txt"), b"a\x00b\n")
+        self.assertEqual([(f.path, f.type, f.size) for f in sbx.files(box.id, "in")],
+                         [("in/data.txt", "file", 4)])
+        done = sbx.exec(box.id, "wc -c < in/data.txt; echo err >&2; exit 3", wait=60)
+        self.assertEqual((done.status, done.exit_code, done.stdout.strip(), done.stderr),
+                         ("exited", 3, "4", "err\n"))
+        events = list(sbx.stream(box.id, "echo one; echo two >&2"))
+        self.assertEqual(events[-1].type, "exit")
+        self.assertEqual(events[-1].exit_code, 0)
+        out = "".join(e.text for e in events if e.type == "stdout")
+        self.assertEqual(out, "one\n")
+        self.assertEqual("".join(e.text for e in events if e.type == "stderr"), "two\n")
+        bg = sbx.background(box.id, "echo started; sleep 600")
+        self.assertEqual((bg.status, bg.background), ("running", True))
+        self.assertEqual(sbx.command(box.id, bg.id).status, "running")
+        with self.assertRaises(ephemeral.NotBackgroundError):
+            sbx.kill(box.id, done.id)
+        self.assertEqual(sbx.kill(box.id, bg.id).status, "killed")
+        tail = list(sbx.follow(box.id, bg.id))
+        self.assertEqual(tail[-1].type, "exit")
+        self.assertEqual(tail[-1].status, "killed")
+        with self.assertRaises(ephemeral.NotFoundError) as nf:
+            sbx.download(box.id, "no/such")
+        self.assertEqual(nf.exception.code, "file_not_found")
+        with self.assertRaises(ephemeral.BadRequestError):
+            sbx.upload(box.id, "../escape", b"x")
+        ended = sbx.delete(box.id)
+        self.assertEqual(ended.status, "stopped")
+        self.assertEqual(ended.cost.charged_micros + ended.cost.released_micros, ended.cost.reserved_micros)
+        with self.assertRaises(ephemeral.SandboxEndedError):
+            sbx.exec(box.id, "true")
+        timeline = [e.type for e in sbx.events(box.id)]
+        self.assertEqual(timeline[0], "sandbox.created")
+        self.assertEqual(timeline[-1], ephemeral.FINAL_EVENT)
+        self.assertEqual(timeline, [e.type for e in sbx.events(box.id, follow=False)])
+        with self.assertRaises(ephemeral.NotFoundError):
+            sbx.get("sbx_" + "0" * 32)
+
     def test_not_found_is_a_typed_error(self) -> None:
         missing = "run_" + "0" * 32
         with self.assertRaises(ephemeral.NotFoundError) as ctx:

@@ -76,6 +76,22 @@ export class NotFoundError extends EphemeralError {
 export class ConflictError extends EphemeralError {
   override name = "ConflictError";
 }
+/** 409 sandbox_busy: the sandbox runs a foreground command already. */
+export class SandboxBusyError extends ConflictError {
+  override name = "SandboxBusyError";
+}
+/** 409 sandbox_ended: the sandbox has ended; it takes no more calls. */
+export class SandboxEndedError extends ConflictError {
+  override name = "SandboxEndedError";
+}
+/** 409 sandbox_elsewhere: another node serves the sandbox (the message names it). */
+export class SandboxElsewhereError extends ConflictError {
+  override name = "SandboxElsewhereError";
+}
+/** 409 not_background: only a background command can be killed. */
+export class NotBackgroundError extends ConflictError {
+  override name = "NotBackgroundError";
+}
 /** 422: an idempotency key reused with another request, or a run that cannot succeed. */
 export class UnprocessableEntityError extends EphemeralError {
   override name = "UnprocessableEntityError";
@@ -107,9 +123,18 @@ const BY_STATUS: Record<number, ErrorClass> = {
   503: ServiceUnavailableError,
 };
 
-/** The EphemeralError subclass of an HTTP status. */
-export function errorClass(status: number): ErrorClass {
-  return BY_STATUS[status] ?? (status >= 500 ? InternalServerError : EphemeralError);
+const BY_CODE: Record<string, ErrorClass> = {
+  "409 sandbox_busy": SandboxBusyError,
+  "409 sandbox_ended": SandboxEndedError,
+  "409 sandbox_elsewhere": SandboxElsewhereError,
+  "409 not_background": NotBackgroundError,
+};
+
+/** The EphemeralError subclass of an HTTP status (and of its code, for a sandbox's 409s). */
+export function errorClass(status: number, code?: string): ErrorClass {
+  return (
+    BY_CODE[`${status} ${code ?? ""}`] ?? BY_STATUS[status] ?? (status >= 500 ? InternalServerError : EphemeralError)
+  );
 }
 
 /** The request got no complete answer. */
@@ -142,7 +167,7 @@ export function errorFromAnswer(
   }
   const err = (body as ErrorBody | undefined)?.error;
   const str = (v: unknown): string | undefined => (typeof v === "string" ? v : undefined);
-  const Class = errorClass(status);
+  const Class = errorClass(status, err && typeof err === "object" ? str(err.code) : undefined);
   if (err && typeof err === "object") {
     return new Class(status, str(err.message) ?? `HTTP ${status} ${statusText}`.trim(), {
       type: str(err.type),

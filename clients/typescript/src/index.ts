@@ -18,9 +18,13 @@ export {
   EphemeralTimeoutError,
   InsufficientBalanceError,
   InternalServerError,
+  NotBackgroundError,
   NotFoundError,
   PermissionDeniedError,
   RateLimitError,
+  SandboxBusyError,
+  SandboxElsewhereError,
+  SandboxEndedError,
   ServiceUnavailableError,
   UnprocessableEntityError,
   errorClass,
@@ -55,6 +59,17 @@ export type WebhookCreated = Schemas["WebhookCreated"];
 export type WebhookDelivery = Schemas["WebhookDelivery"];
 export type WebhookDeliveryDetail = Schemas["WebhookDeliveryDetail"];
 export type Health = Schemas["Health"];
+export type Sandbox = Schemas["Sandbox"];
+export type SandboxCreate = Schemas["SandboxCreate"];
+export type SandboxStatus = Schemas["SandboxStatus"];
+export type Command = Schemas["Command"];
+export type CommandCreate = Schemas["CommandCreate"];
+export type SandboxFileWritten = Schemas["SandboxFileWritten"];
+export type SandboxFile = Schemas["SandboxFileList"]["data"][number];
+/** A command's stream: its output as it comes, then its end. */
+export type CommandEvent =
+  | { type: "stdout" | "stderr"; text: string; offset: number }
+  | ({ type: "exit" } & Command);
 /** What a stream gives for a zero-data-retention run just before `worker.destroyed`. */
 export interface ResultEvent {
   type: "result";
@@ -120,6 +135,8 @@ interface RequestOptions {
   path?: Record<string, string>;
   query?: Record<string, string | number | boolean | undefined | Record<string, string>>;
   body?: unknown;
+  /** Raw bytes sent as application/octet-stream (a sandbox's file). */
+  raw?: Uint8Array;
   headers?: Record<string, string>;
   auth?: boolean;
   accept?: string;
@@ -266,6 +283,7 @@ export class Ephemeral {
   readonly images: Images;
   readonly webhooks: Webhooks;
   readonly credits: Credits;
+  readonly sandboxes: Sandboxes;
   /** @internal */
   readonly sleep: (ms: number) => Promise<void>;
   readonly #apiKey: string | undefined;
@@ -306,6 +324,7 @@ export class Ephemeral {
     this.images = new Images(this);
     this.webhooks = new Webhooks(this);
     this.credits = new Credits(this);
+    this.sandboxes = new Sandboxes(this);
   }
 
   /** GET /v1/balance. */
@@ -363,7 +382,13 @@ export class Ephemeral {
     let target: string = OPERATIONS[op].path;
     for (const [name, value] of Object.entries(options.path ?? {})) {
       if (typeof value !== "string" || value === "") throw new TypeError(`${name} must be a non-empty string`);
-      target = target.replace(`{${name}}`, encodeURIComponent(value));
+      // a sandbox file's path keeps its slashes (files//tmp/x is the absolute /tmp/x)
+      // fetch's URL would resolve "." and ".." segments away: a path with one is refused here
+      if (name === "path" && value.split("/").some((seg) => seg === "." || seg === "..")) {
+        throw new TypeError("a sandbox path must not have '.' or '..' components");
+      }
+      const encoded = name === "path" ? value.split("/").map(encodeURIComponent).join("/") : encodeURIComponent(value);
+      target = target.replace(`{${name}}`, encoded);
     }
     if (target.includes("{")) throw new TypeError(`${op}: a path parameter is missing`);
     const params = new URLSearchParams();
@@ -385,10 +410,13 @@ export class Ephemeral {
     const url = this.url(op, options);
     const headers: Record<string, string> = { Accept: options.accept ?? "application/json" };
     if (options.auth !== false && this.#apiKey) headers["Authorization"] = `Bearer ${this.#apiKey}`;
-    let body: string | undefined;
+    let body: string | Uint8Array | undefined;
     if (options.body !== undefined) {
       body = JSON.stringify(options.body);
       headers["Content-Type"] = "application/json";
+    } else if (options.raw !== undefined) {
+      body = options.raw;
+      headers["Content-Type"] = "application/octet-stream";
     }
     Object.assign(headers, options.headers ?? {});
     const safe = options.safe ?? (method === "GET" || method === "HEAD" || "Idempotency-Key" in headers);
@@ -405,7 +433,7 @@ export class Ephemeral {
       let res: Response;
       try {
         const init: RequestInit = { method, headers, signal: controller.signal };
-        if (body !== undefined) init.body = body;
+        if (body !== undefined) init.body = body as BodyInit;
         res = await this.#fetch(url, init);
       } catch (err) {
         clearTimeout(timer);
@@ -471,9 +499,14 @@ function withCleanup(res: Response, cleanup: () => void): Response {
 
 /** A whole body as text, capped; a cut or timed-out body throws EphemeralConnectionError. */
 async function readText(res: Response): Promise<string> {
+  return new TextDecoder().decode(await readBytes(res));
+}
+
+/** The whole body, at most MAX_BODY_BYTES. */
+async function readBytes(res: Response): Promise<Uint8Array> {
   const cleanup = cleanups.get(res);
   try {
-    if (!res.body) return "";
+    if (!res.body) return new Uint8Array(0);
     const reader = res.body.getReader();
     const parts: Uint8Array[] = [];
     let size = 0;
@@ -493,7 +526,7 @@ async function readText(res: Response): Promise<string> {
       all.set(p, at);
       at += p.byteLength;
     }
-    return new TextDecoder().decode(all);
+    return all;
   } catch (err) {
     if (err instanceof EphemeralConnectionError) throw err;
     if (isAbort(err)) throw new EphemeralTimeoutError("timed out reading the answer", { cause: err });
@@ -504,6 +537,29 @@ async function readText(res: Response): Promise<string> {
 }
 
 /** `client.runs`. */
+/** A create with an Idempotency-Key (a new UUID unless given) and `Prefer: wait=N`. */
+function createWaited<T>(
+  client: Ephemeral,
+  op: "createRun" | "createSandbox",
+  fields: unknown,
+  options: { idempotencyKey?: string; wait?: number },
+): Promise<T> {
+  const wait = checkWait(options.wait);
+  const headers: Record<string, string> = { "Idempotency-Key": options.idempotencyKey ?? newIdempotencyKey() };
+  if (wait !== undefined) headers["Prefer"] = `wait=${wait}`;
+  return client.json<T>(op, { body: fields, headers, timeoutMs: client.timeoutMs + (wait ?? 0) * 1000 });
+}
+
+/** A GET by id that long-polls `wait` seconds. */
+function getWaited<T>(client: Ephemeral, op: "getRun" | "getSandbox", id: string, options: { wait?: number }): Promise<T> {
+  const wait = checkWait(options.wait);
+  return client.json<T>(op, {
+    path: { id },
+    headers: wait !== undefined ? { Prefer: `wait=${wait}` } : {},
+    timeoutMs: client.timeoutMs + (wait ?? 0) * 1000,
+  });
+}
+
 export class Runs {
   constructor(private readonly client: Ephemeral) {}
 
@@ -512,24 +568,12 @@ export class Runs {
    * a lost answer creates nothing more; `wait` (seconds, <= 600) is `Prefer: wait=N`.
    */
   create(fields: RunCreate, options: { idempotencyKey?: string; wait?: number } = {}): Promise<Run> {
-    const wait = checkWait(options.wait);
-    const headers: Record<string, string> = { "Idempotency-Key": options.idempotencyKey ?? newIdempotencyKey() };
-    if (wait !== undefined) headers["Prefer"] = `wait=${wait}`;
-    return this.client.json<Run>("createRun", {
-      body: fields,
-      headers,
-      timeoutMs: this.client.timeoutMs + (wait ?? 0) * 1000,
-    });
+    return createWaited<Run>(this.client, "createRun", fields, options);
   }
 
   /** GET /v1/runs/{id}; `wait` long-polls up to that many seconds for a terminal state. */
   get(id: string, options: { wait?: number } = {}): Promise<Run> {
-    const wait = checkWait(options.wait);
-    return this.client.json<Run>("getRun", {
-      path: { id },
-      headers: wait !== undefined ? { Prefer: `wait=${wait}` } : {},
-      timeoutMs: this.client.timeoutMs + (wait ?? 0) * 1000,
-    });
+    return getWaited<Run>(this.client, "getRun", id, options);
   }
 
   /** HEAD /v1/runs/{id}: whether the key's organization has this run. */
@@ -575,10 +619,15 @@ export class Runs {
   async *events(
     id: string,
     options: { after?: number; follow?: boolean; signal?: AbortSignal } = {},
+    /** @internal a sandbox's timeline: its operation, and whether it has ended */
+    of: { op: "listRunEvents" | "listSandboxEvents"; ended: () => Promise<boolean> } = {
+      op: "listRunEvents",
+      ended: async () => TERMINAL_STATUSES.includes((await this.get(id)).status),
+    },
   ): AsyncGenerator<RunEvent | ResultEvent> {
     const client = this.client;
     if (options.follow === false) {
-      const page = await client.json<Schemas["EventList"]>("listRunEvents", { path: { id }, query: { after: options.after } });
+      const page = await client.json<Schemas["EventList"]>(of.op, { path: { id }, query: { after: options.after } });
       yield* page.data;
       return;
     }
@@ -587,7 +636,7 @@ export class Runs {
     for (;;) {
       const headers: Record<string, string> = {};
       if (last !== undefined) headers["Last-Event-ID"] = String(last);
-      const res = await client.request("listRunEvents", {
+      const res = await client.request(of.op, {
         path: { id },
         headers,
         accept: "text/event-stream",
@@ -629,8 +678,7 @@ export class Runs {
       }
       if (end.clean && !progressed) {
         // Closed with nothing new: the end, if the run is over.
-        const run = await this.get(id);
-        if (TERMINAL_STATUSES.includes(run.status)) return;
+        if (await of.ended()) return;
       }
       failures = progressed ? 0 : failures + 1;
       if (failures > client.maxRetries) {
@@ -819,6 +867,147 @@ export class Credits {
     return this.client.json<Balance>("addCredit", {
       body: { micros },
       headers: { "Idempotency-Key": options.idempotencyKey ?? newIdempotencyKey() },
+    });
+  }
+}
+
+export const SANDBOX_ENDED: readonly SandboxStatus[] = ["stopped", "timed_out", "budget_exhausted", "failed"];
+
+/** A command's Server-Sent Events: stdout / stderr `{text, offset}`, then one `exit`. */
+async function* commandStream(res: Response, idleMs: number): AsyncGenerator<CommandEvent> {
+  if (!res.body) throw new EphemeralConnectionError("the command's stream has no body");
+  const end = { clean: false };
+  for await (const msg of sseMessages(readLines(res.body, idleMs), end)) {
+    let data: Record<string, unknown>;
+    try {
+      data = msg.data ? (JSON.parse(msg.data) as Record<string, unknown>) : {};
+    } catch (err) {
+      throw new EphemeralConnectionError(`a command event is not JSON: ${String(err)}`, { cause: err });
+    }
+    if (typeof data !== "object" || data === null || Array.isArray(data)) {
+      throw new EphemeralConnectionError("a command event is not a JSON object");
+    }
+    yield { ...data, type: msg.event } as unknown as CommandEvent;
+    if (msg.event === "exit") return;
+  }
+  throw new EphemeralConnectionError("the command's stream ended before its exit event");
+}
+
+/** `client.sandboxes`: sandboxes you drive (docs/SANDBOXES.md). */
+export class Sandboxes {
+  constructor(private readonly client: Ephemeral) {}
+
+  /** POST /v1/sandboxes; an Idempotency-Key is always sent; `wait` answers once it is ready. */
+  create(fields: SandboxCreate, options: { idempotencyKey?: string; wait?: number } = {}): Promise<Sandbox> {
+    return createWaited<Sandbox>(this.client, "createSandbox", fields, options);
+  }
+
+  /** GET /v1/sandboxes/{id}; `wait` long-polls until it has ended. */
+  get(id: string, options: { wait?: number } = {}): Promise<Sandbox> {
+    return getWaited<Sandbox>(this.client, "getSandbox", id, options);
+  }
+
+  /** Every sandbox, newest first, page after page. */
+  async *list(
+    params: { status?: SandboxStatus; metadata?: Record<string, string>; after?: string; limit?: number } = {},
+  ): AsyncGenerator<Sandbox> {
+    let after = params.after;
+    for (;;) {
+      const page = await this.client.json<Schemas["SandboxList"]>("listSandboxes", {
+        query: { limit: params.limit, after, status: params.status, metadata: params.metadata },
+      });
+      yield* page.data;
+      const last = page.data[page.data.length - 1];
+      if (!page.has_more || !last) return;
+      after = last.id;
+    }
+  }
+
+  /** DELETE /v1/sandboxes/{id}: stops it; answers it once settled (or after 5 s); idempotent. */
+  delete(id: string): Promise<Sandbox> {
+    return this.client.json<Sandbox>("deleteSandbox", { path: { id }, timeoutMs: this.client.timeoutMs + 5000 });
+  }
+
+  /** One command, answered once finished, or `running` when `wait` (60 s by default) passed first. Never retried. */
+  exec(id: string, command: string, options: Omit<CommandCreate, "command" | "background"> & { wait?: number } = {}): Promise<Command> {
+    const { wait: w, ...fields } = options;
+    const wait = checkWait(w);
+    return this.client.json<Command>("runSandboxCommand", {
+      path: { id },
+      body: { command, ...fields },
+      headers: wait !== undefined ? { Prefer: `wait=${wait}` } : {},
+      safe: false,
+      timeoutMs: this.client.timeoutMs + (wait ?? 60) * 1000,
+    });
+  }
+
+  /** One command, its output as it comes (stdout / stderr events), then its `exit` event. */
+  async *stream(id: string, command: string, options: Omit<CommandCreate, "command" | "background"> = {}): AsyncGenerator<CommandEvent> {
+    const res = await this.client.request("runSandboxCommand", {
+      path: { id },
+      body: { command, ...options },
+      accept: "text/event-stream",
+      safe: false,
+      stream: true,
+    });
+    yield* commandStream(res, Math.max(this.client.timeoutMs, STREAM_IDLE_MS));
+  }
+
+  /** A background command, answered at once (`running`). */
+  background(id: string, command: string, options: Pick<CommandCreate, "cwd" | "env" | "stdin"> = {}): Promise<Command> {
+    return this.client.json<Command>("runSandboxCommand", {
+      path: { id },
+      body: { command, background: true, ...options },
+      safe: false,
+    });
+  }
+
+  /** GET …/commands/{cid}: one of the sandbox's last 64 commands. */
+  command(id: string, commandId: string): Promise<Command> {
+    return this.client.json<Command>("getSandboxCommand", { path: { id, cid: commandId } });
+  }
+
+  /** A background command's output as it comes, then its `exit` event. */
+  async *follow(id: string, commandId: string): AsyncGenerator<CommandEvent> {
+    const res = await this.client.request("streamSandboxCommand", {
+      path: { id, cid: commandId },
+      accept: "text/event-stream",
+      stream: true,
+    });
+    yield* commandStream(res, Math.max(this.client.timeoutMs, STREAM_IDLE_MS));
+  }
+
+  /** Kills a background command's process group; a foreground one is NotBackgroundError. */
+  kill(id: string, commandId: string): Promise<Command> {
+    return this.client.json<Command>("killSandboxCommand", { path: { id, cid: commandId }, safe: true });
+  }
+
+  /** PUT …/files/{path}: relative to the scratch directory, or absolute under /tmp. */
+  upload(id: string, path: string, data: Uint8Array | string): Promise<SandboxFileWritten> {
+    const raw = typeof data === "string" ? new TextEncoder().encode(data) : data;
+    return this.client.json<SandboxFileWritten>("writeSandboxFile", { path: { id, path }, raw, safe: true });
+  }
+
+  /** GET …/files/{path}: the file's bytes. */
+  async download(id: string, path: string): Promise<Uint8Array> {
+    const res = await this.client.request("readSandboxFile", {
+      path: { id, path },
+      accept: "application/octet-stream",
+    });
+    return readBytes(res);
+  }
+
+  /** GET …/files: the scratch directory's entries (or `path`'s in it), symlinks never followed. */
+  async files(id: string, path?: string): Promise<SandboxFile[]> {
+    const page = await this.client.json<Schemas["SandboxFileList"]>("listSandboxFiles", { path: { id }, query: { path } });
+    return page.data;
+  }
+
+  /** The sandbox's timeline, as `runs.events` gives a run's. */
+  events(id: string, options: { after?: number; follow?: boolean; signal?: AbortSignal } = {}): AsyncGenerator<RunEvent | ResultEvent> {
+    return this.client.runs.events(id, options, {
+      op: "listSandboxEvents",
+      ended: async () => SANDBOX_ENDED.includes((await this.get(id)).status),
     });
   }
 }

@@ -509,6 +509,213 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/sandboxes": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List sandboxes, newest first
+         * @description Pages with `limit` and `after` (the last id of the previous page); `status` in the sandbox's words.
+         */
+        get: operations["listSandboxes"];
+        put?: never;
+        /**
+         * Create a sandbox you drive
+         * @description Reserves `max_cost_micros`, stores the sandbox and starts its machine, in one transaction
+         *     (docs/SANDBOXES.md). `Idempotency-Key` as for runs; `Prefer: wait=N` answers once it is
+         *     ready (or ended, or N seconds passed). Refused before anything is reserved: an unknown
+         *     field or bad value (`400`), an unknown image (`400 unknown_image`), an unready one (`409
+         *     image_not_ready`), `429 too_many_sandboxes` past `sandboxes.max_live_per_org`, `402
+         *     budget_too_small` below ten seconds of compute, `402 insufficient_balance`.
+         */
+        post: operations["createSandbox"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/sandboxes/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * A sandbox
+         * @description With `Prefer: wait=N` the answer waits until the sandbox has ended or N seconds have passed.
+         */
+        get: operations["getSandbox"];
+        put?: never;
+        post?: never;
+        /**
+         * Stop a sandbox
+         * @description Idempotent. Stops the sandbox, waits up to 5 s for its settlement and answers the sandbox (`stopped`, or the status it ended with).
+         */
+        delete: operations["deleteSandbox"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/sandboxes/{id}/events": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The sandbox's timeline, as JSON or as Server-Sent Events
+         * @description Exactly as a run's (`GET /v1/runs/{id}/events`); closed after `worker.destroyed`.
+         */
+        get: operations["listSandboxEvents"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/sandboxes/{id}/commands": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Run a command in the sandbox
+         * @description One command through `/bin/sh -c` as the unprivileged `worker` user. It waits `Prefer:
+         *     wait=N` seconds (60 when absent): `200` with the finished command, or `202` with `status:
+         *     running` when the wait is over first (follow it with `GET …/commands/{cid}`). With
+         *     `Accept: text/event-stream` it streams instead: `stdout` and `stderr` events `{text,
+         *     offset}` as the command writes (none under zero data retention), then one `exit` event
+         *     holding the Command. `background: true` answers `202` at once and the command runs beside
+         *     others. One foreground command at a time: `409 sandbox_busy`; an ended sandbox: `409
+         *     sandbox_ended`; a sandbox served by another node: `409 sandbox_elsewhere`; more than 16
+         *     background commands: `429 too_many_commands`.
+         */
+        post: operations["runSandboxCommand"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/sandboxes/{id}/commands/{cid}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * A command of the sandbox (its last 64 are kept)
+         * @description Any command of the sandbox, foreground or background, by id; a finished background command's `stdout` and `stderr` are its head and tail.
+         */
+        get: operations["getSandboxCommand"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/sandboxes/{id}/commands/{cid}/events": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * A background command's output, as Server-Sent Events
+         * @description `stdout` and `stderr` events `{text, offset}`, then one `exit` event holding the Command.
+         */
+        get: operations["streamSandboxCommand"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/sandboxes/{id}/commands/{cid}/kill": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Kill a background command's process group (SIGKILL)
+         * @description A foreground command cannot be killed this way: `409 not_background`.
+         */
+        post: operations["killSandboxCommand"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/sandboxes/{id}/files": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List the scratch directory (or a directory in it), never following a symlink
+         * @description Entries `{path, type, size, target?}`; a symlink is listed, never followed.
+         */
+        get: operations["listSandboxFiles"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/sandboxes/{id}/files/{path}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Read a file back (an attachment), at most `sandboxes.max_download_bytes`
+         * @description `application/octet-stream`, as an attachment; a missing file is `404 file_not_found`.
+         */
+        get: operations["readSandboxFile"];
+        /**
+         * Write a file (mode 0644, parents made)
+         * @description The raw body, at most `sandboxes.max_upload_bytes` (`413`). A path is relative to the
+         *     scratch directory, or absolute under `/tmp` (written `files//tmp/…`); `.`, `..`, empty
+         *     components and a path through a symlink are `400 invalid_path`.
+         */
+        put: operations["writeSandboxFile"];
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/healthz": {
         parameters: {
             query?: never;
@@ -959,6 +1166,151 @@ export interface components {
             data: components["schemas"]["WebhookDelivery"][];
             has_more: boolean;
         };
+        SandboxId: string;
+        /** @enum {string} */
+        SandboxStatus: "starting" | "ready" | "stopped" | "timed_out" | "budget_exhausted" | "failed";
+        SandboxCreate: {
+            /** @default default */
+            image: string;
+            /** @default false */
+            web: boolean | {
+                allow: string[];
+            };
+            /** @default [] */
+            connections: string[];
+            files?: {
+                path: string;
+                content?: string;
+                content_base64?: string;
+            }[];
+            /**
+             * @description at most sandboxes.max_timeout_seconds
+             * @default 300
+             */
+            timeout_seconds: number;
+            /** @default 300 */
+            idle_timeout_seconds: number;
+            max_cost_micros: number;
+            /** @default false */
+            zero_data_retention: boolean;
+            metadata?: {
+                [key: string]: string;
+            };
+        };
+        Sandbox: {
+            id: components["schemas"]["SandboxId"];
+            image: string;
+            /** @constant */
+            object: "sandbox";
+            status: components["schemas"]["SandboxStatus"];
+            created_at: components["schemas"]["Timestamp"];
+            ready_at: components["schemas"]["Timestamp"] | null;
+            finished_at: components["schemas"]["Timestamp"] | null;
+            permissions: {
+                web: boolean | {
+                    allow?: string[];
+                };
+                connections: string[];
+                files: string[];
+                zero_data_retention: boolean;
+                timeout_seconds: number;
+                idle_timeout_seconds: number;
+                max_cost_micros: number;
+            };
+            sandbox: null | {
+                /** @enum {string} */
+                backend: "namespaces" | "gvisor" | "microvm";
+                vcpus: number;
+                memory_mib: number;
+                image: string;
+                image_digest?: string;
+            };
+            error: null | {
+                /** @enum {string} */
+                type: "cancelled_error" | "timeout_error" | "budget_error" | "api_error";
+                /** @description e.g. timeout, idle_timeout, server_shutdown, worker_lost */
+                code: string;
+                message: string;
+            };
+            usage: {
+                shell_commands: number;
+                web_requests: number;
+                connection_requests: number;
+            };
+            cost: {
+                reserved_micros: number;
+                web_micros: number;
+                compute_micros: number;
+                charged_micros: number;
+                released_micros: number;
+            };
+            retention: {
+                log_kept_days: number;
+                expires_at: components["schemas"]["Timestamp"] | null;
+            };
+            metadata: {
+                [key: string]: string;
+            };
+        };
+        SandboxList: {
+            /** @constant */
+            object: "list";
+            data: components["schemas"]["Sandbox"][];
+            has_more: boolean;
+        };
+        CommandCreate: {
+            command: string;
+            /** @default false */
+            background: boolean;
+            /** @description at most sandbox.command_timeout_seconds; not with background */
+            timeout_seconds?: number;
+            /** @description relative to the scratch directory, or under /tmp */
+            cwd?: string;
+            env?: {
+                [key: string]: string;
+            };
+            stdin?: string;
+        };
+        Command: {
+            id: string;
+            /** @constant */
+            object: "command";
+            /** @enum {string} */
+            status: "running" | "exited" | "killed" | "failed";
+            background: boolean;
+            /** @description why the sandbox failed the command (status failed) */
+            error?: string;
+            exit_code?: number | null;
+            signal?: number | null;
+            stdout?: string;
+            stderr?: string;
+            stdout_bytes?: number;
+            stderr_bytes?: number;
+            stdout_truncated?: boolean;
+            stderr_truncated?: boolean;
+            duration_ms?: number;
+            timed_out?: boolean;
+            /** @description the limit that ended the sandbox while it ran (a finished command) */
+            sandbox_ended?: string | null;
+        };
+        SandboxFileWritten: {
+            /** @constant */
+            object: "file";
+            path: string;
+            size: number;
+        };
+        SandboxFileList: {
+            /** @constant */
+            object: "list";
+            has_more: boolean;
+            data: {
+                path: string;
+                /** @enum {string} */
+                type: "file" | "directory" | "symlink";
+                size: number;
+                target?: string;
+            }[];
+        };
         Health: {
             /** @enum {string} */
             status: "ok" | "unavailable";
@@ -1136,6 +1488,48 @@ export interface components {
                 "application/json": components["schemas"]["Error"];
             };
         };
+        /** @description The organization has `sandboxes.max_live_per_org` live sandboxes (`too_many_sandboxes`), or the client's address presented too many keys that are not valid (`too_many_failed_authentications`). */
+        TooManySandboxes: {
+            headers: {
+                "Request-Id": components["headers"]["RequestId"];
+                "Retry-After": components["headers"]["RetryAfter"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["Error"];
+            };
+        };
+        /** @description 16 background commands run in the sandbox already (`too_many_commands`), or the client's address presented too many keys that are not valid. */
+        TooManyCommands: {
+            headers: {
+                "Request-Id": components["headers"]["RequestId"];
+                "Retry-After": components["headers"]["RetryAfter"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["Error"];
+            };
+        };
+        /** @description The sandbox has ended (`sandbox_ended`), runs a command already (`sandbox_busy`), is served by another node (`sandbox_elsewhere`, naming it), or the command to kill is not a background one (`not_background`). */
+        SandboxConflict: {
+            headers: {
+                "Request-Id": components["headers"]["RequestId"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["Error"];
+            };
+        };
+        /** @description The sandbox failed the file call (`502 sandbox_error`) or did not answer it in time (`504 sandbox_timeout`). */
+        SandboxError: {
+            headers: {
+                "Request-Id": components["headers"]["RequestId"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["Error"];
+            };
+        };
         /** @description The key is the organization's last admin key (`last_admin_key`). */
         LastAdminKey: {
             headers: {
@@ -1149,6 +1543,10 @@ export interface components {
     };
     parameters: {
         RunIdPath: components["schemas"]["RunId"];
+        SandboxIdPath: components["schemas"]["SandboxId"];
+        CommandIdPath: string;
+        /** @description relative to the scratch directory, or absolute under /tmp (a leading slash kept) */
+        FilePath: string;
         ConnectionName: string;
         WebhookId: string;
         EventId: string;
@@ -2565,6 +2963,445 @@ export interface operations {
                 };
                 content?: never;
             };
+        };
+    };
+    listSandboxes: {
+        parameters: {
+            query?: {
+                limit?: number;
+                /** @description the last id of the previous page */
+                after?: components["schemas"]["SandboxId"];
+                status?: components["schemas"]["SandboxStatus"];
+                /** @description `metadata[KEY]=VALUE`: only sandboxes with that metadata */
+                metadata?: {
+                    [key: string]: string;
+                };
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of sandboxes. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SandboxList"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            413: components["responses"]["TooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyFailedKeys"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    createSandbox: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description 1 to 255 printable ASCII characters, scoped to the organization, kept 24 hours. */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+                /** @description `wait=N` (N from 0 to 600): block up to N seconds for a terminal state (RFC 7240). Other preferences are ignored; a `wait` that is not such an N, or given twice, is 400. */
+                Prefer?: components["parameters"]["PreferWait"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SandboxCreate"];
+            };
+        };
+        responses: {
+            /** @description An idempotent replay; header `Idempotent-Replayed: true`. */
+            200: {
+                headers: {
+                    "Idempotent-Replayed"?: "true";
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Sandbox"];
+                };
+            };
+            /** @description The sandbox, created (starting, or ready with `Prefer: wait`). */
+            201: {
+                headers: {
+                    /** @description /v1/sandboxes/{id} */
+                    Location?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Sandbox"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            402: components["responses"]["InsufficientBalance"];
+            409: components["responses"]["IdempotencyInFlight"];
+            413: components["responses"]["TooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["IdempotencyMismatch"];
+            429: components["responses"]["TooManySandboxes"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    getSandbox: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description `wait=N` (N from 0 to 600): block up to N seconds for a terminal state (RFC 7240). Other preferences are ignored; a `wait` that is not such an N, or given twice, is 400. */
+                Prefer?: components["parameters"]["PreferWait"];
+            };
+            path: {
+                id: components["parameters"]["SandboxIdPath"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The sandbox. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Sandbox"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            413: components["responses"]["TooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyFailedKeys"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    deleteSandbox: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["SandboxIdPath"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The sandbox. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Sandbox"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            413: components["responses"]["TooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyFailedKeys"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    listSandboxEvents: {
+        parameters: {
+            query?: {
+                /** @description Only events with a larger `seq`. */
+                after?: number;
+            };
+            header?: {
+                /** @description Resume a stream after this `seq`. */
+                "Last-Event-ID"?: number;
+            };
+            path: {
+                id: components["parameters"]["SandboxIdPath"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The events. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EventList"];
+                    "text/event-stream": string;
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            413: components["responses"]["TooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyFailedKeys"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    runSandboxCommand: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description `wait=N` (N from 0 to 600): block up to N seconds for a terminal state (RFC 7240). Other preferences are ignored; a `wait` that is not such an N, or given twice, is 400. */
+                Prefer?: components["parameters"]["PreferWait"];
+            };
+            path: {
+                id: components["parameters"]["SandboxIdPath"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["CommandCreate"];
+            };
+        };
+        responses: {
+            /** @description The command, finished. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Command"];
+                    "text/event-stream": string;
+                };
+            };
+            /** @description The command, still running (a background command, or the wait was over first). */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Command"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["SandboxConflict"];
+            413: components["responses"]["TooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyCommands"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    getSandboxCommand: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["SandboxIdPath"];
+                cid: components["parameters"]["CommandIdPath"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The command. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Command"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["SandboxConflict"];
+            413: components["responses"]["TooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyFailedKeys"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    streamSandboxCommand: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["SandboxIdPath"];
+                cid: components["parameters"]["CommandIdPath"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The stream. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/event-stream": string;
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["SandboxConflict"];
+            413: components["responses"]["TooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyFailedKeys"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    killSandboxCommand: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["SandboxIdPath"];
+                cid: components["parameters"]["CommandIdPath"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The command. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Command"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["SandboxConflict"];
+            413: components["responses"]["TooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyFailedKeys"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    listSandboxFiles: {
+        parameters: {
+            query?: {
+                /** @description a directory relative to the scratch directory */
+                path?: string;
+            };
+            header?: never;
+            path: {
+                id: components["parameters"]["SandboxIdPath"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The entries; `has_more` when the listing was cut. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SandboxFileList"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["SandboxConflict"];
+            413: components["responses"]["TooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyFailedKeys"];
+            500: components["responses"]["InternalError"];
+            502: components["responses"]["SandboxError"];
+            503: components["responses"]["Unavailable"];
+            504: components["responses"]["SandboxError"];
+        };
+    };
+    readSandboxFile: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["SandboxIdPath"];
+                /** @description relative to the scratch directory, or absolute under /tmp (a leading slash kept) */
+                path: components["parameters"]["FilePath"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The file's bytes. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/octet-stream": string;
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["SandboxConflict"];
+            413: components["responses"]["TooLarge"];
+            429: components["responses"]["TooManyFailedKeys"];
+            500: components["responses"]["InternalError"];
+            502: components["responses"]["SandboxError"];
+            503: components["responses"]["Unavailable"];
+            504: components["responses"]["SandboxError"];
+        };
+    };
+    writeSandboxFile: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["SandboxIdPath"];
+                /** @description relative to the scratch directory, or absolute under /tmp (a leading slash kept) */
+                path: components["parameters"]["FilePath"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/octet-stream": string;
+            };
+        };
+        responses: {
+            /** @description The file written. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SandboxFileWritten"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["SandboxConflict"];
+            413: components["responses"]["TooLarge"];
+            429: components["responses"]["TooManyFailedKeys"];
+            500: components["responses"]["InternalError"];
+            502: components["responses"]["SandboxError"];
+            503: components["responses"]["Unavailable"];
+            504: components["responses"]["SandboxError"];
         };
     };
     health: {

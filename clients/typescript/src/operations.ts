@@ -6,7 +6,7 @@
 // a row here and a method on its resource.
 import type { operations, paths } from "./openapi.js";
 
-export type Method = "GET" | "HEAD" | "POST" | "DELETE";
+export type Method = "GET" | "HEAD" | "POST" | "PUT" | "DELETE";
 
 export interface Operation {
   readonly method: Method;
@@ -24,6 +24,18 @@ export const OPERATIONS = {
   getRunTranscript: { method: "GET", path: "/v1/runs/{id}/transcript" },
   getRunTranscriptHead: { method: "HEAD", path: "/v1/runs/{id}/transcript" },
   cancelRun: { method: "POST", path: "/v1/runs/{id}/cancel" },
+  createSandbox: { method: "POST", path: "/v1/sandboxes" },
+  listSandboxes: { method: "GET", path: "/v1/sandboxes" },
+  getSandbox: { method: "GET", path: "/v1/sandboxes/{id}" },
+  deleteSandbox: { method: "DELETE", path: "/v1/sandboxes/{id}" },
+  listSandboxEvents: { method: "GET", path: "/v1/sandboxes/{id}/events" },
+  runSandboxCommand: { method: "POST", path: "/v1/sandboxes/{id}/commands" },
+  getSandboxCommand: { method: "GET", path: "/v1/sandboxes/{id}/commands/{cid}" },
+  streamSandboxCommand: { method: "GET", path: "/v1/sandboxes/{id}/commands/{cid}/events" },
+  killSandboxCommand: { method: "POST", path: "/v1/sandboxes/{id}/commands/{cid}/kill" },
+  listSandboxFiles: { method: "GET", path: "/v1/sandboxes/{id}/files" },
+  writeSandboxFile: { method: "PUT", path: "/v1/sandboxes/{id}/files/{path}" },
+  readSandboxFile: { method: "GET", path: "/v1/sandboxes/{id}/files/{path}" },
   getBalance: { method: "GET", path: "/v1/balance" },
   getBalanceHead: { method: "HEAD", path: "/v1/balance" },
   listModels: { method: "GET", path: "/v1/models" },

@@ -43,12 +43,25 @@ test("the generated types are fresh", () => {
   assert.ok(fresh === committed, "src/openapi.ts is stale: run `npm run generate` in clients/typescript");
 });
 
+// A sandbox file's {path} keeps its slashes; every other parameter is one segment.
 const matches = (template, p) =>
-  new RegExp("^" + template.replace(/[.*+?^$()|[\]\\]/g, "\\$&").replace(/\{[^}]+\}/g, "[^/]+") + "$").test(p);
+  new RegExp(
+    "^" +
+      template
+        .replace(/[.*+?^$()|[\]\\]/g, "\\$&")
+        .replace("{path}", ".+")
+        .replace(/\{[^}]+\}/g, "[^/]+") +
+      "$",
+  ).test(p);
 
 test("each method sends the request of its operation", async () => {
   const server = await standIn((r, res) => {
-    if (r.route.endsWith("/events") && String(r.headers.accept).includes("text/event-stream")) {
+    const sse = String(r.headers.accept).includes("text/event-stream");
+    if (sse && (r.route.endsWith("/commands") || r.route.includes("/commands/"))) {
+      reply(res, 200, 'event: exit\ndata: {"id":"cmd_1","status":"exited"}\n\n', {}, "text/event-stream");
+    } else if (r.route.includes("/files/") && r.method === "GET") {
+      reply(res, 200, "bytes", {}, "application/octet-stream");
+    } else if (r.route.endsWith("/events") && sse) {
       reply(res, 200, 'id: 1\nevent: worker.destroyed\ndata: {"seq":1,"type":"worker.destroyed"}\n\n', {}, "text/event-stream");
     } else if (r.route.endsWith("/transcript")) {
       reply(res, 200, '{"kind":"run"}\n', {}, "application/x-ndjson");
@@ -64,7 +77,20 @@ test("each method sends the request of its operation", async () => {
   const all = async (it) => {
     for await (const _ of it);
   };
+  const sid = "sbx_" + "0".repeat(32);
   const calls = {
+    createSandbox: (c) => c.sandboxes.create({ max_cost_micros: 1 }),
+    listSandboxes: (c) => all(c.sandboxes.list()),
+    getSandbox: (c) => c.sandboxes.get(sid),
+    deleteSandbox: (c) => c.sandboxes.delete(sid),
+    listSandboxEvents: (c) => all(c.sandboxes.events(sid)),
+    runSandboxCommand: (c) => c.sandboxes.exec(sid, "true"),
+    getSandboxCommand: (c) => c.sandboxes.command(sid, "cmd_1"),
+    streamSandboxCommand: (c) => all(c.sandboxes.follow(sid, "cmd_1")),
+    killSandboxCommand: (c) => c.sandboxes.kill(sid, "cmd_1"),
+    listSandboxFiles: (c) => c.sandboxes.files(sid),
+    writeSandboxFile: (c) => c.sandboxes.upload(sid, "d/a.txt", "x"),
+    readSandboxFile: (c) => c.sandboxes.download(sid, "d/a.txt"),
     createRun: (c) => c.runs.create({ prompt: "p", max_cost_micros: 1 }),
     listRuns: (c) => all(c.runs.list()),
     getRun: (c) => c.runs.get(rid),

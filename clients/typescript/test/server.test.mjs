@@ -13,9 +13,11 @@ import {
   EphemeralError,
   EphemeralTimeoutError,
   FINAL_EVENT,
+  NotBackgroundError,
   NotFoundError,
   PermissionDeniedError,
   RateLimitError,
+  SandboxEndedError,
   UnprocessableEntityError,
 } from "../dist/index.js";
 import { proxy, rejects, reply, standIn } from "./standin.mjs";
@@ -73,6 +75,53 @@ test("the list pages through runs and filters on metadata", async () => {
   assert.equal(new Set(everything).size, everything.length);
   const done = (await collect(client.runs.list({ status: "completed", metadata: { suite: tag } }))).map((r) => r.id);
   assert.deepEqual(done, [...created].reverse());
+});
+
+test("a sandbox driven: create, files, exec waited and streamed, background and kill, delete, events", async () => {
+  const sbx = client.sandboxes;
+  const key = "ts-sbx-" + randomUUID();
+  const box = await sbx.create({ max_cost_micros: 200000, metadata: { suite: key } }, { idempotencyKey: key, wait: 120 });
+  assert.match(box.id, /^sbx_[0-9a-f]{32}$/);
+  assert.equal(box.status, "ready");
+  const again = await sbx.create({ max_cost_micros: 200000, metadata: { suite: key } }, { idempotencyKey: key });
+  assert.equal(again.id, box.id, "an idempotent create makes one sandbox");
+  assert.deepEqual((await collect(sbx.list({ metadata: { suite: key }, limit: 1 }))).map((b) => b.id), [box.id]);
+  assert.equal((await sbx.get(box.id)).status, "ready");
+  const written = await sbx.upload(box.id, "in/data.txt", new Uint8Array([97, 0, 98, 10]));
+  assert.deepEqual([written.path, written.size], ["in/data.txt", 4]);
+  assert.deepEqual([...(await sbx.download(box.id, "in/data.txt"))], [97, 0, 98, 10]);
+  assert.deepEqual((await sbx.files(box.id, "in")).map((f) => [f.path, f.type, f.size]), [["in/data.txt", "file", 4]]);
+  const done = await sbx.exec(box.id, "wc -c < in/data.txt; echo err >&2; exit 3", { wait: 60 });
+  assert.deepEqual([done.status, done.exit_code, done.stdout?.trim(), done.stderr], ["exited", 3, "4", "err\n"]);
+  const events = await collect(sbx.stream(box.id, "echo one; echo two >&2"));
+  const last = events[events.length - 1];
+  assert.equal(last.type, "exit");
+  assert.equal(last.exit_code, 0);
+  assert.equal(events.filter((e) => e.type === "stdout").map((e) => e.text).join(""), "one\n");
+  assert.equal(events.filter((e) => e.type === "stderr").map((e) => e.text).join(""), "two\n");
+  const bg = await sbx.background(box.id, "echo started; sleep 600");
+  assert.deepEqual([bg.status, bg.background], ["running", true]);
+  assert.equal((await sbx.command(box.id, bg.id)).status, "running");
+  await assert.rejects(sbx.kill(box.id, done.id), NotBackgroundError);
+  assert.equal((await sbx.kill(box.id, bg.id)).status, "killed");
+  const tail = await collect(sbx.follow(box.id, bg.id));
+  assert.equal(tail[tail.length - 1].type, "exit");
+  assert.equal(tail[tail.length - 1].status, "killed");
+  await assert.rejects(sbx.download(box.id, "no/such"), (e) => e instanceof NotFoundError && e.code === "file_not_found");
+  // fetch would resolve ".." away: the client refuses it before sending; the server refuses a
+  // path through a symlink out of the sandbox's areas
+  await assert.rejects(sbx.upload(box.id, "../escape", "x"), TypeError);
+  await sbx.exec(box.id, "ln -s /etc out");
+  await assert.rejects(sbx.upload(box.id, "out/x", "x"), BadRequestError);
+  const ended = await sbx.delete(box.id);
+  assert.equal(ended.status, "stopped");
+  assert.equal(ended.cost.charged_micros + ended.cost.released_micros, ended.cost.reserved_micros);
+  await assert.rejects(sbx.exec(box.id, "true"), SandboxEndedError);
+  const timeline = (await collect(sbx.events(box.id))).map((e) => e.type);
+  assert.equal(timeline[0], "sandbox.created");
+  assert.equal(timeline[timeline.length - 1], FINAL_EVENT);
+  assert.deepEqual(timeline, (await collect(sbx.events(box.id, { follow: false }))).map((e) => e.type));
+  await assert.rejects(sbx.get("sbx_" + "0".repeat(32)), NotFoundError);
 });
 
 test("a 404 is an EphemeralError with its fields", async () => {

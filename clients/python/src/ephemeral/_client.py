@@ -122,7 +122,7 @@ def _api_error(status: int, headers: Mapping[str, str], data: bytes, reason: str
             return value if isinstance(value, str) else None
 
         message = text("message") or reason or f"HTTP {status}"
-        return error_class(status)(
+        return error_class(status, text("code"))(
             status,
             message,
             type=text("type"),
@@ -222,6 +222,7 @@ class Client:
         self.images = Images(self)
         self.webhooks = Webhooks(self)
         self.credits = Credits(self)
+        self.sandboxes = Sandboxes(self)
 
     def __repr__(self) -> str:
         return f"Client(base_url={self.base_url!r})"  # never the key
@@ -282,7 +283,9 @@ class Client:
         for name, segment in (path or {}).items():
             if not isinstance(segment, str) or not segment:
                 raise ValueError(f"{name} must be a non-empty string")
-            target = target.replace("{" + name + "}", urllib.parse.quote(segment, safe=""))
+            # a sandbox file's path keeps its slashes (files//tmp/x is the absolute /tmp/x)
+            keep = "/" if name == "path" else ""
+            target = target.replace("{" + name + "}", urllib.parse.quote(segment, safe=keep))
         if "{" in target:
             raise ValueError(f"{op}: a path parameter is missing")
         pairs: List[Tuple[str, str]] = []
@@ -320,6 +323,7 @@ class Client:
         path: Optional[Mapping[str, str]] = None,
         query: Optional[Mapping[str, QueryValue]] = None,
         body: Any = None,
+        raw: Optional[bytes] = None,
         headers: Optional[Mapping[str, str]] = None,
         auth: bool = True,
         accept: str = "application/json",
@@ -338,6 +342,9 @@ class Client:
         if body is not None:
             data = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
             send_headers["Content-Type"] = "application/json"
+        elif raw is not None:
+            data = bytes(raw)
+            send_headers["Content-Type"] = "application/octet-stream"
         send_headers.update(headers or {})
         if safe is None:
             safe = method in ("GET", "HEAD") or "Idempotency-Key" in send_headers
@@ -479,8 +486,13 @@ class Runs:
             return iter(page.get("data") or [])
         return self._follow(id, after)
 
-    def _follow(self, id: str, after: Optional[int]) -> Iterator[EphemeralObject]:
+    def _follow(
+        self, id: str, after: Optional[int], op: str = "listRunEvents",
+        ended: Optional[Callable[[], bool]] = None,
+    ) -> Iterator[EphemeralObject]:
         client = self._client
+        if ended is None:
+            ended = lambda: client.runs.get(id).get("status") in TERMINAL_STATUSES  # noqa: E731
         last = after
         failures = 0
         while True:
@@ -490,7 +502,7 @@ class Runs:
             # Keep-alives come every 15 s by default: a read that waits longer than the timeout
             # (at least 45 s) counts as a dropped stream and is resumed.
             answer = client._request(
-                "listRunEvents", path={"id": id}, headers=headers,
+                op, path={"id": id}, headers=headers,
                 accept="text/event-stream", timeout=max(client.timeout, 45.0),
             )
             progressed = False
@@ -520,7 +532,7 @@ class Runs:
                 answer.close()
             if clean and not progressed:
                 # Closed with nothing new: the end, if the run is over.
-                if client.runs.get(id).get("status") in TERMINAL_STATUSES:
+                if ended():
                     return
             failures = 0 if progressed else failures + 1
             if failures > client.max_retries:
@@ -800,3 +812,168 @@ class Credits:
             "addCredit", body={"micros": micros}, headers={"Idempotency-Key": key}
         )
         return result
+
+
+SANDBOX_ENDED = frozenset({"stopped", "timed_out", "budget_exhausted", "failed"})
+
+
+def _command_stream(answer: _Answer) -> Iterator[EphemeralObject]:
+    """A command's Server-Sent Events: ``{"type": "stdout" | "stderr", "text", "offset"}`` as it
+    writes, then ``{"type": "exit", ...the command}``, the last."""
+    try:
+        for name, _, data in _sse_messages(answer.lines()):
+            event = loads(data) if data else EphemeralObject()
+            if not isinstance(event, EphemeralObject):
+                raise APIConnectionError("a command event is not a JSON object")
+            if name == "exit":
+                event = EphemeralObject({"type": "exit", **event})
+            else:
+                event["type"] = name
+            yield event
+            if name == "exit":
+                return
+    except (OSError, http.client.HTTPException) as exc:
+        raise _transport_error(exc, "reading a command's stream") from exc
+    except ValueError as exc:
+        raise APIConnectionError(f"a command event is not JSON: {exc}") from exc
+    finally:
+        answer.close()
+    raise APIConnectionError("the command's stream ended before its exit event")
+
+
+class Sandboxes:
+    """``client.sandboxes``: sandboxes you drive (docs/SANDBOXES.md): create, get, list,
+    delete, exec (waited, streamed, background), kill, files, events."""
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+
+    def create(
+        self, *, idempotency_key: Optional[str] = None, wait: Optional[int] = None, **fields: Any
+    ) -> EphemeralObject:
+        """POST /v1/sandboxes (max_cost_micros, image, web, connections, files, timeout_seconds,
+        idle_timeout_seconds, zero_data_retention, metadata). An Idempotency-Key is always sent
+        (a new UUID unless given); ``wait`` answers once it is ready (or ended)."""
+        wait = _check_wait(wait)
+        headers = {"Idempotency-Key": idempotency_key if idempotency_key is not None else str(uuid.uuid4())}
+        if wait is not None:
+            headers["Prefer"] = f"wait={wait}"
+        result: EphemeralObject = self._client._json(
+            "createSandbox", body=fields, headers=headers, timeout=self._client.timeout + (wait or 0)
+        )
+        return result
+
+    def get(self, id: str, *, wait: Optional[int] = None) -> EphemeralObject:
+        """GET /v1/sandboxes/{id}; ``wait`` long-polls until it has ended."""
+        wait = _check_wait(wait)
+        headers = {"Prefer": f"wait={wait}"} if wait is not None else {}
+        result: EphemeralObject = self._client._json(
+            "getSandbox", path={"id": id}, headers=headers, timeout=self._client.timeout + (wait or 0)
+        )
+        return result
+
+    def list(
+        self, *, status: Optional[str] = None, metadata: Optional[Mapping[str, str]] = None,
+        after: Optional[str] = None, limit: Optional[int] = None,
+    ) -> Iterator[EphemeralObject]:
+        """Every sandbox, newest first, page after page."""
+        cursor = after
+        while True:
+            page = self._client._json(
+                "listSandboxes",
+                query={"limit": limit, "after": cursor, "status": status, "metadata": metadata},
+            )
+            data = page.get("data") or []
+            yield from data
+            if not page.get("has_more") or not data:
+                return
+            cursor = data[-1]["id"]
+
+    def delete(self, id: str) -> EphemeralObject:
+        """DELETE /v1/sandboxes/{id}: stops it, answers it once settled (or after 5 s); idempotent."""
+        result: EphemeralObject = self._client._json(
+            "deleteSandbox", path={"id": id}, timeout=self._client.timeout + 5
+        )
+        return result
+
+    def exec(self, id: str, command: str, *, wait: Optional[int] = None, **fields: Any) -> EphemeralObject:
+        """Runs one command (``/bin/sh -c``) and answers it once finished (``status`` exited or
+        failed), or still ``running`` when ``wait`` seconds (60 when None) passed first. Fields:
+        timeout_seconds, cwd, env, stdin. Never retried: a command is not idempotent."""
+        wait = _check_wait(wait)
+        headers = {"Prefer": f"wait={wait}"} if wait is not None else {}
+        result: EphemeralObject = self._client._json(
+            "runSandboxCommand", path={"id": id}, body={"command": command, **fields},
+            headers=headers, safe=False, timeout=self._client.timeout + (60 if wait is None else wait),
+        )
+        return result
+
+    def stream(self, id: str, command: str, **fields: Any) -> Iterator[EphemeralObject]:
+        """Runs one command and yields its output as it comes: ``stdout`` / ``stderr`` events
+        ``{text, offset}``, then one ``exit`` event holding the finished command."""
+        answer = self._client._request(
+            "runSandboxCommand", path={"id": id}, body={"command": command, **fields},
+            accept="text/event-stream", safe=False, timeout=max(self._client.timeout, 45.0),
+        )
+        return _command_stream(answer)
+
+    def background(self, id: str, command: str, **fields: Any) -> EphemeralObject:
+        """Starts a background command (cwd, env, stdin); answers it at once, ``running``."""
+        result: EphemeralObject = self._client._json(
+            "runSandboxCommand", path={"id": id},
+            body={"command": command, "background": True, **fields}, safe=False,
+        )
+        return result
+
+    def command(self, id: str, command_id: str) -> EphemeralObject:
+        """GET …/commands/{cid}: one of the sandbox's last 64 commands."""
+        result: EphemeralObject = self._client._json(
+            "getSandboxCommand", path={"id": id, "cid": command_id}
+        )
+        return result
+
+    def follow(self, id: str, command_id: str) -> Iterator[EphemeralObject]:
+        """A background command's output as it comes, then its ``exit`` event."""
+        answer = self._client._request(
+            "streamSandboxCommand", path={"id": id, "cid": command_id},
+            accept="text/event-stream", timeout=max(self._client.timeout, 45.0),
+        )
+        return _command_stream(answer)
+
+    def kill(self, id: str, command_id: str) -> EphemeralObject:
+        """Kills a background command's process group; a foreground one is ConflictError
+        (``not_background``)."""
+        result: EphemeralObject = self._client._json(
+            "killSandboxCommand", path={"id": id, "cid": command_id}, safe=True
+        )
+        return result
+
+    def upload(self, id: str, path: str, data: Union[bytes, str]) -> EphemeralObject:
+        """PUT …/files/{path}: writes the file (mode 0644, parents made). ``path`` is relative
+        to the scratch directory, or absolute under /tmp."""
+        raw = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+        result: EphemeralObject = self._client._json(
+            "writeSandboxFile", path={"id": id, "path": path}, raw=raw, safe=True
+        )
+        return result
+
+    def download(self, id: str, path: str) -> bytes:
+        """GET …/files/{path}: the file's bytes."""
+        return self._client._request(
+            "readSandboxFile", path={"id": id, "path": path}, accept="application/octet-stream"
+        ).read_body()
+
+    def files(self, id: str, path: Optional[str] = None) -> List[EphemeralObject]:
+        """GET …/files: the entries of the scratch directory, or of ``path`` in it."""
+        page = self._client._json("listSandboxFiles", path={"id": id}, query={"path": path})
+        return list(page.get("data") or [])
+
+    def events(self, id: str, *, after: Optional[int] = None, follow: bool = True) -> Iterator[EphemeralObject]:
+        """The sandbox's timeline, as ``runs.events`` gives a run's."""
+        if not follow:
+            page = self._client._json("listSandboxEvents", path={"id": id}, query={"after": after})
+            return iter(page.get("data") or [])
+        return self._client.runs._follow(
+            id, after, "listSandboxEvents",
+            lambda: self._client.sandboxes.get(id).get("status") in SANDBOX_ENDED,
+        )

@@ -1,7 +1,7 @@
 """The errors the client raises: APIError (the server answered with an error) and its subclasses
 by status, and APIConnectionError (no answer at all: refused, reset, timed out, cut short)."""
 
-from typing import Any, Dict, Mapping, Optional, Type
+from typing import Any, Dict, Mapping, Optional, Tuple, Type
 
 
 class EphemeralError(Exception):
@@ -93,6 +93,22 @@ class ConflictError(APIError):
     """409: the idempotency key's first request is in flight, a name exists, the last admin key."""
 
 
+class SandboxBusyError(ConflictError):
+    """409 sandbox_busy: the sandbox runs a foreground command already."""
+
+
+class SandboxEndedError(ConflictError):
+    """409 sandbox_ended: the sandbox has ended; it takes no more calls."""
+
+
+class SandboxElsewhereError(ConflictError):
+    """409 sandbox_elsewhere: another node serves the sandbox (the message names it)."""
+
+
+class NotBackgroundError(ConflictError):
+    """409 not_background: only a background command can be killed."""
+
+
 class UnprocessableEntityError(APIError):
     """422: an idempotency key reused with another request, or a run that cannot succeed."""
 
@@ -122,9 +138,17 @@ _BY_STATUS: Dict[int, Type[APIError]] = {
 }
 
 
-def error_class(status: int) -> Type[APIError]:
-    """The APIError subclass of an HTTP status."""
-    cls = _BY_STATUS.get(status)
+_BY_CODE: Dict[Tuple[int, str], Type[APIError]] = {
+    (409, "sandbox_busy"): SandboxBusyError,
+    (409, "sandbox_ended"): SandboxEndedError,
+    (409, "sandbox_elsewhere"): SandboxElsewhereError,
+    (409, "not_background"): NotBackgroundError,
+}
+
+
+def error_class(status: int, code: Optional[str] = None) -> Type[APIError]:
+    """The APIError subclass of an HTTP status (and of its error code, for a sandbox's 409s)."""
+    cls = _BY_CODE.get((status, code or "")) or _BY_STATUS.get(status)
     if cls is not None:
         return cls
     if status >= 500:
