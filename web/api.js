@@ -133,12 +133,12 @@ export function newIdempotencyKey() {
   return Array.from(b, (x) => x.toString(16).padStart(2, "0")).join("");
 }
 
-// Follows a run's events: onEvent(event) once per seq, in order, past ones first; onResult(text)
+// Follows a timeline (a run's or a sandbox's events, eventsPath): onEvent(event) once per seq, in order, past ones first; onResult(text)
 // for a zero-data-retention run's result; onState("live" | "reconnecting" | "done", detail).
 // Returns a function that stops it. A drop (network, server restart) reconnects with
 // Last-Event-ID = the last seq received, backing off up to 5 s; events at or below it are never
 // delivered twice.
-export function followEvents(runId, { onEvent, onResult, onState, onError }) {
+export function followEvents(eventsPath, { onEvent, onResult, onState, onError }) {
   let lastSeq = -1;
   let stopped = false;
   let ctrl = null;
@@ -167,7 +167,7 @@ export function followEvents(runId, { onEvent, onResult, onState, onError }) {
     if (lastSeq >= 0) headers["Last-Event-ID"] = String(lastSeq);
     let finished = false;
     try {
-      const resp = await fetch(`/v1/runs/${encodeURIComponent(runId)}/events`,
+      const resp = await fetch(eventsPath,
                                { headers, signal: ctrl.signal, cache: "no-store" });
       if (!resp.ok) {
         let json = null;

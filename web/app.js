@@ -1,5 +1,6 @@
-// app.js - the web UI: the header (key, balance, role), a small router, and the four pages:
-// the playground, a run (live timeline, replay, result, cost), the runs list and the admin page.
+// app.js - the web UI: the header (key, balance, role), a small router, and the pages: the
+// playground, a run (live timeline, replay, result, cost), the runs list, the sandboxes list, a
+// sandbox (live timeline, cost, destroy) and the admin page.
 // Everything the API says is put on the page as text (textContent), except the run's result,
 // which is Markdown rendered by marked and then sanitised by DOMPurify.
 
@@ -158,11 +159,16 @@ function route() {
   if (p === "/runs") page = "runs";
   else if (p.startsWith("/runs/")) page = "run";
   else if (p === "/keys") page = "keys";
+  else if (p === "/sandboxes") page = "sandboxes";
+  else if (p.startsWith("/sandboxes/")) page = "sandbox";
   for (const a of document.querySelectorAll("nav a[data-page]"))
-    a.toggleAttribute("aria-current", a.dataset.page === page || (page === "run" && a.dataset.page === "runs"));
+    a.toggleAttribute("aria-current", a.dataset.page === page || (page === "run" && a.dataset.page === "runs")
+                      || (page === "sandbox" && a.dataset.page === "sandboxes"));
   if (page === "runs") leavePage = runsPage(main, new URLSearchParams(location.search));
   else if (page === "run") leavePage = runPage(main, decodeURIComponent(p.slice(6)));
   else if (page === "keys") leavePage = adminPage(main);
+  else if (page === "sandboxes") leavePage = sandboxesPage(main, new URLSearchParams(location.search));
+  else if (page === "sandbox") leavePage = sandboxPage(main, decodeURIComponent(p.slice(11)));
   else leavePage = playgroundPage(main);
 }
 
@@ -536,6 +542,98 @@ function costBar(cost, reserved, live) {
   return [bar, legend];
 }
 
+/* ---------- a timeline: a run's or a sandbox's events ---------- */
+
+// The rows of a timeline (docs/WEBUI.md, "Timeline"), shared by the run and sandbox views:
+// add(ev) appends an event's row and answers false for a running command's output (shell.output),
+// which shows under it as it comes and is folded (hidden) when the command's own row arrives.
+function timelineView() {
+  const events = [];
+  const labelState = {};
+  const rows = new Map();
+  const tbody = h("tbody", { id: "timeline-body" });
+  // A running command's output (shell.output), by its call's id: one row that grows under the
+  // command as the output comes, replaced by the command's own row when it ends.
+  const liveRows = new Map();
+  const eventRow = (ev) => {
+    const cls = fmt.sourceClass(ev);
+    const label = fmt.sourceLabel(ev, labelState);
+    let msg;
+    const d = ev.data || {};
+    if (ev.type === "shell.command") {
+      const out = [];
+      if (typeof d.command === "string" && d.command !== ev.message.replace(/^\$ /, "")) out.push(h("pre", { class: "cmd" }, `$ ${d.command}`));
+      if (d.stdout) out.push(h("pre", { class: "out" }, d.stdout));
+      if (d.stderr) out.push(h("pre", { class: "err" }, d.stderr));
+      const facts = [];
+      if (typeof d.exit_code === "number") facts.push(`exit ${d.exit_code}`);
+      if (d.signal) facts.push(`signal ${d.signal}`);
+      if (typeof d.duration_ms === "number") facts.push(`${fmt.thousands(d.duration_ms)} ms`);
+      if (typeof d.stdout_bytes === "number") facts.push(`stdout ${fmt.thousands(d.stdout_bytes)} B`);
+      if (typeof d.stderr_bytes === "number") facts.push(`stderr ${fmt.thousands(d.stderr_bytes)} B`);
+      if (d.stdout_truncated || d.stderr_truncated) facts.push("output cut");
+      if (!d.stdout && !d.stderr) out.push(h("p", { class: "hint" }, "No output kept."));
+      out.push(h("p", { class: "facts" }, facts.join(" · ")));
+      msg = h("details", {}, h("summary", {}, h("code", {}, ev.message)), ...out);
+    } else if (ev.type === "replay.divergence") {
+      msg = h("span", {}, h("strong", { class: "badge warn" }, "diverged"), " ", ev.message);
+    } else {
+      msg = h("span", {}, ev.message);
+      if (d.denied) msg.append(h("span", { class: "errtext" }, ` · denied: ${d.denied}`));
+    }
+    const tr = h("tr", { class: `ev ${cls}`, "data-seq": ev.seq, "data-type": ev.type },
+      h("td", { class: "t" }, fmt.seconds(ev.t)),
+      h("td", { class: "src" }, h("span", { class: `src-label ${cls}` }, label)),
+      h("td", { class: "msg" }, msg));
+    return tr;
+  };
+
+  // Every event has its row (rows, by seq: the replay counts them). A running command's output
+  // (shell.output) shows under it as it comes, a row per text, the first naming the command;
+  // when the command's own row arrives they are folded into it (hidden); a replay plays them
+  // like every event.
+  const liveOutput = (ev) => {
+    const d = ev.data || {};
+    const call = typeof d.call === "string" ? d.call : "";
+    let lr = liveRows.get(call);
+    const pre = h("pre", { class: d.stream === "stderr" ? "err live" : "out live" });
+    // As text, never markup: the command's output is the sandbox's.
+    pre.textContent = typeof d.text === "string" ? d.text : "";
+    const msg = lr ? h("td", { class: "msg" }, pre)
+      : h("td", { class: "msg" }, h("code", {}, ev.message), h("span", { class: "hint" }, " running…"), pre);
+    if (!lr) {
+      lr = { seqs: [] };
+      liveRows.set(call, lr);
+    }
+    const tr = h("tr", { class: "ev shell running", "data-seq": ev.seq, "data-type": "shell.output", "data-call": call },
+      h("td", { class: "t" }, fmt.seconds(ev.t)),
+      h("td", { class: "src" }, h("span", { class: "src-label shell" }, "Shell")), msg);
+    lr.seqs.push(ev.seq);
+    rows.set(ev.seq, tr);
+    tbody.append(tr);
+  };
+
+  const add = (ev) => {
+    events.push(ev);
+    if (ev.type === "shell.output") {
+      liveOutput(ev);
+      return false;
+    }
+    if (ev.type === "shell.command") {
+      const lr = liveRows.get(ev.data?.call?.id ?? "");
+      if (lr) {
+        for (const seq of lr.seqs) rows.get(seq).hidden = true;
+        liveRows.delete(ev.data.call.id);
+      }
+    }
+    const tr = eventRow(ev);
+    rows.set(ev.seq, tr);
+    tbody.append(tr);
+    return true;
+  };
+  return { events, rows, tbody, add };
+}
+
 function runPage(main, runId) {
   let run = null;
   let settledOnLoad = false;
@@ -543,12 +641,8 @@ function runPage(main, runId) {
   let eventModel = 0; // the model.call events' cost_micros, summed: the model part at once
   let poll = 0;
   let alive = true;
-  const events = [];
-  const labelState = {};
-  const rows = new Map();
-  // A running command's output (shell.output), by its call's id: one row that grows under the
-  // command as the output comes, replaced by the command's own row when it ends.
-  const liveRows = new Map();
+  const tl = timelineView();
+  const { events, rows, tbody } = tl;
 
   const pill = h("span", { id: "run-status" });
   const summary = h("span", { class: "summary", id: "run-summary" });
@@ -557,7 +651,6 @@ function runPage(main, runId) {
   const pageError = errorBox("run-error");
   const cancelBtn = h("button", { type: "button", class: "danger", id: "cancel", hidden: true }, "Cancel run");
   const bar = h("div", { class: "costbar card", id: "cost" });
-  const tbody = h("tbody", { id: "timeline-body" });
   const result = h("div", { class: "md", id: "result" }, h("p", { class: "hint" }, "The result appears when the run ends."));
   const costLine = h("p", { class: "costline", id: "cost-line" });
   const perms = h("tbody", { id: "perms" });
@@ -752,86 +845,12 @@ function runPage(main, runId) {
     }
   };
 
-  const eventRow = (ev) => {
-    const cls = fmt.sourceClass(ev);
-    const label = fmt.sourceLabel(ev, labelState);
-    let msg;
-    const d = ev.data || {};
-    if (ev.type === "shell.command") {
-      const out = [];
-      if (typeof d.command === "string" && d.command !== ev.message.replace(/^\$ /, "")) out.push(h("pre", { class: "cmd" }, `$ ${d.command}`));
-      if (d.stdout) out.push(h("pre", { class: "out" }, d.stdout));
-      if (d.stderr) out.push(h("pre", { class: "err" }, d.stderr));
-      const facts = [];
-      if (typeof d.exit_code === "number") facts.push(`exit ${d.exit_code}`);
-      if (d.signal) facts.push(`signal ${d.signal}`);
-      if (typeof d.duration_ms === "number") facts.push(`${fmt.thousands(d.duration_ms)} ms`);
-      if (typeof d.stdout_bytes === "number") facts.push(`stdout ${fmt.thousands(d.stdout_bytes)} B`);
-      if (typeof d.stderr_bytes === "number") facts.push(`stderr ${fmt.thousands(d.stderr_bytes)} B`);
-      if (d.stdout_truncated || d.stderr_truncated) facts.push("output cut");
-      if (!d.stdout && !d.stderr) out.push(h("p", { class: "hint" }, "No output kept."));
-      out.push(h("p", { class: "facts" }, facts.join(" · ")));
-      msg = h("details", {}, h("summary", {}, h("code", {}, ev.message)), ...out);
-    } else if (ev.type === "replay.divergence") {
-      msg = h("span", {}, h("strong", { class: "badge warn" }, "diverged"), " ", ev.message);
-    } else {
-      msg = h("span", {}, ev.message);
-      if (d.denied) msg.append(h("span", { class: "errtext" }, ` · denied: ${d.denied}`));
-    }
-    const tr = h("tr", { class: `ev ${cls}`, "data-seq": ev.seq, "data-type": ev.type },
-      h("td", { class: "t" }, fmt.seconds(ev.t)),
-      h("td", { class: "src" }, h("span", { class: `src-label ${cls}` }, label)),
-      h("td", { class: "msg" }, msg));
-    return tr;
-  };
-
-  // Every event has its row (rows, by seq: the replay counts them). A running command's output
-  // (shell.output) shows under it as it comes, a row per text, the first naming the command;
-  // when the command's own row arrives they are folded into it (hidden); a replay plays them
-  // like every event.
-  const liveOutput = (ev) => {
-    const d = ev.data || {};
-    const call = typeof d.call === "string" ? d.call : "";
-    let lr = liveRows.get(call);
-    const pre = h("pre", { class: d.stream === "stderr" ? "err live" : "out live" });
-    // As text, never markup: the command's output is the sandbox's.
-    pre.textContent = typeof d.text === "string" ? d.text : "";
-    const msg = lr ? h("td", { class: "msg" }, pre)
-      : h("td", { class: "msg" }, h("code", {}, ev.message), h("span", { class: "hint" }, " running…"), pre);
-    if (!lr) {
-      lr = { seqs: [] };
-      liveRows.set(call, lr);
-    }
-    const tr = h("tr", { class: "ev shell running", "data-seq": ev.seq, "data-type": "shell.output", "data-call": call },
-      h("td", { class: "t" }, fmt.seconds(ev.t)),
-      h("td", { class: "src" }, h("span", { class: "src-label shell" }, "Shell")), msg);
-    lr.seqs.push(ev.seq);
-    rows.set(ev.seq, tr);
-    tbody.append(tr);
-  };
-
   const addEvent = (ev) => {
-    events.push(ev);
-    if (ev.type === "shell.output") {
-      liveOutput(ev);
-      return;
-    }
-    if (ev.type === "shell.command") {
-      const lr = liveRows.get(ev.data?.call?.id ?? "");
-      if (lr) {
-        for (const seq of lr.seqs) {
-          rows.get(seq).hidden = true;
-        }
-        liveRows.delete(ev.data.call.id);
-      }
-    }
+    if (!tl.add(ev)) return;
     if (ev.type === "model.call" && ev.data && Number.isSafeInteger(ev.data.cost_micros) && ev.data.cost_micros > 0) {
       eventModel += ev.data.cost_micros;
       if (run && !fmt.TERMINAL.includes(run.status)) drawRun();
     }
-    const tr = eventRow(ev);
-    rows.set(ev.seq, tr);
-    tbody.append(tr);
     if (run && !fmt.TERMINAL.includes(run.status)) {
       if (ev.type === "sandbox.ready" || ev.type === "worker.started") run.status = "running";
       if (ev.type.startsWith("run.") && ev.type !== "run.queued") run.status = ev.type.slice(4);
@@ -985,7 +1004,7 @@ function runPage(main, runId) {
       if (alive) poll = setTimeout(tick, 2000);
     };
     if (!settledOnLoad) poll = setTimeout(tick, 2000);
-    stop = api.followEvents(runId, {
+    stop = api.followEvents(`/v1/runs/${encodeURIComponent(runId)}/events`, {
       onEvent: (ev) => { if (alive) addEvent(ev); },
       onResult: (text) => { result.dataset.zdr = "1"; renderMarkdown(result, text); },
       onState: (s, detail) => {
@@ -1043,6 +1062,31 @@ function metadataCell(md) {
   if (!pairs.length) return h("td", { class: "hint" }, "—");
   return h("td", {}, h("ul", { class: "chips" },
     ...pairs.map(([k, v]) => h("li", { class: "chip", title: `${k}=${v}` }, `${cut(k, 24)}=${cut(String(v), 32)}`))));
+}
+
+// "← Newer" and "Older →" of a list page at path (its query base, without the cursor): the
+// cursors walked so far are kept in cursorStack, so that Newer goes back the way it came.
+function pagerLinks(pager, path, base, after, list) {
+  const withAfter = (id) => `${path}?${base ? `${base}&` : ""}after=${encodeURIComponent(id)}`;
+  if (after) {
+    const prev = h("a", { href: "#", class: "button ghost", id: "newer" }, "← Newer");
+    prev.addEventListener("click", (e) => {
+      e.preventDefault();
+      const p = cursorStack.pop();
+      navigate(p ? withAfter(p) : `${path}${base ? `?${base}` : ""}`);
+    });
+    pager.append(prev);
+  }
+  if (list.has_more && list.data.length) {
+    const last = list.data[list.data.length - 1].id;
+    const next = h("a", { href: withAfter(last), class: "button ghost", id: "older" }, "Older →");
+    next.addEventListener("click", (e) => {
+      e.preventDefault();
+      if (after) cursorStack.push(after);
+      navigate(next.getAttribute("href"));
+    });
+    pager.append(next);
+  }
 }
 
 function runsPage(main, params) {
@@ -1132,32 +1176,234 @@ function runsPage(main, params) {
           h("td", { class: "num cost" }, terminal ? `${fmt.money(c.charged_micros)} of ${fmt.money(c.reserved_micros)}` : `${fmt.money(c.charged_micros)} so far of ${fmt.money(c.reserved_micros ?? r.permissions?.max_cost_micros)}`),
           metadataCell(r.metadata)));
       }
-      const base = String(query(status, filters));
-      const withAfter = (id) => `/runs?${base ? `${base}&` : ""}after=${encodeURIComponent(id)}`;
-      if (after) {
-        const prev = h("a", { href: "#", class: "button ghost", id: "newer" }, "← Newer");
-        prev.addEventListener("click", (e) => {
-          e.preventDefault();
-          const p = cursorStack.pop();
-          navigate(p ? withAfter(p) : `/runs${base ? `?${base}` : ""}`);
-        });
-        pager.append(prev);
-      }
-      if (list.has_more && list.data.length) {
-        const last = list.data[list.data.length - 1].id;
-        const next = h("a", { href: withAfter(last), class: "button ghost", id: "older" }, "Older →");
-        next.addEventListener("click", (e) => {
-          e.preventDefault();
-          if (after) cursorStack.push(after);
-          navigate(next.getAttribute("href"));
-        });
-        pager.append(next);
-      }
+      pagerLinks(pager, "/runs", String(query(status, filters)), after, list);
     } catch (e) {
       if (alive) showError(err, e);
     }
   })();
   return () => { alive = false; };
+}
+
+/* ---------- sandboxes: the list and one sandbox ---------- */
+
+const sandboxTerminal = (s) => fmt.SANDBOX_TERMINAL.includes(s);
+
+// A sandbox's cost as one line: charged of reserved once it ended, so far while it lives.
+function sandboxCost(s) {
+  const c = s.cost || {};
+  const reserved = c.reserved_micros ?? s.permissions?.max_cost_micros;
+  return sandboxTerminal(s.status)
+    ? `${fmt.money(c.charged_micros)} of ${fmt.money(reserved)}`
+    : `${fmt.money(c.charged_micros)} so far of ${fmt.money(reserved)}`;
+}
+
+function sandboxesPage(main, params) {
+  const status = params.get("status") || "";
+  const after = params.get("after") || "";
+  const limit = /^\d{1,3}$/.test(params.get("limit") || "") ? params.get("limit") : "20";
+  let alive = true;
+  const select = h("select", { id: "sbx-status-filter", name: "status" },
+    h("option", { value: "" }, "All statuses"),
+    ...[...fmt.SANDBOX_LIVE, ...fmt.SANDBOX_TERMINAL].map((s) => h("option", { value: s, selected: s === status }, fmt.statusLabel(s))));
+  const tbody = h("tbody", { id: "sandboxes-body" });
+  const err = errorBox("sandboxes-error");
+  const pager = h("div", { class: "pager" });
+  const cols = ["Sandbox", "Status", "Image", "Created", "Duration", "Cost", "Metadata"];
+  main.append(
+    h("section", { class: "intro" }, h("h1", {}, "Sandboxes"),
+      h("p", { class: "lead" }, "Sandboxes driven through the API, live and ended; newest first.")),
+    h("div", { class: "toolbar" }, h("label", { for: select.id }, "Status"), select),
+    err,
+    h("div", { class: "card tablewrap" },
+      h("table", { class: "runs" },
+        h("caption", { class: "visually-hidden" }, "Sandboxes of your organization"),
+        h("thead", {}, h("tr", {}, ...cols.map((c) => h("th", { scope: "col" }, c)))),
+        tbody)),
+    pager);
+  const query = (st) => {
+    const q = new URLSearchParams();
+    if (st) q.set("status", st);
+    if (limit !== "20") q.set("limit", limit);
+    return q;
+  };
+  select.addEventListener("change", () => {
+    cursorStack.length = 0;
+    const q = query(select.value);
+    navigate(`/sandboxes${String(q) ? `?${q}` : ""}`);
+  });
+  (async () => {
+    const q = query(status);
+    q.set("limit", limit);
+    if (after) q.set("after", after);
+    try {
+      const list = await api.request("GET", `/v1/sandboxes?${q}`);
+      if (!alive) return;
+      if (!list.data.length)
+        tbody.append(h("tr", {}, h("td", { colspan: String(cols.length), class: "hint" },
+          status ? "No sandbox matches this filter." : "No sandbox yet: POST /v1/sandboxes makes one (docs/SANDBOXES.md).")));
+      for (const s of list.data) {
+        const id = String(s.id);
+        tbody.append(h("tr", { "data-id": id },
+          h("td", {}, h("a", { href: `/sandboxes/${encodeURIComponent(id)}`, "data-nav": true, class: "runid", title: id }, `${id.slice(0, 14)}…`)),
+          h("td", {}, statusPill(s.status)),
+          h("td", {}, String(s.image ?? "default")),
+          h("td", {}, fmt.when(s.created_at)),
+          h("td", {}, sandboxTerminal(s.status) ? fmt.duration(s) : "—"),
+          h("td", { class: "num cost" }, sandboxCost(s)),
+          metadataCell(s.metadata)));
+      }
+      pagerLinks(pager, "/sandboxes", String(query(status)), after, list);
+    } catch (e) {
+      if (alive) showError(err, e);
+    }
+  })();
+  return () => { alive = false; };
+}
+
+function sandboxPage(main, sbxId) {
+  let sbx = null;
+  let alive = true;
+  let stop = null;
+  let poll = 0;
+  const path = `/v1/sandboxes/${encodeURIComponent(sbxId)}`;
+  const tl = timelineView();
+  const pill = h("span", { id: "sbx-status" });
+  const summary = h("span", { class: "summary", id: "sbx-summary" });
+  const meta = h("p", { class: "meta", id: "sbx-meta" });
+  const liveState = h("span", { class: "livestate", id: "live-state", "aria-live": "polite" });
+  const pageError = errorBox("sbx-error");
+  const bar = h("div", { class: "costbar card", id: "cost" });
+  const facts = h("tbody", { id: "sbx-facts" });
+  const mdCell = h("div", { id: "sbx-metadata" });
+  const destroyBtn = confirmButton("Destroy", "Really destroy?", "this sandbox", async () => {
+    try {
+      sbx = await api.request("DELETE", path);
+      if (alive) draw();
+    } catch (err) {
+      if (alive) showError(pageError, err);
+    }
+    return !!sbx && sandboxTerminal(sbx.status);
+  });
+  destroyBtn.id = "destroy";
+  destroyBtn.disabled = true;
+
+  main.append(
+    h("nav", { class: "crumbs", "aria-label": "Breadcrumb" }, h("a", { href: "/sandboxes", "data-nav": true }, "← All sandboxes")),
+    h("section", { class: "runhead" },
+      h("h1", {}, pill, " ", h("code", { class: "runid" }, sbxId)),
+      summary, meta, h("div", { class: "actions" }, destroyBtn)),
+    pageError,
+    bar,
+    h("div", { class: "rungrid" },
+      h("section", { class: "card timeline", "aria-labelledby": "tl-title" },
+        h("div", { class: "cardhead" }, h("h2", { id: "tl-title" }, "Timeline"), liveState),
+        h("table", { class: "tl" },
+          h("caption", { class: "visually-hidden" }, "Events of the sandbox, in order"),
+          h("thead", {}, h("tr", {}, h("th", { scope: "col", class: "t" }, "t (s)"),
+            h("th", { scope: "col", class: "src" }, "source"), h("th", { scope: "col" }, "message"))),
+          tl.tbody)),
+      h("aside", { class: "side" },
+        h("section", { class: "card" }, h("h2", {}, "Sandbox"),
+          h("table", { class: "kv" }, h("caption", { class: "visually-hidden" }, "The sandbox's settings, money and times"), facts)),
+        h("section", { class: "card" }, h("h2", {}, "Metadata"), mdCell))));
+
+  const secs = (n) => (Number.isFinite(n) ? `${fmt.thousands(n)} s` : "—");
+  const draw = () => {
+    if (!sbx) return;
+    const terminal = sandboxTerminal(sbx.status);
+    const c = sbx.cost || {};
+    const reserved = c.reserved_micros ?? sbx.permissions?.max_cost_micros;
+    pill.replaceChildren(statusPill(sbx.status));
+    summary.textContent = `${sandboxCost(sbx)}${terminal && sbx.finished_at ? ` · ${fmt.duration(sbx)}` : ""}`;
+    const bits = [`image ${sbx.image ?? "default"}`, `created ${fmt.when(sbx.created_at)}`];
+    if (sbx.sandbox && sbx.sandbox.backend) bits.push(`${sbx.sandbox.backend} sandbox`);
+    meta.replaceChildren(bits.join(" · "));
+    if (sbx.error && sbx.error.message) meta.append(h("span", { class: "errtext" }, ` · ${sbx.error.message}`));
+    destroyBtn.disabled = terminal;
+    bar.replaceChildren(...costBar(c, reserved, !terminal));
+    const p = sbx.permissions || {};
+    const u = sbx.usage || {};
+    facts.replaceChildren(...[
+      ["Status", fmt.statusLabel(sbx.status)],
+      ["Image", String(sbx.image ?? "default")],
+      ["Timeout", secs(p.timeout_seconds)],
+      ["Idle timeout", secs(p.idle_timeout_seconds)],
+      ["Web", p.web ? "allowed" : "no"],
+      ["Zero data retention", p.zero_data_retention ? "yes" : "no"],
+      ["Reserved", fmt.money(reserved)],
+      ["Charged", terminal ? fmt.money(c.charged_micros) : `${fmt.money(c.charged_micros)} so far`],
+      ["Released", terminal ? fmt.moneyRest(reserved, c.charged_micros ?? 0) : "—"],
+      ["Created", fmt.when(sbx.created_at)],
+      ["Ready", sbx.ready_at ? fmt.when(sbx.ready_at) : "—"],
+      ["Ended", sbx.finished_at ? fmt.when(sbx.finished_at) : "—"],
+      ["Shell commands", terminal ? fmt.thousands(u.shell_commands) : "—"],
+    ].map(([k, v]) => h("tr", {}, h("th", { scope: "row" }, k), h("td", { "data-fact": k }, v))));
+    const pairs = sbx.metadata && typeof sbx.metadata === "object" ? Object.entries(sbx.metadata) : [];
+    mdCell.replaceChildren(pairs.length
+      ? h("ul", { class: "chips" }, ...pairs.map(([k, v]) => h("li", { class: "chip" }, `${k}=${v}`)))
+      : h("p", { class: "hint" }, "None."));
+  };
+  const refetch = async () => {
+    try {
+      const s = await api.request("GET", path);
+      if (!alive) return;
+      sbx = s;
+      draw();
+      refreshAccount();
+    } catch (err) {
+      if (alive) showError(pageError, err);
+    }
+  };
+
+  (async () => {
+    if (!api.getKey()) {
+      showError(pageError, new api.NoKeyError());
+      return;
+    }
+    try {
+      sbx = await api.request("GET", path);
+    } catch (err) {
+      if (alive) showError(pageError, err);
+      return;
+    }
+    if (!alive) return;
+    draw();
+    // The cost so far: the sandbox again every 2 s while it lives (compute accrues at each
+    // lease renewal, web as it is used).
+    const tick = async () => {
+      if (!alive || !sbx || sandboxTerminal(sbx.status)) return;
+      try {
+        const s = await api.request("GET", path);
+        if (alive && !sandboxTerminal(sbx.status)) {
+          sbx = s;
+          draw();
+        }
+      } catch { /* the event stream says when the server is gone */ }
+      if (alive) poll = setTimeout(tick, 2000);
+    };
+    poll = setTimeout(tick, 2000);
+    stop = api.followEvents(`${path}/events`, {
+      onEvent: (ev) => {
+        if (!alive) return;
+        tl.add(ev);
+        // The settled sandbox (status, money, times) once its last event is in.
+        if (ev.type === "worker.destroyed") refetch();
+      },
+      onState: (s, detail) => {
+        liveState.dataset.state = s;
+        liveState.textContent = s === "live" ? "● live" : s === "reconnecting" ? `reconnecting… ${detail || ""}`.trim() : "";
+        liveState.title = detail || "";
+        if (s === "done" && sbx && !sandboxTerminal(sbx.status)) refetch();
+      },
+      onError: (err) => showError(pageError, err),
+    });
+  })();
+
+  return () => {
+    alive = false;
+    clearTimeout(poll);
+    if (stop) stop();
+  };
 }
 
 /* ---------- admin: keys, connections, credit and models ---------- */
@@ -1179,7 +1425,9 @@ function confirmButton(label, confirmLabel, name, act) {
     }
     clearTimeout(timer);
     btn.disabled = true;
-    try { await act(); } finally { btn.disabled = false; armed = false; btn.textContent = label; }
+    // act() answering true keeps the button disabled (what it destroyed is gone).
+    let keep = false;
+    try { keep = (await act()) === true; } finally { btn.disabled = keep; armed = false; btn.textContent = label; }
   });
   return btn;
 }

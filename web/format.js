@@ -69,9 +69,12 @@ export function when(iso) {
 const STATUS = {
   queued: "Queued", starting: "Starting", running: "Running", completed: "Completed",
   failed: "Failed", timed_out: "Timed out", budget_exhausted: "Budget exhausted",
-  cancelled: "Cancelled",
+  cancelled: "Cancelled", ready: "Ready", stopped: "Stopped",
 };
 export const TERMINAL = ["completed", "failed", "timed_out", "budget_exhausted", "cancelled"];
+// A sandbox's statuses in its own words (docs/SANDBOXES.md, "Status"), and those that are an end.
+export const SANDBOX_LIVE = ["starting", "ready"];
+export const SANDBOX_TERMINAL = ["stopped", "timed_out", "budget_exhausted", "failed"];
 
 export function statusLabel(s) {
   return STATUS[s] || wordLabel(s);

@@ -1454,6 +1454,70 @@ def zero_data_retention_outputs_reach_the_following_page(b):
     assert "notes.txt" not in text, text
 
 
+@test()
+def a_sandbox_is_listed_viewed_live_and_destroyed(b):
+    """A sandbox made through the API: the Sandboxes page lists it live with its metadata, its
+    view shows the command and its output live (markup in the output as text), and Destroy ends
+    it there."""
+    st, sbx = api("POST", "/v1/sandboxes", MEMBER_KEY,
+                  {"max_cost_micros": 500000, "metadata": {"ui": "<b>sbx-meta</b>"}}, wait=120)
+    assert st == 201 and sbx["status"] == "ready", (st, sbx)
+    sid = sbx["id"]
+    marker = "<img src=x onerror=window.__sbxXss=1><script>window.__sbxXss=1</script>"
+    st, res = api("POST", f"/v1/sandboxes/{sid}/commands", MEMBER_KEY,
+                  {"command": f"printf '%s\\n' sbx-ui-marker '{marker}'"}, wait=120)
+    assert st == 200 and res["exit_code"] == 0 and marker in res["stdout"], (st, res)
+    use_key(b, MEMBER_KEY)
+    # The list, reached from the header's navigation: the sandbox is there, ready.
+    b.find('nav a[data-page="sandboxes"]').click()
+    row = b.wait_js("the sandbox in the list",
+                    "const r = document.querySelector(`#sandboxes-body tr[data-id=\"${arguments[0]}\"]`);"
+                    "return r ? r.textContent : null", sid)
+    assert "Ready" in row and "<b>sbx-meta</b>" in row and "so far of" in row, row
+    assert not b.js("return !!document.querySelector('#sandboxes-body b')")
+    shot(b, "40-sandboxes-list")
+    b.find(f'#sandboxes-body tr[data-id="{sid}"] a').click()
+    b.wait_js("the view live", "return document.getElementById('live-state').dataset.state === 'live'")
+    cmd = b.wait_js("the command in the timeline",
+                    "const r = document.querySelector('#timeline-body tr[data-type=\"shell.command\"]');"
+                    "return r ? r.querySelector('.msg').textContent : null")
+    assert "sbx-ui-marker" in cmd and marker in cmd, cmd
+    # The output is text: no element made of it, nothing of it ran.
+    assert not b.js("return !!document.querySelector('#timeline-body img, #timeline-body script, #sbx-metadata b')")
+    assert b.js("return window.__sbxXss === undefined")
+    assert b.find("#sbx-status").text == "Ready"
+    facts = b.js("return Object.fromEntries([...document.querySelectorAll('#sbx-facts td')].map(t => [t.dataset.fact, t.textContent]))")
+    assert facts["Timeout"] == "300 s" and facts["Idle timeout"] == "300 s" and facts["Image"] == "default", facts
+    assert facts["Reserved"] == money(500000), facts
+    shot(b, "41-sandbox-live")
+    # Destroy, confirmed: the sandbox ends, the button stays disabled.
+    btn = b.find("#destroy")
+    assert not b.js("return document.getElementById('destroy').disabled")
+    btn.click()
+    b.wait_js("the confirmation", "return document.getElementById('destroy').textContent === 'Really destroy?'")
+    btn.click()
+    b.wait_js("the sandbox stopped", "return document.getElementById('sbx-status').textContent === 'Stopped'")
+    wait_destroyed(b)
+    b.wait_js("the end of the event stream", "return document.getElementById('live-state').dataset.state === 'done'")
+    assert b.js("return document.getElementById('destroy').disabled")
+    st, final = api("GET", f"/v1/sandboxes/{sid}", MEMBER_KEY)
+    assert st == 200 and final["status"] == "stopped", final
+    c = final["cost"]
+    assert c["charged_micros"] + c["released_micros"] == c["reserved_micros"], c
+    b.wait_js("the settled money", "return document.querySelector('#sbx-facts td[data-fact=\"Charged\"]').textContent === arguments[0]",
+              money(c["charged_micros"]))
+    assert [r["seq"] for r in timeline(b)] == [e["seq"] for e in api("GET", f"/v1/sandboxes/{sid}/events", MEMBER_KEY)[1]["data"]]
+    shot(b, "42-sandbox-destroyed")
+    # Back in the list it is stopped, and the status filter finds it.
+    b.find(".crumbs a").click()
+    b.wait_js("the list", "return !!document.querySelector(`#sandboxes-body tr[data-id=\"${arguments[0]}\"]`)", sid)
+    b.js("const s = document.getElementById('sbx-status-filter'); s.value = 'stopped'; s.dispatchEvent(new Event('change'))")
+    b.wait("the filtered URL", lambda: "status=stopped" in b.url)
+    got = b.wait_js("the filtered list", "const r = [...document.querySelectorAll('#sandboxes-body tr[data-id]')];"
+                    "return r.length ? r.map(x => [x.dataset.id, x.querySelector('.pill').textContent]) : null")
+    assert sid in [g[0] for g in got] and all(g[1] == "Stopped" for g in got), got
+
+
 @test(allow=[r"net::ERR_"])
 def a_down_server_reads_cannot_reach(b):
     """The server gone: every fetch that fails says "cannot reach the server at <origin>"."""
