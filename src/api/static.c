@@ -1,14 +1,14 @@
 /*
  * static.c - serves the web UI built into the binary (static.h).
  *
- * Every page path ("/", "/runs", "/runs/<id>", "/keys") answers the same shell, index.html; the
- * script reads the location and draws the page. Assets live under "/assets/". The answers carry a
- * strict Content-Security-Policy: scripts, styles and connections from this origin only, no inline
- * script or style, no frames, no form posts, no plugins; so even a result that slipped past the
- * sanitiser could neither run a script nor send anything to another origin. Files are validated
- * with a strong ETag (their SHA-256) and "Cache-Control: no-cache": a browser keeps them and asks
- * again with If-None-Match, answered 304 without a body, so a new binary is never mixed with an
- * old cached script.
+ * Every page path ("/", "/runs", "/runs/<id>", "/sandboxes", "/sandboxes/<id>", "/keys") answers
+ * the same shell, index.html; the script reads the location and draws the page. Assets live under
+ * "/assets/". The answers carry a strict Content-Security-Policy: scripts, styles and connections
+ * from this origin only, no inline script or style, no frames, no form posts, no plugins; so even a
+ * result that slipped past the sanitiser could neither run a script nor send anything to another
+ * origin. Files are validated with a strong ETag (their SHA-256) and "Cache-Control: no-cache": a
+ * browser keeps them and asks again with If-None-Match, answered 304 without a body, so a new
+ * binary is never mixed with an old cached script.
  */
 #include "api/static.h"
 
@@ -64,10 +64,13 @@ static bool is_asset_name(const char *s)
 
 bool eph_api_static_match(const char *path)
 {
-    if (strcmp(path, "/") == 0 || strcmp(path, "/runs") == 0 || strcmp(path, "/keys") == 0)
+    if (strcmp(path, "/") == 0 || strcmp(path, "/runs") == 0 || strcmp(path, "/keys") == 0 ||
+        strcmp(path, "/sandboxes") == 0)
         return true;
     if (strncmp(path, "/runs/", 6) == 0)
         return is_token(path + 6);
+    if (strncmp(path, "/sandboxes/", 11) == 0)
+        return is_token(path + 11);
     if (strncmp(path, "/assets/", 8) == 0)
         return true; /* unknown names are answered 404 here, not by the API's router */
     return false;

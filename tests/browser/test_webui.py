@@ -1516,6 +1516,11 @@ def a_sandbox_is_listed_viewed_live_and_destroyed(b):
     got = b.wait_js("the filtered list", "const r = [...document.querySelectorAll('#sandboxes-body tr[data-id]')];"
                     "return r.length ? r.map(x => [x.dataset.id, x.querySelector('.pill').textContent]) : null")
     assert sid in [g[0] for g in got] and all(g[1] == "Stopped" for g in got), got
+    # Its address typed (or reloaded) draws the same view: the server answers the page's path.
+    b.get(f"{ctx.url}/sandboxes/{sid}")
+    b.wait_js("the view from its address", "return document.getElementById('sbx-status')?.textContent === 'Stopped'")
+    b.get(f"{ctx.url}/sandboxes?status=stopped")
+    b.wait_js("the list from its address", "return !!document.querySelector(`#sandboxes-body tr[data-id=\"${arguments[0]}\"]`)", sid)
 
 
 @test(allow=[r"net::ERR_"])

@@ -16,6 +16,8 @@ static void test_page_paths(void **state)
     assert_true(eph_api_static_match("/runs"));
     assert_true(eph_api_static_match("/keys"));
     assert_true(eph_api_static_match("/runs/run_0123456789abcdef0123456789abcdef"));
+    assert_true(eph_api_static_match("/sandboxes"));
+    assert_true(eph_api_static_match("/sandboxes/sbx_0123456789abcdef0123456789abcdef"));
     assert_true(eph_api_static_match("/assets/app.js"));
 }
 
@@ -26,6 +28,9 @@ static void test_other_paths_are_the_apis(void **state)
     assert_false(eph_api_static_match("/runs/a/b"));
     assert_false(eph_api_static_match("/runs/../etc/passwd"));
     assert_false(eph_api_static_match("/runs/run_x?y"));
+    assert_false(eph_api_static_match("/sandboxes/"));
+    assert_false(eph_api_static_match("/sandboxes/a/b"));
+    assert_false(eph_api_static_match("/sandboxes/../etc/passwd"));
     assert_false(eph_api_static_match("/v1/runs"));
     assert_false(eph_api_static_match("/healthz"));
     assert_false(eph_api_static_match("/index.html"));
