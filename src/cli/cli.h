@@ -91,6 +91,9 @@ int eph_cli_object_call(const char *method, const char *path, bool json,
                         void (*show)(const json_t *o, const char *id), const char *id);
 /* Prints "ID STATUS" (cancel, sandbox rm). */
 void eph_cli_show_status(const json_t *o, const char *id);
+/* The value of "--name VALUE" or "--name=VALUE" at argv[*i] (moving *i past it), or NULL when
+ * argv[*i] is not --name; sets *missing when --name has no value. */
+const char *eph_cli_opt_value(int argc, char **argv, int *i, const char *name, bool *missing);
 /* Prints j as pretty JSON on stdout (--json), flushed. */
 void eph_cli_print_json(const json_t *j);
 /* Sleeps ms milliseconds (restarting after signals). */

@@ -360,9 +360,7 @@ static int get_object(struct eph_cli_http *h, const char *path, json_t **out)
     return rc;
 }
 
-/* The value of "--name VALUE" or "--name=VALUE" at argv[*i], or NULL when a is not --name. Sets
- * *missing when --name has no value. */
-static const char *opt_value(int argc, char **argv, int *i, const char *name, bool *missing)
+const char *eph_cli_opt_value(int argc, char **argv, int *i, const char *name, bool *missing)
 {
     const char *a = argv[*i];
     size_t n = strlen(name);
@@ -472,21 +470,21 @@ static int list_parse(int argc, char **argv, bool sandbox, char *query, size_t q
             eph_cli_usage(stdout, cmd);
             *code = EPH_CLI_EXIT_OK;
             return -1;
-        } else if ((v = opt_value(argc, argv, &i, "--limit", &missing))) {
+        } else if ((v = eph_cli_opt_value(argc, argv, &i, "--limit", &missing))) {
             char *end;
             errno = 0;
             *limit = strtol(v, &end, 10);
             if (errno || *end || v[0] < '0' || v[0] > '9' || *limit < 1 || *limit > 100)
                 return eph_cli_usage_error(cmd, "--limit must be from 1 to 100, not '%.40s'", v),
                        -1;
-        } else if ((v = opt_value(argc, argv, &i, "--status", &missing))) {
+        } else if ((v = eph_cli_opt_value(argc, argv, &i, "--status", &missing))) {
             if (status_arg(cmd, sandbox ? sandbox_statuses : run_statuses, v, &status))
                 return -1;
-        } else if ((v = opt_value(argc, argv, &i, "--after", &missing))) {
+        } else if ((v = eph_cli_opt_value(argc, argv, &i, "--after", &missing))) {
             if (sandbox ? eph_cli_check_sandbox_id(v) : eph_cli_check_run_id(cmd, v))
                 return -1;
             after = v;
-        } else if ((v = opt_value(argc, argv, &i, "--metadata", &missing))) {
+        } else if ((v = eph_cli_opt_value(argc, argv, &i, "--metadata", &missing))) {
             if (metadata_arg(cmd, v, query, qlen))
                 return -1;
         } else if (missing) {

@@ -107,7 +107,8 @@ static int exec_parse(int argc, char **argv, struct exec_opts *o, int *code)
     bool words = false;
     *code = EPH_CLI_EXIT_USAGE;
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
+        const char *a = argv[i], *v;
+        bool missing = false;
         if (words) {
             if (quote_word(&o->command, a))
                 return eph_cli_usage_error(cmd, "the command is too long"), -1;
@@ -119,17 +120,16 @@ static int exec_parse(int argc, char **argv, struct exec_opts *o, int *code)
             return -1;
         } else if (strcmp(a, "--background") == 0) {
             o->background = true;
-        } else if ((strcmp(a, "--timeout") == 0 || strcmp(a, "--cwd") == 0) && i + 1 >= argc) {
-            return eph_cli_usage_error(cmd, "option '%s' needs a value", a), -1;
-        } else if (strcmp(a, "--timeout") == 0) {
+        } else if ((v = eph_cli_opt_value(argc, argv, &i, "--timeout", &missing))) {
             char *end;
             errno = 0;
-            o->timeout = strtol(argv[++i], &end, 10);
-            if (errno || *end || argv[i][0] < '0' || argv[i][0] > '9' || o->timeout < 1 ||
-                o->timeout > 86400)
+            o->timeout = strtol(v, &end, 10);
+            if (errno || *end || v[0] < '0' || v[0] > '9' || o->timeout < 1 || o->timeout > 86400)
                 return eph_cli_usage_error(cmd, "--timeout must be from 1 to 86400 seconds"), -1;
-        } else if (strcmp(a, "--cwd") == 0) {
-            o->cwd = argv[++i];
+        } else if ((v = eph_cli_opt_value(argc, argv, &i, "--cwd", &missing))) {
+            o->cwd = v;
+        } else if (missing) {
+            return eph_cli_usage_error(cmd, "option '%.40s' needs a value", a), -1;
         } else if (a[0] == '-') {
             return eph_cli_usage_error(cmd, "unknown option '%.100s'", a), -1;
         } else if (!o->id) {

@@ -44,7 +44,7 @@ flags_listed "$(help_of "ephemeral sandbox create" "$EPH" sandbox create)" $crea
 list_flags=$(grep -o 'opt_value(argc, argv, &i, "--[a-z-]*"' src/cli/runs.c | grep -o -- '--[a-z-]*')
 flags_listed "$(help_of "ephemeral list" "$EPH" list)" $list_flags --json
 flags_listed "$(help_of "ephemeral sandbox list" "$EPH" sandbox list)" $list_flags --json
-exec_flags=$(sed -n '/^static int exec_parse(/,/^}/p' src/cli/sandbox.c | grep -o '"--[a-z-]*"' | tr -d '"' | sort -u)
+exec_flags=$(sed -n '/^static int exec_parse(/,/^}/p' src/cli/sandbox.c | grep -oE '"--[a-z-]*"' | tr -d '"' | sort -u)
 flags_listed "$(help_of "ephemeral sandbox exec" "$EPH" sandbox exec)" $exec_flags
 for cmd in get rm ls; do
     flags_listed "$(help_of "ephemeral sandbox $cmd" "$EPH" sandbox $cmd)" --json

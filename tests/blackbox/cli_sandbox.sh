@@ -2,12 +2,12 @@
 # `ephemeral sandbox` against the real server (docs/CLI.md, "ephemeral sandbox"): create waits
 # until ready (metadata, time limits, --json, an idempotency key making one sandbox); exec passes
 # the command's stdout, stderr and exit status through (a signal as 128+N, a timeout), quotes the
-# words after --, runs in --cwd and in the background; its output streams as it comes (seen while
-# the command still runs); cp uploads and downloads every byte value, from and to files,
-# directories and standard streams; ls, list (filters, pages), get, rm and watch (the live
-# timeline to the end, exit 1 for a sandbox the idle timeout ended); and each bad input has its
-# message and exit status: unknown sandbox 6, ended 7, busy 8, a path refused 9, no such file 10,
-# an upload over the cap 11, usage errors 2.
+# words after --, runs in --cwd and in the background, and shows the output under zero data
+# retention too; its output streams as it comes (seen while the command still runs); cp uploads
+# and downloads every byte value, from and to files, directories and standard streams; ls, list
+# (filters, pages), get, rm and watch (the live timeline to the end, exit 1 for a sandbox the idle
+# timeout ended); and each bad input has its message and exit status: unknown sandbox 6, ended 7,
+# busy 8, a path refused 9, no such file 10, an upload over the cap 11, usage errors 2.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/api_common.sh"
 cd "$TOP"
@@ -71,7 +71,7 @@ run_eph words sandbox exec "$sbx" -- printf '%s|' 'a b' "it's" '$HOME' ''
 assert_eq "$(out_of words)" "a b|it's|\$HOME||" "exec: each word after -- reaches the command as it is"
 run_eph line sandbox exec "$sbx" 'mkdir -p data/sub && echo "$((6 * 7))"'
 assert_eq "$(out_of line)" 42 "exec: one argument is a command line for the shell"
-run_eph cwd sandbox exec "$sbx" --cwd data/sub pwd
+run_eph cwd sandbox exec "$sbx" --cwd=data/sub pwd
 assert_contains "$(out_of cwd)" "/data/sub" "exec --cwd"
 run_eph timeout sandbox exec "$sbx" --timeout 1 -- sleep 100
 assert_eq "$(rc_of timeout)" 137 "exec --timeout: the command killed"
@@ -164,6 +164,12 @@ run_eph watchidle sandbox watch "$idle"
 assert_eq "$(rc_of watchidle)" 1 "watch: a sandbox that timed out"
 assert_contains "$(out_of watchidle)" "Timed out" "watch: followed to its end"
 
+# Zero data retention: no output events; the client writes the answer's output instead.
+zdr=$("$EPH" sandbox create --budget 0.02 --zdr) || fail "create --zdr"
+run_eph zdrexec sandbox exec "$zdr" -- sh -c 'echo zdr-out; echo zdr-err >&2; exit 3'
+assert_eq "$(rc_of zdrexec):$(out_of zdrexec):$(err_of zdrexec)" "3:zdr-out:zdr-err" "exec under zero data retention"
+"$EPH" sandbox rm "$zdr" >/dev/null || fail "rm zdr"
+
 # ---- list ----
 run_eph list sandbox list
 assert_eq "$(rc_of list)" 0 "list"
@@ -189,6 +195,9 @@ expect badid 2 "not a sandbox id" sandbox get run_000000000000000000000000000000
 expect nocmd 2 "a command is required" sandbox exec "$second"
 expect both 2 "not both" sandbox exec "$second" 'true' -- true
 expect bgtimeout 2 "no --timeout" sandbox exec "$second" --background --timeout 5 -- true
+expect badtimeout 2 "--timeout must be from 1 to 86400" sandbox exec "$second" --timeout=0 true
+expect nocwd 2 "needs a value" sandbox exec "$second" true --cwd
+expect badcwd 4 "'cwd' must be a directory" sandbox exec "$second" --cwd ../.. true
 expect cpnone 2 "neither is SANDBOX_ID:PATH" sandbox cp a b
 expect cpboth 2 "one must be local" sandbox cp "$second:a" "$second:b"
 expect cpempty 2 "empty" sandbox cp "$TEST_TMP/all.bin" "$second:"
