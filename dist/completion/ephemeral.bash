@@ -13,23 +13,35 @@ _ephemeral() {
     local prog=${COMP_WORDS[0]}
     COMPREPLY=()
     if [ "$COMP_CWORD" -eq 1 ]; then
-        COMPREPLY=($(compgen -W "run get list watch replay transcript outputs cancel balance help --help --version" -- "$cur"))
+        COMPREPLY=($(compgen -W "run get list watch replay transcript outputs cancel balance sandbox help --help --version" -- "$cur"))
         return
     fi
     local cmd=${COMP_WORDS[1]}
+    if [ "$cmd" = sandbox ]; then
+        if [ "$COMP_CWORD" -eq 2 ]; then
+            COMPREPLY=($(compgen -W "create exec cp ls rm list get watch help --help" -- "$cur"))
+            return
+        fi
+        cmd="sandbox ${COMP_WORDS[2]}"
+    fi
     case $prev in
     --file | --output) COMPREPLY=($(compgen -f -- "$cur")); return ;;
     --dir) COMPREPLY=($(compgen -d -- "$cur")); return ;;
     --status)
-        COMPREPLY=($(compgen -W "queued starting running completed failed timed_out budget_exhausted cancelled" -- "$cur"))
+        [[ $cmd == sandbox* ]] &&
+            COMPREPLY=($(compgen -W "starting ready stopped timed_out budget_exhausted failed" -- "$cur")) ||
+            COMPREPLY=($(compgen -W "queued starting running completed failed timed_out budget_exhausted cancelled" -- "$cur"))
         return
         ;;
     --prompt | --timeout | --budget | --max-cost-micros | --model | --connection | --metadata | \
-        --web-allow | --idempotency-key | --replay-of | --limit | --after)
+        --web-allow | --idempotency-key | --replay-of | --limit | --after | --idle-timeout | --cwd)
         return ;; # a value of the user's
     esac
     if [[ $cur == -* ]]; then
-        COMPREPLY=($(compgen -W "$(_ephemeral_flags "$prog" "$cmd")" -- "$cur"))
+        # shellcheck disable=SC2086 # "sandbox exec" is two words
+        COMPREPLY=($(compgen -W "$(_ephemeral_flags "$prog" $cmd)" -- "$cur"))
+    elif [ "$cmd" = "sandbox cp" ]; then
+        COMPREPLY=($(compgen -f -- "$cur"))
     elif [ "$cmd" = run ] || [ "$cmd" = help ]; then
         [ "$cmd" = help ] && COMPREPLY=($(compgen -W "run get list watch replay transcript outputs cancel balance" -- "$cur")) ||
             COMPREPLY=($(compgen -f -- "$cur"))

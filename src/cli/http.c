@@ -113,27 +113,31 @@ struct xfer {
     bool too_large;
 };
 
+/* Decides once, when the headers are complete, whether this answer is the stream asked for or an
+ * error / a JSON fallback to read whole. */
+static void decide(struct xfer *x)
+{
+    x->mode = 2;
+    if (!x->st)
+        return;
+    long status = 0;
+    char *ct = NULL;
+    curl_easy_getinfo(x->h->curl, CURLINFO_RESPONSE_CODE, &status);
+    curl_easy_getinfo(x->h->curl, CURLINFO_CONTENT_TYPE, &ct);
+    size_t want = strlen(x->st->content_type);
+    if (status == 200 && ct && strncasecmp(ct, x->st->content_type, want) == 0 &&
+        (ct[want] == '\0' || ct[want] == ';' || ct[want] == ' ')) {
+        x->mode = 1;
+        x->resp->streamed = true;
+    }
+}
+
 static size_t on_write(char *ptr, size_t size, size_t nmemb, void *arg)
 {
     struct xfer *x = arg;
     size_t n = size * nmemb;
-    if (x->mode == 0) {
-        x->mode = 2;
-        if (x->st) {
-            /* Headers are complete by the first body byte: decide once whether this answer is
-             * the stream we asked for or an error / a JSON fallback to read whole. */
-            long status = 0;
-            char *ct = NULL;
-            curl_easy_getinfo(x->h->curl, CURLINFO_RESPONSE_CODE, &status);
-            curl_easy_getinfo(x->h->curl, CURLINFO_CONTENT_TYPE, &ct);
-            size_t want = strlen(x->st->content_type);
-            if (status == 200 && ct && strncasecmp(ct, x->st->content_type, want) == 0 &&
-                (ct[want] == '\0' || ct[want] == ';' || ct[want] == ' ')) {
-                x->mode = 1;
-                x->resp->streamed = true;
-            }
-        }
-    }
+    if (x->mode == 0)
+        decide(x); /* headers are complete by the first body byte */
     if (x->mode == 1) {
         int rc = x->st->on_chunk(x->st->arg, ptr, n);
         if (rc) {
@@ -226,7 +230,7 @@ static int map_curl_error(struct eph_cli_http *h, CURLcode cc, const struct xfer
 
 /* Sets everything but the body handling, shared by plain and streamed requests. */
 static int setup(struct eph_cli_http *h, const char *method, const char *path,
-                 const char *const *extra, bool has_body, struct curl_slist **hdrs)
+                 const char *const *extra, const char *content_type, struct curl_slist **hdrs)
 {
     CURL *c = h->curl;
     curl_easy_reset(c);
@@ -249,6 +253,10 @@ static int setup(struct eph_cli_http *h, const char *method, const char *path,
      * request (and its key) somewhere the user did not name. */
     curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 0L);
     curl_easy_setopt(c, CURLOPT_ACCEPT_ENCODING, "");
+    /* The path as built: a sandbox's file path with ".." must reach the server (which refuses
+     * it), not be resolved here into another file. */
+    curl_easy_setopt(c, CURLOPT_PATH_AS_IS, 1L);
+    bool upload = content_type && strcmp(content_type, "application/octet-stream") == 0;
     if (strcmp(method, "GET") != 0 && strcmp(method, "POST") != 0)
         curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
 
@@ -263,7 +271,9 @@ static int setup(struct eph_cli_http *h, const char *method, const char *path,
         l = t;                                                                                     \
     } while (0)
     ADD(h->auth);
-    ADD("Expect:"); /* no 100-continue round trip for large bodies */
+    /* No 100-continue round trip for JSON bodies; an upload waits for it, so that a refusal
+     * comes before megabytes are sent. */
+    ADD(upload ? "Expect: 100-continue" : "Expect:");
     bool accept_given = false;
     for (size_t i = 0; extra && extra[i]; i++) {
         if (strncasecmp(extra[i], "Accept:", 7) == 0)
@@ -272,9 +282,11 @@ static int setup(struct eph_cli_http *h, const char *method, const char *path,
     }
     if (!accept_given)
         ADD("Accept: application/json");
-    if (has_body)
-        ADD("Content-Type: application/json");
-    else if (strcmp(method, "POST") == 0)
+    if (content_type) {
+        char ct[96];
+        snprintf(ct, sizeof(ct), "Content-Type: %s", content_type);
+        ADD(ct);
+    } else if (strcmp(method, "POST") == 0)
         ADD("Content-Type:"); /* an empty POST: drop curl's form content type */
 #undef ADD
     curl_easy_setopt(c, CURLOPT_HTTPHEADER, l);
@@ -295,7 +307,8 @@ int eph_cli_http_do(struct eph_cli_http *h, const struct eph_cli_request *rq,
 {
     struct curl_slist *hdrs = NULL;
     bool post = strcmp(rq->method, "POST") == 0;
-    int rc = setup(h, rq->method, rq->path, rq->headers, rq->body != NULL, &hdrs);
+    const char *ct = rq->upload ? "application/octet-stream" : rq->body ? "application/json" : NULL;
+    int rc = setup(h, rq->method, rq->path, rq->headers, ct, &hdrs);
     if (rc)
         return rc;
     CURL *c = h->curl;
@@ -304,7 +317,12 @@ int eph_cli_http_do(struct eph_cli_http *h, const struct eph_cli_request *rq,
     resp->replayed = false;
     resp->streamed = false;
     struct xfer x = {.h = h, .resp = resp};
-    if (rq->body || post) {
+    if (rq->upload) {
+        /* libcurl's default read function is fread() on this stream. */
+        curl_easy_setopt(c, CURLOPT_UPLOAD, 1L);
+        curl_easy_setopt(c, CURLOPT_READDATA, rq->upload);
+        curl_easy_setopt(c, CURLOPT_INFILESIZE_LARGE, (curl_off_t)rq->upload_size);
+    } else if (rq->body || post) {
         curl_easy_setopt(c, CURLOPT_POST, 1L);
         curl_easy_setopt(c, CURLOPT_POSTFIELDS, rq->body ? rq->body : "");
         curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)(rq->body ? rq->body_len : 0));
@@ -327,7 +345,8 @@ int eph_cli_http_stream(struct eph_cli_http *h, const struct eph_cli_stream *st,
                         struct eph_cli_response *resp)
 {
     struct curl_slist *hdrs = NULL;
-    int rc = setup(h, "GET", st->path, st->headers, false, &hdrs);
+    const char *method = st->method ? st->method : "GET";
+    int rc = setup(h, method, st->path, st->headers, st->body ? "application/json" : NULL, &hdrs);
     if (rc)
         return rc;
     CURL *c = h->curl;
@@ -336,6 +355,11 @@ int eph_cli_http_stream(struct eph_cli_http *h, const struct eph_cli_stream *st,
     resp->replayed = false;
     resp->streamed = false;
     struct xfer x = {.h = h, .resp = resp, .st = st};
+    if (strcmp(method, "POST") == 0) {
+        curl_easy_setopt(c, CURLOPT_POST, 1L);
+        curl_easy_setopt(c, CURLOPT_POSTFIELDS, st->body ? st->body : "");
+        curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)(st->body ? st->body_len : 0));
+    }
     /* A live stream has no total timeout; the server's keep-alives (every 15 s) keep it above
      * one byte per idle period, so silence this long means the connection is gone. */
     curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);
@@ -347,6 +371,8 @@ int eph_cli_http_stream(struct eph_cli_http *h, const struct eph_cli_stream *st,
     CURLcode cc = curl_easy_perform(c);
     curl_slist_free_all(hdrs);
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &resp->status);
+    if (cc == CURLE_OK && x.mode == 0)
+        decide(&x); /* an empty body: an empty stream (an empty file) is one too */
     if (x.cb_rc)
         return x.cb_rc;
     if (cc != CURLE_OK)
@@ -361,13 +387,37 @@ bool eph_cli_http_transient(int rc)
     return rc == -ECONNREFUSED || rc == -ECONNRESET || rc == -ETIMEDOUT;
 }
 
-/* The exit status an answer (rc 0 and its status) or a transport error (rc < 0) means. */
-static int exit_for(int rc, long status)
+/* The API error codes of a sandbox's calls that have an exit status of their own (cli.h). */
+static const struct {
+    long status;
+    const char *code;
+    int exit;
+} code_exits[] = {
+    {404, "sandbox_not_found", EPH_CLI_EXIT_NO_SANDBOX},
+    {409, "sandbox_ended", EPH_CLI_EXIT_SANDBOX_ENDED},
+    {409, "sandbox_busy", EPH_CLI_EXIT_SANDBOX_BUSY},
+    {400, "invalid_path", EPH_CLI_EXIT_BAD_PATH},
+    {404, "file_not_found", EPH_CLI_EXIT_NO_FILE},
+    {413, "file_too_large", EPH_CLI_EXIT_TOO_LARGE},
+    {413, "body_too_large", EPH_CLI_EXIT_TOO_LARGE},
+};
+
+/* The exit status an answer (rc 0, its status and error) or a transport error (rc < 0) means. */
+static int exit_for(int rc, long status, const json_t *err)
 {
     if (rc == -EMSGSIZE || rc == -EPROTO)
         return EPH_CLI_EXIT_SERVER;
     if (rc < 0)
         return EPH_CLI_EXIT_UNREACHABLE;
+    const char *code = json_string_value(json_object_get(err, "code"));
+    const char *param = json_string_value(json_object_get(err, "param"));
+    for (size_t i = 0; code && i < sizeof(code_exits) / sizeof(code_exits[0]); i++)
+        if (status == code_exits[i].status && strcmp(code, code_exits[i].code) == 0)
+            return code_exits[i].exit;
+    /* A sandbox's file path the server refused before the sandbox saw it ("..", "/etc/x"). */
+    if (status == 400 && code && strcmp(code, "invalid_parameter") == 0 && param &&
+        strcmp(param, "path") == 0)
+        return EPH_CLI_EXIT_BAD_PATH;
     if (status >= 400 && status < 500)
         return EPH_CLI_EXIT_REFUSED;
     return EPH_CLI_EXIT_SERVER;
@@ -387,7 +437,8 @@ static void print_json_error(const char *type, const char *code, const char *mes
 
 void eph_cli_http_report(struct eph_cli_http *h, const struct eph_cli_response *resp, int rc)
 {
-    h->exit_code = exit_for(rc, resp ? resp->status : 0);
+    json_t *err = resp ? json_object_get(resp->json, "error") : NULL;
+    h->exit_code = exit_for(rc, resp ? resp->status : 0, err);
     if (rc < 0) {
         const char *msg = h->error[0] ? h->error : eph_strerror(rc);
         fprintf(stderr, "ephemeral: %s\n", msg);
@@ -396,7 +447,6 @@ void eph_cli_http_report(struct eph_cli_http *h, const struct eph_cli_response *
                              rc == -EMSGSIZE ? "answer_too_large" : "server_unreachable", msg);
         return;
     }
-    json_t *err = json_object_get(resp->json, "error");
     const char *msg = json_string_value(json_object_get(err, "message"));
     fputs("ephemeral: ", stderr);
     if (msg && *msg) {
@@ -438,13 +488,14 @@ int eph_cli_http_exit(const struct eph_cli_http *h)
     return h->exit_code ? h->exit_code : EPH_CLI_EXIT_SERVER;
 }
 
-int eph_cli_http_escape(const char *s, char *out, size_t outlen)
+static int escape(const char *s, bool keep_slash, char *out, size_t outlen)
 {
     static const char hex[] = "0123456789ABCDEF";
     size_t o = 0;
     for (; *s; s++) {
         unsigned char c = (unsigned char)*s;
-        bool plain = isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~';
+        bool plain =
+            isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~' || (keep_slash && c == '/');
         size_t need = plain ? 1 : 3;
         if (o + need >= outlen)
             return -EMSGSIZE;
@@ -460,4 +511,14 @@ int eph_cli_http_escape(const char *s, char *out, size_t outlen)
         return -EMSGSIZE;
     out[o] = '\0';
     return 0;
+}
+
+int eph_cli_http_escape(const char *s, char *out, size_t outlen)
+{
+    return escape(s, false, out, outlen);
+}
+
+int eph_cli_http_escape_path(const char *s, char *out, size_t outlen)
+{
+    return escape(s, true, out, outlen);
 }

@@ -17,6 +17,7 @@
 #include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdio.h>
 
 #include "common/buf.h"
 
@@ -53,10 +54,15 @@ void eph_cli_response_init(struct eph_cli_response *r);
 void eph_cli_response_release(struct eph_cli_response *r);
 
 struct eph_cli_request {
-    const char *method; /* "GET", "POST" */
-    const char *path;   /* "/v1/runs", already escaped */
+    const char *method; /* "GET", "POST", "PUT", "DELETE" */
+    const char *path;   /* "/v1/runs", already escaped; sent as is ("." and ".." kept) */
     const char *body;   /* JSON, or NULL */
     size_t body_len;
+    /* An upload instead of body: PUT the bytes read from this stream, upload_size of them (-1:
+     * unknown, sent chunked), as application/octet-stream, after the server's 100 Continue so
+     * that a refusal (413) comes before the bytes. */
+    FILE *upload;
+    long long upload_size;
     const char *const *headers; /* extra "Name: value" lines, NULL-terminated, or NULL */
     long timeout_s;             /* total; 0 for EPH_CLI_REQUEST_TIMEOUT_S */
 };
@@ -72,7 +78,10 @@ int eph_cli_http_do(struct eph_cli_http *h, const struct eph_cli_request *rq,
 typedef int (*eph_cli_http_chunk_fn)(void *arg, const char *data, size_t n);
 
 struct eph_cli_stream {
+    const char *method; /* NULL for GET; "POST" with body */
     const char *path;
+    const char *body; /* JSON, or NULL */
+    size_t body_len;
     const char *const *headers;
     const char *content_type; /* stream only a 200 answer of this type ("text/event-stream") */
     long idle_timeout_s;      /* give up when nothing arrives for this long */
@@ -80,10 +89,10 @@ struct eph_cli_stream {
     void *arg;
 };
 
-/* GETs st->path. A 200 answer of st->content_type goes to st->on_chunk (resp->streamed is set);
- * any other answer is read into resp as eph_cli_http_do() does. Returns 0 when the server ended the
- * answer, the callback's non-zero value when it stopped it, or a transport error as above (the
- * stream dropped). */
+/* GETs st->path (or sends st->method with st->body). A 200 answer of st->content_type goes to
+ * st->on_chunk (resp->streamed is set); any other answer is read into resp as eph_cli_http_do()
+ * does. Returns 0 when the server ended the answer, the callback's non-zero value when it stopped
+ * it, or a transport error as above (the stream dropped). */
 int eph_cli_http_stream(struct eph_cli_http *h, const struct eph_cli_stream *st,
                         struct eph_cli_response *resp) __attribute__((warn_unused_result));
 
@@ -95,7 +104,8 @@ bool eph_cli_http_transient(int rc);
  * error is also printed to stdout as the API's JSON error object (the server's own when it sent
  * one; for a transport failure {"error": {"type": "connection_error", …}}). Records the exit
  * status the failure means in h->exit_code (cli.h): 3 for a transport error, 4 for a 4xx, 5 for
- * a 5xx or an answer that is not JSON. */
+ * a 5xx or an answer that is not JSON; a sandbox's errors have their own (6 to 11: no such
+ * sandbox, ended, busy, a path refused, no such file, too large). */
 void eph_cli_http_report(struct eph_cli_http *h, const struct eph_cli_response *resp, int rc);
 
 /* Reports an answer that is not what the API sends ("… answered with something that is not
@@ -108,5 +118,7 @@ int eph_cli_http_exit(const struct eph_cli_http *h);
 /* Percent-escapes s for a URL path segment or query value into out. -EMSGSIZE when it does not
  * fit. */
 int eph_cli_http_escape(const char *s, char *out, size_t outlen);
+/* The same, keeping '/': a file path under a URL ("/v1/runs/{id}/outputs/{path}"). */
+int eph_cli_http_escape_path(const char *s, char *out, size_t outlen);
 
 #endif

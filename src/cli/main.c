@@ -15,7 +15,7 @@ static const struct {
     {"list", eph_cli_list},       {"watch", eph_cli_watch},
     {"replay", eph_cli_replay},   {"cancel", eph_cli_cancel},
     {"balance", eph_cli_balance}, {"transcript", eph_cli_transcript},
-    {"outputs", eph_cli_outputs},
+    {"outputs", eph_cli_outputs}, {"sandbox", eph_cli_sandbox},
 };
 
 int main(int argc, char **argv)

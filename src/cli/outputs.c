@@ -50,16 +50,10 @@ static int create_beneath(int dfd, const char *path)
 static int download(struct eph_cli_http *h, const char *id, const char *path, int dfd)
 {
     char esc[3 * EPH_TEXT_PATH_MAX + 1], url[sizeof(esc) + 96];
-    /* Each byte but '/' and the unreserved ones percent-encoded, so the server sees the path. */
-    size_t k = 0;
-    for (const unsigned char *c = (const unsigned char *)path; *c && k + 4 < sizeof(esc); c++) {
-        if ((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
-            strchr("-._~/", *c))
-            esc[k++] = (char)*c;
-        else
-            k += (size_t)snprintf(esc + k, sizeof(esc) - k, "%%%02X", *c);
-    }
-    esc[k] = '\0';
+    /* Each byte but '/' and the unreserved ones percent-encoded, so the server sees the path
+     * (checked: it fits). */
+    if (eph_cli_http_escape_path(path, esc, sizeof(esc)))
+        return -EMSGSIZE;
     snprintf(url, sizeof(url), "/v1/runs/%s/outputs/%s", id, esc);
     struct eph_cli_request rq = {.method = "GET", .path = url};
     struct eph_cli_response resp;

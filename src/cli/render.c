@@ -143,6 +143,9 @@ static const struct {
     {"timed_out", "Timed out"},
     {"budget_exhausted", "Budget exhausted"},
     {"cancelled", "Cancelled"},
+    /* A sandbox's own (docs/SANDBOXES.md). */
+    {"ready", "Ready"},
+    {"stopped", "Stopped"},
 };
 
 const char *eph_cli_status_label(const char *status)
@@ -155,7 +158,7 @@ const char *eph_cli_status_label(const char *status)
 
 int eph_cli_status_exit(const char *status)
 {
-    if (str_eq(status, "completed"))
+    if (str_eq(status, "completed") || str_eq(status, "stopped"))
         return 0;
     if (str_eq(status, "failed") || str_eq(status, "timed_out") ||
         str_eq(status, "budget_exhausted") || str_eq(status, "cancelled"))
@@ -215,6 +218,8 @@ const char *eph_cli_render_label(struct eph_cli_render *r, const char *source, c
         }
     } else if (str_eq(type, "worker.destroyed")) {
         label = "Worker destroyed";
+    } else if (has_prefix(type, "sandbox.") && eph_cli_status_exit(type + 8) >= 0) {
+        label = eph_cli_status_label(type + 8); /* a sandbox's end: "Stopped", "Timed out" */
     } else if (str_eq(source, "sandbox") || has_prefix(type, "sandbox.")) {
         label = sandbox_label(backend, message);
         if (r)
@@ -381,8 +386,12 @@ int eph_cli_render_cost_line(const json_t *run, char *out, size_t outlen)
     int64_t shown[3];
     eph_money_split(parts, 3, shown);
     char m[EPH_MONEY_FMT_MAX], w[EPH_MONEY_FMT_MAX], c[EPH_MONEY_FMT_MAX];
-    snprintf(out, outlen, "Model %s · Web %s · Compute %s", eph_money_format(shown[0], m),
-             eph_money_format(shown[1], w), eph_money_format(shown[2], c));
+    if (model < 0) /* a sandbox: no model of ours */
+        snprintf(out, outlen, "Web %s · Compute %s", eph_money_format(shown[1], w),
+                 eph_money_format(shown[2], c));
+    else
+        snprintf(out, outlen, "Model %s · Web %s · Compute %s", eph_money_format(shown[0], m),
+                 eph_money_format(shown[1], w), eph_money_format(shown[2], c));
     return 0;
 }
 

@@ -65,8 +65,8 @@ int eph_cli_render_event_json(struct eph_cli_render *r, const char *text, size_t
  * there, at a character boundary, with "…". */
 void eph_cli_render_text(FILE *out, const char *s, bool multiline, size_t max_bytes);
 
-/* "Model $0.00033 · Web $0.00 · Compute $0.0032" from run.cost into out. -ENOENT when the run
- * has no cost yet. */
+/* "Model $0.00033 · Web $0.00 · Compute $0.0032" from run.cost into out (a sandbox's, without
+ * model_micros: "Web … · Compute …"). -ENOENT when the run has no cost yet. */
 int eph_cli_render_cost_line(const json_t *run, char *out, size_t outlen);
 
 /* The line before the timeline: "run_… · openai/gpt-6-luna". */
@@ -86,7 +86,8 @@ char *eph_cli_render_cost_bar(int64_t charged, int64_t reserved, int cells, char
 
 /* "Completed", "Timed out"… for a run status (the label of its run.* event). */
 const char *eph_cli_status_label(const char *status);
-/* 0 for completed, 1 for another terminal status, -EAGAIN when status is not terminal. */
+/* 0 for completed (a sandbox: stopped), 1 for another terminal status, -EAGAIN when status is
+ * not terminal. */
 int eph_cli_status_exit(const char *status);
 
 #endif

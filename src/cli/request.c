@@ -40,34 +40,40 @@ enum opt_id {
     OPT_METADATA,
     OPT_OUTPUT,
     OPT_DOWNLOAD,
+    OPT_IDLE_TIMEOUT,
 };
+
+/* Which command takes an option: `run`, `sandbox create`, or both. */
+enum opt_scope { BOTH, RUN_ONLY, SANDBOX_ONLY };
 
 static const struct {
     const char *name;
     bool has_arg;
     enum opt_id id;
+    enum opt_scope scope;
 } options[] = {
-    {"--prompt", true, OPT_PROMPT},
-    {"--shell", false, OPT_SHELL},
-    {"--no-shell", false, OPT_NO_SHELL},
-    {"--web", false, OPT_WEB},
-    {"--no-web", false, OPT_NO_WEB},
-    {"--web-allow", true, OPT_WEB_ALLOW},
-    {"--timeout", true, OPT_TIMEOUT},
-    {"--budget", true, OPT_BUDGET},
-    {"--max-cost-micros", true, OPT_MAX_COST},
-    {"--model", true, OPT_MODEL},
-    {"--image", true, OPT_IMAGE},
-    {"--file", true, OPT_FILE},
-    {"--connection", true, OPT_CONNECTION},
-    {"--zdr", false, OPT_ZDR},
-    {"--replay-of", true, OPT_REPLAY_OF},
-    {"--idempotency-key", true, OPT_IDEMPOTENCY_KEY},
-    {"--detach", false, OPT_DETACH},
-    {"--json", false, OPT_JSON},
-    {"--metadata", true, OPT_METADATA},
-    {"--output", true, OPT_OUTPUT},
-    {"--download", true, OPT_DOWNLOAD},
+    {"--prompt", true, OPT_PROMPT, RUN_ONLY},
+    {"--shell", false, OPT_SHELL, RUN_ONLY},
+    {"--no-shell", false, OPT_NO_SHELL, RUN_ONLY},
+    {"--web", false, OPT_WEB, BOTH},
+    {"--no-web", false, OPT_NO_WEB, BOTH},
+    {"--web-allow", true, OPT_WEB_ALLOW, BOTH},
+    {"--timeout", true, OPT_TIMEOUT, BOTH},
+    {"--budget", true, OPT_BUDGET, BOTH},
+    {"--max-cost-micros", true, OPT_MAX_COST, BOTH},
+    {"--model", true, OPT_MODEL, RUN_ONLY},
+    {"--image", true, OPT_IMAGE, BOTH},
+    {"--file", true, OPT_FILE, BOTH},
+    {"--connection", true, OPT_CONNECTION, BOTH},
+    {"--zdr", false, OPT_ZDR, BOTH},
+    {"--replay-of", true, OPT_REPLAY_OF, RUN_ONLY},
+    {"--idempotency-key", true, OPT_IDEMPOTENCY_KEY, BOTH},
+    {"--detach", false, OPT_DETACH, RUN_ONLY},
+    {"--json", false, OPT_JSON, BOTH},
+    {"--metadata", true, OPT_METADATA, BOTH},
+    {"--output", true, OPT_OUTPUT, RUN_ONLY},
+    {"--download", true, OPT_DOWNLOAD, RUN_ONLY},
+    {"--idle-timeout", true, OPT_IDLE_TIMEOUT, SANDBOX_ONLY},
 };
 
 static int fail(char *err, size_t errlen, int rc, const char *fmt, ...)
@@ -159,12 +165,15 @@ static int apply_option(struct eph_cli_run_opts *o, int id, const char *v, bool 
         o->web = id == OPT_WEB;
         break;
     case OPT_TIMEOUT:
-        if (!parse_integer(v, 1, EPH_CLI_TIMEOUT_MAX, &n))
+    case OPT_IDLE_TIMEOUT: {
+        int max = o->sandbox ? EPH_CLI_SANDBOX_TIMEOUT_MAX : EPH_CLI_TIMEOUT_MAX;
+        if (!parse_integer(v, 1, max, &n))
             return fail(err, errlen, -EINVAL,
-                        "--timeout must be a whole number of seconds from 1 to %d, not '%.40s'",
-                        EPH_CLI_TIMEOUT_MAX, v);
-        o->timeout_seconds = (long)n;
+                        "--%s must be a whole number of seconds from 1 to %d, not '%.40s'",
+                        id == OPT_TIMEOUT ? "timeout" : "idle-timeout", max, v);
+        *(id == OPT_TIMEOUT ? &o->timeout_seconds : &o->idle_timeout_seconds) = (long)n;
         break;
+    }
     case OPT_BUDGET:
         *budget_given = true;
         return parse_budget(o, v, err, errlen);
@@ -244,12 +253,15 @@ static int apply_option(struct eph_cli_run_opts *o, int id, const char *v, bool 
     return 0;
 }
 
-int eph_cli_run_parse(int argc, char **argv, struct eph_cli_run_opts *o, char *err, size_t errlen)
+static int parse(int argc, char **argv, bool sandbox, struct eph_cli_run_opts *o, char *err,
+                 size_t errlen)
 {
     memset(o, 0, sizeof(*o));
+    o->sandbox = sandbox;
     o->shell = -1;
     o->web = -1;
     o->timeout_seconds = -1;
+    o->idle_timeout_seconds = -1;
     o->max_cost_micros = -1;
     /* Never more entries than arguments, so argc bounds both lists. */
     o->files = calloc((size_t)argc + 1, sizeof(*o->files));
@@ -285,6 +297,12 @@ int eph_cli_run_parse(int argc, char **argv, struct eph_cli_run_opts *o, char *e
             return fail(err, errlen, -EINVAL, "unknown option '%.*s'",
                         (int)(nlen > 100 ? 100 : nlen), a);
         const char *name = options[k].name;
+        if (options[k].scope == (sandbox ? RUN_ONLY : SANDBOX_ONLY))
+            return fail(err, errlen, -EINVAL, "%s is an option of `ephemeral %s`%s", name,
+                        sandbox ? "run" : "sandbox create",
+                        options[k].id == OPT_SHELL || options[k].id == OPT_NO_SHELL
+                            ? ": a sandbox always has a shell"
+                            : "");
         const char *v = NULL;
         if (options[k].has_arg) {
             if (eq)
@@ -313,6 +331,17 @@ int eph_cli_run_parse(int argc, char **argv, struct eph_cli_run_opts *o, char *e
         return fail(err, errlen, -EINVAL, "at most %d --output patterns per run",
                     EPH_CLI_OUTPUTS_MAX);
     return 0;
+}
+
+int eph_cli_run_parse(int argc, char **argv, struct eph_cli_run_opts *o, char *err, size_t errlen)
+{
+    return parse(argc, argv, false, o, err, errlen);
+}
+
+int eph_cli_sandbox_parse(int argc, char **argv, struct eph_cli_run_opts *o, char *err,
+                          size_t errlen)
+{
+    return parse(argc, argv, true, o, err, errlen);
 }
 
 void eph_cli_run_opts_release(struct eph_cli_run_opts *o)
@@ -348,8 +377,7 @@ static int read_stream(FILE *f, struct eph_buf *b)
     return ferror(f) ? -EIO : 0;
 }
 
-/* Opens a regular file for reading: a FIFO or a device would read forever or mean a mistake. */
-static int open_regular(const char *path, FILE **out, off_t *size)
+int eph_cli_open_regular(const char *path, FILE **out, off_t *size)
 {
     EPH_AUTOCLOSE int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
     if (fd < 0)
@@ -381,7 +409,7 @@ static int read_request(const char *path, FILE *stdin_f, json_t **out, char *err
     } else {
         FILE *f;
         off_t size;
-        rc = open_regular(path, &f, &size);
+        rc = eph_cli_open_regular(path, &f, &size);
         if (rc) {
             eph_buf_release(&b);
             return fail(err, errlen, rc, "cannot read '%.200s': %s", path,
@@ -436,7 +464,7 @@ static int read_file_arg(const char *arg, size_t *total, json_t **out, char *err
                     why);
     FILE *f;
     off_t size;
-    int rc = open_regular(local, &f, &size);
+    int rc = eph_cli_open_regular(local, &f, &size);
     if (rc)
         return fail(err, errlen, rc, "cannot read '%.200s': %s", local,
                     rc == -EINVAL ? "not a regular file" : strerror(-rc));
@@ -517,6 +545,8 @@ int eph_cli_run_body(const struct eph_cli_run_opts *o, FILE *stdin_f, json_t **o
         rc = set(body, "web", json_boolean(o->web), err, errlen);
     if (!rc && o->timeout_seconds > 0)
         rc = set(body, "timeout_seconds", json_integer(o->timeout_seconds), err, errlen);
+    if (!rc && o->idle_timeout_seconds > 0)
+        rc = set(body, "idle_timeout_seconds", json_integer(o->idle_timeout_seconds), err, errlen);
     if (!rc && o->max_cost_micros > 0)
         rc = set(body, "max_cost_micros", json_integer(o->max_cost_micros), err, errlen);
     if (!rc && o->model)
@@ -581,7 +611,7 @@ int eph_cli_run_body(const struct eph_cli_run_opts *o, FILE *stdin_f, json_t **o
     if (!rc) {
         /* A replay's prompt is the original's. */
         const char *prompt = json_string_value(json_object_get(body, "prompt"));
-        if ((!prompt || !*prompt) && !json_object_get(body, "replay_of"))
+        if ((!prompt || !*prompt) && !json_object_get(body, "replay_of") && !o->sandbox)
             rc = fail(err, errlen, -EINVAL,
                       "a prompt is required: give --prompt TEXT or a request file with one");
         else if (!json_object_get(body, "max_cost_micros"))

@@ -56,7 +56,7 @@ void eph_cli_sleep_ms(long ms)
 static int fetch_run(struct eph_cli_http *h, const char *id, int wait_s, bool quiet, json_t **run)
 {
     char path[128], prefer[32];
-    snprintf(path, sizeof(path), "/v1/runs/%s", id);
+    snprintf(path, sizeof(path), "%s/%s", eph_cli_collection(id), id);
     snprintf(prefer, sizeof(prefer), "Prefer: wait=%d", wait_s);
     const char *hdrs[] = {prefer, NULL};
     struct eph_cli_request rq = {
@@ -73,7 +73,7 @@ static int fetch_run(struct eph_cli_http *h, const char *id, int wait_s, bool qu
     else if (rc == 0 && !json_is_object(resp.json))
         rc = -EPROTO;
     if (rc == -EPROTO)
-        eph_cli_http_bad_answer(h, "a run");
+        eph_cli_http_bad_answer(h, eph_id_is_sandbox(id) ? "a sandbox" : "a run");
     else if (rc && !(quiet && eph_cli_http_transient(rc)))
         eph_cli_http_report(h, &resp, rc);
     else if (!rc)
@@ -211,10 +211,10 @@ static int follow_poll(struct follow *f, const json_t *first)
             eph_cli_sleep_ms(1000);
         char path[160];
         if (f->r->last_seq >= 0)
-            snprintf(path, sizeof(path), "/v1/runs/%s/events?after=%lld", f->id,
-                     (long long)f->r->last_seq);
+            snprintf(path, sizeof(path), "%s/%s/events?after=%lld", eph_cli_collection(f->id),
+                     f->id, (long long)f->r->last_seq);
         else
-            snprintf(path, sizeof(path), "/v1/runs/%s/events", f->id);
+            snprintf(path, sizeof(path), "%s/%s/events", eph_cli_collection(f->id), f->id);
         struct eph_cli_request rq = {.method = "GET", .path = path};
         struct eph_cli_response resp;
         eph_cli_response_init(&resp);
@@ -256,7 +256,7 @@ static int follow_events(struct eph_cli_http *h, struct eph_cli_render *r, const
     struct follow f = {.h = h, .r = r, .id = id};
     eph_cli_sse_init(&f.sse, SSE_LINE_MAX, SSE_EVENT_MAX, on_sse_event, &f);
     char path[128];
-    snprintf(path, sizeof(path), "/v1/runs/%s/events", id);
+    snprintf(path, sizeof(path), "%s/%s/events", eph_cli_collection(id), id);
     int failures = 0, rc = 0;
     for (;;) {
         char last[48];
@@ -329,16 +329,6 @@ static int follow_events(struct eph_cli_http *h, struct eph_cli_render *r, const
     return rc;
 }
 
-static void print_json(const json_t *j)
-{
-    char *s = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
-    if (s) {
-        puts(s);
-        free(s);
-    }
-    fflush(stdout);
-}
-
 /* Follows a run to its end and prints the timeline, result and cost; the exit status. */
 static int show_live(struct eph_cli_http *h, const json_t *run, const char *id)
 {
@@ -366,102 +356,143 @@ static int show_live(struct eph_cli_http *h, const json_t *run, const char *id)
     return code;
 }
 
-int eph_cli_run(int argc, char **argv)
+/* POSTs body to path ("/v1/runs", "/v1/sandboxes") with an Idempotency-Key (key, or a fresh
+ * one) and, wait_s > 0, Prefer: wait=N; retried once after a transport failure with the same key.
+ * 0 and *id (in resp->json) when the server created it (or answered the first attempt's);
+ * -EAGAIN when nothing could be sent (reported); else the failure, reported. */
+static int create(struct eph_cli_http *h, const char *path, const json_t *body, const char *key,
+                  int wait_s, struct eph_cli_response *resp, const char **id)
 {
-    struct eph_cli_run_opts o;
+    *id = NULL;
+    char *text = json_dumps(body, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    /* A key of our own when none is given, so that the one retry below cannot create a second
+     * one: the server answers it with the first. */
+    char keybuf[37];
+    if (!key && eph_cli_idempotency_key(keybuf) == 0)
+        key = keybuf;
+    if (!text || !key) {
+        fputs(text ? "ephemeral: cannot get random bytes for an idempotency key\n"
+                   : "ephemeral: out of memory\n",
+              stderr);
+        free(text);
+        return -EAGAIN;
+    }
+    char keyhdr[EPH_CLI_IDEMPOTENCY_KEY_MAX + 32], prefer[32];
+    snprintf(keyhdr, sizeof(keyhdr), "Idempotency-Key: %s", key);
+    snprintf(prefer, sizeof(prefer), "Prefer: wait=%d", wait_s);
+    const char *hdrs[] = {keyhdr, wait_s > 0 ? prefer : NULL, NULL};
+    struct eph_cli_request rq = {
+        .method = "POST",
+        .path = path,
+        .body = text,
+        .body_len = strlen(text),
+        .headers = hdrs,
+        .timeout_s = wait_s > 0 ? wait_s + 15 : 0,
+    };
+    int rc = eph_cli_http_do(h, &rq, resp);
+    if (eph_cli_http_transient(rc)) {
+        fprintf(stderr, "ephemeral: %s; retrying once\n", h->error);
+        eph_cli_sleep_ms(1000);
+        rc = eph_cli_http_do(h, &rq, resp);
+    }
+    free(text);
+    bool sandbox = strcmp(path, "/v1/sandboxes") == 0;
+    if (rc == 0 && (resp->status == 200 || resp->status == 201)) {
+        const char *s = json_string_value(json_object_get(resp->json, "id"));
+        if (s && (sandbox ? eph_id_is_sandbox(s) : eph_id_is_run(s))) {
+            *id = s;
+            return 0;
+        }
+        eph_cli_http_bad_answer(h, sandbox ? "a sandbox with an id" : "a run with an id");
+        return -EPROTO;
+    }
+    eph_cli_http_report(h, resp, rc);
+    return rc ? rc : (int)resp->status;
+}
+
+/* The arguments of `run` (or, sandbox, `sandbox create`) into o and the request body. 0, or -1
+ * with *code the exit status (--help printed, a usage error reported; o released). */
+static int parse_request(int argc, char **argv, bool sandbox, struct eph_cli_run_opts *o,
+                         json_t **body, int *code)
+{
+    const char *cmd = sandbox ? "sandbox create" : "run";
     char err[512] = "";
     /* --help anywhere before "--", like every other command. */
     for (int i = 1; i < argc && strcmp(argv[i], "--") != 0; i++)
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            eph_cli_usage(stdout, "run");
-            return EPH_CLI_EXIT_OK;
+            eph_cli_usage(stdout, cmd);
+            *code = EPH_CLI_EXIT_OK;
+            return -1;
         }
-    int rc = eph_cli_run_parse(argc, argv, &o, err, sizeof(err));
-    if (rc) {
-        eph_cli_run_opts_release(&o);
-        return eph_cli_usage_error("run", "%s", err);
-    }
-    json_t *body = NULL;
-    rc = eph_cli_run_body(&o, stdin, &body, err, sizeof(err));
-    if (rc) {
-        eph_cli_run_opts_release(&o);
-        return rc == -EINVAL ? eph_cli_usage_error("run", "%s", err)
-                             : (fprintf(stderr, "ephemeral: %s\n", err), EPH_CLI_EXIT_USAGE);
-    }
-    char *text = json_dumps(body, JSON_COMPACT | JSON_PRESERVE_ORDER);
-    json_decref(body);
-    struct eph_cli_http h;
-    if (!text || eph_cli_http_init(&h)) {
-        free(text);
-        eph_cli_run_opts_release(&o);
-        return EPH_CLI_EXIT_USAGE;
-    }
-    h.json_errors = o.json;
+    int rc = sandbox ? eph_cli_sandbox_parse(argc, argv, o, err, sizeof(err))
+                     : eph_cli_run_parse(argc, argv, o, err, sizeof(err));
+    if (!rc)
+        rc = eph_cli_run_body(o, stdin, body, err, sizeof(err));
+    if (!rc)
+        return 0;
+    eph_cli_run_opts_release(o);
+    if (rc == -EINVAL)
+        *code = eph_cli_usage_error(cmd, "%s", err);
+    else
+        *code = (fprintf(stderr, "ephemeral: %s\n", err), EPH_CLI_EXIT_USAGE);
+    return -1;
+}
 
-    /* A key of our own when none is given, so that the one retry below cannot create a second
-     * run: the server answers it with the first one. */
-    char keybuf[37];
-    const char *key = o.idempotency_key;
-    if (!key) {
-        if (eph_cli_idempotency_key(keybuf)) {
-            fputs("ephemeral: cannot get random bytes for an idempotency key\n", stderr);
-            free(text);
-            eph_cli_http_release(&h);
-            eph_cli_run_opts_release(&o);
-            return EPH_CLI_EXIT_USAGE;
-        }
-        key = keybuf;
+int eph_cli_start(int argc, char **argv, bool sandbox, int wait_s, struct eph_cli_run_opts *o,
+                  struct eph_cli_http *h, struct eph_cli_response *resp, const char **id, int *code)
+{
+    json_t *body = NULL;
+    if (parse_request(argc, argv, sandbox, o, &body, code))
+        return -1;
+    if (eph_cli_http_init(h)) {
+        json_decref(body);
+        eph_cli_run_opts_release(o);
+        *code = EPH_CLI_EXIT_USAGE;
+        return -1;
     }
-    char keyhdr[EPH_CLI_IDEMPOTENCY_KEY_MAX + 32];
-    snprintf(keyhdr, sizeof(keyhdr), "Idempotency-Key: %s", key);
-    const char *hdrs[] = {keyhdr, NULL};
-    struct eph_cli_request rq = {
-        .method = "POST",
-        .path = "/v1/runs",
-        .body = text,
-        .body_len = strlen(text),
-        .headers = hdrs,
-    };
+    h->json_errors = o->json;
+    eph_cli_response_init(resp);
+    int rc = create(h, sandbox ? "/v1/sandboxes" : "/v1/runs", body, o->idempotency_key, wait_s,
+                    resp, id);
+    json_decref(body);
+    if (rc == 0)
+        return 0;
+    *code = rc == -EAGAIN ? EPH_CLI_EXIT_USAGE : eph_cli_http_exit(h);
+    eph_cli_response_release(resp);
+    eph_cli_http_release(h);
+    eph_cli_run_opts_release(o);
+    return -1;
+}
+
+int eph_cli_run(int argc, char **argv)
+{
+    struct eph_cli_run_opts o;
+    struct eph_cli_http h;
     struct eph_cli_response resp;
-    eph_cli_response_init(&resp);
-    rc = eph_cli_http_do(&h, &rq, &resp);
-    if (eph_cli_http_transient(rc)) {
-        fprintf(stderr, "ephemeral: %s; retrying once\n", h.error);
-        eph_cli_sleep_ms(1000);
-        rc = eph_cli_http_do(&h, &rq, &resp);
-    }
-    free(text);
     const char *id = NULL;
-    if (rc == 0 && (resp.status == 200 || resp.status == 201)) {
-        id = json_string_value(json_object_get(resp.json, "id"));
-        if (!id || !eph_id_is_run(id)) {
-            eph_cli_http_bad_answer(&h, "a run with an id");
-            id = NULL;
-        }
-    } else {
-        eph_cli_http_report(&h, &resp, rc);
-    }
-    int code = eph_cli_http_exit(&h);
-    if (id && o.detach) {
+    int code = EPH_CLI_EXIT_USAGE;
+    if (eph_cli_start(argc, argv, false, 0, &o, &h, &resp, &id, &code))
+        return code;
+    if (o.detach) {
         if (o.json)
-            print_json(resp.json);
+            eph_cli_print_json(resp.json);
         else
             printf("%s\n", id);
         code = EPH_CLI_EXIT_OK;
-    } else if (id && o.json) {
+    } else if (o.json) {
         json_t *final = NULL;
         if (wait_final(&h, id, WAIT_RETRIES, &final) == 0) {
-            print_json(final);
+            eph_cli_print_json(final);
             const char *status = json_string_value(json_object_get(final, "status"));
             code = eph_cli_status_exit(status) == 0 ? EPH_CLI_EXIT_OK : EPH_CLI_EXIT_RUN_FAILED;
             json_decref(final);
         } else {
             code = eph_cli_http_exit(&h);
         }
-    } else if (id) {
+    } else {
         code = show_live(&h, resp.json, id);
     }
-    if (id && o.download && code != EPH_CLI_EXIT_UNREACHABLE) {
+    if (o.download && code != EPH_CLI_EXIT_UNREACHABLE) {
         /* Outputs come in every state in which the sandbox still existed. */
         int oc = eph_cli_outputs_fetch(&h, id, o.download);
         if (code == EPH_CLI_EXIT_OK)
@@ -474,7 +505,7 @@ int eph_cli_run(int argc, char **argv)
 }
 
 /* Parses "CMD RUN_ID" (and --help); NULL after printing a usage error. */
-static const char *single_run_id(int argc, char **argv, int *code)
+static const char *single_id(int argc, char **argv, bool sandbox, int *code)
 {
     if (argc == 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
         eph_cli_usage(stdout, argv[0]);
@@ -482,24 +513,25 @@ static const char *single_run_id(int argc, char **argv, int *code)
         return NULL;
     }
     if (argc < 2) {
-        *code = eph_cli_usage_error(argv[0], "a run id is required");
+        *code = eph_cli_usage_error(argv[0],
+                                    sandbox ? "a sandbox id is required" : "a run id is required");
         return NULL;
     }
     if (argc > 2) {
         *code = eph_cli_usage_error(argv[0], "unexpected argument '%.200s'", argv[2]);
         return NULL;
     }
-    if (eph_cli_check_run_id(argv[0], argv[1])) {
+    if (sandbox ? eph_cli_check_sandbox_id(argv[1]) : eph_cli_check_run_id(argv[0], argv[1])) {
         *code = EPH_CLI_EXIT_USAGE;
         return NULL;
     }
     return argv[1];
 }
 
-int eph_cli_watch(int argc, char **argv)
+int eph_cli_watch_kind(int argc, char **argv, bool sandbox)
 {
     int code = EPH_CLI_EXIT_USAGE;
-    const char *id = single_run_id(argc, argv, &code);
+    const char *id = single_id(argc, argv, sandbox, &code);
     if (!id)
         return code;
     struct eph_cli_http h;
@@ -514,6 +546,11 @@ int eph_cli_watch(int argc, char **argv)
     }
     eph_cli_http_release(&h);
     return code;
+}
+
+int eph_cli_watch(int argc, char **argv)
+{
+    return eph_cli_watch_kind(argc, argv, false);
 }
 
 /* Every event of a run, following has_more pages. 0 and a new array, or an error reported. */
@@ -594,7 +631,7 @@ static void show_divergences(const json_t *run, const json_t *events)
 int eph_cli_replay(int argc, char **argv)
 {
     int code = EPH_CLI_EXIT_USAGE;
-    const char *id = single_run_id(argc, argv, &code);
+    const char *id = single_id(argc, argv, false, &code);
     if (!id)
         return code;
     struct eph_cli_http h;
@@ -645,7 +682,7 @@ static int write_chunk(void *arg, const char *data, size_t n)
 int eph_cli_transcript(int argc, char **argv)
 {
     int code = EPH_CLI_EXIT_USAGE;
-    const char *id = single_run_id(argc, argv, &code);
+    const char *id = single_id(argc, argv, false, &code);
     if (!id)
         return code;
     struct eph_cli_http h;

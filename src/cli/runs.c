@@ -26,12 +26,13 @@ static int64_t num(const json_t *o, const char *key)
     return json_is_integer(v) ? (int64_t)json_integer_value(v) : -1;
 }
 
-static void print_json(const json_t *j)
+void eph_cli_print_json(const json_t *j)
 {
     char *s = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
     if (s)
         puts(s);
     free(s);
+    fflush(stdout);
 }
 
 /* "Label        " then the value, made safe for the terminal. */
@@ -102,9 +103,14 @@ static void print_heading(const json_t *run, bool color)
 static void print_times(const json_t *run)
 {
     char buf[1024], a[64];
-    field("Model", str(run, "model"));
+    bool sandbox = eph_id_is_sandbox(str(run, "id") ? str(run, "id") : "");
+    if (!sandbox)
+        field("Model", str(run, "model"));
     field("Created", str(run, "created_at"));
-    field("Started", str(run, "started_at"));
+    if (sandbox)
+        field("Ready", str(run, "ready_at"));
+    else
+        field("Started", str(run, "started_at"));
     const char *finished = str(run, "finished_at");
     span(str(run, "created_at"), finished, a, sizeof(a));
     if (finished && a[0])
@@ -124,7 +130,8 @@ static void print_times(const json_t *run)
 static void print_permissions(const json_t *p)
 {
     char buf[1024], a[64];
-    field("Shell", on_off(p, "shell"));
+    if (json_object_get(p, "shell")) /* a sandbox always has one */
+        field("Shell", on_off(p, "shell"));
     json_t *allow = json_object_get(json_object_get(p, "web"), "allow");
     if (json_is_array(allow)) {
         char list[512];
@@ -142,6 +149,10 @@ static void print_permissions(const json_t *p)
     field("Zero data", buf);
     snprintf(buf, sizeof(buf), "%lld s", (long long)num(p, "timeout_seconds"));
     field("Time limit", buf);
+    if (num(p, "idle_timeout_seconds") >= 0) {
+        snprintf(buf, sizeof(buf), "%lld s", (long long)num(p, "idle_timeout_seconds"));
+        field("Idle limit", buf);
+    }
     money(a, sizeof(a), num(p, "max_cost_micros"));
     snprintf(buf, sizeof(buf), "%s, hard limit", a);
     field("Budget", buf);
@@ -151,6 +162,15 @@ static void print_usage(const json_t *u)
 {
     char buf[1024], t1[32], t2[32], t3[32], tries[48] = "";
     long long calls = num(u, "model_calls"), attempts = num(u, "model_attempts");
+    if (calls < 0) { /* a sandbox: no model */
+        snprintf(buf, sizeof(buf),
+                 "%lld shell commands · %lld web requests · %lld connection "
+                 "requests",
+                 (long long)num(u, "shell_commands"), (long long)num(u, "web_requests"),
+                 (long long)num(u, "connection_requests"));
+        field("Usage", buf);
+        return;
+    }
     if (attempts > calls)
         snprintf(tries, sizeof(tries), " (%lld attempts)", attempts);
     snprintf(buf, sizeof(buf),
@@ -247,7 +267,8 @@ static void print_run(const json_t *run, bool color)
 }
 
 /* Parses "CMD [RUN_ID] [--json]" style arguments shared by get and balance. */
-static int parse_simple(int argc, char **argv, bool want_id, const char **id, bool *json, int *code)
+static int parse_simple(int argc, char **argv, bool want_id, bool sandbox, const char **id,
+                        bool *json, int *code)
 {
     *id = NULL;
     *json = false;
@@ -270,22 +291,23 @@ static int parse_simple(int argc, char **argv, bool want_id, const char **id, bo
         }
     }
     if (want_id && !*id) {
-        *code = eph_cli_usage_error(argv[0], "a run id is required");
+        *code = eph_cli_usage_error(argv[0],
+                                    sandbox ? "a sandbox id is required" : "a run id is required");
         return -1;
     }
-    if (want_id && eph_cli_check_run_id(argv[0], *id)) {
+    if (want_id && (sandbox ? eph_cli_check_sandbox_id(*id) : eph_cli_check_run_id(argv[0], *id))) {
         *code = EPH_CLI_EXIT_USAGE;
         return -1;
     }
     return 0;
 }
 
-int eph_cli_get(int argc, char **argv)
+int eph_cli_get_kind(int argc, char **argv, bool sandbox)
 {
     const char *id;
     bool json;
     int code = EPH_CLI_EXIT_USAGE;
-    if (parse_simple(argc, argv, true, &id, &json, &code))
+    if (parse_simple(argc, argv, true, sandbox, &id, &json, &code))
         return code;
     struct eph_cli_http h;
     if (eph_cli_http_init(&h))
@@ -294,7 +316,7 @@ int eph_cli_get(int argc, char **argv)
     json_t *run = NULL;
     if (eph_cli_fetch_run(&h, id, 0, &run) == 0) {
         if (json)
-            print_json(run);
+            eph_cli_print_json(run);
         else
             print_run(run, eph_cli_color_wanted(stdout));
         code = EPH_CLI_EXIT_OK;
@@ -306,8 +328,17 @@ int eph_cli_get(int argc, char **argv)
     return code;
 }
 
-static const char *const statuses[] = {"queued", "starting",  "running",   "completed",
-                                       "failed", "timed_out", "cancelled", "budget_exhausted"};
+int eph_cli_get(int argc, char **argv)
+{
+    return eph_cli_get_kind(argc, argv, false);
+}
+
+/* The statuses --status takes, of runs and of sandboxes (NULL-terminated). */
+static const char *const run_statuses[] = {"queued",    "starting",         "running",
+                                           "completed", "failed",           "timed_out",
+                                           "cancelled", "budget_exhausted", NULL};
+static const char *const sandbox_statuses[] = {"starting",         "ready",  "stopped", "timed_out",
+                                               "budget_exhausted", "failed", NULL};
 
 /* One GET whose 200 answer is a JSON object. 0 and *out (a new reference), or reported. */
 static int get_object(struct eph_cli_http *h, const char *path, json_t **out)
@@ -329,9 +360,7 @@ static int get_object(struct eph_cli_http *h, const char *path, json_t **out)
     return rc;
 }
 
-/* The value of "--name VALUE" or "--name=VALUE" at argv[*i], or NULL when a is not --name. Sets
- * *missing when --name has no value. */
-static const char *opt_value(int argc, char **argv, int *i, const char *name, bool *missing)
+const char *eph_cli_opt_value(int argc, char **argv, int *i, const char *name, bool *missing)
 {
     const char *a = argv[*i];
     size_t n = strlen(name);
@@ -391,92 +420,124 @@ static void print_run_table(const json_t *data)
     }
 }
 
-int eph_cli_list(int argc, char **argv)
+/* --status S: one of the kind's statuses, or a usage error naming them. */
+static int status_arg(const char *cmd, const char *const *statuses, const char *v, const char **out)
 {
-    long limit = 20;
+    for (size_t k = 0; statuses[k]; k++)
+        if (strcmp(v, statuses[k]) == 0) {
+            *out = statuses[k];
+            return 0;
+        }
+    char all[256] = "";
+    for (size_t k = 0, o = 0; statuses[k] && o < sizeof(all); k++)
+        o += (size_t)snprintf(all + o, sizeof(all) - o, "%s%s", k ? ", " : "", statuses[k]);
+    return eph_cli_usage_error(cmd, "--status must be one of %s, not '%.40s'", all, v);
+}
+
+/* --metadata KEY=VALUE as the API's metadata[KEY]=VALUE filter, appended to query. */
+static int metadata_arg(const char *cmd, const char *v, char *query, size_t qlen)
+{
+    const char *eq = strchr(v, '=');
+    size_t klen = eq ? (size_t)(eq - v) : 0;
+    if (!eq || klen == 0 || klen > 64 || strlen(eq + 1) > 512)
+        return eph_cli_usage_error(
+            cmd, "--metadata needs KEY=VALUE (a key of 1 to 64 bytes), not '%.100s'", v);
+    char key[65], name[256], esc[200];
+    memcpy(key, v, klen);
+    key[klen] = '\0';
+    if (eph_cli_http_escape(key, esc, sizeof(esc)) ||
+        snprintf(name, sizeof(name), "metadata%%5B%s%%5D", esc) >= (int)sizeof(name) ||
+        query_add(query, qlen, name, eq + 1))
+        return eph_cli_usage_error(cmd, "too many --metadata filters");
+    return 0;
+}
+
+/* The arguments of list into the query after limit (status, after and metadata filters, each
+ * escaped). 0, or -1 with *code the exit status (--help, a usage error). */
+static int list_parse(int argc, char **argv, bool sandbox, char *query, size_t qlen, long *limit,
+                      bool *json, int *code)
+{
+    const char *cmd = sandbox ? "sandbox list" : "list";
     const char *status = NULL, *after = NULL;
-    bool json = false;
-    /* The query after limit: status, after and metadata filters, each escaped. */
-    char query[4096] = "";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         bool missing = false;
         const char *v;
+        *code = EPH_CLI_EXIT_USAGE;
         if (strcmp(a, "--json") == 0) {
-            json = true;
+            *json = true;
         } else if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            eph_cli_usage(stdout, "list");
-            return EPH_CLI_EXIT_OK;
-        } else if ((v = opt_value(argc, argv, &i, "--limit", &missing))) {
+            eph_cli_usage(stdout, cmd);
+            *code = EPH_CLI_EXIT_OK;
+            return -1;
+        } else if ((v = eph_cli_opt_value(argc, argv, &i, "--limit", &missing))) {
             char *end;
             errno = 0;
-            limit = strtol(v, &end, 10);
-            if (errno || *end || v[0] < '0' || v[0] > '9' || limit < 1 || limit > 100)
-                return eph_cli_usage_error("list", "--limit must be from 1 to 100, not '%.40s'", v);
-        } else if ((v = opt_value(argc, argv, &i, "--status", &missing))) {
-            size_t k, n = sizeof(statuses) / sizeof(statuses[0]);
-            for (k = 0; k < n && strcmp(v, statuses[k]) != 0; k++)
-                ;
-            if (k == n)
-                return eph_cli_usage_error(
-                    "list",
-                    "--status must be queued, starting, running, completed, failed, timed_out, "
-                    "budget_exhausted or cancelled, not '%.40s'",
-                    v);
-            status = statuses[k];
-        } else if ((v = opt_value(argc, argv, &i, "--after", &missing))) {
-            if (eph_cli_check_run_id("list", v))
-                return EPH_CLI_EXIT_USAGE;
+            *limit = strtol(v, &end, 10);
+            if (errno || *end || v[0] < '0' || v[0] > '9' || *limit < 1 || *limit > 100)
+                return eph_cli_usage_error(cmd, "--limit must be from 1 to 100, not '%.40s'", v),
+                       -1;
+        } else if ((v = eph_cli_opt_value(argc, argv, &i, "--status", &missing))) {
+            if (status_arg(cmd, sandbox ? sandbox_statuses : run_statuses, v, &status))
+                return -1;
+        } else if ((v = eph_cli_opt_value(argc, argv, &i, "--after", &missing))) {
+            if (sandbox ? eph_cli_check_sandbox_id(v) : eph_cli_check_run_id(cmd, v))
+                return -1;
             after = v;
-        } else if ((v = opt_value(argc, argv, &i, "--metadata", &missing))) {
-            const char *eq = strchr(v, '=');
-            size_t klen = eq ? (size_t)(eq - v) : 0;
-            if (!eq || klen == 0 || klen > 64 || strlen(eq + 1) > 512)
-                return eph_cli_usage_error(
-                    "list", "--metadata needs KEY=VALUE (a key of 1 to 64 bytes), not '%.100s'", v);
-            char key[65], name[256];
-            memcpy(key, v, klen);
-            key[klen] = '\0';
-            char esc[200];
-            if (eph_cli_http_escape(key, esc, sizeof(esc)) ||
-                snprintf(name, sizeof(name), "metadata%%5B%s%%5D", esc) >= (int)sizeof(name) ||
-                query_add(query, sizeof(query), name, eq + 1))
-                return eph_cli_usage_error("list", "too many --metadata filters");
+        } else if ((v = eph_cli_opt_value(argc, argv, &i, "--metadata", &missing))) {
+            if (metadata_arg(cmd, v, query, qlen))
+                return -1;
         } else if (missing) {
-            return eph_cli_usage_error("list", "option '%.40s' needs a value", a);
+            return eph_cli_usage_error(cmd, "option '%.40s' needs a value", a), -1;
         } else {
             return eph_cli_usage_error(
-                "list", a[0] == '-' ? "unknown option '%.100s'" : "unexpected argument '%.100s'",
-                a);
+                       cmd,
+                       a[0] == '-' ? "unknown option '%.100s'" : "unexpected argument '%.100s'", a),
+                   -1;
         }
     }
-    if ((status && query_add(query, sizeof(query), "status", status)) ||
-        (after && query_add(query, sizeof(query), "after", after)))
-        return eph_cli_usage_error("list", "the filters are too long");
+    if ((status && query_add(query, qlen, "status", status)) ||
+        (after && query_add(query, qlen, "after", after)))
+        return eph_cli_usage_error(cmd, "the filters are too long"), -1;
+    return 0;
+}
+
+int eph_cli_list_kind(int argc, char **argv, bool sandbox)
+{
+    bool json = false;
+    char query[4096] = "";
+    long limit = 20;
+    int code = EPH_CLI_EXIT_USAGE;
+    if (list_parse(argc, argv, sandbox, query, sizeof(query), &limit, &json, &code))
+        return code;
     struct eph_cli_http h;
     if (eph_cli_http_init(&h))
         return EPH_CLI_EXIT_USAGE;
     h.json_errors = json;
+    const char *noun = sandbox ? "sandboxes" : "runs";
     char path[4200];
-    snprintf(path, sizeof(path), "/v1/runs?limit=%ld%s", limit, query);
+    snprintf(path, sizeof(path), "/v1/%s?limit=%ld%s", noun, limit, query);
     json_t *list = NULL;
-    int code;
     if (get_object(&h, path, &list) == 0) {
         json_t *data = json_object_get(list, "data");
+        char what[32];
+        snprintf(what, sizeof(what), "a list of %s", noun);
         if (!json_is_array(data)) {
-            eph_cli_http_bad_answer(&h, "a list of runs");
+            eph_cli_http_bad_answer(&h, what);
             code = eph_cli_http_exit(&h);
         } else if (json) {
-            print_json(list);
+            eph_cli_print_json(list);
             code = EPH_CLI_EXIT_OK;
         } else {
             print_run_table(data);
             size_t n = json_array_size(data);
             const char *last = n ? str(json_array_get(data, n - 1), "id") : NULL;
+            bool id_ok = last && (sandbox ? eph_id_is_sandbox(last) : eph_id_is_run(last));
             if (n == 0)
-                puts("(no runs)");
-            else if (json_is_true(json_object_get(list, "has_more")) && last && eph_id_is_run(last))
-                printf("(more runs: ephemeral list --after %s)\n", last);
+                printf("(no %s)\n", noun);
+            else if (json_is_true(json_object_get(list, "has_more")) && id_ok)
+                printf("(more %s: ephemeral %s --after %s)\n", noun,
+                       sandbox ? "sandbox list" : "list", last);
             code = EPH_CLI_EXIT_OK;
         }
         json_decref(list);
@@ -487,35 +548,38 @@ int eph_cli_list(int argc, char **argv)
     return code;
 }
 
-int eph_cli_cancel(int argc, char **argv)
+int eph_cli_list(int argc, char **argv)
 {
-    const char *id;
-    bool json;
-    int code = EPH_CLI_EXIT_USAGE;
-    if (parse_simple(argc, argv, true, &id, &json, &code))
-        return code;
+    return eph_cli_list_kind(argc, argv, false);
+}
+
+void eph_cli_show_status(const json_t *o, const char *id)
+{
+    const char *status = str(o, "status");
+    printf("%s ", id);
+    eph_cli_render_text(stdout, status ? status : "?", false, 64);
+    fputc('\n', stdout);
+}
+
+int eph_cli_object_call(const char *method, const char *path, bool json,
+                        void (*show)(const json_t *o, const char *id), const char *id)
+{
     struct eph_cli_http h;
     if (eph_cli_http_init(&h))
         return EPH_CLI_EXIT_USAGE;
     h.json_errors = json;
-    char path[128];
-    snprintf(path, sizeof(path), "/v1/runs/%s/cancel", id);
-    struct eph_cli_request rq = {.method = "POST", .path = path};
+    struct eph_cli_request rq = {.method = method, .path = path};
     struct eph_cli_response resp;
     eph_cli_response_init(&resp);
-    int rc = eph_cli_http_do(&h, &rq, &resp);
-    if (rc == 0 && (resp.status == 200 || resp.status == 202) && json_is_object(resp.json)) {
-        if (json) {
-            print_json(resp.json);
-        } else {
-            const char *status = str(resp.json, "status");
-            printf("%s ", id);
-            eph_cli_render_text(stdout, status ? status : "?", false, 64);
-            fputc('\n', stdout);
-        }
-        code = EPH_CLI_EXIT_OK;
-    } else if (rc == 0 && (resp.status == 200 || resp.status == 202)) {
-        eph_cli_http_bad_answer(&h, "a run");
+    int rc = eph_cli_http_do(&h, &rq, &resp), code = EPH_CLI_EXIT_OK;
+    bool ok = rc == 0 && (resp.status == 200 || resp.status == 202);
+    if (ok && json_is_object(resp.json)) {
+        if (json)
+            eph_cli_print_json(resp.json);
+        else
+            show(resp.json, id);
+    } else if (ok) {
+        eph_cli_http_bad_answer(&h, "json");
         code = eph_cli_http_exit(&h);
     } else {
         eph_cli_http_report(&h, &resp, rc);
@@ -526,12 +590,24 @@ int eph_cli_cancel(int argc, char **argv)
     return code;
 }
 
+int eph_cli_cancel(int argc, char **argv)
+{
+    const char *id;
+    bool json;
+    int code = EPH_CLI_EXIT_USAGE;
+    if (parse_simple(argc, argv, true, false, &id, &json, &code))
+        return code;
+    char path[128];
+    snprintf(path, sizeof(path), "/v1/runs/%s/cancel", id);
+    return eph_cli_object_call("POST", path, json, eph_cli_show_status, id);
+}
+
 int eph_cli_balance(int argc, char **argv)
 {
     const char *id;
     bool json;
     int code = EPH_CLI_EXIT_USAGE;
-    if (parse_simple(argc, argv, false, &id, &json, &code))
+    if (parse_simple(argc, argv, false, false, &id, &json, &code))
         return code;
     struct eph_cli_http h;
     if (eph_cli_http_init(&h))
@@ -540,7 +616,7 @@ int eph_cli_balance(int argc, char **argv)
     json_t *b = NULL;
     if (get_object(&h, "/v1/balance", &b) == 0) {
         if (json) {
-            print_json(b);
+            eph_cli_print_json(b);
         } else {
             char m[64];
             money(m, sizeof(m), num(b, "balance_micros"));

@@ -36,10 +36,24 @@ flags_listed() { # help flags... : every flag appears in the help
         grep -qE -- "(^|[ [|])$f([] =,]|$)" <<<"$help" || fail "the help does not list $f: $help"
     done
 }
-run_flags=$(grep -o '{"--[a-z-]*"' src/cli/request.c | tr -d '{"')
+# request.c's table says which options are run's and which sandbox create's (its last column).
+run_flags=$(grep '{"--[a-z-]*"' src/cli/request.c | grep -v SANDBOX_ONLY | grep -o '{"--[a-z-]*"' | tr -d '{"')
 flags_listed "$(help_of "ephemeral run" "$EPH" run)" $run_flags
+create_flags=$(grep '{"--[a-z-]*"' src/cli/request.c | grep -v RUN_ONLY | grep -o '{"--[a-z-]*"' | tr -d '{"')
+flags_listed "$(help_of "ephemeral sandbox create" "$EPH" sandbox create)" $create_flags
 list_flags=$(grep -o 'opt_value(argc, argv, &i, "--[a-z-]*"' src/cli/runs.c | grep -o -- '--[a-z-]*')
 flags_listed "$(help_of "ephemeral list" "$EPH" list)" $list_flags --json
+flags_listed "$(help_of "ephemeral sandbox list" "$EPH" sandbox list)" $list_flags --json
+exec_flags=$(sed -n '/^static int exec_parse(/,/^}/p' src/cli/sandbox.c | grep -oE '"--[a-z-]*"' | tr -d '"' | sort -u)
+flags_listed "$(help_of "ephemeral sandbox exec" "$EPH" sandbox exec)" $exec_flags
+for cmd in get rm ls; do
+    flags_listed "$(help_of "ephemeral sandbox $cmd" "$EPH" sandbox $cmd)" --json
+done
+for cmd in cp watch; do
+    help_of "ephemeral sandbox $cmd" "$EPH" sandbox $cmd >/dev/null
+done
+help_of "ephemeral sandbox" "$EPH" sandbox >/dev/null
+assert_contains "$("$EPH" sandbox help exec)" "--background" "ephemeral sandbox help exec"
 for cmd in get cancel balance; do
     flags_listed "$(help_of "ephemeral $cmd" "$EPH" $cmd)" --json
 done

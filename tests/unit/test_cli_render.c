@@ -253,6 +253,11 @@ static void test_cost_line(void **state)
     assert_int_equal(eph_cli_render_cost_line(run, line, sizeof(line)), 0);
     assert_string_equal(line, "Model $0.00033 · Web $0.00 · Compute $0.0032");
     json_decref(run);
+    /* A sandbox's cost has no model part, and its line none either. */
+    run = load("{\"cost\":{\"web_micros\":0,\"compute_micros\":2540}}");
+    assert_int_equal(eph_cli_render_cost_line(run, line, sizeof(line)), 0);
+    assert_string_equal(line, "Web $0.00 · Compute $0.00254");
+    json_decref(run);
     run = load("{\"cost\":null}");
     assert_int_equal(eph_cli_render_cost_line(run, line, sizeof(line)), -ENOENT);
     json_decref(run);
@@ -299,6 +304,17 @@ static void test_status(void **state)
     assert_int_equal(eph_cli_status_exit("queued"), -EAGAIN);
     assert_int_equal(eph_cli_status_exit(NULL), -EAGAIN);
     assert_int_equal(eph_cli_status_exit("bogus"), -EAGAIN);
+    /* A sandbox's: stopped is its normal end, ready is live. */
+    assert_int_equal(eph_cli_status_exit("stopped"), 0);
+    assert_int_equal(eph_cli_status_exit("ready"), -EAGAIN);
+    assert_string_equal(eph_cli_status_label("ready"), "Ready");
+    char l[EPH_CLI_LABEL_MAX];
+    assert_string_equal(eph_cli_render_label(NULL, "sandbox", "sandbox.timed_out", NULL, "x", l),
+                        "Timed out");
+    assert_string_equal(eph_cli_render_label(NULL, "sandbox", "sandbox.stopped", NULL, "x", l),
+                        "Stopped");
+    assert_string_equal(eph_cli_render_label(NULL, "sandbox", "sandbox.ready", NULL, "x", l),
+                        "Sandbox");
     assert_string_equal(eph_cli_status_label("budget_exhausted"), "Budget exhausted");
     assert_null(eph_cli_status_label("bogus"));
 }

@@ -402,6 +402,48 @@ static void test_path_rules(void **state)
     assert_false(eph_cli_file_path_ok("./a"));
 }
 
+/* `sandbox create`: run's flags but the run-only ones, a day's time limit, an idle timeout, no
+ * prompt needed. */
+static void test_sandbox(void **state)
+{
+    (void)state;
+    struct eph_cli_run_opts o;
+    char *argv[] = {"create", "--budget",    "0.05",        "--timeout",  "86400", "--idle-timeout",
+                    "60",     "--web-allow", "example.com", "--metadata", "k=v",   "--zdr",
+                    NULL};
+    assert_int_equal(eph_cli_sandbox_parse(12, argv, &o, err, sizeof(err)), 0);
+    json_t *body = NULL;
+    assert_int_equal(eph_cli_run_body(&o, stdin, &body, err, sizeof(err)), 0);
+    char *text = json_dumps(body, JSON_COMPACT | JSON_SORT_KEYS);
+    assert_string_equal(text,
+                        "{\"idle_timeout_seconds\":60,\"max_cost_micros\":50000,"
+                        "\"metadata\":{\"k\":\"v\"},\"timeout_seconds\":86400,"
+                        "\"web\":{\"allow\":[\"example.com\"]},\"zero_data_retention\":true}");
+    free(text);
+    json_decref(body);
+    eph_cli_run_opts_release(&o);
+    static const char *const run_only[] = {"--prompt=x", "--shell",      "--model=m", "--detach",
+                                           "--output=a", "--download=d", "--no-shell"};
+    for (size_t i = 0; i < sizeof(run_only) / sizeof(run_only[0]); i++) {
+        char *a[] = {"create", (char *)run_only[i], NULL};
+        assert_int_equal(eph_cli_sandbox_parse(2, a, &o, err, sizeof(err)), -EINVAL);
+        assert_non_null(strstr(err, "is an option of `ephemeral run`"));
+        eph_cli_run_opts_release(&o);
+    }
+    char *idle[] = {"run", "--idle-timeout", "5", NULL};
+    assert_int_equal(eph_cli_run_parse(3, idle, &o, err, sizeof(err)), -EINVAL);
+    assert_non_null(strstr(err, "`ephemeral sandbox create`"));
+    eph_cli_run_opts_release(&o);
+    char *longer[] = {"run", "--timeout", "3601", NULL};
+    assert_int_equal(eph_cli_run_parse(3, longer, &o, err, sizeof(err)), -EINVAL);
+    eph_cli_run_opts_release(&o);
+    char *nobudget[] = {"create", NULL};
+    assert_int_equal(eph_cli_sandbox_parse(1, nobudget, &o, err, sizeof(err)), 0);
+    assert_int_equal(eph_cli_run_body(&o, stdin, &body, err, sizeof(err)), -EINVAL);
+    assert_non_null(strstr(err, "a budget is required"));
+    eph_cli_run_opts_release(&o);
+}
+
 static void test_idempotency_key(void **state)
 {
     char a[37], b[37];
@@ -427,6 +469,7 @@ int main(void)
         cmocka_unit_test(test_body_errors),     cmocka_unit_test(test_files),
         cmocka_unit_test(test_files_too_large), cmocka_unit_test(test_too_many_files),
         cmocka_unit_test(test_path_rules),      cmocka_unit_test(test_idempotency_key),
+        cmocka_unit_test(test_sandbox),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
