@@ -88,7 +88,7 @@ SANDBOX_CLI_OBJ := $(OBJ)/src/daemon/sandbox_main.o $(OBJ)/src/daemon/sandbox_cm
 
 BINS := $(BUILD)/ephemerald $(BUILD)/ephemeral $(BUILD)/ephemeral-init $(GVISOR_COMPAT) $(SANDBOX_CLI)
 
-.PHONY: all deps test unit blackbox demo image bench lint format fuzz clean install
+.PHONY: all deps test unit blackbox demo image bench lint format fuzz faults clean install
 # A failed recipe leaves no half-written target that a later make would take as up to date.
 .DELETE_ON_ERROR:
 all: deps $(BINS)
@@ -271,3 +271,8 @@ install: all
 .PHONY: check-providers
 check-providers: all
 	$(Q)BUILD=$(BUILD) tests/providers/check_providers.sh
+
+# Allocation-failure injection (tests/faults/, docs/HACKING.md): each fault point's driver with
+# the Nth allocation failed, N = 1, 2, ... until it completes.
+faults:
+	$(Q)tests/faults/run.sh $(BUILD)/faults
