@@ -2,9 +2,11 @@
 EPHEMERAL_URL, EPHEMERAL_API_KEY (a member key), EPHEMERAL_ADMIN_KEY and EPHEMERAL_SEED (the
 seed example's request.json)); stand-in servers in front of it cut streams and answer 503."""
 
+import http.server
 import json
 import os
 import threading
+import time
 import unittest
 import uuid
 from typing import Any, Dict, List
@@ -133,6 +135,64 @@ class TestServer(unittest.TestCase):
         self.assertEqual(timeline, [e.type for e in sbx.events(box.id, follow=False)])
         with self.assertRaises(ephemeral.NotFoundError):
             sbx.get("sbx_" + "0" * 32)
+
+    def test_webhook_delivery_verified(self) -> None:
+        """A receiver on loopback: the ended run's delivery arrives signed, verify_signature
+        accepts it with the endpoint's secret, a first answer of 500 is retried with the same
+        event id, and the delivery's history shows both attempts."""
+        got: List[Dict[str, Any]] = []
+        arrived = threading.Condition()
+        want: Dict[str, str] = {}
+
+        class Receiver(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 (the library's name)
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                event = json.loads(body)
+                mine = event["data"].get("id") == want.get("run")
+                with arrived:
+                    if mine:
+                        got.append({"body": body, "event": event,
+                                    "signature": self.headers.get("Ephemeral-Signature")})
+                    first = mine and len(got) == 1
+                    arrived.notify_all()
+                self.send_response(500 if first else 200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        hook = self.admin.webhooks.create(f"http://127.0.0.1:{server.server_address[1]}/hook",
+                                          events=["run.completed"])
+        try:
+            with arrived:
+                run = self.client.runs.create(**seed())
+                want["run"] = run.id
+            with arrived:
+                self.assertTrue(arrived.wait_for(lambda: len(got) >= 2, timeout=120), got)
+            for delivery in got[:2]:
+                ephemeral.verify_signature(delivery["body"], delivery["signature"], hook.secret)
+                with self.assertRaises(ephemeral.SignatureVerificationError):
+                    ephemeral.verify_signature(delivery["body"], delivery["signature"],
+                                               hook.secret + "x")
+            first, second = got[0]["event"], got[1]["event"]
+            self.assertEqual(first["id"], second["id"], "a retry keeps the event id")
+            self.assertEqual((first["type"], first["data"]["status"]),
+                             ("run.completed", "completed"))
+            # The second attempt is recorded once its answer is read: wait for the record.
+            deadline = time.monotonic() + 60
+            detail = self.admin.webhooks.delivery(hook.id, first["id"])
+            while detail.status != "delivered" and time.monotonic() < deadline:
+                time.sleep(0.05)
+                detail = self.admin.webhooks.delivery(hook.id, first["id"])
+            attempts = [(a.outcome, a.http_status) for a in detail.history]
+            self.assertEqual(attempts[:2], [("retried", 500), ("delivered", 200)], detail)
+        finally:
+            self.admin.webhooks.delete(hook.id)
+            server.shutdown()
+            server.server_close()
 
     def test_not_found_is_a_typed_error(self) -> None:
         missing = "run_" + "0" * 32
