@@ -88,14 +88,14 @@ SANDBOX_CLI_OBJ := $(OBJ)/src/daemon/sandbox_main.o $(OBJ)/src/daemon/sandbox_cm
 
 BINS := $(BUILD)/ephemerald $(BUILD)/ephemeral $(BUILD)/ephemeral-init $(GVISOR_COMPAT) $(SANDBOX_CLI)
 
-.PHONY: all deps test unit blackbox demo image bench lint format fuzz faults clean install
+.PHONY: all deps test unit unit-bins blackbox demo image bench lint format fuzz faults clean install
 # A failed recipe leaves no half-written target that a later make would take as up to date.
 .DELETE_ON_ERROR:
 all: deps $(BINS)
 
 # Installs missing Debian packages (quiet when everything is there): the groups the goals need, so
 # that `make test` has them before the image is built (its microVM disk needs e2fsprogs).
-DEPS_GROUPS := build $(if $(filter test blackbox,$(MAKECMDGOALS)),test) \
+DEPS_GROUPS := build $(if $(filter test blackbox faults,$(MAKECMDGOALS)),test) \
         $(filter demo bench lint fuzz,$(MAKECMDGOALS))
 deps:
 	$(Q)scripts/setup-deps.sh $(DEPS_GROUPS)
@@ -181,18 +181,45 @@ $(GVISOR_COMPAT): src/guest/gvisor/statx_compat.c $(BUILD)/.flags
 
 # What the server's unit tests share: the fake sandbox backend (tests/fake_sandbox.h).
 TEST_LIB_OBJ := $(OBJ)/tests/fake_sandbox.o
-$(BUILD)/tests/%: tests/unit/%.c $(DAEMON_LIB_OBJ) $(TEST_LIB_OBJ) $(BUILD)/.flags
-	$(Q)mkdir -p $(dir $@)
-	@echo "  TEST    $@"
-	$(Q)$(CC) $(CFLAGS_ALL) -Itests $(LDFLAGS_ALL) -o $@ $< $(DAEMON_LIB_OBJ) $(TEST_LIB_OBJ) \
-		$(LIBS) -lcmocka
-
 # The client's unit tests link the client's objects instead of the server's.
 CLI_LIB_OBJ := $(filter-out $(OBJ)/src/cli/main.o,$(CLI_OBJ))
-$(BUILD)/tests/test_cli_%: tests/unit/test_cli_%.c $(CLI_LIB_OBJ) $(BUILD)/.flags
+
+# FAULTS=1 (make faults): the project's objects become one relocatable object whose calls to
+# what can fail for lack of resources go to tests/faults/fault.c, which fails the Nth on request;
+# the tests' own calls stay real.
+FAULT_WRAPPED := malloc calloc realloc strdup strndup asprintf vasprintf pthread_create \
+        json_object json_array json_string json_stringn json_integer json_real json_deep_copy \
+        json_object_set_new json_object_update json_array_append_new json_array_extend json_pack \
+        json_dumps json_dumpb json_dump_file json_loads json_loadb json_load_file
+ifneq ($(FAULTS),)
+UNIT_DAEMON_OBJ := $(OBJ)/faults/daemon.o $(OBJ)/tests/faults/fault.o
+UNIT_CLI_OBJ := $(OBJ)/faults/cli.o $(OBJ)/tests/faults/fault.o
+UNIT_LDFLAGS := -Wl,--wrap=_cmocka_run_group_tests,--wrap=_skip -ldl
+$(OBJ)/faults/daemon.o: $(DAEMON_LIB_OBJ)
+	$(Q)mkdir -p $(dir $@)
+	@echo "  LD -r   $@"
+	$(Q)$(LD) -r $(addprefix --wrap=,$(FAULT_WRAPPED)) -o $@ $^
+$(OBJ)/faults/cli.o: $(CLI_LIB_OBJ)
+	$(Q)mkdir -p $(dir $@)
+	@echo "  LD -r   $@"
+	$(Q)$(LD) -r $(addprefix --wrap=,$(FAULT_WRAPPED)) -o $@ $^
+else
+UNIT_DAEMON_OBJ := $(DAEMON_LIB_OBJ)
+UNIT_CLI_OBJ := $(CLI_LIB_OBJ)
+UNIT_LDFLAGS :=
+endif
+
+$(BUILD)/tests/%: tests/unit/%.c $(UNIT_DAEMON_OBJ) $(TEST_LIB_OBJ) $(BUILD)/.flags
 	$(Q)mkdir -p $(dir $@)
 	@echo "  TEST    $@"
-	$(Q)$(CC) $(CFLAGS_ALL) -Itests $(LDFLAGS_ALL) -o $@ $< $(CLI_LIB_OBJ) $(LIBS) -lcmocka
+	$(Q)$(CC) $(CFLAGS_ALL) -Itests $(LDFLAGS_ALL) -o $@ $< $(UNIT_DAEMON_OBJ) $(TEST_LIB_OBJ) \
+		$(LIBS) -lcmocka $(UNIT_LDFLAGS)
+
+$(BUILD)/tests/test_cli_%: tests/unit/test_cli_%.c $(UNIT_CLI_OBJ) $(BUILD)/.flags
+	$(Q)mkdir -p $(dir $@)
+	@echo "  TEST    $@"
+	$(Q)$(CC) $(CFLAGS_ALL) -Itests $(LDFLAGS_ALL) -o $@ $< $(UNIT_CLI_OBJ) $(LIBS) -lcmocka \
+		$(UNIT_LDFLAGS)
 
 test: all image $(UNIT_BIN)
 	$(Q)tests/run.sh $(BUILD)
@@ -272,7 +299,12 @@ install: all
 check-providers: all
 	$(Q)BUILD=$(BUILD) tests/providers/check_providers.sh
 
-# Allocation-failure injection (tests/faults/, docs/HACKING.md): each fault point's driver with
-# the Nth allocation failed, N = 1, 2, ... until it completes.
-faults:
-	$(Q)tests/faults/run.sh $(BUILD)/faults
+# Allocation-failure injection (tests/faults/, docs/HACKING.md): every unit test binary, built
+# with the sanitizers and the injector, each test with its Nth call failed, N = 1, 2, ... until
+# it completes. FAULTS_ONLY=PATTERN picks binaries.
+faults: deps
+	$(Q)$(MAKE) --no-print-directory BUILD=$(BUILD)/faults SANITIZE=address,undefined FAULTS=1 \
+		unit-bins
+	$(Q)tests/faults/run.sh $(BUILD)/faults $(FAULTS_ONLY)
+
+unit-bins: $(UNIT_BIN)

@@ -1,12 +1,31 @@
 #!/bin/bash
-# The allocation-failure harness (tests/faults/) works: an injected failure is hit and reported
-# as an error, and a crash planted on a failure path makes the harness fail.
+# The allocation-failure harness (tests/faults/) works: built as make faults builds the unit tests
+# (the code under test through ld -r --wrap, the sanitizers), it fails each of the sample's two
+# calls and finds them reported; a crash and a leak planted on a failure path are problems that
+# fail the run, named with the call that found them.
 set -u
 out=${TEST_TMP:-$(mktemp -d)}/faults
-log=$("$TOP/tests/faults/run.sh" "$out" 2>&1) || { echo "harness failed on the clean driver: $log"; exit 1; }
-grep -q '2 allocation failures survived' <<<"$log" || { echo "no injected failure was hit: $log"; exit 1; }
-if FAULT_PLANT_CRASH=1 "$TOP/tests/faults/run.sh" "$out" >"$out.crash" 2>&1; then
-    echo "a planted crash was not caught"; cat "$out.crash"; exit 1
-fi
-grep -q '^FAIL .* at allocation 2: exit 134' "$out.crash" || { echo "wrong report:"; cat "$out.crash"; exit 1; }
+mkdir -p "$out"
+san="-fsanitize=address,undefined -fno-omit-frame-pointer -g -O1"
+wrap=$(sed -n '/^FAULT_WRAPPED :=/,/[^\\]$/p' "$TOP/Makefile" | sed 's/^FAULT_WRAPPED :=//; s/\\//g' | tr -s ' \n' ' ')
+[ -n "$wrap" ] || { echo "FAULT_WRAPPED not found in the Makefile"; exit 1; }
+cc $san -c -o "$out/sample.o" "$TOP/tests/faults/sample.c" || exit 1
+# shellcheck disable=SC2046 # one --wrap per word
+ld -r $(printf -- '--wrap=%s ' $wrap) -o "$out/code.o" "$out/sample.o" || exit 1
+cc $san -D_GNU_SOURCE -o "$out/selftest" "$TOP/tests/faults/selftest.c" "$TOP/tests/faults/fault.c" \
+    "$out/code.o" -Wl,--wrap=_cmocka_run_group_tests,--wrap=_skip -ljansson -lcmocka -ldl -lpthread ||
+    exit 1
+export FAULTS=1 ASAN_OPTIONS=abort_on_error=1:detect_leaks=1:handle_abort=0
+"$out/selftest" >"$out/clean" 2>&1 || { echo "the clean sample fails:"; cat "$out/clean"; exit 1; }
+grep -q 'test_pair: 2 calls, 2 failure points' "$out/clean" || { echo "not both calls failed:"; cat "$out/clean"; exit 1; }
+grep -q '2 failure points injected (0 absorbed, 2 reported; 0 tests sampled), 0 problems' "$out/clean" ||
+    { echo "wrong summary:"; cat "$out/clean"; exit 1; }
+for plant in crash leak; do
+    if FAULT_PLANT=$plant "$out/selftest" >"$out/$plant" 2>&1; then
+        echo "a planted $plant was not caught:"; cat "$out/$plant"; exit 1
+    fi
+    case $plant in crash) want='call 2 of 2 failed: crashed' ;; leak) want='call 2 of 2 failed: leaked' ;; esac
+    grep -q "^FAULT selftest/test_pair: $want" "$out/$plant" || { echo "wrong report for $plant:"; cat "$out/$plant"; exit 1; }
+    grep -q 'sample_pair.*sample.c' "$out/$plant" || { echo "the failing call's stack is not shown:"; cat "$out/$plant"; exit 1; }
+done
 echo "harness ok"
