@@ -196,10 +196,8 @@ UNIT_DAEMON_OBJ := $(OBJ)/faults/daemon.o $(OBJ)/tests/faults/fault.o
 UNIT_CLI_OBJ := $(OBJ)/faults/cli.o $(OBJ)/tests/faults/fault.o
 UNIT_LDFLAGS := -Wl,--wrap=_cmocka_run_group_tests,--wrap=_skip -ldl
 $(OBJ)/faults/daemon.o: $(DAEMON_LIB_OBJ)
-	$(Q)mkdir -p $(dir $@)
-	@echo "  LD -r   $@"
-	$(Q)$(LD) -r $(addprefix --wrap=,$(FAULT_WRAPPED)) -o $@ $^
 $(OBJ)/faults/cli.o: $(CLI_LIB_OBJ)
+$(OBJ)/faults/daemon.o $(OBJ)/faults/cli.o:
 	$(Q)mkdir -p $(dir $@)
 	@echo "  LD -r   $@"
 	$(Q)$(LD) -r $(addprefix --wrap=,$(FAULT_WRAPPED)) -o $@ $^

@@ -1,8 +1,8 @@
 #!/bin/bash
 # The allocation-failure harness (tests/faults/) works: built as make faults builds the unit tests
 # (the code under test through ld -r --wrap, the sanitizers), it fails each of the sample's two
-# calls and finds them reported; a crash and a leak planted on a failure path are problems that
-# fail the run, named with the call that found them.
+# calls and finds them reported; a crash, a leak and a hang planted on a failure path are problems
+# that fail the run, named with the call that found them.
 set -u
 out=${TEST_TMP:-$(mktemp -d)}/faults
 mkdir -p "$out"
@@ -20,11 +20,12 @@ export FAULTS=1 ASAN_OPTIONS=abort_on_error=1:detect_leaks=1:handle_abort=0
 grep -q 'test_pair: 2 calls, 2 failure points' "$out/clean" || { echo "not both calls failed:"; cat "$out/clean"; exit 1; }
 grep -q '2 failure points injected (0 absorbed, 2 reported; 0 tests sampled), 0 problems' "$out/clean" ||
     { echo "wrong summary:"; cat "$out/clean"; exit 1; }
-for plant in crash leak; do
-    if FAULT_PLANT=$plant "$out/selftest" >"$out/$plant" 2>&1; then
+for plant in crash leak hang; do
+    if FAULT_PLANT=$plant FAULT_TIMEOUT=1 "$out/selftest" >"$out/$plant" 2>&1; then
         echo "a planted $plant was not caught:"; cat "$out/$plant"; exit 1
     fi
-    case $plant in crash) want='call 2 of 2 failed: crashed' ;; leak) want='call 2 of 2 failed: leaked' ;; esac
+    case $plant in crash) want='call 2 of 2 failed: crashed' ;; leak) want='call 2 of 2 failed: leaked' ;;
+        hang) want='call 2 of 2 failed: hung' ;; esac
     grep -q "^FAULT selftest/test_pair: $want" "$out/$plant" || { echo "wrong report for $plant:"; cat "$out/$plant"; exit 1; }
     grep -q 'sample_pair.*sample.c' "$out/$plant" || { echo "the failing call's stack is not shown:"; cat "$out/$plant"; exit 1; }
 done

@@ -10,7 +10,7 @@ logs=$build/fault-logs
 mkdir -p "$logs"
 export FAULTS=1
 # A sanitizer report ends the child with a signal the harness sees; leaks are checked by the
-# harness at the failure, not at exit (a child ends with _exit).
+# harness when the body ends (with the test's stack still there), not at the child's exit.
 export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1:handle_abort=0}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:abort_on_error=1}
 
@@ -20,7 +20,7 @@ one() { # binary
     log=$logs/$name.log
     "$1" >"$log" 2>&1
     rc=$?
-    grep -h '^faults: [^/]*: ' "$log" | sed "s|^faults: |faults: $name: |"
+    grep -h '^faults: [^/]*: ' "$log" # the binary's summary line, named after it
     if [ $rc -ne 0 ]; then
         echo "FAIL $name (exit $rc):"
         grep -A120 '^FAULT ' "$log" | head -n 400

@@ -1,9 +1,10 @@
 /* What the harness's self-test fails calls in (tests/blackbox/faults_selftest.sh): copies two
  * strings with two allocations. FAULT_PLANT picks a bug for the second one's failure path:
- * "crash" uses the NULL, "leak" drops the first copy. */
+ * "crash" uses the NULL, "leak" drops the first copy, "hang" never returns. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 int sample_pair(const char *a, const char *b, char **oa, char **ob);
 
@@ -20,6 +21,8 @@ int sample_pair(const char *a, const char *b, char **oa, char **ob)
             char *volatile p = y;
             p[0] = 0;
         }
+        while (plant && strcmp(plant, "hang") == 0)
+            pause();
         if (!plant || strcmp(plant, "leak") != 0)
             free(x);
         return -ENOMEM;
