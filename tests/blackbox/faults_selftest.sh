@@ -6,13 +6,14 @@
 set -u
 out=${TEST_TMP:-$(mktemp -d)}/faults
 mkdir -p "$out"
-san="-fsanitize=address,undefined -fno-omit-frame-pointer -g -O1"
+# shellcheck disable=SC2054 # the comma belongs to the option
+san=(-fsanitize=address,undefined -fno-omit-frame-pointer -g -O1)
 wrap=$(sed -n '/^FAULT_WRAPPED :=/,/[^\\]$/p' "$TOP/Makefile" | sed 's/^FAULT_WRAPPED :=//; s/\\//g' | tr -s ' \n' ' ')
 [ -n "$wrap" ] || { echo "FAULT_WRAPPED not found in the Makefile"; exit 1; }
-cc $san -c -o "$out/sample.o" "$TOP/tests/faults/sample.c" || exit 1
-# shellcheck disable=SC2046 # one --wrap per word
-ld -r $(printf -- '--wrap=%s ' $wrap) -o "$out/code.o" "$out/sample.o" || exit 1
-cc $san -D_GNU_SOURCE -o "$out/selftest" "$TOP/tests/faults/selftest.c" "$TOP/tests/faults/fault.c" \
+cc "${san[@]}" -c -o "$out/sample.o" "$TOP/tests/faults/sample.c" || exit 1
+read -ra names <<<"$wrap"
+ld -r "${names[@]/#/--wrap=}" -o "$out/code.o" "$out/sample.o" || exit 1
+cc "${san[@]}" -D_GNU_SOURCE -o "$out/selftest" "$TOP/tests/faults/selftest.c" "$TOP/tests/faults/fault.c" \
     "$out/code.o" -Wl,--wrap=_cmocka_run_group_tests,--wrap=_skip -ljansson -lcmocka -ldl -lpthread ||
     exit 1
 export FAULTS=1 ASAN_OPTIONS=abort_on_error=1:detect_leaks=1:handle_abort=0

@@ -38,6 +38,7 @@ for t in "$build"/tests/test_*; do
     bins+=("$t")
 done
 [ ${#bins[@]} -gt 0 ] || { echo "no unit test binary in $build/tests"; exit 1; }
+# shellcheck disable=SC2016 # $1 is the inner shell's
 printf '%s\n' "${bins[@]}" | xargs -P 2 -I{} bash -c 'one "$1"' _ {} | tee "$logs/summary"
 failed=$(grep -c '^FAIL ' "$logs/summary")
 sum() { sed -n "$1" "$logs/summary" | awk '{ n += $1 } END { print n + 0 }'; }
