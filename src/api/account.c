@@ -153,10 +153,15 @@ int eph_api_metrics(struct eph_api_req *req)
                              "# HELP ephemeral_sandboxes_live Sandboxes a caller drives that "
                              "this node serves (starting or ready).\n"
                              "# TYPE ephemeral_sandboxes_live gauge\n"
-                             "ephemeral_sandboxes_live %u\n",
+                             "ephemeral_sandboxes_live %u\n"
+                             "# HELP ephemeral_forwarded_calls Calls for sandboxes another node "
+                             "serves, being sent on to it.\n"
+                             "# TYPE ephemeral_forwarded_calls gauge\n"
+                             "ephemeral_forwarded_calls %u\n",
                              store_ok ? 1 : 0, eph_scheduler_queue_depth(req->svc->sched),
                              eph_scheduler_running(req->svc->sched),
-                             eph_api_parked_count(req->parker), eph_drives_count(req->svc->drives));
+                             eph_api_parked_count(req->parker), eph_drives_count(req->svc->drives),
+                             eph_api_forwarded_count(req->forwarder));
     if (!rc)
         rc = eph_metrics_render(&b);
     if (rc) {

@@ -73,12 +73,24 @@ enum eph_api_park_result eph_api_park(struct eph_api_parker *p, struct eph_api_w
 /* Parked connections (tests and metrics). */
 unsigned eph_api_parked_count(struct eph_api_parker *p);
 
+/* Calls for a sandbox another node serves, sent on to it (forward.c): one forwarder per API
+ * server. stop ends every transfer and waits for their threads (before MHD is stopped: it
+ * resumes the connections they hold); free stops it if needed. */
+struct eph_api_forwarder;
+struct eph_api_forward;
+int eph_api_forwarder_new(struct eph_api_forwarder **out);
+void eph_api_forwarder_stop(struct eph_api_forwarder *f);
+void eph_api_forwarder_free(struct eph_api_forwarder *f);
+/* Calls being sent on now (metrics). */
+unsigned eph_api_forwarded_count(struct eph_api_forwarder *f);
+
 /* ---- for the resource files ---- */
 
 struct eph_api_req {
     struct eph_service *svc;
-    struct eph_api_parker *parker; /* the server's */
-    struct eph_api_guard *guard;   /* the server's (api/guard.h); NULL in tests without one */
+    struct eph_api_parker *parker;       /* the server's */
+    struct eph_api_forwarder *forwarder; /* the server's; NULL: calls are not sent on */
+    struct eph_api_guard *guard;         /* the server's (api/guard.h); NULL in tests without one */
     struct MHD_Connection *conn;
     const char *method;
     const char *path;  /* without the query string */
@@ -116,8 +128,21 @@ struct eph_api_req {
     /* A sandbox's call this request waits for or streams (a reference, released when the
      * request ends; run/drive.h). */
     struct eph_drive_op *op;
-    void *stream; /* a command's event stream (sandboxes.c) */
+    void *stream;                    /* a command's event stream (sandboxes.c) */
+    struct eph_api_forward *forward; /* a call sent on to another node, released at the end */
 };
+
+/* Sends req on to the node named node, whose API is at base_url, and answers with what it
+ * answers (parked meanwhile; req->run_id names the sandbox). 503 node_unavailable when it cannot
+ * be reached or too many calls are on their way. */
+int eph_api_forward(struct eph_api_req *req, const char *base_url, const char *node);
+/* This node's URL for the others (docs/DEPLOY.md): configured (node_url, checked: http(s), a
+ * host and a port, no user, path, query or fragment; -EINVAL with err), else http:// and the
+ * listening address with the port listened on, host_name for a wildcard address. */
+int eph_api_node_url(const char *configured, const char *listen, uint16_t port,
+                     const char *host_name, char *out, size_t len, char *err, size_t errlen);
+/* The request is over: the transfer ends if it still runs. */
+void eph_api_forward_release(struct eph_api_forward *fw);
 
 /* Answers with a JSON body (steals body). extra_header/value may be NULL. */
 int eph_api_reply_json(struct eph_api_req *req, unsigned status, json_t *body,

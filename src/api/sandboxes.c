@@ -836,12 +836,49 @@ static int files(struct eph_api_req *req, const char *id, const char *path)
 
 /* ---- the routes under /v1/sandboxes/{id}/ ---- */
 
+/* A call that needs the sandbox itself, for a live sandbox another node serves, is sent on to
+ * that node (forward.c); true when answered here (forwarded, 404, a store failure). A call that
+ * was already sent on once, or for a node that never said where it is, goes on here, to the
+ * answers of drive_of. */
+static bool sent_on(struct eph_api_req *req, const char *id)
+{
+    struct eph_drive *d = eph_drive_get(req->svc->drives, id);
+    if (d) {
+        eph_drive_put(d);
+        return false;
+    }
+    struct eph_run r;
+    if (!load(req, id, &r))
+        return true;
+    bool ended = eph_run_status_terminal(r.status);
+    char node[sizeof(r.node_id)];
+    snprintf(node, sizeof(node), "%s", r.node_id);
+    eph_run_release(&r);
+    if (ended || !node[0] || !strcmp(node, req->svc->node_id) ||
+        eph_api_header(req, "Ephemeral-Forwarded"))
+        return false;
+    char url[512];
+    struct eph_store *st = req->svc->store;
+    int rc = st->ops->node_url(st, node, url, sizeof(url));
+    if (rc == -ENOENT || rc == -ENAMETOOLONG)
+        return false;
+    if (rc) {
+        eph_api_reply_store_unavailable(req);
+        return true;
+    }
+    snprintf(req->run_id, sizeof(req->run_id), "%s", id);
+    eph_api_forward(req, url, node);
+    return true;
+}
+
 int eph_api_sandboxes_sub(struct eph_api_req *req, const char *id)
 {
     /* The tail after the id: /events, /commands, /files or /files/{path} (server.c matched it). */
     const char *tail = req->path + strlen("/v1/sandboxes/") + strlen(id);
     if (!strcmp(tail, "/events"))
         return eph_api_events(req, id, EPH_KIND_SANDBOX);
+    if (sent_on(req, id))
+        return req->answered || req->parked ? MHD_YES : MHD_NO;
     if (!strcmp(tail, "/commands"))
         return commands_create(req, id);
     if (!strncmp(tail, "/commands/", 10))

@@ -30,6 +30,7 @@ struct eph_api {
     struct MHD_Daemon *mhd;
     struct eph_service *svc;
     struct eph_api_parker *parker;
+    struct eph_api_forwarder *forwarder;
     struct eph_api_inflight *inflight; /* creates holding their idempotency key (reply.c) */
     /* Connection places and the reading deadline (guard.h); its thread ends the connections
      * past their deadline. */
@@ -366,6 +367,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             return MHD_NO;
         req->svc = api->svc;
         req->parker = api->parker;
+        req->forwarder = api->forwarder;
         req->guard = api->guard;
         req->inflight = api->inflight;
         req->conn = conn;
@@ -431,6 +433,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **state,
         eph_api_idem_finish(req, 499, NULL);
     eph_live_put(req->live);
     eph_drive_op_put(req->op);
+    eph_api_forward_release(req->forward);
     eph_buf_release(&req->body);
     free(req);
     *state = NULL;
@@ -526,6 +529,7 @@ static void api_free(struct eph_api *api)
         pthread_mutex_destroy(&api->guard_lock);
     }
     eph_api_park_free(api->parker);
+    eph_api_forwarder_free(api->forwarder);
     eph_api_inflight_free(api->inflight);
     free(api);
 }
@@ -609,6 +613,11 @@ int eph_api_start(struct eph_service *svc, struct eph_api **out, char *err, size
         free(api);
         return prc;
     }
+    if ((prc = eph_api_forwarder_new(&api->forwarder))) {
+        snprintf(err, errlen, "cannot make the forwarder: %s", strerror(-prc));
+        api_free(api);
+        return prc;
+    }
     if ((prc = eph_api_inflight_new(&api->inflight)) || (prc = guard_start(api))) {
         snprintf(err, errlen, "cannot start the connection guard: %s", strerror(-prc));
         api_free(api);
@@ -647,5 +656,6 @@ void eph_api_stop(struct eph_api *api)
     /* MHD must not be stopped with a suspended connection: resume them all first (they answer
      * with what they have), and nothing parks after this. */
     eph_api_park_stop(api->parker);
+    eph_api_forwarder_stop(api->forwarder);
     api_free(api);
 }

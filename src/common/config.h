@@ -62,6 +62,8 @@ struct eph_config {
     unsigned idempotency_ttl_seconds; /* 86400: how long an Idempotency-Key is remembered */
     unsigned sse_keepalive_seconds;   /* 15: comment lines on an idle event stream */
     char *node_id;                    /* NULL: the host name; names this node's run leases */
+    char *node_url;                   /* NULL: http://<listen> (the host name for a wildcard
+                                         address): where the other nodes reach this API */
     unsigned lease_seconds;           /* 30: a run whose lease is older is lost (worker_lost) */
     unsigned lease_renew_seconds;     /* 10: renewal and compute checkpoint interval */
     unsigned db_pool_size;            /* 4: PostgreSQL connections per node */

@@ -120,6 +120,7 @@ void eph_config_release(struct eph_config *cfg)
     free(cfg->default_model);
     free(cfg->secret_key_file);
     free(cfg->node_id);
+    free(cfg->node_url);
     free(cfg->on_unready);
     for (size_t i = 0; i < cfg->broker.nallow_private_cidrs; i++)
         free(cfg->broker.allow_private_cidrs[i]);
@@ -184,6 +185,7 @@ static const struct key top_keys[] = {
     KU("idempotency_ttl_seconds", idempotency_ttl_seconds, 30 * 86400),
     KU("sse_keepalive_seconds", sse_keepalive_seconds, 3600),
     KS("node_id", node_id),
+    KS("node_url", node_url),
     KU("lease_seconds", lease_seconds, 86400),
     KU("lease_renew_seconds", lease_renew_seconds, 3600),
     KU("db_pool_size", db_pool_size, 256),
@@ -667,6 +669,7 @@ int eph_config_load_env(struct eph_config *cfg, char *err, size_t errlen)
         {"EPHEMERALD_DEFAULT_MODEL", offsetof(struct eph_config, default_model)},
         {"EPHEMERALD_SECRET_KEY_FILE", offsetof(struct eph_config, secret_key_file)},
         {"EPHEMERALD_NODE_ID", offsetof(struct eph_config, node_id)},
+        {"EPHEMERALD_NODE_URL", offsetof(struct eph_config, node_url)},
     };
     for (size_t i = 0; i < sizeof(strs) / sizeof(strs[0]); i++) {
         const char *v = getenv(strs[i].env);

@@ -148,6 +148,30 @@ static void node_name(struct eph_service *svc)
         snprintf(svc->node_id, sizeof(svc->node_id), "node");
 }
 
+/* Writes where the other nodes reach this node's API, so that they can send a sandbox's calls
+ * here (docs/SANDBOXES.md); -1 for a node_url that cannot be one. */
+static int node_advertise(struct eph_service *svc, struct eph_api *api)
+{
+    char url[512], err[256], host[256];
+    if (gethostname(host, sizeof(host) - 1) != 0 || !host[0])
+        snprintf(host, sizeof(host), "localhost");
+    host[sizeof(host) - 1] = '\0';
+    if (eph_api_node_url(svc->cfg->node_url, svc->cfg->listen, eph_api_port(api), host, url,
+                         sizeof(url), err, sizeof(err))) {
+        EPH_ERROR("serve", "config: %s", err);
+        return -1;
+    }
+    int rc = svc->store->ops->node_put(svc->store, svc->node_id, url, eph_clock_real_ms());
+    if (rc)
+        EPH_WARN("serve",
+                 "cannot record this node's URL (%s): other nodes cannot send its "
+                 "sandboxes' calls here",
+                 eph_strerror(rc));
+    else
+        EPH_INFO("serve", "node %s reached at %s", svc->node_id, url);
+    return 0;
+}
+
 /* The sandbox backend chosen, the orphans of a dead server removed, and readiness checked: -1
  * when the server must not start (not ready, and on_unready is not "serve"). */
 static int sandbox_setup(struct eph_service *svc)
@@ -275,6 +299,8 @@ int eph_cmd_serve(int argc, char **argv)
         goto out;
     }
     EPH_INFO("serve", "listening on http://%s (%u workers)", cfg.listen, cfg.max_concurrent_runs);
+    if (node_advertise(&svc, api))
+        goto out;
 
     int sig = 0;
     sigwait(&sigs, &sig);

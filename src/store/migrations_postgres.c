@@ -222,6 +222,12 @@ static const char v11[] =
     "  COALESCE(last_duration_ms, 0), last_error FROM webhook_deliveries WHERE attempts > 0 AND "
     "  last_attempt_at IS NOT NULL;";
 
+/* Where each node's API is reached by the others (a sandbox's calls go to its node). */
+static const char v12[] = "CREATE TABLE nodes ("
+                          "  id TEXT PRIMARY KEY,"
+                          "  url TEXT NOT NULL,"
+                          "  updated_at BIGINT NOT NULL);";
+
 const struct eph_migration eph_postgres_migrations[] = {
     {1, "initial schema (SQLite version 3)", v1},
     {2, "web allow-lists, query-parameter credentials (SQLite version 4)", v2},
@@ -234,6 +240,7 @@ const struct eph_migration eph_postgres_migrations[] = {
     {9, "model attempts apart from calls (SQLite version 11)", v9},
     {10, "sandboxes (SQLite version 12)", v10},
     {11, "webhook attempt history (SQLite version 13)", v11},
+    {12, "node addresses (SQLite version 14)", v12},
 };
 const unsigned eph_postgres_migrations_count =
     sizeof(eph_postgres_migrations) / sizeof(eph_postgres_migrations[0]);

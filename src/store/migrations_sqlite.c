@@ -240,6 +240,12 @@ static const char v13[] =
     "  COALESCE(last_duration_ms, 0), last_error FROM webhook_deliveries WHERE attempts > 0 AND "
     "  last_attempt_at IS NOT NULL;";
 
+/* Where each node's API is reached by the others (a sandbox's calls go to its node). */
+static const char v14[] = "CREATE TABLE nodes ("
+                          "  id TEXT PRIMARY KEY,"
+                          "  url TEXT NOT NULL,"
+                          "  updated_at INTEGER NOT NULL);";
+
 const struct eph_migration eph_sqlite_migrations[] = {
     {1, "initial schema", v1},
     {2, "key prefixes, connections", v2},
@@ -254,6 +260,7 @@ const struct eph_migration eph_sqlite_migrations[] = {
     {11, "model attempts apart from calls", v11},
     {12, "sandboxes", v12},
     {13, "webhook attempt history", v13},
+    {14, "node addresses", v14},
 };
 const unsigned eph_sqlite_migrations_count =
     sizeof(eph_sqlite_migrations) / sizeof(eph_sqlite_migrations[0]);

@@ -545,6 +545,8 @@ const struct eph_store_ops eph_store_postgres_ops = {
     .idem_recover = pg_idem_recover,
     .writable = pg_writable,
     .ledger_totals = pg_ledger_totals,
+    .node_put = pg_node_put,
+    .node_url = pg_node_url,
 };
 
 /* One comma-separated item of a libpq list ("a,b,c"), or the last one when the list is shorter

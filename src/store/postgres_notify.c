@@ -121,6 +121,38 @@ int pg_notify_cancel(struct eph_store *base, const char *run_id)
         s, pg_exec(s, c, "SELECT pg_notify('eph_cancel', $1)", &p, NULL, NULL, "notify cancel"));
 }
 
+int pg_node_put(struct eph_store *base, const char *node_id, const char *url, int64_t now_ms)
+{
+    struct pg_store *s = P(base);
+    struct params p = {0};
+    p_text(&p, node_id);
+    p_text(&p, url);
+    p_i64(&p, now_ms);
+    return WITH_CONN(s, pg_exec(s, c,
+                                "INSERT INTO nodes (id, url, updated_at) VALUES ($1, $2, $3) ON "
+                                "CONFLICT (id) DO UPDATE SET url = excluded.url, updated_at = "
+                                "excluded.updated_at",
+                                &p, NULL, NULL, "node put"));
+}
+
+int pg_node_url(struct eph_store *base, const char *node_id, char *url, size_t len)
+{
+    struct pg_store *s = P(base);
+    struct params p = {0};
+    p_text(&p, node_id);
+    PGresult *r = NULL;
+    int rc = WITH_CONN(
+        s, pg_select_once(s, c, "SELECT url FROM nodes WHERE id = $1", &p, &r, "node url"));
+    if (rc)
+        return rc;
+    if (!PQntuples(r))
+        rc = -ENOENT;
+    else if (snprintf(url, len, "%s", PQgetvalue(r, 0, 0)) >= (int)len)
+        rc = -ENAMETOOLONG;
+    PQclear(r);
+    return rc;
+}
+
 unsigned long eph_store_postgres_round_trips(struct eph_store *base)
 {
     struct pg_store *s = P(base);

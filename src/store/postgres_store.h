@@ -199,6 +199,8 @@ int pg_idem_recover(struct eph_store *base, int64_t stale_before_ms, unsigned *c
 /* Notifications between nodes (postgres_notify.c). */
 int pg_listen(struct eph_store *base, const struct eph_store_listener *l);
 int pg_notify_cancel(struct eph_store *base, const char *run_id);
+int pg_node_put(struct eph_store *base, const char *node_id, const char *url, int64_t now_ms);
+int pg_node_url(struct eph_store *base, const char *node_id, char *url, size_t len);
 
 /* Images (postgres_images.c). */
 int pg_image_insert(struct eph_store *base, const struct eph_image_rec *r);

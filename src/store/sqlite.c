@@ -408,6 +408,45 @@ static int sq_ping(struct eph_store *base)
     return rc;
 }
 
+static int sq_node_put(struct eph_store *base, const char *node_id, const char *url, int64_t now_ms)
+{
+    struct sq_conn *s = WRITER(base);
+    pthread_mutex_lock(&s->lock);
+    sqlite3_stmt *st;
+    int rc = sq_prepare(s,
+                        "INSERT INTO nodes (id, url, updated_at) VALUES (?, ?, ?) ON CONFLICT (id) "
+                        "DO UPDATE SET url = excluded.url, updated_at = excluded.updated_at",
+                        &st);
+    if (!rc) {
+        sqlite3_bind_text(st, 1, node_id, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_text(st, 2, url, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_int64(st, 3, now_ms);
+        rc = sq_step_done(s, st, "node put");
+    }
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
+static int sq_node_url(struct eph_store *base, const char *node_id, char *url, size_t len)
+{
+    struct sq_conn *s = READER(base);
+    pthread_mutex_lock(&s->lock);
+    sqlite3_stmt *st;
+    int rc = sq_prepare(s, "SELECT url FROM nodes WHERE id = ?", &st);
+    if (!rc) {
+        sqlite3_bind_text(st, 1, node_id, -1, SQLITE_TRANSIENT);
+        int r = sqlite3_step(st);
+        if (r == SQLITE_ROW)
+            rc = snprintf(url, len, "%s", sqlite3_column_text(st, 0)) >= (int)len ? -ENAMETOOLONG
+                                                                                  : 0;
+        else
+            rc = r == SQLITE_DONE ? -ENOENT : sq_db_err(s, r, "node url");
+        sq_done(st);
+    }
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
 /* Probes at most this often while writes fail. */
 #define WRITE_PROBE_MS 1000
 
@@ -521,4 +560,6 @@ const struct eph_store_ops eph_store_sqlite_ops = {
     .idem_expire = sq_idem_expire,
     .idem_recover = sq_idem_recover,
     .ledger_totals = sq_ledger_totals,
+    .node_put = sq_node_put,
+    .node_url = sq_node_url,
 };

@@ -382,6 +382,12 @@ struct eph_store_ops {
     int (*listen)(struct eph_store *s, const struct eph_store_listener *l);
     int (*notify_cancel)(struct eph_store *s, const char *run_id);
 
+    /* Nodes (docs/DEPLOY.md): the URL at which the other nodes reach a node's API, written by
+     * the node when it starts (replacing what it wrote before). node_url: -ENOENT for a node
+     * that never wrote one, -ENAMETOOLONG when it does not fit in len. */
+    int (*node_put)(struct eph_store *s, const char *node_id, const char *url, int64_t now_ms);
+    int (*node_url)(struct eph_store *s, const char *node_id, char *url, size_t len);
+
     /* Sum of every ledger entry of an org by kind, for audits and tests. */
     int (*ledger_totals)(struct eph_store *s, const char *org_id, int64_t *credits,
                          int64_t *reserves, int64_t *charges, int64_t *releases);

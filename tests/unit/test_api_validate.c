@@ -826,6 +826,53 @@ static void test_unknown_field(void **state)
     json_decref(empty);
 }
 
+/* Where the other nodes reach this one: the configured URL checked, else the listening address
+ * (the host name for a wildcard one). */
+static void test_node_url(void **state)
+{
+    (void)state;
+    char url[64], err[128];
+    assert_int_equal(
+        eph_api_node_url(NULL, "127.0.0.1:0", 4242, "h", url, sizeof(url), err, sizeof(err)), 0);
+    assert_string_equal(url, "http://127.0.0.1:4242");
+    assert_int_equal(
+        eph_api_node_url("", "[::1]:80", 8080, "h", url, sizeof(url), err, sizeof(err)), 0);
+    assert_string_equal(url, "http://[::1]:8080");
+    assert_int_equal(eph_api_node_url(NULL, "0.0.0.0:8080", 8080, "node-a.internal", url,
+                                      sizeof(url), err, sizeof(err)),
+                     0);
+    assert_string_equal(url, "http://node-a.internal:8080");
+    assert_int_equal(
+        eph_api_node_url(NULL, "[::]:8080", 8080, "b", url, sizeof(url), err, sizeof(err)), 0);
+    assert_string_equal(url, "http://b:8080");
+    assert_int_equal(eph_api_node_url("https://node-a.internal:8443/", "0.0.0.0:1", 1, "h", url,
+                                      sizeof(url), err, sizeof(err)),
+                     0);
+    assert_string_equal(url, "https://node-a.internal:8443");
+    static const struct {
+        const char *url, *why;
+    } bad[] = {
+        {"ftp://node-a/", "http"},
+        {"node-a:8080", "not a URL"},
+        {"http://user:pw@node-a/", "user"},
+        {"http://node-a/api", "path"},
+        {"http://node-a/?x=1", "query"},
+        {"http://node-a/#top", "fragment"},
+        {"http://", "not a URL"},
+        {"http://a-host-name-that-is-much-too-long-for-the-buffer.example:1", "too long"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        err[0] = '\0';
+        assert_int_equal(
+            eph_api_node_url(bad[i].url, "127.0.0.1:1", 1, "h", url, sizeof(url), err, sizeof(err)),
+            -EINVAL);
+        if (!strstr(err, bad[i].why))
+            fail_msg("node_url '%s': '%s' does not say '%s'", bad[i].url, err, bad[i].why);
+    }
+    assert_int_equal(eph_api_node_url(NULL, "no-port", 1, "h", url, sizeof(url), err, sizeof(err)),
+                     -EINVAL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -852,6 +899,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_admit_store_refusal_leaves_nothing_live, admit_setup,
                                         admit_teardown),
         cmocka_unit_test_setup_teardown(test_admit_ok, admit_setup, admit_teardown),
+        cmocka_unit_test(test_node_url),
     };
     return cmocka_run_group_tests(tests, setup_cfg, teardown_cfg);
 }

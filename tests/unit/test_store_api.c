@@ -83,6 +83,27 @@ static void test_keys(void **state)
     assert_int_equal(n, 0);
 }
 
+/* Where each node is reached: written at start-up, replaced by the next start, unknown nodes
+ * -ENOENT, a URL that does not fit refused rather than cut. */
+static void test_node_urls(void **state)
+{
+    struct fixture *f = *state;
+    struct eph_store *st = f->db.st;
+    char url[64];
+    assert_int_equal(st->ops->node_url(st, "node-a", url, sizeof(url)), -ENOENT);
+    assert_int_equal(st->ops->node_put(st, "node-a", "http://10.0.0.5:8080", 1), 0);
+    assert_int_equal(st->ops->node_put(st, "node-b", "http://10.0.0.6:8080", 1), 0);
+    assert_int_equal(st->ops->node_url(st, "node-a", url, sizeof(url)), 0);
+    assert_string_equal(url, "http://10.0.0.5:8080");
+    assert_int_equal(st->ops->node_put(st, "node-a", "https://node-a.internal:8443", 2), 0);
+    assert_int_equal(st->ops->node_url(st, "node-a", url, sizeof(url)), 0);
+    assert_string_equal(url, "https://node-a.internal:8443");
+    assert_int_equal(st->ops->node_url(st, "node-b", url, sizeof(url)), 0);
+    assert_string_equal(url, "http://10.0.0.6:8080");
+    char small[12];
+    assert_int_equal(st->ops->node_url(st, "node-a", small, sizeof(small)), -ENAMETOOLONG);
+}
+
 static void test_secret_and_connections(void **state)
 {
     struct fixture *f = *state;
@@ -736,6 +757,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_run_columns_agree),
         cmocka_unit_test_setup_teardown(test_keys, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_node_urls, setup, teardown),
         cmocka_unit_test_setup_teardown(test_secret_and_connections, setup, teardown),
         cmocka_unit_test_setup_teardown(test_run_web_allow, setup, teardown),
         cmocka_unit_test_setup_teardown(test_run_outputs, setup, teardown),

@@ -600,8 +600,10 @@ export interface paths {
          *     offset}` as the command writes (none under zero data retention), then one `exit` event
          *     holding the Command. `background: true` answers `202` at once and the command runs beside
          *     others. One foreground command at a time: `409 sandbox_busy`; an ended sandbox: `409
-         *     sandbox_ended`; a sandbox served by another node: `409 sandbox_elsewhere`; more than 16
-         *     background commands: `429 too_many_commands`.
+         *     sandbox_ended`; more than 16 background commands: `429 too_many_commands`. A sandbox
+         *     served by another node: this call and its other commands and files calls are sent on to
+         *     that node and answered as it answers (`503 node_unavailable` while it cannot be reached;
+         *     `409 sandbox_elsewhere` for a call another node already sent on).
          */
         post: operations["runSandboxCommand"];
         delete?: never;
@@ -1510,7 +1512,7 @@ export interface components {
                 "application/json": components["schemas"]["Error"];
             };
         };
-        /** @description The sandbox has ended (`sandbox_ended`), runs a command already (`sandbox_busy`), is served by another node (`sandbox_elsewhere`, naming it), or the command to kill is not a background one (`not_background`). */
+        /** @description The sandbox has ended (`sandbox_ended`), runs a command already (`sandbox_busy`), is served by another node although this call was already sent on once (`sandbox_elsewhere`, naming the node), or the command to kill is not a background one (`not_background`). */
         SandboxConflict: {
             headers: {
                 "Request-Id": components["headers"]["RequestId"];
