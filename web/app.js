@@ -1064,6 +1064,11 @@ function metadataCell(md) {
     ...pairs.map(([k, v]) => h("li", { class: "chip", title: `${k}=${v}` }, `${cut(k, 24)}=${cut(String(v), 32)}`))));
 }
 
+// The page size a list page's URL asks for (?limit=N, passed on to the API), 20 without one.
+function pageLimit(params) {
+  return /^\d{1,3}$/.test(params.get("limit") || "") ? params.get("limit") : "20";
+}
+
 // "← Newer" and "Older →" of a list page at path (its query base, without the cursor): the
 // cursors walked so far are kept in cursorStack, so that Newer goes back the way it came.
 function pagerLinks(pager, path, base, after, list) {
@@ -1093,7 +1098,7 @@ function runsPage(main, params) {
   const status = params.get("status") || "";
   const after = params.get("after") || "";
   const filters = metadataFilters(params);
-  const limit = /^\d{1,3}$/.test(params.get("limit") || "") ? params.get("limit") : "20";
+  const limit = pageLimit(params);
   let alive = true;
   const select = h("select", { id: "status-filter", name: "status" },
     h("option", { value: "" }, "All statuses"),
@@ -1200,7 +1205,7 @@ function sandboxCost(s) {
 function sandboxesPage(main, params) {
   const status = params.get("status") || "";
   const after = params.get("after") || "";
-  const limit = /^\d{1,3}$/.test(params.get("limit") || "") ? params.get("limit") : "20";
+  const limit = pageLimit(params);
   let alive = true;
   const select = h("select", { id: "sbx-status-filter", name: "status" },
     h("option", { value: "" }, "All statuses"),
