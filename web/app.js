@@ -166,7 +166,7 @@ function route() {
                       || (page === "sandbox" && a.dataset.page === "sandboxes"));
   if (page === "runs") leavePage = runsPage(main, new URLSearchParams(location.search));
   else if (page === "run") leavePage = runPage(main, decodeURIComponent(p.slice(6)));
-  else if (page === "keys") leavePage = adminPage(main);
+  else if (page === "keys") leavePage = adminPage(main, new URLSearchParams(location.search));
   else if (page === "sandboxes") leavePage = sandboxesPage(main, new URLSearchParams(location.search));
   else if (page === "sandbox") leavePage = sandboxPage(main, decodeURIComponent(p.slice(11)));
   else leavePage = playgroundPage(main);
@@ -1069,6 +1069,38 @@ function pageLimit(params) {
   return /^\d{1,3}$/.test(params.get("limit") || "") ? params.get("limit") : "20";
 }
 
+// "More" under a list that grows in place, paged by the API's `after` cursor and `has_more`:
+// show(list) takes each page once its rows are drawn and hides the button when none follows; a
+// press reads path (its query already holding the limit) with after= the cursor of the last row
+// and hands that page to add(data), which may answer what takes the focus should the button go.
+// Errors go to onError (null once a page arrives).
+function moreButton(id, label, path, cursor, add, onError) {
+  let after = null;
+  const btn = h("button", { type: "button", class: "ghost small", id, "aria-label": label, hidden: true }, "More");
+  const show = (list) => {
+    const last = list.data[list.data.length - 1];
+    after = list.has_more && last ? cursor(last) : null;
+    btn.hidden = !after;
+  };
+  btn.addEventListener("click", async () => {
+    btn.disabled = true;
+    try {
+      const list = await api.request("GET", `${path}${path.includes("?") ? "&" : "?"}after=${encodeURIComponent(after)}`);
+      if (!btn.isConnected) return;
+      onError(null);
+      const focus = add(list.data);
+      show(list);
+      // The last page: the button goes, and the focus with it to what add() answered.
+      if (btn.hidden && focus) focus.focus();
+    } catch (e) {
+      if (btn.isConnected) onError(e);
+    } finally {
+      btn.disabled = false;
+    }
+  });
+  return { el: h("div", { class: "pager" }, btn), show };
+}
+
 // "← Newer" and "Older →" of a list page at path (its query base, without the cursor): the
 // cursors walked so far are kept in cursorStack, so that Newer goes back the way it came.
 function pagerLinks(pager, path, base, after, list) {
@@ -1471,10 +1503,11 @@ function pairRows(kind, namePlaceholder, valuePlaceholder) {
 }
 
 /* Webhooks (docs/WEBHOOKS.md): add an endpoint (its secret shown once), see each one's recent
- * deliveries, delete. Returns the section, its loader and what clears it when the page is left. */
+ * deliveries (limit a page, "More" for the next), delete. Returns the section, its loader and what
+ * clears it when the page is left. */
 const WEBHOOK_EVENTS = ["run.completed", "run.failed", "run.timed_out", "run.budget_exhausted", "run.cancelled", "sandbox.ended"];
 
-function webhooksSection(table, isAlive) {
+function webhooksSection(table, isAlive, limit) {
   const body = h("tbody", { id: "webhooks-body" });
   const listError = errorBox("webhooks-error");
   const formError = errorBox("webhook-error");
@@ -1491,20 +1524,33 @@ function webhooksSection(table, isAlive) {
     formError,
     h("div", { class: "actions" }, h("button", { type: "submit", class: "primary", id: "webhook-add" }, "Add endpoint")));
 
+  const httpText = (n) => (n === null || n === undefined ? "—" : String(n));
+  const msText = (n) => (n === null || n === undefined ? "—" : `${n} ms`);
+
   const showDeliveries = async (w) => {
-    const list = await api.request("GET", `/v1/webhooks/${encodeURIComponent(w.id)}/deliveries?limit=20`);
+    const path = `/v1/webhooks/${encodeURIComponent(w.id)}/deliveries?limit=${limit}`;
+    const list = await api.request("GET", path);
     if (!isAlive()) return;
-    const rows = list.data.length ? list.data.map((d) => h("tr", { "data-event": d.event_id },
+    const error = errorBox("webhook-deliveries-error");
+    const row = (d) => h("tr", { "data-event": d.event_id },
       h("td", {}, h("code", {}, d.event_id)), h("td", {}, d.type),
       h("td", { class: d.status === "failed" ? "errtext" : "" }, d.status),
       h("td", { class: "num" }, String(d.attempts)),
-      h("td", { class: "num" }, d.http_status === null ? "—" : String(d.http_status)),
-      h("td", { class: "num" }, d.duration_ms === null ? "—" : `${d.duration_ms} ms`),
+      h("td", { class: "num" }, httpText(d.http_status)),
+      h("td", { class: "num" }, msText(d.duration_ms)),
       h("td", {}, d.error || "—"),
-      h("td", {}, d.next_attempt_at ? fmt.when(d.next_attempt_at) : "—")))
-      : [h("tr", {}, h("td", { colspan: "8", class: "hint" }, "No delivery yet: one is made when a run of the organization ends."))];
+      h("td", {}, d.next_attempt_at ? fmt.when(d.next_attempt_at) : "—"));
+    const tbody = h("tbody", { id: "webhook-deliveries-body" }, ...(list.data.length ? list.data.map(row)
+      : [h("tr", {}, h("td", { colspan: "8", class: "hint" }, "No delivery yet: one is made when a run of the organization ends."))]));
+    const more = moreButton("webhook-deliveries-more", `More deliveries to ${w.url}`, path, (d) => d.event_id, (data) => {
+      tbody.append(...data.map(row));
+    }, (e) => showError(error, e));
+    more.show(list);
     deliveries.replaceChildren(h("h3", {}, "Recent deliveries to ", h("code", {}, w.url)),
-      table(`Deliveries to ${w.url}`, ["Event", "Type", "Status", "Attempts", "HTTP", "Duration", "Last error", "Next attempt"], h("tbody", { id: "webhook-deliveries-body" }, ...rows)));
+      h("p", { class: "hint" }, "Newest first."),
+      error,
+      table(`Deliveries to ${w.url}`, ["Event", "Type", "Status", "Attempts", "HTTP", "Duration", "Last error", "Next attempt"], tbody),
+      more.el);
     deliveries.hidden = false;
   };
 
@@ -1566,7 +1612,7 @@ function webhooksSection(table, isAlive) {
   return { el, load, leave: hideSecret };
 }
 
-function adminPage(main) {
+function adminPage(main, params) {
   let alive = true;
   const err = errorBox("admin-error");
   const keys = h("tbody", { id: "keys-body" });
@@ -1793,7 +1839,7 @@ function adminPage(main) {
   const table = (caption, cols, body) => h("div", { class: "tablewrap" }, h("table", { class: "runs" },
     h("caption", { class: "visually-hidden" }, caption),
     h("thead", {}, h("tr", {}, ...cols.map((c) => h("th", { scope: "col" }, c)))), body));
-  const hooks = webhooksSection(table, () => alive);
+  const hooks = webhooksSection(table, () => alive, pageLimit(params));
 
   adminOnly.append(
     h("section", { class: "card", "aria-labelledby": "keys-title" }, h("h2", { id: "keys-title" }, "API keys"),
