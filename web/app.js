@@ -1503,8 +1503,8 @@ function pairRows(kind, namePlaceholder, valuePlaceholder) {
 }
 
 /* Webhooks (docs/WEBHOOKS.md): add an endpoint (its secret shown once), see each one's recent
- * deliveries (limit a page, "More" for the next), delete. Returns the section, its loader and what
- * clears it when the page is left. */
+ * deliveries (limit a page, "More" for the next) and a delivery's attempts, delete. Returns the
+ * section, its loader and what clears it when the page is left. */
 const WEBHOOK_EVENTS = ["run.completed", "run.failed", "run.timed_out", "run.budget_exhausted", "run.cancelled", "sandbox.ended"];
 
 function webhooksSection(table, isAlive, limit) {
@@ -1527,30 +1527,98 @@ function webhooksSection(table, isAlive, limit) {
   const httpText = (n) => (n === null || n === undefined ? "—" : String(n));
   const msText = (n) => (n === null || n === undefined ? "—" : `${n} ms`);
 
+  // One delivery's attempts (GET …/deliveries/{event_id}, its history) under the list: opened
+  // from the event's button, which it gives the focus back to when closed; a refusal goes to error.
+  const attemptsPanel = (w, error) => {
+    const panel = h("div", { id: "webhook-attempts", role: "region", "aria-labelledby": "webhook-attempts-title", hidden: true });
+    let opener = null;
+    let asked = 0;
+    const close = () => {
+      asked++;
+      panel.hidden = true;
+      panel.replaceChildren();
+      if (!opener) return;
+      opener.setAttribute("aria-expanded", "false");
+      opener.closest("tr").classList.remove("current");
+      const back = opener;
+      opener = null;
+      if (panel.isConnected) back.focus();
+    };
+    panel.addEventListener("keydown", (e) => { if (e.key === "Escape") close(); });
+    const open = async (eventId, btn) => {
+      if (opener === btn) { close(); return; }
+      if (opener) { opener.setAttribute("aria-expanded", "false"); opener.closest("tr").classList.remove("current"); }
+      opener = btn;
+      btn.setAttribute("aria-expanded", "true");
+      btn.closest("tr").classList.add("current");
+      const mine = ++asked;
+      let d;
+      try {
+        d = await api.request("GET", `/v1/webhooks/${encodeURIComponent(w.id)}/deliveries/${encodeURIComponent(eventId)}`);
+      } catch (e) {
+        if (isAlive() && mine === asked) { close(); showError(error, e); }
+        return;
+      }
+      if (!isAlive() || mine !== asked) return;
+      showError(error, null);
+      const history = d.history || [];
+      const rows = history.length ? history.map((a) => h("tr", { "data-attempt": String(a.attempt) },
+        h("td", { class: "num" }, String(a.attempt)),
+        h("td", { class: a.outcome === "failed" ? "errtext" : "" }, a.outcome),
+        h("td", {}, a.at ? h("time", { datetime: a.at }, fmt.when(a.at)) : "—"),
+        h("td", { class: "num" }, httpText(a.http_status)),
+        h("td", { class: "num" }, msText(a.duration_ms)),
+        h("td", {}, a.error || "—")))
+        : [h("tr", {}, h("td", { colspan: "6", class: "hint" }, d.status === "pending" ? "No attempt yet." : "No attempt was made."))];
+      const shut = h("button", { type: "button", class: "ghost small", id: "webhook-attempts-close", "aria-label": `Close the attempts of ${d.event_id}` }, "Close");
+      shut.addEventListener("click", close);
+      const title = h("h3", { id: "webhook-attempts-title", tabindex: "-1" }, "Attempts of ", h("code", {}, d.event_id));
+      const summary = `${d.type}, ${d.status}${d.attempts ? ` after ${d.attempts} attempt${d.attempts === 1 ? "" : "s"}` : ", never attempted"}`
+        + (d.attempts > history.length && history.length ? ` (the last ${history.length} shown)` : "")
+        + (d.next_attempt_at ? `; the next is due ${fmt.when(d.next_attempt_at)}` : "")
+        + (!history.length && d.error ? `: ${d.error}` : "");
+      panel.replaceChildren(title, h("p", { class: "hint", id: "webhook-attempts-summary" }, summary),
+        table(`Attempts to deliver ${d.event_id} to ${w.url}, oldest first`, ["Attempt", "Outcome", "Time", "HTTP", "Duration", "Error"],
+          h("tbody", { id: "webhook-attempts-body" }, ...rows)),
+        h("div", { class: "actions" }, shut));
+      panel.hidden = false;
+      title.focus();
+    };
+    return { el: panel, open };
+  };
+
   const showDeliveries = async (w) => {
     const path = `/v1/webhooks/${encodeURIComponent(w.id)}/deliveries?limit=${limit}`;
     const list = await api.request("GET", path);
     if (!isAlive()) return;
     const error = errorBox("webhook-deliveries-error");
-    const row = (d) => h("tr", { "data-event": d.event_id },
-      h("td", {}, h("code", {}, d.event_id)), h("td", {}, d.type),
-      h("td", { class: d.status === "failed" ? "errtext" : "" }, d.status),
-      h("td", { class: "num" }, String(d.attempts)),
-      h("td", { class: "num" }, httpText(d.http_status)),
-      h("td", { class: "num" }, msText(d.duration_ms)),
-      h("td", {}, d.error || "—"),
-      h("td", {}, d.next_attempt_at ? fmt.when(d.next_attempt_at) : "—"));
+    const attempts = attemptsPanel(w, error);
+    const row = (d) => {
+      const btn = h("button", { type: "button", class: "ghost small", "aria-expanded": "false", "aria-controls": "webhook-attempts",
+        "aria-label": `Attempts of ${d.event_id}` }, h("code", {}, d.event_id));
+      btn.addEventListener("click", () => attempts.open(d.event_id, btn));
+      return h("tr", { "data-event": d.event_id },
+        h("td", {}, btn), h("td", {}, d.type),
+        h("td", { class: d.status === "failed" ? "errtext" : "" }, d.status),
+        h("td", { class: "num" }, String(d.attempts)),
+        h("td", { class: "num" }, httpText(d.http_status)),
+        h("td", { class: "num" }, msText(d.duration_ms)),
+        h("td", {}, d.error || "—"),
+        h("td", {}, d.next_attempt_at ? fmt.when(d.next_attempt_at) : "—"));
+    };
     const tbody = h("tbody", { id: "webhook-deliveries-body" }, ...(list.data.length ? list.data.map(row)
       : [h("tr", {}, h("td", { colspan: "8", class: "hint" }, "No delivery yet: one is made when a run of the organization ends."))]));
     const more = moreButton("webhook-deliveries-more", `More deliveries to ${w.url}`, path, (d) => d.event_id, (data) => {
-      tbody.append(...data.map(row));
+      const rows = data.map(row);
+      tbody.append(...rows);
+      return rows[0]?.querySelector("button");
     }, (e) => showError(error, e));
     more.show(list);
     deliveries.replaceChildren(h("h3", {}, "Recent deliveries to ", h("code", {}, w.url)),
-      h("p", { class: "hint" }, "Newest first."),
+      h("p", { class: "hint" }, "Newest first. An event's button shows each attempt to deliver it."),
       error,
       table(`Deliveries to ${w.url}`, ["Event", "Type", "Status", "Attempts", "HTTP", "Duration", "Last error", "Next attempt"], tbody),
-      more.el);
+      more.el, attempts.el);
     deliveries.hidden = false;
   };
 
