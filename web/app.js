@@ -166,7 +166,7 @@ function route() {
                       || (page === "sandbox" && a.dataset.page === "sandboxes"));
   if (page === "runs") leavePage = runsPage(main, new URLSearchParams(location.search));
   else if (page === "run") leavePage = runPage(main, decodeURIComponent(p.slice(6)));
-  else if (page === "keys") leavePage = adminPage(main);
+  else if (page === "keys") leavePage = adminPage(main, new URLSearchParams(location.search));
   else if (page === "sandboxes") leavePage = sandboxesPage(main, new URLSearchParams(location.search));
   else if (page === "sandbox") leavePage = sandboxPage(main, decodeURIComponent(p.slice(11)));
   else leavePage = playgroundPage(main);
@@ -1064,6 +1064,43 @@ function metadataCell(md) {
     ...pairs.map(([k, v]) => h("li", { class: "chip", title: `${k}=${v}` }, `${cut(k, 24)}=${cut(String(v), 32)}`))));
 }
 
+// The page size a list page's URL asks for (?limit=N, passed on to the API), 20 without one.
+function pageLimit(params) {
+  return /^\d{1,3}$/.test(params.get("limit") || "") ? params.get("limit") : "20";
+}
+
+// "More" under a list that grows in place, paged by the API's `after` cursor and `has_more`:
+// show(list) takes each page once its rows are drawn and hides the button when none follows; a
+// press reads path (its query already holding the limit) with after= the cursor of the last row
+// and hands that page to add(data), which may answer what takes the focus should the button go.
+// Errors go to onError (null once a page arrives).
+function moreButton(id, label, path, cursor, add, onError) {
+  let after = null;
+  const btn = h("button", { type: "button", class: "ghost small", id, "aria-label": label, hidden: true }, "More");
+  const show = (list) => {
+    const last = list.data[list.data.length - 1];
+    after = list.has_more && last ? cursor(last) : null;
+    btn.hidden = !after;
+  };
+  btn.addEventListener("click", async () => {
+    btn.disabled = true;
+    try {
+      const list = await api.request("GET", `${path}${path.includes("?") ? "&" : "?"}after=${encodeURIComponent(after)}`);
+      if (!btn.isConnected) return;
+      onError(null);
+      const focus = add(list.data);
+      show(list);
+      // The last page: the button goes, and the focus with it to what add() answered.
+      if (btn.hidden && focus) focus.focus();
+    } catch (e) {
+      if (btn.isConnected) onError(e);
+    } finally {
+      btn.disabled = false;
+    }
+  });
+  return { el: h("div", { class: "pager" }, btn), show };
+}
+
 // "← Newer" and "Older →" of a list page at path (its query base, without the cursor): the
 // cursors walked so far are kept in cursorStack, so that Newer goes back the way it came.
 function pagerLinks(pager, path, base, after, list) {
@@ -1093,7 +1130,7 @@ function runsPage(main, params) {
   const status = params.get("status") || "";
   const after = params.get("after") || "";
   const filters = metadataFilters(params);
-  const limit = /^\d{1,3}$/.test(params.get("limit") || "") ? params.get("limit") : "20";
+  const limit = pageLimit(params);
   let alive = true;
   const select = h("select", { id: "status-filter", name: "status" },
     h("option", { value: "" }, "All statuses"),
@@ -1200,7 +1237,7 @@ function sandboxCost(s) {
 function sandboxesPage(main, params) {
   const status = params.get("status") || "";
   const after = params.get("after") || "";
-  const limit = /^\d{1,3}$/.test(params.get("limit") || "") ? params.get("limit") : "20";
+  const limit = pageLimit(params);
   let alive = true;
   const select = h("select", { id: "sbx-status-filter", name: "status" },
     h("option", { value: "" }, "All statuses"),
@@ -1466,10 +1503,11 @@ function pairRows(kind, namePlaceholder, valuePlaceholder) {
 }
 
 /* Webhooks (docs/WEBHOOKS.md): add an endpoint (its secret shown once), see each one's recent
- * deliveries, delete. Returns the section, its loader and what clears it when the page is left. */
+ * deliveries (limit a page, "More" for the next) and a delivery's attempts, delete. Returns the
+ * section, its loader and what clears it when the page is left. */
 const WEBHOOK_EVENTS = ["run.completed", "run.failed", "run.timed_out", "run.budget_exhausted", "run.cancelled", "sandbox.ended"];
 
-function webhooksSection(table, isAlive) {
+function webhooksSection(table, isAlive, limit) {
   const body = h("tbody", { id: "webhooks-body" });
   const listError = errorBox("webhooks-error");
   const formError = errorBox("webhook-error");
@@ -1486,20 +1524,101 @@ function webhooksSection(table, isAlive) {
     formError,
     h("div", { class: "actions" }, h("button", { type: "submit", class: "primary", id: "webhook-add" }, "Add endpoint")));
 
+  const httpText = (n) => (n === null || n === undefined ? "—" : String(n));
+  const msText = (n) => (n === null || n === undefined ? "—" : `${n} ms`);
+
+  // One delivery's attempts (GET …/deliveries/{event_id}, its history) under the list: opened
+  // from the event's button, which it gives the focus back to when closed; a refusal goes to error.
+  const attemptsPanel = (w, error) => {
+    const panel = h("div", { id: "webhook-attempts", role: "region", "aria-labelledby": "webhook-attempts-title", hidden: true });
+    let opener = null;
+    let asked = 0;
+    const close = () => {
+      asked++;
+      panel.hidden = true;
+      panel.replaceChildren();
+      if (!opener) return;
+      opener.setAttribute("aria-expanded", "false");
+      opener.closest("tr").classList.remove("current");
+      const back = opener;
+      opener = null;
+      if (panel.isConnected) back.focus();
+    };
+    panel.addEventListener("keydown", (e) => { if (e.key === "Escape") close(); });
+    const open = async (eventId, btn) => {
+      if (opener === btn) { close(); return; }
+      if (opener) { opener.setAttribute("aria-expanded", "false"); opener.closest("tr").classList.remove("current"); }
+      opener = btn;
+      btn.setAttribute("aria-expanded", "true");
+      btn.closest("tr").classList.add("current");
+      const mine = ++asked;
+      let d;
+      try {
+        d = await api.request("GET", `/v1/webhooks/${encodeURIComponent(w.id)}/deliveries/${encodeURIComponent(eventId)}`);
+      } catch (e) {
+        if (isAlive() && mine === asked) { close(); showError(error, e); }
+        return;
+      }
+      if (!isAlive() || mine !== asked) return;
+      showError(error, null);
+      const history = d.history || [];
+      const rows = history.length ? history.map((a) => h("tr", { "data-attempt": String(a.attempt) },
+        h("td", { class: "num" }, String(a.attempt)),
+        h("td", { class: a.outcome === "failed" ? "errtext" : "" }, a.outcome),
+        h("td", {}, a.at ? h("time", { datetime: a.at }, fmt.when(a.at)) : "—"),
+        h("td", { class: "num" }, httpText(a.http_status)),
+        h("td", { class: "num" }, msText(a.duration_ms)),
+        h("td", {}, a.error || "—")))
+        : [h("tr", {}, h("td", { colspan: "6", class: "hint" }, d.status === "pending" ? "No attempt yet." : "No attempt was made."))];
+      const shut = h("button", { type: "button", class: "ghost small", id: "webhook-attempts-close", "aria-label": `Close the attempts of ${d.event_id}` }, "Close");
+      shut.addEventListener("click", close);
+      const title = h("h3", { id: "webhook-attempts-title", tabindex: "-1" }, "Attempts of ", h("code", {}, d.event_id));
+      const summary = `${d.type}, ${d.status}${d.attempts ? ` after ${d.attempts} attempt${d.attempts === 1 ? "" : "s"}` : ", never attempted"}`
+        + (d.attempts > history.length && history.length ? ` (the last ${history.length} shown)` : "")
+        + (d.next_attempt_at ? `; the next is due ${fmt.when(d.next_attempt_at)}` : "")
+        + (!history.length && d.error ? `: ${d.error}` : "");
+      panel.replaceChildren(title, h("p", { class: "hint", id: "webhook-attempts-summary" }, summary),
+        table(`Attempts to deliver ${d.event_id} to ${w.url}, oldest first`, ["Attempt", "Outcome", "Time", "HTTP", "Duration", "Error"],
+          h("tbody", { id: "webhook-attempts-body" }, ...rows)),
+        h("div", { class: "actions" }, shut));
+      panel.hidden = false;
+      title.focus();
+    };
+    return { el: panel, open };
+  };
+
   const showDeliveries = async (w) => {
-    const list = await api.request("GET", `/v1/webhooks/${encodeURIComponent(w.id)}/deliveries?limit=20`);
+    const path = `/v1/webhooks/${encodeURIComponent(w.id)}/deliveries?limit=${limit}`;
+    const list = await api.request("GET", path);
     if (!isAlive()) return;
-    const rows = list.data.length ? list.data.map((d) => h("tr", { "data-event": d.event_id },
-      h("td", {}, h("code", {}, d.event_id)), h("td", {}, d.type),
-      h("td", { class: d.status === "failed" ? "errtext" : "" }, d.status),
-      h("td", { class: "num" }, String(d.attempts)),
-      h("td", { class: "num" }, d.http_status === null ? "—" : String(d.http_status)),
-      h("td", { class: "num" }, d.duration_ms === null ? "—" : `${d.duration_ms} ms`),
-      h("td", {}, d.error || "—"),
-      h("td", {}, d.next_attempt_at ? fmt.when(d.next_attempt_at) : "—")))
-      : [h("tr", {}, h("td", { colspan: "8", class: "hint" }, "No delivery yet: one is made when a run of the organization ends."))];
+    const error = errorBox("webhook-deliveries-error");
+    const attempts = attemptsPanel(w, error);
+    const row = (d) => {
+      const btn = h("button", { type: "button", class: "ghost small", "aria-expanded": "false", "aria-controls": "webhook-attempts",
+        "aria-label": `Attempts of ${d.event_id}` }, h("code", {}, d.event_id));
+      btn.addEventListener("click", () => attempts.open(d.event_id, btn));
+      return h("tr", { "data-event": d.event_id },
+        h("td", {}, btn), h("td", {}, d.type),
+        h("td", { class: d.status === "failed" ? "errtext" : "" }, d.status),
+        h("td", { class: "num" }, String(d.attempts)),
+        h("td", { class: "num" }, httpText(d.http_status)),
+        h("td", { class: "num" }, msText(d.duration_ms)),
+        h("td", {}, d.error || "—"),
+        h("td", {}, d.next_attempt_at ? fmt.when(d.next_attempt_at) : "—"));
+    };
+    const tbody = h("tbody", { id: "webhook-deliveries-body" }, ...(list.data.length ? list.data.map(row)
+      : [h("tr", {}, h("td", { colspan: "8", class: "hint" }, "No delivery yet: one is made when a run of the organization ends."))]));
+    const more = moreButton("webhook-deliveries-more", `More deliveries to ${w.url}`, path, (d) => d.event_id, (data) => {
+      const rows = data.map(row);
+      tbody.append(...rows);
+      return rows[0]?.querySelector("button");
+    }, (e) => showError(error, e));
+    more.show(list);
     deliveries.replaceChildren(h("h3", {}, "Recent deliveries to ", h("code", {}, w.url)),
-      table(`Deliveries to ${w.url}`, ["Event", "Type", "Status", "Attempts", "HTTP", "Duration", "Last error", "Next attempt"], h("tbody", { id: "webhook-deliveries-body" }, ...rows)));
+      h("p", { class: "hint" }, "Newest first. An event's button shows each attempt to deliver it."),
+      error,
+      table(`Deliveries to ${w.url}`, ["Event", "Type", "Status", "Attempts", "HTTP", "Duration", "Last error", "Next attempt"], tbody),
+      more.el, attempts.el);
     deliveries.hidden = false;
   };
 
@@ -1561,7 +1680,7 @@ function webhooksSection(table, isAlive) {
   return { el, load, leave: hideSecret };
 }
 
-function adminPage(main) {
+function adminPage(main, params) {
   let alive = true;
   const err = errorBox("admin-error");
   const keys = h("tbody", { id: "keys-body" });
@@ -1788,7 +1907,7 @@ function adminPage(main) {
   const table = (caption, cols, body) => h("div", { class: "tablewrap" }, h("table", { class: "runs" },
     h("caption", { class: "visually-hidden" }, caption),
     h("thead", {}, h("tr", {}, ...cols.map((c) => h("th", { scope: "col" }, c)))), body));
-  const hooks = webhooksSection(table, () => alive);
+  const hooks = webhooksSection(table, () => alive, pageLimit(params));
 
   adminOnly.append(
     h("section", { class: "card", "aria-labelledby": "keys-title" }, h("h2", { id: "keys-title" }, "API keys"),

@@ -24,7 +24,7 @@ cat >"$TEST_TMP/config.json" <<JSON
  "secret_key_file": "$TEST_TMP/secret.key",
  "shutdown_grace_seconds": 1,
  "http": {"auth_failures_per_minute": 0},
- "webhooks": {"allow_private_cidrs": ["127.0.0.1/32"]},
+ "webhooks": {"allow_private_cidrs": ["127.0.0.1/32"], "retry_base_ms": 300},
  "models": [{"id": "openai/gpt-6-luna", "provider": "replay", "transcripts": "$transcripts",
              "input_micros_per_mtok": 50000, "output_micros_per_mtok": 200000,
              "max_output_tokens": 1024}]}

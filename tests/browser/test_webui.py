@@ -24,6 +24,7 @@ import time
 import traceback
 import urllib.error
 import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from webdriver import Browser, KEYS  # noqa: E402
@@ -1120,6 +1121,129 @@ def admin_adds_a_webhook_and_sees_its_deliveries(b):
     b.find(btn).click()
     b.wait_js("the endpoint to go", f"return !document.querySelector(\"{row}\")")
     assert api("GET", f"/v1/webhooks/{w['id']}", ADMIN_KEY)[0] == 404, "not deleted"
+
+
+class FlakyReceiver:
+    """A webhook endpoint on a loopback port that answers each event's first attempt 500 and its
+    next 204: every delivery ends delivered after one retry, its history two attempts."""
+
+    def __init__(self):
+        seen = {}
+        lock = threading.Lock()
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                event = self.headers["Ephemeral-Event-Id"]
+                with lock:
+                    seen[event] = seen.get(event, 0) + 1
+                    first = seen[event] == 1
+                self.send_response(500 if first else 204)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_port}/hook"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def delivery_rows(b):
+    return b.js("return [...document.querySelectorAll('#webhook-deliveries-body tr[data-event]')].map(r => r.dataset.event)")
+
+
+@test()
+def admin_pages_deliveries_and_shows_their_attempts(b):
+    """More deliveries than a page (the page's ?limit=2): "More" appends the next page until the
+    API has no more, then goes; an event's button (by click and by keyboard) shows its attempts as
+    the API's history has them, closed by Close or Escape with the focus back on the button."""
+    receiver = FlakyReceiver()
+    try:
+        st, w = api("POST", "/v1/webhooks", ADMIN_KEY, {"url": receiver.url, "events": ["run.cancelled"]})
+        assert st == 201, w
+        for _ in range(5):
+            run_id = new_run(SEED["prompt"])
+            st, run = api("POST", f"/v1/runs/{run_id}/cancel", MEMBER_KEY)
+            assert st == 200 and run["status"] == "cancelled", run
+
+        def settled():
+            st, ds = api("GET", f"/v1/webhooks/{w['id']}/deliveries?limit=100", ADMIN_KEY)
+            done = st == 200 and len(ds["data"]) == 5 and all(d["status"] == "delivered" for d in ds["data"])
+            return ds["data"] if done else None
+        every = b.wait("five deliveries, each delivered at its second attempt", settled, timeout=90)
+        assert all(d["attempts"] == 2 for d in every), every
+        admin_page(b)
+        b.get(ctx.url + "/keys?limit=2")
+        row = f"#webhooks-body tr[data-webhook='{w['id']}']"
+        b.wait_js("the endpoint's row", "return !!document.querySelector(arguments[0])", row)
+        b.find(f"{row} button.ghost").click()
+        more = "const m = document.getElementById('webhook-deliveries-more'); return !!m && !m.hidden"
+        for n in (2, 4):
+            got = b.wait_js(f"{n} deliveries", "const r = document.querySelectorAll('#webhook-deliveries-body tr[data-event]');"
+                            "return r.length === arguments[0]", n)
+            assert got and delivery_rows(b) == [d["event_id"] for d in every[:n]], (delivery_rows(b), every)
+            assert b.js(more), f"no More under {n} of 5 deliveries"
+            if n == 2:
+                shot(b, "28-admin-webhook-deliveries-more")
+            b.find("#webhook-deliveries-more").click()
+        b.wait_js("the last page", "return document.querySelectorAll('#webhook-deliveries-body tr[data-event]').length === 5"
+                  " && document.getElementById('webhook-deliveries-more').hidden")
+        assert delivery_rows(b) == [d["event_id"] for d in every], (delivery_rows(b), every)
+        focused = b.js("return document.activeElement.closest('tr')?.dataset.event")
+        assert focused == every[4]["event_id"], f"the focus went with More, not to the row it brought: {focused}"
+        after = [p for _, p, _ in ctx.proxy.seen("GET", f"/v1/webhooks/{w['id']}/deliveries?")]
+        assert after[-2:] == [f"/v1/webhooks/{w['id']}/deliveries?limit=2&after={every[1]['event_id']}",
+                              f"/v1/webhooks/{w['id']}/deliveries?limit=2&after={every[3]['event_id']}"], after
+
+        def attempts_shown(event_id):
+            return b.wait_js(f"the attempts of {event_id}",
+                             "const p = document.getElementById('webhook-attempts');"
+                             "if (!p || p.hidden || !p.querySelector('h3').textContent.includes(arguments[0])) return null;"
+                             "return [...p.querySelectorAll('#webhook-attempts-body tr[data-attempt]')].map(r =>"
+                             " [...r.cells].map(c => c.querySelector('time') ? c.querySelector('time').getAttribute('datetime')"
+                             " : c.textContent))", event_id)
+
+        def expected(event_id):
+            st, d = api("GET", f"/v1/webhooks/{w['id']}/deliveries/{event_id}", ADMIN_KEY)
+            assert st == 200 and len(d["history"]) == 2, d
+            return [[str(a["attempt"]), a["outcome"], a["at"], "—" if a["http_status"] is None else str(a["http_status"]),
+                     f"{a['duration_ms']} ms", a["error"] or "—"] for a in d["history"]]
+
+        button = "#webhook-deliveries-body tr[data-event='{}'] button"
+        first = every[0]["event_id"]
+        b.find(button.format(first)).click()
+        got = attempts_shown(first)
+        want = expected(first)
+        assert got == want, (got, want)
+        assert [r[1] for r in got] == ["retried", "delivered"] and [r[3] for r in got] == ["500", "204"], got
+        assert b.find(button.format(first)).prop("ariaExpanded") == "true"
+        shot(b, "29-admin-webhook-attempts")
+        b.find("#webhook-attempts-close").click()
+        b.wait_js("the attempts to close", "return document.getElementById('webhook-attempts').hidden")
+        assert b.js("return document.activeElement.closest('tr').dataset.event") == first
+        # The keyboard alone, on a row that "More" brought: Enter opens, Escape closes.
+        last = every[-1]["event_id"]
+        b.js("document.querySelector(arguments[0]).focus()", button.format(last))
+        b.keys(KEYS["ENTER"])
+        got = attempts_shown(last)
+        want = expected(last)
+        assert got == want, (got, want)
+        assert b.js("return document.activeElement.id") == "webhook-attempts-title"
+        b.keys(KEYS["ESCAPE"])
+        b.wait_js("the attempts to close", "return document.getElementById('webhook-attempts').hidden")
+        assert b.js("return document.activeElement.closest('tr').dataset.event") == last
+        assert b.find(button.format(last)).prop("ariaExpanded") == "false"
+    finally:
+        receiver.close()
+        for x in api("GET", "/v1/webhooks", ADMIN_KEY)[1]["data"]:
+            if x["url"] == receiver.url:
+                api("DELETE", f"/v1/webhooks/{x['id']}", ADMIN_KEY)
 
 
 @test()
