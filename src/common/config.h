@@ -77,8 +77,10 @@ struct eph_config {
         unsigned command_timeout_seconds; /* 60 */
         unsigned output_cap_bytes;        /* 16384 */
         unsigned live_output_bytes;       /* 65536: shell.output text per command (0: none) */
-        unsigned warm_pool;               /* 2: sandboxes created ahead of runs (0: none) */
+        unsigned warm_pool;               /* sandboxes created ahead of runs (0: none);
+                                             EPH_WARM_POOL_AUTO: 2 on namespaces, else 0 */
     } sandbox;
+#define EPH_WARM_POOL_AUTO (~0u)
     struct {
         uint64_t compute_micros_per_second; /* 240 */
         uint64_t web_micros_per_request;    /* 100 */

@@ -72,7 +72,9 @@ int eph_config_defaults(struct eph_config *cfg)
     cfg->sandboxes.max_timeout_seconds = 86400;
     cfg->sandboxes.max_upload_bytes = 64u << 20;
     cfg->sandboxes.max_download_bytes = 64u << 20;
-    cfg->sandbox.warm_pool = 0; /* opt-in: idle pooled sandboxes are live machines on the host */
+    /* Resolved once the backend is known: a pooled namespaces sandbox costs under a megabyte
+     * and no CPU while it waits; a pooled VM costs its memory (docs/SANDBOX.md). */
+    cfg->sandbox.warm_pool = EPH_WARM_POOL_AUTO;
     cfg->prices.compute_micros_per_second = 240;
     cfg->prices.web_micros_per_request = 100;
     cfg->prices.web_micros_per_mib = 50;

@@ -265,8 +265,11 @@ int eph_cmd_serve(int argc, char **argv)
 
     if (sandbox_setup(&svc))
         goto out;
-    if (svc.sandbox_ops && (rc = eph_sandbox_pool_start(svc.pool, svc.sandbox_ops, &svc.sandbox_cfg,
-                                                        cfg.sandbox.warm_pool)))
+    unsigned pool = cfg.sandbox.warm_pool;
+    if (pool == EPH_WARM_POOL_AUTO)
+        pool = svc.sandbox_ops && !strcmp(svc.sandbox_ops->name, "namespaces") ? 2 : 0;
+    if (svc.sandbox_ops &&
+        (rc = eph_sandbox_pool_start(svc.pool, svc.sandbox_ops, &svc.sandbox_cfg, pool)))
         EPH_WARN("serve", "no warm sandbox pool: %s", eph_strerror(rc));
 
     if (open_models(&svc))

@@ -43,7 +43,8 @@ JSON
 
 # ---- every backend: the life of a sandbox ----
 for b in $(host_backends); do
-    config "\"sandbox\": {\"backend\": \"$b\"}"
+    # No warm pool: its idle guests would be counted as outliving the sandbox below.
+    config "\"sandbox\": {\"backend\": \"$b\", \"warm_pool\": 0}"
     start_server --config "$TEST_TMP/config.json"
     sbx=$(sbx_create '{"max_cost_micros": 200000, "metadata": {"team": "qa"}}')
     id=$(jq -r .id <<<"$sbx")

@@ -38,4 +38,17 @@ pid=$SERVER_PID
 kill -TERM "$pid"
 wait "$pid" || fail "the server did not stop cleanly"
 assert_eq "$(server_cgroups "$pid" | wc -l)" 0 "sandboxes of the pool left after shutdown"
-echo "3 runs from the pool, each on its own machine; $(cgroup_case) checked"
+
+# The default (no warm_pool in the configuration): a pool of 2 on the namespaces backend, idle
+# sandboxes that exist before any run, destroyed when the server stops.
+echo '{"sandbox": {"backend": "namespaces"}}' >"$TEST_TMP/default.json"
+start_server --config "$TEST_TMP/default.json"
+pooled() { [ "$(server_cgroups "$SERVER_PID" | sed 's|.*/||' | sort -u | wc -l)" -eq 2 ]; }
+for _ in $(seq 200); do pooled && break; sleep 0.05; done
+pooled || fail "no pool of 2 by default (idle sandboxes: $(server_cgroups "$SERVER_PID" | sed 's|.*/||' | sort -u | wc -l))"
+grep -q "no warm sandbox pool" "$SERVER_LOG" && fail "the default pool did not start"
+pid=$SERVER_PID
+kill -TERM "$pid"
+wait "$pid" || fail "the server did not stop cleanly"
+assert_eq "$(server_cgroups "$pid" | wc -l)" 0 "the default pool's sandboxes after shutdown"
+echo "3 runs from the pool, each on its own machine; a pool of 2 by default; $(cgroup_case) checked"
