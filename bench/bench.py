@@ -1646,6 +1646,12 @@ def rss_kib_of(pid):
     return 0
 
 
+def iso_ms(at):
+    """Milliseconds of an event's `at` (2026-12-04T13:28:29.322Z) since the epoch."""
+    d = datetime.datetime.strptime(at, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=datetime.timezone.utc)
+    return d.timestamp() * 1000
+
+
 def bench_sandboxes(ctx, rep):
     cfg = os.path.join(TMP, "sandboxes.json")
     with open(cfg, "w") as f:
@@ -1656,7 +1662,7 @@ def bench_sandboxes(ctx, rep):
     srv = Server(ctx, "sandboxes", config=cfg)
     body = json.dumps({"max_cost_micros": 20000}).encode()
     wait = {"Prefer": "wait=60"}
-    ready, backend_start, cmd = [], [], []
+    ready, backend_start, server_start, cmd = [], [], [], []
     try:
         for _ in range(ctx["n"](SBX_CREATES)):
             t0 = time.perf_counter()
@@ -1667,6 +1673,11 @@ def bench_sandboxes(ctx, rep):
             _, ev = srv.request("GET", f"/v1/sandboxes/{sbx['id']}/events")
             backend_start += [e["data"]["create_ms"] for e in ev["data"]
                               if e["type"] == "sandbox.ready"]
+            # The server's own clock from the creation to sandbox.ready: the reservation, the
+            # claim and the start, the steps a run's sandbox goes through too.
+            at = {e["type"]: iso_ms(e["at"]) for e in ev["data"]}
+            if "sandbox.created" in at and "sandbox.ready" in at:
+                server_start.append(at["sandbox.ready"] - at["sandbox.created"])
             srv.request("DELETE", f"/v1/sandboxes/{sbx['id']}")
         st, sbx = srv.request("POST", "/v1/sandboxes", body, headers=wait)
         echo = json.dumps({"command": "echo hi"}).encode()
@@ -1695,13 +1706,17 @@ def bench_sandboxes(ctx, rep):
     finally:
         srv.stop()
     r, b, c = summary(ready), summary(backend_start), summary(cmd)
+    s_ = summary(server_start)
     per_server = (held - base) / max(1, n_idle)
     per_guest = guests / max(1, n_idle)
     rows = [
         ["create to ready (POST, Prefer: wait)", str(len(ready)), fmt(r["median"]), fmt(r["p90"]),
          f"E2B (published) ~{E2B_START_MS}", ratio(r["median"], E2B_START_MS)],
-        ["the backend's own start (sandbox.ready create_ms)", str(len(backend_start)),
-         fmt(b["median"]), fmt(b["p90"]), "", ""],
+        ["created → sandbox.ready on the server (a run's start: its events' at)",
+         str(len(server_start)), fmt(s_["median"]), fmt(s_["p90"]), "create to ready ÷ this",
+         ratio(r["median"], s_["median"])],
+        ["the backend's own start (sandbox.ready create_ms; ~0 from the warm pool)",
+         str(len(backend_start)), fmt(b["median"]), fmt(b["p90"]), "", ""],
         ["`echo hi` round trip (POST …/commands, Prefer: wait)", str(len(cmd)), fmt(c["median"]),
          fmt(c["p90"]), f"E2B (published) {E2B_COMMAND_MS}", ""],
     ]
@@ -1710,7 +1725,9 @@ def bench_sandboxes(ctx, rep):
     rep.add("Through the HTTP API on loopback, namespaces backend (docs/SANDBOXES.md). The peer "
             "figures are E2B's published ones for the same work, not measured on this machine. "
             "Create to ready includes the reservation, the store's insert and the sandbox's own "
-            "start (its row beside it); the goal is within 1.2x of that start.")
+            "start; the server's figure (creation to sandbox.ready, the same steps as a run's "
+            "sandbox start, on the server's clock) is beside it, and the goal is within 1.2x of "
+            "it. The warm pool is on (the default): the backend's own start is a take.")
     rep.add()
     rep.table(["measure", "n", "median ms", "p90 ms", "peer", "ratio"], rows)
     rep.add()
@@ -1718,7 +1735,8 @@ def bench_sandboxes(ctx, rep):
             f"per sandbox (its bookkeeping: goal under 200 KiB); the sandboxes' own processes "
             f"hold {fmt(per_guest)} KiB each (the backend's figure).")
     rep.add()
-    return {"ready_ms": r["median"], "start_ms": b["median"], "command_ms": c["median"],
+    return {"ready_ms": r["median"], "start_ms": b["median"], "server_start_ms": s_["median"],
+            "command_ms": c["median"],
             "server_kib_per_sandbox": per_server, "guest_kib_per_sandbox": per_guest}
 
 
