@@ -6,7 +6,9 @@
 [ "$(id -u)" -eq 0 ] || skip "needs root to mount a small tmpfs"
 cd "$TEST_TMP"
 mkdir small
-mount -t tmpfs -o size=512k,mode=0700 ephemeral-test "$TEST_TMP/small" || skip "cannot mount tmpfs"
+# 1 MiB: the schema (about 190 KB) and the journal its migrations write before their checkpoint
+# (about 420 KB) fit, and a few of the large prompts below fill what is left.
+mount -t tmpfs -o size=1m,mode=0700 ephemeral-test "$TEST_TMP/small" || skip "cannot mount tmpfs"
 unmount() {
     _cleanup
     umount "$TEST_TMP/small" 2>/dev/null || umount -l "$TEST_TMP/small" 2>/dev/null
