@@ -229,18 +229,19 @@ static void meter_record(void *p, const struct eph_model_attempt *a)
                                    : " · no usage reported: worst case charged")
                       : how == EPH_CHARGE_NOTHING && a->rc ? " · not billed"
                                                            : "";
-    eph_sink_emit(ctx->sink, "model", "model.call", data,
-                  "model call %u%s · %s tokens · %s%s%s%s%s", mt->call, which, tok, money,
-                  resp->replayed ? " · replayed" : "", why,
-                  cost.above_bound ? " · usage above the bound" : "",
-                  cost.capped ? " · capped at the reservation" : "");
+    /* The call's event and the usage and cost it brought: one write. */
+    int rc = eph_sink_emit_progress(ctx->sink, "model", "model.call", data,
+                                    "model call %u%s · %s tokens · %s%s%s%s%s", mt->call, which,
+                                    tok, money, resp->replayed ? " · replayed" : "", why,
+                                    cost.above_bound ? " · usage above the bound" : "",
+                                    cost.capped ? " · capped at the reservation" : "");
     /* A provider's error can quote what it was sent: a zero-data-retention run logs none. */
     if (a->rc && a->err && a->err[0])
         EPH_INFO("agent", "run %s: model call %u attempt %u: %s", ctx->run_id, mt->call, a->number,
                  ctx->zdr ? outcome_name : a->err);
-    int rc = eph_sink_progress(ctx->sink);
     if (rc)
-        EPH_WARN("agent", "run %s: cannot record progress: %s", ctx->run_id, strerror(-rc));
+        EPH_WARN("agent", "run %s: cannot record a model call and its progress: %s", ctx->run_id,
+                 strerror(-rc));
 }
 
 static json_t *assistant_message(const struct eph_model_response *resp)

@@ -329,18 +329,12 @@ static void record_emit(struct eph_agent_ctx *ctx, struct record *rec,
                 json_object_del(data, key);
         }
     }
-    int rc = ctx->zdr ? eph_sink_emit(ctx->sink, rec->source, rec->type, data, "%s", rec->type)
-                      : eph_sink_emit(ctx->sink, rec->source, rec->type, data, "%s", rec->message);
+    /* With the usage and cost the call brought (a command, a fetch): one write. */
+    int rc = eph_sink_emit_progress(ctx->sink, rec->source, rec->type, data, "%s",
+                                    ctx->zdr ? rec->type : rec->message);
     if (rc)
         EPH_WARN("agent", "run %s: cannot record a %s event: %s", ctx->run_id, rec->type,
                  strerror(-rc));
-}
-
-static void progress(struct eph_agent_ctx *ctx)
-{
-    int rc = eph_sink_progress(ctx->sink);
-    if (rc)
-        EPH_WARN("agent", "run %s: cannot record progress: %s", ctx->run_id, strerror(-rc));
 }
 
 /* A call refused before it ran: *content is the error for the model, the record says why. */
@@ -570,7 +564,6 @@ static int run_shell(struct eph_agent_ctx *ctx, json_t *args, struct record *rec
         if (res.timed_out)
             record_field(rec, "timed_out", json_true());
     }
-    progress(ctx);
 
     if (rc) {
         eph_exec_result_release(&res);
@@ -917,7 +910,6 @@ static int run_web_fetch(struct eph_agent_ctx *ctx, json_t *args, struct record 
     struct eph_web_fetch f;
     char err[256] = "";
     int rc = eph_broker_web_fetch(ctx->broker, url, ctx->output_cap, &f, err, sizeof(err));
-    progress(ctx);
     if (rc == -EDQUOT) {
         free(line);
         return -EDQUOT;

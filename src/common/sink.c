@@ -10,6 +10,22 @@
 
 #include "common/clock.h"
 
+/* The message of an event, cut on a character boundary (and said so) to fit msg. */
+__attribute__((format(printf, 3, 0))) static void format_message(char *msg, size_t len,
+                                                                 const char *fmt, va_list ap)
+{
+    int n = vsnprintf(msg, len, fmt, ap);
+    if (n < 0) {
+        msg[0] = '\0';
+    } else if ((size_t)n >= len) {
+        /* Cut on a character boundary and say so: a message stays valid UTF-8. */
+        size_t end = len - 4;
+        while (end > 0 && ((unsigned char)msg[end] & 0xC0) == 0x80)
+            end--;
+        memcpy(msg + end, "\xE2\x80\xA6", 4); /* "…" and the terminator */
+    }
+}
+
 int eph_sink_emit(const struct eph_sink *sink, const char *source, const char *type, json_t *data,
                   const char *fmt, ...)
 {
@@ -20,18 +36,28 @@ int eph_sink_emit(const struct eph_sink *sink, const char *source, const char *t
     char msg[512];
     va_list ap;
     va_start(ap, fmt);
-    int n = vsnprintf(msg, sizeof msg, fmt, ap);
+    format_message(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    if (n < 0) {
-        msg[0] = '\0';
-    } else if ((size_t)n >= sizeof msg) {
-        /* Cut on a character boundary and say so: a message stays valid UTF-8. */
-        size_t end = sizeof msg - 4;
-        while (end > 0 && ((unsigned char)msg[end] & 0xC0) == 0x80)
-            end--;
-        memcpy(msg + end, "\xE2\x80\xA6", 4); /* "…" and the terminator */
-    }
     return sink->event(sink->ctx, source, type, data, msg);
+}
+
+int eph_sink_emit_progress(const struct eph_sink *sink, const char *source, const char *type,
+                           json_t *data, const char *fmt, ...)
+{
+    if (!sink || !sink->event) {
+        json_decref(data);
+        return eph_sink_progress(sink);
+    }
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    format_message(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (sink->event_progress)
+        return sink->event_progress(sink->ctx, source, type, data, msg);
+    int rc = sink->event(sink->ctx, source, type, data, msg);
+    int prc = eph_sink_progress(sink);
+    return rc ? rc : prc;
 }
 
 int eph_sink_progress(const struct eph_sink *sink)

@@ -25,11 +25,20 @@ struct eph_sink {
     /* Optional (may be NULL): the caller's usage and cost changed, so that the owner can persist
      * them and a crash settles what was measured. Returns 0 or -errno. */
     int (*progress)(void *ctx);
+    /* Optional (may be NULL): an event and the progress it reports, recorded together (one
+     * store transaction); without it, event then progress. Same contract as event. */
+    int (*event_progress)(void *ctx, const char *source, const char *type, json_t *data,
+                          const char *message);
 };
 
 /* Formats the message and calls sink->event. A NULL sink drops the event (data released). */
 int eph_sink_emit(const struct eph_sink *sink, const char *source, const char *type, json_t *data,
                   const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+/* eph_sink_emit for an event that follows new usage or cost (a model call, a command): the
+ * event and the progress together when the sink can, else the event then the progress. */
+int eph_sink_emit_progress(const struct eph_sink *sink, const char *source, const char *type,
+                           json_t *data, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
 /* Calls sink->progress when there is one; 0 otherwise. */
 int eph_sink_progress(const struct eph_sink *sink);
 

@@ -486,10 +486,12 @@ static void exec_event(const struct eph_drive_ctx *c, struct eph_drive_op *op, c
             json_object_set_new(d, "stderr_truncated", json_boolean(r->stderr_total > r->err.len));
         }
     }
+    /* With the compute and the count it brought: one write. */
     if (c->zdr)
-        eph_sink_emit(c->sink, "shell", "shell.command", d, "a command ran (zero data retention)");
+        eph_sink_emit_progress(c->sink, "shell", "shell.command", d,
+                               "a command ran (zero data retention)");
     else
-        eph_sink_emit(c->sink, "shell", "shell.command", d, "$ %s", line ? line : "");
+        eph_sink_emit_progress(c->sink, "shell", "shell.command", d, "$ %s", line ? line : "");
 }
 
 static void run_exec(const struct eph_drive_ctx *c, struct eph_drive_op *op)
@@ -548,7 +550,6 @@ static void run_exec(const struct eph_drive_ctx *c, struct eph_drive_op *op)
         op->stopped = "budget_exhausted";
     exec_event(c, op, line);
     free(line);
-    eph_sink_progress(c->sink);
 }
 
 /* ---- background commands ----

@@ -239,32 +239,44 @@ void eph_live_prepare(struct eph_live *l, struct eph_event *e, const char *sourc
     eph_event_serialise(e);
 }
 
-int eph_live_emit(struct eph_live *l, struct eph_store *st, const char *source, const char *type,
-                  json_t *data, const char *fmt, ...)
+__attribute__((format(printf, 6, 7))) static void fill_eventf(struct eph_live *l,
+                                                              struct eph_event *e,
+                                                              const char *source, const char *type,
+                                                              json_t *data, const char *fmt, ...)
 {
-    struct eph_event e;
     va_list ap;
     va_start(ap, fmt);
-    fill_event(l, &e, source, type, data, fmt, ap);
+    fill_event(l, e, source, type, data, fmt, ap);
     va_end(ap);
+}
+
+/* Numbers ev[0..n), stores them (with r's state or progress when what says so: one transaction)
+ * and wakes the waiters; releases the events. */
+static int store_events(struct eph_live *l, struct eph_store *st, const struct eph_run *r,
+                        unsigned what, struct eph_event *ev, size_t n)
+{
     /* The run's emit lock keeps the stored order the numbered order; the registry's lock is held
      * only to read and publish the number, never across the store's write. */
     pthread_mutex_lock(&l->emit_lock);
     pthread_mutex_lock(&l->reg->lock);
-    e.seq = l->last_seq + 1;
+    uint64_t base = l->last_seq;
     pthread_mutex_unlock(&l->reg->lock);
-    /* Serialised once, here, as the API serves it (without the text, it is made on read). */
-    eph_event_serialise(&e);
-    int rc = st->ops->event_append(st, l->id, &e);
-    if (!rc) {
+    for (size_t i = 0; i < n; i++) {
+        ev[i].seq = base + 1 + i;
+        /* Serialised once, here, as the API serves it (without the text, it is made on read). */
+        eph_event_serialise(&ev[i]);
+    }
+    int rc = r || n != 1 ? st->ops->run_step(st, r, what, ev, n)
+                         : st->ops->event_append(st, l->id, &ev[0]);
+    if (!rc && n) {
         pthread_mutex_lock(&l->reg->lock);
-        if (e.seq > l->last_seq)
-            l->last_seq = e.seq;
+        if (base + n > l->last_seq)
+            l->last_seq = base + n;
         pthread_cond_broadcast(&l->reg->cond);
         pthread_mutex_unlock(&l->reg->lock);
     }
     pthread_mutex_unlock(&l->emit_lock);
-    if (!rc)
+    if (!rc && n)
         notify(l->reg);
     if (rc == -ESTALE) {
         /* Fenced off: another node settled the run as lost while this one could not renew its
@@ -275,11 +287,39 @@ int eph_live_emit(struct eph_live *l, struct eph_store *st, const char *source, 
                      "are no longer stored",
                      l->id);
         eph_live_lease_lost(l);
-    } else if (rc && !atomic_load(&l->lease_lost)) {
-        EPH_ERROR("timeline", "run %s: cannot store event %s: %s", l->id, type, strerror(-rc));
+    } else if (rc && rc != -EALREADY && !atomic_load(&l->lease_lost)) {
+        EPH_ERROR("timeline", "run %s: cannot store event %s%s: %s", l->id,
+                  n ? ev[0].type : "(a step)", n > 1 ? " and those after it" : "", strerror(-rc));
     }
-    eph_event_release(&e);
+    for (size_t i = 0; i < n; i++)
+        eph_event_release(&ev[i]);
     return rc;
+}
+
+int eph_live_emit(struct eph_live *l, struct eph_store *st, const char *source, const char *type,
+                  json_t *data, const char *fmt, ...)
+{
+    struct eph_event e;
+    va_list ap;
+    va_start(ap, fmt);
+    fill_event(l, &e, source, type, data, fmt, ap);
+    va_end(ap);
+    return store_events(l, st, NULL, 0, &e, 1);
+}
+
+int eph_live_emit_step(struct eph_live *l, struct eph_store *st, const struct eph_run *r,
+                       unsigned what, struct eph_live_new *evs, size_t n)
+{
+    struct eph_event ev[EPH_LIVE_STEP_MAX];
+    if (n > EPH_LIVE_STEP_MAX) {
+        for (size_t i = 0; i < n; i++)
+            json_decref(evs[i].data);
+        return -E2BIG;
+    }
+    for (size_t i = 0; i < n; i++)
+        fill_eventf(l, &ev[i], evs[i].source, evs[i].type, evs[i].data, "%s",
+                    evs[i].message ? evs[i].message : "");
+    return store_events(l, st, r, what, ev, n);
 }
 
 void eph_live_close(struct eph_live *l, uint64_t last_seq, char *zdr_result)

@@ -45,6 +45,19 @@ const char *eph_live_id(const struct eph_live *l);
  * (event_wire.h), and wakes the waiters. */
 int eph_live_emit(struct eph_live *l, struct eph_store *st, const char *source, const char *type,
                   json_t *data, const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+/* One event of a step (eph_live_emit_step): data is stolen (may be NULL), message one line for
+ * people. */
+struct eph_live_new {
+    const char *source, *type;
+    json_t *data;
+    const char *message;
+};
+#define EPH_LIVE_STEP_MAX 8
+/* Appends the events of one step (at most EPH_LIVE_STEP_MAX), numbered in order, with r's state
+ * (what & EPH_STEP_STATE) or progress (EPH_STEP_PROGRESS) in the same transaction (store.h
+ * run_step): one commit. r names the run (it may be NULL only when n is 1 and what is 0). */
+int eph_live_emit_step(struct eph_live *l, struct eph_store *st, const struct eph_run *r,
+                       unsigned what, struct eph_live_new *evs, size_t n);
 /* Fills an event with the next number, the current time and its wire text without storing it
  * (for the events that the settlement transaction writes). Steals data. */
 void eph_live_prepare(struct eph_live *l, struct eph_event *e, const char *source, const char *type,

@@ -454,18 +454,35 @@ static void agent_usage_copy(struct eph_run *r, const struct eph_agent_usage *u)
     r->usage.shell_commands = u->shell_commands;
 }
 
-/* Usage and cost changed (the agent's counts, the costs the budget measured): persisted to the
- * run's record, so that a crash settles what was measured. */
-static int sink_progress(void *ctx)
+/* The usage and cost measured so far, into the run's record. */
+static void progress_read(struct job *j)
 {
-    struct job *j = ctx;
     agent_usage_copy(&j->r, &j->usage);
     struct eph_budget_view v;
     eph_budget_read(&j->budget, eph_clock_mono_ns(), &v);
     j->r.cost.model_micros = v.model;
     j->r.cost.web_micros = v.web;
     j->r.cost.compute_micros = v.compute;
+}
+
+/* Usage and cost changed (the agent's counts, the costs the budget measured): persisted to the
+ * run's record, so that a crash settles what was measured. */
+static int sink_progress(void *ctx)
+{
+    struct job *j = ctx;
+    progress_read(j);
     return j->svc->store->ops->run_progress(j->svc->store, &j->r);
+}
+
+/* An event with the progress it reports: one transaction (a model call, a command). */
+static int sink_event_progress(void *ctx, const char *source, const char *type, json_t *data,
+                               const char *message)
+{
+    struct job *j = ctx;
+    progress_read(j);
+    struct eph_live_new ev = {.source = source, .type = type, .data = data, .message = message};
+    int rc = eph_live_emit_step(j->live, j->svc->store, &j->r, EPH_STEP_PROGRESS, &ev, 1);
+    return rc == -ESTALE ? 0 : rc;
 }
 
 static enum eph_run_status agent_status(enum eph_agent_status s)
@@ -540,7 +557,10 @@ static int step_load(struct job *j, const char *run_id)
     eph_live_set_worked_here(j->live);
     eph_budget_init(&j->budget, j->r.cost.reserved_micros,
                     svc->cfg->prices.compute_micros_per_second);
-    j->sink = (struct eph_sink){.ctx = j, .event = sink_event, .progress = sink_progress};
+    j->sink = (struct eph_sink){.ctx = j,
+                                .event = sink_event,
+                                .progress = sink_progress,
+                                .event_progress = sink_event_progress};
     j->cancel = (struct eph_cancel){.flag = eph_live_cancel_flag(j->live),
                                     .fence_ns = eph_live_fence_ptr(j->live)};
     return 0;
@@ -672,19 +692,24 @@ static int step_sandbox(struct job *j)
     /* A sandbox's start is the instant it is ready for its caller's calls (its ready_at). */
     if (r->kind == EPH_KIND_SANDBOX)
         r->started_at_ms = eph_clock_real_ms();
-    if ((rc = st->ops->run_update(st, r)))
+    /* Running, ready and started: one step, one transaction (docs/STORE.md). */
+    char started[64];
+    snprintf(started, sizeof(started), "worker started · shell %s · web %s",
+             r->shell ? "on" : "off", r->web ? "on" : "off");
+    struct eph_live_new ev[] = {
+        {"sandbox", "sandbox.ready",
+         json_pack("{s:s, s:I, s:I, s:I, s:s, s:s?}", "backend", svc->sandbox_ops->name,
+                   "create_ms", (json_int_t)((ready_ns - j->start_ns) / 1000000u), "vcpus",
+                   (json_int_t)r->vcpus, "memory_mib", (json_int_t)r->memory_mib, "image",
+                   r->image[0] ? r->image : "default", "image_digest",
+                   r->image_digest[0] ? r->image_digest : NULL),
+         svc->sandbox_ops->ready_message},
+        {"worker", "worker.started",
+         json_pack("{s:b, s:b, s:s}", "shell", r->shell, "web", r->web, "model", r->model),
+         started},
+    };
+    if ((rc = eph_live_emit_step(j->live, st, r, EPH_STEP_STATE, ev, 2)) && rc != -ESTALE)
         EPH_WARN("worker", "run %s: cannot record running: %s", r->id, eph_strerror(rc));
-    eph_sink_emit(&j->sink, "sandbox", "sandbox.ready",
-                  json_pack("{s:s, s:I, s:I, s:I, s:s, s:s?}", "backend", svc->sandbox_ops->name,
-                            "create_ms", (json_int_t)((ready_ns - j->start_ns) / 1000000u), "vcpus",
-                            (json_int_t)r->vcpus, "memory_mib", (json_int_t)r->memory_mib, "image",
-                            r->image[0] ? r->image : "default", "image_digest",
-                            r->image_digest[0] ? r->image_digest : NULL),
-                  "%s", svc->sandbox_ops->ready_message);
-    eph_sink_emit(&j->sink, "worker", "worker.started",
-                  json_pack("{s:b, s:b, s:s}", "shell", r->shell, "web", r->web, "model", r->model),
-                  "worker started · shell %s · web %s", r->shell ? "on" : "off",
-                  r->web ? "on" : "off");
     return 0;
 }
 

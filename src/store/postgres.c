@@ -524,6 +524,7 @@ const struct eph_store_ops eph_store_postgres_ops = {
     .run_list = pg_run_list,
     .run_update = pg_run_update,
     .run_progress = pg_run_progress,
+    .run_step = pg_run_step,
     .run_finish = pg_run_finish,
     .runs_in_state = pg_runs_in_state,
     .run_claim = pg_run_claim,

@@ -269,23 +269,27 @@ int pg_runs_in_state(struct eph_store *base, enum eph_run_status state, eph_run_
     return rc;
 }
 
+static const char run_state_sql[] =
+    "UPDATE runs SET status = $1, started_at = $2, sandbox_backend = $3, vcpus = $4, "
+    "memory_mib = $5 WHERE id = $6 AND status IN ('queued', 'starting', 'running')";
+
+static void p_run_state(struct params *p, const struct eph_run *r)
+{
+    p_text(p, eph_run_status_name(r->status));
+    p_ms(p, r->started_at_ms);
+    p_text(p, r->sandbox_backend);
+    p_i64(p, r->vcpus);
+    p_i64(p, r->memory_mib);
+    p_text(p, r->id);
+}
+
 int pg_run_update(struct eph_store *base, const struct eph_run *r)
 {
     struct pg_store *s = P(base);
     struct params p = {0};
-    p_text(&p, eph_run_status_name(r->status));
-    p_ms(&p, r->started_at_ms);
-    p_text(&p, r->sandbox_backend);
-    p_i64(&p, r->vcpus);
-    p_i64(&p, r->memory_mib);
-    p_text(&p, r->id);
+    p_run_state(&p, r);
     unsigned long n = 0;
-    int rc = WITH_CONN(s, pg_changed_once(s, c,
-                                          "UPDATE runs SET status = $1, started_at = $2, "
-                                          "sandbox_backend = $3, vcpus = $4, memory_mib = $5 "
-                                          "WHERE id = $6 AND status IN ('queued', 'starting', "
-                                          "'running')",
-                                          &p, &n, "run update"));
+    int rc = WITH_CONN(s, pg_changed_once(s, c, run_state_sql, &p, &n, "run update"));
     return rc ? rc : n ? 0 : -EALREADY;
 }
 
@@ -302,23 +306,26 @@ static void p_usage_cost(struct params *p, const struct eph_run *r)
     p_i64(p, r->cost.compute_micros);
 }
 
+static const char run_progress_sql[] =
+    "UPDATE runs SET model_calls = $1, input_tokens = $2, output_tokens = $3, "
+    "shell_commands = $4, web_requests = $5, connection_requests = $6, model_micros = $7, "
+    "web_micros = $8, compute_micros = $9, model_attempts = $11 WHERE id = $10 AND status IN "
+    "('queued', 'starting', 'running')";
+
+static void p_run_progress(struct params *p, const struct eph_run *r)
+{
+    p_usage_cost(p, r);
+    p_text(p, r->id);
+    p_i64(p, (int64_t)r->usage.model_attempts);
+}
+
 int pg_run_progress(struct eph_store *base, const struct eph_run *r)
 {
     struct pg_store *s = P(base);
     struct params p = {0};
-    p_usage_cost(&p, r);
-    p_text(&p, r->id);
-    p_i64(&p, (int64_t)r->usage.model_attempts);
+    p_run_progress(&p, r);
     unsigned long n = 0;
-    return WITH_CONN(s,
-                     pg_changed_once(s, c,
-                                     "UPDATE runs SET model_calls = $1, input_tokens = $2, "
-                                     "output_tokens = $3, shell_commands = $4, web_requests = $5, "
-                                     "connection_requests = $6, model_micros = $7, "
-                                     "web_micros = $8, compute_micros = $9, model_attempts = $11 "
-                                     "WHERE id = $10 AND status IN ('queued', 'starting', "
-                                     "'running')",
-                                     &p, &n, "run progress"));
+    return WITH_CONN(s, pg_changed_once(s, c, run_progress_sql, &p, &n, "run progress"));
 }
 
 static int run_finish_once(struct pg_store *s, struct pg_conn *c, const struct eph_run_final *f)
@@ -504,6 +511,46 @@ static int event_append_once(struct pg_store *s, struct pg_conn *c, const char *
     if (!rc && PQntuples(r) == 0)
         rc = -ESTALE;
     PQclear(r);
+    return rc;
+}
+
+/* One step in one transaction: one commit where the state, the progress and each event were one
+ * each. A first event already there on a retry means the first attempt's commit went through. */
+static int run_step_once(struct pg_store *s, struct pg_conn *c, const struct eph_run *r,
+                         unsigned what, const struct eph_event *events, size_t n)
+{
+    int rc = pg_begin(s, c);
+    if (rc)
+        return rc;
+    unsigned long changed = 0;
+    struct params p = {0};
+    if (what & EPH_STEP_STATE) {
+        p_run_state(&p, r);
+        rc = pg_changed_once(s, c, run_state_sql, &p, &changed, "run update");
+        if (!rc && !changed)
+            rc = -EALREADY;
+    }
+    if (!rc && (what & EPH_STEP_PROGRESS)) {
+        p = (struct params){0};
+        p_run_progress(&p, r);
+        rc = pg_changed_once(s, c, run_progress_sql, &p, &changed, "run progress");
+    }
+    for (size_t i = 0; !rc && i < n; i++)
+        rc = event_append_once(s, c, r->id, &events[i]);
+    if (!rc)
+        return pg_commit(s, c);
+    pg_rollback(c);
+    return rc;
+}
+
+int pg_run_step(struct eph_store *base, const struct eph_run *r, unsigned what,
+                const struct eph_event *events, size_t n)
+{
+    struct pg_store *s = P(base);
+    unsigned attempts = 0;
+    int rc = WITH_CONN(s, (attempts++, run_step_once(s, c, r, what, events, n)));
+    if (rc == -EEXIST && attempts > 1)
+        rc = 0;
     return rc;
 }
 

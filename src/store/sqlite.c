@@ -542,6 +542,7 @@ const struct eph_store_ops eph_store_sqlite_ops = {
     .run_list = sq_run_list,
     .run_update = sq_run_update,
     .run_progress = sq_run_progress,
+    .run_step = sq_run_step,
     .run_finish = sq_run_finish,
     .runs_in_state = sq_runs_in_state,
     .run_claim = sq_run_claim,

@@ -317,10 +317,9 @@ int sq_runs_in_state(struct eph_store *base, enum eph_run_status state, eph_run_
     return rc;
 }
 
-int sq_run_update(struct eph_store *base, const struct eph_run *r)
+/* The run's non-terminal state; -EALREADY when it is finished. Under the writer's lock. */
+static int run_state_locked(struct sq_conn *s, const struct eph_run *r)
 {
-    struct sq_conn *s = WRITER(base);
-    pthread_mutex_lock(&s->lock);
     sqlite3_stmt *st;
     int rc =
         sq_prepare(s,
@@ -328,18 +327,17 @@ int sq_run_update(struct eph_store *base, const struct eph_run *r)
                    "memory_mib = ? WHERE id = ? AND status NOT IN ('completed', 'failed', "
                    "'timed_out', 'budget_exhausted', 'cancelled')",
                    &st);
-    if (!rc) {
-        sqlite3_bind_text(st, 1, eph_run_status_name(r->status), -1, SQLITE_STATIC);
-        sq_bind_ms(st, 2, r->started_at_ms);
-        sq_bind_text(st, 3, r->sandbox_backend);
-        sqlite3_bind_int(st, 4, (int)r->vcpus);
-        sqlite3_bind_int(st, 5, (int)r->memory_mib);
-        sqlite3_bind_text(st, 6, r->id, -1, SQLITE_TRANSIENT);
-        rc = sq_step_done(s, st, "run update");
-        if (!rc && sqlite3_changes(s->db) == 0)
-            rc = -EALREADY;
-    }
-    pthread_mutex_unlock(&s->lock);
+    if (rc)
+        return rc;
+    sqlite3_bind_text(st, 1, eph_run_status_name(r->status), -1, SQLITE_STATIC);
+    sq_bind_ms(st, 2, r->started_at_ms);
+    sq_bind_text(st, 3, r->sandbox_backend);
+    sqlite3_bind_int(st, 4, (int)r->vcpus);
+    sqlite3_bind_int(st, 5, (int)r->memory_mib);
+    sqlite3_bind_text(st, 6, r->id, -1, SQLITE_TRANSIENT);
+    rc = sq_step_done(s, st, "run update");
+    if (!rc && sqlite3_changes(s->db) == 0)
+        rc = -EALREADY;
     return rc;
 }
 
@@ -356,10 +354,9 @@ static void bind_usage_cost(sqlite3_stmt *st, int i, const struct eph_run *r)
     sqlite3_bind_int64(st, i, r->cost.compute_micros);
 }
 
-int sq_run_progress(struct eph_store *base, const struct eph_run *r)
+/* The run's usage and cost so far (nothing once it is finished). Under the writer's lock. */
+static int run_progress_locked(struct sq_conn *s, const struct eph_run *r)
 {
-    struct sq_conn *s = WRITER(base);
-    pthread_mutex_lock(&s->lock);
     sqlite3_stmt *st;
     int rc =
         sq_prepare(s,
@@ -368,12 +365,52 @@ int sq_run_progress(struct eph_store *base, const struct eph_run *r)
                    "model_micros = ?, web_micros = ?, compute_micros = ?, model_attempts = ?11 "
                    "WHERE id = ?10 AND status IN ('queued', 'starting', 'running')",
                    &st);
-    if (!rc) {
-        bind_usage_cost(st, 1, r);
-        sqlite3_bind_text(st, 10, r->id, -1, SQLITE_TRANSIENT);
-        sqlite3_bind_int64(st, 11, (sqlite3_int64)r->usage.model_attempts);
-        rc = sq_step_done(s, st, "run progress");
+    if (rc)
+        return rc;
+    bind_usage_cost(st, 1, r);
+    sqlite3_bind_text(st, 10, r->id, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(st, 11, (sqlite3_int64)r->usage.model_attempts);
+    return sq_step_done(s, st, "run progress");
+}
+
+int sq_run_update(struct eph_store *base, const struct eph_run *r)
+{
+    struct sq_conn *s = WRITER(base);
+    pthread_mutex_lock(&s->lock);
+    int rc = run_state_locked(s, r);
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
+int sq_run_progress(struct eph_store *base, const struct eph_run *r)
+{
+    struct sq_conn *s = WRITER(base);
+    pthread_mutex_lock(&s->lock);
+    int rc = run_progress_locked(s, r);
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
+int sq_run_step(struct eph_store *base, const struct eph_run *r, unsigned what,
+                const struct eph_event *events, size_t n)
+{
+    struct sq_conn *s = WRITER(base);
+    pthread_mutex_lock(&s->lock);
+    int rc = sq_begin(s);
+    if (rc) {
+        pthread_mutex_unlock(&s->lock);
+        return rc;
     }
+    if (what & EPH_STEP_STATE)
+        rc = run_state_locked(s, r);
+    if (!rc && (what & EPH_STEP_PROGRESS))
+        rc = run_progress_locked(s, r);
+    for (size_t i = 0; !rc && i < n; i++)
+        rc = sq_event_insert_locked(s, r->id, &events[i]);
+    if (!rc)
+        rc = sq_commit(s);
+    else
+        sq_rollback(s);
     pthread_mutex_unlock(&s->lock);
     return rc;
 }

@@ -104,6 +104,8 @@ int sq_run_list(struct eph_store *base, const char *org_id, unsigned limit, cons
 int sq_runs_in_state(struct eph_store *base, enum eph_run_status state, eph_run_cb cb, void *ctx);
 int sq_run_update(struct eph_store *base, const struct eph_run *r);
 int sq_run_progress(struct eph_store *base, const struct eph_run *r);
+int sq_run_step(struct eph_store *base, const struct eph_run *r, unsigned what,
+                const struct eph_event *events, size_t n);
 int sq_run_finish(struct eph_store *base, const struct eph_run_final *f);
 int sq_run_claim(struct eph_store *base, const char *run_id, const char *node_id,
                  int64_t lease_until_ms);

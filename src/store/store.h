@@ -352,6 +352,14 @@ struct eph_store_ops {
                          int64_t claim_until_ms, unsigned max, eph_delivery_cb cb, void *ctx);
     int (*webhook_record)(struct eph_store *s, const struct eph_webhook_attempt *a);
 
+    /* One step's writes in one transaction (docs/STORE.md, "A step, one commit"): with
+     * EPH_STEP_STATE the run's non-terminal state as run_update writes it, with
+     * EPH_STEP_PROGRESS its usage and cost as run_progress writes them, then events[0..n) (n
+     * may be 0) as event_append appends them, all of r->id; all or nothing. -EALREADY as
+     * run_update, -ESTALE as event_append: nothing is written. */
+    int (*run_step)(struct eph_store *s, const struct eph_run *r, unsigned what,
+                    const struct eph_event *events, size_t n);
+
     /* Events. append: -ESTALE on a shared store when the run is already finished (the fence of
      * a node whose run another node settled as lost: docs/STORE.md). */
     int (*event_append)(struct eph_store *s, const char *run_id, const struct eph_event *e);
@@ -392,6 +400,10 @@ struct eph_store_ops {
     int (*ledger_totals)(struct eph_store *s, const char *org_id, int64_t *credits,
                          int64_t *reserves, int64_t *charges, int64_t *releases);
 };
+
+/* What run_step writes besides its events. */
+#define EPH_STEP_STATE 1u
+#define EPH_STEP_PROGRESS 2u
 
 struct eph_store {
     const struct eph_store_ops *ops;
