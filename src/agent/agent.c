@@ -51,6 +51,7 @@ struct meter {
     int64_t available;    /* what was left when the last attempt was authorised */
     uint64_t deadline_ns; /* the last attempt's deadline */
     char digest[65];      /* of the turn's request messages (the record) */
+    int record_err;       /* -ENOMEM: an attempt's model.call event could not be made */
 };
 
 /* The longest an attempt may take, for the compute set aside while it is in flight: the idle
@@ -64,20 +65,34 @@ static uint64_t attempt_ns(const struct eph_agent_ctx *ctx, uint64_t now)
     return ns;
 }
 
+/* The answer's tool calls as the record and the conversation hold them (a new reference), NULL
+ * when one of them cannot be made. */
+static json_t *calls_array(const struct eph_model_response *resp)
+{
+    json_t *calls = json_array();
+    for (size_t i = 0; calls && i < resp->ncalls; i++) {
+        if (json_array_append_new(
+                calls, json_pack("{s:s, s:s, s:s}", "id", resp->calls[i].id, "name",
+                                 resp->calls[i].name ? resp->calls[i].name : "", "arguments",
+                                 resp->calls[i].arguments ? resp->calls[i].arguments : ""))) {
+            json_decref(calls);
+            calls = NULL;
+        }
+    }
+    return calls;
+}
+
 /* What came back, for the record: text, tool calls with their raw arguments, finish reason and
- * usage. */
+ * usage. NULL when a part of it cannot be made. */
 static json_t *response_record(const struct eph_model_response *resp,
                                const struct eph_token_usage *u)
 {
-    json_t *calls = json_array();
-    for (size_t i = 0; calls && i < resp->ncalls; i++)
-        json_array_append_new(calls,
-                              json_pack("{s:s, s:s, s:s}", "id", resp->calls[i].id, "name",
-                                        resp->calls[i].name ? resp->calls[i].name : "", "arguments",
-                                        resp->calls[i].arguments ? resp->calls[i].arguments : ""));
+    json_t *calls = calls_array(resp);
+    if (!calls)
+        return NULL;
     return json_pack(
         "{s:s?, s:o, s:s?, s:{s:I, s:I, s:I, s:I, s:I, s:I}}", "text", resp->content, "tool_calls",
-        calls ? calls : json_array(), "finish_reason", resp->finish_reason, "usage", "input_tokens",
+        calls, "finish_reason", resp->finish_reason, "usage", "input_tokens",
         (json_int_t)u->input_tokens, "cached_input_tokens", (json_int_t)u->cached_input_tokens,
         "cache_write_tokens", (json_int_t)u->cache_write_tokens, "cache_write_1h_tokens",
         (json_int_t)u->cache_write_1h_tokens, "output_tokens", (json_int_t)u->output_tokens,
@@ -148,6 +163,17 @@ static enum eph_attempt_charge charge_kind(const struct eph_model_attempt *a)
     return EPH_CHARGE_EARMARK;
 }
 
+/* Sets key of o to v (stolen); a field that cannot be made or set is counted in *err. */
+static void record_put(json_t *o, const char *key, json_t *v, int *err)
+{
+    if (!o) {
+        json_decref(v);
+        *err = -ENOMEM;
+    } else if (json_object_set_new(o, key, v)) {
+        *err = -ENOMEM;
+    }
+}
+
 static void meter_record(void *p, const struct eph_model_attempt *a)
 {
     struct meter *mt = p;
@@ -188,28 +214,30 @@ static void meter_record(void *p, const struct eph_model_attempt *a)
         "input_bound_tokens",
         (json_int_t)(a->input_bound > EPH_TOKENS_MAX ? EPH_TOKENS_MAX : a->input_bound),
         "latency_ms", (json_int_t)(a->latency_ns / 1000000u), "replayed", resp->replayed);
-    if (data)
-        json_object_set_new(data, "available_micros", json_integer(mt->available));
-    if (data && resp->http_status)
-        json_object_set_new(data, "http_status", json_integer(resp->http_status));
-    if (data && resp->finish_reason)
-        json_object_set_new(
-            data, "finish_reason",
-            json_string(ctx->zdr ? zdr_finish(resp->finish_reason) : resp->finish_reason));
-    if (data && how == EPH_CHARGE_EARMARK)
-        json_object_set_new(data, "usage_missing", json_true());
-    if (data && cost.capped)
-        json_object_set_new(data, "capped_at_reservation", json_true());
-    if (data && cost.above_bound)
-        json_object_set_new(data, "above_bound", json_true());
-    if (data && a->rc)
-        json_object_set_new(data, "failed", json_true());
-    if (data && !a->rc) {
+    /* An event with a part missing is not emitted: the attempt's record fails the run
+     * (mt->record_err, which the loop reads when the call returns). */
+    int err = 0;
+    record_put(data, "available_micros", json_integer(mt->available), &err);
+    if (resp->http_status)
+        record_put(data, "http_status", json_integer(resp->http_status), &err);
+    if (resp->finish_reason)
+        record_put(data, "finish_reason",
+                   json_string(ctx->zdr ? zdr_finish(resp->finish_reason) : resp->finish_reason),
+                   &err);
+    if (how == EPH_CHARGE_EARMARK)
+        record_put(data, "usage_missing", json_true(), &err);
+    if (cost.capped)
+        record_put(data, "capped_at_reservation", json_true(), &err);
+    if (cost.above_bound)
+        record_put(data, "above_bound", json_true(), &err);
+    if (a->rc)
+        record_put(data, "failed", json_true(), &err);
+    if (!a->rc) {
         /* The record (docs/AGENT.md): which turn, what was asked (a digest), what came back. */
-        json_object_set_new(data, "turn", json_integer(mt->call));
+        record_put(data, "turn", json_integer(mt->call), &err);
         if (!ctx->zdr) {
-            json_object_set_new(data, "request_digest", json_string(mt->digest));
-            json_object_set_new(data, "response", response_record(resp, &u));
+            record_put(data, "request_digest", json_string(mt->digest), &err);
+            record_put(data, "response", response_record(resp, &u), &err);
         }
     }
     /* The common case reads as before ("model call 2 · 1,877 tokens · $0.00012"); a retry or a
@@ -229,12 +257,20 @@ static void meter_record(void *p, const struct eph_model_attempt *a)
                                    : " · no usage reported: worst case charged")
                       : how == EPH_CHARGE_NOTHING && a->rc ? " · not billed"
                                                            : "";
-    /* The call's event and the usage and cost it brought: one write. */
-    int rc = eph_sink_emit_progress(ctx->sink, "model", "model.call", data,
+    int rc;
+    if (err) {
+        /* No event with a part missing; the usage it moved is kept all the same. */
+        json_decref(data);
+        mt->record_err = err;
+        rc = eph_sink_progress(ctx->sink);
+    } else {
+        /* The call's event and the usage and cost it brought: one write. */
+        rc = eph_sink_emit_progress(ctx->sink, "model", "model.call", data,
                                     "model call %u%s · %s tokens · %s%s%s%s%s", mt->call, which,
                                     tok, money, resp->replayed ? " · replayed" : "", why,
                                     cost.above_bound ? " · usage above the bound" : "",
                                     cost.capped ? " · capped at the reservation" : "");
+    }
     /* A provider's error can quote what it was sent: a zero-data-retention run logs none. */
     if (a->rc && a->err && a->err[0])
         EPH_INFO("agent", "run %s: model call %u attempt %u: %s", ctx->run_id, mt->call, a->number,
@@ -246,12 +282,9 @@ static void meter_record(void *p, const struct eph_model_attempt *a)
 
 static json_t *assistant_message(const struct eph_model_response *resp)
 {
-    json_t *calls = json_array();
-    for (size_t i = 0; i < resp->ncalls; i++)
-        json_array_append_new(calls,
-                              json_pack("{s:s, s:s, s:s}", "id", resp->calls[i].id, "name",
-                                        resp->calls[i].name ? resp->calls[i].name : "", "arguments",
-                                        resp->calls[i].arguments ? resp->calls[i].arguments : ""));
+    json_t *calls = calls_array(resp);
+    if (!calls)
+        return NULL;
     return json_pack("{s:s, s:o, s:o}", "role", "assistant", "content",
                      resp->content ? json_string(resp->content) : json_null(), "tool_calls", calls);
 }
@@ -283,8 +316,9 @@ static bool finish_is(const struct eph_model_response *resp, const char *word)
 static int first_turn(const struct eph_agent_ctx *ctx, json_t **messages, json_t **tools)
 {
     char *system = eph_agent_system_prompt(ctx);
-    *messages = json_pack("[{s:s, s:s?}, {s:s, s:s}]", "role", "system", "content", system, "role",
-                          "user", "content", ctx->prompt ? ctx->prompt : "");
+    *messages = system ? json_pack("[{s:s, s:s}, {s:s, s:s}]", "role", "system", "content", system,
+                                   "role", "user", "content", ctx->prompt ? ctx->prompt : "")
+                       : NULL;
     free(system);
     *tools = eph_tools_declare(ctx->shell, ctx->web);
     if (*messages && *tools)
@@ -378,7 +412,13 @@ static enum turn_next call_model(struct loop *L, unsigned turn, struct eph_model
                                     .recording = ctx->recording,
                                     .zdr = ctx->zdr};
     char err[256] = "";
+    mt->record_err = 0;
     int rc = eph_model_call(ctx->model, &req, &L->meter, resp, err, sizeof(err));
+    if (mt->record_err) {
+        /* An attempt happened that the run's record does not show. */
+        eph_model_response_release(resp);
+        return out_of_memory(L);
+    }
     if (!rc)
         return TURN_ON;
     eph_model_response_release(resp);
@@ -436,6 +476,8 @@ static enum turn_next final_answer(struct loop *L, const struct eph_model_respon
         L->truncated ? eph_buf_steal(&L->partial) : strdup(resp->content ? resp->content : "");
     if (L->truncated && !out->result)
         out->result = strdup("");
+    if (!out->result)
+        return out_of_memory(L);
     outcome(out, EPH_AGENT_COMPLETED, NULL, NULL);
     return TURN_DONE;
 }
@@ -463,6 +505,8 @@ static enum turn_next run_tools(struct loop *L, const struct eph_model_response 
                                                : -ECANCELED;
         if (rc) {
             free(content);
+            if (rc == -ENOMEM)
+                return out_of_memory(L);
             stop_for(ctx, rc, L->out);
             return TURN_DONE;
         }
@@ -470,8 +514,12 @@ static enum turn_next run_tools(struct loop *L, const struct eph_model_response 
             "{s:s, s:s, s:s, s:s}", "role", "tool", "tool_call_id", resp->calls[i].id, "name",
             resp->calls[i].name ? resp->calls[i].name : "", "content", content ? content : "");
         /* Every tool error is {"error": ...} (tools.c); providers that can say so do. */
-        if (msg && content && strncmp(content, "{\"error\":", 9) == 0)
-            json_object_set_new(msg, "is_error", json_true());
+        if (msg && content && strncmp(content, "{\"error\":", 9) == 0 &&
+            json_object_set_new(msg, "is_error", json_true())) {
+            json_decref(msg);
+            msg = NULL;
+        }
+
         rc = json_array_append_new(L->messages, msg);
         free(content);
         if (rc)

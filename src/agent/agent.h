@@ -103,7 +103,9 @@ void eph_agent_messages_digest(const json_t *messages, char out[65]);
 json_t *eph_tools_declare(bool shell, bool web);
 /* Executes one tool call and records it as an event (tool.rejected when it never ran); the result
  * text for the model goes to *content (free()). Never fails for bad input from the model: that
- * becomes an error text. Returns -ECANCELED, -ETIMEDOUT or -EDQUOT when the run must stop, else 0.
+ * becomes an error text. Returns -ECANCELED, -ETIMEDOUT or -EDQUOT when the run must stop,
+ * -ENOMEM when the result or the record cannot be made whole (nothing is recorded then, and
+ * *content is NULL), else 0.
  */
 int eph_tools_execute(struct eph_agent_ctx *ctx, const struct eph_tool_call *call, char **content);
 /* The system prompt for a run (free()). */

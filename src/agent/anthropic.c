@@ -144,6 +144,9 @@ static int push_block(json_t *msgs, const char *role, json_t *block)
     return json_array_append_new(msgs, msg) ? -ENOMEM : 0;
 }
 
+/* The call's arguments as an object: the model's, or {} when they are not one (the call was
+ * refused when it ran). NULL when the parser ran out of memory (a syntax error has a line, a parse
+ * that failed without one did not read the text). */
 static json_t *an_input(const char *arguments)
 {
     if (arguments) {
@@ -152,6 +155,8 @@ static json_t *an_input(const char *arguments)
         if (json_is_object(v))
             return v;
         json_decref(v);
+        if (!v && jerr.line < 0)
+            return NULL;
     }
     return json_object();
 }

@@ -88,15 +88,20 @@ static int push_part(json_t *contents, const char *role, json_t *part)
     return json_array_append_new(contents, turn) ? -ENOMEM : 0;
 }
 
-/* A JSON object from text, else NULL. */
-static json_t *as_object(const char *text)
+/* A JSON object from text into *out, else NULL there (not JSON, or not an object). -ENOMEM when the
+ * parser ran out of memory: a syntax error has a line, a parse that failed without one did not
+ * read the text, and must not be taken for text that is not JSON. */
+static int as_object(const char *text, json_t **out)
 {
     json_error_t jerr;
     json_t *v = text ? json_loads(text, 0, &jerr) : NULL;
-    if (json_is_object(v))
-        return v;
+    *out = NULL;
+    if (json_is_object(v)) {
+        *out = v;
+        return 0;
+    }
     json_decref(v);
-    return NULL;
+    return text && !v && jerr.line < 0 ? -ENOMEM : 0;
 }
 
 /* The first functionCall part of a model turn carries a thought signature, which newer models
@@ -113,7 +118,9 @@ static int gm_assistant(json_t *contents, const json_t *msg)
     const json_t *call;
     json_array_foreach(json_object_get(msg, "tool_calls"), j, call)
     {
-        json_t *args = as_object(eph_json_str(call, "arguments"));
+        json_t *args;
+        if (as_object(eph_json_str(call, "arguments"), &args))
+            return -ENOMEM;
         const char *name = eph_json_str(call, "name");
         json_t *part = json_pack("{s:{s:s,s:o}}", "functionCall", "name", name ? name : "", "args",
                                  args ? args : json_object());
@@ -134,7 +141,9 @@ static int gm_tool(json_t *contents, const json_t *msg)
 {
     const char *content = eph_json_str(msg, "content");
     const char *name = eph_json_str(msg, "name");
-    json_t *response = as_object(content);
+    json_t *response;
+    if (as_object(content, &response))
+        return -ENOMEM;
     if (!response)
         response = json_pack("{s:s}", "result", content ? content : "");
     return push_part(contents, "user",

@@ -49,8 +49,10 @@ json_t *eph_tools_declare(bool shell, bool web)
     json_t *tools = json_array();
     if (!tools)
         return NULL;
+    /* A tool that cannot be declared is not left out: the declaration fails. */
+    int rc = 0;
     if (shell) {
-        json_array_append_new(
+        rc |= json_array_append_new(
             tools,
             tool("shell",
                  "Run a command with /bin/sh -c in the sandbox, as user worker. Every command "
@@ -63,7 +65,7 @@ json_t *eph_tools_declare(bool shell, bool web)
                            "wall-time limit of this command (default and maximum: the "
                            "per-command limit the system prompt states)"),
                  json_pack("[s]", "command")));
-        json_array_append_new(
+        rc |= json_array_append_new(
             tools,
             tool("read_file",
                  "Read part of a file of the sandbox, by byte offset; a relative path is "
@@ -73,7 +75,7 @@ json_t *eph_tools_declare(bool shell, bool web)
                            "offset", "type", "integer", "minimum", 0, "limit", "type", "integer",
                            "minimum", 1, "maximum", (json_int_t)EPH_TOOL_READ_MAX),
                  json_pack("[s]", "path")));
-        json_array_append_new(
+        rc |= json_array_append_new(
             tools, tool("write_file",
                         "Create or replace a file in the sandbox (parents are created); the path "
                         "is relative to the scratch directory. executable: true makes it mode "
@@ -81,7 +83,7 @@ json_t *eph_tools_declare(bool shell, bool web)
                         json_pack("{s:{s:s}, s:{s:s}, s:{s:s}}", "path", "type", "string",
                                   "content", "type", "string", "executable", "type", "boolean"),
                         json_pack("[s, s]", "path", "content")));
-        json_array_append_new(
+        rc |= json_array_append_new(
             tools, tool("edit_file",
                         "Replace one exact piece of text in a file of the sandbox: old must "
                         "appear exactly once (else nothing changes and the error says how many "
@@ -91,11 +93,15 @@ json_t *eph_tools_declare(bool shell, bool web)
                         json_pack("[s, s, s]", "path", "old", "new")));
     }
     if (web)
-        json_array_append_new(
+        rc |= json_array_append_new(
             tools, tool("web_fetch",
                         "Fetch a public http(s) URL and return its status, content type and "
                         "text (capped).",
                         json_pack("{s:{s:s}}", "url", "type", "string"), json_pack("[s]", "url")));
+    if (rc) {
+        json_decref(tools);
+        return NULL;
+    }
     return tools;
 }
 
@@ -240,13 +246,14 @@ static char *shown(const char *s, size_t n, size_t max)
 
 /* One stream as the model sees it: everything when it all came, else its head and its tail with
  * the number of bytes cut between them. The sandbox keeps the first len - len/2 bytes and the
- * last len/2 of a stream longer than the cap (struct eph_exec_request.head_tail). */
+ * last len/2 of a stream longer than the cap (struct eph_exec_request.head_tail). NULL when it
+ * cannot be made (out of memory), never an empty stream in its place. */
 static json_t *stream_text(const struct eph_buf *b, uint64_t total)
 {
     const char *d = b->data ? b->data : "";
     if (total <= b->len) {
         char *clean = eph_text_utf8_sanitize(d, b->len);
-        json_t *s = json_string(clean ? clean : "");
+        json_t *s = clean ? json_string(clean) : NULL;
         free(clean);
         return s;
     }
@@ -258,11 +265,23 @@ static json_t *stream_text(const struct eph_buf *b, uint64_t total)
     char *all = NULL;
     if (h && t && asprintf(&all, "%s\n[… %s bytes cut …]\n%s", h, count, t) < 0)
         all = NULL;
-    json_t *s = json_string(all ? all : "");
+    json_t *s = all ? json_string(all) : NULL;
     free(all);
     free(h);
     free(t);
     return s;
+}
+
+/* o with key set to v (stolen); NULL when o or v is missing or the field cannot be set, o then
+ * released: a result is whole or not made at all. */
+static json_t *with_field(json_t *o, const char *key, json_t *v)
+{
+    if (o && json_object_set_new(o, key, v) == 0)
+        return o;
+    if (!o)
+        json_decref(v);
+    json_decref(o);
+    return NULL;
 }
 
 /* ---- the record --------------------------------------------------------------------------- */
@@ -273,6 +292,9 @@ struct record {
     const char *source;
     const char *type;
     json_t *data; /* owned */
+    /* -ENOMEM once a part of the record could not be made: the call then fails, and no record
+     * with a part missing is emitted. */
+    int err;
     /* Room for every message whole (at most 200 code points of hostile text, 4 bytes each, plus
      * a few words): the sink cuts it to its own size on a character boundary, vsnprintf would
      * not. */
@@ -293,20 +315,34 @@ static void record_set(struct record *rec, const char *source, const char *type,
     va_end(ap);
 }
 
+/* Sets one field of the record's data (v stolen); a value that could not be made (NULL) or set
+ * fails the record. */
 static void record_field(struct record *rec, const char *key, json_t *v)
 {
     if (!rec->data)
         rec->data = json_object();
-    if (rec->data)
-        json_object_set_new(rec->data, key, v);
-    else
+    if (!rec->data) {
         json_decref(v);
+        rec->err = -ENOMEM;
+    } else if (json_object_set_new(rec->data, key, v)) {
+        rec->err = -ENOMEM;
+    }
+}
+
+/* shown() for what goes into the record: a text that cannot be made fails the record. */
+static char *record_shown(struct record *rec, const char *s, size_t n, size_t max)
+{
+    char *t = shown(s, n, max);
+    if (!t)
+        rec->err = -ENOMEM;
+    return t;
 }
 
 /* Emits the call's event: its data completed by the call, the result and the turn (without the
- * content under zero data retention, where the message is the event's type). */
-static void record_emit(struct eph_agent_ctx *ctx, struct record *rec,
-                        const struct eph_tool_call *call, const char *result)
+ * content under zero data retention, where the message is the event's type). -ENOMEM, and nothing
+ * emitted, when a part of the record could not be made. */
+static int record_emit(struct eph_agent_ctx *ctx, struct record *rec,
+                       const struct eph_tool_call *call, const char *result)
 {
     record_field(rec, "turn", json_integer(ctx->turn));
     if (!ctx->zdr) {
@@ -318,6 +354,14 @@ static void record_emit(struct eph_agent_ctx *ctx, struct record *rec,
     }
     json_t *data = rec->data;
     rec->data = NULL;
+    if (rec->err) {
+        /* No event with a part missing; the usage the call moved is kept all the same. */
+        json_decref(data);
+        int prc = eph_sink_progress(ctx->sink);
+        if (prc)
+            EPH_WARN("agent", "run %s: cannot record progress: %s", ctx->run_id, strerror(-prc));
+        return rec->err;
+    }
     if (ctx->zdr && data) {
         /* Only numbers and flags: a path, an error or a rejection's reason can quote content. */
         const char *key;
@@ -335,9 +379,11 @@ static void record_emit(struct eph_agent_ctx *ctx, struct record *rec,
     if (rc)
         EPH_WARN("agent", "run %s: cannot record a %s event: %s", ctx->run_id, rec->type,
                  strerror(-rc));
+    return 0;
 }
 
-/* A call refused before it ran: *content is the error for the model, the record says why. */
+/* A call refused before it ran: *content is the error for the model (NULL when it cannot be
+ * made), the record says why. */
 static void reject(struct record *rec, const char *tool_name, char **content, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
@@ -349,14 +395,14 @@ static void reject(struct record *rec, const char *tool_name, char **content, co
     vsnprintf(raw, sizeof(raw), fmt, ap);
     va_end(ap);
     /* The reason may quote the model's text (a parser's message, a name): valid UTF-8 first. */
-    char *why = shown(raw, strlen(raw), 300);
+    char *why = record_shown(rec, raw, strlen(raw), 300);
     free(*content);
-    *content = tool_error("%s", why ? why : "invalid call");
+    *content = why ? tool_error("%s", why) : NULL;
     json_decref(rec->data);
     rec->data = NULL;
-    record_field(rec, "reason", json_string(why ? why : "invalid call"));
-    char *name = shown(tool_name, strlen(tool_name), 40);
-    char *line = shown(why ? why : "invalid call", why ? strlen(why) : 12, 160);
+    record_field(rec, "reason", why ? json_string(why) : NULL);
+    char *name = record_shown(rec, tool_name, strlen(tool_name), 40);
+    char *line = why ? record_shown(rec, why, strlen(why), 160) : NULL;
     record_set(rec, "agent", "tool.rejected", "rejected %s: %s", name ? name : "",
                line ? line : "");
     free(name);
@@ -386,7 +432,8 @@ struct tool_spec {
 static const char *TYPE_NAMES[] = {"a string", "an integer", "a boolean"};
 
 /* Checks args against spec: NULL, or why not (into why). Strings must not hold NUL. */
-static const char *check_args(const struct tool_spec *spec, json_t *args, char *why, size_t n)
+static const char *check_args(const struct tool_spec *spec, json_t *args, struct record *rec,
+                              char *why, size_t n)
 {
     const char *key;
     json_t *v;
@@ -397,7 +444,7 @@ static const char *check_args(const struct tool_spec *spec, json_t *args, char *
             if (strcmp(key, spec->args[i].name) == 0)
                 a = &spec->args[i];
         if (!a) {
-            char *k = shown(key, strlen(key), 64);
+            char *k = record_shown(rec, key, strlen(key), 64);
             snprintf(why, n, "unexpected argument '%s'", k ? k : "");
             free(k);
             return why;
@@ -493,6 +540,39 @@ static int live_emit(void *arg, int stream, const char *text, size_t len, uint64
     return rc;
 }
 
+static void live_free(struct live *lv)
+{
+    free(lv->call_id);
+    free(lv->line);
+    free(lv);
+}
+
+/* The live output of a command about to run, attached to req, into *out (NULL without any: zero
+ * data retention, or off). -ENOMEM when it cannot be set up: not skipped, the call fails before
+ * the command runs. */
+static int live_start(struct eph_agent_ctx *ctx, const struct record *rec, const char *command,
+                      size_t len, struct eph_exec_request *req, struct live **out)
+{
+    *out = NULL;
+    if (ctx->zdr || !ctx->live_output_bytes)
+        return 0;
+    const char *id = rec->call && rec->call->id ? rec->call->id : "";
+    struct live *lv = calloc(1, sizeof(*lv));
+    if (!lv)
+        return -ENOMEM;
+    lv->ctx = ctx;
+    lv->call_id = shown(id, strlen(id), 200);
+    lv->line = shown(command, len, 200);
+    if (!lv->call_id || !lv->line) {
+        live_free(lv);
+        return -ENOMEM;
+    }
+    uint64_t head = ctx->output_cap < 2 ? ctx->output_cap : ctx->output_cap - ctx->output_cap / 2;
+    eph_live_exec_attach(&lv->le, req, head, ctx->live_output_bytes, LIVE_TICK_MS, live_emit, lv);
+    *out = lv;
+    return 0;
+}
+
 static int run_shell(struct eph_agent_ctx *ctx, json_t *args, struct record *rec, char **content)
 {
     const char *command = str_arg(args, "command");
@@ -518,36 +598,26 @@ static int run_shell(struct eph_agent_ctx *ctx, json_t *args, struct record *rec
                                    .stdout_cap = ctx->output_cap,
                                    .stderr_cap = ctx->output_cap,
                                    .head_tail = true};
-    struct live *lv = NULL;
-    if (!ctx->zdr && ctx->live_output_bytes && (lv = calloc(1, sizeof(*lv)))) {
-        const char *id = rec->call && rec->call->id ? rec->call->id : "";
-        lv->ctx = ctx;
-        lv->call_id = shown(id, strlen(id), 200);
-        lv->line = shown(command, len, 200);
-        uint64_t head =
-            ctx->output_cap < 2 ? ctx->output_cap : ctx->output_cap - ctx->output_cap / 2;
-        eph_live_exec_attach(&lv->le, &req, head, ctx->live_output_bytes, LIVE_TICK_MS, live_emit,
-                             lv);
-    }
+    struct live *lv;
+    if (live_start(ctx, rec, command, len, &req, &lv))
+        return -ENOMEM;
     struct eph_exec_result res;
     eph_exec_result_init(&res);
     int rc = eph_sandbox_exec(ctx->sb, &req, &res);
     if (lv) {
         /* Before the shell.command event: every shell.output of a call precedes it. */
         eph_live_output_finish(&lv->le.lo);
-        free(lv->call_id);
-        free(lv->line);
-        free(lv);
+        live_free(lv);
     }
     if (!rc)
         eph_metrics_observe_exec(res.duration_us * 1000u);
     ctx->usage->shell_commands++;
 
-    char *line = shown(command, len, 200);
+    char *line = record_shown(rec, command, len, 200);
     record_set(rec, "shell", "shell.command", "$ %s", line ? line : "");
     free(line);
     char *whole = eph_text_utf8_sanitize(command, len);
-    record_field(rec, "command", json_string(whole ? whole : "")); /* the message is cut */
+    record_field(rec, "command", whole ? json_string(whole) : NULL); /* the message is cut */
     free(whole);
     if (rc) {
         record_field(rec, "error",
@@ -599,10 +669,10 @@ static int run_shell(struct eph_agent_ctx *ctx, json_t *args, struct record *rec
     json_t *o =
         json_pack("{s:i, s:o, s:o}", "exit_code", res.signal ? 128 + res.signal : res.exit_code,
                   "stdout", out, "stderr", err);
-    if (o && res.signal)
-        json_object_set_new(o, "signal", json_integer(res.signal));
-    if (o && res.timed_out)
-        json_object_set_new(o, "timed_out", json_true());
+    if (res.signal)
+        o = with_field(o, "signal", json_integer(res.signal));
+    if (res.timed_out)
+        o = with_field(o, "timed_out", json_true());
     *content = dump(o);
     eph_exec_result_release(&res);
     return 0;
@@ -670,7 +740,7 @@ static int run_read_file(struct eph_agent_ctx *ctx, json_t *args, struct record 
         reject(rec, "read_file", content, "limit must be 1 to %u", EPH_TOOL_READ_MAX);
         return 0;
     }
-    char *name = shown(path, strlen(path), 120);
+    char *name = record_shown(rec, path, strlen(path), 120);
     record_set(rec, "file", "file.read", "read %s", name ? name : "");
     if (!ctx->zdr)
         record_field(rec, "path", json_string(name ? name : ""));
@@ -692,25 +762,22 @@ static int run_read_file(struct eph_agent_ctx *ctx, json_t *args, struct record 
     eph_format_thousands(b.len, size);
     json_t *o = json_pack("{s:I, s:I, s:I, s:b}", "size", (json_int_t)b.len, "offset",
                           (json_int_t)start, "bytes", (json_int_t)n, "more", more);
-    if (o && more)
-        json_object_set_new(o, "next_offset", json_integer((json_int_t)(start + n)));
+    if (more)
+        o = with_field(o, "next_offset", json_integer((json_int_t)(start + n)));
     if (binary) {
         size_t blen = sodium_base64_ENCODED_LEN(n, sodium_base64_VARIANT_ORIGINAL);
         char *enc = malloc(blen);
         if (enc)
             sodium_bin2base64(enc, blen, (const unsigned char *)b.data + start, n,
                               sodium_base64_VARIANT_ORIGINAL);
-        if (o) {
-            json_object_set_new(o, "binary", json_true());
-            json_object_set_new(o, "content_base64", json_string(enc ? enc : ""));
-        }
+        o = with_field(o, "binary", json_true());
+        o = with_field(o, "content_base64", enc ? json_string(enc) : NULL);
         free(enc);
         record_set(rec, "file", "file.read", "read %s · binary file, %s bytes", name ? name : "",
                    size);
     } else {
         char *text = eph_text_utf8_sanitize(b.data + start, n);
-        if (o)
-            json_object_set_new(o, "content", json_string(text ? text : ""));
+        o = with_field(o, "content", text ? json_string(text) : NULL);
         free(text);
         char got[32];
         eph_format_thousands(n, got);
@@ -751,7 +818,7 @@ static int run_write_file(struct eph_agent_ctx *ctx, json_t *args, struct record
     }
     unsigned mode = executable ? 0755 : 0644;
     int rc = ctx->sb->ops->write_file(ctx->sb, path, json_string_value(text), len, mode);
-    char *name = shown(path, strlen(path), 120);
+    char *name = record_shown(rec, path, strlen(path), 120);
     char bytes[32];
     eph_format_thousands(len, bytes);
     record_set(rec, "file", "file.write", "wrote %s · %s bytes%s%s", name ? name : "", bytes,
@@ -771,13 +838,14 @@ static int run_write_file(struct eph_agent_ctx *ctx, json_t *args, struct record
     return 0;
 }
 
-/* The permission bits of a file in the sandbox (edit_file keeps them), 0644 when they cannot be
- * learnt. The path goes through the environment, never into the command's text. */
-static unsigned file_mode(struct eph_agent_ctx *ctx, const char *path)
+/* The permission bits of a file in the sandbox (edit_file keeps them) into *mode, 0644 when the
+ * sandbox does not tell them. The path goes through the environment, never into the command's
+ * text. -ENOMEM when the probe cannot be made: the edit must not change the file's mode. */
+static int file_mode(struct eph_agent_ctx *ctx, const char *path, unsigned *mode)
 {
     char *env_path = NULL;
     if (asprintf(&env_path, "EPH_EDIT_PATH=%s", path) < 0)
-        return 0644;
+        return -ENOMEM;
     const char *env[] = {env_path, NULL};
     struct eph_exec_request req = {.command = "stat -c %a -- \"$EPH_EDIT_PATH\"",
                                    .timeout_ms = MODE_PROBE_MS,
@@ -786,7 +854,7 @@ static unsigned file_mode(struct eph_agent_ctx *ctx, const char *path)
                                    .env = env};
     struct eph_exec_result res;
     eph_exec_result_init(&res);
-    unsigned mode = 0644;
+    *mode = 0644;
     if (eph_sandbox_exec(ctx->sb, &req, &res) == 0 && res.exit_code == 0 && !res.signal &&
         res.out.len) {
         char buf[17];
@@ -796,11 +864,11 @@ static unsigned file_mode(struct eph_agent_ctx *ctx, const char *path)
         char *end;
         unsigned long m = strtoul(buf, &end, 8);
         if (end != buf && (*end == '\n' || *end == '\0') && m <= 07777)
-            mode = (unsigned)m & 0777;
+            *mode = (unsigned)m & 0777;
     }
     eph_exec_result_release(&res);
     free(env_path);
-    return mode;
+    return 0;
 }
 
 static int run_edit_file(struct eph_agent_ctx *ctx, json_t *args, struct record *rec,
@@ -818,7 +886,7 @@ static int run_edit_file(struct eph_agent_ctx *ctx, json_t *args, struct record 
         reject(rec, "edit_file", content, "old must not be empty");
         return 0;
     }
-    char *name = shown(path, strlen(path), 120);
+    char *name = record_shown(rec, path, strlen(path), 120);
     record_set(rec, "file", "file.edit", "edited %s", name ? name : "");
     if (!ctx->zdr)
         record_field(rec, "path", json_string(name ? name : ""));
@@ -866,7 +934,11 @@ static int run_edit_file(struct eph_agent_ctx *ctx, json_t *args, struct record 
         snprintf(why, sizeof(why), "out of memory");
         goto out;
     }
-    unsigned mode = file_mode(ctx, path);
+    unsigned mode;
+    if (file_mode(ctx, path, &mode)) {
+        snprintf(why, sizeof(why), "out of memory");
+        goto out;
+    }
     rc = ctx->sb->ops->write_file(ctx->sb, path, w.data ? w.data : "", w.len, mode);
     if (rc) {
         snprintf(why, sizeof(why), "cannot write the file: %s", eph_strerror(rc));
@@ -903,7 +975,7 @@ static int run_web_fetch(struct eph_agent_ctx *ctx, json_t *args, struct record 
         reject(rec, "web_fetch", content, "web_fetch is not available in this run");
         return 0;
     }
-    char *line = shown(url, len, 200);
+    char *line = record_shown(rec, url, len, 200);
     record_set(rec, "web", "web.request", "web_fetch %s", line ? line : "");
     if (!ctx->zdr)
         record_field(rec, "url", json_string(line ? line : ""));
@@ -925,11 +997,12 @@ static int run_web_fetch(struct eph_agent_ctx *ctx, json_t *args, struct record 
     record_field(rec, "status", json_integer(f.status));
     free(line);
     char *text = eph_text_utf8_sanitize(f.text, strlen(f.text));
-    json_t *o = json_pack("{s:i, s:s, s:s, s:b}", "status", f.status, "content_type",
-                          f.content_type, "text", text ? text : "", "truncated", f.truncated);
+    json_t *o = text ? json_pack("{s:i, s:s, s:s, s:b}", "status", f.status, "content_type",
+                                 f.content_type, "text", text, "truncated", f.truncated)
+                     : NULL;
     free(text);
-    if (o && f.redirects)
-        json_object_set_new(o, "redirects", json_integer(f.redirects));
+    if (f.redirects)
+        o = with_field(o, "redirects", json_integer(f.redirects));
     *content = dump(o);
     free(f.text);
     return 0;
@@ -976,7 +1049,7 @@ int eph_tools_execute(struct eph_agent_ctx *ctx, const struct eph_tool_call *cal
     int rc = 0;
     json_t *args = NULL;
     if (!spec || (spec->needs_shell && !ctx->shell) || (spec->needs_web && !ctx->web)) {
-        char *n = shown(name, strlen(name), 64);
+        char *n = record_shown(&rec, name, strlen(name), 64);
         reject(&rec, name, content, "unknown tool '%s' (not available in this run)", n ? n : "");
         free(n);
         goto out;
@@ -991,17 +1064,23 @@ int eph_tools_execute(struct eph_agent_ctx *ctx, const struct eph_tool_call *cal
         goto out;
     }
     char why[512];
-    if (check_args(spec, args, why, sizeof(why))) {
+    if (check_args(spec, args, &rec, why, sizeof(why))) {
         reject(&rec, name, content, "%s", why);
         goto out;
     }
     rc = spec->run(ctx, args, &rec, content);
 out:
     json_decref(args);
-    if (!rc && !*content)
-        *content = tool_error("out of memory");
-    if (rec.type)
-        record_emit(ctx, &rec, call, rc ? NULL : *content);
+    /* A result or a record that could not be made whole fails the call: the model must not be
+     * given a result that misses a part, nor the run's record an event that does. */
+    if (!rc && (!*content || rec.err))
+        rc = -ENOMEM;
+    if (rec.type && rc != -ENOMEM && record_emit(ctx, &rec, call, rc ? NULL : *content))
+        rc = -ENOMEM;
     json_decref(rec.data);
+    if (rc) {
+        free(*content);
+        *content = NULL;
+    }
     return rc;
 }

@@ -43,6 +43,17 @@ void eph_broker_event_scrub(struct eph_broker_event *ev, eph_broker_known_fn kno
         ev->connection = EPH_BROKER_UNKNOWN_CONNECTION;
 }
 
+/* data with key set to the string s; NULL (data released) when it cannot be set: the data is
+ * whole or there is none. */
+static json_t *with_string(json_t *data, const char *key, const char *s)
+{
+    if (data && json_object_set_new(data, key, json_string(s))) {
+        json_decref(data);
+        return NULL;
+    }
+    return data;
+}
+
 /* Zero data retention: the fields of event.h's list, read from ev and nothing else. */
 static json_t *zdr_data(const struct eph_broker_event *ev, eph_broker_known_fn known, void *arg,
                         char *msg, size_t msglen)
@@ -58,10 +69,10 @@ static json_t *zdr_data(const struct eph_broker_event *ev, eph_broker_known_fn k
                              ev->status, "bytes_up", (json_int_t)ev->bytes_up, "bytes_down",
                              (json_int_t)ev->bytes_down, "duration_ms", (json_int_t)ev->duration_ms,
                              "cost_micros", (json_int_t)ev->cost_micros);
-    if (data && conn)
-        json_object_set_new(data, "connection", json_string(conn));
-    if (data && denied)
-        json_object_set_new(data, "denied", json_string(denied));
+    if (conn)
+        data = with_string(data, "connection", conn);
+    if (denied)
+        data = with_string(data, "denied", denied);
     snprintf(msg, msglen, "%s %s → %d%s%s", method, conn ? conn : "web", ev->status,
              denied ? " · " : "", denied ? denied : "");
     return data;
@@ -81,13 +92,16 @@ json_t *eph_broker_event_data(const struct eph_broker_event *ev, bool zdr,
         "host", host, "port", (int)ev->port, "path", path, "status", ev->status, "bytes_up",
         (json_int_t)ev->bytes_up, "bytes_down", (json_int_t)ev->bytes_down, "duration_ms",
         (json_int_t)ev->duration_ms, "cost_micros", (json_int_t)ev->cost_micros);
-    if (data && ev->connection)
-        json_object_set_new(data, "connection", json_string(ev->connection));
-    if (data && ev->denied)
-        json_object_set_new(data, "denied", json_string(ev->denied));
+    if (ev->connection)
+        data = with_string(data, "connection", ev->connection);
+    if (ev->denied)
+        data = with_string(data, "denied", ev->denied);
     /* The record a replay answers from (the broker builds none with zero data retention). */
-    if (data && ev->exchange)
-        json_object_set(data, "exchange", ev->exchange);
+    if (data && ev->exchange && json_object_set(data, "exchange", ev->exchange)) {
+        json_decref(data);
+        data = NULL;
+    }
+
     char bytes[32];
     eph_format_thousands(ev->bytes_down, bytes);
     const char *sep = ev->denied ? " · " : "", *why = ev->denied ? ev->denied : "";

@@ -54,6 +54,11 @@ static void on_event(void *arg, const struct eph_broker_event *ev)
     const char *type = ev->connection ? "connection.request" : "web.request";
     char msg[EPH_BROKER_EVENT_MSG_MAX];
     json_t *data = eph_broker_event_data(ev, e->zdr, run_has_conn, e, msg, sizeof(msg));
+    if (!data) {
+        /* Not an event without its data: the request is not recorded, and that is said. */
+        EPH_ERROR("egress", "cannot record a %s event: out of memory", type);
+        return;
+    }
     eph_live_emit(e->live, e->store, source, type, data, "%s", msg);
 }
 

@@ -285,6 +285,17 @@ static json_t *call(struct fx *x, const char *id, const char *name, const char *
     return o;
 }
 
+/* Runs one call that must succeed: its result, which is no error (a sandbox's failure, out of
+ * memory included, is the tool's error text for the model). */
+static json_t *call_ok(struct fx *x, const char *id, const char *name, const char *args)
+{
+    json_t *o = call(x, id, name, args);
+    const char *err = json_string_value(json_object_get(o, "error"));
+    if (err)
+        fail_msg("%s %s: %s", name, args, err);
+    return o;
+}
+
 static json_t *last_event(struct fx *x)
 {
     return json_array_get(x->events, json_array_size(x->events) - 1);
@@ -325,7 +336,7 @@ static void test_shell_head_and_tail(void **state)
 {
     (void)state;
     struct fx *x = fx_new(true, false, false);
-    json_t *o = call(x, "c1", "shell", "{\"command\": \"out 1000\"}");
+    json_t *o = call_ok(x, "c1", "shell", "{\"command\": \"out 1000\"}");
     assert_true(x->sb.last.head_tail);
     assert_int_equal(x->sb.last.stdout_cap, 100);
     const char *out = json_string_value(json_object_get(o, "stdout"));
@@ -348,7 +359,7 @@ static void test_shell_head_and_tail(void **state)
     assert_int_equal(x->usage.shell_commands, 1);
     json_decref(o);
     /* a short output is whole, without a note */
-    o = call(x, "c2", "shell", "{\"command\": \"out 30\"}");
+    o = call_ok(x, "c2", "shell", "{\"command\": \"out 30\"}");
     assert_string_equal(json_string_value(json_object_get(o, "stdout")),
                         "012345678901234567890123456789");
     json_decref(o);
@@ -459,7 +470,7 @@ static void test_read_file_ranges(void **state)
     for (size_t i = 0; i < sizeof(text); i++)
         text[i] = (char)('a' + i % 26);
     assert_int_equal(fake_write(&x->sb.base, "t.txt", text, sizeof(text), 0644), 0);
-    json_t *o = call(x, "r1", "read_file", "{\"path\": \"t.txt\"}");
+    json_t *o = call_ok(x, "r1", "read_file", "{\"path\": \"t.txt\"}");
     assert_int_equal(json_integer_value(json_object_get(o, "size")), 40000);
     assert_int_equal(json_integer_value(json_object_get(o, "bytes")), EPH_TOOL_READ_DEFAULT);
     assert_true(json_is_true(json_object_get(o, "more")));
@@ -469,13 +480,13 @@ static void test_read_file_ranges(void **state)
     assert_string_equal(json_string_value(json_object_get(ev, "type")), "file.read");
     assert_string_equal(json_string_value(json_object_get(ev, "message")),
                         "read t.txt · 16,384 of 40,000 bytes");
-    o = call(x, "r2", "read_file", "{\"path\": \"t.txt\", \"offset\": 39990, \"limit\": 100}");
+    o = call_ok(x, "r2", "read_file", "{\"path\": \"t.txt\", \"offset\": 39990, \"limit\": 100}");
     /* 39990 % 26 = 2: "cdefghijkl" */
     assert_string_equal(json_string_value(json_object_get(o, "content")), "cdefghijkl");
     assert_false(json_is_true(json_object_get(o, "more")));
     assert_null(json_object_get(o, "next_offset"));
     json_decref(o);
-    o = call(x, "r3", "read_file", "{\"path\": \"t.txt\", \"offset\": 50000}");
+    o = call_ok(x, "r3", "read_file", "{\"path\": \"t.txt\", \"offset\": 50000}");
     assert_int_equal(json_integer_value(json_object_get(o, "bytes")), 0);
     json_decref(o);
     expect_rejected(x, "read_file", "{\"path\": \"t.txt\", \"offset\": -1}",
@@ -496,7 +507,7 @@ static void test_read_file_binary(void **state)
     (void)state;
     struct fx *x = fx_new(true, false, false);
     assert_int_equal(fake_write(&x->sb.base, "b.bin", "\x00\x01\x02\xff", 4, 0644), 0);
-    json_t *o = call(x, "r1", "read_file", "{\"path\": \"b.bin\"}");
+    json_t *o = call_ok(x, "r1", "read_file", "{\"path\": \"b.bin\"}");
     assert_true(json_is_true(json_object_get(o, "binary")));
     assert_string_equal(json_string_value(json_object_get(o, "content_base64")), "AAEC/w==");
     assert_null(json_object_get(o, "content"));
@@ -505,12 +516,12 @@ static void test_read_file_binary(void **state)
     json_decref(o);
     /* a NUL makes it binary, even when the rest is text */
     assert_int_equal(fake_write(&x->sb.base, "n.dat", "ab\0cd", 5, 0644), 0);
-    o = call(x, "r3", "read_file", "{\"path\": \"n.dat\"}");
+    o = call_ok(x, "r3", "read_file", "{\"path\": \"n.dat\"}");
     assert_string_equal(json_string_value(json_object_get(o, "content_base64")), "YWIAY2Q=");
     json_decref(o);
     /* UTF-8 cut by the range is still text */
     assert_int_equal(fake_write(&x->sb.base, "u.txt", "h\xc3\xa9h\xc3\xa9", 6, 0644), 0);
-    o = call(x, "r2", "read_file", "{\"path\": \"u.txt\", \"offset\": 2, \"limit\": 3}");
+    o = call_ok(x, "r2", "read_file", "{\"path\": \"u.txt\", \"offset\": 2, \"limit\": 3}");
     assert_null(json_object_get(o, "binary"));
     json_decref(o);
     fx_free(x);
@@ -520,8 +531,8 @@ static void test_write_executable_then_run(void **state)
 {
     (void)state;
     struct fx *x = fx_new(true, false, false);
-    json_t *o = call(x, "w1", "write_file",
-                     "{\"path\": \"x.sh\", \"content\": \"echo hi\\n\", \"executable\": true}");
+    json_t *o = call_ok(x, "w1", "write_file",
+                        "{\"path\": \"x.sh\", \"content\": \"echo hi\\n\", \"executable\": true}");
     assert_true(json_is_true(json_object_get(o, "ok")));
     json_decref(o);
     assert_int_equal(fake_find(&x->sb, "x.sh")->mode, 0755);
@@ -529,12 +540,13 @@ static void test_write_executable_then_run(void **state)
     assert_string_equal(json_string_value(json_object_get(ev, "type")), "file.write");
     assert_string_equal(json_string_value(json_object_get(ev, "message")),
                         "wrote x.sh · 8 bytes · executable");
-    o = call(x, "s1", "shell", "{\"command\": \"./x.sh\"}");
+    o = call_ok(x, "s1", "shell", "{\"command\": \"./x.sh\"}");
     assert_int_equal(json_integer_value(json_object_get(o, "exit_code")), 0);
     json_decref(o);
-    json_decref(call(x, "w2", "write_file", "{\"path\": \"y.sh\", \"content\": \"echo hi\\n\"}"));
+    json_decref(
+        call_ok(x, "w2", "write_file", "{\"path\": \"y.sh\", \"content\": \"echo hi\\n\"}"));
     assert_int_equal(fake_find(&x->sb, "y.sh")->mode, 0644);
-    o = call(x, "s2", "shell", "{\"command\": \"./y.sh\"}");
+    o = call_ok(x, "s2", "shell", "{\"command\": \"./y.sh\"}");
     assert_int_equal(json_integer_value(json_object_get(o, "exit_code")), 126);
     json_decref(o);
     fx_free(x);
@@ -544,9 +556,9 @@ static void test_edit_file_matches(void **state)
 {
     (void)state;
     struct fx *x = fx_new(true, false, false);
-    json_decref(call(x, "w1", "write_file",
-                     "{\"path\": \"a.py\", \"content\": \"a = 1\\nb = 1\\n\", \"executable\": "
-                     "true}"));
+    json_decref(call_ok(x, "w1", "write_file",
+                        "{\"path\": \"a.py\", \"content\": \"a = 1\\nb = 1\\n\", \"executable\": "
+                        "true}"));
     /* 0 matches: nothing changes */
     json_t *o =
         call(x, "e0", "edit_file", "{\"path\": \"a.py\", \"old\": \"c = 1\", \"new\": \"\"}");
@@ -560,7 +572,8 @@ static void test_edit_file_matches(void **state)
     json_decref(o);
     assert_memory_equal(fake_find(&x->sb, "a.py")->data, "a = 1\nb = 1\n", 12);
     /* 1 match: replaced, the mode kept */
-    o = call(x, "e1", "edit_file", "{\"path\": \"a.py\", \"old\": \"b = 1\", \"new\": \"b = 22\"}");
+    o = call_ok(x, "e1", "edit_file",
+                "{\"path\": \"a.py\", \"old\": \"b = 1\", \"new\": \"b = 22\"}");
     assert_true(json_is_true(json_object_get(o, "ok")));
     json_decref(o);
     struct fake_file *f = fake_find(&x->sb, "a.py");
@@ -609,6 +622,7 @@ static void test_prompt_per_permissions(void **state)
     (void)state;
     struct fx *x = fx_new(true, false, false);
     char *p = eph_agent_system_prompt(&x->ctx);
+    assert_non_null(p);
     assert_non_null(strstr(p, "shell on, web off"));
     assert_non_null(strstr(p, "Tools: shell, read_file, write_file, edit_file."));
     assert_non_null(strstr(p, "/home/worker/scratch"));
@@ -623,12 +637,14 @@ static void test_prompt_per_permissions(void **state)
     free(p);
     x->ctx.web = true;
     p = eph_agent_system_prompt(&x->ctx);
+    assert_non_null(p);
     assert_non_null(strstr(p, "edit_file, web_fetch."));
     assert_non_null(strstr(p, "HTTP_PROXY"));
     assert_null(strstr(p, "no network"));
     free(p);
     x->ctx.shell = false;
     p = eph_agent_system_prompt(&x->ctx);
+    assert_non_null(p);
     assert_non_null(strstr(p, "Tools: web_fetch"));
     assert_null(strstr(p, "shell,"));
     assert_null(strstr(p, "HTTP_PROXY"));
@@ -636,6 +652,7 @@ static void test_prompt_per_permissions(void **state)
     free(p);
     x->ctx.web = false;
     p = eph_agent_system_prompt(&x->ctx);
+    assert_non_null(p);
     assert_non_null(strstr(p, "You have no tools"));
     assert_null(strstr(p, "web_fetch"));
     assert_null(strstr(p, "read_file"));
@@ -665,6 +682,7 @@ static void test_prompt_states_connections(void **state)
     assert_int_equal(eph_broker_new(&s, &run, &b), 0);
     x->ctx.broker = b;
     char *p = eph_agent_system_prompt(&x->ctx);
+    assert_non_null(p);
     assert_non_null(
         strstr(p, "github (methods GET, POST; paths under /repos, /user); wiki (methods GET; "
                   "every path)."));

@@ -99,17 +99,20 @@ static void test_zdr_data(void **state)
     ev.connection = "github";
     ev.denied = "path_not_allowed";
     d = eph_broker_event_data(&ev, true, known_github, NULL, msg, sizeof(msg));
+    assert_non_null(d);
     assert_clean(d, msg);
     assert_string_equal(json_string_value(json_object_get(d, "connection")), "github");
     assert_string_equal(msg, "POST github → 502 · path_not_allowed");
     json_decref(d);
     ev.connection = CANARY "conn";
     d = eph_broker_event_data(&ev, true, known_github, NULL, msg, sizeof(msg));
+    assert_non_null(d);
     assert_clean(d, msg);
     assert_string_equal(json_string_value(json_object_get(d, "connection")), "?");
     assert_string_equal(msg, "POST ? → 502 · path_not_allowed");
     json_decref(d);
     d = eph_broker_event_data(&ev, true, NULL, NULL, msg, sizeof(msg));
+    assert_non_null(d);
     assert_string_equal(json_string_value(json_object_get(d, "connection")), "?");
     json_decref(d);
 
@@ -117,6 +120,7 @@ static void test_zdr_data(void **state)
     ev.connection = NULL;
     ev.denied = "refused " CANARY;
     d = eph_broker_event_data(&ev, true, NULL, NULL, msg, sizeof(msg));
+    assert_non_null(d);
     assert_clean(d, msg);
     assert_string_equal(json_string_value(json_object_get(d, "denied")), "denied");
     json_decref(d);
@@ -138,6 +142,7 @@ static void test_full_data(void **state)
                                   .exchange = x};
     char msg[EPH_BROKER_EVENT_MSG_MAX];
     json_t *d = eph_broker_event_data(&ev, false, NULL, NULL, msg, sizeof(msg));
+    assert_non_null(d);
     assert_string_equal(json_string_value(json_object_get(d, "host")), "h.example");
     assert_string_equal(json_string_value(json_object_get(d, "path")), "/p");
     assert_int_equal(json_integer_value(json_object_get(d, "port")), 8080);
@@ -147,6 +152,7 @@ static void test_full_data(void **state)
     ev.scheme = "tunnel";
     ev.method = "CONNECT";
     d = eph_broker_event_data(&ev, false, NULL, NULL, msg, sizeof(msg));
+    assert_non_null(d);
     assert_string_equal(msg, "CONNECT h.example:8080 → 200 · 1,234 bytes");
     json_decref(d);
     ev.connection = "github";
@@ -154,6 +160,7 @@ static void test_full_data(void **state)
     ev.status = 403;
     ev.method = "GET";
     d = eph_broker_event_data(&ev, false, NULL, NULL, msg, sizeof(msg));
+    assert_non_null(d);
     assert_string_equal(msg, "github · GET /p → 403 · path_not_allowed");
     json_decref(d);
     json_decref(x);

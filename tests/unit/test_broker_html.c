@@ -49,6 +49,7 @@ static void test_garbage(void **state)
     }
     char nul[] = {'a', '\0', 'b'};
     char *got = eph_html_to_text(nul, 3);
+    assert_non_null(got);
     assert_string_equal(got, "a b");
     free(got);
 }
