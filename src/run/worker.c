@@ -113,10 +113,12 @@ static void calls_phrase(const struct eph_run *r, char *buf, size_t len)
 }
 
 /* The closing events of a settlement into all (3 at most): the run's terminal event and
- * worker.destroyed, after sandbox.destroyed for a lost run that had a sandbox. A live run's are
- * numbered by its live entry; a lost run's after last_seq_if_not_live. Returns their count. */
+ * worker.destroyed, after sandbox.destroyed: a live run's own (destroyed, prepared by step 6, moved
+ * in and cleared; may be NULL), or a lost run's when it had a sandbox. A live run's are numbered
+ * by its live entry; a lost run's after last_seq_if_not_live. Returns their count. */
 static size_t closing_events(struct eph_live *live, const struct eph_run *r,
-                             uint64_t last_seq_if_not_live, struct eph_event all[3])
+                             uint64_t last_seq_if_not_live, struct eph_event *destroyed,
+                             struct eph_event all[3])
 {
     const struct eph_cost *c = &r->cost;
     char charged[EPH_MONEY_FMT_MAX], released[EPH_MONEY_FMT_MAX];
@@ -164,7 +166,11 @@ static size_t closing_events(struct eph_live *live, const struct eph_run *r,
             ev[1].message = NULL;
     }
     size_t nev = 0;
-    if (!live && r->sandbox_backend) {
+    if (live && destroyed && destroyed->seq) {
+        all[0] = *destroyed;
+        memset(destroyed, 0, sizeof(*destroyed));
+        nev = 1;
+    } else if (!live && r->sandbox_backend) {
         /* Its sandbox died with its worker (or is destroyed by that node's restart): the
          * timeline says so before it closes. */
         memset(&all[0], 0, sizeof(all[0]));
@@ -182,7 +188,7 @@ static size_t closing_events(struct eph_live *live, const struct eph_run *r,
         all[nev].seq = live ? ev[i].seq : last_seq_if_not_live + 1 + nev;
         nev++;
     }
-    if (nev == 3)
+    if (nev == 3 && !live)
         all[0].seq = last_seq_if_not_live + 1;
     /* Each is stored as the API serves it, serialised once its number is final (a live run's
      * were, when prepared). */
@@ -214,7 +220,8 @@ static int finish_in_store(struct eph_service *svc, const struct eph_run_final *
 }
 
 static int settle(struct eph_service *svc, struct eph_live *live, struct eph_run *r,
-                  uint64_t last_seq_if_not_live, int64_t lease_expired_before_ms, bool may_retry)
+                  uint64_t last_seq_if_not_live, int64_t lease_expired_before_ms, bool may_retry,
+                  struct eph_event *destroyed)
 {
     r->finished_at_ms = eph_clock_real_ms();
     if (!r->zdr)
@@ -223,7 +230,7 @@ static int settle(struct eph_service *svc, struct eph_live *live, struct eph_run
                                      ? (int64_t)svc->cfg->retention_seconds * 1000
                                      : (int64_t)svc->cfg->retention_days * 86400 * 1000);
     struct eph_event all[3];
-    size_t nev = closing_events(live, r, last_seq_if_not_live, all);
+    size_t nev = closing_events(live, r, last_seq_if_not_live, destroyed, all);
     struct eph_run_final fin = {.run = r,
                                 .events = all,
                                 .nevents = nev,
@@ -250,15 +257,15 @@ static int settle(struct eph_service *svc, struct eph_live *live, struct eph_run
         EPH_INFO("worker", "run %s %s: %s charged, %s released", r->id,
                  eph_run_status_name(r->status), charged, released);
     }
-    uint64_t last = all[nev - 1].seq;
+    uint64_t last = all[nev - 1].seq, before = all[0].seq - 1;
     for (size_t i = 0; i < nev; i++)
         eph_event_release(&all[i]);
     if (live && rc && rc != -EALREADY) {
-        /* Not settled: the two closing events were numbered but never stored. */
-        eph_live_abandon(live, last - 2);
+        /* Not settled: the closing events were numbered but never stored. */
+        eph_live_abandon(live, before);
     } else if (live) {
         char *zdr_result = r->zdr && r->result ? strdup(r->result) : NULL;
-        eph_live_close(live, rc ? last - 2 : last, zdr_result);
+        eph_live_close(live, rc ? before : last, zdr_result);
     }
     return rc;
 }
@@ -356,7 +363,7 @@ int eph_worker_refuse(struct eph_service *svc, const char *run_id, const char *c
             /* Never started: nothing measured, everything released. */
             r.cost.model_micros = r.cost.web_micros = r.cost.compute_micros = 0;
             split_stored(&r.cost);
-            rc = settle(svc, live, &r, 1, 0, false);
+            rc = settle(svc, live, &r, 1, 0, false, NULL);
             eph_run_release(&r);
         }
     }
@@ -414,6 +421,9 @@ struct job {
     struct eph_live *live;
     struct eph_run r;
     bool loaded;
+    bool start_stored; /* the claim stored the start (queued -> starting) */
+    /* sandbox.destroyed, numbered by step 6 and stored with the settlement (seq 0: none). */
+    struct eph_event destroyed;
     const struct eph_model_config *mcfg;
     struct eph_model *model;
     struct eph_budget budget;
@@ -502,8 +512,8 @@ static enum eph_run_status agent_status(enum eph_agent_status s)
     return EPH_RUN_FAILED;
 }
 
-/* Step 1: the run, its live entry and its lease. Non-zero: not this worker's to work on
- * (nothing to settle here). */
+/* Step 1: the run, its live entry and its lease, taken with the run's start (queued -> starting,
+ * one statement). Non-zero: not this worker's to work on (nothing to settle here). */
 static int step_load(struct job *j, const char *run_id)
 {
     struct eph_service *svc = j->svc;
@@ -538,9 +548,11 @@ static int step_load(struct job *j, const char *run_id)
     if (!eph_live_take_worker(j->live))
         return -EALREADY;
     /* The lease: from here this node works on the run; the lease keeper renews it. */
+    /* The claim is the start too (queued -> starting): one statement. */
     uint64_t claimed_ns = eph_clock_mono_ns();
-    rc = st->ops->run_claim(st, run_id, svc->node_id,
-                            eph_clock_real_ms() + (int64_t)svc->cfg->lease_seconds * 1000);
+    int64_t now_ms = eph_clock_real_ms();
+    rc = st->ops->run_claim_start(st, run_id, svc->node_id,
+                                  now_ms + (int64_t)svc->cfg->lease_seconds * 1000, now_ms);
     if (rc == -EALREADY || (rc && st->ops->shared)) {
         /* Another node took it first (it is followed here until it ends), or the database is
          * out of reach (the run stays queued there for whichever node reaches it first). */
@@ -551,6 +563,10 @@ static int step_load(struct job *j, const char *run_id)
     }
     if (rc) /* one node: nobody else could take it; work on it, the renewals will lease it */
         EPH_WARN("worker", "run %s: cannot record its lease: %s", run_id, eph_strerror(rc));
+    else
+        j->start_stored = true;
+    j->r.status = EPH_RUN_STARTING;
+    j->r.started_at_ms = now_ms;
     /* The run's fence (fence.c): from the claim, then from each renewal (lease.c). */
     if (!rc && st->ops->shared)
         eph_live_set_fence(j->live, claimed_ns + eph_lease_fence_span_ns(svc->cfg));
@@ -626,16 +642,15 @@ static int step_prompt(struct job *j)
     return refuse_recording_backend(r, j->svc);
 }
 
-/* Step 3: queued -> starting -> running; the sandbox (compute starts accruing). */
+/* Step 3: starting (stored by the claim) -> running; the sandbox (compute starts accruing). */
 static int step_sandbox(struct job *j)
 {
     struct eph_service *svc = j->svc;
     struct eph_store *st = svc->store;
     struct eph_run *r = &j->r;
     int rc;
-    r->status = EPH_RUN_STARTING;
-    r->started_at_ms = eph_clock_real_ms();
-    if ((rc = st->ops->run_update(st, r)))
+    /* Stored with the claim (step 1), unless that write failed on one node. */
+    if (!j->start_stored && (rc = st->ops->run_update(st, r)))
         EPH_WARN("worker", "run %s: cannot record start: %s", r->id, eph_strerror(rc));
     j->start_ns = eph_clock_mono_ns();
     j->deadline_ns = j->start_ns + (uint64_t)r->timeout_seconds * 1000000000u;
@@ -910,11 +925,13 @@ static void step_destroy(struct job *j)
     eph_live_set_compute_start(j->live, 0);
     if (rc)
         EPH_ERROR("worker", "run %s: sandbox destroy reported: %s", j->r.id, eph_strerror(rc));
-    eph_sink_emit(&j->sink, "sandbox", "sandbox.destroyed",
-                  json_pack("{s:s, s:I, s:I}", "backend", svc->sandbox_ops->name, "destroy_ms",
-                            (json_int_t)((end_ns - d0) / 1000000u), "lifetime_ms",
-                            (json_int_t)((end_ns - j->start_ns) / 1000000u)),
-                  "%s", svc->sandbox_ops->destroyed_message);
+    /* Numbered now, stored by the settlement that follows, in its transaction (docs/STORE.md, "A
+     * step, one commit"): nothing else of the run happens in between. */
+    eph_live_prepare(j->live, &j->destroyed, "sandbox", "sandbox.destroyed",
+                     json_pack("{s:s, s:I, s:I}", "backend", svc->sandbox_ops->name, "destroy_ms",
+                               (json_int_t)((end_ns - d0) / 1000000u), "lifetime_ms",
+                               (json_int_t)((end_ns - j->start_ns) / 1000000u)),
+                     "%s", svc->sandbox_ops->destroyed_message);
 }
 
 /* Step 7 (always): the money split once (the budget's, ledger/settle.h) and the settlement. */
@@ -923,7 +940,8 @@ static void step_settle(struct job *j)
     struct eph_cost *c = &j->r.cost;
     eph_budget_settle(&j->budget, eph_clock_mono_ns(), &c->model_micros, &c->web_micros,
                       &c->compute_micros, &c->charged_micros, &c->released_micros);
-    settle(j->svc, j->live, &j->r, 0, 0, true);
+    settle(j->svc, j->live, &j->r, 0, 0, true, &j->destroyed);
+    eph_event_release(&j->destroyed); /* when it was not moved into the settlement */
 }
 
 void eph_worker_run(struct eph_service *svc, const char *run_id)
@@ -969,7 +987,7 @@ int eph_worker_settle_lost(struct eph_service *svc, const char *run_id,
     fail_run(&r, EPH_RUN_FAILED, "worker_lost",
              "the server running this run stopped; it was settled for what was measured");
     split_stored(&r.cost);
-    rc = settle(svc, NULL, &r, last, lease_expired_before_ms, lease_expired_before_ms == 0);
+    rc = settle(svc, NULL, &r, last, lease_expired_before_ms, lease_expired_before_ms == 0, NULL);
     /* A run whose worker here could not settle it (eph_live_abandon) is still live: waiting
      * clients learn now that it ended. */
     struct eph_live *live = rc ? NULL : eph_live_get(svc->live, r.id);

@@ -528,6 +528,7 @@ const struct eph_store_ops eph_store_postgres_ops = {
     .run_finish = pg_run_finish,
     .runs_in_state = pg_runs_in_state,
     .run_claim = pg_run_claim,
+    .run_claim_start = pg_run_claim_start,
     .run_renew = pg_run_renew,
     .runs_lease_expired = pg_runs_lease_expired,
     .run_claim_next = pg_run_claim_next,

@@ -396,21 +396,38 @@ int pg_run_finish(struct eph_store *base, const struct eph_run_final *f)
     return WITH_CONN(s, run_finish_once(s, c, f));
 }
 
-int pg_run_claim(struct eph_store *base, const char *run_id, const char *node_id,
-                 int64_t lease_until_ms)
+/* The claim, and with started_at > 0 the start too: one statement. */
+static int claim(struct eph_store *base, const char *run_id, const char *node_id,
+                 int64_t lease_until_ms, int64_t started_at_ms)
 {
     struct pg_store *s = P(base);
     struct params p = {0};
     p_text(&p, node_id);
     p_i64(&p, lease_until_ms);
     p_text(&p, run_id);
+    p_i64(&p, started_at_ms);
     unsigned long n = 0;
     int rc = WITH_CONN(s, pg_changed_once(s, c,
-                                          "UPDATE runs SET node_id = $1, lease_expires_at = $2 "
+                                          "UPDATE runs SET node_id = $1, lease_expires_at = $2, "
+                                          "status = CASE WHEN $4::bigint > 0 THEN 'starting' "
+                                          "ELSE status END, started_at = CASE WHEN $4::bigint > 0 "
+                                          "THEN $4::bigint ELSE started_at END "
                                           "WHERE id = $3 AND status = 'queued' AND "
                                           "(node_id IS NULL OR node_id = $1)",
                                           &p, &n, "run claim"));
     return rc ? rc : n ? 0 : -EALREADY;
+}
+
+int pg_run_claim(struct eph_store *base, const char *run_id, const char *node_id,
+                 int64_t lease_until_ms)
+{
+    return claim(base, run_id, node_id, lease_until_ms, 0);
+}
+
+int pg_run_claim_start(struct eph_store *base, const char *run_id, const char *node_id,
+                       int64_t lease_until_ms, int64_t started_at_ms)
+{
+    return claim(base, run_id, node_id, lease_until_ms, started_at_ms > 0 ? started_at_ms : 1);
 }
 
 int pg_run_renew(struct eph_store *base, const char *run_id, const char *node_id,

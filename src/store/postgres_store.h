@@ -172,6 +172,8 @@ int pg_run_step(struct eph_store *base, const struct eph_run *r, unsigned what,
 int pg_run_finish(struct eph_store *base, const struct eph_run_final *f);
 int pg_run_claim(struct eph_store *base, const char *run_id, const char *node_id,
                  int64_t lease_until_ms);
+int pg_run_claim_start(struct eph_store *base, const char *run_id, const char *node_id,
+                       int64_t lease_until_ms, int64_t started_at_ms);
 int pg_run_renew(struct eph_store *base, const char *run_id, const char *node_id,
                  int64_t lease_until_ms, int64_t compute_micros);
 int pg_runs_lease_expired(struct eph_store *base, int64_t now_ms, eph_run_cb cb, void *ctx);

@@ -546,6 +546,7 @@ const struct eph_store_ops eph_store_sqlite_ops = {
     .run_finish = sq_run_finish,
     .runs_in_state = sq_runs_in_state,
     .run_claim = sq_run_claim,
+    .run_claim_start = sq_run_claim_start,
     .run_claim_next = sq_run_claim_next,
     .run_renew = sq_run_renew,
     .runs_lease_expired = sq_runs_lease_expired,

@@ -490,26 +490,42 @@ out:
     return rc;
 }
 
-int sq_run_claim(struct eph_store *base, const char *run_id, const char *node_id,
-                 int64_t lease_until_ms)
+/* The claim, and with started_at > 0 the start too: one statement. */
+static int claim(struct eph_store *base, const char *run_id, const char *node_id,
+                 int64_t lease_until_ms, int64_t started_at_ms)
 {
     struct sq_conn *s = WRITER(base);
     pthread_mutex_lock(&s->lock);
     sqlite3_stmt *st;
     int rc = sq_prepare(s,
-                        "UPDATE runs SET node_id = ?1, lease_expires_at = ?2 WHERE id = ?3 AND "
-                        "status = 'queued' AND (node_id IS NULL OR node_id = ?1)",
+                        "UPDATE runs SET node_id = ?1, lease_expires_at = ?2, "
+                        "status = CASE WHEN ?4 > 0 THEN 'starting' ELSE status END, "
+                        "started_at = CASE WHEN ?4 > 0 THEN ?4 ELSE started_at END "
+                        "WHERE id = ?3 AND status = 'queued' AND (node_id IS NULL OR node_id = ?1)",
                         &st);
     if (!rc) {
         sqlite3_bind_text(st, 1, node_id, -1, SQLITE_TRANSIENT);
         sqlite3_bind_int64(st, 2, lease_until_ms);
         sqlite3_bind_text(st, 3, run_id, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_int64(st, 4, started_at_ms);
         rc = sq_step_done(s, st, "run claim");
         if (!rc && sqlite3_changes(s->db) == 0)
             rc = -EALREADY;
     }
     pthread_mutex_unlock(&s->lock);
     return rc;
+}
+
+int sq_run_claim(struct eph_store *base, const char *run_id, const char *node_id,
+                 int64_t lease_until_ms)
+{
+    return claim(base, run_id, node_id, lease_until_ms, 0);
+}
+
+int sq_run_claim_start(struct eph_store *base, const char *run_id, const char *node_id,
+                       int64_t lease_until_ms, int64_t started_at_ms)
+{
+    return claim(base, run_id, node_id, lease_until_ms, started_at_ms > 0 ? started_at_ms : 1);
 }
 
 /* The runs of q->waiting as a JSON array (for json_each), or NULL without memory. */

@@ -109,6 +109,8 @@ int sq_run_step(struct eph_store *base, const struct eph_run *r, unsigned what,
 int sq_run_finish(struct eph_store *base, const struct eph_run_final *f);
 int sq_run_claim(struct eph_store *base, const char *run_id, const char *node_id,
                  int64_t lease_until_ms);
+int sq_run_claim_start(struct eph_store *base, const char *run_id, const char *node_id,
+                       int64_t lease_until_ms, int64_t started_at_ms);
 int sq_run_claim_next(struct eph_store *base, const struct eph_claim_next *q, char *run_id,
                       size_t idlen);
 int sq_run_renew(struct eph_store *base, const char *run_id, const char *node_id,

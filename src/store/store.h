@@ -301,6 +301,10 @@ struct eph_store_ops {
                      int64_t lease_until_ms);
     int (*run_renew)(struct eph_store *s, const char *run_id, const char *node_id,
                      int64_t lease_until_ms, int64_t compute_micros);
+    /* run_claim and queued -> starting with started_at, in one statement (the worker's claim:
+     * docs/STORE.md, "A step, one commit"); -EALREADY as run_claim, nothing written. */
+    int (*run_claim_start)(struct eph_store *s, const char *run_id, const char *node_id,
+                           int64_t lease_until_ms, int64_t started_at_ms);
     /* Claims the next queued run by the fair rule of docs/STORE.md: of the orgs with a run this
      * node may claim and fewer than max_per_org claimed runs (0: no cap), the org with the fewest
      * claimed runs (queued with a node, starting, running; every node), ties to the oldest; and

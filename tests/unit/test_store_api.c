@@ -528,6 +528,46 @@ static bool waiters_are(void *arg)
     return o == w->ordinary && u == w->urgent;
 }
 
+/* The worker's claim is the run's start too: one statement that takes a queued run and marks it
+ * starting with its start time, refused (nothing written) once another node holds it or it is
+ * no longer queued. */
+static void test_claim_start(void **state)
+{
+    struct fixture *f = *state;
+    struct eph_store *st = f->db.st;
+    struct eph_run r;
+    make_run(&r, f->db.org);
+    assert_int_equal(st->ops->run_insert(st, &r, NULL), 0);
+    int64_t now = eph_clock_real_ms();
+    assert_int_equal(st->ops->run_claim_start(st, r.id, "node-b", now + 60000, now), 0);
+    struct eph_run got;
+    assert_int_equal(st->ops->run_get(st, r.id, NULL, &got), 0);
+    assert_int_equal(got.status, EPH_RUN_STARTING);
+    assert_int_equal(got.started_at_ms, now);
+    assert_string_equal(got.node_id, "node-b");
+    assert_int_equal(got.lease_expires_at_ms, now + 60000);
+    eph_run_release(&got);
+    /* Not queued any more: neither this node nor another takes it again, and nothing moves. */
+    assert_int_equal(st->ops->run_claim_start(st, r.id, "node-b", now + 90000, now + 5), -EALREADY);
+    assert_int_equal(st->ops->run_claim_start(st, r.id, "node-c", now + 90000, now + 5), -EALREADY);
+    assert_int_equal(st->ops->run_get(st, r.id, NULL, &got), 0);
+    assert_int_equal(got.started_at_ms, now);
+    assert_int_equal(got.lease_expires_at_ms, now + 60000);
+    eph_run_release(&got);
+    /* A queued run another node holds is refused too; the plain claim still leaves it queued. */
+    struct eph_run q;
+    make_run(&q, f->db.org);
+    assert_int_equal(st->ops->run_insert(st, &q, NULL), 0);
+    assert_int_equal(st->ops->run_claim(st, q.id, "node-a", now + 60000), 0);
+    assert_int_equal(st->ops->run_claim_start(st, q.id, "node-b", now + 60000, now), -EALREADY);
+    assert_int_equal(st->ops->run_get(st, q.id, NULL, &got), 0);
+    assert_int_equal(got.status, EPH_RUN_QUEUED);
+    assert_int_equal(got.started_at_ms, 0);
+    eph_run_release(&got);
+    eph_run_release(&q);
+    eph_run_release(&r);
+}
+
 /* With every connection taken and ordinary calls queued for one, a lease renewal is served
  * before them: queued behind the workers, a node's renewals could wait past its lease (as they
  * did when idle workers polled the store). One connection, held by an insert blocked on the
@@ -758,6 +798,7 @@ int main(void)
         cmocka_unit_test(test_run_columns_agree),
         cmocka_unit_test_setup_teardown(test_keys, setup, teardown),
         cmocka_unit_test_setup_teardown(test_node_urls, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_claim_start, setup, teardown),
         cmocka_unit_test_setup_teardown(test_secret_and_connections, setup, teardown),
         cmocka_unit_test_setup_teardown(test_run_web_allow, setup, teardown),
         cmocka_unit_test_setup_teardown(test_run_outputs, setup, teardown),
