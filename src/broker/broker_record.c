@@ -56,20 +56,27 @@ void bk_record_request(struct req_ctx *rc, const struct eph_http_request *req, b
                             (int)req->target_len, req->target);
     else
         r = eph_buf_append(&rc->url, req->target, req->target_len);
-    free(t);
-    if (r)
+    /* Without its target parsed (out of memory), a connection's URL is not the key a replay
+     * matches on. */
+    if (r || (origin && !t)) {
         eph_buf_release(&rc->url);
+        rc->record_lost = true;
+    }
+    free(t);
     if (!rc->recording || rc->tunnel)
         return;
     rc->req_headers = json_array();
-    for (size_t i = 0; rc->req_headers && i < req->nheaders; i++) {
+    if (!rc->req_headers)
+        rc->record_lost = true;
+    for (size_t i = 0; rc->req_headers && !rc->record_lost && i < req->nheaders; i++) {
         const struct eph_http_header *h = &req->headers[i];
         if (bk_hop_by_hop(h) || bk_is_framing(h) ||
             (h->name_len >= 6 && strncasecmp(h->name, "proxy-", 6) == 0))
             continue;
-        json_t *pair = json_pack("[s%, s%]", h->name, h->name_len, h->value, h->value_len);
-        if (pair)
-            json_array_append_new(rc->req_headers, pair);
+        json_t *pair;
+        int hr = bk_header_json(h->name, h->name_len, h->value, h->value_len, &pair);
+        if (hr < 0 || (!hr && json_array_append_new(rc->req_headers, pair)))
+            rc->record_lost = true;
     }
 }
 
