@@ -122,8 +122,8 @@ int bk_write_all(const struct bstream *s, int fd, const void *data, size_t n, ui
 struct eph_guard bk_guard_of(const struct eph_broker *b, bool web);
 bool bk_hop_by_hop(const struct eph_http_header *h);
 bool bk_is_framing(const struct eph_http_header *h);
-void bk_relay(struct req_ctx *rc, const char *pending, size_t npending, bool parse_status,
-              bool upward);
+void bk_relay(struct req_ctx *rc, char *buf, const char *pending, size_t npending,
+              bool parse_status, bool upward);
 void bk_serve_connect(struct req_ctx *rc, const struct eph_http_request *req,
                       const char *after_head, size_t nafter);
 void bk_serve_web_http(struct req_ctx *rc, const struct eph_http_request *req,
@@ -139,8 +139,9 @@ void bk_serve_connection(struct req_ctx *rc, const struct eph_http_request *req,
 /* The record and the replay (broker_record.c). */
 void bk_record_request(struct req_ctx *rc, const struct eph_http_request *req, bool origin);
 json_t *bk_replay_claim(struct eph_broker *b, const char *method, const char *url, const char *sha);
-void bk_replay_describe(struct req_ctx *rc, const struct eph_http_request *req, bool is_connect,
-                        bool absolute);
+/* 0, or -ENOMEM when the target could not be read (the event cannot name its connection). */
+int bk_replay_describe(struct req_ctx *rc, const struct eph_http_request *req, bool is_connect,
+                       bool absolute);
 void bk_serve_replay(struct req_ctx *rc, const struct eph_http_request *req, const char *after_head,
                      size_t nafter);
 
