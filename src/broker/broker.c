@@ -417,8 +417,11 @@ static void *serve(void *arg)
         bk_answer_error(rc, 402, "insufficient_balance_error", "budget_exhausted",
                         "the run's budget does not cover this request");
     } else if (b->replay) {
-        bk_replay_describe(rc, req, is_connect, absolute);
-        bk_serve_replay(rc, req, after, nafter);
+        if (bk_replay_describe(rc, req, is_connect, absolute))
+            bk_answer_error(rc, 502, "api_error", "broker_error",
+                            "the broker could not read the request");
+        else
+            bk_serve_replay(rc, req, after, nafter);
     } else if (is_connect || absolute) {
         if (!b->web) {
             bk_answer_error(rc, 403, "permission_error", "web_not_allowed",

@@ -35,6 +35,7 @@
 #include "common/cleanup.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "guest/protocol.h"
 
 /* ---- I/O with deadlines ----------------------------------------------------------------- */
 
@@ -126,8 +127,10 @@ int bk_to_program(struct req_ctx *rc, const void *data, size_t n)
 {
     if (rc->recording && !rc->tunnel && !rc->down_cut) {
         size_t room = rc->down.max - rc->down.len, k = n < room ? n : room;
-        if (k < n || eph_buf_append(&rc->down, data, k))
+        if (k < n)
             rc->down_cut = true;
+        else if (eph_buf_append(&rc->down, data, k))
+            rc->record_lost = true;
     }
     return bk_write_all(rc->s, rc->s->fd, data, n, rc->deadline_ns);
 }
@@ -146,7 +149,7 @@ void bk_record_request_body(struct req_ctx *rc, const char *data, size_t n)
     if (rc->recording) {
         size_t k = n < rc->req_body.max ? n : rc->req_body.max;
         if (eph_buf_append(&rc->req_body, data, k))
-            eph_buf_release(&rc->req_body);
+            rc->record_lost = true;
     }
 }
 
@@ -222,26 +225,39 @@ json_t *bk_b64_json(const char *data, size_t n)
     return s;
 }
 
-/* A header line "Name: value" as [name, value], or NULL when it is not one (or not UTF-8). */
-json_t *bk_header_pair(const char *line, size_t n)
+int bk_header_json(const char *name, size_t name_len, const char *value, size_t value_len,
+                   json_t **out)
+{
+    *out = NULL;
+    if (!eph_proto_utf8_valid(name, name_len) || !eph_proto_utf8_valid(value, value_len))
+        return 1;
+    *out = json_pack("[s%, s%]", name, name_len, value, value_len);
+    return *out ? 0 : -ENOMEM;
+}
+
+int bk_header_pair(const char *line, size_t n, json_t **out)
 {
     const char *colon = memchr(line, ':', n);
+    *out = NULL;
     if (!colon)
-        return NULL;
+        return 1;
     const char *v = colon + 1, *end = line + n;
     while (v < end && (*v == ' ' || *v == '\t'))
         v++;
-    return json_pack("[s%, s%]", line, (size_t)(colon - line), v, (size_t)(end - v));
+    return bk_header_json(line, (size_t)(colon - line), v, (size_t)(end - v), out);
 }
 
 /* The response part of the record, from what the program got: status line, headers, body (a
- * chunked body de-chunked, so that a replay can answer it with a Content-Length). */
+ * chunked body de-chunked, so that a replay can answer it with a Content-Length). NULL when a part
+ * of it cannot be made. */
 static json_t *record_response(struct req_ctx *rc)
 {
     const char *d = rc->down.data ? rc->down.data : "";
     size_t n = rc->down.len;
     const char *end = n >= 4 ? memmem(d, n, "\r\n\r\n", 4) : NULL;
     json_t *headers = json_array();
+    if (!headers)
+        return NULL;
     bool chunked = false;
     size_t body_at = n;
     if (end) {
@@ -250,13 +266,16 @@ static json_t *record_response(struct req_ctx *rc)
             const char *next = memchr(line + 1, '\r', (size_t)(end + 2 - (line + 1)));
             if (!next)
                 break;
-            json_t *pair = bk_header_pair(line + 1, (size_t)(next - line - 1));
-            if (pair) {
+            json_t *pair;
+            int r = bk_header_pair(line + 1, (size_t)(next - line - 1), &pair);
+            if (r < 0 || (!r && json_array_append_new(headers, pair))) {
+                json_decref(headers);
+                return NULL;
+            }
+            if (!r)
                 chunked |= strcasecmp(json_string_value(json_array_get(pair, 0)),
                                       "transfer-encoding") == 0 &&
                            strcasecmp(json_string_value(json_array_get(pair, 1)), "chunked") == 0;
-                json_array_append_new(headers, pair);
-            }
             line = next + 1;
         }
         body_at = (size_t)(end - d) + 4;
@@ -264,9 +283,13 @@ static json_t *record_response(struct req_ctx *rc)
     size_t blen = n - body_at, max = (size_t)rc->s->b->s.record_body_max_bytes;
     bool cut = rc->down_cut || !end;
     char *body = malloc(blen + 1);
-    if (body && blen)
+    if (!body) {
+        json_decref(headers);
+        return NULL;
+    }
+    if (blen)
         memcpy(body, d + body_at, blen);
-    if (body && chunked) {
+    if (chunked) {
         struct eph_http_chunked ch = {0};
         size_t used;
         if (eph_http_chunked_decode(&ch, body, blen, &blen, &used) < 0)
@@ -276,9 +299,8 @@ static json_t *record_response(struct req_ctx *rc)
         blen = max;
         cut = true;
     }
-    json_t *o =
-        json_pack("{s:i, s:o, s:o, s:b}", "status", rc->ev.status, "headers", headers,
-                  "body_base64", bk_b64_json(body ? body : "", body ? blen : 0), "truncated", cut);
+    json_t *o = json_pack("{s:i, s:o, s:o, s:b}", "status", rc->ev.status, "headers", headers,
+                          "body_base64", bk_b64_json(body, blen), "truncated", cut);
     free(body);
     return o;
 }
@@ -291,11 +313,10 @@ static json_t *record_exchange(struct req_ctx *rc)
                          "response", "status", rc->ev.status);
     if (!rc->req_sha[0])
         bk_sha256_hex("", 0, rc->req_sha);
-    json_t *req =
-        json_pack("{s:s, s:s, s:o, s:o, s:s}", "method", rc->method, "url", url, "headers",
-                  rc->req_headers ? json_incref(rc->req_headers) : json_array(), "body_base64",
-                  bk_b64_json(rc->req_body.data ? rc->req_body.data : "", rc->req_body.len),
-                  "body_sha256", rc->req_sha);
+    json_t *req = json_pack(
+        "{s:s, s:s, s:O, s:o, s:s}", "method", rc->method, "url", url, "headers", rc->req_headers,
+        "body_base64", bk_b64_json(rc->req_body.data ? rc->req_body.data : "", rc->req_body.len),
+        "body_sha256", rc->req_sha);
     return json_pack("{s:o, s:o}", "request", req, "response", record_response(rc));
 }
 
@@ -328,8 +349,12 @@ void bk_emit(struct req_ctx *rc)
         rc->ev.path = rc->path;
     if (!rc->ev.scheme)
         rc->ev.scheme = "http";
-    if (rc->recording && rc->url.data && !b->zdr)
-        rc->ev.exchange = record_exchange(rc);
+    if (rc->recording && !b->zdr) {
+        rc->ev.exchange = rc->record_lost ? NULL : record_exchange(rc);
+        if (!rc->ev.exchange)
+            EPH_ERROR(COMPONENT, "cannot keep the record of a %s request: out of memory",
+                      rc->method);
+    }
     if (b->zdr) {
         json_decref(rc->ev.exchange); /* web_fetch's hops come with one */
         rc->ev.exchange = NULL;

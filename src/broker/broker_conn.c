@@ -395,8 +395,12 @@ void bk_serve_connection(struct req_ctx *rc, const struct eph_http_request *req,
     struct eph_broker *b = rc->s->b;
     static struct eph_conn_target zero;
     EPH_AUTOFREE struct eph_conn_target *t = malloc(sizeof(*t));
-    if (!t)
+    if (!t) {
+        rc->ev.connection = "?";
+        bk_answer_error(rc, 502, "api_error", "broker_error",
+                        "the broker could not read the request");
         return;
+    }
     *t = zero;
     rc->ev.scheme = "https";
     if (eph_conn_target_parse(req->target, req->target_len, t)) {

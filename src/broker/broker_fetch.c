@@ -51,6 +51,8 @@ struct fetch_io {
     bool over;
     uint64_t bytes;
     json_t *headers; /* for the record, or NULL */
+    /* A part of the record could not be made (out of memory): the hop's event carries none. */
+    bool record_lost;
 };
 
 /* The header lines of an answer (not the status line), for the record. */
@@ -60,12 +62,17 @@ static void fetch_keep_header(struct fetch_io *io, const char *p, size_t len)
         len--;
     if (!io->headers || len == 0 || (len >= 5 && memcmp(p, "HTTP/", 5) == 0))
         return;
-    json_t *pair = bk_header_pair(p, len);
-    if (pair)
-        json_array_append_new(io->headers, pair);
+    json_t *pair;
+    int r = bk_header_pair(p, len, &pair);
+    if (r < 0 || (!r && json_array_append_new(io->headers, pair))) {
+        json_decref(io->headers); /* the hop is recorded whole or not at all */
+        io->headers = NULL;
+        io->record_lost = true;
+    }
 }
 
-/* The record of one web_fetch hop: a GET of url without body, and its answer. */
+/* The record of one web_fetch hop: a GET of url without body, and its answer; NULL, logged, when
+ * a part of it cannot be made (out of memory). */
 static json_t *fetch_exchange(struct eph_broker *b, const char *url, int status,
                               struct fetch_io *io)
 {
@@ -73,12 +80,17 @@ static json_t *fetch_exchange(struct eph_broker *b, const char *url, int status,
     bk_sha256_hex("", 0, empty);
     size_t keep = io->body.len < b->s.record_body_max_bytes ? io->body.len
                                                             : (size_t)b->s.record_body_max_bytes;
-    return json_pack("{s:{s:s, s:s, s:[], s:s, s:s}, s:{s:i, s:o, s:o, s:b}}", "request", "method",
-                     "GET", "url", url, "headers", "body_base64", "", "body_sha256", empty,
-                     "response", "status", status, "headers",
-                     io->headers ? json_incref(io->headers) : json_array(), "body_base64",
-                     bk_b64_json(io->body.data ? io->body.data : "", keep), "truncated",
-                     io->over || io->cut || keep < io->body.len);
+    json_t *x = NULL;
+    if (!io->record_lost)
+        x = json_pack("{s:{s:s, s:s, s:[], s:s, s:s}, s:{s:i, s:o, s:o, s:b}}", "request", "method",
+                      "GET", "url", url, "headers", "body_base64", "", "body_sha256", empty,
+                      "response", "status", status, "headers",
+                      io->headers ? json_incref(io->headers) : json_array(), "body_base64",
+                      bk_b64_json(io->body.data ? io->body.data : "", keep), "truncated",
+                      io->over || io->cut || keep < io->body.len);
+    if (!x)
+        EPH_ERROR(COMPONENT, "cannot keep the record of a web_fetch hop: out of memory");
+    return x;
 }
 
 /* The record of a hop the broker answered itself (refused, failed): its status, nothing else. */
@@ -337,6 +349,7 @@ int eph_broker_web_fetch(struct eph_broker *b, const char *url, size_t text_cap,
             return rc;
         struct fetch_io io = {
             .b = b, .meter = &fake.meter, .headers = b->record ? json_array() : NULL};
+        io.record_lost = b->record && !io.headers;
         uint64_t cap =
             b->s.max_response_bytes < FETCH_MAX_BODY ? b->s.max_response_bytes : FETCH_MAX_BODY;
         eph_buf_init(&io.body, (size_t)cap);

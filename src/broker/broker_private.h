@@ -93,6 +93,9 @@ struct req_ctx {
     char req_sha[65];        /* of the whole body */
     struct eph_buf down;
     bool down_cut;
+    /* A part of the record could not be made (out of memory): the event carries none rather than
+     * one with a part missing, and the log says so. */
+    bool record_lost;
 };
 
 /* I/O with deadlines and the broker's own answers (broker_answer.c). */
@@ -100,7 +103,11 @@ void bk_answer_error(struct req_ctx *rc, int status, const char *type, const cha
                      const char *message);
 json_t *bk_b64_json(const char *data, size_t n);
 void bk_emit(struct req_ctx *rc);
-json_t *bk_header_pair(const char *line, size_t n);
+/* A header as [name, value] in *out: 0; 1 when it is not valid UTF-8 (*out NULL: it is not
+ * recorded); -ENOMEM. bk_header_pair reads it from a line "Name: value" (1 too without a colon). */
+int bk_header_json(const char *name, size_t name_len, const char *value, size_t value_len,
+                   json_t **out);
+int bk_header_pair(const char *line, size_t n, json_t **out);
 ssize_t bk_read_some(const struct bstream *s, int fd, void *buf, size_t n, uint64_t deadline_ns);
 const char *bk_reason_phrase(int status);
 void bk_record_request_body(struct req_ctx *rc, const char *data, size_t n);
@@ -115,8 +122,8 @@ int bk_write_all(const struct bstream *s, int fd, const void *data, size_t n, ui
 struct eph_guard bk_guard_of(const struct eph_broker *b, bool web);
 bool bk_hop_by_hop(const struct eph_http_header *h);
 bool bk_is_framing(const struct eph_http_header *h);
-void bk_relay(struct req_ctx *rc, const char *pending, size_t npending, bool parse_status,
-              bool upward);
+void bk_relay(struct req_ctx *rc, char *buf, const char *pending, size_t npending,
+              bool parse_status, bool upward);
 void bk_serve_connect(struct req_ctx *rc, const struct eph_http_request *req,
                       const char *after_head, size_t nafter);
 void bk_serve_web_http(struct req_ctx *rc, const struct eph_http_request *req,
@@ -132,8 +139,9 @@ void bk_serve_connection(struct req_ctx *rc, const struct eph_http_request *req,
 /* The record and the replay (broker_record.c). */
 void bk_record_request(struct req_ctx *rc, const struct eph_http_request *req, bool origin);
 json_t *bk_replay_claim(struct eph_broker *b, const char *method, const char *url, const char *sha);
-void bk_replay_describe(struct req_ctx *rc, const struct eph_http_request *req, bool is_connect,
-                        bool absolute);
+/* 0, or -ENOMEM when the target could not be read (the event cannot name its connection). */
+int bk_replay_describe(struct req_ctx *rc, const struct eph_http_request *req, bool is_connect,
+                       bool absolute);
 void bk_serve_replay(struct req_ctx *rc, const struct eph_http_request *req, const char *after_head,
                      size_t nafter);
 

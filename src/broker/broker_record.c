@@ -56,20 +56,27 @@ void bk_record_request(struct req_ctx *rc, const struct eph_http_request *req, b
                             (int)req->target_len, req->target);
     else
         r = eph_buf_append(&rc->url, req->target, req->target_len);
-    free(t);
-    if (r)
+    /* Without its target parsed (out of memory), a connection's URL is not the key a replay
+     * matches on. */
+    if (r || (origin && !t)) {
         eph_buf_release(&rc->url);
+        rc->record_lost = true;
+    }
+    free(t);
     if (!rc->recording || rc->tunnel)
         return;
     rc->req_headers = json_array();
-    for (size_t i = 0; rc->req_headers && i < req->nheaders; i++) {
+    if (!rc->req_headers)
+        rc->record_lost = true;
+    for (size_t i = 0; rc->req_headers && !rc->record_lost && i < req->nheaders; i++) {
         const struct eph_http_header *h = &req->headers[i];
         if (bk_hop_by_hop(h) || bk_is_framing(h) ||
             (h->name_len >= 6 && strncasecmp(h->name, "proxy-", 6) == 0))
             continue;
-        json_t *pair = json_pack("[s%, s%]", h->name, h->name_len, h->value, h->value_len);
-        if (pair)
-            json_array_append_new(rc->req_headers, pair);
+        json_t *pair;
+        int hr = bk_header_json(h->name, h->name_len, h->value, h->value_len, &pair);
+        if (hr < 0 || (!hr && json_array_append_new(rc->req_headers, pair)))
+            rc->record_lost = true;
     }
 }
 
@@ -124,8 +131,8 @@ json_t *bk_replay_claim(struct eph_broker *b, const char *method, const char *ur
 }
 
 /* The event of a replayed request: what a live one would say of its target. */
-void bk_replay_describe(struct req_ctx *rc, const struct eph_http_request *req, bool is_connect,
-                        bool absolute)
+int bk_replay_describe(struct req_ctx *rc, const struct eph_http_request *req, bool is_connect,
+                       bool absolute)
 {
     struct eph_broker *b = rc->s->b;
     struct eph_http_url u;
@@ -146,7 +153,9 @@ void bk_replay_describe(struct req_ctx *rc, const struct eph_http_request *req, 
         static const struct eph_conn_target zero;
         struct eph_conn_target *t = malloc(sizeof(*t));
         rc->ev.connection = "?";
-        if (t && (*t = zero, eph_conn_target_parse(req->target, req->target_len, t) == 0)) {
+        if (!t)
+            return -ENOMEM;
+        if ((*t = zero, eph_conn_target_parse(req->target, req->target_len, t) == 0)) {
             const struct conn_copy *c = bk_find_conn(b, t->name);
             snprintf(rc->path, sizeof(rc->path), "%s", t->path);
             snprintf(rc->host, sizeof(rc->host), "%s", t->name);
@@ -162,6 +171,7 @@ void bk_replay_describe(struct req_ctx *rc, const struct eph_http_request *req, 
         }
         free(t);
     }
+    return 0;
 }
 
 /* Answers from the record, connecting nowhere: the recorded status, headers (with the broker's
@@ -182,7 +192,13 @@ void bk_serve_replay(struct req_ctx *rc, const struct eph_http_request *req, con
         return;
     }
     eph_buf_release(&body);
-    json_t *rs = rc->url.data ? bk_replay_claim(b, rc->method, rc->url.data, rc->req_sha) : NULL;
+    if (!rc->url.data) {
+        /* Its URL could not be made (out of memory): not a request missing from the recording. */
+        bk_answer_error(rc, 502, "api_error", "broker_error",
+                        "the broker could not match the request");
+        return;
+    }
+    json_t *rs = bk_replay_claim(b, rc->method, rc->url.data, rc->req_sha);
     if (!rs) {
         bk_answer_error(rc, 403, "permission_error", "not_recorded",
                         "this request is not in the recording the run replays");
@@ -192,8 +208,13 @@ void bk_serve_replay(struct req_ctx *rc, const struct eph_http_request *req, con
     const char *b64 = json_string_value(json_object_get(rs, "body_base64"));
     size_t blen = b64 ? strlen(b64) : 0, n = 0;
     unsigned char *data = malloc(blen / 4 * 3 + 3);
-    if (!data || sodium_base642bin(data, blen / 4 * 3 + 3, b64 ? b64 : "", blen, NULL, &n, NULL,
-                                   sodium_base64_VARIANT_ORIGINAL)) {
+    if (!data) {
+        bk_answer_error(rc, 502, "api_error", "broker_error",
+                        "the broker could not relay the recorded answer");
+        return;
+    }
+    if (sodium_base642bin(data, blen / 4 * 3 + 3, b64 ? b64 : "", blen, NULL, &n, NULL,
+                          sodium_base64_VARIANT_ORIGINAL)) {
         free(data);
         bk_answer_error(rc, 502, "api_error", "bad_recording", "the recorded answer is malformed");
         return;
@@ -215,11 +236,18 @@ void bk_serve_replay(struct req_ctx *rc, const struct eph_http_request *req, con
     }
     if (!r)
         r = eph_buf_appendf(&head, "Content-Length: %zu\r\nConnection: close\r\n\r\n", n);
-    rc->ev.status = status;
-    if (!r && bk_to_program(rc, head.data, head.len) == 0) {
-        rc->ev.bytes_down += head.len;
-        if (bk_to_program(rc, data, n) == 0)
-            rc->ev.bytes_down += n;
+    if (r == -ENOMEM) {
+        bk_answer_error(rc, 502, "api_error", "broker_error",
+                        "the broker could not relay the recorded answer");
+    } else if (r) { /* its head is over the cap */
+        bk_answer_error(rc, 502, "api_error", "bad_recording", "the recorded answer is malformed");
+    } else {
+        rc->ev.status = status;
+        if (bk_to_program(rc, head.data, head.len) == 0) {
+            rc->ev.bytes_down += head.len;
+            if (bk_to_program(rc, data, n) == 0)
+                rc->ev.bytes_down += n;
+        }
     }
     eph_buf_release(&head);
     free(data);

@@ -139,22 +139,20 @@ static int web_connect(struct req_ctx *rc, const struct eph_http_authority *auth
     return 0;
 }
 
-/* Relays both ways until both sides are done, the time is up or a write fails. The first
- * response line seen from upstream sets the event's status (when parse_status). */
+/* Relays both ways until both sides are done, the time is up or a write fails, through buf
+ * (RELAY_CHUNK bytes, freed here: the caller makes it before it answers the program anything). The
+ * first response line seen from upstream sets the event's status (when parse_status). */
 /* A relay moves up to this much per system call: on a machine where every wake-up is dear (a VM),
  * fewer, larger reads carry a bulk transfer with fewer of them. */
 #define RELAY_CHUNK (4 * IO_CHUNK)
 
-void bk_relay(struct req_ctx *rc, const char *pending, size_t npending, bool parse_status,
-              bool upward)
+void bk_relay(struct req_ctx *rc, char *buf, const char *pending, size_t npending,
+              bool parse_status, bool upward)
 {
     int fd = rc->s->fd, up = rc->s->up;
-    char *buf = malloc(RELAY_CHUNK);
     bool down_open = true, up_open = upward;
     char status_line[16];
     size_t status_have = 0;
-    if (!buf)
-        return;
     if (npending && bk_write_all(rc->s, up, pending, npending, rc->deadline_ns) == 0)
         rc->ev.bytes_up += npending;
     /* A request whose body the broker forwarded already (!upward) reads the answer only. */
@@ -285,10 +283,15 @@ void bk_serve_web_http(struct req_ctx *rc, const struct eph_http_request *req,
         r = eph_buf_appendf(&head, "Content-Length: %zu\r\n", body.len);
     if (!r)
         r = eph_buf_appends(&head, "Connection: close\r\n\r\n");
-    if (r) {
+    char *buf = r ? NULL : malloc(RELAY_CHUNK);
+    if (!buf) {
         eph_buf_release(&head);
         eph_buf_release(&body);
-        bk_answer_error(rc, 400, "invalid_request_error", "bad_request", "request head too large");
+        if (r == -EMSGSIZE)
+            bk_answer_error(rc, 400, "invalid_request_error", "bad_request",
+                            "request head too large");
+        else /* out of memory */
+            bk_answer_error(rc, 502, "api_error", "broker_error", "the broker could not relay");
         return;
     }
     if (bk_write_all(rc->s, rc->s->up, head.data, head.len, rc->deadline_ns) == 0)
@@ -299,7 +302,7 @@ void bk_serve_web_http(struct req_ctx *rc, const struct eph_http_request *req,
                            rc->deadline_ns); /* counted when read */
     eph_buf_release(&body);
     rc->ev.status = 502;
-    bk_relay(rc, NULL, 0, true, false);
+    bk_relay(rc, buf, NULL, 0, true, false);
 }
 
 void bk_serve_connect(struct req_ctx *rc, const struct eph_http_request *req,
@@ -314,9 +317,16 @@ void bk_serve_connect(struct req_ctx *rc, const struct eph_http_request *req,
     rc->path[0] = '\0';
     if (web_connect(rc, &auth))
         return;
-    static const char ok[] = "HTTP/1.1 200 Connection established\r\n\r\n";
-    if (bk_write_all(rc->s, rc->s->fd, ok, sizeof(ok) - 1, rc->deadline_ns))
+    char *buf = malloc(RELAY_CHUNK);
+    if (!buf) {
+        bk_answer_error(rc, 502, "api_error", "broker_error", "the broker could not relay");
         return;
+    }
+    static const char ok[] = "HTTP/1.1 200 Connection established\r\n\r\n";
+    if (bk_write_all(rc->s, rc->s->fd, ok, sizeof(ok) - 1, rc->deadline_ns)) {
+        free(buf);
+        return;
+    }
     rc->ev.status = 200;
-    bk_relay(rc, after_head, nafter, false, true);
+    bk_relay(rc, buf, after_head, nafter, false, true);
 }

@@ -242,7 +242,11 @@ static int settle(struct eph_service *svc, struct eph_live *live, struct eph_run
     if (obj && eph_webhook_event_make(obj, r, &wev, &wbody) == 0)
         fin.webhook = &wev;
     json_decref(obj);
-    int rc = finish_in_store(svc, &fin, may_retry);
+    /* A run that ended with an error it could not keep (fail_run, out of memory) is not stored
+     * without it: it stays unsettled, and is settled as lost (worker_lost). */
+    bool error_lost =
+        eph_run_status_terminal(r->status) && r->status != EPH_RUN_COMPLETED && !r->error_code;
+    int rc = error_lost ? -ENOMEM : finish_in_store(svc, &fin, may_retry);
     free(wbody);
     if (!rc && fin.webhook)
         eph_webhooks_kick(svc->webhooks);
@@ -318,6 +322,8 @@ const char *eph_worker_zdr_message(const char *code, const char *msg)
     return "the details are not kept: the run has zero data retention";
 }
 
+/* The run ends with an error. When its error cannot be kept (out of memory) the run is left
+ * without one, and settle() does not store it so. */
 static void fail_run(struct eph_run *r, enum eph_run_status st, const char *code, const char *msg)
 {
     if (r->zdr)

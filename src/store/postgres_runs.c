@@ -179,10 +179,10 @@ static int64_t pg_row_i64(const struct eph_row *row, int col)
     return pg_col_i64(row->impl, row->row, col);
 }
 
-static void row_to_run(const PGresult *res, int i, struct eph_run *r)
+static int row_to_run(const PGresult *res, int i, struct eph_run *r)
 {
     const struct eph_row row = {.impl = res, .row = i, .text = pg_row_text, .i64 = pg_row_i64};
-    eph_run_from_row(&row, r);
+    return eph_run_from_row(&row, r);
 }
 
 int pg_run_get(struct eph_store *base, const char *id, const char *org_id, struct eph_run *out)
@@ -198,7 +198,7 @@ int pg_run_get(struct eph_store *base, const char *id, const char *org_id, struc
         if (!PQntuples(r) || (org_id && strcmp(pg_val(r, 0, 1), org_id) != 0))
             rc = -ENOENT;
         else
-            row_to_run(r, 0, out);
+            rc = row_to_run(r, 0, out);
     }
     PQclear(r);
     return rc;
@@ -212,7 +212,9 @@ static int each_run(PGresult *res, unsigned limit, eph_run_cb cb, void *ctx, boo
         *has_more = limit && (unsigned)n > limit;
     for (int i = 0; !rc && i < n && (!limit || (unsigned)i < limit); i++) {
         struct eph_run r;
-        row_to_run(res, i, &r);
+        rc = row_to_run(res, i, &r);
+        if (rc)
+            break;
         rc = cb(&r, ctx);
         eph_run_release(&r);
     }

@@ -100,7 +100,13 @@ int eph_run_set_error(struct eph_run *r, const char *type, const char *code, con
     r->error_type = dup_or_null(type);
     r->error_code = dup_or_null(code);
     r->error_message = dup_or_null(message);
-    if ((type && !r->error_type) || (code && !r->error_code) || (message && !r->error_message))
+    if ((type && !r->error_type) || (code && !r->error_code) || (message && !r->error_message)) {
+        /* All set or none (struct eph_run): never a code without its message. */
+        free(r->error_type);
+        free(r->error_code);
+        free(r->error_message);
+        r->error_type = r->error_code = r->error_message = NULL;
         return -ENOMEM;
+    }
     return 0;
 }

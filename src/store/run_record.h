@@ -96,7 +96,7 @@ int eph_run_status_parse(const char *s, enum eph_run_status *out);
 bool eph_run_status_terminal(enum eph_run_status s);
 /* Whether the state machine allows from -> to. */
 bool eph_run_transition_ok(enum eph_run_status from, enum eph_run_status to);
-/* Sets the error fields (copies). */
+/* Sets the error fields (copies): 0, or -ENOMEM with none of them set. */
 int eph_run_set_error(struct eph_run *r, const char *type, const char *code, const char *message);
 
 #endif

@@ -3,6 +3,7 @@
  */
 #include "store/run_row.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,16 +66,27 @@ size_t eph_run_column_count(void)
     return C_COUNT;
 }
 
-static char *text_dup(const struct eph_row *row, int col)
+/* The column's text copied, NULL for a NULL column; a copy that cannot be made sets *err. */
+static char *text_dup(const struct eph_row *row, int col, int *err)
 {
     const char *t = row->text(row, col);
-    return t ? strdup(t) : NULL;
+    char *s = t ? strdup(t) : NULL;
+    if (t && !s)
+        *err = -ENOMEM;
+    return s;
 }
 
-static json_t *text_json(const struct eph_row *row, int col)
+/* The column's JSON, NULL for a NULL column (or for a text that is not JSON, as before); a parse
+ * that ran out of memory sets *err (a syntax error has a line, a parse that failed without one did
+ * not get that far). */
+static json_t *text_json(const struct eph_row *row, int col, int *err)
 {
     const char *t = row->text(row, col);
-    return t ? json_loads(t, JSON_DECODE_ANY, NULL) : NULL;
+    json_error_t jerr;
+    json_t *j = t ? json_loads(t, JSON_DECODE_ANY, &jerr) : NULL;
+    if (t && !j && jerr.line < 0)
+        *err = -ENOMEM;
+    return j;
 }
 
 static void text_copy(const struct eph_row *row, int col, char *out, size_t len)
@@ -83,19 +95,20 @@ static void text_copy(const struct eph_row *row, int col, char *out, size_t len)
     snprintf(out, len, "%s", t ? t : "");
 }
 
-void eph_run_from_row(const struct eph_row *row, struct eph_run *r)
+int eph_run_from_row(const struct eph_row *row, struct eph_run *r)
 {
     eph_run_init(r);
+    int err = 0;
     int64_t (*n)(const struct eph_row *, int) = row->i64;
     text_copy(row, C_ID, r->id, sizeof(r->id));
     text_copy(row, C_ORG_ID, r->org_id, sizeof(r->org_id));
     const char *status = row->text(row, C_STATUS);
     eph_run_status_parse(status ? status : "", &r->status);
-    r->model = text_dup(row, C_MODEL);
-    r->prompt = text_dup(row, C_PROMPT);
-    r->files = text_json(row, C_FILES);
-    r->connections = text_json(row, C_CONNECTIONS);
-    r->metadata = text_json(row, C_METADATA);
+    r->model = text_dup(row, C_MODEL, &err);
+    r->prompt = text_dup(row, C_PROMPT, &err);
+    r->files = text_json(row, C_FILES, &err);
+    r->connections = text_json(row, C_CONNECTIONS, &err);
+    r->metadata = text_json(row, C_METADATA, &err);
     r->shell = n(row, C_SHELL) != 0;
     r->web = n(row, C_WEB) != 0;
     r->zdr = n(row, C_ZDR) != 0;
@@ -103,10 +116,10 @@ void eph_run_from_row(const struct eph_row *row, struct eph_run *r)
     r->created_at_ms = n(row, C_CREATED_AT);
     r->started_at_ms = n(row, C_STARTED_AT);
     r->finished_at_ms = n(row, C_FINISHED_AT);
-    r->result = text_dup(row, C_RESULT);
-    r->error_type = text_dup(row, C_ERROR_TYPE);
-    r->error_code = text_dup(row, C_ERROR_CODE);
-    r->error_message = text_dup(row, C_ERROR_MESSAGE);
+    r->result = text_dup(row, C_RESULT, &err);
+    r->error_type = text_dup(row, C_ERROR_TYPE, &err);
+    r->error_code = text_dup(row, C_ERROR_CODE, &err);
+    r->error_message = text_dup(row, C_ERROR_MESSAGE, &err);
     r->usage.model_calls = (uint64_t)n(row, C_MODEL_CALLS);
     r->usage.model_attempts = (uint64_t)n(row, C_MODEL_ATTEMPTS);
     r->usage.input_tokens = (uint64_t)n(row, C_INPUT_TOKENS);
@@ -120,21 +133,24 @@ void eph_run_from_row(const struct eph_row *row, struct eph_run *r)
     r->cost.compute_micros = n(row, C_COMPUTE_MICROS);
     r->cost.charged_micros = n(row, C_CHARGED_MICROS);
     r->cost.released_micros = n(row, C_RELEASED_MICROS);
-    r->sandbox_backend = text_dup(row, C_SANDBOX_BACKEND);
+    r->sandbox_backend = text_dup(row, C_SANDBOX_BACKEND, &err);
     r->vcpus = (unsigned)n(row, C_VCPUS);
     r->memory_mib = (unsigned)n(row, C_MEMORY_MIB);
     r->log_expires_at_ms = n(row, C_LOG_EXPIRES_AT);
     r->log_purged = n(row, C_LOG_PURGED) != 0;
     text_copy(row, C_NODE_ID, r->node_id, sizeof(r->node_id));
     r->lease_expires_at_ms = n(row, C_LEASE_EXPIRES_AT);
-    r->web_allow = text_json(row, C_WEB_ALLOW);
-    r->replay_of = text_dup(row, C_REPLAY_OF);
+    r->web_allow = text_json(row, C_WEB_ALLOW, &err);
+    r->replay_of = text_dup(row, C_REPLAY_OF, &err);
     r->divergences = (uint64_t)n(row, C_DIVERGENCES);
     const char *image = row->text(row, C_IMAGE);
     snprintf(r->image, sizeof(r->image), "%s", image ? image : "default");
     text_copy(row, C_IMAGE_DIGEST, r->image_digest, sizeof(r->image_digest));
-    r->outputs = text_json(row, C_OUTPUTS);
+    r->outputs = text_json(row, C_OUTPUTS, &err);
     const char *kind = row->text(row, C_KIND);
     r->kind = kind && !strcmp(kind, "sandbox") ? EPH_KIND_SANDBOX : EPH_KIND_RUN;
     r->idle_timeout_seconds = (unsigned)n(row, C_IDLE_TIMEOUT_SECONDS);
+    if (err)
+        eph_run_release(r);
+    return err;
 }

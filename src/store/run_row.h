@@ -31,9 +31,10 @@ struct eph_row {
     int64_t (*i64)(const struct eph_row *r, int col);
 };
 
-/* Fills r (initialised here) from a row of SELECT EPH_RUN_COLUMNS. Out of memory leaves a text or
- * JSON field NULL, as a NULL column would. */
-void eph_run_from_row(const struct eph_row *row, struct eph_run *r);
+/* Fills r (initialised here) from a row of SELECT EPH_RUN_COLUMNS: 0, or -ENOMEM when a text or
+ * JSON field cannot be copied (r is then released: a run is read whole, never with a field missing
+ * that a NULL column would mean). */
+int eph_run_from_row(const struct eph_row *row, struct eph_run *r);
 /* How many columns eph_run_from_row reads. */
 size_t eph_run_column_count(void);
 

@@ -197,10 +197,10 @@ static int64_t sq_row_i64(const struct eph_row *row, int col)
     return sqlite3_column_int64((sqlite3_stmt *)row->impl, col);
 }
 
-static void row_to_run(sqlite3_stmt *st, struct eph_run *r)
+static int row_to_run(sqlite3_stmt *st, struct eph_run *r)
 {
     const struct eph_row row = {.impl = st, .text = sq_row_text, .i64 = sq_row_i64};
-    eph_run_from_row(&row, r);
+    return eph_run_from_row(&row, r);
 }
 
 int sq_run_get(struct eph_store *base, const char *id, const char *org_id, struct eph_run *out)
@@ -217,7 +217,7 @@ int sq_run_get(struct eph_store *base, const char *id, const char *org_id, struc
             if (org_id && strcmp((const char *)sqlite3_column_text(st, 1), org_id) != 0)
                 rc = -ENOENT;
             else
-                row_to_run(st, out);
+                rc = row_to_run(st, out);
         } else {
             rc = r == SQLITE_DONE ? -ENOENT : sq_db_err(s, r, "run get");
         }
@@ -254,7 +254,10 @@ static int each_run(struct sq_conn *s, sqlite3_stmt *st, unsigned limit, eph_run
             rows = p;
             cap = ncap;
         }
-        row_to_run(st, &rows[n++]);
+        rc = row_to_run(st, &rows[n]);
+        if (rc)
+            break;
+        n++;
     }
     if (!rc && r != SQLITE_ROW && r != SQLITE_DONE)
         rc = sq_db_err(s, r, "run list");
