@@ -707,6 +707,11 @@ static int step_sandbox(struct job *j)
     eph_metrics_observe_sandbox_start(ready_ns - j->start_ns);
     free(r->sandbox_backend);
     r->sandbox_backend = strdup(svc->sandbox_ops->name);
+    if (!r->sandbox_backend) {
+        /* Never a run stored without the sandbox it ran in: it ends here (destroyed, settled). */
+        fail_run(r, EPH_RUN_FAILED, "internal_error", "out of memory");
+        return -ENOMEM;
+    }
     r->vcpus = svc->sandbox_cfg.limits.vcpus;
     r->memory_mib = svc->sandbox_cfg.limits.memory_mib;
     r->status = EPH_RUN_RUNNING;
