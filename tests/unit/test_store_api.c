@@ -528,6 +528,68 @@ static bool waiters_are(void *arg)
     return o == w->ordinary && u == w->urgent;
 }
 
+/* A step is one transaction: the run's state or progress and its events together, or nothing
+ * (an event number already taken, or a run already ended, and then nothing of the step is kept). */
+static void test_run_step(void **state)
+{
+    struct fixture *f = *state;
+    struct eph_store *st = f->db.st;
+    struct eph_run r;
+    make_run(&r, f->db.org);
+    struct eph_event e[2];
+    make_event(&e[0], 1, NULL);
+    assert_int_equal(st->ops->run_insert(st, &r, &e[0]), 0);
+    eph_event_release(&e[0]);
+    r.status = EPH_RUN_RUNNING;
+    r.started_at_ms = eph_clock_real_ms();
+    make_event(&e[0], 2, NULL);
+    make_event(&e[1], 3, NULL);
+    assert_int_equal(st->ops->run_step(st, &r, EPH_STEP_STATE, e, 2), 0);
+    eph_event_release(&e[0]);
+    eph_event_release(&e[1]);
+    r.usage.model_calls = 2;
+    r.cost.model_micros = 40;
+    make_event(&e[0], 4, NULL);
+    assert_int_equal(st->ops->run_step(st, &r, EPH_STEP_PROGRESS, e, 1), 0);
+    eph_event_release(&e[0]);
+    struct eph_run got;
+    assert_int_equal(st->ops->run_get(st, r.id, NULL, &got), 0);
+    assert_int_equal(got.status, EPH_RUN_RUNNING);
+    assert_int_equal(got.usage.model_calls, 2);
+    assert_int_equal(got.cost.model_micros, 40);
+    eph_run_release(&got);
+    struct listed l = {0};
+    assert_int_equal(st->ops->events_list(st, r.id, 0, 0, list_cb, &l), 0);
+    assert_int_equal(l.n, 4);
+    listed_release(&l);
+    /* An event number already taken fails the step: its progress is not kept. */
+    r.usage.model_calls = 3;
+    make_event(&e[0], 4, NULL);
+    assert_int_not_equal(st->ops->run_step(st, &r, EPH_STEP_PROGRESS, e, 1), 0);
+    eph_event_release(&e[0]);
+    assert_int_equal(st->ops->run_get(st, r.id, NULL, &got), 0);
+    assert_int_equal(got.usage.model_calls, 2);
+    eph_run_release(&got);
+    /* Ended: the state is refused (-EALREADY) and the step's events are not stored. */
+    r.usage.model_calls = 2;
+    r.status = EPH_RUN_COMPLETED;
+    r.finished_at_ms = eph_clock_real_ms();
+    r.log_expires_at_ms = r.finished_at_ms;
+    r.cost.charged_micros = r.cost.model_micros;
+    r.cost.released_micros = r.cost.reserved_micros - r.cost.model_micros;
+    struct eph_run_final fin = {.run = &r};
+    assert_int_equal(st->ops->run_finish(st, &fin), 0);
+    r.status = EPH_RUN_RUNNING;
+    make_event(&e[0], 5, NULL);
+    assert_int_equal(st->ops->run_step(st, &r, EPH_STEP_STATE, e, 1), -EALREADY);
+    eph_event_release(&e[0]);
+    l = (struct listed){0};
+    assert_int_equal(st->ops->events_list(st, r.id, 0, 0, list_cb, &l), 0);
+    assert_int_equal(l.n, 4);
+    listed_release(&l);
+    eph_run_release(&r);
+}
+
 /* The worker's claim is the run's start too: one statement that takes a queued run and marks it
  * starting with its start time, refused (nothing written) once another node holds it or it is
  * no longer queued. */
@@ -799,6 +861,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_keys, setup, teardown),
         cmocka_unit_test_setup_teardown(test_node_urls, setup, teardown),
         cmocka_unit_test_setup_teardown(test_claim_start, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_run_step, setup, teardown),
         cmocka_unit_test_setup_teardown(test_secret_and_connections, setup, teardown),
         cmocka_unit_test_setup_teardown(test_run_web_allow, setup, teardown),
         cmocka_unit_test_setup_teardown(test_run_outputs, setup, teardown),
