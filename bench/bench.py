@@ -350,14 +350,18 @@ def bench_start(ctx, rep):
                 for k in phases:
                     phases[k].append(j[k])
     inproc = {}
-    for key, mode, count, gap in (("warm", "start", N_START_INPROC, 0),
-                                  ("cold", "start", N_START_COLD, 100),
-                                  ("pool", "pool", N_START_COLD, 100)):
+    server = ["--server-like", "yes"]
+    for key, mode, count, gap, opts in (("warm", "start", N_START_INPROC, 0, []),
+                                        ("cold", "start", N_START_COLD, 100, []),
+                                        ("pool", "pool", N_START_COLD, 100, []),
+                                        ("server_self", "start", N_START_INPROC, 0, server),
+                                        ("server_launcher", "start", N_START_INPROC, 0,
+                                         server + ["--launcher", "yes"])):
         if not ctx["bench_exec"]:
             break
         ni = ctx["n"](count)
-        log(f"start: {ni} in-process cycles (bench_exec {mode}), {gap} ms apart")
-        _, _, rc, out = run_timed(ctx["bench_exec"] + [mode, str(ni), str(WARMUP), str(gap)],
+        log(f"start: {ni} in-process cycles (bench_exec {' '.join(opts)} {mode}), {gap} ms apart")
+        _, _, rc, out = run_timed(ctx["bench_exec"] + opts + [mode, str(ni), str(WARMUP), str(gap)],
                                   capture=True, timeout=PHASE_CAP_S + 30)
         if rc == 0:
             j = json.loads(out)
@@ -392,8 +396,12 @@ def bench_start(ctx, rep):
     labels = {"warm": "Ephemeral in-process, back to back (`bench_exec start`)",
               "cold": "Ephemeral in-process, 100 ms apart (`bench_exec start … 100`)",
               "pool": "Ephemeral in-process from the warm pool, 100 ms apart (`bench_exec pool … "
-                      "100`: what a server's run sees)"}
-    for key in ("warm", "cold", "pool"):
+                      "100`: what a server's run sees)",
+              "server_self": "Ephemeral in a server-shaped process (76 threads, 16 MiB heap) that "
+                             "clones its sandboxes itself (`bench_exec --server-like yes start`)",
+              "server_launcher": "Ephemeral in the same server-shaped process, cloned by the "
+                                 "launcher as `serve` does (`… --launcher yes start`)"}
+    for key in ("warm", "cold", "pool", "server_self", "server_launcher"):
         if key in inproc:
             row(labels[key], inproc[key]["total"], peer=False)
             row("  ↳ of which take" if key == "pool" else "  ↳ of which create",
@@ -425,7 +433,9 @@ def bench_start(ctx, rep):
     if res.get("bwrap"):
         extra = "".join(f", {ratio(res['inproc_' + k], res['bwrap'])} in-process {w}"
                         for k, w in (("warm", "back to back"), ("cold", "100 ms apart"),
-                                     ("pool", "from the warm pool"))
+                                     ("pool", "from the warm pool"),
+                                     ("server_self", "in a server-shaped process cloning itself"),
+                                     ("server_launcher", "in it through the launcher"))
                         if "inproc_" + k in res)
         lean = (f"{ratio(res['lean'], res['bwrap'])} whole process with `ephemeral-sandbox`, "
                 if res.get("lean") else "")

@@ -1,7 +1,8 @@
 /*
  * bench_exec.c - the benchmark driver that talks to the sandbox API directly (no server, no HTTP).
  *
- *   bench_exec [--backend B] [--image DIR] [--init PATH] exec N WARMUP CMD
+ *   bench_exec [--backend B] [--image DIR] [--init PATH] [--server-like yes] [--launcher yes]
+ *              exec N WARMUP CMD
  *   bench_exec [...] start N WARMUP [GAP_MS]
  *   bench_exec [...] pool N WARMUP [GAP_MS]
  *   bench_exec [...] density N
@@ -27,12 +28,18 @@
  * kept (the same bytes over the same guest channel, as one exec's output), alternately; each
  * checked to have brought every byte back.
  *
+ * --server-like yes: before the mode, this process takes the shape of a running server as a clone
+ *          sees it (its thread count and resident heap): what a sandbox cloned from the server
+ *          itself costs. --launcher yes: the sandbox launcher is started first, as `serve` does,
+ * and clones the namespaces backend's sandboxes from its small copy instead.
+ *
  * Output: one JSON object on stdout (bench/bench.py reads it); diagnostics on stderr. Every loop is
  * bounded in count and in time (BENCH_TIME_CAP_S, default 120 s per mode). This is measurement:
  * nothing here asserts a duration.
  */
 #include <dirent.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -57,7 +64,8 @@ static double time_cap_s = 120.0;
 
 static void usage(void)
 {
-    fputs("usage: bench_exec [--backend B] [--image DIR] [--init PATH] exec N WARMUP CMD\n"
+    fputs("usage: bench_exec [--backend B] [--image DIR] [--init PATH] [--server-like yes]\n"
+          "                  [--launcher yes] exec N WARMUP CMD\n"
           "       bench_exec [...] start N WARMUP [GAP_MS]\n"
           "       bench_exec [...] pool N WARMUP [GAP_MS]\n"
           "       bench_exec [...] density N\n"
@@ -443,8 +451,40 @@ static int mode_outputs(const struct eph_sandbox_config *cfg, const struct eph_s
     return rc || drc ? 1 : 0;
 }
 
+/* --server-like: this process made to look like a running server to a clone (measured on an idle
+ * `ephemerald serve`: 77 threads, 15 MB resident): threads parked on a lock, heap written. */
+#define SERVER_THREADS 76
+#define SERVER_HEAP_MIB 16
+
+static pthread_mutex_t park_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void *parked(void *arg)
+{
+    (void)arg;
+    pthread_mutex_lock(&park_lock); /* held by main for the whole run */
+    pthread_mutex_unlock(&park_lock);
+    return NULL;
+}
+
+static int become_server_like(void)
+{
+    pthread_mutex_lock(&park_lock);
+    for (int i = 0; i < SERVER_THREADS; i++) {
+        pthread_t t;
+        if (pthread_create(&t, NULL, parked, NULL) != 0)
+            return -1;
+        pthread_detach(t);
+    }
+    char *heap = malloc((size_t)SERVER_HEAP_MIB << 20);
+    if (!heap)
+        return -1;
+    memset(heap, 1, (size_t)SERVER_HEAP_MIB << 20); /* resident, as a server's heap is */
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
+    bool server_like = false, launcher = false;
     struct eph_sandbox_config cfg = {.backend = "namespaces", .owner_tag = "bench"};
     eph_sandbox_limits_default(&cfg.limits);
     cfg.image = eph_default_image_path();
@@ -457,6 +497,10 @@ int main(int argc, char **argv)
             cfg.image = argv[i + 1];
         else if (strcmp(argv[i], "--init") == 0)
             cfg.init_path = argv[i + 1];
+        else if (strcmp(argv[i], "--server-like") == 0)
+            server_like = strcmp(argv[i + 1], "yes") == 0;
+        else if (strcmp(argv[i], "--launcher") == 0)
+            launcher = strcmp(argv[i + 1], "yes") == 0;
         else {
             usage();
             return 2;
@@ -479,6 +523,15 @@ int main(int argc, char **argv)
     int rc = eph_sandbox_choose(&cfg, &ops, why, sizeof(why));
     if (rc) {
         fprintf(stderr, "bench_exec: %s\n", why);
+        return 1;
+    }
+    /* As `serve` does: the launcher first, while this process is small and has one thread. */
+    if (launcher && (rc = eph_sandbox_launcher_start())) {
+        fprintf(stderr, "bench_exec: launcher: %s\n", eph_strerror(rc));
+        return 1;
+    }
+    if (server_like && become_server_like()) {
+        fprintf(stderr, "bench_exec: cannot look like a server\n");
         return 1;
     }
     const char *mode = argv[i];

@@ -11,6 +11,7 @@
 #include "common/money.h"
 #include "common/metrics.h"
 #include "run/scheduler.h"
+#include "sandbox/sandbox.h"
 
 static int balance_reply(struct eph_api_req *req, const struct eph_balance *bal)
 {
@@ -127,6 +128,9 @@ int eph_api_metrics(struct eph_api_req *req)
                                            "failed", "timed_out", "budget_exhausted", "cancelled"};
     json_t *counts = json_object();
     bool store_ok = svc->store->ops->runs_count_by_status(svc->store, status_cb, counts) == 0;
+    pid_t launcher_pid;
+    unsigned long launcher_clones;
+    eph_sandbox_launcher_info(&launcher_pid, &launcher_clones);
     struct eph_buf b;
     eph_buf_init(&b, 4u << 20);
     int rc = eph_buf_appends(&b, "# HELP ephemeral_runs Runs in the store by status.\n"
@@ -157,11 +161,20 @@ int eph_api_metrics(struct eph_api_req *req)
                              "# HELP ephemeral_forwarded_calls Calls for sandboxes another node "
                              "serves, being sent on to it.\n"
                              "# TYPE ephemeral_forwarded_calls gauge\n"
-                             "ephemeral_forwarded_calls %u\n",
+                             "ephemeral_forwarded_calls %u\n"
+                             "# HELP ephemeral_sandbox_launcher_up Whether the sandbox launcher "
+                             "runs (it clones the namespaces backend's sandboxes).\n"
+                             "# TYPE ephemeral_sandbox_launcher_up gauge\n"
+                             "ephemeral_sandbox_launcher_up %d\n"
+                             "# HELP ephemeral_sandbox_launcher_clones_total Sandboxes the "
+                             "launcher cloned.\n"
+                             "# TYPE ephemeral_sandbox_launcher_clones_total counter\n"
+                             "ephemeral_sandbox_launcher_clones_total %lu\n",
                              store_ok ? 1 : 0, eph_scheduler_queue_depth(req->svc->sched),
                              eph_scheduler_running(req->svc->sched),
                              eph_api_parked_count(req->parker), eph_drives_count(req->svc->drives),
-                             eph_api_forwarded_count(req->forwarder));
+                             eph_api_forwarded_count(req->forwarder), launcher_pid ? 1 : 0,
+                             launcher_clones);
     if (!rc)
         rc = eph_metrics_render(&b);
     if (rc) {

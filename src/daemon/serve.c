@@ -1,7 +1,8 @@
 /*
  * serve.c - `ephemerald serve`: start-up, the background reaper, and graceful shutdown.
  *
- * Start-up order: configuration, store (migrations), sandbox backend (probed and logged), orphan
+ * Start-up order: configuration, the sandbox launcher (a fork made while the process is small and
+ * has one thread), store (migrations), sandbox backend (probed and logged), orphan
  * clean-up, readiness (the image, its guest agent and recipe, a real sandbox on the backend:
  * daemon/readiness.h; an unusable part stops the start-up, or the server starts not ready, as
  * "on_unready" says), models, recovery of what a dead server left, the worker pool, then the
@@ -172,6 +173,20 @@ static int node_advertise(struct eph_service *svc, struct eph_api *api)
     return 0;
 }
 
+/* The sandbox launcher, before the first thread and while the process is small: it clones the
+ * namespaces backend's sandboxes (docs/SANDBOX.md). Only where that backend may be chosen; a
+ * server without it clones them itself. */
+static void launcher_setup(const struct eph_config *cfg)
+{
+    const char *want = cfg->sandbox.backend ? cfg->sandbox.backend : "auto";
+    if (geteuid() != 0 || (strcmp(want, "auto") != 0 && strcmp(want, "namespaces") != 0))
+        return;
+    int rc = eph_sandbox_launcher_start();
+    if (rc)
+        EPH_WARN("serve", "no sandbox launcher (sandboxes are cloned from the server): %s",
+                 eph_strerror(rc));
+}
+
 /* The sandbox backend chosen, the orphans of a dead server removed, and readiness checked: -1
  * when the server must not start (not ready, and on_unready is not "serve"). */
 static int sandbox_setup(struct eph_service *svc)
@@ -207,6 +222,22 @@ static int sandbox_setup(struct eph_service *svc)
                           "parts above are usable");
     }
     return 0;
+}
+
+/* The warm pool (by default on the namespaces backend only), and the launcher kept only for that
+ * backend: the others start runsc or QEMU, not a clone. */
+static void pool_setup(struct eph_service *svc)
+{
+    bool ns = svc->sandbox_ops && !strcmp(svc->sandbox_ops->name, "namespaces");
+    if (!ns)
+        eph_sandbox_launcher_stop();
+    unsigned pool = svc->cfg->sandbox.warm_pool;
+    if (pool == EPH_WARM_POOL_AUTO)
+        pool = ns ? 2 : 0;
+    int rc;
+    if (svc->sandbox_ops &&
+        (rc = eph_sandbox_pool_start(svc->pool, svc->sandbox_ops, &svc->sandbox_cfg, pool)))
+        EPH_WARN("serve", "no warm sandbox pool: %s", eph_strerror(rc));
 }
 
 /* A webhook event's data (run/webhooks.h): the run or the sandbox as the API serves it. */
@@ -248,6 +279,8 @@ int eph_cmd_serve(int argc, char **argv)
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
 
+    launcher_setup(&cfg);
+
     if (sodium_init() < 0 || curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK ||
         eph_live_registry_new(&svc.live) || eph_sandbox_pool_new(&svc.pool)) {
         EPH_ERROR("serve", "cannot initialise the libraries");
@@ -265,12 +298,7 @@ int eph_cmd_serve(int argc, char **argv)
 
     if (sandbox_setup(&svc))
         goto out;
-    unsigned pool = cfg.sandbox.warm_pool;
-    if (pool == EPH_WARM_POOL_AUTO)
-        pool = svc.sandbox_ops && !strcmp(svc.sandbox_ops->name, "namespaces") ? 2 : 0;
-    if (svc.sandbox_ops &&
-        (rc = eph_sandbox_pool_start(svc.pool, svc.sandbox_ops, &svc.sandbox_cfg, pool)))
-        EPH_WARN("serve", "no warm sandbox pool: %s", eph_strerror(rc));
+    pool_setup(&svc);
 
     if (open_models(&svc))
         goto out;
@@ -329,6 +357,7 @@ out:
     eph_scheduler_free(svc.sched);
     eph_drives_free(svc.drives);
     eph_sandbox_pool_free(svc.pool);
+    eph_sandbox_launcher_stop(); /* after every sandbox was made: the pool and drives are gone */
     eph_live_registry_free(svc.live);
     eph_readiness_free(svc.readiness);
     eph_config_release(&cfg);

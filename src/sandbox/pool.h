@@ -3,8 +3,9 @@
  * up (config `sandbox.warm_pool`; by default 2 on the namespaces backend, none on the others).
  *
  * One dedicated thread creates them and lives as long as the pool: a namespaces sandbox's init has
- * PR_SET_PDEATHSIG set, which follows the *thread* that cloned it, so a creating thread that ended
- * would kill every sandbox it made, idle or in use. The server's pool is a member of its service
+ * PR_SET_PDEATHSIG set, which follows the *thread* that cloned it, so where the process has no
+ * launcher (sandbox.h) a creating thread that ended would kill every sandbox it made, idle or in
+ * use. The server's pool is a member of its service
  * object; a test or a benchmark makes its own with eph_sandbox_pool_new().
  *
  * A pooled sandbox is a fresh machine exactly as create() makes it: nothing has run in it. Take

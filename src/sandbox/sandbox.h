@@ -20,6 +20,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "common/buf.h"
 #include "common/config.h"
@@ -209,5 +210,17 @@ static inline int eph_sandbox_destroy(struct eph_sandbox *sb)
 /* Removes what dead servers left behind: sandbox cgroups and host-side directories whose owning
  * processes are gone. Returns how many were removed, or a negative errno. */
 int eph_sandbox_cleanup_orphans(void);
+
+/* The sandbox launcher (docs/SANDBOX.md, "The launcher"): a small process forked from the caller,
+ * which then clones the namespaces backend's sandboxes from its own small copy instead of from the
+ * caller's (a server's size makes every clone dearer). Start it before the process starts threads
+ * or grows (first thing in `serve`), from a thread that lives as long as the process: the
+ * launcher and every sandbox it clones die with that thread. Without one, or once it is gone,
+ * the backend clones from the calling process. start: 0, -EALREADY, or a negative errno; stop
+ * ends and reaps it (after the last sandbox was created). info: its pid (0 when there is none) and
+ * how many sandboxes it has cloned since start. */
+int eph_sandbox_launcher_start(void) __attribute__((warn_unused_result));
+void eph_sandbox_launcher_stop(void);
+void eph_sandbox_launcher_info(pid_t *pid, unsigned long *served);
 
 #endif

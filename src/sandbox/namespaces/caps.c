@@ -59,7 +59,8 @@ int eph_ns_caps_lock(int parent_fd)
      * job-control signals from it. */
     if (setsid() < 0)
         return -errno;
-    /* Set last: any change of credentials clears it. It follows the thread that cloned us. */
+    /* Set last: any change of credentials clears it. It follows our parent thread: the one that
+     * cloned us, or with the launcher's CLONE_PARENT the server's thread that forked it. */
     if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0)
         return -errno;
     /* The parent may have died before the line above: then the sync socket has hung up. */

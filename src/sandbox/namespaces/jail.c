@@ -1,8 +1,9 @@
 /*
  * jail.c - the namespaces backend: the ops table and the one function that builds a sandbox.
  *
- * The parent (a thread of the server) prepares a plan, clones the child, and then, in lockstep
- * with it over a SOCK_SEQPACKET socket:
+ * The parent (a thread of the server) prepares a plan, has the child cloned (by the launcher
+ * where the process started one, launcher.c, else by itself), and then, in lockstep with it over a
+ * SOCK_SEQPACKET socket:
  *
  *   parent                                   child (pid 1 of new pid/mnt/ipc/uts namespaces)
  *   ------                                   -----
@@ -258,6 +259,23 @@ static int child_main(void *arg)
     _exit(127); /* not reached: the last step execs */
 }
 
+int eph_ns_jail_clone(struct eph_ns_plan *p, int cgroup_dir, const int *join_fd, int join_n,
+                      bool sibling, pid_t *pid, int *pidfd)
+{
+    /* v2: born in the cgroup. Otherwise (v1, or no clone3) the child's first step joins it. */
+    p->cg_join_n = 0;
+    int rc = eph_ns_pid_clone_into_cgroup(child_main, p, cgroup_dir, sibling, pid, pidfd);
+    if (rc == 1) {
+        if (join_n < 0 || join_n > 3)
+            return -EINVAL;
+        p->cg_join_n = join_n;
+        memcpy(p->cg_join_fd, join_fd, (size_t)join_n * sizeof(int));
+        rc = eph_ns_pid_clone(child_main, p, sibling, pid, pidfd);
+    }
+    p->cg_join_n = 0;
+    return rc;
+}
+
 /* ---- the parent ------------------------------------------------------------------------- */
 
 /* Receives one message from the child by the deadline; 1 when the child closed the socket (its
@@ -445,17 +463,12 @@ static int ns_boot(struct eph_guest_sandbox *g, const struct eph_sandbox_config 
     cgroup_dir = eph_ns_cgroup_dir_fd(&sb->cgroup);
     sb->plan.chan_fd = chan[1];
     sb->plan.sync_fd = sync[1];
-    /* v2: born in the cgroup. Otherwise (v1, or no clone3) the child's first step joins it. */
-    sb->plan.cg_join_n = 0;
-    rc = eph_ns_pid_clone_into_cgroup(child_main, &sb->plan, cgroup_dir, &pid, &pidfd);
-    if (rc == 1) {
-        sb->plan.cg_join_n = join_n;
-        memcpy(sb->plan.cg_join_fd, join_fd, sizeof(join_fd));
-        rc = eph_ns_pid_clone(child_main, &sb->plan, &pid, &pidfd);
-    }
+    /* The launcher clones it when there is one (the server's), else this process does. */
+    rc = eph_ns_launcher_clone(&sb->plan, cgroup_dir, join_fd, join_n, &pid, &pidfd);
+    if (rc == 1)
+        rc = eph_ns_jail_clone(&sb->plan, cgroup_dir, join_fd, join_n, false, &pid, &pidfd);
     if (!rc)
         eph_guest_sandbox_watch(g, pid, pidfd);
-    sb->plan.cg_join_n = 0;
     close(chan[1]);
     close(sync[1]);
     chan[1] = sync[1] = -1;

@@ -8,7 +8,8 @@
  * kernel feature implements them; each step returns 0 or a negative errno and the first failure
  * ends the setup with the step's name in the log.
  *
- * The child runs in a copy of a possibly multithreaded server: after clone() it calls only
+ * The child runs in a copy of a possibly multithreaded server (or of the server's launcher,
+ * launcher.c): after clone() it calls only
  * async-signal-safe functions and raw system calls (no malloc, no stdio, no glibc set*id, whose
  * thread broadcast would wait on threads that do not exist in the child).
  *
@@ -73,6 +74,22 @@ struct eph_ns_sync_msg {
 #define EPH_NS_SYNC_FAILED 2
 #define EPH_NS_SYNC_GO_MAPS 'M'
 
+/* jail.c: clones the sandbox's child from its plan, whose descriptors are this process's: born in
+ * its cgroup through cgroup_dir (v2, clone3) where the kernel can, else with join_fd[0..join_n)
+ * for the child to join it itself. sibling as for eph_ns_pid_clone. The caller keeps and closes
+ * every descriptor; the child runs the steps and execs the init. */
+int eph_ns_jail_clone(struct eph_ns_plan *p, int cgroup_dir, const int *join_fd, int join_n,
+                      bool sibling, pid_t *pid, int *pidfd);
+
+/* launcher.c: the process that clones the sandboxes of a server (docs/SANDBOX.md, "The launcher").
+ * Clones through it as eph_ns_jail_clone would: 0 and the child (a child of this process), a
+ * negative errno, or 1 when this process has no launcher (or it is gone): the caller clones. */
+int eph_ns_launcher_clone(const struct eph_ns_plan *p, int cgroup_dir, const int *join_fd,
+                          int join_n, pid_t *pid, int *pidfd);
+/* The launcher's side of one request read from fd (its loop, and the unit tests): 0 when it was
+ * answered (a malformed one with -EPROTO), 1 at end of file, or a negative errno when fd broke. */
+int eph_ns_launcher_serve_one(int fd);
+
 /* user.c: ids and the user namespace. */
 int eph_ns_user_clear_groups(void);            /* child, still host root */
 int eph_ns_user_become_host_id(uid_t host_id); /* child: host root -> its host id */
@@ -80,13 +97,14 @@ int eph_ns_user_unshare(void);                 /* child: new user, cgroup and ne
 int eph_ns_user_write_maps(pid_t pid, uid_t host_id); /* parent */
 int eph_ns_user_become_worker(void);                  /* child, inside the new user namespace */
 
-/* pid.c: the clone into new namespaces, and the end of the process. */
-int eph_ns_pid_clone(int (*fn)(void *), void *arg, pid_t *pid, int *pidfd);
+/* pid.c: the clone into new namespaces, and the end of the process. sibling: CLONE_PARENT, the
+ * child is the caller's parent's child (the launcher's way, launcher.c). */
+int eph_ns_pid_clone(int (*fn)(void *), void *arg, bool sibling, pid_t *pid, int *pidfd);
 /* The same through clone3(CLONE_INTO_CGROUP) with a cgroup v2 directory: the child is born in the
  * cgroup. 1 when the kernel cannot (before 5.7, clone3 filtered, cgroup_fd < 0; remembered for the
  * process): then the caller falls back to eph_ns_pid_clone and has the child join by itself. */
-int eph_ns_pid_clone_into_cgroup(int (*fn)(void *), void *arg, int cgroup_fd, pid_t *pid,
-                                 int *pidfd);
+int eph_ns_pid_clone_into_cgroup(int (*fn)(void *), void *arg, int cgroup_fd, bool sibling,
+                                 pid_t *pid, int *pidfd);
 int eph_ns_pid_kill(int pidfd);
 int eph_ns_pid_reap(pid_t pid, int *status);
 

@@ -8,6 +8,11 @@
  * clone() gets its own stack and fork semantics (no CLONE_VM): the child has a private copy of the
  * server's memory, so nothing it does can disturb the server's other threads. A pidfd names the
  * child without the races of a pid number, which lets another thread kill it safely.
+ *
+ * sibling: CLONE_PARENT, for the launcher (launcher.c): the child is the launcher's sibling, a
+ * child of the server, which waits for it, kills it and reaps it as if it had cloned it itself.
+ * With CLONE_PARENT the kernel gives the child the caller's own exit signal (SIGCHLD: the launcher
+ * was forked).
  */
 #include <errno.h>
 #include <linux/sched.h>
@@ -35,13 +40,16 @@
  * bench/PROFILE.md 1.1) and the child never runs outside its limits. No stack is given: without
  * CLONE_VM the child continues on its own copy of this thread's stack, like fork(); it calls fn
  * and never returns here. 1 = not available (fall back), 0 = cloned, < 0 = failed. */
-static int clone_into_cgroup(int (*fn)(void *), void *arg, int cgroup_fd, pid_t *pid, int *pidfd)
+static int clone_into_cgroup(int (*fn)(void *), void *arg, int cgroup_fd, bool sibling, pid_t *pid,
+                             int *pidfd)
 {
     int fd = -1;
     struct clone_args args;
     memset(&args, 0, sizeof(args));
     args.flags =
         CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_PIDFD | CLONE_INTO_CGROUP;
+    if (sibling)
+        args.flags |= CLONE_PARENT;
     args.pidfd = (uint64_t)(uintptr_t)&fd;
     args.exit_signal = SIGCHLD;
     args.cgroup = (uint64_t)cgroup_fd;
@@ -60,19 +68,19 @@ static int clone_into_cgroup(int (*fn)(void *), void *arg, int cgroup_fd, pid_t 
     return 0;
 }
 
-int eph_ns_pid_clone_into_cgroup(int (*fn)(void *), void *arg, int cgroup_fd, pid_t *pid,
-                                 int *pidfd)
+int eph_ns_pid_clone_into_cgroup(int (*fn)(void *), void *arg, int cgroup_fd, bool sibling,
+                                 pid_t *pid, int *pidfd)
 {
     static atomic_bool unavailable;
     if (cgroup_fd < 0 || atomic_load(&unavailable))
         return 1;
-    int rc = clone_into_cgroup(fn, arg, cgroup_fd, pid, pidfd);
+    int rc = clone_into_cgroup(fn, arg, cgroup_fd, sibling, pid, pidfd);
     if (rc == 1)
         atomic_store(&unavailable, true);
     return rc;
 }
 
-int eph_ns_pid_clone(int (*fn)(void *), void *arg, pid_t *pid, int *pidfd)
+int eph_ns_pid_clone(int (*fn)(void *), void *arg, bool sibling, pid_t *pid, int *pidfd)
 {
     void *stack = mmap(NULL, CHILD_STACK, PROT_READ | PROT_WRITE,
                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
@@ -80,6 +88,8 @@ int eph_ns_pid_clone(int (*fn)(void *), void *arg, pid_t *pid, int *pidfd)
         return -errno;
     int fd = -1;
     int flags = CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_PIDFD | SIGCHLD;
+    if (sibling)
+        flags |= CLONE_PARENT;
     pid_t p = clone(fn, (char *)stack + CHILD_STACK, flags, arg, &fd);
     int err = errno;
     /* The child runs on its own copy of the stack; this one is ours to free. */
