@@ -1211,6 +1211,10 @@ def bench_pg(ctx, rep):
                 log(f"pg: {n} runs on {nnodes} node(s) at concurrency {PG_CONC}")
                 commits = f"SELECT xact_commit FROM pg_stat_database WHERE datname = '{db}'"
                 x0 = int(pg.sql(db, commits))
+                # Transaction ids are handed out only to transactions that write: the next one
+                # to be handed out (read without taking one), before and after, counts them.
+                next_xid = "SELECT pg_snapshot_xmax(pg_current_snapshot())"
+                w0 = int(pg.sql(db, next_xid))
                 c0 = [x.cpu_s() for x in nodes]
                 p0 = pg.cpu_s()
                 wall, lat, statuses = drive(spread, body, n, PG_CONC)
@@ -1221,6 +1225,7 @@ def bench_pg(ctx, rep):
                 for x in nodes:
                     x.stop()
                 xacts = int(pg.sql(db, commits)) - x0 - 1
+                writes = int(pg.sql(db, next_xid)) - w0
                 calls = int(pg.sql(db, "SELECT COALESCE(SUM(calls), 0) FROM pg_stat_statements "
                                        "WHERE query NOT LIKE '%pg_stat_statements%'") or 0)
                 done = statuses.get("completed", 0)
@@ -1231,10 +1236,11 @@ def bench_pg(ctx, rep):
                 rt = calls / runs
                 s = summary(lat)
                 res[nnodes] = {"rps": rps, "server_cpu_ms": own, "db_cpu_ms": db_ms,
-                               "statements_per_run": rt, "commits_per_run": xacts / runs}
+                               "statements_per_run": rt, "commits_per_run": xacts / runs,
+                               "writes_per_run": writes / runs}
                 rows.append([str(nnodes), str(len(lat)), f"{rps:.1f}", fmt(s["median"]),
                              fmt(s["p90"]), fmt(own), fmt(db_ms), f"{xacts / runs:.1f}",
-                             f"{rt:.1f}",
+                             f"{writes / runs:.1f}", f"{rt:.1f}",
                              ", ".join(f"{k} {v}" for k, v in sorted(statuses.items()))])
             finally:
                 for x in nodes:
@@ -1248,13 +1254,17 @@ def bench_pg(ctx, rep):
             "and PostgreSQL share this machine's CPUs, so runs/s does not grow with nodes here; "
             "what matters for scale is the per-run cost: the nodes' CPU, the database's CPU "
             "(postmaster and backends, /proc), the transactions committed per run "
-            "(pg_stat_database.xact_commit, the nodes' idle work included) and the statements "
+            "(pg_stat_database.xact_commit, reads and the nodes' idle work included), the write "
+            "transactions per run (transaction ids handed out: PostgreSQL gives one only to a "
+            "transaction that writes, so this is the commits that reach the WAL, the nodes' "
+            "lease renewals included) and the statements "
             "the nodes send per run (pg_stat_statements: every statement is one round trip; a "
             "prepared BEGIN or COMMIT is not counted there, the commits column has them). "
             "PostgreSQL runs with fsync on.")
     rep.add()
     rep.table(["nodes", "runs", "runs/s", "median ms", "p90", "nodes' CPU ms/run",
-               "database CPU ms/run", "commits/run", "statements/run", "outcomes"], rows)
+               "database CPU ms/run", "commits/run", "write transactions/run", "statements/run",
+               "outcomes"], rows)
     if res:
         last = res[max(res)]
         if last["db_cpu_ms"] > 0:

@@ -74,7 +74,9 @@ static void flush(struct eph_live_output *lo, int idx, uint64_t now_ns, bool fin
 
 static bool due(const struct eph_live_output_stream *s, uint64_t now_ns)
 {
-    return !s->emitted || now_ns - s->last_ns >= EPH_LIVE_OUTPUT_INTERVAL_NS;
+    if (!s->emitted)
+        return now_ns - s->first_ns >= EPH_LIVE_OUTPUT_FIRST_NS;
+    return now_ns - s->last_ns >= EPH_LIVE_OUTPUT_INTERVAL_NS;
 }
 
 void eph_live_output_feed(struct eph_live_output *lo, int stream, const void *data, size_t len,
@@ -84,6 +86,8 @@ void eph_live_output_feed(struct eph_live_output *lo, int stream, const void *da
         return;
     struct eph_live_output_stream *s = &lo->s[stream - 1];
     const unsigned char *p = data;
+    if (!s->emitted && s->len == 0 && len > 0)
+        s->first_ns = now_ns;
     while (len > 0 && !lo->closed) {
         size_t room = EPH_LIVE_OUTPUT_CHUNK - s->len;
         size_t n = len < room ? len : room;

@@ -6,7 +6,9 @@
  * output"):
  *   - at most one text per stream every EPH_LIVE_OUTPUT_INTERVAL_NS, except that a stream holding
  *     EPH_LIVE_OUTPUT_CHUNK bytes is emitted at once (a flood is a few large events, not many
- *     small ones); the first text of a stream goes out as soon as it arrives;
+ *     small ones); the first text of a stream goes out EPH_LIVE_OUTPUT_FIRST_NS after its first
+ *     byte arrived, so that a command ending sooner (most of them) leaves all its output for
+ *     eph_live_output_finish, which the caller records with the command's own event;
  *   - at most cap bytes of text per command, both streams together; the rest is dropped;
  *   - each text is valid UTF-8 (eph_text_utf8_sanitize: an invalid byte or a NUL is U+FFFD): a
  *     character cut by a piece's end is carried to the stream's next text, and offset is the
@@ -22,6 +24,7 @@
 #include <stdint.h>
 
 #define EPH_LIVE_OUTPUT_INTERVAL_NS (250u * 1000000u)
+#define EPH_LIVE_OUTPUT_FIRST_NS (100u * 1000000u)
 #define EPH_LIVE_OUTPUT_CHUNK (8u << 10)
 
 /* One text to emit: stream 1 (stdout) or 2 (stderr), text NUL-terminated, valid UTF-8, len bytes
@@ -33,9 +36,10 @@ typedef int (*eph_live_output_emit_fn)(void *arg, int stream, const char *text, 
 struct eph_live_output_stream {
     unsigned char pending[EPH_LIVE_OUTPUT_CHUNK + 4]; /* raw bytes not yet emitted */
     size_t len;
-    uint64_t offset;  /* of pending[0] in the stream */
-    uint64_t last_ns; /* when this stream last emitted */
-    bool emitted;     /* it has emitted once (last_ns is meaningful) */
+    uint64_t offset;   /* of pending[0] in the stream */
+    uint64_t last_ns;  /* when this stream last emitted */
+    uint64_t first_ns; /* when its first byte arrived (until it has emitted) */
+    bool emitted;      /* it has emitted once (last_ns is meaningful) */
 };
 
 struct eph_live_output {

@@ -299,6 +299,9 @@ struct record {
      * a few words): the sink cuts it to its own size on a character boundary, vsnprintf would
      * not. */
     char message[1024];
+    /* The command's live output still unsent when it ended: recorded with the record's event, in
+     * its transaction (or alone when no event comes). */
+    struct eph_sink_held held;
 };
 
 static void record_set(struct record *rec, const char *source, const char *type, const char *fmt,
@@ -355,8 +358,10 @@ static int record_emit(struct eph_agent_ctx *ctx, struct record *rec,
     json_t *data = rec->data;
     rec->data = NULL;
     if (rec->err) {
-        /* No event with a part missing; the usage the call moved is kept all the same. */
+        /* No event with a part missing; the usage the call moved is kept all the same, and the
+         * output that was shown live is too. */
         json_decref(data);
+        eph_sink_held_flush(ctx->sink, &rec->held);
         int prc = eph_sink_progress(ctx->sink);
         if (prc)
             EPH_WARN("agent", "run %s: cannot record progress: %s", ctx->run_id, strerror(-prc));
@@ -374,8 +379,8 @@ static int record_emit(struct eph_agent_ctx *ctx, struct record *rec,
         }
     }
     /* With the usage and cost the call brought (a command, a fetch): one write. */
-    int rc = eph_sink_emit_progress(ctx->sink, rec->source, rec->type, data, "%s",
-                                    ctx->zdr ? rec->type : rec->message);
+    int rc = eph_sink_emit_progress_after(ctx->sink, &rec->held, rec->source, rec->type, data, "%s",
+                                          ctx->zdr ? rec->type : rec->message);
     if (rc)
         EPH_WARN("agent", "run %s: cannot record a %s event: %s", ctx->run_id, rec->type,
                  strerror(-rc));
@@ -522,6 +527,7 @@ struct live {
     char *call_id; /* valid UTF-8 */
     char *line;    /* the message: "$ " and the command, cut */
     struct eph_live_exec le;
+    struct eph_sink_held *held; /* set once the command has ended: what is left is held */
 };
 
 static int live_emit(void *arg, int stream, const char *text, size_t len, uint64_t offset)
@@ -532,8 +538,10 @@ static int live_emit(void *arg, int stream, const char *text, size_t len, uint64
                           (json_int_t)offset);
     if (!d)
         return -ENOMEM;
-    int rc =
-        eph_sink_emit(lv->ctx->sink, "shell", "shell.output", d, "$ %s", lv->line ? lv->line : "");
+    const char *line = lv->line ? lv->line : "";
+    int rc = lv->held
+                 ? eph_sink_hold(lv->ctx->sink, lv->held, "shell", "shell.output", d, "$ %s", line)
+                 : eph_sink_emit(lv->ctx->sink, "shell", "shell.output", d, "$ %s", line);
     if (rc)
         EPH_WARN("agent", "run %s: cannot record a shell.output event: %s", lv->ctx->run_id,
                  strerror(-rc));
@@ -605,7 +613,9 @@ static int run_shell(struct eph_agent_ctx *ctx, json_t *args, struct record *rec
     eph_exec_result_init(&res);
     int rc = eph_sandbox_exec(ctx->sb, &req, &res);
     if (lv) {
-        /* Before the shell.command event: every shell.output of a call precedes it. */
+        /* Before the shell.command event: every shell.output of a call precedes it. What is left
+         * is stored with that event (one transaction, the seed's commands all of their output). */
+        lv->held = &rec->held;
         eph_live_output_finish(&lv->le.lo);
         live_free(lv);
     }
@@ -1077,6 +1087,7 @@ out:
         rc = -ENOMEM;
     if (rec.type && rc != -ENOMEM && record_emit(ctx, &rec, call, rc ? NULL : *content))
         rc = -ENOMEM;
+    eph_sink_held_flush(ctx->sink, &rec.held); /* no event took them: alone */
     json_decref(rec.data);
     if (rc) {
         free(*content);

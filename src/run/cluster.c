@@ -146,10 +146,15 @@ int eph_cluster_take_next(struct eph_service *svc, const char *const *waiting, s
 {
     if (!svc->store->ops->run_claim_next)
         return -ENOENT;
+    /* The choice, the claim and the start (queued -> starting) in one statement: the worker this
+     * run goes to works on it without claiming it again (eph_live_take_started_claim). */
+    uint64_t claimed_ns = eph_clock_mono_ns();
+    int64_t now_ms = eph_clock_real_ms();
     struct eph_claim_next q = {
         .node_id = svc->node_id,
-        .lease_until_ms = eph_clock_real_ms() + (int64_t)svc->cfg->lease_seconds * 1000,
+        .lease_until_ms = now_ms + (int64_t)svc->cfg->lease_seconds * 1000,
         .max_per_org = svc->cfg->max_running_per_org,
+        .started_at_ms = now_ms,
         .waiting = waiting,
         .nwaiting = nwaiting,
     };
@@ -161,5 +166,12 @@ int eph_cluster_take_next(struct eph_service *svc, const char *const *waiting, s
         return rc;
     rc = eph_live_register(svc->live, run_id, r.created_at_ms, stored_last_seq(svc, run_id));
     eph_run_release(&r);
-    return rc == -EEXIST ? 0 : rc;
+    if (rc && rc != -EEXIST)
+        return rc;
+    struct eph_live *l = eph_live_get(svc->live, run_id);
+    if (!l)
+        return 0; /* gone already: the worker finds it so, and its lease settles it */
+    eph_live_set_started_claim(l, claimed_ns);
+    eph_live_put(l);
+    return 0;
 }

@@ -388,6 +388,7 @@ struct live {
     const char *call;
     char *line;
     struct eph_live_exec le;
+    struct eph_sink_held *held; /* set once the command has ended: what is left is held */
 };
 
 static int live_emit(void *arg, int stream, const char *text, size_t len, uint64_t offset)
@@ -396,7 +397,10 @@ static int live_emit(void *arg, int stream, const char *text, size_t len, uint64
     json_t *d = json_pack("{s:s, s:s, s:s%, s:I}", "call", lv->call, "stream",
                           stream == 1 ? "stdout" : "stderr", "text", text, len, "offset",
                           (json_int_t)offset);
-    return eph_sink_emit(lv->c->sink, "shell", "shell.output", d, "$ %s", lv->line ? lv->line : "");
+    const char *line = lv->line ? lv->line : "";
+    if (lv->held)
+        return eph_sink_hold(lv->c->sink, lv->held, "shell", "shell.output", d, "$ %s", line);
+    return eph_sink_emit(lv->c->sink, "shell", "shell.output", d, "$ %s", line);
 }
 
 /* The limit a command runs under: asked (0: the per-command limit), never past the sandbox's
@@ -450,11 +454,17 @@ static json_t *stream_text(const struct eph_buf *b)
     return s;
 }
 
-static void exec_event(const struct eph_drive_ctx *c, struct eph_drive_op *op, const char *line)
+/* held: the command's live output left when it ended (may be NULL), recorded first in the same
+ * transaction. */
+static void exec_event(const struct eph_drive_ctx *c, struct eph_drive_op *op, const char *line,
+                       struct eph_sink_held *held)
 {
     json_t *d = json_pack("{s:s}", "call", op->id);
-    if (!d)
+    if (!d) {
+        if (held)
+            eph_sink_held_flush(c->sink, held);
         return;
+    }
     if (op->background)
         json_object_set_new(d, "background", json_true());
     if (op->killed)
@@ -486,12 +496,13 @@ static void exec_event(const struct eph_drive_ctx *c, struct eph_drive_op *op, c
             json_object_set_new(d, "stderr_truncated", json_boolean(r->stderr_total > r->err.len));
         }
     }
-    /* With the compute and the count it brought: one write. */
+    /* With the compute and the count it brought, and the output left: one write. */
     if (c->zdr)
-        eph_sink_emit_progress(c->sink, "shell", "shell.command", d,
-                               "a command ran (zero data retention)");
+        eph_sink_emit_progress_after(c->sink, held, "shell", "shell.command", d,
+                                     "a command ran (zero data retention)");
     else
-        eph_sink_emit_progress(c->sink, "shell", "shell.command", d, "$ %s", line ? line : "");
+        eph_sink_emit_progress_after(c->sink, held, "shell", "shell.command", d, "$ %s",
+                                     line ? line : "");
 }
 
 static void run_exec(const struct eph_drive_ctx *c, struct eph_drive_op *op)
@@ -532,7 +543,9 @@ static void run_exec(const struct eph_drive_ctx *c, struct eph_drive_op *op)
     }
     op->timeout_used = timeout;
     op->rc = eph_sandbox_exec(c->sb, &req, &op->res);
+    struct eph_sink_held held = {0};
     if (lv) {
+        lv->held = &held; /* what is left goes with the shell.command event */
         eph_live_output_finish(&lv->le.lo);
         free(lv);
     }
@@ -548,7 +561,7 @@ static void run_exec(const struct eph_drive_ctx *c, struct eph_drive_op *op)
     }
     if (c->broker && eph_broker_exhausted(c->broker))
         op->stopped = "budget_exhausted";
-    exec_event(c, op, line);
+    exec_event(c, op, line, &held);
     free(line);
 }
 
@@ -624,7 +637,7 @@ static void bg_finish(struct eph_drive *d, const struct eph_drive_ctx *c, struct
     op->res.duration_us = eph_clock_mono_ns() / 1000u - started_us;
     size_t n = strlen(op->command);
     char *line = eph_text_utf8_sanitize(op->command, n > 200 ? 200 : n);
-    exec_event(c, op, line);
+    exec_event(c, op, line, NULL);
     free(line);
     bg_remove(d, op);
     op_finish(d, c, op);

@@ -491,13 +491,25 @@ static int sink_progress(void *ctx)
 }
 
 /* An event with the progress it reports: one transaction (a model call, a command). */
-static int sink_event_progress(void *ctx, const char *source, const char *type, json_t *data,
-                               const char *message)
+/* A held command's output and its shell.command fit one step (common/sink.h). */
+_Static_assert(EPH_SINK_HELD_MAX + 1 <= EPH_LIVE_STEP_MAX, "a step holds a sink's events");
+
+static int sink_event_progress(void *ctx, const struct eph_sink_event *ev, size_t n)
 {
     struct job *j = ctx;
     progress_read(j);
-    struct eph_live_new ev = {.source = source, .type = type, .data = data, .message = message};
-    int rc = eph_live_emit_step(j->live, j->svc->store, &j->r, EPH_STEP_PROGRESS, &ev, 1);
+    struct eph_live_new evs[EPH_LIVE_STEP_MAX];
+    if (n > EPH_LIVE_STEP_MAX) {
+        for (size_t i = 0; i < n; i++)
+            json_decref(ev[i].data);
+        return -E2BIG;
+    }
+    for (size_t i = 0; i < n; i++)
+        evs[i] = (struct eph_live_new){.source = ev[i].source,
+                                       .type = ev[i].type,
+                                       .data = ev[i].data,
+                                       .message = ev[i].message};
+    int rc = eph_live_emit_step(j->live, j->svc->store, &j->r, EPH_STEP_PROGRESS, evs, n);
     return rc == -ESTALE ? 0 : rc;
 }
 
@@ -519,7 +531,8 @@ static enum eph_run_status agent_status(enum eph_agent_status s)
 }
 
 /* Step 1: the run, its live entry and its lease, taken with the run's start (queued -> starting,
- * one statement). Non-zero: not this worker's to work on (nothing to settle here). */
+ * one statement; already done when this node's fair claim chose it). Non-zero: not this worker's
+ * to work on (nothing to settle here). */
 static int step_load(struct job *j, const char *run_id)
 {
     struct eph_service *svc = j->svc;
@@ -539,7 +552,12 @@ static int step_load(struct job *j, const char *run_id)
         return rc;
     }
     j->loaded = true;
-    if (j->r.status != EPH_RUN_QUEUED) {
+    /* This node's claim may have started it already (cluster.c: the choice, the claim and the
+     * start in one statement): then it is this worker's as it stands. */
+    uint64_t started_claim_ns = eph_live_take_started_claim(j->live);
+    bool started = started_claim_ns && j->r.status == EPH_RUN_STARTING &&
+                   strcmp(j->r.node_id, svc->node_id) == 0;
+    if (j->r.status != EPH_RUN_QUEUED && !started) {
         /* Settled or taken elsewhere (another node, a cancel): a finished run no worker here
          * will close leaves the registry; a running one stays followed. */
         if (eph_run_status_terminal(j->r.status) && !eph_live_worked_here(j->live)) {
@@ -554,11 +572,14 @@ static int step_load(struct job *j, const char *run_id)
     if (!eph_live_take_worker(j->live))
         return -EALREADY;
     /* The lease: from here this node works on the run; the lease keeper renews it. */
-    /* The claim is the start too (queued -> starting): one statement. */
-    uint64_t claimed_ns = eph_clock_mono_ns();
-    int64_t now_ms = eph_clock_real_ms();
-    rc = st->ops->run_claim_start(st, run_id, svc->node_id,
-                                  now_ms + (int64_t)svc->cfg->lease_seconds * 1000, now_ms);
+    /* The claim is the start too (queued -> starting): one statement, or none when the claim
+     * that chose the run did both. */
+    uint64_t claimed_ns = started ? started_claim_ns : eph_clock_mono_ns();
+    int64_t now_ms = started ? j->r.started_at_ms : eph_clock_real_ms();
+    rc = started
+             ? 0
+             : st->ops->run_claim_start(st, run_id, svc->node_id,
+                                        now_ms + (int64_t)svc->cfg->lease_seconds * 1000, now_ms);
     if (rc == -EALREADY || (rc && st->ops->shared)) {
         /* Another node took it first (it is followed here until it ends), or the database is
          * out of reach (the run stays queued there for whichever node reaches it first). */

@@ -659,6 +659,7 @@ static int claim_next_once(struct pg_store *s, struct pg_conn *c, const struct e
     p_i64(&p, q->lease_until_ms);
     p_i64(&p, q->max_per_org);
     p_text(&p, waiting);
+    p_i64(&p, q->started_at_ms);
     PGresult *r = NULL;
     int rc = pg_exec(s, c,
                      "WITH pick AS (SELECT h.id FROM orgs o CROSS JOIN LATERAL "
@@ -670,7 +671,10 @@ static int claim_next_once(struct pg_store *s, struct pg_conn *c, const struct e
                      "((node_id IS NULL OR node_id = $1) AND id = ANY($4::text[]))) "
                      "ORDER BY created_at, seq LIMIT 1) h WHERE $3::bigint = 0 OR c.n < $3 "
                      "ORDER BY c.n, h.created_at, h.seq LIMIT 1), "
-                     "claimed AS (UPDATE runs SET node_id = $1, lease_expires_at = $2 WHERE id = "
+                     "claimed AS (UPDATE runs SET node_id = $1, lease_expires_at = $2, "
+                     "status = CASE WHEN $5::bigint > 0 THEN 'starting' ELSE status END, "
+                     "started_at = CASE WHEN $5::bigint > 0 THEN $5 ELSE started_at END "
+                     "WHERE id = "
                      "(SELECT l.id FROM runs l WHERE l.id = (SELECT id FROM pick) AND "
                      "l.status = 'queued' AND (l.node_id IS NULL OR l.node_id = $1) "
                      "FOR UPDATE SKIP LOCKED) RETURNING id) "

@@ -558,7 +558,9 @@ int sq_run_claim_next(struct eph_store *base, const struct eph_claim_next *q, ch
     sqlite3_stmt *st;
     int rc = sq_prepare(
         s,
-        "UPDATE runs SET node_id = ?1, lease_expires_at = ?2 WHERE rowid = ("
+        "UPDATE runs SET node_id = ?1, lease_expires_at = ?2, "
+        "status = CASE WHEN ?5 > 0 THEN 'starting' ELSE status END, "
+        "started_at = CASE WHEN ?5 > 0 THEN ?5 ELSE started_at END WHERE rowid = ("
         "SELECT r.rowid FROM (SELECT "
         "(SELECT COUNT(*) FROM runs a WHERE a.org_id = o.id AND a.node_id IS NOT NULL AND "
         "a.kind = 'run' AND "
@@ -574,6 +576,7 @@ int sq_run_claim_next(struct eph_store *base, const struct eph_claim_next *q, ch
         sqlite3_bind_int64(st, 2, q->lease_until_ms);
         sqlite3_bind_int64(st, 3, q->max_per_org);
         sqlite3_bind_text(st, 4, waiting, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 5, q->started_at_ms);
         int r = sqlite3_step(st);
         if (r == SQLITE_ROW) {
             const unsigned char *id = sqlite3_column_text(st, 0);

@@ -210,6 +210,7 @@ struct eph_claim_next {
     const char *node_id;
     int64_t lease_until_ms;
     unsigned max_per_org;       /* 0: no cap */
+    int64_t started_at_ms;      /* > 0: the claim starts it too (queued -> starting, started_at) */
     const char *const *waiting; /* run ids; NULL when nwaiting is 0 */
     size_t nwaiting;
 };

@@ -75,7 +75,13 @@ static int fake_exec(struct eph_sandbox *sb, const struct eph_exec_request *req,
     res->exit_code = 0;
     unsigned n;
     const char *cmd = req->command;
-    if (sscanf(cmd, "out %u", &n) == 1) {
+    if (strncmp(cmd, "say ", 4) == 0) {
+        /* Written while it runs (the live output), then kept as the result's stdout. */
+        if (req->on_output)
+            req->on_output(req->on_output_arg, 1, cmd + 4, strlen(cmd + 4));
+        assert_int_equal(eph_buf_appends(&res->out, cmd + 4), 0);
+        res->stdout_total = res->out.len;
+    } else if (sscanf(cmd, "out %u", &n) == 1) {
         fake_stream(req, &res->out, &res->stdout_total, n);
     } else if (strncmp(cmd, "stat -c %a", 10) == 0) {
         const char *p = req->env && req->env[0] ? strchr(req->env[0], '=') + 1 : "";
@@ -150,6 +156,19 @@ static int keep_event(void *ctx, const char *source, const char *type, json_t *d
 {
     json_array_append_new((json_t *)ctx, json_pack("{s:s, s:s, s:o?, s:s}", "source", source,
                                                    "type", type, "data", data, "message", message));
+    return 0;
+}
+
+/* A sink that records events in batches, as the server's does (each batch one transaction):
+ * ctx is an array of arrays of event types. */
+static int keep_batch(void *ctx, const struct eph_sink_event *ev, size_t n)
+{
+    json_t *batch = json_array();
+    for (size_t i = 0; i < n; i++) {
+        json_array_append_new(batch,
+                              json_pack("{s:s, s:o?}", "type", ev[i].type, "data", ev[i].data));
+    }
+    json_array_append_new((json_t *)ctx, batch);
     return 0;
 }
 
@@ -363,6 +382,41 @@ static void test_shell_head_and_tail(void **state)
     assert_string_equal(json_string_value(json_object_get(o, "stdout")),
                         "012345678901234567890123456789");
     json_decref(o);
+    fx_free(x);
+}
+
+/* A command that ends before its first live text was due: its output, shown live, is recorded
+ * with its shell.command event, in the one batch (transaction) the sink is asked for, in order;
+ * a sink without batches gets the same events one by one. */
+static void test_quick_command_output_goes_with_its_event(void **state)
+{
+    struct fx *x = fx_new(true, false, false);
+    json_t *batches = json_array();
+    x->sink.ctx = batches;
+    x->sink.event_progress = keep_batch;
+    x->ctx.live_output_bytes = 1024;
+    json_decref(call_ok(x, "c1", "shell", "{\"command\": \"say hello\\n\"}"));
+    assert_int_equal(json_array_size(batches), 1);
+    json_t *b = json_array_get(batches, 0);
+    assert_int_equal(json_array_size(b), 2);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(b, 0), "type")),
+                        "shell.output");
+    json_t *d = json_object_get(json_array_get(b, 0), "data");
+    assert_string_equal(json_string_value(json_object_get(d, "text")), "hello\n");
+    assert_string_equal(json_string_value(json_object_get(d, "call")), "c1");
+    assert_string_equal(json_string_value(json_object_get(json_array_get(b, 1), "type")),
+                        "shell.command");
+    json_decref(batches);
+    x->sink.ctx = x->events;
+    x->sink.event_progress = NULL;
+
+    /* Without batches: the same two events, in that order, each alone. */
+    json_decref(call_ok(x, "c2", "shell", "{\"command\": \"say again\\n\"}"));
+    assert_int_equal(json_array_size(x->events), 2);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(x->events, 0), "type")),
+                        "shell.output");
+    assert_string_equal(json_string_value(json_object_get(json_array_get(x->events, 1), "type")),
+                        "shell.command");
     fx_free(x);
 }
 
@@ -809,6 +863,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_shell_head_and_tail),
+        cmocka_unit_test(test_quick_command_output_goes_with_its_event),
         cmocka_unit_test(test_shell_timeout_argument),
         cmocka_unit_test(test_bad_arguments_are_rejected),
         cmocka_unit_test(test_long_hostile_names_are_cut),

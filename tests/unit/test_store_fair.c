@@ -1,8 +1,8 @@
 /* Fair claims across orgs (docs/STORE.md, "Fair claims"), on SQLite and, under
  * tests/blackbox/store_postgres.sh, on PostgreSQL: one org's backlog does not keep another org's
  * run waiting, the per-org cap holds a run back until a claimed one ends, a node claims a
- * zero-data-retention run only when it holds it (shared stores), and concurrent claims from two
- * nodes take each run once. */
+ * zero-data-retention run only when it holds it (shared stores), concurrent claims from two
+ * nodes take each run once, and a claim can start its run in the same statement. */
 #include <errno.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -260,6 +260,43 @@ static void test_concurrent_claims_take_each_run_once(void **state)
     other->ops->close(other);
 }
 
+/* A claim that starts the run too (started_at_ms): the run it chose is starting, with that start
+ * and this node's lease, in the one statement; a plain claim leaves its run queued; the started
+ * run is counted as claimed (the per-org cap sees it) and no other claim takes it again. */
+static void test_claim_can_start_the_run(void **state)
+{
+    (void)state;
+    struct eph_store *st = db.st;
+    int64_t t0 = eph_clock_real_ms() - 10000;
+    char a[3][EPH_RUN_ID_LEN + 1], got[EPH_RUN_ID_LEN + 1];
+    for (int i = 0; i < 3; i++)
+        queue_run(st, db.org, t0 + i, false, a[i], sizeof(a[i]));
+    int64_t start = eph_clock_real_ms();
+    struct eph_claim_next q = {
+        .node_id = "node-a", .lease_until_ms = start + 60000, .started_at_ms = start};
+    assert_int_equal(st->ops->run_claim_next(st, &q, got, sizeof(got)), 0);
+    assert_string_equal(got, a[0]);
+    struct eph_run r;
+    assert_int_equal(st->ops->run_get(st, a[0], NULL, &r), 0);
+    assert_int_equal(r.status, EPH_RUN_STARTING);
+    assert_int_equal(r.started_at_ms, start);
+    assert_string_equal(r.node_id, "node-a");
+    eph_run_release(&r);
+    /* A plain claim: queued still, not started. */
+    assert_int_equal(claim(st, "node-b", 0, NULL, 0, got), 0);
+    assert_string_equal(got, a[1]);
+    assert_int_equal(st->ops->run_get(st, a[1], NULL, &r), 0);
+    assert_int_equal(r.status, EPH_RUN_QUEUED);
+    assert_int_equal(r.started_at_ms, 0);
+    eph_run_release(&r);
+    /* Two claimed (one starting, one queued with a node): a cap of 2 holds the third back. */
+    assert_int_equal(claim(st, "node-b", 2, NULL, 0, got), -ENOENT);
+    /* The started one is not claimed again, by its node or another. */
+    assert_int_equal(st->ops->run_claim_start(st, a[0], "node-a", start + 60000, start), -EALREADY);
+    assert_int_equal(claim(st, "node-c", 0, NULL, 0, got), 0);
+    assert_string_equal(got, a[2]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -267,6 +304,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_per_org_cap, setup, teardown),
         cmocka_unit_test_setup_teardown(test_zdr_is_claimed_by_its_node, setup, teardown),
         cmocka_unit_test_setup_teardown(test_concurrent_claims_take_each_run_once, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_claim_can_start_the_run, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -49,8 +49,8 @@
 
 #define COMPONENT "sandbox"
 #define LAUNCH_MAGIC 0x4c4e4345u /* "ECNL" */
-#define LAUNCH_MAX_FDS 7          /* chan, init, sync, cgroup directory, three join fds */
-#define LAUNCH_REPLY_MS 10000u    /* the clone itself: well under a millisecond */
+#define LAUNCH_MAX_FDS 7         /* chan, init, sync, cgroup directory, three join fds */
+#define LAUNCH_REPLY_MS 10000u   /* the clone itself: well under a millisecond */
 #define LAUNCHER_FD 3
 
 struct launch_req {
@@ -334,8 +334,8 @@ int eph_ns_launcher_clone(const struct eph_ns_plan *p, int cgroup_dir, const int
     int got[LAUNCH_MAX_FDS], ngot = 0;
     bool bad = true;
     ssize_t r = ready > 0 ? recv_with_fds(L.fd, &rep, sizeof(rep), got, 1, &ngot, &bad) : 0;
-    if (ready <= 0 || r <= 0 || bad || rep.magic != LAUNCH_MAGIC || rep.rc > 0 ||
-        rep.rc < -4095 || (rep.rc == 0 && (rep.pid <= 0 || ngot > 1)) || (rep.rc && ngot)) {
+    if (ready <= 0 || r <= 0 || bad || rep.magic != LAUNCH_MAGIC || rep.rc > 0 || rep.rc < -4095 ||
+        (rep.rc == 0 && (rep.pid <= 0 || ngot > 1)) || (rep.rc && ngot)) {
         for (int i = 0; i < ngot; i++)
             close(got[i]);
         launcher_lost(ready == 0 ? "did not answer" : "is gone or answered out of turn");
