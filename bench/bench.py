@@ -1193,7 +1193,7 @@ def bench_pg(ctx, rep):
     with open(os.path.join(ROOT, "examples/sandbox-proof/request.json"), "rb") as f:
         body = f.read()
     pg = Postgres()
-    rows, res = [], {}
+    rows, res, kinds = [], {}, []
     try:
         for nnodes in (1, 2, 3):
             db = f"bench{nnodes}"
@@ -1231,6 +1231,14 @@ def bench_pg(ctx, rep):
                 done = statuses.get("completed", 0)
                 rps = done / wall if wall > 0 else 0
                 runs = max(1, len(lat))
+                if nnodes == 1:
+                    # What the round trips are: the most frequent statements, per run.
+                    top = pg.sql(db, "SELECT calls, left(regexp_replace(query, '\\s+', ' ', 'g'), "
+                                     "90) FROM pg_stat_statements WHERE query NOT LIKE "
+                                     "'%pg_stat_statements%' ORDER BY calls DESC LIMIT 14")
+                    for line in top.splitlines():
+                        c, _, q = line.partition("|")
+                        kinds.append([f"{int(c) / runs:.2f}", "`" + q.replace("|", "\\|") + "`"])
                 own = sum(b[0] - a[0] for a, b in zip(c0, c1)) * 1000 / runs
                 db_ms = (p1 - p0) * 1000 / runs
                 rt = calls / runs
@@ -1265,6 +1273,10 @@ def bench_pg(ctx, rep):
     rep.table(["nodes", "runs", "runs/s", "median ms", "p90", "nodes' CPU ms/run",
                "database CPU ms/run", "commits/run", "write transactions/run", "statements/run",
                "outcomes"], rows)
+    if kinds:
+        rep.add("On one node, the most frequent statements (each a round trip), calls per run:")
+        rep.add()
+        rep.table(["calls/run", "statement (cut)"], kinds)
     if res:
         last = res[max(res)]
         if last["db_cpu_ms"] > 0:
