@@ -109,7 +109,7 @@ static void test_full_hold_and_flush_keep_the_order(void **state)
     struct rec r = {.log = json_array()};
     struct eph_sink sink = {.ctx = &r, .event = on_event, .event_progress = on_batch};
     struct eph_sink_held h = {0};
-    char msg[8];
+    char msg[16];
     for (int i = 0; i < EPH_SINK_HELD_MAX; i++) {
         snprintf(msg, sizeof(msg), "%d", i);
         assert_int_equal(eph_sink_hold(&sink, &h, "s", "t", json_object(), "%s", msg), 0);
