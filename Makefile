@@ -190,7 +190,7 @@ CLI_LIB_OBJ := $(filter-out $(OBJ)/src/cli/main.o,$(CLI_OBJ))
 FAULT_WRAPPED := malloc calloc realloc strdup strndup asprintf vasprintf pthread_create \
         json_object json_array json_string json_stringn json_integer json_real json_deep_copy \
         json_object_set_new json_object_update json_array_append_new json_array_extend json_pack \
-        json_dumps json_dumpb json_dump_file json_loads json_loadb json_load_file
+        json_dumps json_dumpb json_dump_file json_loads json_loadb json_load_file curl_slist_append
 ifneq ($(FAULTS),)
 UNIT_DAEMON_OBJ := $(OBJ)/faults/daemon.o $(OBJ)/tests/faults/fault.o
 UNIT_CLI_OBJ := $(OBJ)/faults/cli.o $(OBJ)/tests/faults/fault.o

@@ -276,11 +276,16 @@ static int load_recording(const char *path, const char *name, const char *prompt
     /* Which format: the first line that is not blank says (an exported one has a kind). */
     const char *p = text + strspn(text, " \t\r\n");
     const char *eol = strchr(p, '\n');
-    json_t *first = json_loadb(p, eol ? (size_t)(eol - p) : strlen(p), 0, NULL);
+    json_error_t fe;
+    json_t *first = json_loadb(p, eol ? (size_t)(eol - p) : strlen(p), 0, &fe);
+    /* Not a guess at the format without memory: a recording read wrong would replay wrong. */
+    bool lost = !first && json_error_code(&fe) == json_error_out_of_memory;
     bool exported = json_is_string(json_object_get(first, "kind"));
     json_decref(first);
     char why[200];
-    if (exported) {
+    if (lost) {
+        rc = -ENOMEM;
+    } else if (exported) {
         rc = eph_replay_record_parse(rec, text, len, why, sizeof(why));
     } else {
         /* Each line a response object. */
@@ -296,7 +301,9 @@ static int load_recording(const char *path, const char *name, const char *prompt
                 continue;
             json_error_t je;
             json_t *o = json_loadb(l, n, 0, &je);
-            if (!json_is_object(o)) {
+            if (!o && json_error_code(&je) == json_error_out_of_memory) {
+                rc = -ENOMEM;
+            } else if (!json_is_object(o)) {
                 snprintf(why, sizeof(why), "line %u: %s", lineno, o ? "not an object" : je.text);
                 rc = -EINVAL;
             } else if (json_array_size(rec->turns) >= EPH_REPLAY_TURNS_MAX) {

@@ -85,9 +85,13 @@ json_t *eph_run_to_json(const struct eph_run *r, unsigned retention_days)
                   sandbox, "result", str_or_null(r->result), "error", error, "usage", usage, "cost",
                   cost, "retention", retention, "metadata",
                   r->metadata ? json_incref(r->metadata) : json_object(), "replay", replay);
-    /* The image it runs on (docs/IMAGES.md). */
-    if (o)
-        json_object_set_new(o, "image", json_string(r->image[0] ? r->image : "default"));
+    /* The image it runs on (docs/IMAGES.md). A replay object that could not be made is not a
+     * run without one ("s:o*" leaves a NULL out): the whole object fails. */
+    json_t *image = o ? json_string(r->image[0] ? r->image : "default") : NULL;
+    if (o && (!image || json_object_set_new(o, "image", image) || (r->replay_of && !replay))) {
+        json_decref(o);
+        o = NULL;
+    }
     return o;
 }
 

@@ -16,15 +16,21 @@ static json_t *model_json(struct eph_service *svc, const struct eph_model_config
     char why[256];
     bool available = !eph_model_unavailable(eph_service_model(svc, m->id), why, sizeof(why));
     const char *dflt = svc->cfg->default_model;
-    return json_pack("{s:s, s:s, s:s, s:b, s:b, s:s*, s:{s:I, s:I, s:I, s:I}, s:I}", "id", m->id,
-                     "object", "model", "provider", m->provider, "default",
-                     dflt && strcmp(dflt, m->id) == 0, "available", available, "unavailable_reason",
-                     available ? NULL : why, "prices", "input_micros_per_mtok",
-                     (json_int_t)m->input_micros_per_mtok, "output_micros_per_mtok",
-                     (json_int_t)m->output_micros_per_mtok, "cached_input_micros_per_mtok",
-                     (json_int_t)m->cached_input_micros_per_mtok, "cache_write_micros_per_mtok",
-                     (json_int_t)m->cache_write_micros_per_mtok, "max_output_tokens",
-                     (json_int_t)m->max_output_tokens);
+    json_t *o = json_pack(
+        "{s:s, s:s, s:s, s:b, s:b, s:{s:I, s:I, s:I, s:I}, s:I}", "id", m->id, "object", "model",
+        "provider", m->provider, "default", dflt && strcmp(dflt, m->id) == 0, "available",
+        available, "prices", "input_micros_per_mtok", (json_int_t)m->input_micros_per_mtok,
+        "output_micros_per_mtok", (json_int_t)m->output_micros_per_mtok,
+        "cached_input_micros_per_mtok", (json_int_t)m->cached_input_micros_per_mtok,
+        "cache_write_micros_per_mtok", (json_int_t)m->cache_write_micros_per_mtok,
+        "max_output_tokens", (json_int_t)m->max_output_tokens);
+    /* Only when it is unavailable; a reason that cannot be made fails the object, never drops
+     * the key unseen (json_pack's "s*" would). */
+    if (o && !available && json_object_set_new(o, "unavailable_reason", json_string(why))) {
+        json_decref(o);
+        o = NULL;
+    }
+    return o;
 }
 
 int eph_api_models_list(struct eph_api_req *req)

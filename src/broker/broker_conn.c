@@ -288,13 +288,25 @@ static int conn_url(CURL *h, struct eph_buf *url, const struct eph_http_url *bas
     return err;
 }
 
+/* Appends a header line to *l: -ENOMEM, with *l as it was, when curl cannot (its own failure
+ * returns NULL and would lose the list, and with it Accept-Encoding: identity or a credential). */
+static int header_add(struct curl_slist **l, const char *line)
+{
+    struct curl_slist *n = curl_slist_append(*l, line);
+    if (!n)
+        return -ENOMEM;
+    *l = n;
+    return 0;
+}
+
 /* The headers sent: the program's (but hop-by-hop, framing, Accept-Encoding and those the
- * connection sets), then the connection's credential headers. */
+ * connection sets), then the connection's credential headers. All of them or an error: *out
+ * holds what was made either way, for the caller to free. */
 static int conn_headers(const struct eph_http_request *req, const struct conn_copy *c,
                         struct curl_slist **out)
 {
-    struct curl_slist *hdrs = NULL;
-    for (size_t i = 0; i < req->nheaders; i++) {
+    int err = 0;
+    for (size_t i = 0; !err && i < req->nheaders; i++) {
         const struct eph_http_header *hh = &req->headers[i];
         if (bk_hop_by_hop(hh) || conn_sets_header(c, hh) ||
             (hh->name_len == 15 && strncasecmp(hh->name, "accept-encoding", 15) == 0) ||
@@ -303,22 +315,23 @@ static int conn_headers(const struct eph_http_request *req, const struct conn_co
         char line[8192];
         snprintf(line, sizeof(line), "%.*s: %.*s", (int)hh->name_len, hh->name, (int)hh->value_len,
                  hh->value);
-        hdrs = curl_slist_append(hdrs, line);
+        err = header_add(out, line);
     }
-    hdrs = curl_slist_append(hdrs, "Accept-Encoding: identity");
-    hdrs = curl_slist_append(hdrs, "Expect:");
-    *out = hdrs;
-    for (size_t i = 0; i < c->nheaders; i++) {
+    if (!err)
+        err = header_add(out, "Accept-Encoding: identity");
+    if (!err)
+        err = header_add(out, "Expect:");
+    for (size_t i = 0; !err && i < c->nheaders; i++) {
         size_t ln = strlen(c->hnames[i]) + strlen(c->hvalues[i]) + 3;
         char *line = malloc(ln);
         if (!line)
             return -ENOMEM;
         snprintf(line, ln, "%s: %s", c->hnames[i], c->hvalues[i]);
-        *out = curl_slist_append(*out, line);
+        err = header_add(out, line);
         sodium_memzero(line, ln);
         free(line);
     }
-    return 0;
+    return err;
 }
 
 /* What the upstream may echo, in every form (redact.h): every header value (and the token after

@@ -14,16 +14,28 @@ static json_t *time_or_null(int64_t ms)
     return ms ? json_string(eph_clock_format_iso8601(ms, buf, sizeof(buf))) : json_null();
 }
 
+/* Sets o[key] to a new reference v (stolen); false when it could not be set (v NULL, or no
+ * memory): a line is then not made at all, never made with a field missing. */
+static bool put(json_t *o, const char *key, json_t *v)
+{
+    return v && json_object_set_new(o, key, v) == 0;
+}
+
 json_t *eph_transcript_run_line(const struct eph_run *r)
 {
     json_t *perm = json_pack("{s:b, s:b, s:O?, s:b, s:I, s:I}", "shell", r->shell, "web", r->web,
                              "connections", r->connections, "zero_data_retention", r->zdr,
                              "timeout_seconds", (json_int_t)r->timeout_seconds, "max_cost_micros",
                              (json_int_t)r->cost.reserved_micros);
-    json_t *o = json_pack("{s:s, s:s, s:s?, s:o, s:o, s:s, s:s*, s:s*}", "kind", "run", "id", r->id,
-                          "model", r->model, "permissions", perm, "created_at",
-                          time_or_null(r->created_at_ms), "status", eph_run_status_name(r->status),
-                          "prompt", r->prompt, "replay_of", r->replay_of);
+    json_t *o = json_pack("{s:s, s:s, s:s?, s:o, s:o, s:s}", "kind", "run", "id", r->id, "model",
+                          r->model, "permissions", perm, "created_at",
+                          time_or_null(r->created_at_ms), "status", eph_run_status_name(r->status));
+    /* Not json_pack's "s*": a string it cannot make would leave the key out without a word. */
+    if (o && ((r->prompt && !put(o, "prompt", json_string(r->prompt))) ||
+              (r->replay_of && !put(o, "replay_of", json_string(r->replay_of))))) {
+        json_decref(o);
+        o = NULL;
+    }
     return o;
 }
 
@@ -33,15 +45,20 @@ static json_t *line_head(const struct eph_event *e, const char *kind)
     json_t *o = json_pack("{s:s, s:I, s:f, s:s}", "kind", kind, "seq", (json_int_t)e->seq, "t",
                           (double)e->t_ms / 1000.0, "type", e->type);
     json_t *turn = json_object_get(e->data, "turn");
-    if (o && json_is_integer(turn))
-        json_object_set(o, "turn", turn);
+    if (o && json_is_integer(turn) && !put(o, "turn", json_incref(turn))) {
+        json_decref(o);
+        return NULL;
+    }
     return o;
 }
 
-static int append(json_t *lines, json_t *line)
+/* Appends the line (stolen), when ok; else drops it: -ENOMEM. */
+static int append(json_t *lines, json_t *line, bool ok)
 {
-    if (!line)
+    if (!line || !ok) {
+        json_decref(line);
         return -ENOMEM;
+    }
     return json_array_append_new(lines, line) ? -ENOMEM : 0;
 }
 
@@ -65,12 +82,10 @@ static int model_turn(const struct eph_event *e, json_t *lines)
     if (!o)
         return -ENOMEM;
     json_t *digest = json_object_get(e->data, "request_digest");
-    if (json_is_string(digest))
-        json_object_set(o, "request_digest", digest);
-    json_object_set(o, "response", resp);
-    json_object_set_new(o, "replayed",
-                        json_boolean(json_is_true(json_object_get(e->data, "replayed"))));
-    return append(lines, o);
+    bool ok = !json_is_string(digest) || put(o, "request_digest", json_incref(digest));
+    ok = ok && put(o, "response", json_incref(resp)) &&
+         put(o, "replayed", json_boolean(json_is_true(json_object_get(e->data, "replayed"))));
+    return append(lines, o, ok);
 }
 
 static int tool_call(const struct eph_event *e, json_t *lines)
@@ -81,10 +96,10 @@ static int tool_call(const struct eph_event *e, json_t *lines)
     json_t *o = line_head(e, "tool_call");
     if (!o)
         return -ENOMEM;
-    json_object_set(o, "call", call);
     json_t *result = json_object_get(e->data, "result");
-    json_object_set_new(o, "result", json_is_string(result) ? json_incref(result) : json_null());
-    return append(lines, o);
+    bool ok = put(o, "call", json_incref(call)) &&
+              put(o, "result", json_is_string(result) ? json_incref(result) : json_null());
+    return append(lines, o, ok);
 }
 
 static int exchange(const struct eph_event *e, json_t *lines)
@@ -96,9 +111,8 @@ static int exchange(const struct eph_event *e, json_t *lines)
     if (!o)
         return -ENOMEM;
     /* request, response, and for a CONNECT tunnel its target and byte counts: as recorded. */
-    json_object_update(o, x);
-    json_object_set_new(o, "kind", json_string("exchange"));
-    return append(lines, o);
+    bool ok = json_object_update(o, x) == 0 && put(o, "kind", json_string("exchange"));
+    return append(lines, o, ok);
 }
 
 static int divergence(const struct eph_event *e, json_t *lines)
@@ -107,11 +121,12 @@ static int divergence(const struct eph_event *e, json_t *lines)
     if (!o)
         return -ENOMEM;
     static const char *const fields[] = {"call_id", "tool", "original", "replayed"};
-    for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++) {
+    bool ok = true;
+    for (size_t i = 0; ok && i < sizeof(fields) / sizeof(fields[0]); i++) {
         json_t *v = json_object_get(e->data, fields[i]);
-        json_object_set_new(o, fields[i], json_is_string(v) ? json_incref(v) : json_null());
+        ok = put(o, fields[i], json_is_string(v) ? json_incref(v) : json_null());
     }
-    return append(lines, o);
+    return append(lines, o, ok);
 }
 
 int eph_transcript_event_lines(const struct eph_event *e, json_t *lines)

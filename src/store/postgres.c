@@ -264,6 +264,12 @@ char *pg_col_strdup(const PGresult *r, int row, int col)
     return pg_isnull(r, row, col) ? NULL : strdup(pg_val(r, row, col));
 }
 
+int pg_col_dup(const PGresult *r, int row, int col, char **out)
+{
+    *out = pg_col_strdup(r, row, col);
+    return !*out && !pg_isnull(r, row, col) ? -ENOMEM : 0;
+}
+
 json_t *pg_col_json(const PGresult *r, int row, int col)
 {
     return pg_isnull(r, row, col) ? NULL : json_loads(pg_val(r, row, col), JSON_DECODE_ANY, NULL);

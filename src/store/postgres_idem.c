@@ -61,9 +61,8 @@ static int idem_begin_once(struct pg_store *s, struct pg_conn *c, const char *or
     if (PQntuples(r)) {
         pg_col_copy(r, 0, 0, existing->request_hash, sizeof(existing->request_hash));
         existing->status_code = (int)pg_col_i64(r, 0, 1);
-        existing->response_body = pg_col_strdup(r, 0, 2);
+        rc = pg_col_dup(r, 0, 2, &existing->response_body) ? -ENOMEM : -EEXIST;
         existing->created_at_ms = pg_col_i64(r, 0, 3);
-        rc = -EEXIST;
     } else {
         rc = -EBUSY; /* abandoned between our insert and our read: the client retries */
     }

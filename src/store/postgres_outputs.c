@@ -52,15 +52,18 @@ int pg_run_outputs_put(struct eph_store *base, const char *run_id, const struct 
 }
 
 /* Columns 0..5: path, type, size, sha256, content_type, target. */
-static void row_to_output(const PGresult *r, int i, struct eph_output *o)
+/* 0, or -ENOMEM (o then holds what was copied, to release). */
+static int row_to_output(const PGresult *r, int i, struct eph_output *o)
 {
     memset(o, 0, sizeof(*o));
-    o->path = pg_col_strdup(r, i, 0);
+    if (pg_col_dup(r, i, 0, &o->path) || !o->path)
+        return -ENOMEM;
     snprintf(o->type, sizeof(o->type), "%s", pg_val(r, i, 1));
     o->size = (uint64_t)pg_col_i64(r, i, 2);
     snprintf(o->sha256, sizeof(o->sha256), "%s", pg_isnull(r, i, 3) ? "" : pg_val(r, i, 3));
-    o->content_type = pg_col_strdup(r, i, 4);
-    o->target = pg_col_strdup(r, i, 5);
+    if (pg_col_dup(r, i, 4, &o->content_type) || pg_col_dup(r, i, 5, &o->target))
+        return -ENOMEM;
+    return 0;
 }
 
 static int list_once(struct pg_store *s, struct pg_conn *c, const char *run_id,
@@ -76,8 +79,9 @@ static int list_once(struct pg_store *s, struct pg_conn *c, const char *run_id,
                      &p, &r, NULL, "outputs list");
     for (int i = 0; !rc && i < PQntuples(r); i++) {
         struct eph_output o;
-        row_to_output(r, i, &o);
-        rc = o.path ? eph_outputs_add(out, &o, false) : -ENOMEM;
+        rc = row_to_output(r, i, &o);
+        if (!rc)
+            rc = eph_outputs_add(out, &o, false);
         eph_output_release(&o);
     }
     PQclear(r);
@@ -110,7 +114,7 @@ static int get_once(struct pg_store *s, struct pg_conn *c, const char *run_id, c
     if (!rc && PQntuples(r) == 0)
         rc = -ENOENT;
     if (!rc) {
-        row_to_output(r, 0, out);
+        int copied = row_to_output(r, 0, out);
         if (!pg_isnull(r, 0, 6)) {
             size_t len = 0;
             unsigned char *b = PQunescapeBytea((const unsigned char *)pg_val(r, 0, 6), &len);
@@ -123,7 +127,7 @@ static int get_once(struct pg_store *s, struct pg_conn *c, const char *run_id, c
             if (!out->content)
                 rc = -ENOMEM;
         }
-        if (!out->path)
+        if (copied)
             rc = -ENOMEM;
     }
     PQclear(r);

@@ -611,10 +611,11 @@ int pg_events_list(struct eph_store *base, const char *run_id, uint64_t after_se
         e.at_ms = pg_col_i64(r, i, 2);
         pg_col_copy(r, i, 3, e.source, sizeof(e.source));
         pg_col_copy(r, i, 4, e.type, sizeof(e.type));
-        e.message = pg_col_strdup(r, i, 5);
-        e.wire = pg_col_strdup(r, i, 7);
-        e.data = eph_event_stored_data(e.wire, pg_isnull(r, i, 6) ? NULL : pg_val(r, i, 6));
-        rc = cb(&e, ctx);
+        if (pg_col_dup(r, i, 5, &e.message) || pg_col_dup(r, i, 7, &e.wire) ||
+            !(e.data = eph_event_stored_data(e.wire, pg_isnull(r, i, 6) ? NULL : pg_val(r, i, 6))))
+            rc = -ENOMEM; /* not an event with a part missing */
+        else
+            rc = cb(&e, ctx);
         eph_event_release(&e);
     }
     PQclear(r);

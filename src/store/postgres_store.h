@@ -122,6 +122,9 @@ bool pg_isnull(const PGresult *r, int row, int col);
 const char *pg_val(const PGresult *r, int row, int col);
 int64_t pg_col_i64(const PGresult *r, int row, int col);
 char *pg_col_strdup(const PGresult *r, int row, int col);
+/* *out = a copy of the field (NULL for SQL NULL): 0, or -ENOMEM when the copy could not be made
+ * (a row is never handed on with a field missing). */
+int pg_col_dup(const PGresult *r, int row, int col, char **out) __attribute__((warn_unused_result));
 json_t *pg_col_json(const PGresult *r, int row, int col);
 void pg_col_copy(const PGresult *r, int row, int col, char *out, size_t outlen);
 int pg_select_once(struct pg_store *s, struct pg_conn *c, const char *sql, struct params *p,

@@ -229,6 +229,12 @@ char *sq_col_strdup(sqlite3_stmt *st, int i)
     return t ? strdup((const char *)t) : NULL;
 }
 
+int sq_col_dup(sqlite3_stmt *st, int i, char **out)
+{
+    *out = sq_col_strdup(st, i);
+    return !*out && sqlite3_column_type(st, i) != SQLITE_NULL ? -ENOMEM : 0;
+}
+
 json_t *sq_col_json(sqlite3_stmt *st, int i)
 {
     const unsigned char *t = sqlite3_column_text(st, i);

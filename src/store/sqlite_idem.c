@@ -43,10 +43,9 @@ int sq_idem_begin(struct eph_store *base, const char *org_id, const char *key,
         snprintf(existing->request_hash, sizeof(existing->request_hash), "%s",
                  sqlite3_column_text(st, 0));
         existing->status_code = sqlite3_column_int(st, 1);
-        existing->response_body = sq_col_strdup(st, 2);
+        rc = sq_col_dup(st, 2, &existing->response_body) ? -ENOMEM : -EEXIST;
         existing->created_at_ms = sqlite3_column_int64(st, 3);
         sq_done(st);
-        rc = -EEXIST;
         goto fail;
     }
     sq_done(st);

@@ -59,17 +59,20 @@ out:
 }
 
 /* Columns 0..5: path, type, size, sha256, content_type, target. */
-static void row_to_output(sqlite3_stmt *st, struct eph_output *o)
+/* 0, or -ENOMEM (o then holds what was copied, to release). */
+static int row_to_output(sqlite3_stmt *st, struct eph_output *o)
 {
     memset(o, 0, sizeof(*o));
-    o->path = sq_col_strdup(st, 0);
+    if (sq_col_dup(st, 0, &o->path) || !o->path)
+        return -ENOMEM;
     const char *type = (const char *)sqlite3_column_text(st, 1);
     snprintf(o->type, sizeof(o->type), "%s", type ? type : "");
     o->size = (uint64_t)sqlite3_column_int64(st, 2);
     const char *sha = (const char *)sqlite3_column_text(st, 3);
     snprintf(o->sha256, sizeof(o->sha256), "%s", sha ? sha : "");
-    o->content_type = sq_col_strdup(st, 4);
-    o->target = sq_col_strdup(st, 5);
+    if (sq_col_dup(st, 4, &o->content_type) || sq_col_dup(st, 5, &o->target))
+        return -ENOMEM;
+    return 0;
 }
 
 int sq_run_outputs_list(struct eph_store *base, const char *run_id, struct eph_outputs *out)
@@ -88,8 +91,9 @@ int sq_run_outputs_list(struct eph_store *base, const char *run_id, struct eph_o
         int r;
         while (!rc && (r = sqlite3_step(st)) == SQLITE_ROW) {
             struct eph_output o;
-            row_to_output(st, &o);
-            rc = o.path ? eph_outputs_add(out, &o, false) : -ENOMEM;
+            rc = row_to_output(st, &o);
+            if (!rc)
+                rc = eph_outputs_add(out, &o, false);
             eph_output_release(&o);
         }
         if (!rc && r != SQLITE_DONE)
@@ -118,7 +122,7 @@ int sq_run_output_get(struct eph_store *base, const char *run_id, const char *pa
         sqlite3_bind_text(st, 2, path, -1, SQLITE_TRANSIENT);
         int r = sqlite3_step(st);
         if (r == SQLITE_ROW) {
-            row_to_output(st, out);
+            int copied = row_to_output(st, out);
             const void *b = sqlite3_column_blob(st, 6);
             size_t len = (size_t)sqlite3_column_bytes(st, 6);
             if (sqlite3_column_type(st, 6) != SQLITE_NULL) {
@@ -127,7 +131,7 @@ int sq_run_output_get(struct eph_store *base, const char *run_id, const char *pa
                     memcpy(out->content, b, len);
                 out->len = len;
             }
-            if (!out->path || (sqlite3_column_type(st, 6) != SQLITE_NULL && !out->content))
+            if (copied || (sqlite3_column_type(st, 6) != SQLITE_NULL && !out->content))
                 rc = -ENOMEM;
         } else {
             rc = r == SQLITE_DONE ? -ENOENT : sq_db_err(s, r, "output get");

@@ -732,9 +732,12 @@ int sq_events_list(struct eph_store *base, const char *run_id, uint64_t after_se
             e->at_ms = sqlite3_column_int64(st, 2);
             snprintf(e->source, sizeof(e->source), "%s", sqlite3_column_text(st, 3));
             snprintf(e->type, sizeof(e->type), "%s", sqlite3_column_text(st, 4));
-            e->message = sq_col_strdup(st, 5);
-            e->wire = sq_col_strdup(st, 7);
-            e->data = eph_event_stored_data(e->wire, (const char *)sqlite3_column_text(st, 6));
+            if (sq_col_dup(st, 5, &e->message) || sq_col_dup(st, 7, &e->wire) ||
+                !(e->data =
+                      eph_event_stored_data(e->wire, (const char *)sqlite3_column_text(st, 6)))) {
+                rc = -ENOMEM; /* not an event with a part missing */
+                break;
+            }
         }
         if (!rc && r != SQLITE_DONE)
             rc = sq_db_err(s, r, "events list");

@@ -64,6 +64,9 @@ void sq_bind_text(sqlite3_stmt *st, int i, const char *v);
 void sq_bind_json(sqlite3_stmt *st, int i, const json_t *v);
 void sq_bind_ms(sqlite3_stmt *st, int i, int64_t ms);
 char *sq_col_strdup(sqlite3_stmt *st, int i);
+/* *out = a copy of column i (NULL for SQL NULL): 0, or -ENOMEM when the copy could not be made
+ * (a row is never handed on with a field missing). */
+int sq_col_dup(sqlite3_stmt *st, int i, char **out) __attribute__((warn_unused_result));
 json_t *sq_col_json(sqlite3_stmt *st, int i);
 struct sq_conn *sq_pick_reader(struct sqlite_store *s);
 

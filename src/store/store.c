@@ -45,12 +45,13 @@ void eph_event_release(struct eph_event *e)
 json_t *eph_event_stored_data(const char *wire, const char *data_column)
 {
     json_t *data = NULL;
-    if (wire) {
-        json_t *w = json_loads(wire, 0, NULL);
-        data = json_incref(json_object_get(w, "data"));
-        json_decref(w);
-    } else if (data_column) {
-        data = json_loads(data_column, JSON_DECODE_ANY, NULL);
+    json_error_t err;
+    if (wire || data_column) {
+        json_t *v = json_loads(wire ? wire : data_column, wire ? 0 : JSON_DECODE_ANY, &err);
+        if (!v && json_error_code(&err) == json_error_out_of_memory)
+            return NULL;
+        data = wire ? json_incref(json_object_get(v, "data")) : json_incref(v);
+        json_decref(v);
     }
     if (data && !json_is_object(data)) {
         json_decref(data);

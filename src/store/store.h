@@ -41,7 +41,8 @@ void eph_event_release(struct eph_event *e);
 /* An event is written once: with its wire text, the stores keep no second copy of data (the
  * column holds '{}'); reading it back takes data from the wire's "data" member. The data of a
  * stored row (wire may be NULL: an old or scrubbed row, whose data column is its own): a new
- * reference, never NULL (an empty object when there is none, or on a parse failure). */
+ * reference (an empty object when there is none, or when the text is not JSON), NULL only
+ * without memory. */
 json_t *eph_event_stored_data(const char *wire, const char *data_column);
 
 struct eph_balance {

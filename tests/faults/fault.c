@@ -3,8 +3,8 @@
  * `make faults` links every unit test binary against the project's objects combined with
  * `ld -r --wrap=malloc,...`: each call the project's code makes to a function that can fail for
  * lack of resources (malloc, calloc, realloc, strdup, strndup, asprintf, vasprintf,
- * pthread_create, jansson's constructors, serialisers and parsers) comes here. The test's own
- * calls are not wrapped.
+ * pthread_create, jansson's constructors, serialisers and parsers, curl_slist_append) comes here.
+ * The test's own calls are not wrapped.
  *
  * It also wraps cmocka's group runner (and skip()). With FAULTS=1 in the environment, each test
  * runs in forked children, each with the group's and the test's set-up and teardown: a first
@@ -25,6 +25,7 @@
  * FAULT_TIMEOUT (default 60) bounds one child. The last line is "faults: BINARY: T tests, P
  * failure points injected (A absorbed, R reported; S tests sampled), X problems"; the exit
  * status is the number of problems. */
+#include <curl/curl.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -119,6 +120,16 @@ void *__wrap_realloc(void *p, size_t size)
         return NULL; /* p stays the caller's, as realloc leaves it */
     }
     return realloc(p, size);
+}
+
+/* libcurl's header lists: NULL on failure, the list left as it was (and the caller must keep it).
+ */
+struct curl_slist *__wrap_curl_slist_append(struct curl_slist *list, const char *s);
+struct curl_slist *__wrap_curl_slist_append(struct curl_slist *list, const char *s)
+{
+    if (fail_now())
+        return NULL;
+    return curl_slist_append(list, s);
 }
 
 char *__wrap_strdup(const char *s)
@@ -288,6 +299,8 @@ static int parse_fails(json_error_t *error)
         memset(error, 0, sizeof(*error));
         error->line = error->column = -1;
         snprintf(error->text, sizeof(error->text), "out of memory");
+        /* As jansson itself records it (json_error_code() reads the text's last byte). */
+        error->text[JSON_ERROR_TEXT_LENGTH - 1] = (char)json_error_out_of_memory;
     }
     return 1;
 }

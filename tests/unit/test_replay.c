@@ -133,6 +133,7 @@ static void test_transcript_run_line(void **state)
     r.shell = true;
     r.status = EPH_RUN_COMPLETED;
     json_t *o = eph_transcript_run_line(&r);
+    assert_non_null(o); /* NULL: out of memory, the whole line */
     assert_string_equal(json_string_value(json_object_get(o, "kind")), "run");
     assert_string_equal(json_string_value(json_object_get(o, "prompt")), "hello");
     assert_string_equal(json_string_value(json_object_get(o, "status")), "completed");
@@ -141,6 +142,7 @@ static void test_transcript_run_line(void **state)
     json_decref(o);
     r.replay_of = strdup("run_ffffffffffffffffffffffffffffffff");
     o = eph_transcript_run_line(&r);
+    assert_non_null(o);
     assert_string_equal(json_string_value(json_object_get(o, "replay_of")), r.replay_of);
     json_decref(o);
     eph_run_release(&r);

@@ -62,11 +62,11 @@ static void test_held_go_first_in_one_batch(void **state)
 {
     (void)state;
     struct rec r = {.log = json_array()};
-    struct eph_sink sink = {.ctx = &r, .event = on_event, .progress = on_progress,
-                            .event_progress = on_batch};
+    struct eph_sink sink = {
+        .ctx = &r, .event = on_event, .progress = on_progress, .event_progress = on_batch};
     struct eph_sink_held h = {0};
-    assert_int_equal(eph_sink_hold(&sink, &h, "shell", "shell.output", json_pack("{s:s}", "text", "a"),
-                                   "$ %s", "cmd"),
+    assert_int_equal(eph_sink_hold(&sink, &h, "shell", "shell.output",
+                                   json_pack("{s:s}", "text", "a"), "$ %s", "cmd"),
                      0);
     assert_int_equal(eph_sink_hold(&sink, &h, "shell", "shell.output", NULL, "$ cmd"), 0);
     assert_int_equal(json_array_size(r.log), 0); /* held: nothing recorded yet */
@@ -93,9 +93,8 @@ static void test_without_batches_in_order(void **state)
     struct eph_sink sink = {.ctx = &r, .event = on_event, .progress = on_progress};
     struct eph_sink_held h = {0};
     assert_int_equal(eph_sink_hold(&sink, &h, "shell", "shell.output", json_object(), "one"), 0);
-    assert_int_equal(eph_sink_emit_progress_after(&sink, &h, "shell", "shell.command",
-                                                  json_object(), "two"),
-                     0);
+    assert_int_equal(
+        eph_sink_emit_progress_after(&sink, &h, "shell", "shell.command", json_object(), "two"), 0);
     assert_int_equal(json_array_size(r.log), 2);
     expect(&r, 0, "shell.output", "one", 0);
     expect(&r, 1, "shell.command", "two", 0);
