@@ -56,6 +56,8 @@ MODEL_CALLS = 300      # model calls per variant (connection reused, new connect
 OUT_FILES = 100        # outputs collection: files, bytes in all (issue 25's figures), rounds
 OUT_BYTES = 50 << 20
 OUT_ROUNDS = 10
+LIVE_CPU_ROUNDS = 8     # rounds of seed runs, live output on then off (alternating order)
+LIVE_CPU_RUNS = 25      # runs per round
 LIVE_RUNS = 2          # runs of bench/fixtures/live (13 lines, 0.4 s apart, each)
 IMAGE_CAP_S = 300.0    # one image build (ours, or mmdebstrap's, section 8a): a fresh Debian root takes minutes
 
@@ -858,6 +860,20 @@ class Server:
         finally:
             c.close()
 
+    def metric(self, name):
+        """One value of GET /metrics (a metric without labels), or 0 when it is not there."""
+        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+        try:
+            c.request("GET", "/metrics", headers={"Authorization": f"Bearer {self.key}"})
+            text = c.getresponse().read().decode()
+        finally:
+            c.close()
+        for line in text.splitlines():
+            k, _, v = line.partition(" ")
+            if k == name:
+                return float(v)
+        return 0.0
+
     def cpu_s(self):
         """(server's own user+system, its reaped children's) in seconds."""
         with open(f"/proc/{self.pid}/stat") as f:
@@ -1215,11 +1231,14 @@ def bench_pg(ctx, rep):
                 # to be handed out (read without taking one), before and after, counts them.
                 next_xid = "SELECT pg_snapshot_xmax(pg_current_snapshot())"
                 w0 = int(pg.sql(db, next_xid))
+                trips = "ephemeral_store_round_trips_total"
+                t0 = sum(x.metric(trips) for x in nodes)
                 c0 = [x.cpu_s() for x in nodes]
                 p0 = pg.cpu_s()
                 wall, lat, statuses = drive(spread, body, n, PG_CONC)
                 c1 = [x.cpu_s() for x in nodes]
                 p1 = pg.cpu_s()
+                t1 = sum(x.metric(trips) for x in nodes)
                 # A backend publishes its transaction counts when idle, at most once a second,
                 # and at its exit: stop the nodes, then read. Less the reading's own commit.
                 for x in nodes:
@@ -1243,12 +1262,13 @@ def bench_pg(ctx, rep):
                 db_ms = (p1 - p0) * 1000 / runs
                 rt = calls / runs
                 s = summary(lat)
+                trips_run = (t1 - t0) / runs
                 res[nnodes] = {"rps": rps, "server_cpu_ms": own, "db_cpu_ms": db_ms,
                                "statements_per_run": rt, "commits_per_run": xacts / runs,
-                               "writes_per_run": writes / runs}
+                               "writes_per_run": writes / runs, "round_trips_per_run": trips_run}
                 rows.append([str(nnodes), str(len(lat)), f"{rps:.1f}", fmt(s["median"]),
                              fmt(s["p90"]), fmt(own), fmt(db_ms), f"{xacts / runs:.1f}",
-                             f"{writes / runs:.1f}", f"{rt:.1f}",
+                             f"{writes / runs:.1f}", f"{rt:.1f}", f"{trips_run:.1f}",
                              ", ".join(f"{k} {v}" for k, v in sorted(statuses.items()))])
             finally:
                 for x in nodes:
@@ -1265,14 +1285,15 @@ def bench_pg(ctx, rep):
             "(pg_stat_database.xact_commit, reads and the nodes' idle work included), the write "
             "transactions per run (transaction ids handed out: PostgreSQL gives one only to a "
             "transaction that writes, so this is the commits that reach the WAL, the nodes' "
-            "lease renewals included) and the statements "
-            "the nodes send per run (pg_stat_statements: every statement is one round trip; a "
-            "prepared BEGIN or COMMIT is not counted there, the commits column has them). "
-            "PostgreSQL runs with fsync on.")
+            "lease renewals included), the statements "
+            "the nodes send per run (pg_stat_statements; a prepared BEGIN or COMMIT is not "
+            "counted there, the commits column has them) and the round trips they take (the "
+            "nodes' own count, ephemeral_store_round_trips_total in /metrics: a step's statements "
+            "go in one, pipelined). PostgreSQL runs with fsync on.")
     rep.add()
     rep.table(["nodes", "runs", "runs/s", "median ms", "p90", "nodes' CPU ms/run",
                "database CPU ms/run", "commits/run", "write transactions/run", "statements/run",
-               "outcomes"], rows)
+               "round trips/run", "outcomes"], rows)
     if kinds:
         rep.add("On one node, the most frequent statements (each a round trip), calls per run:")
         rep.add()
@@ -1282,7 +1303,7 @@ def bench_pg(ctx, rep):
         if last["db_cpu_ms"] > 0:
             per_core = 1000 / last["db_cpu_ms"]
             rep.add(f"Estimate: {last['db_cpu_ms']:.2f} ms of database CPU and "
-                    f"{last['statements_per_run']:.0f} round trips per run (measured above, "
+                    f"{last['round_trips_per_run']:.0f} round trips per run (measured above, "
                     f"CPU in clock ticks, so coarse on few runs): one database core serves about "
                     f"{per_core:.0f} runs/s, a 16-core database about {16 * per_core:.0f} runs/s "
                     "if the CPU is the limit (commits are batched by PostgreSQL's group commit, "
@@ -1959,7 +1980,48 @@ def bench_live(ctx, rep):
                 fmt(b["median"]), fmt(b["p90"]), fmt(b["p99"]), "1.00×"]])
     rep.add(f"{events} `shell.output` events for {a['n']} lines.")
     rep.add()
-    return {"line_ms": a, "exit_ms": b}
+    cpu = live_cpu(ctx, rep)
+    return {"line_ms": a, "exit_ms": b, "cpu": cpu}
+
+
+def live_cpu(ctx, rep):
+    """The seed example's server CPU per run with live output on (the default) and off
+    (sandbox.live_output_bytes 0): two servers, rounds of runs at concurrency 1, alternately."""
+    with open(os.path.join(ROOT, "examples/sandbox-proof/request.json"), "rb") as f:
+        body = f.read()
+    off_cfg = os.path.join(TMP, "live-off.json")
+    with open(off_cfg, "w") as f:
+        json.dump({"sandbox": {"live_output_bytes": 0}}, f)
+    servers = {"on": Server(ctx, "live-on"), "off": Server(ctx, "live-off", config=off_cfg)}
+    per_run = {k: [] for k in servers}
+    try:
+        for srv in servers.values():
+            drive(srv, body, 4, 1)  # warm-up
+        rounds, n = ctx["n"](LIVE_CPU_ROUNDS), ctx["n"](LIVE_CPU_RUNS)
+        log(f"live: {rounds} rounds of {n} seed runs, live output on and off alternately")
+        stop = time.monotonic() + PHASE_CAP_S
+        for i in range(rounds):
+            if time.monotonic() > stop:
+                break
+            for k in (("on", "off") if i % 2 == 0 else ("off", "on")):
+                c0 = servers[k].cpu_s()[0]
+                _, lat, _ = drive(servers[k], body, n, 1)
+                per_run[k].append((servers[k].cpu_s()[0] - c0) * 1000 / max(1, len(lat)))
+    finally:
+        for srv in servers.values():
+            srv.stop()
+    on, off = summary(per_run["on"]), summary(per_run["off"])
+    rep.add(f"Live output's cost: the seed example (four short commands, each with output) on two "
+            f"servers, one with live output (the default) and one without "
+            f"(`sandbox.live_output_bytes` 0), {on['n']} rounds of {ctx['n'](LIVE_CPU_RUNS)} runs "
+            "at concurrency 1, alternately; the server's own CPU (utime+stime) per run, median "
+            "of the rounds. Goal: at most 5 % more with it on (ratio ≤ 1.05×).")
+    rep.add()
+    rep.table(["server", "rounds", "CPU ms/run, median", "p90", "ratio"],
+              [["**live output on** (default)", str(on["n"]), fmt(on["median"]), fmt(on["p90"]),
+                ratio(on["median"], off["median"])],
+               ["live output off", str(off["n"]), fmt(off["median"]), fmt(off["p90"]), "1.00×"]])
+    return {"on": on, "off": off}
 
 
 # ---- main --------------------------------------------------------------------------------------

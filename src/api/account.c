@@ -175,6 +175,13 @@ int eph_api_metrics(struct eph_api_req *req)
                              eph_api_parked_count(req->parker), eph_drives_count(req->svc->drives),
                              eph_api_forwarded_count(req->forwarder), launcher_pid ? 1 : 0,
                              launcher_clones);
+    if (!rc && strcmp(svc->store->ops->name, "postgres") == 0)
+        rc = eph_buf_appendf(&b,
+                             "# HELP ephemeral_store_round_trips_total Round trips this node made "
+                             "to PostgreSQL (a statement, a prepare, a batch of a step).\n"
+                             "# TYPE ephemeral_store_round_trips_total counter\n"
+                             "ephemeral_store_round_trips_total %lu\n",
+                             eph_store_postgres_round_trips(svc->store));
     if (!rc)
         rc = eph_metrics_render(&b);
     if (rc) {

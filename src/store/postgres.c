@@ -162,35 +162,53 @@ static int pg_err(struct pg_conn *c, PGresult *r, const char *what)
 /* Runs a prepared statement (preparing it on first use on this connection). *out gets the result
  * of a statement that returns rows (the caller clears it); NULL out: none expected. *changed gets
  * the number of rows affected when not NULL. */
-int pg_exec(struct pg_store *s, struct pg_conn *c, const char *sql, struct params *p,
-            PGresult **out, unsigned long *changed, const char *what)
+/* The name of sql's prepared statement on c, preparing it on first use (*cached false: the cache
+ * is full, run it unprepared). */
+static void count_round_trip(struct pg_store *s)
 {
-    char name[16];
+    pthread_mutex_lock(&s->lock);
+    s->round_trips++;
+    pthread_mutex_unlock(&s->lock);
+}
+
+static int stmt_name(struct pg_store *s, struct pg_conn *c, const char *sql, char name[16],
+                     bool *cached, const char *what)
+{
     unsigned i;
     for (i = 0; i < c->nprepared; i++)
         if (c->prepared[i] == sql)
             break;
-    bool cached = i < c->nprepared;
-    if (!cached && c->nprepared < STMT_CACHE) {
-        snprintf(name, sizeof(name), "s%u", c->nprepared);
+    *cached = i < c->nprepared;
+    if (!*cached && c->nprepared < STMT_CACHE) {
+        snprintf(name, 16, "s%u", c->nprepared);
         PGresult *r = PQprepare(c->c, name, sql, 0, NULL);
+        count_round_trip(s);
         int rc = PQresultStatus(r) == PGRES_COMMAND_OK ? 0 : pg_err(c, r, what);
         PQclear(r);
         if (rc)
             return rc;
         c->prepared[c->nprepared++] = sql;
-        cached = true;
+        *cached = true;
     } else {
-        snprintf(name, sizeof(name), "s%u", i);
+        snprintf(name, 16, "s%u", i);
     }
+    return 0;
+}
+
+int pg_exec(struct pg_store *s, struct pg_conn *c, const char *sql, struct params *p,
+            PGresult **out, unsigned long *changed, const char *what)
+{
+    char name[16];
+    bool cached;
+    int prc = stmt_name(s, c, sql, name, &cached, what);
+    if (prc)
+        return prc;
     int n = p ? p->n : 0;
     PGresult *r = cached ? PQexecPrepared(c->c, name, n, p ? p->v : NULL, p ? p->len : NULL,
                                           p ? p->fmt : NULL, 0)
                          : PQexecParams(c->c, sql, n, NULL, p ? p->v : NULL, p ? p->len : NULL,
                                         p ? p->fmt : NULL, 0);
-    pthread_mutex_lock(&s->lock);
-    s->round_trips++;
-    pthread_mutex_unlock(&s->lock);
+    count_round_trip(s);
     ExecStatusType st = PQresultStatus(r);
     if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) {
         int rc = pg_err(c, r, what);
@@ -206,6 +224,73 @@ int pg_exec(struct pg_store *s, struct pg_conn *c, const char *sql, struct param
     else
         PQclear(r);
     return 0;
+}
+
+/* The results of a batch, in order: the first failure is the batch's (a guard's division by zero
+ * its errno), every one is read whatever happens, then the sync's. */
+static int batch_results(struct pg_conn *c, const struct pg_batch *b, size_t sent)
+{
+    int rc = 0;
+    for (size_t i = 0; i < sent && conn_ok(c); i++) {
+        PGresult *r;
+        while ((r = PQgetResult(c->c))) {
+            ExecStatusType st = PQresultStatus(r);
+            if (!rc && st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) {
+                const char *state = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+                if (b->v[i].guard && state && strcmp(state, "22012") == 0)
+                    rc = b->v[i].guard;
+                else
+                    rc = pg_err(c, r, b->v[i].what);
+            }
+            PQclear(r);
+        }
+    }
+    PGresult *r = conn_ok(c) ? PQgetResult(c->c) : NULL;
+    if (PQresultStatus(r) != PGRES_PIPELINE_SYNC && !rc)
+        rc = r ? pg_err(c, r, "batch") : -ENOTCONN;
+    PQclear(r);
+    return rc;
+}
+
+int pg_batch_run(struct pg_store *s, struct pg_conn *c, const struct pg_batch *b)
+{
+    char names[PG_BATCH_MAX][16];
+    bool cached[PG_BATCH_MAX];
+    for (size_t i = 0; i < b->n; i++) {
+        int rc = stmt_name(s, c, b->v[i].sql, names[i], &cached[i], b->v[i].what);
+        if (rc)
+            return rc;
+    }
+    if (PQenterPipelineMode(c->c) != 1)
+        return pg_err(c, NULL, "batch");
+    int rc = 0;
+    size_t sent = 0;
+    for (; sent < b->n; sent++) {
+        const struct params *p = &b->v[sent].p;
+        int ok = cached[sent]
+                     ? PQsendQueryPrepared(c->c, names[sent], p->n, p->v, p->len, p->fmt, 0)
+                     : PQsendQueryParams(c->c, b->v[sent].sql, p->n, NULL, p->v, p->len, p->fmt, 0);
+        if (!ok) {
+            rc = pg_err(c, NULL, b->v[sent].what);
+            break;
+        }
+    }
+    /* The sync ends the implicit transaction: committed, or rolled back at the first error. */
+    if (PQpipelineSync(c->c) != 1 && !rc)
+        rc = pg_err(c, NULL, "batch");
+    count_round_trip(s);
+    int rrc = batch_results(c, b, sent);
+    if (!rc)
+        rc = rrc;
+    if (PQexitPipelineMode(c->c) != 1) {
+        /* Results left unread (a broken exchange): the connection cannot serve a plain query
+         * again. Dropped; the next user reconnects. */
+        PQfinish(c->c);
+        c->c = NULL;
+        if (!rc)
+            rc = -ENOTCONN;
+    }
+    return rc;
 }
 
 static int pg_exec_simple(struct pg_store *s, struct pg_conn *c, const char *sql, const char *what)

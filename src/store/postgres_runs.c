@@ -271,9 +271,13 @@ int pg_runs_in_state(struct eph_store *base, enum eph_run_status state, eph_run_
     return rc;
 }
 
-static const char run_state_sql[] =
-    "UPDATE runs SET status = $1, started_at = $2, sandbox_backend = $3, vcpus = $4, "
-    "memory_mib = $5 WHERE id = $6 AND status IN ('queued', 'starting', 'running')";
+#define RUN_STATE_UPDATE                                                                           \
+    "UPDATE runs SET status = $1, started_at = $2, sandbox_backend = $3, vcpus = $4, "             \
+    "memory_mib = $5 WHERE id = $6 AND status IN ('queued', 'starting', 'running')"
+static const char run_state_sql[] = RUN_STATE_UPDATE;
+/* In a batch: fails it (division by zero) when the run has ended (-EALREADY). */
+static const char run_state_guard_sql[] =
+    "WITH u AS (" RUN_STATE_UPDATE " RETURNING 1) SELECT 1 / COUNT(*) FROM u";
 
 static void p_run_state(struct params *p, const struct eph_run *r)
 {
@@ -507,6 +511,18 @@ int pg_purge_logs(struct eph_store *base, int64_t now_ms, unsigned *purged)
 
 /* ---- events ---- */
 
+/* The append of one event behind its run's fence, and the notification of it (riding the same
+ * transaction: listeners hear of it when it is committed), as CTEs; "notified" has a row when the
+ * event was appended. */
+#define EVENT_APPEND_CTE                                                                           \
+    "WITH live AS (SELECT id FROM runs WHERE id = $1 AND status IN ('queued', 'starting', "        \
+    "'running') FOR SHARE), ins AS (INSERT INTO events (run_id, seq, t_ms, at_ms, source, type, "  \
+    "message, data, wire) SELECT id, $2::bigint, $3::bigint, $4::bigint, $5::text, $6::text, "     \
+    "$7::text, $8::text, $9::text FROM live RETURNING run_id, seq, type), notified AS (SELECT "    \
+    "pg_notify('eph_events', run_id || ' ' || seq || ' ' || type) FROM ins)"
+/* In a batch: fails it (division by zero) when fenced off (-ESTALE). */
+static const char event_guard_sql[] = EVENT_APPEND_CTE " SELECT 1 / COUNT(*) FROM notified";
+
 /* The fence of a run's events (docs/STORE.md, "Fencing"): an event is appended only while its run
  * is unfinished, under a share lock on the run's row, so that a node whose run another node
  * settled as lost (it was paused or cut off past its lease) cannot add to the closed timeline: the
@@ -518,14 +534,7 @@ static int event_append_once(struct pg_store *s, struct pg_conn *c, const char *
     p_event(&p, run_id, e);
     PGresult *r = NULL;
     int rc =
-        pg_exec(s, c,
-                "WITH live AS (SELECT id FROM runs WHERE id = $1 AND status IN ('queued', "
-                "'starting', 'running') FOR SHARE), ins AS (INSERT INTO events (run_id, seq, "
-                "t_ms, at_ms, source, type, message, data, wire) SELECT id, $2::bigint, "
-                "$3::bigint, $4::bigint, $5::text, $6::text, $7::text, $8::text, $9::text FROM "
-                "live RETURNING run_id, seq, type) SELECT pg_notify('eph_events', run_id || ' ' "
-                "|| seq || ' ' || type) FROM ins",
-                &p, &r, NULL, "event append");
+        pg_exec(s, c, EVENT_APPEND_CTE " SELECT 1 FROM notified", &p, &r, NULL, "event append");
     p_free(&p);
     if (!rc && PQntuples(r) == 0)
         rc = -ESTALE;
@@ -533,32 +542,44 @@ static int event_append_once(struct pg_store *s, struct pg_conn *c, const char *
     return rc;
 }
 
-/* One step in one transaction: one commit where the state, the progress and each event were one
- * each. A first event already there on a retry means the first attempt's commit went through. */
+/* One step in one transaction and one round trip (a batch: docs/STORE.md, "A step, one round
+ * trip"): its state or progress and its events, where BEGIN, each statement and COMMIT were one
+ * round trip each. All or nothing: the run ended (-EALREADY, a state change) or fenced off
+ * (-ESTALE) writes none of it. A first event already there on a retry means the first attempt's
+ * commit went through (-EEXIST, which pg_run_step takes as done). */
 static int run_step_once(struct pg_store *s, struct pg_conn *c, const struct eph_run *r,
                          unsigned what, const struct eph_event *events, size_t n)
 {
-    int rc = pg_begin(s, c);
-    if (rc)
-        return rc;
-    unsigned long changed = 0;
-    struct params p = {0};
+    struct pg_batch *b = calloc(1, sizeof(*b));
+    if (!b)
+        return -ENOMEM;
+    int rc = 0;
     if (what & EPH_STEP_STATE) {
-        p_run_state(&p, r);
-        rc = pg_changed_once(s, c, run_state_sql, &p, &changed, "run update");
-        if (!rc && !changed)
-            rc = -EALREADY;
+        b->v[b->n].sql = run_state_guard_sql;
+        b->v[b->n].what = "run update";
+        b->v[b->n].guard = -EALREADY;
+        p_run_state(&b->v[b->n++].p, r);
     }
-    if (!rc && (what & EPH_STEP_PROGRESS)) {
-        p = (struct params){0};
-        p_run_progress(&p, r);
-        rc = pg_changed_once(s, c, run_progress_sql, &p, &changed, "run progress");
+    if (what & EPH_STEP_PROGRESS) {
+        b->v[b->n].sql = run_progress_sql;
+        b->v[b->n].what = "run progress";
+        p_run_progress(&b->v[b->n++].p, r);
     }
-    for (size_t i = 0; !rc && i < n; i++)
-        rc = event_append_once(s, c, r->id, &events[i]);
+    for (size_t i = 0; i < n && !rc; i++) {
+        if (b->n == PG_BATCH_MAX) {
+            rc = -E2BIG;
+            break;
+        }
+        b->v[b->n].sql = event_guard_sql;
+        b->v[b->n].what = "event append";
+        b->v[b->n].guard = -ESTALE;
+        p_event(&b->v[b->n++].p, r->id, &events[i]);
+    }
     if (!rc)
-        return pg_commit(s, c);
-    pg_rollback(c);
+        rc = b->n ? pg_batch_run(s, c, b) : 0;
+    for (size_t i = 0; i < b->n; i++)
+        p_free(&b->v[i].p);
+    free(b);
     return rc;
 }
 

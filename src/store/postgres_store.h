@@ -47,7 +47,7 @@ struct pg_store {
     unsigned n;
     unsigned urgent_waiting;   /* under lock: lease keeper calls waiting for a connection */
     unsigned ordinary_waiting; /* under lock: other calls waiting for one */
-    unsigned long round_trips; /* under lock: statements sent (bench) */
+    unsigned long round_trips; /* under lock: round trips (a statement, a prepare, a batch) */
     /* An outage is logged once, not once per operation and retry: set when it is said, cleared
      * when a connection is made again. */
     atomic_bool outage_said;
@@ -115,6 +115,22 @@ void pg_pool_put(struct pg_store *s, struct pg_conn *c);
 int pg_exec(struct pg_store *s, struct pg_conn *c, const char *sql, struct params *p,
             PGresult **out, unsigned long *changed, const char *what);
 int pg_begin(struct pg_store *s, struct pg_conn *c);
+/* A batch (docs/STORE.md, "A step, one round trip"): statements sent at once in libpq's pipeline
+ * mode and read back together, one round trip and one implicit transaction: all of them are
+ * committed or none (the first error rolls the rest back). A statement whose guard is set
+ * divides by the count of what it did ("SELECT 1 / COUNT(*) ..."): when it did nothing, the
+ * division fails the batch and pg_batch_run returns that guard (an errno) instead. */
+#define PG_BATCH_MAX 12
+struct pg_batch {
+    struct {
+        const char *sql; /* a constant: prepared once per connection by its address */
+        struct params p;
+        const char *what;
+        int guard; /* 0, or the negative errno its division by zero means */
+    } v[PG_BATCH_MAX];
+    size_t n;
+};
+int pg_batch_run(struct pg_store *s, struct pg_conn *c, const struct pg_batch *b);
 int pg_commit(struct pg_store *s, struct pg_conn *c);
 void pg_rollback(struct pg_conn *c);
 bool pg_retry_wait(struct pg_store *s, unsigned attempt);

@@ -428,7 +428,8 @@ bool eph_store_target_is_postgres(const char *target);
 /* The store's part of a health report (/healthz): 0 when the database answers now, else a
  * negative errno and a short reason (no credentials, no host details). */
 int eph_store_health(struct eph_store *s, char *reason, size_t len);
-/* Statements sent to PostgreSQL since open (the bench's round trips per run). */
+/* Round trips to PostgreSQL since open, the listener's aside: each statement, each prepare, each
+ * batch (/metrics: ephemeral_store_round_trips_total; the bench's round trips per run). */
 unsigned long eph_store_postgres_round_trips(struct eph_store *s);
 /* The TCP addresses of the PostgreSQL servers a target names (host or hostaddr, each with its
  * port, PGHOST and PGPORT when the target has none, 5432 by default), resolved now: at most max

@@ -583,6 +583,17 @@ static void test_run_step(void **state)
     make_event(&e[0], 5, NULL);
     assert_int_equal(st->ops->run_step(st, &r, EPH_STEP_STATE, e, 1), -EALREADY);
     eph_event_release(&e[0]);
+    /* On a shared store, a progress step with its event after the end is fenced off (another
+     * node settled the run): nothing of it kept (docs/STORE.md, "Fencing"). */
+    if (st->ops->shared) {
+        r.usage.model_calls = 9;
+        make_event(&e[0], 5, NULL);
+        assert_int_equal(st->ops->run_step(st, &r, EPH_STEP_PROGRESS, e, 1), -ESTALE);
+        eph_event_release(&e[0]);
+        assert_int_equal(st->ops->run_get(st, r.id, NULL, &got), 0);
+        assert_int_equal(got.usage.model_calls, 2);
+        eph_run_release(&got);
+    }
     l = (struct listed){0};
     assert_int_equal(st->ops->events_list(st, r.id, 0, 0, list_cb, &l), 0);
     assert_int_equal(l.n, 4);
