@@ -293,6 +293,25 @@ int pg_batch_run(struct pg_store *s, struct pg_conn *c, const struct pg_batch *b
     return rc;
 }
 
+struct params *pg_batch_add(struct pg_batch *b, const char *sql, const char *what, int guard)
+{
+    if (b->n == PG_BATCH_MAX)
+        return NULL;
+    b->v[b->n].sql = sql;
+    b->v[b->n].what = what;
+    b->v[b->n].guard = guard;
+    return &b->v[b->n++].p;
+}
+
+void pg_batch_free(struct pg_batch *b)
+{
+    if (!b)
+        return;
+    for (size_t i = 0; i < b->n; i++)
+        p_free(&b->v[i].p);
+    free(b);
+}
+
 static int pg_exec_simple(struct pg_store *s, struct pg_conn *c, const char *sql, const char *what)
 {
     return pg_exec(s, c, sql, NULL, NULL, NULL, what);

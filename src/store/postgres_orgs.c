@@ -68,6 +68,39 @@ int pg_insert_ledger(struct pg_store *s, struct pg_conn *c, const char *org_id, 
                    &q, NULL, NULL, "ledger insert");
 }
 
+/* The running totals of a run's entry (no credit: no overflow to check), and the entry. */
+static const char org_move_sql[] =
+    "WITH u AS (UPDATE orgs SET balance_micros = balance_micros + $1::bigint, reserved_micros = "
+    "reserved_micros + $2::bigint WHERE id = $3 RETURNING 1) SELECT 1 / COUNT(*) FROM u";
+static const char ledger_insert_sql[] =
+    "INSERT INTO ledger (org_id, run_id, kind, micros, created_at) VALUES ($1, $2, $3, $4, $5)";
+
+int pg_batch_ledger(struct pg_batch *b, const char *org_id, const char *run_id, const char *kind,
+                    int64_t micros, int64_t now)
+{
+    int64_t dres = -micros, dbal = 0;
+    if (strcmp(kind, "reserve") == 0)
+        dres = micros;
+    else if (strcmp(kind, "charge") == 0)
+        dbal = -micros;
+    else if (strcmp(kind, "release") != 0)
+        return -EINVAL;
+    struct params *p = pg_batch_add(b, org_move_sql, "balance update", -ENOENT);
+    if (!p)
+        return -E2BIG;
+    p_i64(p, dbal);
+    p_i64(p, dres);
+    p_text(p, org_id);
+    if (!(p = pg_batch_add(b, ledger_insert_sql, "ledger insert", 0)))
+        return -E2BIG;
+    p_text(p, org_id);
+    p_text(p, run_id);
+    p_text(p, kind);
+    p_i64(p, micros);
+    p_i64(p, now);
+    return 0;
+}
+
 static int org_find_once(struct pg_store *s, struct pg_conn *c, const char *name, char *org_id,
                          size_t idlen)
 {

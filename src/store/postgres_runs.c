@@ -68,90 +68,102 @@ static void p_event(struct params *p, const char *run_id, const struct eph_event
     p_text(p, e->wire);
 }
 
-static int pg_event_insert(struct pg_store *s, struct pg_conn *c, const char *run_id,
-                           const struct eph_event *e)
+/* An event inserted with its notification riding the same transaction: listeners hear of the
+ * event when it is committed, never before. The payload is the run id and the seq, never the
+ * content. (Unfenced: the run's own create and settlement, which hold its row.) */
+static const char event_insert_sql[] =
+    "WITH ins AS (INSERT INTO events (run_id, seq, t_ms, at_ms, source, type, message, data, "
+    "wire) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING run_id, seq, type) SELECT "
+    "pg_notify('eph_events', run_id || ' ' || seq || ' ' || type) FROM ins";
+
+static int batch_event(struct pg_batch *b, const char *sql, int guard, const char *run_id,
+                       const struct eph_event *e)
 {
-    struct params p = {0};
-    p_event(&p, run_id, e);
-    /* The notification rides the same transaction: listeners hear of the event when it is
-     * committed, never before. The payload is the run id and the seq, never the content. */
-    int rc = pg_exec(
-        s, c,
-        "WITH ins AS (INSERT INTO events (run_id, seq, t_ms, at_ms, source, type, "
-        "message, data, wire) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING run_id, seq, "
-        "type) SELECT pg_notify('eph_events', run_id || ' ' || seq || ' ' || type) "
-        "FROM ins",
-        &p, NULL, NULL, "event insert");
-    p_free(&p);
-    return rc;
+    struct params *p = pg_batch_add(b, sql, "event insert", guard);
+    if (!p)
+        return -E2BIG;
+    p_event(p, run_id, e);
+    return 0;
+}
+
+/* The create, in one round trip (a batch: docs/STORE.md, "The create and the settlement, one
+ * round trip each"). The org's row is locked by the first statement, so the org's reservations
+ * are serialised on every node, and each statement after it reads what the others committed
+ * before the lock was granted: the queue cap (-EAGAIN), the balance (-EDQUOT), then the run, its
+ * reservation, its first event and the nodes' notification. The lock is held until the batch's
+ * end, with no round trip to the client in between. */
+static const char org_lock_sql[] =
+    "SELECT 1 / COUNT(*) FROM (SELECT id FROM orgs WHERE id = $1 FOR UPDATE) o";
+static const char queue_cap_sql[] = "SELECT 1 / (COUNT(*) < $2::bigint)::int FROM runs WHERE "
+                                    "org_id = $1 AND status = 'queued'";
+static const char balance_check_sql[] =
+    "SELECT 1 / (balance_micros - reserved_micros >= $2::bigint)::int FROM orgs WHERE id = $1";
+static const char run_insert_sql[] =
+    "INSERT INTO runs (id, org_id, status, model, prompt, files, connections, "
+    "metadata, shell, web, zdr, timeout_seconds, created_at, reserved_micros, node_id, "
+    "lease_expires_at, web_allow, replay_of, image, image_digest, outputs, kind, "
+    "idle_timeout_seconds) "
+    "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, "
+    "$17, $18, $19, $20, $21, $22, $23)";
+static const char queued_notify_sql[] = "SELECT pg_notify('eph_queued', $1)";
+
+static void p_run_insert(struct params *p, const struct eph_run *r)
+{
+    p_text(p, r->id);
+    p_text(p, r->org_id);
+    p_text(p, eph_run_status_name(r->status));
+    p_text(p, r->model);
+    p_text(p, r->prompt);
+    p_json(p, r->files, NULL);
+    p_json(p, r->connections, "[]");
+    p_json(p, r->metadata, "{}");
+    p_i64(p, r->shell);
+    p_i64(p, r->web);
+    p_i64(p, r->zdr);
+    p_i64(p, r->timeout_seconds);
+    p_i64(p, r->created_at_ms);
+    p_i64(p, r->cost.reserved_micros);
+    p_text(p, r->node_id[0] ? r->node_id : NULL);
+    p_ms(p, r->lease_expires_at_ms);
+    p_json(p, r->web_allow, NULL);
+    p_text(p, r->replay_of);
+    p_text(p, r->image[0] ? r->image : "default");
+    p_text(p, r->image_digest[0] ? r->image_digest : NULL);
+    p_json(p, r->outputs, NULL);
+    p_text(p, eph_run_kind_name(r->kind));
+    p_i64(p, r->idle_timeout_seconds);
 }
 
 static int run_insert_once(struct pg_store *s, struct pg_conn *c, const struct eph_run *r,
                            const struct eph_event *first, unsigned max_queued)
 {
-    int rc = pg_begin(s, c);
-    if (rc)
-        return rc;
-    /* The org's row lock serialises every reservation of the org, on every node. */
-    struct eph_balance b;
-    if ((rc = pg_balance_once(s, c, r->org_id, &b, true)))
-        return rc;
+    struct pg_batch *b = calloc(1, sizeof(*b));
+    if (!b)
+        return -ENOMEM;
+    struct params *p = pg_batch_add(b, org_lock_sql, "balance", -ENOENT);
+    p_text(p, r->org_id);
     if (max_queued) {
-        unsigned queued = 0;
-        if ((rc = count_queued_once(s, c, r->org_id, &queued)))
-            return rc;
-        if (queued >= max_queued)
-            return -EAGAIN;
+        p = pg_batch_add(b, queue_cap_sql, "count queued", -EAGAIN);
+        p_text(p, r->org_id);
+        p_i64(p, max_queued);
     }
-    if (b.available_micros < r->cost.reserved_micros)
-        return -EDQUOT;
-    struct params p = {0};
-    p_text(&p, r->id);
-    p_text(&p, r->org_id);
-    p_text(&p, eph_run_status_name(r->status));
-    p_text(&p, r->model);
-    p_text(&p, r->prompt);
-    p_json(&p, r->files, NULL);
-    p_json(&p, r->connections, "[]");
-    p_json(&p, r->metadata, "{}");
-    p_i64(&p, r->shell);
-    p_i64(&p, r->web);
-    p_i64(&p, r->zdr);
-    p_i64(&p, r->timeout_seconds);
-    p_i64(&p, r->created_at_ms);
-    p_i64(&p, r->cost.reserved_micros);
-    p_text(&p, r->node_id[0] ? r->node_id : NULL);
-    p_ms(&p, r->lease_expires_at_ms);
-    p_json(&p, r->web_allow, NULL);
-    p_text(&p, r->replay_of);
-    p_text(&p, r->image[0] ? r->image : "default");
-    p_text(&p, r->image_digest[0] ? r->image_digest : NULL);
-    p_json(&p, r->outputs, NULL);
-    p_text(&p, eph_run_kind_name(r->kind));
-    p_i64(&p, r->idle_timeout_seconds);
-    rc =
-        pg_exec(s, c,
-                "INSERT INTO runs (id, org_id, status, model, prompt, files, connections, "
-                "metadata, shell, web, zdr, timeout_seconds, created_at, reserved_micros, node_id, "
-                "lease_expires_at, web_allow, replay_of, image, image_digest, outputs, kind, "
-                "idle_timeout_seconds) "
-                "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, "
-                "$17, $18, $19, $20, $21, $22, $23)",
-                &p, NULL, NULL, "run insert");
-    p_free(&p);
-    if (rc)
-        return rc;
-    if ((rc = pg_insert_ledger(s, c, r->org_id, r->id, "reserve", r->cost.reserved_micros,
-                               r->created_at_ms)))
-        return rc;
-    if (first && (rc = pg_event_insert(s, c, r->id, first)))
-        return rc;
+    p = pg_batch_add(b, balance_check_sql, "balance", -EDQUOT);
+    p_text(p, r->org_id);
+    p_i64(p, r->cost.reserved_micros);
+    p_run_insert(pg_batch_add(b, run_insert_sql, "run insert", 0), r);
+    int rc =
+        pg_batch_ledger(b, r->org_id, r->id, "reserve", r->cost.reserved_micros, r->created_at_ms);
+    if (!rc && first)
+        rc = batch_event(b, event_insert_sql, 0, r->id, first);
     /* Nodes waiting for work hear of it. */
-    struct params q = {0};
-    p_text(&q, r->id);
-    if ((rc = pg_exec(s, c, "SELECT pg_notify('eph_queued', $1)", &q, NULL, NULL, "notify")))
-        return rc;
-    return pg_commit(s, c);
+    if (!rc && (p = pg_batch_add(b, queued_notify_sql, "notify", 0)))
+        p_text(p, r->id);
+    else if (!rc)
+        rc = -E2BIG;
+    if (!rc)
+        rc = pg_batch_run(s, c, b);
+    pg_batch_free(b);
+    return rc;
 }
 
 int pg_run_insert_capped(struct eph_store *base, const struct eph_run *r,
@@ -334,56 +346,63 @@ int pg_run_progress(struct eph_store *base, const struct eph_run *r)
     return WITH_CONN(s, pg_changed_once(s, c, run_progress_sql, &p, &n, "run progress"));
 }
 
+/* The settlement, in one round trip (a batch, as the create): the run's final state (-EALREADY,
+ * and nothing written, when it has ended already or its lease is still alive where the caller
+ * said it must have expired), its charge and release in the ledger and the org's totals, its
+ * closing events and the webhook deliveries they queue. */
+static const char run_finish_sql[] =
+    "WITH u AS (UPDATE runs SET status = $1, finished_at = $2, result = $3, error_type = $4, "
+    "error_code = $5, error_message = $6, model_calls = $7, input_tokens = $8, "
+    "output_tokens = $9, shell_commands = $10, web_requests = $11, "
+    "connection_requests = $12, model_micros = $13, web_micros = $14, "
+    "compute_micros = $15, charged_micros = $16, released_micros = $17, "
+    "log_expires_at = $18, started_at = COALESCE(started_at, $19), "
+    "sandbox_backend = COALESCE($20, sandbox_backend), divergences = $23, "
+    "model_attempts = $24 "
+    "WHERE id = $21 AND status IN ('queued', 'starting', 'running') "
+    "AND ($22::bigint = 0 OR lease_expires_at < $22::bigint) RETURNING 1) "
+    "SELECT 1 / COUNT(*) FROM u";
+
 static int run_finish_once(struct pg_store *s, struct pg_conn *c, const struct eph_run_final *f)
 {
     const struct eph_run *r = f->run;
-    int rc = pg_begin(s, c);
-    if (rc)
-        return rc;
-    struct params p = {0};
-    p_text(&p, eph_run_status_name(r->status));
-    p_i64(&p, r->finished_at_ms);
-    p_text(&p, r->zdr ? NULL : r->result);
-    p_text(&p, r->error_type);
-    p_text(&p, r->error_code);
-    p_text(&p, r->error_message);
-    p_usage_cost(&p, r);
-    p_i64(&p, r->cost.charged_micros);
-    p_i64(&p, r->cost.released_micros);
-    p_ms(&p, r->log_expires_at_ms);
-    p_ms(&p, r->started_at_ms);
-    p_text(&p, r->sandbox_backend);
-    p_text(&p, r->id);
-    p_i64(&p, f->lease_expired_before_ms);
-    p_i64(&p, (int64_t)r->divergences);
-    p_i64(&p, (int64_t)r->usage.model_attempts);
-    unsigned long n = 0;
-    if ((rc =
-             pg_exec(s, c,
-                     "UPDATE runs SET status = $1, finished_at = $2, result = $3, error_type = $4, "
-                     "error_code = $5, error_message = $6, model_calls = $7, input_tokens = $8, "
-                     "output_tokens = $9, shell_commands = $10, web_requests = $11, "
-                     "connection_requests = $12, model_micros = $13, web_micros = $14, "
-                     "compute_micros = $15, charged_micros = $16, released_micros = $17, "
-                     "log_expires_at = $18, started_at = COALESCE(started_at, $19), "
-                     "sandbox_backend = COALESCE($20, sandbox_backend), divergences = $23, "
-                     "model_attempts = $24 "
-                     "WHERE id = $21 AND status IN ('queued', 'starting', 'running') "
-                     "AND ($22::bigint = 0 OR lease_expires_at < $22::bigint)",
-                     &p, NULL, &n, "run finish")))
-        return rc;
-    if (n == 0)
-        return -EALREADY;
+    struct pg_batch *b = calloc(1, sizeof(*b));
+    if (!b)
+        return -ENOMEM;
+    struct params *p = pg_batch_add(b, run_finish_sql, "run finish", -EALREADY);
+    p_text(p, eph_run_status_name(r->status));
+    p_i64(p, r->finished_at_ms);
+    p_text(p, r->zdr ? NULL : r->result);
+    p_text(p, r->error_type);
+    p_text(p, r->error_code);
+    p_text(p, r->error_message);
+    p_usage_cost(p, r);
+    p_i64(p, r->cost.charged_micros);
+    p_i64(p, r->cost.released_micros);
+    p_ms(p, r->log_expires_at_ms);
+    p_ms(p, r->started_at_ms);
+    p_text(p, r->sandbox_backend);
+    p_text(p, r->id);
+    p_i64(p, f->lease_expired_before_ms);
+    p_i64(p, (int64_t)r->divergences);
+    p_i64(p, (int64_t)r->usage.model_attempts);
     int64_t now = r->finished_at_ms;
-    if ((rc = pg_insert_ledger(s, c, r->org_id, r->id, "charge", r->cost.charged_micros, now)) ||
-        (rc = pg_insert_ledger(s, c, r->org_id, r->id, "release", r->cost.released_micros, now)))
-        return rc;
-    for (size_t i = 0; i < f->nevents; i++)
-        if ((rc = pg_event_insert(s, c, r->id, &f->events[i])))
-            return rc;
-    if (f->webhook && (rc = pg_webhook_enqueue(s, c, r->org_id, f->webhook)))
-        return rc;
-    return pg_commit(s, c);
+    int rc = pg_batch_ledger(b, r->org_id, r->id, "charge", r->cost.charged_micros, now);
+    if (!rc)
+        rc = pg_batch_ledger(b, r->org_id, r->id, "release", r->cost.released_micros, now);
+    for (size_t i = 0; !rc && i < f->nevents; i++)
+        rc = batch_event(b, event_insert_sql, 0, r->id, &f->events[i]);
+    if (!rc && f->webhook) {
+        p = pg_batch_add(b, pg_webhook_enqueue_sql, "webhook enqueue", 0);
+        if (p)
+            pg_webhook_enqueue_params(p, r->org_id, f->webhook);
+        else
+            rc = -E2BIG;
+    }
+    if (!rc)
+        rc = pg_batch_run(s, c, b);
+    pg_batch_free(b);
+    return rc;
 }
 
 int pg_run_finish(struct eph_store *base, const struct eph_run_final *f)
@@ -553,33 +572,16 @@ static int run_step_once(struct pg_store *s, struct pg_conn *c, const struct eph
     struct pg_batch *b = calloc(1, sizeof(*b));
     if (!b)
         return -ENOMEM;
+    if (what & EPH_STEP_STATE)
+        p_run_state(pg_batch_add(b, run_state_guard_sql, "run update", -EALREADY), r);
+    if (what & EPH_STEP_PROGRESS)
+        p_run_progress(pg_batch_add(b, run_progress_sql, "run progress", 0), r);
     int rc = 0;
-    if (what & EPH_STEP_STATE) {
-        b->v[b->n].sql = run_state_guard_sql;
-        b->v[b->n].what = "run update";
-        b->v[b->n].guard = -EALREADY;
-        p_run_state(&b->v[b->n++].p, r);
-    }
-    if (what & EPH_STEP_PROGRESS) {
-        b->v[b->n].sql = run_progress_sql;
-        b->v[b->n].what = "run progress";
-        p_run_progress(&b->v[b->n++].p, r);
-    }
-    for (size_t i = 0; i < n && !rc; i++) {
-        if (b->n == PG_BATCH_MAX) {
-            rc = -E2BIG;
-            break;
-        }
-        b->v[b->n].sql = event_guard_sql;
-        b->v[b->n].what = "event append";
-        b->v[b->n].guard = -ESTALE;
-        p_event(&b->v[b->n++].p, r->id, &events[i]);
-    }
-    if (!rc)
-        rc = b->n ? pg_batch_run(s, c, b) : 0;
-    for (size_t i = 0; i < b->n; i++)
-        p_free(&b->v[i].p);
-    free(b);
+    for (size_t i = 0; i < n && !rc; i++)
+        rc = batch_event(b, event_guard_sql, -ESTALE, r->id, &events[i]);
+    if (!rc && b->n)
+        rc = pg_batch_run(s, c, b);
+    pg_batch_free(b);
     return rc;
 }
 

@@ -120,7 +120,7 @@ int pg_begin(struct pg_store *s, struct pg_conn *c);
  * committed or none (the first error rolls the rest back). A statement whose guard is set
  * divides by the count of what it did ("SELECT 1 / COUNT(*) ..."): when it did nothing, the
  * division fails the batch and pg_batch_run returns that guard (an errno) instead. */
-#define PG_BATCH_MAX 12
+#define PG_BATCH_MAX 16
 struct pg_batch {
     struct {
         const char *sql; /* a constant: prepared once per connection by its address */
@@ -131,6 +131,15 @@ struct pg_batch {
     size_t n;
 };
 int pg_batch_run(struct pg_store *s, struct pg_conn *c, const struct pg_batch *b);
+/* The next statement of b, for its parameters; NULL when b is full (PG_BATCH_MAX). */
+struct params *pg_batch_add(struct pg_batch *b, const char *sql, const char *what, int guard);
+/* Frees what the parameters of b's statements own, and b (calloc'ed). */
+void pg_batch_free(struct pg_batch *b);
+/* A ledger entry of a run (reserve, charge or release: never a credit) and the org's running
+ * totals moved, as two statements of b (-ENOENT when the org is not there); -E2BIG when b is
+ * full. */
+int pg_batch_ledger(struct pg_batch *b, const char *org_id, const char *run_id, const char *kind,
+                    int64_t micros, int64_t now);
 int pg_commit(struct pg_store *s, struct pg_conn *c);
 void pg_rollback(struct pg_conn *c);
 bool pg_retry_wait(struct pg_store *s, unsigned attempt);
@@ -272,6 +281,10 @@ int pg_webhook_claim(struct eph_store *base, const char *node_id, int64_t now_ms
                      int64_t claim_until_ms, unsigned max, eph_delivery_cb cb, void *ctx);
 int pg_webhook_record(struct eph_store *base, const struct eph_webhook_attempt *a);
 /* Within run_finish's transaction on c. */
+/* The deliveries of a webhook event, as a statement of its own or of a batch (the settlement). */
+extern const char pg_webhook_enqueue_sql[];
+void pg_webhook_enqueue_params(struct params *p, const char *org_id,
+                               const struct eph_webhook_event *ev);
 int pg_webhook_enqueue(struct pg_store *s, struct pg_conn *c, const char *org_id,
                        const struct eph_webhook_event *ev);
 

@@ -313,19 +313,18 @@ int pg_webhook_record(struct eph_store *base, const struct eph_webhook_attempt *
     return rc ? rc : n ? 0 : -ESTALE;
 }
 
-int pg_webhook_enqueue(struct pg_store *s, struct pg_conn *c, const char *org_id,
-                       const struct eph_webhook_event *ev)
+const char pg_webhook_enqueue_sql[] =
+    "INSERT INTO webhook_deliveries (event_id, webhook_id, org_id, type, body, "
+    "state, attempts, created_at, next_attempt_at) SELECT $1, w.id, w.org_id, $2, "
+    "$3, 'pending', 0, $5, $5 FROM webhooks w WHERE w.org_id = $4 AND "
+    "NOT w.disabled AND jsonb_exists(w.events::jsonb, $2)";
+
+void pg_webhook_enqueue_params(struct params *p, const char *org_id,
+                               const struct eph_webhook_event *ev)
 {
-    struct params p = {0};
-    p_text(&p, ev->id);
-    p_text(&p, ev->type);
-    p_text(&p, ev->body);
-    p_text(&p, org_id);
-    p_i64(&p, ev->created_at_ms);
-    return pg_exec(s, c,
-                   "INSERT INTO webhook_deliveries (event_id, webhook_id, org_id, type, body, "
-                   "state, attempts, created_at, next_attempt_at) SELECT $1, w.id, w.org_id, $2, "
-                   "$3, 'pending', 0, $5, $5 FROM webhooks w WHERE w.org_id = $4 AND "
-                   "NOT w.disabled AND jsonb_exists(w.events::jsonb, $2)",
-                   &p, NULL, NULL, "webhook enqueue");
+    p_text(p, ev->id);
+    p_text(p, ev->type);
+    p_text(p, ev->body);
+    p_text(p, org_id);
+    p_i64(p, ev->created_at_ms);
 }

@@ -164,6 +164,66 @@ static void test_concurrent_reservations_never_overdraw(void **state)
     check_balance(f, 100000, 98000, 2000);
 }
 
+/* The per-org queue cap under concurrency: eight writers, 10 runs each, a cap of 5 queued runs and
+ * credit for all of them: exactly 5 are queued, the rest refused -EAGAIN with nothing reserved.
+ * Each check reads what the others committed before it (on PostgreSQL the org's row lock, taken
+ * first, orders them). An unknown org is -ENOENT, and the cap is looked at before the balance. */
+struct cap_racer {
+    struct store_fixture *f;
+    int ok, capped, other;
+};
+
+static void *cap_race(void *arg)
+{
+    struct cap_racer *rc = arg;
+    for (int i = 0; i < 10; i++) {
+        struct eph_run r;
+        make_run(&r, rc->f->org, 100);
+        int e = rc->f->st->ops->run_insert_capped(rc->f->st, &r, NULL, 5);
+        if (e == 0)
+            rc->ok++;
+        else if (e == -EAGAIN)
+            rc->capped++;
+        else
+            rc->other++;
+        eph_run_release(&r);
+    }
+    return NULL;
+}
+
+static void test_queue_cap_holds_under_concurrency(void **state)
+{
+    struct store_fixture *f = *state;
+    pthread_t t[8];
+    struct cap_racer r[8];
+    for (int i = 0; i < 8; i++) {
+        r[i] = (struct cap_racer){f, 0, 0, 0};
+        assert_int_equal(pthread_create(&t[i], NULL, cap_race, &r[i]), 0);
+    }
+    int ok = 0, capped = 0, other = 0;
+    for (int i = 0; i < 8; i++) {
+        pthread_join(t[i], NULL);
+        ok += r[i].ok;
+        capped += r[i].capped;
+        other += r[i].other;
+    }
+    assert_int_equal(ok, 5);
+    assert_int_equal(capped, 75);
+    assert_int_equal(other, 0);
+    check_balance(f, 100000, 500, 99500);
+    /* Over the cap and over the balance: the cap says so first. */
+    struct eph_run big;
+    make_run(&big, f->org, 1000000);
+    assert_int_equal(f->st->ops->run_insert_capped(f->st, &big, NULL, 5), -EAGAIN);
+    assert_int_equal(f->st->ops->run_insert_capped(f->st, &big, NULL, 0), -EDQUOT);
+    eph_run_release(&big);
+    struct eph_run stray;
+    make_run(&stray, "org_nosuch", 100);
+    assert_int_equal(f->st->ops->run_insert(f->st, &stray, NULL), -ENOENT);
+    eph_run_release(&stray);
+    check_balance(f, 100000, 500, 99500);
+}
+
 static void test_settling_a_live_run_is_refused(void **state)
 {
     /* run_finish refuses a terminal state that is not terminal. */
@@ -246,6 +306,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_insufficient_balance, setup, teardown),
         cmocka_unit_test_setup_teardown(test_concurrent_reservations_never_overdraw, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_queue_cap_holds_under_concurrency, setup, teardown),
         cmocka_unit_test_setup_teardown(test_settling_a_live_run_is_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unbalanced_settlement_is_a_bug, setup, teardown),
     };
