@@ -47,8 +47,9 @@ INIT_CFLAGS := -std=gnu11 -g -O2 -D_GNU_SOURCE -Isrc -static $(WARN) $(CFLAGS)
 
 OBJ := $(BUILD)/obj
 COMMON_SRC := $(wildcard src/common/*.c)
-# The guest code the daemon links too: the protocol, and the seccomp loader the jail shares.
-SHARED_GUEST_SRC := src/guest/protocol.c src/guest/seccomp.c
+# The guest code the daemon links too: the protocol, the seccomp loader the jail shares, and the
+# command splitter (for its unit tests).
+SHARED_GUEST_SRC := src/guest/protocol.c src/guest/seccomp.c src/guest/argv.c
 # The sandbox's seccomp program, compiled to BPF at build time and loaded by src/guest/seccomp.c
 # (into the jail's child, and by the init of gvisor and microvm).
 SECCOMP_GEN_SRC := src/guest/seccomp_gen.c

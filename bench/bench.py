@@ -321,10 +321,12 @@ def bench_start(ctx, rep):
     if ctx["eph_sandbox"]:
         systems.append(("ephemeral-lean", [ctx["eph_sandbox"], "run", "--backend", "namespaces",
                                            "--json", "--", "/bin/true"]))
+    # The same work as Ephemeral's: /bin/true exec'd, with no shell (a command that needs none
+    # runs without one, src/guest/argv.h).
     if ctx["bwrap"]:
-        systems.append(("bwrap", bwrap_argv(image, ["/bin/sh", "-c", "/bin/true"])))
+        systems.append(("bwrap", bwrap_argv(image, ["/bin/true"])))
     if ctx["runsc"]:
-        systems.append(("runsc", runsc_do_argv(image, ["/bin/sh", "-c", "/bin/true"],
+        systems.append(("runsc", runsc_do_argv(image, ["/bin/true"],
                                                os.path.join(TMP, "runsc-do"))))
     wall = {s: [] for s, _ in systems}
     cpu = {s: [] for s, _ in systems}
@@ -552,7 +554,7 @@ def bench_backends(ctx, rep, microvm=True):
         ip = inproc("gvisor", n)
         systems = [("eph", [ctx["eph_sandbox"], "run", "--backend", "gvisor", "--json", "--",
                             "/bin/true"]),
-                   ("runsc", runsc_do_argv(ctx["image"], ["/bin/sh", "-c", "/bin/true"],
+                   ("runsc", runsc_do_argv(ctx["image"], ["/bin/true"],
                                            os.path.join(TMP, "runsc-do")))]
         wall = {k: [] for k, _ in systems}
         cpu = {k: [] for k, _ in systems}
@@ -573,7 +575,7 @@ def bench_backends(ctx, rep, microvm=True):
                                             "(`bench_exec --backend gvisor start`)", ip["total"])
             row("  ↳ of which create", ip["create"])
         res["gvisor"] = eph_rows["gvisor"]
-        res["runsc"] = row("runsc do (`--network=none`, `sh -c /bin/true`), whole process",
+        res["runsc"] = row("runsc do (`--network=none`, `/bin/true`), whole process",
                            wall["runsc"], cpu["runsc"], peer="gvisor")
         if ip:
             res["gvisor_inproc"] = eph_rows["gvisor_inproc"]

@@ -9,7 +9,8 @@
  * in force; runsc (gvisor) and the guest kernel (microvm) start it as root with --keeper, and it
  * makes itself the sandbox's keeper with the same filter and no capability, which every command
  * runs under as worker (harden.h). It is static and unsanitized so that it needs nothing from the
- * image. It serves one request at a time from the channel: exec (runs /bin/sh -c as a new process
+ * image. It serves one request at a time from the channel: exec (runs /bin/sh -c, or a command
+ * that needs no shell directly (argv.h), as a new process
  * group in the scratch directory with a clean environment, streams capped output, kills the group
  * at the timeout), write_file, read_file, list_files, ping, shutdown. As PID 1 it reaps every
  * orphan.
@@ -42,6 +43,7 @@
 #include <unistd.h>
 
 #include "common/cleanup.h"
+#include "guest/argv.h"
 #include "guest/harden.h"
 #include "guest/protocol.h"
 #include "guest/tunnel.h"
@@ -280,6 +282,50 @@ static int build_env(const struct eph_proto_exec *ex, const char **envp, size_t 
     return 0;
 }
 
+/* A command that needs no shell (argv.h) is exec'd as /bin/sh would exec it: its first word as a
+ * path when it has a slash, else the first match in the command's PATH, with PWD set as the shell
+ * sets it (the working directory, physical). Returns only when that was not done: a PWD the
+ * caller set, a PATH with a relative or empty entry, or an exec that failed otherwise than "not
+ * here" - then the shell runs the command, and reports a failure in its own words. */
+static void exec_direct(const char *command, const char *const *envp)
+{
+    static char words[4096];
+    static char *argv[EPH_GUEST_ARGV_MAX + 1];
+    static const char *env[EPH_PROTO_MAX_ENV + 32];
+    static char pwd[EPH_PROTO_MAX_PATH + 8] = "PWD=";
+    static char full[EPH_PROTO_MAX_PATH + 256];
+    if (!eph_guest_argv_split(command, words, sizeof(words), argv))
+        return;
+    const char *path = NULL;
+    size_t n = 0;
+    for (; envp[n]; n++) {
+        if (strncmp(envp[n], "PWD=", 4) == 0 || n + 2 >= sizeof(env) / sizeof(env[0]))
+            return;
+        if (strncmp(envp[n], "PATH=", 5) == 0)
+            path = envp[n] + 5;
+        env[n] = envp[n];
+    }
+    if (!getcwd(pwd + 4, sizeof(pwd) - 4))
+        return;
+    env[n++] = pwd;
+    env[n] = NULL;
+    if (strchr(argv[0], '/')) {
+        execve(argv[0], argv, (char *const *)env);
+        return;
+    }
+    for (const char *d = path; d && *d;) {
+        const char *end = strchr(d, ':');
+        size_t dl = end ? (size_t)(end - d) : strlen(d);
+        if (dl == 0 || d[0] != '/' ||
+            (size_t)snprintf(full, sizeof(full), "%.*s/%s", (int)dl, d, argv[0]) >= sizeof(full))
+            return;
+        execve(full, argv, (char *const *)env);
+        if (errno != ENOENT && errno != ENOTDIR)
+            return;
+        d = end ? end + 1 : d + dl;
+    }
+}
+
 static void __attribute__((noreturn))
 exec_child(const struct eph_proto_exec *ex, const char *const *envp, int out_w, int err_w)
 {
@@ -316,6 +362,7 @@ exec_child(const struct eph_proto_exec *ex, const char *const *envp, int out_w, 
         dprintf(2, "ephemeral-init: cannot enter '%s': %s\n", cwd, strerror(errno));
         _exit(126);
     }
+    exec_direct(ex->command, envp);
     char *argv[] = {"sh", "-c", (char *)ex->command, NULL};
     execve("/bin/sh", argv, (char *const *)envp);
     dprintf(2, "ephemeral-init: cannot run /bin/sh: %s\n", strerror(errno));

@@ -107,6 +107,65 @@ static void op_exec_status(struct bcase *c)
     eph_exec_result_release(&res);
 }
 
+static int cmp_line(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* The lines of b, sorted, joined again (b's text is cut in place). */
+static void sort_lines(struct eph_buf *b, char *out, size_t cap)
+{
+    char *lines[256];
+    size_t n = 0;
+    for (char *save = NULL, *l = strtok_r(b->data, "\n", &save); l && n < 256;
+         l = strtok_r(NULL, "\n", &save))
+        lines[n++] = l;
+    qsort(lines, n, sizeof(lines[0]), cmp_line);
+    size_t w = 0;
+    out[0] = '\0';
+    for (size_t i = 0; i < n && w < cap; i++)
+        w += (size_t)snprintf(out + w, cap - w, "%s\n", lines[i]);
+}
+
+/* A command that needs no shell runs without one (src/guest/argv.h), and nothing tells the two
+ * apart: the same environment (PWD as the shell sets it; the shell hands its variables on in an
+ * order of its own, so compared sorted), the same words, and a program that is not there, or not
+ * runnable, reported by the shell as before. */
+static void op_exec_direct(struct bcase *c)
+{
+    struct eph_exec_result direct, shell;
+    assert_int_equal(run(c, "env", 4096, &direct), 0);
+    assert_int_equal(run(c, "env;", 4096, &shell), 0); /* the ; needs the shell */
+    assert_int_equal(direct.exit_code, 0);
+    assert_non_null(direct.out.data);
+    assert_non_null(shell.out.data);
+    assert_non_null(strstr(direct.out.data, "PWD=/"));
+    static char a[4096], b[4096];
+    sort_lines(&direct.out, a, sizeof(a));
+    sort_lines(&shell.out, b, sizeof(b));
+    assert_string_equal(a, b);
+    eph_exec_result_release(&direct);
+    eph_exec_result_release(&shell);
+
+    assert_int_equal(run(c, "  printenv   HOME  ", 4096, &direct), 0);
+    assert_int_equal(run(c, "printenv \"HOME\"", 4096, &shell), 0);
+    assert_int_equal(direct.exit_code, 0);
+    expect_text(&direct.out, shell.out.data ? shell.out.data : "");
+    eph_exec_result_release(&direct);
+    eph_exec_result_release(&shell);
+
+    assert_int_equal(run(c, "no-such-program-here x", 4096, &direct), 0);
+    assert_int_equal(direct.exit_code, 127);
+    assert_non_null(strstr(direct.err.data ? direct.err.data : "", "not found"));
+    eph_exec_result_release(&direct);
+    assert_int_equal(run(c, "printf 'x' > plain.txt; chmod 644 plain.txt", 4096, &shell), 0);
+    eph_exec_result_release(&shell);
+    assert_int_equal(run(c, "./plain.txt", 4096, &direct), 0);
+    assert_int_equal(direct.exit_code, 126);
+    assert_non_null(strstr(direct.err.data ? direct.err.data : "", "Permission denied"));
+    eph_exec_result_release(&direct);
+}
+
 static void op_exec_caps(struct bcase *c)
 {
     struct eph_exec_result res;
@@ -404,6 +463,7 @@ static void conform(const char *backend, bool full)
     op_scratch(&c);
     op_exec_status(&c);
     op_exec_caps(&c);
+    op_exec_direct(&c);
     if (full)
         op_exec_timeout(&c);
     op_files(&c);
