@@ -10,11 +10,13 @@
 recdir=/run/ephemeral/gvisor-probe
 init=$BUILD/ephemeral-init
 real=$(command -v runsc)
-# The record that names this runsc file ($1) and this build's init and image.
+# The record that names this runsc file ($1) and this build's init (the file as it is now: its
+# device and inode, so that the record of an init built earlier at the same path is not taken for
+# it) and image.
 record_of() {
     local f
     for f in "$recdir"/*; do
-        [ -f "$f" ] && grep -q "^$1 " "$f" && grep -q "^$init " "$f" &&
+        [ -f "$f" ] && grep -q "^$1 " "$f" && grep -q "^$init $(stat -c '%d %i' "$init") " "$f" &&
             grep -q "^$(readlink -f "$EPHEMERAL_IMAGE") " "$f" && echo "$f"
     done
 }
