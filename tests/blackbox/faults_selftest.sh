@@ -14,7 +14,7 @@ cc "${san[@]}" -c -o "$out/sample.o" "$TOP/tests/faults/sample.c" || exit 1
 read -ra names <<<"$wrap"
 ld -r "${names[@]/#/--wrap=}" -o "$out/code.o" "$out/sample.o" || exit 1
 cc "${san[@]}" -D_GNU_SOURCE -o "$out/selftest" "$TOP/tests/faults/selftest.c" "$TOP/tests/faults/fault.c" \
-    "$out/code.o" -Wl,--wrap=_cmocka_run_group_tests,--wrap=_skip -ljansson -lcmocka -ldl -lpthread ||
+    "$out/code.o" -Wl,--wrap=_cmocka_run_group_tests,--wrap=_skip -ljansson -lcurl -lcmocka -ldl -lpthread ||
     exit 1
 export FAULTS=1 ASAN_OPTIONS=abort_on_error=1:detect_leaks=1:handle_abort=0
 "$out/selftest" >"$out/clean" 2>&1 || { echo "the clean sample fails:"; cat "$out/clean"; exit 1; }
