@@ -10,13 +10,13 @@
  * what the shell makes of it, which a program of the same name (echo, printf, test, kill, pwd)
  * does not always match. */
 static const char *const shell_words[] = {
-    "!",      "{",        "}",     "case",    "do",      "done",     "elif",  "else",  "esac",
-    "fi",     "for",      "if",    "in",      "then",    "until",    "while", ".",     ":",
-    "[",      "alias",    "bg",    "break",   "cd",      "chdir",    "command", "continue",
-    "echo",   "eval",     "exec",  "exit",    "export",  "false",    "fc",    "fg",    "getopts",
-    "hash",   "jobs",     "kill",  "local",   "printf",  "pwd",      "read",  "readonly",
-    "return", "set",      "shift", "test",    "times",   "trap",     "true",  "type",  "ulimit",
-    "umask",  "unalias",  "unset", "wait",
+    "!",       "{",        "}",        "case",   "do",    "done",    "elif",   "else",
+    "esac",    "fi",       "for",      "if",     "in",    "then",    "until",  "while",
+    ".",       ":",        "[",        "alias",  "bg",    "break",   "cd",     "chdir",
+    "command", "continue", "echo",     "eval",   "exec",  "exit",    "export", "false",
+    "fc",      "fg",       "getopts",  "hash",   "jobs",  "kill",    "local",  "printf",
+    "pwd",     "read",     "readonly", "return", "set",   "shift",   "test",   "times",
+    "trap",    "true",     "type",     "ulimit", "umask", "unalias", "unset",  "wait",
 };
 
 static bool plain(char c)

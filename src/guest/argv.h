@@ -7,9 +7,9 @@
  * spaces or tabs, whose first word is neither a shell keyword nor a built-in, nor an assignment -
  * the shell would only split it on those blanks and exec the first word found in PATH: the init
  * does that itself (init.c). Anything else (a quote, a $, a glob, a redirection, a pipe, a ;, a
- * newline, a ~, a backslash, `cd`, `echo`, `x=1 y`) goes to the shell exactly as before, and so does
- * a command whose direct exec fails, so that a missing or unrunnable program is reported by the
- * shell in its own words.
+ * newline, a ~, a backslash, `cd`, `echo`, `x=1 y`) goes to the shell exactly as before, and so
+ * does a command whose direct exec fails, so that a missing or unrunnable program is reported by
+ * the shell in its own words.
  *
  * Pure code with no allocation, shared with the host's unit tests.
  */

@@ -147,8 +147,7 @@ int eph_cluster_take_next(struct eph_service *svc, const char *const *waiting, s
     if (!svc->store->ops->run_claim_next)
         return -ENOENT;
     /* The choice, the claim and the start (queued -> starting) in one statement: the worker this
-     * run goes to works on it without claiming it again (eph_live_take_started_claim). */
-    uint64_t claimed_ns = eph_clock_mono_ns();
+     * run goes to works on it without claiming it again (worker.c, step_load). */
     int64_t now_ms = eph_clock_real_ms();
     struct eph_claim_next q = {
         .node_id = svc->node_id,
@@ -166,12 +165,5 @@ int eph_cluster_take_next(struct eph_service *svc, const char *const *waiting, s
         return rc;
     rc = eph_live_register(svc->live, run_id, r.created_at_ms, stored_last_seq(svc, run_id));
     eph_run_release(&r);
-    if (rc && rc != -EEXIST)
-        return rc;
-    struct eph_live *l = eph_live_get(svc->live, run_id);
-    if (!l)
-        return 0; /* gone already: the worker finds it so, and its lease settles it */
-    eph_live_set_started_claim(l, claimed_ns);
-    eph_live_put(l);
-    return 0;
+    return rc == -EEXIST ? 0 : rc;
 }

@@ -26,7 +26,6 @@ struct eph_live {
     _Atomic uint64_t fence_ns; /* eph_live_set_fence; 0: none */
     atomic_bool worked_here;   /* a worker of this process works on it (else: followed) */
     atomic_bool worker_taken;  /* one worker of this process has taken it (eph_live_take_worker) */
-    _Atomic uint64_t started_claim_ns; /* eph_live_set_started_claim; 0: none waiting */
     /* Serialises this run's emitters: numbers are assigned and events stored in order, outside
      * the registry's lock, so that a slow store write never holds up another run or a reader. */
     pthread_mutex_t emit_lock;
@@ -633,16 +632,6 @@ bool eph_live_take_worker(struct eph_live *l)
 void eph_live_drop_worker(struct eph_live *l)
 {
     atomic_store(&l->worker_taken, false);
-}
-
-void eph_live_set_started_claim(struct eph_live *l, uint64_t claimed_ns)
-{
-    atomic_store(&l->started_claim_ns, claimed_ns ? claimed_ns : 1);
-}
-
-uint64_t eph_live_take_started_claim(struct eph_live *l)
-{
-    return atomic_exchange(&l->started_claim_ns, 0);
 }
 
 bool eph_live_worked_here(struct eph_live *l)

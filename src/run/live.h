@@ -155,11 +155,6 @@ void eph_live_set_worked_here(struct eph_live *l);
  * back when the worker did not get the run's lease. */
 bool eph_live_take_worker(struct eph_live *l);
 void eph_live_drop_worker(struct eph_live *l);
-/* A claim that also started the run (store.h, eph_claim_next.started_at_ms) made by this node at
- * claimed_ns (monotonic): set by the claim, taken once by the worker that then works on the run
- * without claiming it again. take: the claim's instant, or 0 when there is none. */
-void eph_live_set_started_claim(struct eph_live *l, uint64_t claimed_ns);
-uint64_t eph_live_take_started_claim(struct eph_live *l);
 bool eph_live_worked_here(struct eph_live *l);
 void eph_live_observe(struct eph_live *l, uint64_t seq, bool final);
 /* Calls fn for every registered run, with a reference held and no lock held. */

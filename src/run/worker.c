@@ -530,6 +530,22 @@ static enum eph_run_status agent_status(enum eph_agent_status s)
     return EPH_RUN_FAILED;
 }
 
+/* The run read again after a claim refused: 0 when it is now starting on this node (its fair
+ * claim started it since it was read), the new row in j->r; else the old row kept. */
+static int reload_started_here(struct job *j, const char *run_id)
+{
+    struct eph_run again;
+    if (j->svc->store->ops->run_get(j->svc->store, run_id, NULL, &again))
+        return -EALREADY;
+    if (again.status != EPH_RUN_STARTING || strcmp(again.node_id, j->svc->node_id) != 0) {
+        eph_run_release(&again);
+        return -EALREADY;
+    }
+    eph_run_release(&j->r);
+    j->r = again;
+    return 0;
+}
+
 /* Step 1: the run, its live entry and its lease, taken with the run's start (queued -> starting,
  * one statement; already done when this node's fair claim chose it). Non-zero: not this worker's
  * to work on (nothing to settle here). */
@@ -552,11 +568,10 @@ static int step_load(struct job *j, const char *run_id)
         return rc;
     }
     j->loaded = true;
-    /* This node's claim may have started it already (cluster.c: the choice, the claim and the
-     * start in one statement): then it is this worker's as it stands. */
-    uint64_t started_claim_ns = eph_live_take_started_claim(j->live);
-    bool started = started_claim_ns && j->r.status == EPH_RUN_STARTING &&
-                   strcmp(j->r.node_id, svc->node_id) == 0;
+    /* This node's fair claim may have started it already (cluster.c: the choice, the claim and
+     * the start in one statement): a run starting here that no worker of this node holds is
+     * this worker's as it stands. */
+    bool started = j->r.status == EPH_RUN_STARTING && strcmp(j->r.node_id, svc->node_id) == 0;
     if (j->r.status != EPH_RUN_QUEUED && !started) {
         /* Settled or taken elsewhere (another node, a cancel): a finished run no worker here
          * will close leaves the registry; a running one stays followed. */
@@ -568,18 +583,24 @@ static int step_load(struct job *j, const char *run_id)
         return -EALREADY;
     }
     /* Another worker of this node may have it already: the lease is the node's, not the
-     * worker's, so it would be granted twice. */
+     * worker's, so it would be granted twice. Holding this, the worker is the node's one. */
     if (!eph_live_take_worker(j->live))
         return -EALREADY;
-    /* The lease: from here this node works on the run; the lease keeper renews it. */
-    /* The claim is the start too (queued -> starting): one statement, or none when the claim
-     * that chose the run did both. */
-    uint64_t claimed_ns = started ? started_claim_ns : eph_clock_mono_ns();
-    int64_t now_ms = started ? j->r.started_at_ms : eph_clock_real_ms();
+    /* The lease: from here this node works on the run; the lease keeper renews it. The claim
+     * is the start too (queued -> starting): one statement, or none when the claim that chose
+     * the run did both. */
+    uint64_t claimed_ns = eph_clock_mono_ns();
+    int64_t now_ms = eph_clock_real_ms();
     rc = started
              ? 0
              : st->ops->run_claim_start(st, run_id, svc->node_id,
                                         now_ms + (int64_t)svc->cfg->lease_seconds * 1000, now_ms);
+    if (rc == -EALREADY && reload_started_here(j, run_id) == 0) {
+        /* Read queued, then started by this node's fair claim meanwhile (that claim's worker
+         * found this one holding the run): this worker's. */
+        started = true;
+        rc = 0;
+    }
     if (rc == -EALREADY || (rc && st->ops->shared)) {
         /* Another node took it first (it is followed here until it ends), or the database is
          * out of reach (the run stays queued there for whichever node reaches it first). */
@@ -588,6 +609,15 @@ static int step_load(struct job *j, const char *run_id)
         eph_live_drop_worker(j->live);
         return rc;
     }
+    /* The claim's instant on the monotonic clock: just before this worker's claim, or, for a
+     * run the fair claim started, that claim's start as stored (taken just before it), moved
+     * back by as much: the fence is never later than the lease the claim granted. */
+    int64_t ago_ms = started ? now_ms - j->r.started_at_ms : 0;
+    if (ago_ms > 0)
+        claimed_ns =
+            (uint64_t)ago_ms * 1000000u < claimed_ns ? claimed_ns - (uint64_t)ago_ms * 1000000u : 0;
+    if (started)
+        now_ms = j->r.started_at_ms;
     if (rc) /* one node: nobody else could take it; work on it, the renewals will lease it */
         EPH_WARN("worker", "run %s: cannot record its lease: %s", run_id, eph_strerror(rc));
     else

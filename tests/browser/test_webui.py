@@ -165,6 +165,18 @@ def finished(run_id, timeout=90):
     return run
 
 
+def cancel(run_id):
+    """Cancels a run: 200, and cancelled once it has settled. The answer waits a few seconds for
+    the settlement, which is usually enough; a sandbox whose teardown takes longer (gVisor's,
+    on a loaded machine) settles just after, and is waited for here."""
+    st, run = api("POST", f"/v1/runs/{run_id}/cancel", MEMBER_KEY)
+    assert st == 200, run
+    if run["status"] not in TERMINAL:
+        run = finished(run_id)
+    assert run["status"] == "cancelled", run
+    return run
+
+
 def events_of(run_id):
     st, ev = api("GET", f"/v1/runs/{run_id}/events", MEMBER_KEY)
     assert st == 200, ev
@@ -687,8 +699,7 @@ def reconnects_without_losing_or_doubling(b):
     resumed = lambda: [r for r in ctx.proxy.seen("GET", f"/v1/runs/{run_id}/events") if "last-event-id" in r[2]]
     b.wait("the page to resume the stream", resumed)
     b.wait_js("the page to say it is live again", "return document.getElementById('live-state').dataset.state === 'live'")
-    st, run = api("POST", f"/v1/runs/{run_id}/cancel", MEMBER_KEY)
-    assert st == 200 and run["status"] == "cancelled", run
+    cancel(run_id)
     wait_destroyed(b)
     rows = timeline(b)
     api_seqs = [e["seq"] for e in events_of(run_id)]
@@ -1168,9 +1179,7 @@ def admin_pages_deliveries_and_shows_their_attempts(b):
         st, w = api("POST", "/v1/webhooks", ADMIN_KEY, {"url": receiver.url, "events": ["run.cancelled"]})
         assert st == 201, w
         for _ in range(5):
-            run_id = new_run(SEED["prompt"])
-            st, run = api("POST", f"/v1/runs/{run_id}/cancel", MEMBER_KEY)
-            assert st == 200 and run["status"] == "cancelled", run
+            cancel(new_run(SEED["prompt"]))
 
         def settled():
             st, ds = api("GET", f"/v1/webhooks/{w['id']}/deliveries?limit=100", ADMIN_KEY)

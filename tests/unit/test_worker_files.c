@@ -505,10 +505,57 @@ static void test_zdr_message(void **state)
     assert_string_equal(eph_worker_zdr_message(NULL, "x"), fixed);
 }
 
+/* A run this node's fair claim started (the choice, the claim and queued -> starting in one
+ * statement: run/cluster.c) is worked by whichever worker of this node takes it, also one that
+ * did not make that claim (a cancel hands a run to the settler thread while the claiming worker
+ * is on its way): here, cancelled before it started, it is settled at once, everything released.
+ * A run another node started is left alone. */
+static void test_a_run_started_by_the_claim(void **state)
+{
+    struct fixture *f = *state;
+    const char *id = "run_000000000000000000000000000c1a11";
+    struct eph_run r;
+    queued_run(f, &r, id, 30000);
+    r.prompt = strdup("the prompt");
+    admit_run(f, &r, NULL, NULL);
+    int64_t now = eph_clock_real_ms();
+    struct eph_claim_next q = {
+        .node_id = f->svc.node_id, .lease_until_ms = now + 60000, .started_at_ms = now};
+    char got_id[EPH_RUN_ID_LEN + 1];
+    assert_int_equal(f->db.st->ops->run_claim_next(f->db.st, &q, got_id, sizeof(got_id)), 0);
+    assert_string_equal(got_id, id);
+    struct eph_live *l = eph_live_get(f->svc.live, id);
+    assert_non_null(l);
+    eph_live_cancel(l);
+    eph_live_put(l);
+    eph_worker_run(&f->svc, id);
+    struct eph_run got;
+    assert_int_equal(f->db.st->ops->run_get(f->db.st, id, f->db.org, &got), 0);
+    assert_int_equal(got.status, EPH_RUN_CANCELLED);
+    assert_int_equal(got.cost.charged_micros, 0);
+    assert_int_equal(got.cost.released_micros, 30000);
+    eph_run_release(&got);
+
+    /* Started by another node: not this node's to work on. */
+    const char *other = "run_000000000000000000000000000c1a12";
+    queued_run(f, &r, other, 30000);
+    r.prompt = strdup("the prompt");
+    admit_run(f, &r, NULL, NULL);
+    q.node_id = "another-node";
+    assert_int_equal(f->db.st->ops->run_claim_next(f->db.st, &q, got_id, sizeof(got_id)), 0);
+    assert_string_equal(got_id, other);
+    eph_worker_run(&f->svc, other);
+    assert_int_equal(f->db.st->ops->run_get(f->db.st, other, f->db.org, &got), 0);
+    assert_int_equal(got.status, EPH_RUN_STARTING);
+    assert_string_equal(got.node_id, "another-node");
+    eph_run_release(&got);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_cancel_while_files_are_placed, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a_run_started_by_the_claim, setup, teardown),
         cmocka_unit_test_setup_teardown(test_settle_failure_leaves_the_timeline_open, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_steps_of_a_completed_run, setup, teardown),
