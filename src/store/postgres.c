@@ -159,11 +159,6 @@ static int pg_err(struct pg_conn *c, PGresult *r, const char *what)
     return -EIO;
 }
 
-/* Runs a prepared statement (preparing it on first use on this connection). *out gets the result
- * of a statement that returns rows (the caller clears it); NULL out: none expected. *changed gets
- * the number of rows affected when not NULL. */
-/* The name of sql's prepared statement on c, preparing it on first use (*cached false: the cache
- * is full, run it unprepared). */
 static void count_round_trip(struct pg_store *s)
 {
     pthread_mutex_lock(&s->lock);
@@ -171,6 +166,8 @@ static void count_round_trip(struct pg_store *s)
     pthread_mutex_unlock(&s->lock);
 }
 
+/* The name of sql's prepared statement on c, preparing it on first use (*cached false: the cache
+ * is full, run it unprepared). */
 static int stmt_name(struct pg_store *s, struct pg_conn *c, const char *sql, char name[16],
                      bool *cached, const char *what)
 {
@@ -195,6 +192,9 @@ static int stmt_name(struct pg_store *s, struct pg_conn *c, const char *sql, cha
     return 0;
 }
 
+/* Runs a prepared statement (preparing it on first use on this connection). *out gets the result
+ * of a statement that returns rows (the caller clears it); NULL out: none expected. *changed gets
+ * the number of rows affected when not NULL. */
 int pg_exec(struct pg_store *s, struct pg_conn *c, const char *sql, struct params *p,
             PGresult **out, unsigned long *changed, const char *what)
 {
