@@ -614,7 +614,7 @@ static int run_shell(struct eph_agent_ctx *ctx, json_t *args, struct record *rec
     int rc = eph_sandbox_exec(ctx->sb, &req, &res);
     if (lv) {
         /* Before the shell.command event: every shell.output of a call precedes it. What is left
-         * is stored with that event (one transaction, the seed's commands all of their output). */
+         * is stored with that event (one transaction: for a quick command, all of its output). */
         lv->held = &rec->held;
         eph_live_output_finish(&lv->le.lo);
         live_free(lv);
