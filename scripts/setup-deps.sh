@@ -7,11 +7,9 @@ set -eu
 build="build-essential pkg-config libmicrohttpd-dev libjansson-dev libcurl4-openssl-dev
        libseccomp-dev libsodium-dev libsqlite3-dev libcmocka-dev mmdebstrap debootstrap
        libjs-marked node-dompurify libpq-dev zlib1g-dev libbrotli-dev libssl-dev"
-# runsc: the gvisor backend is tested wherever it runs (its tests skip, with the reason, where
-# runsc cannot boot a sandbox).
 test="$build curl jq uuid-runtime sqlite3 python3 python3-yaml iproute2 procps util-linux
-      qemu-system-x86 e2fsprogs chromium chromium-driver postgresql clang libclang-rt-14-dev runsc"
-bench="$test bubblewrap tinyproxy"
+      qemu-system-x86 e2fsprogs chromium chromium-driver postgresql clang libclang-rt-14-dev"
+bench="$test bubblewrap runsc tinyproxy"
 # The OpenAPI linters (tools/openapi-lint: Redocly, Spectral) run on Node.js from npm ci.
 lint="$build cppcheck clang-format clang-tidy nodejs npm"
 fuzz="$build clang libclang-rt-14-dev"
