@@ -65,4 +65,6 @@ api GET "/v1/runs/$queued" -H 'Prefer: wait=30' >/dev/null
 m=$(metrics)
 assert_eq "$(value "$m" 'ephemeral_runs{status="cancelled"}')" 1 "cancelled runs"
 assert_eq "$(value "$m" 'ephemeral_queue_depth')" 0 "queue drained"
+# PostgreSQL's round trips are PostgreSQL's only (pg_multinode checks them): not on SQLite.
+! grep -q '^ephemeral_store_round_trips_total' <<<"$m" || fail "round trips counted on SQLite"
 echo "metrics: ok"

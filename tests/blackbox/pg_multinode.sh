@@ -109,4 +109,12 @@ napi a POST "/v1/runs/$slow/cancel" >/dev/null
 slow_ended() { case "$(run_field "$slow" .status)" in cancelled | completed) return 0 ;; esac; return 1; }
 wait_until "the slow run to end" 200 slow_ended
 assert_ledger_consistent
+
+# Each node counts its round trips to PostgreSQL in /metrics: a run on a node makes some.
+trips() { curl -fsS "$(node_url b)/metrics" | awk '$1 == "ephemeral_store_round_trips_total" {print $2}'; }
+t0=$(trips)
+[ -n "$t0" ] || fail "no ephemeral_store_round_trips_total on a PostgreSQL node"
+id=$(EPHEMERAL_URL=$(node_url b) new_run "$QUICK_PROMPT" 20000)
+EPHEMERAL_URL=$(node_url b) wait_until "run $id to complete" 600 run_status_is "$id" completed
+[ "$(trips)" -gt "$t0" ] || fail "the round trips did not grow with a run: $t0, then $(trips)"
 echo "3 nodes: claims across nodes, one run per key, 4 of 10 creates fit, a live stream and a cancel across nodes"
