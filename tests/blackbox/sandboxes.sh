@@ -265,7 +265,8 @@ for f in "$DB"*; do
     ! grep -aq "$zm" "$f" || fail "zdr: the mark is in $f"
 done
 # A server that stops ends its live sandboxes: stopped, server_shutdown, settled.
-sd=$(sbx_create '{"max_cost_micros": 5000}' | jq -r .id)
+# (A budget of 1,000 seconds' compute each: these two must outlive a server on a loaded host.)
+sd=$(sbx_create '{"max_cost_micros": 100000}' | jq -r .id)
 stop_server
 
 # kill -9 with a live sandbox: the next start settles it worker_lost, and its sandbox is gone.
@@ -273,7 +274,7 @@ start_server --config "$TEST_TMP/config.json"
 final=$(sbx_get "$sd")
 assert_eq "$(jq -r '[.status, .error.code] | join(" ")' <<<"$final")" "stopped server_shutdown" "ended by the shutdown"
 check_settled "$final"
-lost=$(sbx_create '{"max_cost_micros": 5000}' | jq -r .id)
+lost=$(sbx_create '{"max_cost_micros": 100000}' | jq -r .id)
 sbx_exec "$lost" '{"command": "true"}' >/dev/null
 guests=$(server_guests "$SERVER_PID")
 [ -n "$guests" ] || fail "no guest to lose"
