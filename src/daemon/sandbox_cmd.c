@@ -409,6 +409,16 @@ static int sandbox_run(int argc, char **argv)
     int status = run_parse(argc, argv, &o);
     if (status >= 0)
         return status;
+    /* The server's log level variable is honoured here too (debug shows what the backend did). */
+    const char *level = getenv("EPHEMERALD_LOG_LEVEL");
+    enum eph_log_level lvl;
+    if (level && *level) {
+        if (eph_log_level_parse(level, &lvl) || eph_log_configure(lvl, "text")) {
+            fprintf(stderr, "ephemerald sandbox run: EPHEMERALD_LOG_LEVEL must be debug, info, "
+                            "warn or error\n");
+            return 2;
+        }
+    }
     struct eph_buf cmd;
     eph_buf_init(&cmd, 512 * 1024);
     for (int i = optind; i < argc; i++) {

@@ -15,6 +15,14 @@
  * the boundary; these steps only give the commands the same view of the machine as the other
  * backends give them (read-only image, private /tmp, minimal /dev, no network, no privilege).
  *
+ * Parked for a snapshot (ephemeral.park=1 on the command line; docs/SANDBOX.md, "MicroVM
+ * snapshots"): the expensive half of the boot (the kernel, the modules, the devices, the root disk
+ * mounted, the channel open) is done once; init then says "parked" on the channel and waits. The
+ * host saves the machine there and starts later VMs by restoring it; the first thing a restored
+ * guest reads is the resume line the host wrote for it, words like the kernel command line's: the
+ * run's parameters, and what must differ between clones of one saved machine (entropy for the
+ * kernel's random pool, the wall clock, a boot id). The rest of the setup then runs as in a boot.
+ *
  * Failures: a message on the kernel log (the console the host keeps) and a restart, which ends
  * the VM because QEMU runs with -no-reboot. The host sees the channel close and reports it.
  */
@@ -23,6 +31,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/random.h>
 #include <net/if.h>
 #include <poll.h>
 #include <stdarg.h>
@@ -52,6 +61,11 @@
 #define DEVICE_WAIT_MS 20000
 #define CMDLINE_MAX 4096
 #define RUN_PREFIX "/tmp/ephemeral-run-"
+#define PARKED_LINE "ephemeral-parked\n"
+#define RESUME_WORD "ephemeral.resume=1"
+#define SEED_BYTES 32
+#define BOOT_ID_FILE "/boot_id" /* in the initramfs: out of reach once the root is switched */
+#define BOOT_ID_PROC NEWROOT "/proc/sys/kernel/random/boot_id"
 
 static char cmdline[CMDLINE_MAX];
 static char run_dir[64], scratch[80], home[80];
@@ -169,11 +183,11 @@ static uint64_t cmdline_number(const char *key, uint64_t min, uint64_t max)
 {
     char v[32], *end;
     if (!cmdline_get(key, v, sizeof(v)))
-        fatal("no %s= on the kernel command line", key);
+        fatal("no %s= on the command line", key);
     errno = 0;
     unsigned long long n = strtoull(v, &end, 10);
     if (errno || end == v || *end || n < min || n > max)
-        fatal("bad %s=%s on the kernel command line", key, v);
+        fatal("bad %s=%s on the command line", key, v);
     return (uint64_t)n;
 }
 
@@ -394,6 +408,111 @@ static void switch_root(void)
         fatal("cannot enter the new root: %s", strerror(errno));
 }
 
+/* ---- a restored snapshot --------------------------------------------------------------- */
+
+static int hex_nibble(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    return -1;
+}
+
+/* Says "parked" and waits for the host's resume line, which then stands in for the kernel's
+ * command line (cmdline_get reads it). One byte at a time: nothing after its newline is taken
+ * from the channel, which is init.c's from then on. A machine saved here is restored here: this
+ * read is where every clone starts. */
+static void park(void)
+{
+    static const char parked[] = PARKED_LINE;
+    ssize_t w;
+    do
+        w = write(CHANNEL_FD, parked, sizeof(parked) - 1);
+    while (w < 0 && errno == EINTR);
+    if (w != (ssize_t)sizeof(parked) - 1)
+        fatal("cannot say parked: %s", w < 0 ? strerror(errno) : "short write");
+    size_t len = 0;
+    for (;;) {
+        char c;
+        ssize_t n = read(CHANNEL_FD, &c, 1);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            /* No host at the other end (between the save and a restore): wait for one. */
+            pause_ms(5);
+            continue;
+        }
+        if (c == '\n')
+            break;
+        if (len == sizeof(cmdline) - 1)
+            fatal("the resume line is too long");
+        cmdline[len++] = c;
+    }
+    cmdline[len] = '\0';
+    if (strncmp(cmdline, RESUME_WORD " ", strlen(RESUME_WORD) + 1) != 0)
+        fatal("the host's first line is not a resume line");
+}
+
+/* What must differ between two VMs restored from one saved machine, before anything uses it:
+ * the host's random bytes credited to the kernel's pool and the pool reseeded (the saved pool is
+ * every clone's), the wall clock stepped (it stood still in the file), and a boot id of its own
+ * (the kernel's would be made from the saved pool, or was made before the save). */
+static void clone_unique(void)
+{
+    char hex[2 * SEED_BYTES + 1], when[40], boot_id[40];
+    if (!cmdline_get("ephemeral.seed", hex, sizeof(hex)) || strlen(hex) != 2 * SEED_BYTES)
+        fatal("no valid ephemeral.seed= in the resume line");
+    struct {
+        struct rand_pool_info info;
+        uint8_t bytes[SEED_BYTES];
+    } seed = {.info = {.entropy_count = 8 * SEED_BYTES, .buf_size = SEED_BYTES}};
+    for (size_t i = 0; i < SEED_BYTES; i++) {
+        int hi = hex_nibble(hex[2 * i]), lo = hex_nibble(hex[2 * i + 1]);
+        if (hi < 0 || lo < 0)
+            fatal("bad ephemeral.seed= in the resume line");
+        seed.bytes[i] = (uint8_t)(hi << 4 | lo);
+    }
+    int fd = open("/dev/urandom", O_RDWR | O_CLOEXEC);
+    if (fd < 0 || ioctl(fd, RNDADDENTROPY, &seed) != 0 || ioctl(fd, RNDRESEEDCRNG) != 0)
+        fatal("cannot reseed the kernel's random pool: %s", strerror(errno));
+    close(fd);
+    explicit_bzero(&seed, sizeof(seed));
+    explicit_bzero(hex, sizeof(hex));
+    /* The seed is not kept in the command line either. */
+    char *word = strstr(cmdline, "ephemeral.seed=");
+    if (word)
+        memset(word + strlen("ephemeral.seed="), '0', 2 * SEED_BYTES);
+
+    char *end;
+    if (!cmdline_get("ephemeral.time", when, sizeof(when)))
+        fatal("no ephemeral.time= in the resume line");
+    errno = 0;
+    unsigned long long ns = strtoull(when, &end, 10);
+    if (errno || end == when || *end)
+        fatal("bad ephemeral.time=%s in the resume line", when);
+    struct timespec now = {(time_t)(ns / 1000000000u), (long)(ns % 1000000000u)};
+    if (clock_settime(CLOCK_REALTIME, &now) != 0)
+        fatal("cannot set the clock: %s", strerror(errno));
+
+    if (!cmdline_get("ephemeral.boot_id", boot_id, sizeof(boot_id)) || strlen(boot_id) != 36 ||
+        strspn(boot_id, "0123456789abcdef-") != 36)
+        fatal("no valid ephemeral.boot_id= in the resume line");
+    boot_id[36] = '\n';
+    fd = open(BOOT_ID_FILE, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0444);
+    if (fd < 0 || write(fd, boot_id, 37) != 37)
+        fatal("cannot write %s: %s", BOOT_ID_FILE, strerror(errno));
+    close(fd);
+}
+
+/* The new /proc's boot_id is the clone's own: the file written above, bound read-only over it. */
+static void boot_id_bind(void)
+{
+    do_mount(BOOT_ID_FILE, BOOT_ID_PROC, NULL, MS_BIND, NULL);
+    do_mount(NULL, BOOT_ID_PROC, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV,
+             NULL);
+}
+
 /* ---- the machine ----------------------------------------------------------------------- */
 
 /* Only lo exists (the VM has no network device); up, so that programs can talk to themselves. */
@@ -458,18 +577,7 @@ char **eph_guest_vm_setup(void)
     char v[64];
     if (!cmdline_get("ephemeral.mode", v, sizeof(v)) || strcmp(v, "vm") != 0)
         fatal("started as the kernel's init without ephemeral.mode=vm");
-    if (!cmdline_get("ephemeral.run", run_dir, sizeof(run_dir)) ||
-        strncmp(run_dir, RUN_PREFIX, strlen(RUN_PREFIX)) != 0 ||
-        strlen(run_dir) != strlen(RUN_PREFIX) + 6 ||
-        strspn(run_dir + strlen(RUN_PREFIX),
-               "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789") != 6)
-        fatal("no valid ephemeral.run= on the kernel command line");
-    snprintf(scratch, sizeof(scratch), "%s/scratch", run_dir);
-    snprintf(home, sizeof(home), "%s/home", run_dir);
-    unsigned disk_mib = (unsigned)cmdline_number("ephemeral.disk_mib", 1, 1u << 20);
-    uint64_t nofile = cmdline_number("ephemeral.nofile", 16, 1u << 20);
-    uint64_t fsize = cmdline_number("ephemeral.fsize", 1, UINT64_MAX / 2);
-    uint64_t nproc = cmdline_number("ephemeral.nproc", 8, 1u << 22);
+    bool parked = cmdline_get("ephemeral.park", v, sizeof(v)) && strcmp(v, "1") == 0;
 
     uint64_t deadline = mono_ms() + DEVICE_WAIT_MS;
     modules_load();
@@ -477,10 +585,33 @@ char **eph_guest_vm_setup(void)
     mkdir(NEWROOT, 0755);
     /* The disk is read-only at the device too (QEMU's read-only=on); no journal to replay. */
     do_mount(ROOT_DEV, NEWROOT, "ext4", MS_RDONLY | MS_NOSUID | MS_NODEV, "noload");
+    if (parked) {
+        channel_open(deadline);
+        park(); /* a restored VM continues here, with the resume line as its command line */
+        clone_unique();
+    }
+
+    /* The run's parameters: from the kernel's command line, or from the resume line. */
+    if (!cmdline_get("ephemeral.run", run_dir, sizeof(run_dir)) ||
+        strncmp(run_dir, RUN_PREFIX, strlen(RUN_PREFIX)) != 0 ||
+        strlen(run_dir) != strlen(RUN_PREFIX) + 6 ||
+        strspn(run_dir + strlen(RUN_PREFIX),
+               "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789") != 6)
+        fatal("no valid ephemeral.run= on the command line");
+    snprintf(scratch, sizeof(scratch), "%s/scratch", run_dir);
+    snprintf(home, sizeof(home), "%s/home", run_dir);
+    unsigned disk_mib = (unsigned)cmdline_number("ephemeral.disk_mib", 1, 1u << 20);
+    uint64_t nofile = cmdline_number("ephemeral.nofile", 16, 1u << 20);
+    uint64_t fsize = cmdline_number("ephemeral.fsize", 1, UINT64_MAX / 2);
+    uint64_t nproc = cmdline_number("ephemeral.nproc", 8, 1u << 22);
+
     newroot_tmp(disk_mib);
     do_mount("proc", NEWROOT "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL);
+    if (parked)
+        boot_id_bind();
     newroot_dev();
-    channel_open(deadline);
+    if (!parked)
+        channel_open(deadline);
     switch_root();
 
     /* Only 0-2 and the channel cross into the sandbox. */

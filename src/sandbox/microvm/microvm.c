@@ -16,6 +16,12 @@
  *      then QEMU installs its own seccomp filter (-sandbox) before it runs the guest;
  *   5. the guest's hello (it has booted, mounted everything and become worker).
  *
+ * Restored, not booted (docs/SANDBOX.md, "MicroVM snapshots"): step 4 is QEMU started with
+ * `-incoming fd:7` on the saved machine of this image and shape (snapshot.h), and the first thing
+ * the server writes on the channel is the resume line the parked guest waits for. The first
+ * create of a shape saves the machine (a boot with ephemeral.park=1 and a monitor on fd 7, inside
+ * that sandbox's cgroup and uid); a restore that fails removes the file and boots instead.
+ *
  * The initramfs (cpio newc: /init = ephemeral-init, /modules/NN-name.ko from the kernel's cache
  * directory) is assembled once per process into a sealed memory file and shared by every QEMU.
  * The console (the guest kernel's log, QEMU's own messages) is a memory file too, capped by QEMU's
@@ -61,6 +67,7 @@
 #include "common/text.h"
 #include "sandbox/backend.h"
 #include "sandbox/hostid.h"
+#include "sandbox/microvm/snapshot.h"
 #include "sandbox/namespaces/namespaces.h"
 #include "sandbox/program.h"
 
@@ -68,6 +75,8 @@
 #define QEMU_NAME "qemu-system-x86_64"
 #define SPAWN_PATH EPH_SANDBOX_SPAWN_PATH
 #define ALLOW_TCG_ENV "EPHEMERAL_MICROVM_ALLOW_TCG"
+/* "0": every microVM boots (no saved machine is made or restored). */
+#define SNAPSHOTS_ENV "EPHEMERAL_MICROVM_SNAPSHOTS"
 /* Host uids of QEMU processes: a range no host user owns (below the namespaces backend's), one
  * per live VM on the host, whichever server started it (a lease, sandbox/hostid.h), so that no
  * two VMs' processes can signal or trace each other. */
@@ -80,6 +89,8 @@
 #define FD_INITRD 4
 #define FD_KERNEL 5
 #define FD_DISK 6
+/* The saving QEMU's monitor (a socketpair), or the saved machine a QEMU restores. */
+#define FD_EXTRA 7
 /* Boots: KVM takes well under a second; software emulation several seconds, more when the host
  * is busy with other emulated VMs. */
 #define BOOT_TIMEOUT_KVM_MS 15000u
@@ -142,6 +153,7 @@ struct vm_paths {
     char kernel[PATH_MAX];  /* vmlinuz */
     char modules[PATH_MAX]; /* directory of NN-name.ko */
     char disk[PATH_MAX];    /* root.img */
+    char snapdir[PATH_MAX]; /* saved machines */
 };
 
 /* <image> is <cache>/images/<key>/rootfs (or a link to it); the VM pieces are beside it. */
@@ -171,6 +183,7 @@ static int paths_find(const struct eph_sandbox_config *cfg, struct vm_paths *p, 
     snprintf(p->kernel, sizeof(p->kernel), "%.4000s/kernel/vmlinuz", dir);
     snprintf(p->modules, sizeof(p->modules), "%.4000s/kernel/modules", dir);
     snprintf(p->disk, sizeof(p->disk), "%.4000s/root.img", dir);
+    snprintf(p->snapdir, sizeof(p->snapdir), "%.4000s/snapshots", dir);
     if (access(p->kernel, R_OK) != 0 || access(p->disk, R_OK) != 0) {
         snprintf(why, whylen, "the microvm kernel or root disk in '%s' is missing (make image)",
                  dir);
@@ -363,12 +376,17 @@ static int initrd_get(const char *init_path, const char *modules)
 
 /* ---- QEMU -------------------------------------------------------------------------------- */
 
+/* How a QEMU starts its guest: a boot; a boot to the parked point, with a monitor, to be saved; a
+ * restore of the saved machine. */
+enum vm_start { START_BOOT, START_PARK, START_RESTORE };
+
 struct vm_launch {
     const char *argv[64];
     char mem[16], smp[16], tcg[32], name[80], chan[64], initrd[32], kernel[32], append[768];
     char machine[128];
     char drive[128];
-    int cg_fds[3]; /* cgroup.procs of each of the sandbox's cgroup directories */
+    uint64_t fsize; /* RLIMIT_FSIZE: the console's cap, or the saved machine's */
+    int cg_fds[3];  /* cgroup.procs of each of the sandbox's cgroup directories */
     int ncg;
     uid_t uid;
     gid_t gid;
@@ -377,7 +395,8 @@ struct vm_launch {
 };
 
 static int launch_prepare(struct vm_launch *L, const struct vm_sandbox *sb,
-                          const struct vm_paths *p, const struct eph_sandbox_limits *l, bool kvm)
+                          const struct vm_paths *p, const struct eph_sandbox_limits *l, bool kvm,
+                          enum vm_start how)
 {
     size_t n = 0;
     int len;
@@ -387,6 +406,11 @@ static int launch_prepare(struct vm_launch *L, const struct vm_sandbox *sb,
     snprintf(L->machine, sizeof(L->machine), "microvm,x-option-roms=off,isa-serial=off,%s",
              kvm ? "pit=off,pic=off,rtc=off" : "pit=on,pic=on,rtc=on");
     snprintf(L->mem, sizeof(L->mem), "%u", l->memory_mib + EPH_MICROVM_GUEST_EXTRA_MIB);
+    /* The saving QEMU writes the guest's memory and its devices' state (a few MiB) into the
+     * file; its guest has run nothing but init, so its console is the kernel's quiet boot. */
+    L->fsize = how == START_PARK
+                   ? ((uint64_t)l->memory_mib + EPH_MICROVM_GUEST_EXTRA_MIB + 64u) << 20
+                   : CONSOLE_CAP;
     snprintf(L->smp, sizeof(L->smp), "%u", l->vcpus);
     snprintf(L->tcg, sizeof(L->tcg), "tcg,tb-size=%u", TCG_TB_MIB);
     snprintf(L->name, sizeof(L->name), "ephemeral-%s", sb->g.name);
@@ -396,13 +420,18 @@ static int launch_prepare(struct vm_launch *L, const struct vm_sandbox *sb,
     char tsc[64] = "";
     if (!kvm && tsc_khz() > 100000)
         snprintf(tsc, sizeof(tsc), " tsc_early_khz=%lu tsc=reliable", tsc_khz());
-    /* A backstop behind the guest's own memory limit, a little above pids as in the jail. */
-    len = snprintf(L->append, sizeof(L->append),
-                   "console=hvc0 quiet panic=-1 ephemeral.mode=vm ephemeral.run=%s "
-                   "ephemeral.disk_mib=%u ephemeral.nofile=%u ephemeral.fsize=%llu "
-                   "ephemeral.nproc=%u%s",
-                   sb->g.run_dir, l->disk_mib, l->nofile, (unsigned long long)l->fsize_bytes,
-                   l->pids + 16u, tsc);
+    /* A backstop behind the guest's own memory limit, a little above pids as in the jail. A
+     * parked guest (and so a restored one) gets the run's parameters from the resume line. */
+    if (how == START_BOOT)
+        len = snprintf(L->append, sizeof(L->append),
+                       "console=hvc0 quiet panic=-1 ephemeral.mode=vm ephemeral.run=%s "
+                       "ephemeral.disk_mib=%u ephemeral.nofile=%u ephemeral.fsize=%llu "
+                       "ephemeral.nproc=%u%s",
+                       sb->g.run_dir, l->disk_mib, l->nofile, (unsigned long long)l->fsize_bytes,
+                       l->pids + 16u, tsc);
+    else
+        len = snprintf(L->append, sizeof(L->append),
+                       "console=hvc0 quiet panic=-1 ephemeral.mode=vm ephemeral.park=1%s", tsc);
     if (len < 0 || (size_t)len >= sizeof(L->append))
         return -ENAMETOOLONG;
     len = snprintf(L->drive, sizeof(L->drive),
@@ -458,11 +487,23 @@ static int launch_prepare(struct vm_launch *L, const struct vm_sandbox *sb,
         "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
         "-msg",
         "timestamp=off",
-        NULL,
     };
-    for (size_t i = 0; i < sizeof(a) / sizeof(a[0]) && n < sizeof(L->argv) / sizeof(L->argv[0]);
-         i++)
+    /* The saving QEMU's monitor; the restoring QEMU's saved machine. */
+    static const char *const park[] = {"-chardev", "socket,id=mon,fd=7", "-mon",
+                                       "chardev=mon,mode=control"};
+    static const char *const restore[] = {"-incoming", "fd:7"};
+    _Static_assert(FD_EXTRA == 7, "the command line names fd 7");
+    const char *const *extra = how == START_PARK ? park : how == START_RESTORE ? restore : NULL;
+    size_t nextra = how == START_PARK      ? sizeof(park) / sizeof(park[0])
+                    : how == START_RESTORE ? sizeof(restore) / sizeof(restore[0])
+                                           : 0;
+    if (sizeof(a) / sizeof(a[0]) + nextra + 1 > sizeof(L->argv) / sizeof(L->argv[0]))
+        return -E2BIG;
+    for (size_t i = 0; i < sizeof(a) / sizeof(a[0]); i++)
         L->argv[n++] = a[i];
+    for (size_t i = 0; i < nextra; i++)
+        L->argv[n++] = extra[i];
+    L->argv[n] = NULL;
     return 0;
 }
 
@@ -470,7 +511,7 @@ static int launch_prepare(struct vm_launch *L, const struct vm_sandbox *sb,
  * async-signal-safe calls and raw system calls (no malloc, no stdio, no glibc set*id). */
 static void __attribute__((noreturn))
 qemu_child(const struct vm_launch *L, pid_t parent, int null_fd, int console_fd, int chan_fd,
-           int initrd, int kernel, int disk)
+           int initrd, int kernel, int disk, int extra)
 {
     static const char *const envp[] = {SPAWN_PATH, NULL};
     /* The cgroup module's join: the child writes "0" (v1: into `tasks`, which moves this thread
@@ -478,9 +519,9 @@ qemu_child(const struct vm_launch *L, pid_t parent, int null_fd, int console_fd,
     if (eph_ns_cgroup_join(L->cg_fds, L->ncg) != 0)
         _exit(127);
     setsid();
-    struct rlimit fsize = {CONSOLE_CAP, CONSOLE_CAP}, core = {0, 0};
-    /* The console is the only file QEMU writes: its size is its cap. Past it, writes fail and
-     * QEMU drops console output (SIGXFSZ is ignored, not fatal). */
+    struct rlimit fsize = {L->fsize, L->fsize}, core = {0, 0};
+    /* The console is the only file QEMU writes (but for a saved machine): its size is its cap.
+     * Past it, writes fail and QEMU drops console output (SIGXFSZ is ignored, not fatal). */
     if (setrlimit(RLIMIT_FSIZE, &fsize) != 0 || setrlimit(RLIMIT_CORE, &core) != 0)
         _exit(127);
     sigset_t none;
@@ -494,10 +535,13 @@ qemu_child(const struct vm_launch *L, pid_t parent, int null_fd, int console_fd,
         _exit(127);
     int c = fcntl(chan_fd, F_DUPFD_CLOEXEC, 10), i = fcntl(initrd, F_DUPFD_CLOEXEC, 10);
     int k = fcntl(kernel, F_DUPFD_CLOEXEC, 10), d = fcntl(disk, F_DUPFD_CLOEXEC, 10);
+    int x = extra >= 0 ? fcntl(extra, F_DUPFD_CLOEXEC, 10) : -1;
     if (c < 0 || i < 0 || k < 0 || d < 0 || dup2(c, FD_CHANNEL) < 0 || dup2(i, FD_INITRD) < 0 ||
         dup2(k, FD_KERNEL) < 0 || dup2(d, FD_DISK) < 0)
         _exit(127);
-    if (syscall(SYS_close_range, FD_DISK + 1, ~0u, 0) != 0)
+    if (extra >= 0 && (x < 0 || dup2(x, FD_EXTRA) < 0))
+        _exit(127);
+    if (syscall(SYS_close_range, extra >= 0 ? FD_EXTRA + 1 : FD_DISK + 1, ~0u, 0) != 0)
         _exit(127);
     /* No capability survives the exec, whatever the uid. */
     for (int cap = 0; cap <= 63; cap++)
@@ -540,13 +584,15 @@ static void identity(struct vm_launch *L, const struct vm_sandbox *sb, bool kvm)
     L->uid = L->gid = 0;
 }
 
+/* extra: the descriptor given as FD_EXTRA (START_PARK, START_RESTORE), or -1. */
 static int qemu_start(struct vm_sandbox *sb, const struct vm_paths *p,
-                      const struct eph_sandbox_limits *l, bool kvm, int chan, int initrd)
+                      const struct eph_sandbox_limits *l, bool kvm, int chan, int initrd,
+                      enum vm_start how, int extra)
 {
     struct vm_launch *L = calloc(1, sizeof(*L));
     if (!L)
         return -ENOMEM;
-    int rc = launch_prepare(L, sb, p, l, kvm);
+    int rc = launch_prepare(L, sb, p, l, kvm, how);
     if (rc) {
         free(L);
         return rc;
@@ -570,7 +616,7 @@ static int qemu_start(struct vm_sandbox *sb, const struct vm_paths *p,
         if (pid < 0)
             rc = -errno;
         else if (pid == 0)
-            qemu_child(L, parent, null, sb->console_fd, chan, initrd, kernel, disk);
+            qemu_child(L, parent, null, sb->console_fd, chan, initrd, kernel, disk, extra);
         else {
             eph_guest_sandbox_watch(&sb->g, pid, eph_guest_pidfd_open(pid));
         }
@@ -585,6 +631,187 @@ static int qemu_start(struct vm_sandbox *sb, const struct vm_paths *p,
         close(L->cg_fds[i]);
     free(L);
     return rc;
+}
+
+/* ---- saved machines ---------------------------------------------------------------------- */
+
+/* Builds are one at a time (a second create of the same shape waits for the first's file), and a
+ * shape whose build failed is booted for the rest of the process. */
+static pthread_mutex_t snap_lock = PTHREAD_MUTEX_INITIALIZER;
+static char snap_failed[8][17];
+static unsigned snap_nfailed;
+static _Atomic unsigned snap_seq;
+
+static bool snapshots_enabled(void)
+{
+    const char *env = getenv(SNAPSHOTS_ENV);
+    return !env || strcmp(env, "0") != 0;
+}
+
+/* The first "flags" line of /proc/cpuinfo: under KVM the guest's CPU is the host's (-cpu host),
+ * so a saved machine belongs to this host's processor model. */
+static void cpu_flags(char *out, size_t cap)
+{
+    out[0] = '\0';
+    FILE *f = fopen("/proc/cpuinfo", "re");
+    if (!f)
+        return;
+    char line[8192];
+    while (fgets(line, sizeof(line), f))
+        if (strncmp(line, "flags", 5) == 0 || strncmp(line, "model name", 10) == 0) {
+            size_t used = strlen(out);
+            eph_text_format_cut(out + used, cap - used, "%s", line);
+            if (strncmp(line, "flags", 5) == 0)
+                break;
+        }
+    fclose(f);
+}
+
+/* The key of the machine this sandbox would restore: the saving QEMU's command line without its
+ * name and its measured TSC rate, the accelerator's CPU, and the files behind the descriptors. */
+static int snapshot_key(const struct vm_sandbox *sb, const struct vm_paths *p,
+                        const struct eph_sandbox_config *cfg, bool kvm, char key[17])
+{
+    struct vm_launch *L = calloc(1, sizeof(*L));
+    struct eph_buf text;
+    eph_buf_init(&text, 1u << 20);
+    int rc = L ? launch_prepare(L, sb, p, &sb->g.limits, kvm, START_PARK) : -ENOMEM;
+    for (size_t i = 0; !rc && L->argv[i]; i++) {
+        const char *arg = L->argv[i];
+        if (i > 0 && strcmp(L->argv[i - 1], "-name") == 0)
+            continue;
+        size_t len = strlen(arg);
+        if (arg == L->append && strstr(arg, " tsc_early_khz="))
+            len = (size_t)(strstr(arg, " tsc_early_khz=") - arg);
+        rc = eph_buf_append(&text, arg, len);
+        if (!rc)
+            rc = eph_buf_append(&text, "\n", 1);
+    }
+    if (!rc && kvm) {
+        char flags[8192];
+        cpu_flags(flags, sizeof(flags));
+        rc = eph_buf_append(&text, flags, strlen(flags));
+    }
+    if (!rc)
+        rc = eph_buf_append(&text, "", 1);
+    if (!rc) {
+        const char *files[] = {qemu(), cfg->init_path, p->kernel, p->modules, p->disk};
+        rc = eph_vm_snapshot_key(text.data, files, sizeof(files) / sizeof(files[0]), key);
+    }
+    eph_buf_release(&text);
+    free(L);
+    return rc;
+}
+
+static bool snapshot_failed_before(const char *key)
+{
+    for (unsigned i = 0; i < snap_nfailed; i++)
+        if (strcmp(snap_failed[i], key) == 0)
+            return true;
+    return false;
+}
+
+/* Call with snap_lock. */
+static void snapshot_failed_now(const char *key)
+{
+    if (snapshot_failed_before(key))
+        return;
+    unsigned i = snap_nfailed < 8 ? snap_nfailed++ : 7;
+    snprintf(snap_failed[i], sizeof(snap_failed[i]), "%s", key);
+}
+
+static void snapshot_mark_failed(const char *key)
+{
+    pthread_mutex_lock(&snap_lock);
+    snapshot_failed_now(key);
+    pthread_mutex_unlock(&snap_lock);
+}
+
+/* Boots a guest of this sandbox's shape to its parked point, inside the sandbox's cgroup and as
+ * its uid, and saves it to path (written beside it, renamed when complete). The QEMU is reaped
+ * before this returns. Call with snap_lock. */
+static int snapshot_build(struct vm_sandbox *sb, const struct vm_paths *p, bool kvm, int initrd,
+                          const char *path)
+{
+    char tmp[PATH_MAX + 64], why[256] = "";
+    if (mkdir(p->snapdir, 0700) != 0 && errno != EEXIST)
+        return -errno;
+    snprintf(tmp, sizeof(tmp), "%s.tmp-%d-%u", path, (int)getpid(), atomic_fetch_add(&snap_seq, 1));
+    int state = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (state < 0)
+        return -errno;
+    int chan[2] = {-1, -1}, mon[2] = {-1, -1};
+    int rc = 0;
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, chan) != 0 ||
+        socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, mon) != 0)
+        rc = -errno;
+    uint64_t t0 = eph_clock_mono_ns();
+    if (!rc)
+        rc = qemu_start(sb, p, &sb->g.limits, kvm, chan[1], initrd, START_PARK, mon[1]);
+    if (chan[1] >= 0)
+        close(chan[1]);
+    if (mon[1] >= 0)
+        close(mon[1]);
+    uint64_t deadline = t0 + (uint64_t)sb->g.hello_timeout_ms * 1000000u;
+    if (!rc && (rc = eph_vm_wait_parked(chan[0], deadline)))
+        eph_text_format_cut(why, sizeof(why), "the guest did not park: %s", strerror(-rc));
+    if (!rc)
+        rc = eph_vm_qmp_save(mon[0], state, deadline, why, sizeof(why));
+    int status = 0;
+    if (sb->g.pid > 0 && eph_guest_sandbox_reap(&sb->g, EXIT_GRACE_MS, &status) && !rc)
+        rc = -ECHILD;
+    if (chan[0] >= 0)
+        close(chan[0]);
+    if (mon[0] >= 0)
+        close(mon[0]);
+    if (close(state) != 0 && !rc)
+        rc = -errno;
+    if (!rc && rename(tmp, path) != 0)
+        rc = -errno;
+    if (rc) {
+        unlink(tmp);
+        char last[256];
+        console_tail(sb->console_fd, last, sizeof(last));
+        if (!atomic_load(&sb->g.interrupted))
+            EPH_WARN(COMPONENT, "cannot save a microVM of this shape (booting instead): %s%s%s%s%s",
+                     strerror(-rc), why[0] ? ": " : "", why, last[0] ? "; console: " : "", last);
+        return rc;
+    }
+    EPH_INFO(COMPONENT,
+             "saved a parked microVM in %llu ms: later sandboxes of this shape restore it",
+             (unsigned long long)((eph_clock_mono_ns() - t0) / 1000000u));
+    int removed = eph_vm_snapshot_prune(p->snapdir);
+    if (removed)
+        EPH_DEBUG(COMPONENT, "removed %d older saved microVMs", removed);
+    return 0;
+}
+
+/* The saved machine this sandbox restores, opened (made first if there is none yet), or -1: a
+ * boot then. path gets its file. */
+static int snapshot_open(struct vm_sandbox *sb, const struct eph_sandbox_config *cfg,
+                         const struct vm_paths *p, bool kvm, int initrd, char *path, size_t cap,
+                         char key[17])
+{
+    int rc = snapshot_key(sb, p, cfg, kvm, key);
+    if (rc) {
+        EPH_DEBUG(COMPONENT, "no key for a saved microVM: %s", strerror(-rc));
+        return -1;
+    }
+    if (eph_text_format(path, cap, "%s/%s.state", p->snapdir, key))
+        return -1;
+    pthread_mutex_lock(&snap_lock);
+    int fd = -1;
+    if (!snapshot_failed_before(key)) {
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0 && errno == ENOENT) {
+            rc = snapshot_build(sb, p, kvm, initrd, path);
+            if (rc && rc != -ECANCELED && !atomic_load(&sb->g.interrupted))
+                snapshot_failed_now(key);
+            fd = rc ? -1 : open(path, O_RDONLY | O_CLOEXEC);
+        }
+    }
+    pthread_mutex_unlock(&snap_lock);
+    return fd;
 }
 
 /* ---- the backend ------------------------------------------------------------------------- */
@@ -608,13 +835,18 @@ static bool tcg_allowed(const struct eph_sandbox_config *cfg)
 
 struct vm_boot {
     enum accel accel;
-    bool probing; /* a failed boot is an answer, not an error (logged at debug level) */
+    bool probing;   /* a failed boot is an answer, not an error (logged at debug level) */
+    bool snapshots; /* may restore (or save) a parked machine */
+    /* Set by vm_boot: restored from this file, filed under this key. */
+    bool restored;
+    char key[17];
+    char snapshot[PATH_MAX];
 };
 
 static int vm_boot(struct eph_guest_sandbox *g, const struct eph_sandbox_config *cfg, int *chan_fd)
 {
     struct vm_sandbox *sb = (struct vm_sandbox *)g;
-    const struct vm_boot *b = g->boot_arg;
+    struct vm_boot *b = g->boot_arg;
     struct vm_paths paths;
     char why[PATH_MAX + 128];
     int chan[2] = {-1, -1};
@@ -653,15 +885,42 @@ static int vm_boot(struct eph_guest_sandbox *g, const struct eph_sandbox_config 
     sb->console_fd = memfd_create("ephemeral-console", MFD_CLOEXEC);
     if (sb->console_fd < 0)
         return -errno;
-    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, chan) != 0)
-        return -errno;
-    rc = qemu_start(sb, &paths, &g->limits, b->accel == ACCEL_KVM, chan[1], initrd);
+    bool kvm = b->accel == ACCEL_KVM;
+    int state = b->snapshots ? snapshot_open(sb, cfg, &paths, kvm, initrd, b->snapshot,
+                                             sizeof(b->snapshot), b->key)
+                             : -1;
+    if (atomic_load(&g->interrupted)) {
+        if (state >= 0)
+            close(state);
+        return -ECANCELED;
+    }
+    b->restored = state >= 0;
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, chan) != 0) {
+        rc = -errno;
+        if (state >= 0)
+            close(state);
+        return rc;
+    }
+    rc = qemu_start(sb, &paths, &g->limits, kvm, chan[1], initrd,
+                    b->restored ? START_RESTORE : START_BOOT, state);
     close(chan[1]);
+    if (state >= 0)
+        close(state);
+    /* The parked guest's first read: its parameters and what makes it unique. Far below a
+     * socket's buffer: written whole before QEMU has even read its file. */
+    if (!rc && b->restored) {
+        char line[EPH_VM_RESUME_MAX];
+        int n = eph_vm_resume_line(line, sizeof(line), g->run_dir, &g->limits);
+        rc = n < 0 ? n : eph_fileio_write_all(chan[0], line, (size_t)n);
+        explicit_bzero(line, sizeof(line));
+    }
     if (rc) {
         close(chan[0]);
         EPH_ERROR(COMPONENT, "cannot start %s: %s", qemu(), strerror(-rc));
         return rc;
     }
+    if (b->restored)
+        EPH_DEBUG(COMPONENT, "%s: restoring the saved microVM %s", g->name, b->key);
     *chan_fd = chan[0];
     return 0;
 }
@@ -710,8 +969,24 @@ static int vm_release(struct eph_guest_sandbox *g)
 static int vm_create_with(const struct eph_sandbox_config *cfg, enum accel accel, bool probing,
                           struct eph_sandbox **out)
 {
-    struct vm_boot b = {.accel = accel, .probing = probing};
-    return eph_guest_sandbox_create(&eph_sandbox_microvm_ops, cfg, &b, out);
+    /* The probe boots: a boot is what it proves. */
+    struct vm_boot *b = calloc(1, sizeof(*b));
+    if (!b)
+        return -ENOMEM;
+    *b = (struct vm_boot){
+        .accel = accel, .probing = probing, .snapshots = !probing && snapshots_enabled()};
+    int rc = eph_guest_sandbox_create(&eph_sandbox_microvm_ops, cfg, b, out);
+    if (rc && b->restored && rc != -ECANCELED) {
+        /* A saved machine that does not come back is not tried again: removed, and booted. */
+        EPH_WARN(COMPONENT, "a saved microVM did not restore (%s): removing it and booting",
+                 strerror(-rc));
+        unlink(b->snapshot);
+        snapshot_mark_failed(b->key);
+        b->snapshots = b->restored = false;
+        rc = eph_guest_sandbox_create(&eph_sandbox_microvm_ops, cfg, b, out);
+    }
+    free(b);
+    return rc;
 }
 
 static int vm_probe(const struct eph_sandbox_config *cfg, char *why, size_t whylen);
