@@ -3,8 +3,8 @@
 # kernel) boots a guest to where its init waits for the host and saves it next to the image; the
 # later ones restore it. Restored clones are unique: their own boot id, random bytes and a clock
 # stepped to the host's (the saved one stood still); they get their own run's limits; a saved
-# machine that does not restore is removed and the sandbox boots; EPHEMERAL_MICROVM_SNAPSHOTS=0
-# boots every time. Nothing is left behind (vm_run checks after every run).
+# machine that does not restore is removed and the sandbox boots, as does one that cannot be
+# saved; EPHEMERAL_MICROVM_SNAPSHOTS=0 boots every time. Nothing is left behind (vm_run checks after every run).
 . "$(dirname "$0")/microvm_common.sh"
 
 # An image directory of this test's own (the same kernel and disk), so that its saved machines
@@ -78,4 +78,16 @@ assert_eq "$VM_RC" 0 "switched off (stderr: $VM_ERR)"
 ! grep -q -e "saved a parked" -e "restoring the saved" <<<"$VM_ERR" || fail "switched off, yet: $VM_ERR"
 assert_eq "$(find "$snaps" -name '*.state' | wc -l)" "$before" "nothing saved when switched off"
 assert_eq "$(find "$snaps" -name '*.tmp-*' | wc -l)" 0 "no temporary file left"
+
+# 6. A machine that cannot be saved (here: its directory cannot be made): the sandbox boots.
+img2=$TEST_TMP/img2
+mkdir -p "$img2/rootfs" "$img2/microvm"
+for f in complete kernel root.img; do
+    ln -s "$(readlink -f "$real/microvm/$f")" "$img2/microvm/$f"
+done
+: >"$img2/microvm/snapshots"
+EPHEMERAL_IMAGE=$img2/rootfs vm_run --json --memory-mib 192 -- sh -c 'echo booted'
+assert_eq "$VM_RC" 0 "unsaveable (stderr: $VM_ERR)"
+assert_eq "$(jq -r .stdout <<<"$VM_OUT")" booted "unsaveable: the command ran"
+assert_contains "$VM_ERR" "cannot save a microVM of this shape (booting instead)" "the failed save is reported"
 echo "microvm snapshots: ok"

@@ -734,16 +734,16 @@ static int snapshot_build(struct vm_sandbox *sb, const struct vm_paths *p, bool 
                           const char *path)
 {
     char tmp[PATH_MAX + 64], why[256] = "";
-    if (mkdir(p->snapdir, 0700) != 0 && errno != EEXIST)
-        return -errno;
+    int chan[2] = {-1, -1}, mon[2] = {-1, -1}, state = -1, rc = 0;
     snprintf(tmp, sizeof(tmp), "%s.tmp-%d-%u", path, (int)getpid(), atomic_fetch_add(&snap_seq, 1));
-    int state = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    if (state < 0)
-        return -errno;
-    int chan[2] = {-1, -1}, mon[2] = {-1, -1};
-    int rc = 0;
-    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, chan) != 0 ||
-        socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, mon) != 0)
+    if (mkdir(p->snapdir, 0700) != 0 && errno != EEXIST)
+        rc = -errno;
+    if (!rc && (state = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600)) < 0)
+        rc = -errno;
+    if (rc)
+        eph_text_format_cut(why, sizeof(why), "cannot make its file in %s", p->snapdir);
+    if (!rc && (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, chan) != 0 ||
+                socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, mon) != 0))
         rc = -errno;
     uint64_t t0 = eph_clock_mono_ns();
     if (!rc)
@@ -757,19 +757,21 @@ static int snapshot_build(struct vm_sandbox *sb, const struct vm_paths *p, bool 
         eph_text_format_cut(why, sizeof(why), "the guest did not park: %s", strerror(-rc));
     if (!rc)
         rc = eph_vm_qmp_save(mon[0], state, deadline, why, sizeof(why));
+    /* Saved, QEMU was told to quit; otherwise its guest waits for a resume that will not come. */
     int status = 0;
-    if (sb->g.pid > 0 && eph_guest_sandbox_reap(&sb->g, EXIT_GRACE_MS, &status) && !rc)
+    if (sb->g.pid > 0 && eph_guest_sandbox_reap(&sb->g, rc ? 0 : EXIT_GRACE_MS, &status) && !rc)
         rc = -ECHILD;
     if (chan[0] >= 0)
         close(chan[0]);
     if (mon[0] >= 0)
         close(mon[0]);
-    if (close(state) != 0 && !rc)
+    if (state >= 0 && close(state) != 0 && !rc)
         rc = -errno;
     if (!rc && rename(tmp, path) != 0)
         rc = -errno;
     if (rc) {
-        unlink(tmp);
+        if (state >= 0)
+            unlink(tmp);
         char last[256];
         console_tail(sb->console_fd, last, sizeof(last));
         if (!atomic_load(&sb->g.interrupted))
@@ -803,7 +805,8 @@ static int snapshot_open(struct vm_sandbox *sb, const struct eph_sandbox_config 
     int fd = -1;
     if (!snapshot_failed_before(key)) {
         fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0 && errno == ENOENT) {
+        /* None (or none that can be opened: the build then says why). */
+        if (fd < 0) {
             rc = snapshot_build(sb, p, kvm, initrd, path);
             if (rc && rc != -ECANCELED && !atomic_load(&sb->g.interrupted))
                 snapshot_failed_now(key);

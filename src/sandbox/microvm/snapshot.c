@@ -45,10 +45,10 @@ int eph_vm_snapshot_key(const char *text, const char *const *files, size_t nfile
             break;
         }
         char id[160];
-        int n = snprintf(id, sizeof(id), "\n%llu:%llu:%lld:%lld.%09ld",
-                         (unsigned long long)st.st_dev, (unsigned long long)st.st_ino,
-                         (long long)st.st_size, (long long)st.st_mtim.tv_sec,
-                         (long)st.st_mtim.tv_nsec);
+        int n =
+            snprintf(id, sizeof(id), "\n%llu:%llu:%lld:%lld.%09ld", (unsigned long long)st.st_dev,
+                     (unsigned long long)st.st_ino, (long long)st.st_size,
+                     (long long)st.st_mtim.tv_sec, (long)st.st_mtim.tv_nsec);
         rc = eph_buf_append(&b, id, (size_t)n);
     }
     if (!rc) {
@@ -147,8 +147,8 @@ static json_t *qmp_read(struct qmp *q, int *rc)
 /* Sends one command (with a descriptor when fd >= 0) and returns its answer's "return" value
  * (the caller decrefs the object *whole), skipping events; an "error" answer is -EIO with QEMU's
  * description in why. */
-static int qmp_call(struct qmp *q, const char *cmd, int fd, json_t **whole, json_t **ret,
-                    char *why, size_t whylen)
+static int qmp_call(struct qmp *q, const char *cmd, int fd, json_t **whole, json_t **ret, char *why,
+                    size_t whylen)
 {
     size_t len = strlen(cmd);
     struct iovec iov = {.iov_base = (void *)cmd, .iov_len = len};
@@ -227,12 +227,12 @@ int eph_vm_qmp_save(int qmp_fd, int state_fd, uint64_t deadline_ns, char *why, s
                         "{\"max-bandwidth\": 68719476736, \"downtime-limit\": 2000}}\n",
                         -1, why, whylen);
     if (!rc)
-        rc = qmp_simple(q,
-                        "{\"execute\": \"getfd\", \"arguments\": {\"fdname\": \"snapshot\"}}\n",
+        rc = qmp_simple(q, "{\"execute\": \"getfd\", \"arguments\": {\"fdname\": \"snapshot\"}}\n",
                         state_fd, why, whylen);
     if (!rc)
-        rc = qmp_simple(q, "{\"execute\": \"migrate\", \"arguments\": {\"uri\": \"fd:snapshot\"}}\n",
-                        -1, why, whylen);
+        rc =
+            qmp_simple(q, "{\"execute\": \"migrate\", \"arguments\": {\"uri\": \"fd:snapshot\"}}\n",
+                       -1, why, whylen);
     while (!rc) {
         json_t *whole = NULL, *ret = NULL;
         rc = qmp_call(q, "{\"execute\": \"query-migrate\"}\n", -1, &whole, &ret, why, whylen);
@@ -245,8 +245,9 @@ int eph_vm_qmp_save(int qmp_fd, int state_fd, uint64_t deadline_ns, char *why, s
         }
         if (!status || strcmp(status, "failed") == 0 || strcmp(status, "cancelled") == 0) {
             const char *desc = json_string_value(json_object_get(ret, "error-desc"));
-            eph_text_format_cut(why, whylen, "migration %s%s%s", status ? status : "without a state",
-                                desc ? ": " : "", desc ? desc : "");
+            eph_text_format_cut(why, whylen, "migration %s%s%s",
+                                status ? status : "without a state", desc ? ": " : "",
+                                desc ? desc : "");
             rc = -EIO;
         }
         json_decref(whole);
@@ -290,15 +291,15 @@ int eph_vm_resume_line(char *buf, size_t cap, const char *run_dir,
     clock_gettime(CLOCK_REALTIME, &now);
     if (cap > EPH_VM_RESUME_MAX)
         cap = EPH_VM_RESUME_MAX;
-    int n = snprintf(buf, cap,
-                     "ephemeral.resume=1 ephemeral.run=%s ephemeral.disk_mib=%u "
-                     "ephemeral.nofile=%u ephemeral.fsize=%llu ephemeral.nproc=%u "
-                     "ephemeral.seed=%s ephemeral.time=%llu "
-                     "ephemeral.boot_id=%.8s-%.4s-%.4s-%.4s-%.12s\n",
-                     run_dir, l->disk_mib, l->nofile, (unsigned long long)l->fsize_bytes,
-                     l->pids + 16u, seed_hex,
-                     (unsigned long long)now.tv_sec * 1000000000ull + (unsigned long long)now.tv_nsec,
-                     id_hex, id_hex + 8, id_hex + 12, id_hex + 16, id_hex + 20);
+    int n = snprintf(
+        buf, cap,
+        "ephemeral.resume=1 ephemeral.run=%s ephemeral.disk_mib=%u "
+        "ephemeral.nofile=%u ephemeral.fsize=%llu ephemeral.nproc=%u "
+        "ephemeral.seed=%s ephemeral.time=%llu "
+        "ephemeral.boot_id=%.8s-%.4s-%.4s-%.4s-%.12s\n",
+        run_dir, l->disk_mib, l->nofile, (unsigned long long)l->fsize_bytes, l->pids + 16u,
+        seed_hex, (unsigned long long)now.tv_sec * 1000000000ull + (unsigned long long)now.tv_nsec,
+        id_hex, id_hex + 8, id_hex + 12, id_hex + 16, id_hex + 20);
     explicit_bzero(seed, sizeof(seed));
     explicit_bzero(seed_hex, sizeof(seed_hex));
     if (n < 0 || (size_t)n >= cap)
