@@ -1776,6 +1776,12 @@ def bench_sandboxes(ctx, rep):
         srv.stop()
     r, b, c = summary(ready), summary(backend_start), summary(cmd)
     s_ = summary(server_start)
+    # The events' `at` has millisecond resolution, so the server's own figure is a difference of
+    # two truncated instants: each is off by up to 1 ms, but the instants fall at random within
+    # their millisecond, so the mean of the differences is the true mean (to ~0.3 ms / sqrt(n)),
+    # where the median is only ever a whole number. The 1.2x goal is judged on the means.
+    r_mean = sum(ready) / len(ready) if ready else None
+    s_mean = sum(server_start) / len(server_start) if server_start else None
     per_server = (held - base) / max(1, n_idle)
     per_guest = guests / max(1, n_idle)
     rows = [
@@ -1784,6 +1790,9 @@ def bench_sandboxes(ctx, rep):
         ["created → sandbox.ready on the server (a run's start: its events' at)",
          str(len(server_start)), fmt(s_["median"]), fmt(s_["p90"]), "create to ready ÷ this",
          ratio(r["median"], s_["median"])],
+        ["  the same two, as means (the events' at is whole ms: see BENCH.md)",
+         str(len(server_start)), f"{fmt(r_mean)} vs {fmt(s_mean)}", "", "means' ratio",
+         ratio(r_mean, s_mean)],
         ["the backend's own start (sandbox.ready create_ms; ~0 from the warm pool)",
          str(len(backend_start)), fmt(b["median"]), fmt(b["p90"]), "", ""],
         ["`echo hi` round trip (POST …/commands, Prefer: wait)", str(len(cmd)), fmt(c["median"]),
@@ -1805,6 +1814,7 @@ def bench_sandboxes(ctx, rep):
             f"hold {fmt(per_guest)} KiB each (the backend's figure).")
     rep.add()
     return {"ready_ms": r["median"], "start_ms": b["median"], "server_start_ms": s_["median"],
+            "ready_mean_ms": r_mean, "server_start_mean_ms": s_mean,
             "command_ms": c["median"],
             "server_kib_per_sandbox": per_server, "guest_kib_per_sandbox": per_guest}
 

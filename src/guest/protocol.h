@@ -43,6 +43,12 @@
 #define EPH_PROTO_MAX_PATH 4096
 #define EPH_PROTO_MAX_ERROR_MSG 1024
 #define EPH_PROTO_MAX_PING 64
+/* A microVM parked for a snapshot (the microvm backend; docs/SANDBOX.md, "MicroVM snapshots"):
+ * before any frame, the guest says the first line and the host's first line to a restored guest
+ * starts with the word (both lines end with a newline; the resume line is at most the size). */
+#define EPH_PROTO_VM_PARKED "ephemeral-parked\n"
+#define EPH_PROTO_VM_RESUME_WORD "ephemeral.resume=1"
+#define EPH_PROTO_VM_RESUME_MAX 1024u
 /* The largest file data one write_file frame carries (callers split bigger files). */
 #define EPH_PROTO_MAX_WRITE_DATA (EPH_PROTO_MAX_PAYLOAD - 12 - EPH_PROTO_MAX_PATH)
 

@@ -50,6 +50,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "guest/protocol.h"
+
 #define CHANNEL_FD 3
 #define CHANNEL_NAME "ephemeral"
 #define WORKER_ID 1000
@@ -61,8 +63,6 @@
 #define DEVICE_WAIT_MS 20000
 #define CMDLINE_MAX 4096
 #define RUN_PREFIX "/tmp/ephemeral-run-"
-#define PARKED_LINE "ephemeral-parked\n"
-#define RESUME_WORD "ephemeral.resume=1"
 #define SEED_BYTES 32
 #define BOOT_ID_FILE "/boot_id" /* in the initramfs: out of reach once the root is switched */
 #define BOOT_ID_PROC NEWROOT "/proc/sys/kernel/random/boot_id"
@@ -425,7 +425,7 @@ static int hex_nibble(char c)
  * read is where every clone starts. */
 static void park(void)
 {
-    static const char parked[] = PARKED_LINE;
+    static const char parked[] = EPH_PROTO_VM_PARKED;
     ssize_t w;
     do
         w = write(CHANNEL_FD, parked, sizeof(parked) - 1);
@@ -445,12 +445,12 @@ static void park(void)
         }
         if (c == '\n')
             break;
-        if (len == sizeof(cmdline) - 1)
+        if (len == EPH_PROTO_VM_RESUME_MAX - 1)
             fatal("the resume line is too long");
         cmdline[len++] = c;
     }
     cmdline[len] = '\0';
-    if (strncmp(cmdline, RESUME_WORD " ", strlen(RESUME_WORD) + 1) != 0)
+    if (strncmp(cmdline, EPH_PROTO_VM_RESUME_WORD " ", strlen(EPH_PROTO_VM_RESUME_WORD) + 1) != 0)
         fatal("the host's first line is not a resume line");
 }
 

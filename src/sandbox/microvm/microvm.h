@@ -17,7 +17,9 @@
  *
  * Files: the kernel and root disk are built by `ephemerald image build` (src/daemon/image_vm.c)
  * next to the image, under <image>/../microvm/. Nothing is written per sandbox: the initramfs and
- * the console are memory files, the channel a socketpair.
+ * the console are memory files, the channel a socketpair. Per shape of sandbox (memory, CPUs,
+ * and the files above), the first create saves a parked machine in <image>/../microvm/snapshots/
+ * that the later ones restore instead of booting (snapshot.h).
  */
 #ifndef EPH_SANDBOX_MICROVM_H
 #define EPH_SANDBOX_MICROVM_H

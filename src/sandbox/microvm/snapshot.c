@@ -293,10 +293,10 @@ int eph_vm_resume_line(char *buf, size_t cap, const char *run_dir,
         cap = EPH_VM_RESUME_MAX;
     int n = snprintf(
         buf, cap,
-        "ephemeral.resume=1 ephemeral.run=%s ephemeral.disk_mib=%u "
-        "ephemeral.nofile=%u ephemeral.fsize=%llu ephemeral.nproc=%u "
-        "ephemeral.seed=%s ephemeral.time=%llu "
-        "ephemeral.boot_id=%.8s-%.4s-%.4s-%.4s-%.12s\n",
+        EPH_PROTO_VM_RESUME_WORD " ephemeral.run=%s ephemeral.disk_mib=%u "
+                                 "ephemeral.nofile=%u ephemeral.fsize=%llu ephemeral.nproc=%u "
+                                 "ephemeral.seed=%s ephemeral.time=%llu "
+                                 "ephemeral.boot_id=%.8s-%.4s-%.4s-%.4s-%.12s\n",
         run_dir, l->disk_mib, l->nofile, (unsigned long long)l->fsize_bytes, l->pids + 16u,
         seed_hex, (unsigned long long)now.tv_sec * 1000000000ull + (unsigned long long)now.tv_nsec,
         id_hex, id_hex + 8, id_hex + 12, id_hex + 16, id_hex + 20);

@@ -13,12 +13,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "guest/protocol.h"
 #include "sandbox/sandbox.h"
 
-/* What the guest says, on the channel, once it is parked (src/guest/vm.c). */
-#define EPH_VM_PARKED_LINE "ephemeral-parked\n"
-/* The resume line's cap (the guest reads at most its command line's size). */
-#define EPH_VM_RESUME_MAX 1024u
+/* What the parked guest says, and the resume line's cap: the guest's protocol's. */
+#define EPH_VM_PARKED_LINE EPH_PROTO_VM_PARKED
+#define EPH_VM_RESUME_MAX EPH_PROTO_VM_RESUME_MAX
 /* Saved machines kept per image directory (the newest; a different shape is a different file). */
 #define EPH_VM_SNAPSHOTS_KEPT 4u
 
